@@ -1,0 +1,333 @@
+"""The vocabulary of a profiling session: every event that can happen, as typed records.
+
+Each event serialises to one JSON object whose first two keys are always ``t`` (unix seconds) and
+``type`` (the registry name below), so a run file can be indexed without decoding every line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+ProcKind = Literal["cuda", "handle", "unknown"]
+"""How a process holds a GPU: a CUDA context (device files mapped), a handle only (open, not mapped,
+like an NVML monitor), or unknown (NVML lists memory for a PID that is not visible here)."""
+
+
+@dataclass(slots=True)
+class GpuSample:
+    index: int
+    uuid: str
+    name: str
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    mem_reserved_mib: float | None = None
+    util_pct: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ProcSample:
+    pid: int
+    start_time: int | None = None
+    """Clock ticks after boot (/proc/PID/stat field 22): with the pid, the identity of a process."""
+    user: str | None = None
+    gpu_mem_mib: dict[int, float] = field(default_factory=dict)
+    kind: ProcKind = "unknown"
+    unit: str | None = None
+    container: str | None = None
+    cmdline: str = ""
+    state: str | None = None
+    ppid: int | None = None
+    gpus: list[int] = field(default_factory=list)
+    """GPUs whose device files the process holds (may differ from the GPUs NVML lists memory on)."""
+    visible: bool = True
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProcRef:
+    """A process as a preview lists it: who, and why it is (or is not) included."""
+
+    pid: int
+    start_time: int | None
+    user: str | None = None
+    gpus: list[int] = field(default_factory=list)
+    mem_mib: float = 0.0
+    unit: str | None = None
+    cmdline: str = ""
+    reason: str = ""
+    kind: ProcKind = "unknown"
+
+
+@dataclass(slots=True)
+class Event:
+    """Base of every event. ``t`` is unix time in seconds."""
+
+    t: float
+    type: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"t": self.t, "type": self.type}
+        for f in dataclasses.fields(self):
+            if f.name != "t":
+                out[f.name] = _plain(getattr(self, f.name))
+        return out
+
+
+@dataclass(slots=True)
+class HostSample(Event):
+    type: ClassVar[str] = "sample"
+    host: str = ""
+    seq: int = 0
+    gpus: list[GpuSample] = field(default_factory=list)
+    procs: list[ProcSample] = field(default_factory=list)
+    agent_pid: int | None = None
+    source: str = "nvml"
+
+
+@dataclass(slots=True)
+class PhaseStart(Event):
+    type: ClassVar[str] = "phase_start"
+    phase: str = ""
+    title: str = ""
+
+
+@dataclass(slots=True)
+class PhaseEnd(Event):
+    type: ClassVar[str] = "phase_end"
+    phase: str = ""
+    ok: bool = True
+    note: str = ""
+
+
+@dataclass(slots=True)
+class CleanupPlan(Event):
+    type: ClassVar[str] = "cleanup_plan"
+    host: str = ""
+    service: str = ""
+    manager: str = ""
+    gpus: list[int] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+    clean_threshold_mib: float = 0.0
+
+
+@dataclass(slots=True)
+class StepPreview(Event):
+    type: ClassVar[str] = "step_preview"
+    step: str = ""
+    action: str = ""
+    targets: list[ProcRef] = field(default_factory=list)
+    spared: list[ProcRef] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Consent(Event):
+    type: ClassVar[str] = "consent"
+    step: str = ""
+    accepted: bool = False
+    operator: str = ""
+    pids: list[int] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass(slots=True)
+class SignalSent(Event):
+    type: ClassVar[str] = "signal"
+    step: str = ""
+    pid: int = 0
+    start_time: int | None = None
+    signal: str = ""
+    outcome: Literal["sent", "gone", "mismatch", "refused", "error"] = "sent"
+    detail: str = ""
+    cmdline: str = ""
+
+
+@dataclass(slots=True)
+class SignalOutcome(Event):
+    type: ClassVar[str] = "signal_outcome"
+    step: str = ""
+    pid: int = 0
+    start_time: int | None = None
+    signal: str = ""
+    outcome: Literal["exited", "survived", "stuck"] = "exited"
+    elapsed_s: float = 0.0
+    state: str | None = None
+
+
+@dataclass(slots=True)
+class StepResult(Event):
+    type: ClassVar[str] = "step_result"
+    step: str = ""
+    status: Literal["done", "skipped", "declined", "failed"] = "done"
+    reason: str = ""
+    elapsed_s: float = 0.0
+
+
+@dataclass(slots=True)
+class GpuVerdict:
+    index: int
+    used_mib: float | None
+    baseline_mib: float
+    clean: bool
+    holders: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Verification(Event):
+    type: ClassVar[str] = "verification"
+    clean: bool = False
+    gpus: list[GpuVerdict] = field(default_factory=list)
+    holders_left: list[ProcRef] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class MacroPoint(Event):
+    """One concurrency level of a serving sweep; ``metrics`` uses vLLM's result key names."""
+
+    type: ClassVar[str] = "macro_point"
+    concurrency: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class GemmRow(Event):
+    type: ClassVar[str] = "gemm_row"
+    name: str = ""
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    dtype: str = ""
+    kernel: str = ""
+    time_us: float = 0.0
+    tflops: float = 0.0
+    gbps: float = 0.0
+    roofline_us: float | None = None
+    rel_err: float | None = None
+
+
+@dataclass(slots=True)
+class AllReduceRow(Event):
+    type: ClassVar[str] = "allreduce_row"
+    size_bytes: int = 0
+    count: int = 0
+    dtype: str = "bfloat16"
+    ranks: int = 0
+    time_us: float = 0.0
+    algbw_gbps: float = 0.0
+    busbw_gbps: float = 0.0
+    burst: int = 1
+    tokens: int | None = None
+
+
+@dataclass(slots=True)
+class ConnectionState(Event):
+    type: ClassVar[str] = "connection"
+    host: str = ""
+    state: Literal["connecting", "connected", "lost", "reconnecting", "closed", "failed"] = "connected"
+    detail: str = ""
+    gap_s: float | None = None
+
+
+@dataclass(slots=True)
+class LogLine(Event):
+    type: ClassVar[str] = "log"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    source: str = ""
+    message: str = ""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        HostSample,
+        PhaseStart,
+        PhaseEnd,
+        CleanupPlan,
+        StepPreview,
+        Consent,
+        SignalSent,
+        SignalOutcome,
+        StepResult,
+        Verification,
+        MacroPoint,
+        GemmRow,
+        AllReduceRow,
+        ConnectionState,
+        LogLine,
+    )
+}
+
+_NESTED: dict[tuple[str, str], type] = {
+    ("sample", "gpus"): GpuSample,
+    ("sample", "procs"): ProcSample,
+    ("step_preview", "targets"): ProcRef,
+    ("step_preview", "spared"): ProcRef,
+    ("verification", "gpus"): GpuVerdict,
+    ("verification", "holders_left"): ProcRef,
+}
+
+
+class EventDecodeError(ValueError):
+    """A line that is not a valid event."""
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if cls is ProcSample and "gpu_mem_mib" in kwargs:
+        kwargs["gpu_mem_mib"] = {int(k): v for k, v in kwargs["gpu_mem_mib"].items()}
+    return cls(**kwargs)
+
+
+def from_dict(data: dict[str, Any]) -> Event:
+    """Build an event from its JSON object; unknown keys are ignored (forward compatible)."""
+    try:
+        name = data["type"]
+        cls = EVENT_TYPES[name]
+    except KeyError as exc:
+        raise EventDecodeError(f"unknown or missing event type {data.get('type')!r}") from exc
+    fields = dict(data)
+    fields.pop("type", None)
+    for (ev, key), nested in _NESTED.items():
+        if ev == name and isinstance(fields.get(key), list):
+            fields[key] = [_build(nested, item) for item in fields[key]]
+    try:
+        return _build(cls, fields)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise EventDecodeError(f"bad {name} event: {exc}") from exc
+
+
+def encode(event: Event) -> str:
+    """One compact JSON line (no newline), ``t`` and ``type`` first."""
+    return json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+
+def decode(line: str | bytes) -> Event:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EventDecodeError(f"not JSON: {exc.msg} at column {exc.colno}") from exc
+    if not isinstance(data, dict):
+        raise EventDecodeError("not a JSON object")
+    return from_dict(data)
+
+
+PHASE_EVENTS = (PhaseStart, PhaseEnd)

@@ -1,0 +1,202 @@
+"""Replay: a recorded run fed through the same session and fold as live data, at its recorded pace.
+
+The player is driven by whoever owns the clock (the TUI's timer, a test, a headless loop) calling
+``advance(now)``; it never sleeps. Seeking rebuilds the state from the run's index: every non-sample
+event before the target plus only the last samples the memory history can hold, which gives the same
+state as folding every event from the start (a test holds it to that) at a fraction of the cost.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from kimitui.events import EventDecodeError
+from kimitui.runfile import RunReader
+from kimitui.session import Session
+from kimitui.state import HISTORY_POINTS, SessionState, fold
+
+SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+PHASE_TYPES = ("phase_start", "phase_end")
+
+
+def bundled_sample_run() -> Path:
+    """The sample run a new user replays with no file given."""
+    root = Path(__file__).resolve().parent.parent / "sample_runs"
+    for name in ("campaign-8x-rtx-pro-6000.jsonl.gz", "campaign-8x-rtx-pro-6000.jsonl"):
+        if (root / name).exists():
+            return root / name
+    candidates = sorted(root.glob("*.jsonl*"))
+    if not candidates:
+        raise FileNotFoundError(f"no sample run under {root}")
+    return candidates[0]
+
+
+def state_at(reader: RunReader, position: int, *, _index: tuple[list[int], list[int]] | None = None
+             ) -> SessionState:
+    """The state after folding events [0, position) of the run."""
+    samples, others = _index or split_index(reader)
+    position = max(0, min(position, len(reader)))
+    j = bisect.bisect_left(samples, position)
+    window = samples[max(0, j - HISTORY_POINTS) : j]
+    k = bisect.bisect_left(others, position)
+    state = SessionState()
+    last_sample = window[-1] if window else -1
+    for i in heapq.merge(others[:k], window):
+        if i == last_sample or reader.types[i] != "sample":
+            try:
+                fold(state, reader.event(i))
+            except EventDecodeError as exc:
+                reader.warnings.append(f"{reader.path.name}: event {i} skipped: {exc}")
+        else:
+            _fold_history_only(state, reader, i)
+    state.events = position
+    return state
+
+
+def _fold_history_only(state: SessionState, reader: RunReader, i: int) -> None:
+    """What an older sample leaves in the state once newer samples followed: its memory points."""
+    try:
+        data = json.loads(reader.raw(i))
+        t = float(data["t"])
+        for g in data.get("gpus", ()):
+            used = g.get("mem_used_mib")
+            hist = state.mem_history.get(g["index"])
+            if hist is None:
+                hist = state.mem_history[g["index"]] = deque(maxlen=HISTORY_POINTS)
+            if used is not None:
+                hist.append((t, used))
+    except (ValueError, KeyError, TypeError) as exc:
+        reader.warnings.append(f"{reader.path.name}: event {i} skipped: {exc}")
+        return
+    if t > state.clock:
+        state.clock = t
+
+
+def split_index(reader: RunReader) -> tuple[list[int], list[int]]:
+    samples: list[int] = []
+    others: list[int] = []
+    for i, ty in enumerate(reader.types):
+        (samples if ty == "sample" else others).append(i)
+    return samples, others
+
+
+class Player:
+    """Plays a run into a session: pause, speed, step, seek, phase jumps."""
+
+    def __init__(self, reader: RunReader, session: Session | None = None,
+                 clock: Callable[[], float] = time.monotonic, speed: float = 1.0) -> None:
+        self.reader = reader
+        self.session = session or Session()
+        self.clock = clock
+        self.speed = speed
+        self.paused = False
+        self.position = 0
+        self._index = split_index(reader)
+        self._boundaries = reader.indices_of(*PHASE_TYPES)
+        self.run_time = reader.start_time
+        self._last_now: float | None = None
+
+    # -- pacing
+
+    @property
+    def finished(self) -> bool:
+        return self.position >= len(self.reader)
+
+    @property
+    def elapsed(self) -> float:
+        return self.run_time - self.reader.start_time
+
+    @property
+    def duration(self) -> float:
+        return self.reader.end_time - self.reader.start_time
+
+    def advance(self, now: float | None = None) -> int:
+        """Move the run's clock by the wall time since the last call (times the speed) and publish
+        every event due. Returns how many events were published."""
+        now = self.clock() if now is None else now
+        last, self._last_now = self._last_now, now
+        if self.paused or self.finished or last is None:
+            return 0
+        self.run_time += (now - last) * self.speed
+        stop = min(self.reader.index_at(self.run_time), len(self.reader))
+        return self._publish_until(stop)
+
+    def _publish_until(self, stop: int) -> int:
+        n = 0
+        while self.position < stop:
+            i = self.position
+            self.position += 1
+            try:
+                event = self.reader.event(i)
+            except EventDecodeError as exc:
+                self.reader.warnings.append(f"{self.reader.path.name}: event {i} skipped: {exc}")
+                continue
+            self.session.publish(event)
+            n += 1
+        if self.finished:
+            self.run_time = max(self.run_time, self.reader.end_time)
+        return n
+
+    # -- controls
+
+    def toggle_pause(self) -> bool:
+        self.paused = not self.paused
+        self._last_now = None
+        return self.paused
+
+    def set_speed(self, speed: float) -> float:
+        self.speed = min(max(speed, SPEEDS[0]), SPEEDS[-1])
+        return self.speed
+
+    def faster(self) -> float:
+        return self.set_speed(self.speed * 2)
+
+    def slower(self) -> float:
+        return self.set_speed(self.speed / 2)
+
+    def step(self) -> int:
+        """Publish exactly the next event and pause there."""
+        self.paused = True
+        if self.finished:
+            return 0
+        self.run_time = self.reader.times[self.position]
+        return self._publish_until(self.position + 1)
+
+    def seek_index(self, position: int) -> None:
+        position = max(0, min(position, len(self.reader)))
+        self.session.state = state_at(self.reader, position, _index=self._index)
+        self.session.version += 1
+        self.position = position
+        self.run_time = self.reader.times[position - 1] if position else self.reader.start_time
+        self._last_now = None
+
+    def seek_time(self, t: float) -> None:
+        self.seek_index(self.reader.index_at(t))
+
+    def next_phase(self) -> bool:
+        """Jump just past the next phase boundary; False when there is none."""
+        k = bisect.bisect_left(self._boundaries, self.position)
+        if k >= len(self._boundaries):
+            return False
+        self.seek_index(self._boundaries[k] + 1)
+        return True
+
+    def prev_phase(self) -> bool:
+        """Jump just past the previous phase boundary (or to the start)."""
+        k = bisect.bisect_left(self._boundaries, self.position - 1) - 1
+        if k < 0:
+            if self.position == 0:
+                return False
+            self.seek_index(0)
+            return True
+        self.seek_index(self._boundaries[k] + 1)
+        return True
+
+    def to_end(self) -> None:
+        self.seek_index(len(self.reader))

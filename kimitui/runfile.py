@@ -1,0 +1,250 @@
+"""Run files: JSON Lines, a header line then one event a line. See docs/run-format.md.
+
+Writing appends and flushes per event and fsyncs at phase boundaries. Reading builds a light index
+(time, type, byte offset) without decoding events, so a long run opens fast and any event can be
+decoded on demand; a torn last line is skipped with a warning, an unknown version is refused.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import os
+import re
+import time
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from kimitui.events import Event, EventDecodeError, PhaseEnd, PhaseStart, decode, encode
+
+FORMAT_NAME = "kimitui-run"
+FORMAT_VERSION = 1
+
+_PREFIX = re.compile(rb'^\{"t":(-?[0-9.eE+-]+),"type":"([a-z_]+)"')
+
+
+class RunFileError(Exception):
+    """A run file that cannot be read at all (not a run file, unknown version, unreadable)."""
+
+
+@dataclass(slots=True)
+class RunHeader:
+    version: int
+    created: float
+    host: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": FORMAT_NAME,
+                "version": self.version,
+                "created": self.created,
+                "host": self.host,
+                "meta": self.meta,
+            },
+            separators=(",", ":"),
+        )
+
+
+class RunWriter:
+    """Append-only writer: one flush per event, fsync at phase boundaries and on close."""
+
+    def __init__(self, path: str | Path, host: str = "", meta: dict[str, Any] | None = None,
+                 created: float | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.header = RunHeader(FORMAT_VERSION, time.time() if created is None else created, host, meta or {})
+        self._fh: IO[str] = open(self.path, "x", encoding="utf-8")  # noqa: SIM115 (kept open: streaming)
+        self._fh.write(self.header.to_json() + "\n")
+        self._fh.flush()
+        self.count = 0
+
+    def append(self, event: Event) -> None:
+        self._fh.write(encode(event) + "\n")
+        self._fh.flush()
+        self.count += 1
+        if isinstance(event, PhaseStart | PhaseEnd):
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh.closed:
+            return
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _read_bytes(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as gz:
+                return gz.read()
+        except EOFError:
+            # A gzip stream cut short (a crash while compressing): keep what decompresses.
+            return _gunzip_partial(path)
+        except OSError as exc:
+            raise RunFileError(f"{path}: cannot decompress: {exc}") from exc
+    if magic == b"\x28\xb5\x2f\xfd":
+        raise RunFileError(f"{path}: zstd-compressed run files are not supported; use gzip (.jsonl.gz)")
+    return b""  # not compressed: the caller reads it as it is
+
+
+def _gunzip_partial(path: Path) -> bytes:
+    import zlib
+
+    raw = path.read_bytes()
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        return d.decompress(raw)
+    except zlib.error:
+        return b""
+
+
+class RunReader:
+    """An opened run: header plus an index of its events, decoded lazily.
+
+    ``warnings`` lists one line for every line that was skipped (torn or malformed).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.warnings: list[str] = []
+        try:
+            data = _read_bytes(self.path)
+            if not data:
+                data = self.path.read_bytes()
+        except FileNotFoundError as exc:
+            raise RunFileError(f"{self.path}: no such run file") from exc
+        except IsADirectoryError as exc:
+            raise RunFileError(f"{self.path}: is a directory, not a run file") from exc
+        except PermissionError as exc:
+            raise RunFileError(f"{self.path}: permission denied") from exc
+        self._data = data
+        self.header = self._parse_header()
+        self.times = array("d")
+        self._offsets = array("q")
+        self._ends = array("q")
+        self.types: list[str] = []
+        self._index()
+
+    # -- opening
+
+    def _parse_header(self) -> RunHeader:
+        data = self._data
+        if not data.strip():
+            raise RunFileError(f"{self.path}: empty file, not a kimitui run")
+        end = data.find(b"\n")
+        first = data[: end if end >= 0 else len(data)]
+        try:
+            head = json.loads(first)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RunFileError(f"{self.path}: first line is not a kimitui run header") from exc
+        if not isinstance(head, dict) or head.get("format") != FORMAT_NAME:
+            raise RunFileError(f"{self.path}: not a kimitui run (format is {head.get('format')!r})"
+                               if isinstance(head, dict) else f"{self.path}: not a kimitui run")
+        version = head.get("version")
+        if version != FORMAT_VERSION:
+            raise RunFileError(
+                f"{self.path}: run format version {version!r} is not supported "
+                f"(this kimitui reads version {FORMAT_VERSION}); upgrade kimitui to open it"
+            )
+        self._body_start = end + 1 if end >= 0 else len(data)
+        return RunHeader(version, float(head.get("created", 0.0)), str(head.get("host", "")),
+                         dict(head.get("meta") or {}))
+
+    def _index(self) -> None:
+        data = self._data
+        pos = self._body_start
+        size = len(data)
+        lineno = 1
+        match = _PREFIX.match
+        while pos < size:
+            lineno += 1
+            nl = data.find(b"\n", pos)
+            torn = nl < 0
+            end = size if torn else nl
+            if end > pos:
+                m = match(data, pos, end)
+                if m is not None and not torn:
+                    self.times.append(float(m.group(1)))
+                    self.types.append(m.group(2).decode())
+                    self._offsets.append(pos)
+                    self._ends.append(end)
+                else:
+                    self._index_slow(data[pos:end], pos, end, lineno, torn)
+            pos = end + 1
+
+    def _index_slow(self, line: bytes, start: int, end: int, lineno: int, torn: bool) -> None:
+        try:
+            ev = decode(line)
+        except EventDecodeError as exc:
+            where = "last line is torn" if torn else f"line {lineno} skipped"
+            self.warnings.append(f"{self.path.name}: {where}: {exc}")
+            return
+        self.times.append(ev.t)
+        self.types.append(ev.type)
+        self._offsets.append(start)
+        self._ends.append(end)
+
+    # -- access
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+    def raw(self, i: int) -> bytes:
+        return self._data[self._offsets[i] : self._ends[i]]
+
+    def event(self, i: int) -> Event:
+        return decode(self.raw(i))
+
+    def events(self, start: int = 0, stop: int | None = None) -> Iterator[Event]:
+        for i in range(start, len(self) if stop is None else stop):
+            try:
+                yield self.event(i)
+            except EventDecodeError as exc:
+                self.warnings.append(f"{self.path.name}: event {i} skipped: {exc}")
+
+    def index_at(self, t: float) -> int:
+        """Number of events with time <= t (the position just after t)."""
+        return bisect.bisect_right(self.times, t)
+
+    @property
+    def start_time(self) -> float:
+        return self.times[0] if self.times else self.header.created
+
+    @property
+    def end_time(self) -> float:
+        return self.times[-1] if self.times else self.header.created
+
+    def indices_of(self, *types: str) -> list[int]:
+        wanted = set(types)
+        return [i for i, ty in enumerate(self.types) if ty in wanted]
+
+
+def write_run(path: str | Path, events: list[Event], host: str = "", meta: dict[str, Any] | None = None,
+              compress: bool = False) -> Path:
+    """Write a whole run at once (for generated runs); gzip when ``compress``."""
+    path = Path(path)
+    created = events[0].t if events else time.time()
+    header = RunHeader(FORMAT_VERSION, created, host, meta or {})
+    lines = [header.to_json()] + [encode(e) for e in events]
+    body = ("\n".join(lines) + "\n").encode()
+    if compress:
+        with gzip.GzipFile(path, "wb", mtime=0) as gz:
+            gz.write(body)
+    else:
+        path.write_bytes(body)
+    return path

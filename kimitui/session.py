@@ -1,0 +1,102 @@
+"""The session bus: sources publish events, sinks (recorder, fold, printers) receive them.
+
+A source is anything that yields events (the host agent, the cleanup executor, a benchmark worker, a
+replayed run). ``Session`` stamps nothing and reorders nothing: events reach every sink in the order
+they were published, and the recorder writes each one before any other sink sees it, so a crash loses
+at most the event in hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from kimitui.events import Event
+from kimitui.runfile import RunWriter
+from kimitui.state import SessionState, fold
+
+Sink = Callable[[Event], None]
+
+
+class EventSource(Protocol):
+    """Anything that produces events for a session."""
+
+    def events(self) -> AsyncIterator[Event]: ...
+
+
+class Session:
+    """One profiling session: a bus with a recorder, the folded state, and any other sinks."""
+
+    def __init__(self, recorder: RunWriter | None = None) -> None:
+        self.recorder = recorder
+        self.state = SessionState()
+        self._sinks: list[Sink] = []
+        self._pending: list[Event] = []
+        self.version = 0
+        """Bumped on every event: a view redraws when it changed since its last frame."""
+
+    def subscribe(self, sink: Sink) -> Callable[[], None]:
+        self._sinks.append(sink)
+        return lambda: self._sinks.remove(sink)
+
+    def publish(self, event: Event) -> None:
+        if self.recorder is not None:
+            self.recorder.append(event)
+        fold(self.state, event)
+        self.version += 1
+        for sink in list(self._sinks):
+            sink(event)
+
+    async def pump(self, source: EventSource) -> None:
+        """Publish every event of a source until it ends (or the task is cancelled)."""
+        async for event in source.events():
+            self.publish(event)
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+def default_runs_dir() -> Path:
+    """Where live sessions are recorded: $XDG_DATA_HOME/kimitui/runs (~/.local/share/kimitui/runs)."""
+    import os
+
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "kimitui" / "runs"
+
+
+def new_run_path(host: str, runs_dir: Path | None = None, now: float | None = None) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in host) or "host"
+    base = runs_dir or default_runs_dir()
+    path = base / f"{stamp}-{safe}.jsonl"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"{stamp}-{safe}-{n}.jsonl"
+    return path
+
+
+def recorded_session(host: str, meta: dict[str, Any] | None = None, path: Path | None = None) -> Session:
+    """A session whose every event is recorded to a new run file."""
+    return Session(RunWriter(path or new_run_path(host), host=host, meta=meta))
+
+
+class QueueSource:
+    """A source fed from another thread or callback; ``put`` then ``close``."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
+
+    def put(self, event: Event) -> None:
+        self._queue.put_nowait(event)
+
+    def close(self) -> None:
+        self._queue.put_nowait(None)
+
+    async def events(self) -> AsyncIterator[Event]:
+        while (event := await self._queue.get()) is not None:
+            yield event
