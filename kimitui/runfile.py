@@ -85,21 +85,23 @@ class RunWriter:
         self.close()
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: Path) -> tuple[bytes, bool]:
+    """The run's text, decompressed if gzipped, and whether a compressed stream was cut short."""
     with open(path, "rb") as fh:
         magic = fh.read(4)
-    if magic[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as gz:
-                return gz.read()
-        except EOFError:
-            # A gzip stream cut short (a crash while compressing): keep what decompresses.
-            return _gunzip_partial(path)
-        except OSError as exc:
-            raise RunFileError(f"{path}: cannot decompress: {exc}") from exc
-    if magic == b"\x28\xb5\x2f\xfd":
-        raise RunFileError(f"{path}: zstd-compressed run files are not supported; use gzip (.jsonl.gz)")
-    return b""  # not compressed: the caller reads it as it is
+        if magic[:2] != b"\x1f\x8b":
+            if magic == b"\x28\xb5\x2f\xfd":
+                raise RunFileError(f"{path}: zstd-compressed run files are not supported; use gzip")
+            fh.seek(0)
+            return fh.read(), False
+    try:
+        with gzip.open(path, "rb") as gz:
+            return gz.read(), False
+    except EOFError:
+        # A gzip stream cut short (a crash while compressing): keep what decompresses.
+        return _gunzip_partial(path), True
+    except OSError as exc:
+        raise RunFileError(f"{path}: cannot decompress: {exc}") from exc
 
 
 def _gunzip_partial(path: Path) -> bytes:
@@ -123,15 +125,15 @@ class RunReader:
         self.path = Path(path)
         self.warnings: list[str] = []
         try:
-            data = _read_bytes(self.path)
-            if not data:
-                data = self.path.read_bytes()
+            data, truncated = _read_bytes(self.path)
         except FileNotFoundError as exc:
             raise RunFileError(f"{self.path}: no such run file") from exc
         except IsADirectoryError as exc:
             raise RunFileError(f"{self.path}: is a directory, not a run file") from exc
         except PermissionError as exc:
             raise RunFileError(f"{self.path}: permission denied") from exc
+        if truncated:
+            self.warnings.append(f"{self.path.name}: compressed stream is truncated; reading what is intact")
         self._data = data
         self.header = self._parse_header()
         self.times = array("d")

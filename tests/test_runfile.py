@@ -1,0 +1,194 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kimitui.events import (
+    EVENT_TYPES,
+    AllReduceRow,
+    CleanupPlan,
+    Consent,
+    EventDecodeError,
+    GemmRow,
+    GpuSample,
+    GpuVerdict,
+    HostSample,
+    LogLine,
+    MacroPoint,
+    PhaseEnd,
+    PhaseStart,
+    ProcRef,
+    ProcSample,
+    SignalOutcome,
+    SignalSent,
+    StepPreview,
+    StepResult,
+    Verification,
+    decode,
+    encode,
+)
+from kimitui.runfile import FORMAT_VERSION, RunFileError, RunReader, RunWriter, write_run
+
+
+def sample(t: float, seq: int, used: float = 1000.0) -> HostSample:
+    return HostSample(
+        t=t, host="box", seq=seq,
+        gpus=[GpuSample(i, f"GPU-{i}", "NVIDIA H200", mem_used_mib=used + i, mem_total_mib=143771,
+                        mem_reserved_mib=616, util_pct=None) for i in range(2)],
+        procs=[ProcSample(pid=557, start_time=2637, user="root", gpu_mem_mib={0: 8148.0, 1: 4334.0},
+                          kind="cuda", cmdline="python3 hold.py", state="S", ppid=554, gpus=[0, 1])],
+    )
+
+
+def every_event() -> list:
+    ref = ProcRef(pid=557, start_time=2637, user="root", gpus=[0], mem_mib=8148.0, reason="NVML lists it")
+    return [
+        sample(1.0, 1),
+        PhaseStart(t=2.0, phase="cleanup", title="free the GPUs"),
+        CleanupPlan(t=2.1, host="box", service="vllm.service", manager="systemd", gpus=[0, 1],
+                    steps=["graceful", "process"], clean_threshold_mib=64),
+        StepPreview(t=2.2, step="process", action="SIGTERM then SIGKILL", targets=[ref], spared=[]),
+        Consent(t=2.3, step="process", accepted=True, operator="alice", pids=[557]),
+        SignalSent(t=2.4, step="process", pid=557, start_time=2637, signal="SIGTERM"),
+        SignalOutcome(t=2.6, step="process", pid=557, start_time=2637, signal="SIGTERM", elapsed_s=0.2),
+        StepResult(t=2.7, step="process", status="done", elapsed_s=0.4),
+        Verification(t=2.8, clean=True, gpus=[GpuVerdict(0, 0.0, 0.0, True)], elapsed_s=0.1),
+        PhaseEnd(t=3.0, phase="cleanup"),
+        MacroPoint(t=4.0, concurrency=1, metrics={"output_throughput": 48.0}),
+        GemmRow(t=5.0, name="o_proj", m=1, n=7168, k=1024, dtype="bf16", time_us=9.5),
+        AllReduceRow(t=6.0, size_bytes=14336, count=7168, ranks=2, time_us=28.0, burst=122),
+        LogLine(t=7.0, level="warning", source="test", message="hello ✓"),
+    ]
+
+
+def test_every_event_type_round_trips() -> None:
+    events = every_event()
+    seen = {e.type for e in events}
+    assert seen | {"connection"} == set(EVENT_TYPES), "a new event type needs a round-trip case here"
+    for ev in events:
+        line = encode(ev)
+        assert line.startswith(f'{{"t":{json.dumps(ev.t)},"type":"{ev.type}"')
+        assert decode(line) == ev
+
+
+def test_decode_rejects_bad_lines() -> None:
+    with pytest.raises(EventDecodeError, match="not JSON"):
+        decode('{"t":1,"type":"log"')
+    with pytest.raises(EventDecodeError, match="unknown or missing event type"):
+        decode('{"t":1,"type":"nope"}')
+    with pytest.raises(EventDecodeError, match="not a JSON object"):
+        decode("[1,2]")
+
+
+def test_unknown_keys_are_ignored() -> None:
+    ev = decode('{"t":1,"type":"log","message":"m","added_in_v2":true}')
+    assert isinstance(ev, LogLine) and ev.message == "m"
+
+
+def test_writer_appends_and_reader_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with RunWriter(path, host="box", meta={"k": 1}) as w:
+        for ev in every_event():
+            w.append(ev)
+        # readable while still open: every event is flushed as it is written
+        assert len(RunReader(path)) == len(every_event())
+    r = RunReader(path)
+    assert r.header.version == FORMAT_VERSION and r.header.host == "box" and r.header.meta == {"k": 1}
+    assert r.types[0] == "sample" and r.types[-1] == "log"
+    assert list(r.events()) == every_event()
+    assert r.index_at(2.25) == 4
+    assert r.indices_of("phase_start", "phase_end") == [1, 9]
+    assert r.warnings == []
+
+
+def test_writer_refuses_to_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    RunWriter(path).close()
+    with pytest.raises(FileExistsError):
+        RunWriter(path)
+
+
+def test_torn_last_line_is_skipped_with_warning(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "run.jsonl", every_event())
+    data = path.read_bytes()
+    path.write_bytes(data[:-20])  # cut inside the last event, as a crash mid-write would
+    r = RunReader(path)
+    assert len(r) == len(every_event()) - 1
+    assert len(r.warnings) == 1 and "last line is torn" in r.warnings[0]
+
+
+def test_malformed_middle_line_is_skipped_and_rest_kept(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "run.jsonl", every_event())
+    lines = path.read_text().splitlines()
+    lines.insert(3, "garbage {")
+    path.write_text("\n".join(lines) + "\n")
+    r = RunReader(path)
+    assert len(r) == len(every_event())
+    assert len(r.warnings) == 1 and "line 4 skipped" in r.warnings[0]
+
+
+def test_unknown_version_is_one_clear_line(tmp_path: Path) -> None:
+    path = tmp_path / "future.jsonl"
+    path.write_text('{"format":"kimitui-run","version":99,"created":0}\n')
+    with pytest.raises(RunFileError) as info:
+        RunReader(path)
+    message = str(info.value)
+    assert "version 99" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"", "empty file"),
+        (b"\n\n", "empty file"),
+        (b'{"format":"other","version":1}\n', "not a kimitui run"),
+        (b"hello\n", "not a kimitui run header"),
+    ],
+)
+def test_not_a_run(tmp_path: Path, content: bytes, expected: str) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(RunFileError, match=expected):
+        RunReader(path)
+
+
+def test_missing_file_is_a_run_file_error(tmp_path: Path) -> None:
+    with pytest.raises(RunFileError, match="no such run file"):
+        RunReader(tmp_path / "absent.jsonl")
+
+
+def test_header_only_run_is_empty_not_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "empty-run.jsonl"
+    RunWriter(path, host="box").close()
+    r = RunReader(path)
+    assert len(r) == 0 and r.warnings == []
+
+
+def test_compressed_run(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "run.jsonl.gz", every_event(), compress=True)
+    assert path.read_bytes()[:2] == b"\x1f\x8b"
+    r = RunReader(path)
+    assert list(r.events()) == every_event()
+
+
+def test_truncated_compressed_run_keeps_what_decompresses(tmp_path: Path) -> None:
+    events = [sample(float(i), i) for i in range(200)]
+    path = write_run(tmp_path / "run.jsonl.gz", events, compress=True)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+    r = RunReader(path)
+    assert 0 < len(r) < 200
+    assert r.event(len(r) - 1).seq == len(r) - 1  # the events kept are intact and in order
+    assert any("compressed stream is truncated" in w for w in r.warnings)
+    assert any("last line is torn" in w for w in r.warnings)
+
+
+def test_writer_output_is_prefix_indexable(tmp_path: Path) -> None:
+    """The fast index relies on "t" and "type" leading every line; a hand-written line still reads."""
+    path = write_run(tmp_path / "run.jsonl", every_event()[:2])
+    with open(path, "a") as fh:
+        fh.write('{"type":"log","message":"hand edited","t":9.5}\n')
+    r = RunReader(path)
+    assert r.types[-1] == "log" and r.times[-1] == 9.5

@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from kimitui.events import (
+    CleanupPlan,
+    Consent,
+    GpuSample,
+    HostSample,
+    LogLine,
+    MacroPoint,
+    PhaseEnd,
+    PhaseStart,
+    ProcSample,
+    SignalSent,
+    StepPreview,
+    StepResult,
+    Verification,
+)
+from kimitui.replay import Player, state_at
+from kimitui.runfile import RunReader, write_run
+from kimitui.session import Session
+from kimitui.state import HISTORY_POINTS, SessionState, fold, fold_all
+
+
+def campaign(samples: int = 600) -> list:
+    """A synthetic run: samples at 4 Hz with phases and a cleanup in the middle."""
+    events: list = []
+    t0 = 1_000_000.0
+    for i in range(samples):
+        t = t0 + i * 0.25
+        used = 90000.0 if i < samples // 2 else 0.0
+        procs = [ProcSample(pid=100 + g, start_time=5000 + g, user="vllm", gpu_mem_mib={g: used},
+                            kind="cuda", unit="vllm.service", cmdline=f"worker {g}", gpus=[g])
+                 for g in range(8)] if used else []
+        events.append(HostSample(t=t, host="sim", seq=i,
+                                 gpus=[GpuSample(g, f"GPU-{g}", "RTX", mem_used_mib=used + g,
+                                                 mem_total_mib=97887) for g in range(8)],
+                                 procs=procs))
+        if i == 10:
+            events.append(PhaseStart(t=t + 0.01, phase="macro", title="serving sweep"))
+        if i == 100:
+            events.append(MacroPoint(t=t + 0.01, concurrency=1, metrics={"output_throughput": 50.0}))
+            events.append(MacroPoint(t=t + 0.02, concurrency=128, metrics={"output_throughput": 1536.0}))
+            events.append(PhaseEnd(t=t + 0.03, phase="macro"))
+        if i == samples // 2 - 2:
+            events += [
+                PhaseStart(t=t + 0.01, phase="cleanup"),
+                CleanupPlan(t=t + 0.02, service="vllm.service", manager="systemd", gpus=list(range(8)),
+                            steps=["graceful", "verify"]),
+                StepPreview(t=t + 0.03, step="graceful"),
+                Consent(t=t + 0.04, step="graceful", accepted=True, operator="op", pids=[100]),
+                SignalSent(t=t + 0.05, step="graceful", pid=100, start_time=5000, signal="SIGTERM"),
+                StepResult(t=t + 0.2, step="graceful", status="done", elapsed_s=0.16),
+            ]
+        if i == samples // 2 + 1:
+            events += [Verification(t=t + 0.01, clean=True, elapsed_s=0.1), PhaseEnd(t=t + 0.02, phase="cleanup")]
+        if i % 50 == 0:
+            events.append(LogLine(t=t + 0.001, message=f"tick {i}"))
+    return events
+
+
+def comparable(state: SessionState) -> tuple:
+    return (
+        state.gpus, state.procs, {k: list(v) for k, v in state.mem_history.items()}, state.phases,
+        [(c.plan, c.steps, c.verification) for c in state.cleanups], state.macro, list(state.log),
+        state.clock, state.sample_seq,
+    )
+
+
+def test_fold_builds_dashboard_state() -> None:
+    state = fold_all(campaign())
+    assert len(state.gpus) == 8 and state.gpus[3].mem_used_mib == 3.0
+    assert state.procs == []
+    assert len(state.mem_history[0]) == HISTORY_POINTS
+    assert [p.phase for p in state.phases] == ["macro", "cleanup"]
+    assert all(p.end is not None for p in state.phases) and state.phase is None
+    cleanup = state.cleanup
+    assert cleanup is not None and cleanup.verification is not None and cleanup.verification.clean
+    assert cleanup.steps["graceful"].status == "done" and cleanup.steps["verify"].status == "pending"
+    assert cleanup.steps["graceful"].signals[0].pid == 100
+    assert state.single_stream_tok_s() == 50.0
+    assert [p.concurrency for p in state.macro_points] == [1, 128]
+    assert any("verification: CLEAN" in entry.message for entry in state.log)
+
+
+def test_fold_is_deterministic() -> None:
+    assert comparable(fold_all(campaign())) == comparable(fold_all(campaign()))
+
+
+def test_seek_equals_folding_from_start(tmp_path: Path) -> None:
+    events = campaign()
+    reader = RunReader(write_run(tmp_path / "run.jsonl", events))
+    for position in (0, 1, 15, 120, 299, 305, 310, len(events) - 1, len(events)):
+        expected = fold_all(events[:position])
+        got = state_at(reader, position)
+        assert comparable(got) == comparable(expected), position
+        assert got.events == position
+
+
+def test_player_paces_by_recorded_time(tmp_path: Path) -> None:
+    events = campaign()
+    reader = RunReader(write_run(tmp_path / "run.jsonl", events))
+    now = [0.0]
+    player = Player(reader, clock=lambda: now[0])
+    player.advance()  # starts the clock
+    assert player.position == 0
+    now[0] = 1.0
+    player.advance()
+    # 1 s of run time at 1x: samples at 0, .25, .5, .75, 1.0 and the log line at .001
+    assert player.position == 6
+    player.set_speed(64)
+    now[0] = 2.0
+    player.advance()
+    assert reader.times[player.position - 1] <= reader.start_time + 65.0 < reader.times[player.position]
+    assert player.set_speed(1000) == 64 and player.set_speed(0.01) == 0.5
+
+
+def test_player_pause_step_and_phase_jumps(tmp_path: Path) -> None:
+    events = campaign()
+    reader = RunReader(write_run(tmp_path / "run.jsonl", events))
+    now = [0.0]
+    session = Session()
+    seen: list = []
+    session.subscribe(seen.append)
+    player = Player(reader, session=session, clock=lambda: now[0])
+    player.advance()
+    assert player.toggle_pause() is True
+    now[0] = 100.0
+    assert player.advance() == 0 and player.position == 0
+    assert player.step() == 1 and player.position == 1 and seen == [events[0]]
+
+    assert player.next_phase()
+    assert reader.types[player.position - 1] == "phase_start"
+    assert session.state.phase is not None and session.state.phase.phase == "macro"
+    assert player.next_phase() and session.state.phase is None  # past macro's end
+    assert player.next_phase() and session.state.phase.phase == "cleanup"
+    assert player.prev_phase() and session.state.phase is None and len(session.state.phases) == 1
+    player.to_end()
+    assert player.finished and not player.next_phase()
+    assert comparable(session.state) == comparable(fold_all(events))
+    player.seek_index(0)
+    assert session.state.events == 0 and not session.state.gpus
+
+
+def test_live_session_records_and_replays_identically(tmp_path: Path) -> None:
+    from kimitui.runfile import RunWriter
+
+    path = tmp_path / "live.jsonl"
+    session = Session(RunWriter(path, host="sim"))
+    for ev in campaign(40):
+        session.publish(ev)
+    session.close()
+    reader = RunReader(path)
+    replayed = Player(reader)
+    replayed.to_end()
+    assert comparable(replayed.session.state) == comparable(session.state)
+
+
+def test_fold_tolerates_cleanup_events_without_plan() -> None:
+    state = SessionState()
+    fold(state, Consent(t=1.0, step="graceful", accepted=False))
+    assert state.cleanup is None and "declined" in state.log[-1].message
