@@ -1,0 +1,117 @@
+"""Command-line entry points. Headless commands print text or JSON; the TUI is imported only when used."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _add_theme(p: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
+    p.add_argument("--theme", default=default,
+                   help="dashboard theme: a theme's name from themes/ (see the command palette for the list)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kimitui",
+        description="Terminal dashboard for a GPU profiling campaign: telemetry, safe cleanup, benchmarks, replay.",
+    )
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("replay", help="play a recorded run in the dashboard (the bundled sample run by default)")
+    p.add_argument("file", nargs="?", type=Path, help="run file (.jsonl or .jsonl.gz)")
+    p.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.5 to 64 (default 1)")
+    p.add_argument("--summary", action="store_true", help="print a short text summary instead of the dashboard")
+    _add_theme(p)
+
+    p = sub.add_parser("report", help="write a Markdown report of a run")
+    p.add_argument("file", type=Path)
+    p.add_argument("-o", "--output", type=Path, help="write to this file instead of standard output")
+
+    p = sub.add_parser("demo", help="start the simulated 8-GPU host and open the dashboard on it")
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--interval", type=float, default=0.5, help="sampling interval in seconds (0.1 to 10)")
+    _add_theme(p)
+
+    p = sub.add_parser("connect", help="open the dashboard on a GPU host over SSH")
+    p.add_argument("target", help="[user@]host[:port] or an alias from ~/.ssh/config")
+    p.add_argument("--accept-new-host-key", action="store_true",
+                   help="accept and remember the host key of a host not yet in known_hosts")
+    p.add_argument("--interval", type=float, default=0.5)
+    _add_theme(p)
+
+    p = sub.add_parser("watch", help="print live samples (headless)")
+    p.add_argument("--host", default="local", help="local, demo, or ssh://[user@]host[:port] (default local)")
+    p.add_argument("--count", type=int, default=0, help="stop after N samples (default: until interrupted)")
+    p.add_argument("--interval", type=float, default=0.5)
+    p.add_argument("--json", action="store_true", help="one JSON sample a line")
+    p.add_argument("--accept-new-host-key", action="store_true")
+
+    _add_theme(parser, default=None)
+    return parser
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from kimitui.replay import bundled_sample_run
+    from kimitui.runfile import RunReader
+
+    path = args.file or bundled_sample_run()
+    reader = RunReader(path)
+    if args.summary:
+        from kimitui.summary import summarize
+
+        print(summarize(reader))
+        return 0
+    if not 0.5 <= args.speed <= 64:
+        raise CliError(f"--speed {args.speed} is out of range (0.5 to 64)")
+    for warning in reader.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    from kimitui.tui.launch import run_replay
+
+    run_replay(path, theme=args.theme, speed=args.speed, reader=reader)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from kimitui.report import render_report
+    from kimitui.runfile import RunReader
+
+    text = render_report(RunReader(args.file))
+    if args.output:
+        args.output.write_text(text)
+        print(f"report written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from kimitui.runfile import RunFileError
+
+    handlers = {"replay": cmd_replay, "report": cmd_report}
+    try:
+        from kimitui import live_commands
+
+        handlers.update(live_commands.HANDLERS)
+        command = args.command or "default"
+        handler = handlers.get(command)
+        if handler is None:
+            parser.print_help()
+            return 2
+        return handler(args)
+    except (CliError, RunFileError, FileNotFoundError) as exc:
+        print(f"kimitui: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
