@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,10 +25,12 @@ DEFAULT_OUT = ROOT / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz"
 def make_sample_run(out: Path = DEFAULT_OUT, seed: int = 0) -> Path:
     events = campaign_events(seed)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    write_run(tmp, events, host=HOST, meta={**SAMPLE_META, "seed": seed}, compress=out.suffix == ".gz")
-    tmp.replace(out)
+    # gzip records the file's name in its header: write under the final name in a scratch folder
+    # beside it, then move it in place (atomic, and the bytes do not depend on the scratch name).
+    with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
+        tmp = Path(scratch) / out.name
+        write_run(tmp, events, host=HOST, meta={**SAMPLE_META, "seed": seed}, compress=out.suffix == ".gz")
+        tmp.replace(out)
     return out
 
 

@@ -1,0 +1,396 @@
+"""A recorded run as a Markdown report: phases, GPU memory around each cleanup step, signals, the
+verification verdict and the benchmark tables.
+
+Only the non-sample events are decoded in full (folded with the same ``fold`` the dashboard uses); of
+the samples, only the few nearest each cleanup step are decoded, so a long run reports quickly. Every
+section says so when the run has nothing for it (a telemetry-only run, a cleanup-only run, ...).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kimitui.events import (
+    AllReduceRow,
+    ConnectionState,
+    EventDecodeError,
+    GemmRow,
+    HostSample,
+    MacroPoint,
+    SignalOutcome,
+    SignalSent,
+    StepResult,
+)
+from kimitui.runfile import RunReader
+from kimitui.state import CleanupState, SessionState, StepState, fold
+
+# -- reading a run once -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RunDigest:
+    """What the report and the summary need from a run, read once."""
+
+    reader: RunReader
+    state: SessionState
+    """The fold of every non-sample event."""
+    counts: Counter[str]
+    sample_idx: list[int]
+    sample_times: list[float]
+    step_done_at: dict[tuple[int, str], float] = field(default_factory=dict)
+    """(cleanup number, step) -> time of its StepResult."""
+    gaps: list[ConnectionState] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float:
+        return self.reader.end_time - self.reader.start_time if len(self.reader) else 0.0
+
+    def sample_at_or_before(self, t: float) -> HostSample | None:
+        k = bisect.bisect_right(self.sample_times, t) - 1
+        return self._sample(k) if k >= 0 else self.sample_at_or_after(t)
+
+    def sample_at_or_after(self, t: float) -> HostSample | None:
+        k = bisect.bisect_left(self.sample_times, t)
+        if k >= len(self.sample_idx):
+            k = len(self.sample_idx) - 1
+        return self._sample(k) if k >= 0 else None
+
+    def _sample(self, k: int) -> HostSample | None:
+        try:
+            ev = self.reader.event(self.sample_idx[k])
+        except EventDecodeError as exc:
+            self.reader.warnings.append(f"{self.reader.path.name}: event {self.sample_idx[k]} skipped: {exc}")
+            return None
+        return ev if isinstance(ev, HostSample) else None
+
+
+def digest(reader: RunReader) -> RunDigest:
+    state = SessionState()
+    sample_idx = [i for i, ty in enumerate(reader.types) if ty == "sample"]
+    d = RunDigest(reader, state, Counter(reader.types), sample_idx, [reader.times[i] for i in sample_idx])
+    others = [i for i, ty in enumerate(reader.types) if ty != "sample"]
+    for i in others:
+        try:
+            ev = reader.event(i)
+        except EventDecodeError as exc:
+            reader.warnings.append(f"{reader.path.name}: event {i} skipped: {exc}")
+            continue
+        fold(state, ev)
+        if isinstance(ev, StepResult) and state.cleanups:
+            d.step_done_at[(len(state.cleanups) - 1, ev.step)] = ev.t
+        elif isinstance(ev, ConnectionState) and ev.state in ("lost", "failed"):
+            d.gaps.append(ev)
+    if sample_idx:
+        last = d._sample(len(sample_idx) - 1)
+        if last is not None and last.host:
+            state.host = state.host or last.host
+    return d
+
+
+# -- formatting -----------------------------------------------------------------------------------------
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    m, s = divmod(round(seconds), 60)
+    if m < 60:
+        return f"{m}m {s:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m {s:02d}s"
+
+
+def fmt_time(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def fmt_offset(t: float, origin: float) -> str:
+    m, s = divmod(max(0.0, t - origin), 60)
+    return f"+{int(m):d}:{s:04.1f}"
+
+
+def fmt_mib(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.0f}"
+
+
+def fmt_bytes(n: int) -> str:
+    for unit, scale in (("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}" if n < 100 * scale else f"{n / scale:.0f} {unit}"
+    return f"{n} B"
+
+
+def _num(v: Any, spec: str = ".1f") -> str:
+    return format(v, spec) if isinstance(v, int | float) and not isinstance(v, bool) else "n/a"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(head: list[str], rows: list[list[Any]], align: str = "") -> list[str]:
+    """A Markdown table; ``align`` gives one of l/r per column (default: first left, rest right)."""
+    align = align or "l" + "r" * (len(head) - 1)
+    marks = [":---" if a == "l" else "---:" for a in align]
+    out = ["| " + " | ".join(head) + " |", "| " + " | ".join(marks) + " |"]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# -- sections ---------------------------------------------------------------------------------------------
+
+
+def _header(d: RunDigest) -> list[str]:
+    r = d.reader
+    h = r.header
+    lines = [f"# kimitui run report: {r.path.name}", ""]
+    lines.append(f"- Host: {h.host or d.state.host or 'unknown'}")
+    lines.append(f"- Created: {fmt_time(h.created)}")
+    if len(r):
+        lines.append(f"- Duration: {fmt_duration(d.duration)} ({fmt_time(r.start_time)} to "
+                     f"{fmt_time(r.end_time)})")
+    else:
+        lines.append("- Duration: no events in this run")
+    lines.append(f"- Events: {len(r):,} (" + ", ".join(f"{ty} {n:,}" for ty, n in d.counts.most_common())
+                 + ")" if len(r) else "- Events: none")
+    lines.append(f"- Samples: {len(d.sample_idx):,}" if d.sample_idx else "- Samples: none (no telemetry)")
+    if d.gaps:
+        lines.append(f"- Connection: {len(d.gaps)} interruption(s): " + "; ".join(
+            f"{g.state} at {fmt_offset(g.t, r.start_time)}" + (f" ({g.detail})" if g.detail else "")
+            for g in d.gaps))
+    for key, value in h.meta.items():
+        lines.append(f"- {key}: {value}")
+    return lines
+
+
+def _phases(d: RunDigest) -> list[str]:
+    lines = ["## Phases", ""]
+    if not d.state.phases:
+        return [*lines, "No phases in this run (telemetry only, or an older recording)."]
+    origin = d.reader.start_time
+    rows = []
+    for p in d.state.phases:
+        if p.end is None:
+            dur, result = f"{fmt_duration(d.reader.end_time - p.start)} (unfinished)", "unfinished"
+        else:
+            dur, result = fmt_duration(p.end - p.start), "ok" if p.ok else "FAILED"
+        rows.append([p.phase, p.title, fmt_offset(p.start, origin), dur, result, p.note])
+    return lines + table(["phase", "title", "start", "duration", "result", "note"], rows, "llrrll")
+
+
+def _step_window(d: RunDigest, n: int, step: StepState) -> tuple[float | None, float | None, str]:
+    """When to read memory before the step (its consent, else its preview, else its start) and after."""
+    done = d.step_done_at.get((n, step.step))
+    if step.consent is not None:
+        return step.consent.t, done, "before consent"
+    if step.preview is not None:
+        return step.preview.t, done, "at the preview"
+    if done is not None:
+        return done - (step.elapsed_s or 0.0), done, "at the step's start"
+    return None, done, ""
+
+
+def _memory_table(d: RunDigest, before_t: float, after_t: float, label: str) -> list[str]:
+    before = d.sample_at_or_before(before_t)
+    after = d.sample_at_or_after(after_t)
+    if before is None or after is None:
+        return ["No samples around this step."]
+    b = {g.index: g for g in before.gpus}
+    a = {g.index: g for g in after.gpus}
+    rows = []
+    for i in sorted(set(b) | set(a)):
+        ub = b[i].mem_used_mib if i in b else None
+        ua = a[i].mem_used_mib if i in a else None
+        total = (a.get(i) or b.get(i))
+        change = f"{ua - ub:+,.0f}" if ub is not None and ua is not None else "n/a"
+        rows.append([str(i), fmt_mib(ub), fmt_mib(ua), change,
+                     fmt_mib(total.mem_total_mib if total is not None else None)])
+    origin = d.reader.start_time
+    note = (f"Samples at {fmt_offset(before.t, origin)} ({label}) and "
+            f"{fmt_offset(after.t, origin)} (after the step's result); MiB.")
+    return [note, "", *table(["GPU", "before", "after", "change", "total"], rows)]
+
+
+def _cleanup(d: RunDigest) -> list[str]:
+    lines = ["## GPU cleanup", ""]
+    if not d.state.cleanups:
+        return [*lines, "No cleanup in this run."]
+    for n, c in enumerate(d.state.cleanups):
+        plan = c.plan
+        if len(d.state.cleanups) > 1:
+            lines += [f"### Cleanup {n + 1}", ""]
+        lines.append(f"Plan: {plan.service or 'GPUs'} via {plan.manager or 'no service manager'} on GPUs "
+                     f"{', '.join(map(str, plan.gpus)) or 'none'}; steps {', '.join(plan.steps)}; "
+                     f"clean threshold {plan.clean_threshold_mib:.0f} MiB above baseline.")
+        lines.append("")
+        for step in c.steps.values():
+            lines += _step_section(d, n, step)
+        lines += _signals(d, c)
+        lines += _verification(c)
+    return lines
+
+
+def _step_section(d: RunDigest, n: int, step: StepState) -> list[str]:
+    head = f"### Step {step.step}: {step.status}"
+    if step.elapsed_s is not None and step.status not in ("pending", "previewed"):
+        head += f" in {step.elapsed_s:.2f} s"
+    lines = [head, ""]
+    if step.reason:
+        lines += [f"Result: {step.reason}", ""]
+    if step.preview is not None:
+        p = step.preview
+        if p.action:
+            lines.append(f"Action: `{p.action}`")
+        for ref in p.targets:
+            lines.append(f"- target pid {ref.pid} ({ref.user or '?'}, {ref.kind}, GPUs {ref.gpus}, "
+                         f"{ref.mem_mib:,.0f} MiB) `{short(ref.cmdline)}`: {ref.reason}")
+        for ref in p.spared:
+            lines.append(f"- spared pid {ref.pid} ({ref.user or '?'}, {ref.kind}) `{short(ref.cmdline)}`: "
+                         f"{ref.reason}")
+        lines.append("")
+    if step.consent is not None:
+        who = step.consent.operator or "unknown operator"
+        verdict = "confirmed" if step.consent.accepted else "declined"
+        lines += [f"Consent: {verdict} by {who}" + (f" ({step.consent.note})" if step.consent.note else ""), ""]
+    before, done, label = _step_window(d, n, step)
+    if before is None or done is None:
+        lines += ["No result recorded for this step, so no memory comparison.", ""]
+    elif not d.sample_idx:
+        lines += ["No samples in this run, so no memory comparison.", ""]
+    else:
+        lines += [*_memory_table(d, before, done, label), ""]
+    return lines
+
+
+def _match(sig: SignalSent, outcomes: list[SignalOutcome], used: set[int]) -> SignalOutcome | None:
+    for k, o in enumerate(outcomes):
+        if k not in used and o.pid == sig.pid and o.signal == sig.signal and o.t >= sig.t:
+            used.add(k)
+            return o
+    return None
+
+
+def _signals(d: RunDigest, c: CleanupState) -> list[str]:
+    lines = ["### Signals", ""]
+    rows = []
+    origin = d.reader.start_time
+    for step in c.steps.values():
+        used: set[int] = set()
+        for s in step.signals:
+            o = _match(s, step.outcomes, used)
+            rows.append([fmt_offset(s.t, origin), step.step, s.signal, str(s.pid),
+                         "n/a" if s.start_time is None else str(s.start_time), short(s.cmdline, 48), s.outcome,
+                         "n/a" if o is None else o.outcome + (f" ({o.state})" if o.state else ""),
+                         "n/a" if o is None else f"{o.elapsed_s:.2f}"])
+    if not rows:
+        return [*lines, "No signals were sent.", ""]
+    return lines + table(["time", "step", "signal", "pid", "start", "command", "sent", "outcome", "after s"],
+                         rows, "llllrlllr") + [""]
+
+
+def _verification(c: CleanupState) -> list[str]:
+    lines = ["### Verification", ""]
+    v = c.verification
+    if v is None:
+        return [*lines, "No verification recorded: the GPUs were not checked after this cleanup.", ""]
+    verdict = "CLEAN" if v.clean else "NOT CLEAN"
+    lines += [f"**{verdict}** (checked in {v.elapsed_s:.2f} s)" + (f": {v.detail}" if v.detail else ""), ""]
+    if v.gpus:
+        rows = [[str(g.index), fmt_mib(g.used_mib), fmt_mib(g.baseline_mib), "yes" if g.clean else "NO",
+                 ", ".join(map(str, g.holders)) or "-"] for g in v.gpus]
+        lines += [*table(["GPU", "used MiB", "baseline MiB", "clean", "holders"], rows, "lrrll"), ""]
+    for ref in v.holders_left:
+        lines.append(f"- still holding: pid {ref.pid} ({ref.user or '?'}, GPUs {ref.gpus}, {ref.mem_mib:,.0f} MiB) "
+                     f"`{short(ref.cmdline)}`" + (f": {ref.reason}" if ref.reason else ""))
+    if v.holders_left:
+        lines.append("")
+    return lines
+
+
+def peak_point(points: list[MacroPoint]) -> MacroPoint | None:
+    scored = [p for p in points if isinstance(p.metrics.get("output_throughput"), int | float)]
+    return max(scored, key=lambda p: p.metrics["output_throughput"]) if scored else None
+
+
+def _macro(d: RunDigest) -> list[str]:
+    lines = ["## Serving sweep (macro)", ""]
+    points = d.state.macro_points
+    if not points:
+        return [*lines, "No macro benchmark points in this run."]
+    single = d.state.single_stream_tok_s()
+    peak = peak_point(points)
+    head = []
+    if isinstance(single, int | float):
+        tpot = d.state.macro[1].metrics.get("mean_tpot_ms")
+        head.append(f"Single stream: **{single:.1f} output tok/s**"
+                    + (f" (TPOT {tpot:.1f} ms)" if isinstance(tpot, int | float) else ""))
+    else:
+        head.append("Single stream: not measured (no concurrency 1 point)")
+    if peak is not None:
+        head.append(f"peak **{peak.metrics['output_throughput']:.0f} tok/s** at concurrency {peak.concurrency}")
+    lines += ["; ".join(head) + ".", "",
+              "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token).", ""]
+    rows = []
+    for p in points:
+        m = p.metrics
+        rows.append([str(p.concurrency), f"{_num(m.get('completed'), 'd')}/{_num(m.get('failed'), 'd')}",
+                     _num(m.get("output_throughput")), _num(m.get("mean_ttft_ms")), _num(m.get("p99_ttft_ms")),
+                     _num(m.get("mean_tpot_ms")), _num(m.get("mean_itl_ms")), _num(m.get("mean_e2el_ms"), ".0f"),
+                     _num(m.get("duration"))])
+    return lines + table(["concurrency", "ok/failed", "output tok/s", "TTFT", "TTFT p99", "TPOT", "ITL", "E2EL",
+                          "duration s"], rows)
+
+
+def _gemm(rows_in: list[GemmRow]) -> list[str]:
+    lines = ["## GEMM (micro)", ""]
+    if not rows_in:
+        return [*lines, "No GEMM rows in this run."]
+    rows = []
+    for r in rows_in:
+        roof = f"{r.roofline_us:.2f}" if r.roofline_us is not None else "n/a"
+        pct = f"{r.roofline_us / r.time_us:.0%}" if r.roofline_us is not None and r.time_us > 0 else "n/a"
+        rows.append([r.name, str(r.m), f"{r.n} x {r.k}", r.dtype, r.kernel, f"{r.time_us:.2f}", roof, pct,
+                     f"{r.tflops:.2f}", f"{r.gbps:.0f}", "-" if r.rel_err is None else f"{r.rel_err:.4f}"])
+    return [*lines, "Times in us; roofline = bytes moved / memory bandwidth; % = roofline / time.", "",
+            *table(["GEMM", "M", "N x K", "dtype", "kernel", "time", "roofline", "% roof", "TFLOP/s", "GB/s",
+                    "rel err"], rows, "lrllrrrrrrr")]
+
+
+def _allreduce(rows_in: list[AllReduceRow]) -> list[str]:
+    lines = ["## All-reduce (micro)", ""]
+    if not rows_in:
+        return [*lines, "No all-reduce rows in this run."]
+    rows = [[_num(r.tokens, "d"), fmt_bytes(r.size_bytes), str(r.ranks), r.dtype, str(r.burst), f"{r.time_us:.1f}",
+             f"{r.algbw_gbps:.2f}", f"{r.busbw_gbps:.2f}"] for r in rows_in]
+    return [*lines, "Time per all-reduce in us (a burst row: captured in one CUDA graph, total / burst); "
+            "busbw = algbw x 2(n-1)/n.", "",
+            *table(["tokens", "size", "ranks", "dtype", "burst", "time", "algbw GB/s", "busbw GB/s"], rows,
+                   "rrrlrrrr")]
+
+
+def _warnings(reader: RunReader) -> list[str]:
+    lines = ["## Warnings", ""]
+    if not reader.warnings:
+        return [*lines, "None: every line of the run was read."]
+    return lines + [f"- {w}" for w in reader.warnings]
+
+
+def render_report(reader: RunReader) -> str:
+    """The whole run as Markdown."""
+    d = digest(reader)
+    sections = [_header(d), _phases(d), _cleanup(d), _macro(d), _gemm(d.state.gemm), _allreduce(d.state.allreduce)]
+    body = [line for s in sections for line in ([*s, ""])]
+    body += _warnings(reader)
+    out: list[str] = []
+    for line in body:
+        if line or (out and out[-1]):
+            out.append(line)
+    return "\n".join(out).rstrip() + "\n"

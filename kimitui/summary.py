@@ -1,0 +1,68 @@
+"""A short plain-text summary of a recorded run (``kimitui replay --summary FILE``)."""
+
+from __future__ import annotations
+
+from kimitui.report import digest, fmt_duration, fmt_time, peak_point
+from kimitui.runfile import RunReader
+
+_W = 10
+
+
+def _line(label: str, text: str) -> str:
+    return f"{label:<{_W}}{text}"
+
+
+def summarize(reader: RunReader) -> str:
+    """Host, duration, events by type, phases, cleanup verdict, peak throughput, warnings."""
+    d = digest(reader)
+    s = d.state
+    out = [f"kimitui run {reader.path.name}"]
+    out.append(_line("host", reader.header.host or s.host or "unknown"))
+    out.append(_line("created", fmt_time(reader.header.created)))
+    out.append(_line("duration", fmt_duration(d.duration) if len(reader) else "no events"))
+    counts = ", ".join(f"{ty} {n}" for ty, n in d.counts.most_common())
+    out.append(_line("events", f"{len(reader)}" + (f" ({counts})" if counts else "")))
+
+    if s.phases:
+        parts = []
+        for p in s.phases:
+            if p.end is None:
+                parts.append(f"{p.phase} {fmt_duration(reader.end_time - p.start)} unfinished")
+            else:
+                parts.append(f"{p.phase} {fmt_duration(p.end - p.start)} {'ok' if p.ok else 'FAILED'}")
+        out.append(_line("phases", "; ".join(parts)))
+    else:
+        out.append(_line("phases", "none recorded"))
+
+    if s.cleanups:
+        for c in s.cleanups:
+            steps = ", ".join(f"{st.step} {st.status}" for st in c.steps.values())
+            v = c.verification
+            if v is None:
+                verdict = "not verified"
+            else:
+                verdict = ("CLEAN" if v.clean else "NOT CLEAN") + f" (verified in {v.elapsed_s:.2f} s)"
+            signals = sum(len(st.signals) for st in c.steps.values())
+            out.append(_line("cleanup", f"{verdict}; {steps}; {signals} signals"))
+    else:
+        out.append(_line("cleanup", "none in this run"))
+
+    peak = peak_point(s.macro_points)
+    if peak is not None:
+        single = s.single_stream_tok_s()
+        tail = f"; single stream {single:.0f} tok/s" if isinstance(single, int | float) else ""
+        out.append(_line("macro", f"peak {peak.metrics['output_throughput']:.0f} tok/s at concurrency "
+                          f"{peak.concurrency}{tail} ({len(s.macro)} points)"))
+    else:
+        out.append(_line("macro", "no benchmark points in this run"))
+    if s.gemm or s.allreduce:
+        out.append(_line("micro", f"{len(s.gemm)} GEMM rows, {len(s.allreduce)} all-reduce rows"))
+    else:
+        out.append(_line("micro", "no GEMM or all-reduce rows in this run"))
+
+    if reader.warnings:
+        out.append(_line("warnings", f"{len(reader.warnings)}"))
+        out += [f"  - {w}" for w in reader.warnings]
+    else:
+        out.append(_line("warnings", "none"))
+    return "\n".join(out) + "\n"
