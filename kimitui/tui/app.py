@@ -1,0 +1,265 @@
+"""The kimitui dashboard: one Textual app for live sessions and replays.
+
+Views render ``session.state`` only. A timer redraws them at most ``REDRAW_HZ`` times a second and
+only when ``session.version`` changed (a new event or a seek); in replay mode another timer drives the
+player at ``TICK_HZ``. Sources given to the app are pumped into the session by workers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.events import Resize
+from textual.widgets import Footer, TabbedContent, TabPane
+
+from kimitui.replay import Player
+from kimitui.session import EventSource, Session
+from kimitui.tui.bench_view import BenchView
+from kimitui.tui.cleanup_view import CleanupView
+from kimitui.tui.commands import KimituiCommands
+from kimitui.tui.event_log import EventLog
+from kimitui.tui.gpu_table import GpuTable
+from kimitui.tui.help_screen import HelpScreen
+from kimitui.tui.memory_history import MemoryHistory
+from kimitui.tui.palette import Colors
+from kimitui.tui.proc_table import ProcTable
+from kimitui.tui.process_clock import since_process_start
+from kimitui.tui.replay_info import ReplayInfo
+from kimitui.tui.status_bar import StatusBar
+from kimitui.tui.themes import load_themes, resolve_theme
+
+TICK_HZ = 20.0
+REDRAW_HZ = 8.0
+EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"
+VIEWS = ("dashboard", "bench", "cleanup")
+REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
+                            "step", "to_end"})
+COMPACT_WIDTH = 100
+COMPACT_HEIGHT = 30
+
+
+class KimituiApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "kimitui"
+    COMMANDS = App.COMMANDS | {KimituiCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "toggle_pause", "Pause"),
+        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
+        Binding("minus", "slower", "Slower", key_display="-"),
+        Binding("n", "next_phase", "Next phase"),
+        Binding("p", "prev_phase", "Prev phase"),
+        Binding("full_stop", "step", "Step", key_display="."),
+        Binding("e,end", "to_end", "End", key_display="e"),
+        Binding("d", "show_view('dashboard')", "GPUs", show=False),
+        Binding("b", "show_view('bench')", "Bench"),
+        Binding("c", "show_view('cleanup')", "Cleanup"),
+        Binding("f1,question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(
+        self,
+        session: Session,
+        player: Player | None = None,
+        theme: str | None = None,
+        themes_dir: Path | None = None,
+        host_label: str = "",
+        sources: list[EventSource] | None = None,
+        run_path: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.session = session
+        self.player = player
+        self.host_label = host_label or (player.reader.header.host if player is not None else "")
+        self.sources = list(sources or [])
+        self.run_path = run_path
+        loaded = load_themes(themes_dir)
+        for t in loaded.themes:
+            self.register_theme(t)
+        self.loaded_theme_names: list[str] = loaded.names
+        self.startup_warnings: list[str] = list(loaded.warnings)
+        chosen, warning = resolve_theme(theme, list(self.available_themes))
+        if warning:
+            self.startup_warnings.append(warning)
+        self.theme = chosen
+        if player is not None:
+            self.startup_warnings += player.reader.warnings
+        self.first_frame_s: float | None = None
+        self.frames = 0
+        """Redraws that found something new (for tests and the benchmark)."""
+        self._drawn: dict[str, tuple[int, str]] = {}
+        self._status_key: tuple[object, ...] | None = None
+        self._colors: tuple[str, Colors] | None = None
+
+    # -- layout
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        with TabbedContent(initial="dashboard", id="views"):
+            with TabPane("Dashboard", id="dashboard"):
+                with Horizontal(id="gpu-row"):
+                    yield GpuTable(id="gpu-table")
+                    yield MemoryHistory(id="mem-history")
+                yield ProcTable(id="proc-table")
+                yield EventLog(id="event-log")
+            with TabPane("Benchmarks", id="bench"):
+                yield BenchView(id="bench-view")
+            with TabPane("Cleanup", id="cleanup"):
+                yield CleanupView(id="cleanup-view")
+                yield Vertical(id="cleanup-spacer")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#gpu-row").border_title = "GPUs"
+        self.query_one("#proc-table").border_title = "Processes"
+        self.query_one("#event-log").border_title = "Events"
+        self._apply_compact(self.size.width, self.size.height)
+        for warning in self.startup_warnings:
+            self.log.warning(warning)
+            self.notify(warning, title="kimitui", severity="warning", timeout=12)
+        for source in self.sources:
+            self.run_worker(self.session.pump(source), group="sources", exit_on_error=False)
+        if self.player is not None:
+            self.player.advance()
+            self.player.advance()  # publishes the events at the run's first instant
+            self.set_interval(1 / TICK_HZ, self._tick, name="replay-tick")
+        self.set_interval(1 / REDRAW_HZ, self.redraw, name="redraw")
+        self.redraw()
+        if os.environ.get(EXIT_AFTER_FIRST_FRAME_ENV) == "1":
+            self.call_after_refresh(self._first_frame_drawn)
+
+    def _first_frame_drawn(self) -> None:
+        self.first_frame_s = since_process_start()
+        self.exit()
+
+    def on_resize(self, event: Resize) -> None:
+        self._apply_compact(event.size.width, event.size.height)
+
+    def _apply_compact(self, width: int, height: int) -> None:
+        self.screen.set_class(width < COMPACT_WIDTH or height < COMPACT_HEIGHT, "-compact")
+
+    # -- drawing
+
+    @property
+    def colors(self) -> Colors:
+        if self._colors is None or self._colors[0] != self.theme:
+            self._colors = (self.theme, Colors.of(self))
+        return self._colors[1]
+
+    @property
+    def active_view(self) -> str:
+        return self.query_one("#views", TabbedContent).active or "dashboard"
+
+    def _tick(self) -> None:
+        if self.player is not None:
+            self.player.advance()
+
+    def redraw(self) -> None:
+        """Draw what changed: the header when the clock or controls moved, the visible view when
+        the session has a new version or the theme changed."""
+        state = self.session.state
+        replay = ReplayInfo.of(self.player) if self.player is not None else None
+        key = (self.session.version, self.theme, replay.key() if replay else None)
+        if key != self._status_key:
+            self._status_key = key
+            self.query_one(StatusBar).show(state, replay, live=bool(self.sources), host=self.host_label)
+        view = self.active_view
+        stamp = (self.session.version, self.theme)
+        if self._drawn.get(view) == stamp:
+            return
+        self._drawn[view] = stamp
+        self.frames += 1
+        colors = self.colors
+        if view == "dashboard":
+            self.query_one(GpuTable).show(state, colors)
+            self.query_one(MemoryHistory).show(state)
+            procs = self.query_one(ProcTable)
+            procs.show(state, colors)
+            procs.border_title = f"Processes ({len(state.procs)})"
+            self.query_one(EventLog).show(state, colors)
+        elif view == "bench":
+            self.query_one(BenchView).show(state)
+        elif view == "cleanup":
+            self.query_one(CleanupView).show(state, colors)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self.redraw()
+
+    # -- actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action in REPLAY_ACTIONS and self.player is None)
+
+    def _after_control(self) -> None:
+        self.redraw()
+
+    def action_toggle_pause(self) -> None:
+        if self.player is not None:
+            self.player.toggle_pause()
+            self._after_control()
+
+    def action_faster(self) -> None:
+        if self.player is not None:
+            self.player.faster()
+            self._after_control()
+
+    def action_slower(self) -> None:
+        if self.player is not None:
+            self.player.slower()
+            self._after_control()
+
+    def action_set_speed(self, speed: float) -> None:
+        if self.player is not None:
+            self.player.set_speed(float(speed))
+            self._after_control()
+
+    def action_next_phase(self) -> None:
+        if self.player is not None:
+            if not self.player.next_phase():
+                self.notify("no later phase boundary", timeout=3)
+            self._after_control()
+
+    def action_prev_phase(self) -> None:
+        if self.player is not None:
+            if not self.player.prev_phase():
+                self.notify("already at the start", timeout=3)
+            self._after_control()
+
+    def action_step(self) -> None:
+        if self.player is not None:
+            if not self.player.step():
+                self.notify("end of the run", timeout=3)
+            self._after_control()
+
+    def action_to_end(self) -> None:
+        if self.player is not None:
+            self.player.to_end()
+            self._after_control()
+
+    def action_show_view(self, view: str) -> None:
+        if view in VIEWS:
+            self.query_one("#views", TabbedContent).active = view
+            self.redraw()
+
+    def action_set_theme(self, name: str) -> None:
+        if name not in self.available_themes:
+            self.notify(f"unknown theme {name!r}", severity="warning")
+            return
+        self.theme = name
+        self.redraw()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(replay=self.player is not None))
+
+
+def print_first_frame(app: KimituiApp) -> None:
+    """The line the startup benchmark reads, printed once the terminal is restored."""
+    if app.first_frame_s is not None:
+        print(f"first-frame {app.first_frame_s:.3f}", file=sys.stderr, flush=True)

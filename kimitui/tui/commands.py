@@ -1,0 +1,56 @@
+"""Command palette entries: replay controls, speeds, views and one entry per loaded theme."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, cast
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from kimitui.replay import SPEEDS
+
+if TYPE_CHECKING:
+    from kimitui.tui.app import KimituiApp
+
+Command = tuple[str, str, Callable[[], object]]
+
+
+def palette_commands(app: KimituiApp) -> list[Command]:
+    """(title, help, callback) for every entry; replay entries only in replay mode."""
+    out: list[Command] = []
+    if app.player is not None:
+        out += [
+            ("Replay: pause / resume", "space", app.action_toggle_pause),
+            ("Replay: next phase", "n: jump past the next phase boundary", app.action_next_phase),
+            ("Replay: previous phase", "p: jump past the previous phase boundary", app.action_prev_phase),
+            ("Replay: step one event", ".", app.action_step),
+            ("Replay: jump to end", "e / End", app.action_to_end),
+        ]
+        out += [(f"Replay: speed {s:g}x", "set the replay speed", partial(app.action_set_speed, s))
+                for s in SPEEDS]
+    out += [
+        ("View: dashboard", "d: GPUs, processes, log", partial(app.action_show_view, "dashboard")),
+        ("View: benchmarks", "b: throughput plot and tables", partial(app.action_show_view, "bench")),
+        ("View: cleanup", "c: cleanup steps and verdict", partial(app.action_show_view, "cleanup")),
+        ("Help", "F1 / ?: keys", app.action_help),
+    ]
+    out += [(f"Theme: {name}", f"switch to the {name} theme", partial(app.action_set_theme, name))
+            for name in app.loaded_theme_names]
+    return out
+
+
+class KimituiCommands(Provider):
+    def _commands(self) -> list[Command]:
+        return palette_commands(cast("KimituiApp", self.app))
+
+    async def discover(self) -> Hits:
+        for title, help_text, callback in self._commands():
+            yield DiscoveryHit(title, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, help_text, callback in self._commands():
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), callback, text=title, help=help_text)

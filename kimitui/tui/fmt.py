@@ -1,0 +1,126 @@
+"""Pure text formatting for the views: numbers, bars, sparklines, clocks. No textual import here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+DASH = "-"
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def num(value: float | int | None, fmt: str = "{:.0f}", suffix: str = "") -> str:
+    """A number for a table cell; None (unknown) reads as '-'."""
+    if value is None:
+        return DASH
+    try:
+        return fmt.format(value) + suffix
+    except (TypeError, ValueError):
+        return DASH
+
+
+def gib(mib: float | None) -> str:
+    return num(None if mib is None else mib / 1024, "{:.1f}")
+
+
+def mem_label(used_mib: float | None, total_mib: float | None) -> str:
+    """'96.9/97.9 GiB' with '-' for unknown parts."""
+    if used_mib is None and total_mib is None:
+        return DASH
+    return f"{gib(used_mib)}/{gib(total_mib)} GiB"
+
+
+def mem_mib(mib: float | None) -> str:
+    """A process' memory: MiB below 10 GiB, GiB above."""
+    if mib is None:
+        return DASH
+    if mib >= 10 * 1024:
+        return f"{mib / 1024:.1f} GiB"
+    return f"{mib:.0f} MiB"
+
+
+def bar(fraction: float | None, width: int) -> str:
+    """A horizontal bar of ``width`` cells, filled to ``fraction`` (eighths of a cell)."""
+    if fraction is None or width <= 0:
+        return "·" * max(width, 0)
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    partial = " ▏▎▍▌▋▊▉"[part] if part and full < width else ""
+    return ("█" * full + partial).ljust(width, "·")
+
+
+def mem_fraction(used_mib: float | None, total_mib: float | None) -> float | None:
+    if used_mib is None or not total_mib:
+        return None
+    return used_mib / total_mib
+
+
+def resample(values: Sequence[float], width: int) -> list[float]:
+    """The last ``width`` points of values, or values stretched to width when there are fewer.
+
+    Each output cell takes the maximum of the points that fall in it, so a short spike stays visible.
+    """
+    if width <= 0 or not values:
+        return []
+    if len(values) <= width:
+        return list(values)
+    step = len(values) / width
+    out = []
+    for i in range(width):
+        lo = int(i * step)
+        hi = max(lo + 1, int((i + 1) * step))
+        out.append(max(values[lo:hi]))
+    return out
+
+
+def sparkline(values: Sequence[float], top: float, width: int) -> str:
+    """Block characters scaled from 0 to ``top`` (a GPU's total memory), right-aligned in width."""
+    points = resample(values, width)
+    if top <= 0:
+        top = max(points, default=0.0) or 1.0
+    chars = []
+    for v in points:
+        level = round(min(max(v / top, 0.0), 1.0) * 8)
+        chars.append(BLOCKS[level] if level or v <= 0 else BLOCKS[1])
+    return "".join(chars).rjust(width)
+
+
+def duration(seconds: float | None) -> str:
+    """'1:02:03' or '02:03'."""
+    if seconds is None:
+        return DASH
+    seconds = max(0, int(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def clock(t: float | None) -> str:
+    """A wall-clock time of the run (local time), '-' before any event."""
+    if not t:
+        return DASH
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def speed(value: float) -> str:
+    return f"{value:g}x"
+
+
+def gpu_list(indices: Sequence[int]) -> str:
+    """'0-3,5' for a sorted list of GPU indices."""
+    idx = sorted(set(indices))
+    if not idx:
+        return DASH
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    parts = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
+    return ",".join(parts)
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"

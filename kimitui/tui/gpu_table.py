@@ -1,0 +1,58 @@
+"""The GPU table: one row per GPU with a memory bar, utilisation, temperature, power and SM clock."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from kimitui.events import GpuSample
+from kimitui.state import SessionState
+from kimitui.tui import fmt
+from kimitui.tui.keyed_table import Cell, KeyedTable, Row
+from kimitui.tui.palette import Colors
+
+BAR_WIDTH = 10
+NAME_WIDTH = 18
+
+
+def short_gpu_name(name: str) -> str:
+    for prefix in ("NVIDIA ", "Tesla "):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name
+
+
+def gpu_cells(g: GpuSample, colors: Colors, name_width: int) -> list[Cell]:
+    fraction = fmt.mem_fraction(g.mem_used_mib, g.mem_total_mib)
+    memory = Text(no_wrap=True)
+    memory.append(fmt.bar(fraction, BAR_WIDTH), style=colors.level(fraction))
+    memory.append(" " + fmt.mem_label(g.mem_used_mib, g.mem_total_mib))
+    name = Text(fmt.shorten(short_gpu_name(g.name) or "-", name_width), no_wrap=True)
+    if g.error:
+        name = Text(fmt.shorten(f"! {g.error}", name_width), style=colors.error, no_wrap=True)
+    util = Text(fmt.num(g.util_pct, "{:.0f}", "%"), justify="right",
+                style=colors.level(None if g.util_pct is None else g.util_pct / 100))
+    return [
+        Text(str(g.index), justify="right"),
+        name,
+        memory,
+        util,
+        Text(fmt.num(g.temp_c, "{:.0f}", "C"), justify="right"),
+        Text(fmt.num(g.power_w, "{:.0f}", "W"), justify="right"),
+        Text(fmt.num(g.sm_clock_mhz, "{:.0f}"), justify="right"),
+    ]
+
+
+class GpuTable(KeyedTable):
+    COLUMNS = (
+        ("gpu", "GPU", 3),
+        ("name", "Name", NAME_WIDTH),
+        ("memory", "Memory used/total", BAR_WIDTH + 1 + 13),
+        ("util", "Util", 4),
+        ("temp", "Temp", 4),
+        ("power", "Power", 5),
+        ("clock", "SM MHz", 6),
+    )
+
+    def show(self, state: SessionState, colors: Colors) -> None:
+        rows: list[Row] = [(str(i), gpu_cells(state.gpus[i], colors, NAME_WIDTH)) for i in sorted(state.gpus)]
+        self.sync(rows)

@@ -1,0 +1,56 @@
+"""The help screen: what each key does, in replay and live mode."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("space", "pause / resume the replay"),
+    ("+ / -", "replay faster / slower (0.5x to 64x)"),
+    ("n / p", "jump to the next / previous phase boundary"),
+    (".", "step one event (pauses)"),
+    ("e / End", "jump to the end of the run"),
+    ("d / b / c", "dashboard / benchmarks / cleanup view"),
+    ("ctrl+p", "command palette: controls, views, themes"),
+    ("F1 / ?", "this help"),
+    ("q", "quit"),
+)
+
+
+def help_content(replay: bool) -> Content:
+    parts: list[str | tuple[str, str]] = [("kimitui keys\n\n", "bold $accent")]
+    for key, what in KEYS:
+        parts += [(f"  {key:<10}", "bold $primary"), f" {what}\n"]
+    parts.append(("\nreplay mode: the run plays at its recorded pace\n" if replay
+                  else "\nlive mode: replay keys do nothing\n", "$text-muted"))
+    parts.append(("escape, q or F1 closes this screen", "$text-muted"))
+    return Content.assemble(*parts)
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 64; height: auto; max-height: 90%; border: round $primary; background: $surface;
+        padding: 1 2;
+    }
+    """
+    BINDINGS = [
+        Binding("escape,q,f1,question_mark", "dismiss_help", "Close", show=True),
+    ]
+
+    def __init__(self, replay: bool) -> None:
+        super().__init__()
+        self.replay = replay
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(help_content(self.replay), id="help-text")
+
+    def action_dismiss_help(self) -> None:
+        self.dismiss(None)

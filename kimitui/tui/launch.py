@@ -1,0 +1,42 @@
+"""Entry points the CLI calls: replay a run file, or watch a live session. Textual is imported only
+when one of them runs, so importing this module is cheap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kimitui.session import EventSource, Session
+
+
+def run_replay(path: Path, theme: str | None = None, speed: float = 1.0,
+               themes_dir: Path | None = None) -> None:
+    """Replay a run file in the dashboard at its recorded pace (``speed`` times faster).
+
+    Raises ``kimitui.runfile.RunFileError`` (a one-line message) when the file cannot be opened.
+    """
+    from kimitui.replay import Player
+    from kimitui.runfile import RunReader
+    from kimitui.tui.app import KimituiApp, print_first_frame
+
+    reader = RunReader(path)
+    session = Session()
+    player = Player(reader, session, speed=speed)
+    player.set_speed(speed)
+    app = KimituiApp(session, player=player, theme=theme, themes_dir=themes_dir, run_path=Path(path))
+    app.run()
+    print_first_frame(app)
+
+
+def run_live(session: Session, sources: list[EventSource], host_label: str = "", theme: str | None = None,
+             themes_dir: Path | None = None, run_path: Path | None = None) -> None:
+    """Show a live session: ``sources`` are pumped into ``session`` while the app runs; the session
+    (and its recorder) is closed when the app exits."""
+    from kimitui.tui.app import KimituiApp, print_first_frame
+
+    app = KimituiApp(session, theme=theme, themes_dir=themes_dir, host_label=host_label, sources=sources,
+                     run_path=run_path)
+    try:
+        app.run()
+    finally:
+        session.close()
+    print_first_frame(app)

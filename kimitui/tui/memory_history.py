@@ -1,0 +1,57 @@
+"""Per-GPU memory history: one sparkline a GPU, scaled from 0 to the GPU's total memory."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.widget import Widget
+
+from kimitui.state import SessionState
+from kimitui.tui import fmt
+
+
+def history_content(state: SessionState, width: int) -> Content:
+    """Lines aligned with the GPU table's rows: a header line, then 'N ▁▂▅█ 96.9' per GPU."""
+    label_w = 3
+    value_w = 6
+    spark_w = max(width - label_w - value_w - 2, 4)
+    lines: list[Content] = [Content.assemble(("memory history (GiB)", "$text-muted"))]
+    for index in sorted(set(state.gpus) | set(state.mem_history)):
+        points = [used for _, used in state.mem_history.get(index, ())]
+        gpu = state.gpus.get(index)
+        total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(points, default=0.0)
+        last = points[-1] if points else None
+        frac = fmt.mem_fraction(last, total)
+        style = "$error" if frac is not None and frac >= 0.9 else (
+            "$warning" if frac is not None and frac >= 0.5 else "$success")
+        lines.append(Content.assemble(
+            (str(index).rjust(label_w - 1) + " ", "$text-muted"),
+            (fmt.sparkline(points, total or 0.0, spark_w), style),
+            " " + fmt.gib(last).rjust(value_w - 1),
+        ))
+    return Content("\n").join(lines)
+
+
+class MemoryHistory(Widget):
+    """Redrawn from ``state.mem_history``; the width decides how many points a line shows."""
+
+    DEFAULT_CSS = """
+    MemoryHistory { height: auto; min-height: 2; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._state: SessionState | None = None
+
+    def show(self, state: SessionState) -> None:
+        self._state = state
+        self.refresh(layout=True)
+
+    def render(self) -> Content:
+        if self._state is None:
+            return Content("memory history: waiting for samples")
+        return history_content(self._state, self.content_size.width or 36)
+
+    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
+        if self._state is None:
+            return 1
+        return 1 + len(set(self._state.gpus) | set(self._state.mem_history))

@@ -1,0 +1,63 @@
+"""The process table: every process holding a GPU, largest first; scrolls past what fits."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from kimitui.events import ProcSample
+from kimitui.state import SessionState, proc_mem_mib
+from kimitui.tui import fmt
+from kimitui.tui.keyed_table import Cell, KeyedTable, Row
+from kimitui.tui.palette import Colors
+
+COMMAND_WIDTH = 120
+
+
+def proc_key(p: ProcSample) -> str:
+    return f"{p.pid}:{p.start_time if p.start_time is not None else '-'}"
+
+
+def proc_gpus(p: ProcSample) -> list[int]:
+    return sorted(set(p.gpu_mem_mib) | set(p.gpus))
+
+
+def kind_style(kind: str, colors: Colors) -> str:
+    return {"cuda": colors.primary, "handle": colors.muted}.get(kind, colors.warning)
+
+
+def proc_cells(p: ProcSample, colors: Colors) -> list[Cell]:
+    mem = proc_mem_mib(p)
+    unit = p.unit or (f"container {p.container}" if p.container else "-")
+    command = Text(fmt.shorten(p.cmdline or "-", COMMAND_WIDTH), no_wrap=True, overflow="ellipsis")
+    if not p.visible:
+        command = Text("(not visible here)", style=colors.muted)
+    return [
+        Text(str(p.pid), justify="right"),
+        Text(fmt.shorten(p.user or "-", 10)),
+        Text(fmt.gpu_list(proc_gpus(p))),
+        Text(fmt.mem_mib(mem) if p.gpu_mem_mib else "-", justify="right"),
+        Text(p.kind, style=kind_style(p.kind, colors)),
+        Text(fmt.shorten(unit, 22), no_wrap=True),
+        command,
+    ]
+
+
+def sorted_procs(procs: list[ProcSample]) -> list[ProcSample]:
+    return sorted(procs, key=lambda p: (-proc_mem_mib(p), p.pid))
+
+
+class ProcTable(KeyedTable):
+    CURSOR = True
+    COLUMNS = (
+        ("pid", "PID", 7),
+        ("user", "User", 8),
+        ("gpus", "GPUs", 7),
+        ("memory", "Memory", 9),
+        ("kind", "Kind", 7),
+        ("unit", "Unit", 18),
+        ("command", "Command", None),
+    )
+
+    def show(self, state: SessionState, colors: Colors) -> None:
+        rows: list[Row] = [(proc_key(p), proc_cells(p, colors)) for p in sorted_procs(state.procs)]
+        self.sync(rows)

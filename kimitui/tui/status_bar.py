@@ -1,0 +1,63 @@
+"""The header line: host, connection, phase, clock; in replay also elapsed/duration, speed, paused."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.widgets import Static
+
+from kimitui.state import SessionState
+from kimitui.tui import fmt
+from kimitui.tui.replay_info import ReplayInfo
+
+CONNECTION_STYLES = {
+    "connected": "bold $success",
+    "connecting": "$warning",
+    "reconnecting": "$warning",
+    "lost": "bold $error",
+    "failed": "bold $error",
+    "closed": "$text-muted",
+    "replay": "$secondary",
+}
+
+
+def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "") -> Content:
+    """The header as styled content; colours are theme variables, so a theme switch restyles it."""
+    parts: list[str | tuple[str, str]] = [(" kimitui ", "bold reverse $primary"), " "]
+    parts.append((state.host or host or "no host", "bold"))
+    conn = state.connection
+    if replay is not None and conn == "unknown":
+        conn = "replay"
+    parts += ["  ", (conn, CONNECTION_STYLES.get(conn, ""))]
+    phase = state.phase
+    if phase is not None:
+        parts += [("  phase ", "$text-muted"), (phase.phase, "bold $accent")]
+    elif state.phases:
+        parts += [("  after ", "$text-muted"), (state.phases[-1].phase, "$accent")]
+    else:
+        parts.append(("  no phase", "$text-muted"))
+    parts.append("  ")
+    if replay is not None:
+        parts.append(fmt.clock(replay.run_time))
+        parts.append(f"  {fmt.duration(replay.elapsed)}/{fmt.duration(replay.duration)}")
+        parts.append((f"  {fmt.speed(replay.speed)}", "bold"))
+        if replay.finished:
+            parts.append(("  END", "bold $success"))
+        elif replay.paused:
+            parts.append(("  PAUSED", "bold $warning"))
+        parts.append((f"  event {replay.position}/{replay.total}", "$text-muted"))
+    else:
+        parts.append(fmt.clock(state.clock))
+        if live:
+            parts.append((f"  events {state.events}", "$text-muted"))
+    return Content.assemble(*parts)
+
+
+class StatusBar(Static):
+    """One line of what and where, drawn from the state and, in replay, the player's position."""
+
+    DEFAULT_CSS = """
+    StatusBar { height: 1; background: $panel; color: $foreground; text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    def show(self, state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "") -> None:
+        self.update(status_content(state, replay, live, host))
