@@ -19,12 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kimitui.events import Event, EventDecodeError, PhaseEnd, PhaseStart, decode, encode
+from kimitui.events import EVENT_TYPES, Event, EventDecodeError, PhaseEnd, PhaseStart, decode, encode
 
 FORMAT_NAME = "kimitui-run"
 FORMAT_VERSION = 1
 
-_PREFIX = re.compile(rb'^\{"t":(-?[0-9.eE+-]+),"type":"([a-z_]+)"')
+# No "^": Pattern.match(data, pos) already anchors at pos, while "^" only matches at the start of the
+# whole buffer, which sent every line but the first down the slow path (a full decode per line).
+_PREFIX = re.compile(rb'\{"t":(-?[0-9.eE+-]+),"type":"([a-z_]+)"')
+
+
+def _number(text: bytes) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 class RunFileError(Exception):
@@ -87,7 +96,9 @@ class RunWriter:
 
 def _read_bytes(path: Path) -> tuple[bytes, bool]:
     """The run's text, decompressed if gzipped, and whether a compressed stream was cut short."""
-    with open(path, "rb") as fh:
+    # Unbuffered: a BufferedReader that has read the magic joins its buffer to the rest on read(),
+    # which copied a whole uncompressed run once more (twice the memory at open).
+    with open(path, "rb", buffering=0) as fh:
         magic = fh.read(4)
         if magic[:2] != b"\x1f\x8b":
             if magic == b"\x28\xb5\x2f\xfd":
@@ -146,7 +157,7 @@ class RunReader:
 
     def _parse_header(self) -> RunHeader:
         data = self._data
-        if not data.strip():
+        if not data or data.isspace():  # not data.strip(): no copy of a large run
             raise RunFileError(f"{self.path}: empty file, not a kimitui run")
         end = data.find(b"\n")
         first = data[: end if end >= 0 else len(data)]
@@ -179,10 +190,14 @@ class RunReader:
             torn = nl < 0
             end = size if torn else nl
             if end > pos:
+                # Fast path: a complete line whose prefix gives a number and a known type is indexed
+                # without decoding; anything else is decoded now, so it is warned about at open.
                 m = match(data, pos, end)
-                if m is not None and not torn:
-                    self.times.append(float(m.group(1)))
-                    self.types.append(m.group(2).decode())
+                t = _number(m.group(1)) if m is not None and not torn and data[end - 1] == 0x7D else None
+                ty = m.group(2).decode() if t is not None and m is not None else ""
+                if t is not None and ty in EVENT_TYPES:
+                    self.times.append(t)
+                    self.types.append(ty)
                     self._offsets.append(pos)
                     self._ends.append(end)
                 else:
