@@ -62,7 +62,7 @@ def state_at(reader: RunReader, position: int, *, _index: tuple[list[int], list[
 def _fold_history_only(state: SessionState, reader: RunReader, i: int) -> None:
     """What an older sample leaves in the state once newer samples followed: its memory points."""
     try:
-        data = json.loads(reader.raw(i))
+        data = _sample_head(reader.raw(i))
         t = float(data["t"])
         for g in data.get("gpus", ()):
             used = g.get("mem_used_mib")
@@ -76,6 +76,30 @@ def _fold_history_only(state: SessionState, reader: RunReader, i: int) -> None:
         return
     if t > state.clock:
         state.clock = t
+
+
+_DECODER = json.JSONDecoder()
+_GPUS_KEY = '"gpus":'
+
+
+def _sample_head(raw: bytes) -> dict:
+    """A sample's ``t`` and ``gpus`` without decoding its (much larger) process list: the GPU array is
+    parsed alone where the line has the writer's key order (t, type, host, seq, gpus, procs);
+    anything else is decoded whole."""
+    text = raw.decode()
+    k = text.find(_GPUS_KEY)
+    pk = text.find('"procs":')
+    if k > 0 and (pk < 0 or k < pk):
+        try:
+            gpus, _ = _DECODER.raw_decode(text, k + len(_GPUS_KEY))
+            head = json.loads(text[:k].rstrip(",") + "}")
+        except ValueError:
+            return json.loads(text)
+        if isinstance(gpus, list) and all(isinstance(g, dict) for g in gpus) and isinstance(head, dict) \
+                and "t" in head:
+            head["gpus"] = gpus
+            return head
+    return json.loads(text)
 
 
 def split_index(reader: RunReader) -> tuple[list[int], list[int]]:
