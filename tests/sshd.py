@@ -132,6 +132,18 @@ class SshServer:
         """Processes started by clients (shells, commands), below the per-connection sshd processes."""
         return [p for p in descendants(self.pid) if (st := _stat(p)) is not None and st[0] != "sshd"]
 
+    def find_sessions(self, token: str) -> list[int]:
+        """Live client-started processes whose command line contains TOKEN."""
+        out = []
+        for pid in self.session_pids():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if token in cmdline and alive(pid):
+                out.append(pid)
+        return out
+
     def wait_connections(self, n: int = 1, timeout: float = 5.0) -> list[int]:
         wait_for(lambda: len(self.connection_pids()) >= n, timeout, f"{n} ssh connection(s)")
         return self.connection_pids()
@@ -269,3 +281,31 @@ def sshd_server(base: Path | None = None) -> Iterator[SshServer]:
     finally:
         server.stop()
         shutil.rmtree(server.dir, ignore_errors=True)
+
+
+async def until(pred: object, timeout: float, what: str, interval: float = 0.02) -> float:
+    """Async twin of wait_for: poll PRED until true; returns the seconds it took."""
+    import asyncio
+
+    assert callable(pred)
+    start = time.monotonic()
+    while not pred():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
+        await asyncio.sleep(interval)
+    return time.monotonic() - start
+
+
+def alive(pid: int) -> bool:
+    """True while PID exists and is not a zombie."""
+    st = Path(f"/proc/{pid}/stat")
+    try:
+        return st.read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def start_time(pid: int) -> int:
+    st = _stat(pid)
+    assert st is not None, f"pid {pid} is gone"
+    return st[2]

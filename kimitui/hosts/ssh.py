@@ -150,7 +150,7 @@ class SshHost(Host):
                  keepalive_interval: float = 5, username: str | None = None,
                  client_keys: list[str] | None = None, attempts_per_call: int = 3,
                  close_grace: float = 2.0, max_channels: int = 8, sleep: Sleep | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, python: str = "python3") -> None:
         self.target = parse_target(target)
         self.name = name or str(self.target)
         self.known_hosts = known_hosts
@@ -162,6 +162,8 @@ class SshHost(Host):
         self.client_keys = client_keys
         self.attempts_per_call = max(1, attempts_per_call)
         self.close_grace = close_grace
+        self.python = python
+        """The host's python, for signal() and session_pids() (the agent layer may use it too)."""
         self._sleep: Sleep = sleep or asyncio.sleep
         self._conn: asyncssh.SSHClientConnection | None = None
         self._client: _Client | None = None
@@ -240,7 +242,8 @@ class SshHost(Host):
 
         try:
             conn = await asyncssh.connect(
-                t.host, t.port if t.port is not None else (), options=options, known_hosts=check.known,
+                t.host, t.port if t.port is not None else (), options=options, config=config,
+                known_hosts=check.known,
                 client_factory=factory, connect_timeout=self.connect_timeout,
                 keepalive_interval=self.keepalive_interval, keepalive_count_max=1)
         except asyncssh.HostKeyNotVerifiable as exc:
@@ -360,8 +363,10 @@ class SshHost(Host):
 
     async def _kill(self, job: _Launched) -> None:
         """Kill the command's process group (checked by start time), then close its channel."""
-        if job.proc.exit_status is None and job.proc.exit_signal is None and job.marker.done():
-            mark = job.marker.result()
+        if job.proc.exit_status is None and job.proc.exit_signal is None and self._conn is job.conn:
+            mark: tuple[int, int] | None = None
+            with contextlib.suppress(TimeoutError):  # the wrapper prints it as it starts
+                mark = await asyncio.wait_for(asyncio.shield(job.marker), 5.0)
             if mark is not None and self._conn is job.conn:
                 with contextlib.suppress(asyncssh.Error, OSError, TimeoutError):
                     await asyncio.wait_for(job.conn.run(shlex.join(
@@ -476,11 +481,12 @@ class SshHost(Host):
 
     async def signal(self, proc: ProcId, sig: int) -> SignalResult:
         try:
-            res = await self.run(["python3", "-c", SIGNAL_SNIPPET, str(proc.pid), str(proc.start_time),
+            res = await self.run([self.python, "-c", SIGNAL_SNIPPET, str(proc.pid), str(proc.start_time),
                                   str(int(sig))], timeout=15.0)
         except HostError as exc:
             if "command not found" in str(exc):
-                raise HostError(f"{self.name}: no python3 on host (needed to signal safely)") from None
+                raise HostError(f"{self.name}: no python3 on host ({self.python} not found; "
+                                "needed to signal safely)") from None
             raise
         if res.rc != 0:
             return SignalResult("error", _one_line(res.stderr) or f"rc {res.rc}")
@@ -495,10 +501,10 @@ class SshHost(Host):
         if self._session is not None and self._conn is conn:
             return list(self._session)
         try:
-            res = await self.run(["python3", "-c", SESSION_SNIPPET], timeout=15.0)
+            res = await self.run([self.python, "-c", SESSION_SNIPPET], timeout=15.0)
         except HostError as exc:
             if "command not found" in str(exc):
-                raise HostError(f"{self.name}: no python3 on host") from None
+                raise HostError(f"{self.name}: no python3 on host ({self.python} not found)") from None
             raise
         out: list[SessionProcess] = []
         for line in res.stdout.splitlines():
