@@ -1,0 +1,162 @@
+"""The decode-step batching model of the simulated vLLM server, and the loop that applies it.
+
+Continuous batching as vLLM does it: every step decodes one token for each running request, and a step
+takes ``base_s + per_seq_s * batch`` seconds. At most ``max_batch`` requests run at once (vLLM's
+``max_num_seqs``); the rest wait for a slot. Aggregate throughput is ``batch / step_time(batch)``: it grows
+with concurrency and flattens at ``max_batch``. The defaults follow the reference host
+(8 x RTX PRO 6000, TP=8): 50 tok/s for one stream, a plateau of 1536 tok/s at concurrency 128.
+
+``BatchingModel.instant()`` (step time 0) streams every token with no delay: the server for measuring a
+load generator's own ceiling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+REFERENCE_SINGLE_STREAM_TPS = 50.0
+REFERENCE_PLATEAU_TPS = 1536.0
+REFERENCE_PLATEAU_BATCH = 128
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingModel:
+    base_s: float
+    per_seq_s: float
+    max_batch: int
+
+    @classmethod
+    def from_targets(cls, *, single_stream_tps: float = REFERENCE_SINGLE_STREAM_TPS,
+                     plateau_tps: float = REFERENCE_PLATEAU_TPS,
+                     plateau_batch: int = REFERENCE_PLATEAU_BATCH) -> BatchingModel:
+        """The model whose throughput is ``single_stream_tps`` at batch 1 and ``plateau_tps`` at
+        ``plateau_batch`` (and stays there beyond it)."""
+        if plateau_batch < 2:
+            raise ValueError("plateau_batch must be at least 2")
+        t1 = 1.0 / single_stream_tps
+        tp = plateau_batch / plateau_tps
+        per_seq = (tp - t1) / (plateau_batch - 1)
+        if per_seq < 0:
+            raise ValueError("the plateau must be reached by batching: plateau_tps/plateau_batch <= single")
+        return cls(base_s=t1 - per_seq, per_seq_s=per_seq, max_batch=plateau_batch)
+
+    @classmethod
+    def instant(cls, max_batch: int = 1 << 20) -> BatchingModel:
+        return cls(base_s=0.0, per_seq_s=0.0, max_batch=max_batch)
+
+    @property
+    def is_instant(self) -> bool:
+        return self.base_s == 0.0 and self.per_seq_s == 0.0
+
+    def step_time(self, batch: int) -> float:
+        """Seconds one decode step takes with ``batch`` running requests."""
+        return self.base_s + self.per_seq_s * min(batch, self.max_batch)
+
+    def throughput(self, concurrency: int) -> float:
+        """Steady-state output tokens per second with ``concurrency`` streams (infinite when instant)."""
+        batch = min(concurrency, self.max_batch)
+        step = self.step_time(batch)
+        return float("inf") if step == 0 else batch / step
+
+
+class Sequence:
+    """One running request as the scheduler sees it: tokens are pushed to its queue as steps end."""
+
+    __slots__ = ("done", "max_tokens", "produced", "queue")
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.produced = 0
+        self.queue: asyncio.Queue[int] = asyncio.Queue()
+        self.done = False
+
+
+class DecodeScheduler:
+    """The step loop: admits waiting requests at step boundaries, pushes one token index per request per
+    step to its queue (``-1`` never: a request ends when ``produced == max_tokens``)."""
+
+    def __init__(self, model: BatchingModel, *, on_batch: Callable[[int], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.model = model
+        self._on_batch = on_batch
+        self._clock = clock
+        self._waiting: list[Sequence] = []
+        self._running: list[Sequence] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.steps = 0
+
+    @property
+    def batch(self) -> int:
+        return len(self._running)
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name="sim-decode-loop")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def submit(self, max_tokens: int) -> Sequence:
+        seq = Sequence(max_tokens)
+        self._waiting.append(seq)
+        self._wake.set()
+        return seq
+
+    def cancel(self, seq: Sequence) -> None:
+        """The client went away: drop the request from the batch."""
+        seq.done = True
+        if seq in self._waiting:
+            self._waiting.remove(seq)
+
+    def _admit(self) -> None:
+        self._running = [s for s in self._running if not s.done]
+        room = self.model.max_batch - len(self._running)
+        if room > 0 and self._waiting:
+            self._running.extend(self._waiting[:room])
+            del self._waiting[:room]
+
+    async def _loop(self) -> None:
+        last_batch = -1
+        step_end = float("-inf")
+        while True:
+            self._admit()
+            if not self._running:
+                if last_batch != 0 and self._on_batch:
+                    self._on_batch(0)
+                last_batch = 0
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = len(self._running)
+            if batch != last_batch and self._on_batch:
+                self._on_batch(batch)
+            last_batch = batch
+            # Steps follow each other back to back: the time spent handing tokens out between two steps
+            # belongs to the next step, so throughput does not drift below the model's figure.
+            now = self._clock()
+            step = self.model.step_time(batch)
+            start = step_end if 0.0 <= now - step_end < step else now
+            step_end = start + step
+            while (left := step_end - self._clock()) > 0:
+                await asyncio.sleep(left)
+            self.steps += 1
+            for seq in self._running:
+                if seq.done:
+                    continue
+                seq.queue.put_nowait(seq.produced)
+                seq.produced += 1
+                if seq.produced >= seq.max_tokens:
+                    seq.done = True

@@ -1,0 +1,339 @@
+"""``SimHost``: a simulated 8-GPU host on this machine, owning everything it starts.
+
+    async with SimHost(gpus=8, stuck_workers=2, nvml_monitor=True) as host:
+        host.api_url        # http://127.0.0.1:PORT, OpenAI-compatible
+        host.agent_args()   # ["--sim-dir", DIR, "--dev-prefix", DIR/dev/nvidia]
+        await host.stop_service(); await host.start_service()
+
+It is a ``LocalHost``: commands, files and signals act on this machine, where the simulated GPU holders
+are real processes. ``close`` SIGKILLs everything the sim started (found by session and by recorded
+(pid, start time)), waits until it is gone, and removes the directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import kimitui
+from kimitui.hosts.base import HostError, ProcId
+from kimitui.hosts.local import LocalHost, signal_local
+from kimitui.hosts.sim.batching import BatchingModel
+from kimitui.hosts.sim.layout import (
+    DEFAULT_GPU_NAME,
+    DEFAULT_RESERVED_MIB,
+    DEFAULT_TOTAL_MIB,
+    SimGpu,
+    SimLayout,
+    create_layout,
+    make_gpus,
+)
+from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_to_args
+from kimitui.hosts.sim.service import DEFAULT_WORKER_MEM_MIB, STUCK_RANKS_ENV
+from kimitui.hosts.sim.teardown import alive, kill_everything, session_members
+from kimitui.hosts.sim.watchdog import OWNER_ENV
+from kimitui.procfs import read_start_time
+
+_PKG_ROOT = str(Path(kimitui.__file__).resolve().parent.parent)
+POLL_S = 0.02
+
+
+class SimHost(LocalHost):
+    """A simulated GPU host: N GPUs, a simulated vLLM service, an optional monitor and stray holder."""
+
+    def __init__(self, *, gpus: int = 8, gpu_name: str = DEFAULT_GPU_NAME, total_mib: int = DEFAULT_TOTAL_MIB,
+                 reserved_mib: int = DEFAULT_RESERVED_MIB, worker_mem_mib: int = DEFAULT_WORKER_MEM_MIB,
+                 stuck_workers: int = 2, stray_holder: bool | int = False, nvml_monitor: bool = True,
+                 model: str = DEFAULT_MODEL, load_time: float = 0.2, batching: BatchingModel | None = None,
+                 faults: FaultPlan | None = None, ready_timeout: float = 30.0, name: str = "sim",
+                 python: str | None = None) -> None:
+        super().__init__(name=name, python=python)
+        if not 0 <= stuck_workers <= gpus:
+            raise ValueError("stuck_workers must be between 0 and the number of GPUs")
+        if not 0 <= worker_mem_mib <= total_mib - reserved_mib:
+            raise ValueError("worker memory does not fit on the simulated GPU")
+        self.gpus: list[SimGpu] = make_gpus(gpus, name=gpu_name, total_mib=total_mib, reserved_mib=reserved_mib)
+        self.worker_mem_mib = worker_mem_mib
+        self.stuck_gpus: tuple[int, ...] = tuple(range(gpus - stuck_workers, gpus))
+        """TP ranks (= GPU indexes) whose workers ignore SIGTERM: the last ``stuck_workers``."""
+        self.stray_gpu: int | None = None if stray_holder is False else \
+            (0 if stray_holder is True else int(stray_holder))
+        self.nvml_monitor = nvml_monitor
+        self.model = model
+        self.load_time = load_time
+        self.batching = batching or BatchingModel.from_targets()
+        self.faults = faults or FaultPlan()
+        self.ready_timeout = ready_timeout
+        self._layout: SimLayout | None = None
+        self._port = 0
+        self._service: subprocess.Popen[bytes] | None = None
+        self.service_proc: ProcId | None = None
+        """The API server now running (main PID of the service), or None."""
+        self.monitor_proc: ProcId | None = None
+        self.stray_proc: ProcId | None = None
+        self._sessions: set[int] = set()
+        self._started: set[ProcId] = set()
+        self._children: list[subprocess.Popen[bytes]] = []
+        self._pidfds: dict[int, asyncio.AbstractEventLoop] = {}
+        self._closed = False
+
+    # ----- paths and addresses -----
+
+    @property
+    def layout(self) -> SimLayout:
+        if self._layout is None:
+            raise HostError(f"{self.name}: the simulated host is not started")
+        return self._layout
+
+    @property
+    def sim_dir(self) -> str:
+        return str(self.layout.root)
+
+    @property
+    def dev_prefix(self) -> str:
+        return self.layout.dev_prefix
+
+    @property
+    def pidfile(self) -> str:
+        return str(self.layout.pidfile)
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def service_pid(self) -> int | None:
+        return self.service_proc.pid if self.service_proc else None
+
+    def agent_args(self) -> list[str]:
+        """Extra command-line arguments for the agent: where the simulated driver's files are."""
+        return ["--sim-dir", self.sim_dir, "--dev-prefix", self.dev_prefix]
+
+    # ----- lifecycle -----
+
+    async def __aenter__(self) -> SimHost:
+        await self.start()
+        return self
+
+    async def start(self) -> None:
+        """Make the directory, start the monitor / stray holder, start the service and wait until ready."""
+        if self._layout is not None:
+            raise HostError(f"{self.name}: already started")
+        self._layout = create_layout(self.gpus)
+        try:
+            if self.nvml_monitor:
+                self.monitor_proc = await self._spawn_holder(
+                    ["monitor", "--title", "nv-hostengine", *self._gpu_flags(range(len(self.gpus)))])
+            if self.stray_gpu is not None:
+                self.stray_proc = await self._spawn_holder(
+                    ["stray", "--title", "python3", *self._gpu_flags([self.stray_gpu])])
+            await self.start_service()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def start_service(self, *, wait: bool = True) -> ProcId:
+        """Start the API server (which starts its workers); by default wait until /health is 200."""
+        if self.service_proc is not None and alive(self.service_proc):
+            raise HostError(f"{self.name}: the service is already running (pid {self.service_proc.pid})")
+        layout = self.layout
+        with contextlib.suppress(FileNotFoundError):
+            layout.port_file.unlink()
+        argv = [self.python, "-m", "kimitui.hosts.sim.service", "--model", self.model,
+                "--tensor-parallel-size", str(len(self.gpus)), "--host", "127.0.0.1", "--port", str(self._port),
+                "--sim-dir", str(layout.root), "--worker-mem-mib", str(self.worker_mem_mib),
+                "--load-time", str(self.load_time), "--fault", self.faults.mode,
+                "--fault-every", str(self.faults.every), *batching_to_args(self.batching)]
+        env = self._env()
+        env[STUCK_RANKS_ENV] = ",".join(map(str, self.stuck_gpus))
+        with open(layout.service_log, "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                    start_new_session=True)
+        self._service = proc
+        pid = self._record(proc)
+        self.service_proc = pid
+        deadline = time.monotonic() + self.ready_timeout
+        while not layout.port_file.exists():
+            self._check_running(proc)
+            await self._tick(deadline, "the API server to bind its port")
+        self._port = int(layout.port_file.read_text().strip())
+        if wait:
+            await self.wait_ready(deadline=deadline)
+        return pid
+
+    async def wait_ready(self, *, timeout: float | None = None, deadline: float | None = None) -> float:
+        """Poll /health until 200; returns the seconds waited. Raises HostError on timeout or exit."""
+        start = time.monotonic()
+        deadline = deadline or start + (timeout if timeout is not None else self.ready_timeout)
+        while True:
+            if self._service is not None:
+                self._check_running(self._service)
+            if await self.health() == 200:
+                return time.monotonic() - start
+            await self._tick(deadline, "/health to answer 200")
+
+    async def health(self) -> int | None:
+        """The status of GET /health, or None when nothing answers."""
+        return await http_status("127.0.0.1", self._port, "/health") if self._port else None
+
+    async def stop_service(self, *, timeout: float = 10.0) -> float:
+        """``stop`` as a service manager does it: SIGTERM the main PID, wait until it has exited.
+        Returns the seconds it took. Stuck workers are left running, as in real life."""
+        proc = self.service_proc
+        if proc is None:
+            raise HostError(f"{self.name}: no service to stop")
+        start = time.monotonic()
+        signal_local(proc, signal.SIGTERM)
+        deadline = start + timeout
+        while alive(proc):
+            self._reap()
+            await self._tick(deadline, f"the API server (pid {proc.pid}) to exit after SIGTERM")
+        self._reap()
+        self.service_proc = None
+        return time.monotonic() - start
+
+    def service_tree(self) -> list[ProcId]:
+        """Every live process of the service's session (API server, its workers, orphaned workers)."""
+        if self._service is None:
+            return []
+        return session_members([self._service.pid])
+
+    def worker_holders(self) -> dict[int, ProcId]:
+        """GPU index -> the live process whose holder record claims memory on it (from DIR/holders)."""
+        out: dict[int, ProcId] = {}
+        for path in self.layout.holders_dir.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                rec = json.loads(path.read_text())
+                proc = ProcId(int(rec["pid"]), int(rec["start_time"]))
+                if alive(proc):
+                    for gpu in rec["mem_mib"]:
+                        out[int(gpu)] = proc
+        return out
+
+    def started_procs(self) -> list[ProcId]:
+        """Every process the sim started that is still alive (service session, monitor, stray)."""
+        return sorted(set(session_members(self._sessions)) | {p for p in self._started if alive(p)},
+                      key=lambda p: p.pid)
+
+    async def close(self) -> None:
+        """SIGKILL everything the sim started, wait until it is gone, remove the directory."""
+        if self._closed:
+            return
+        self._closed = True
+        for _ in range(2):  # a second pass catches a worker forked while the first one ran
+            left = await kill_everything(self._sessions, self._started, timeout=10.0)
+            self._reap()
+        self._unwatch_all()
+        if self._layout is not None:
+            shutil.rmtree(self._layout.root, ignore_errors=True)
+        self.service_proc = None
+        if left:
+            raise HostError(f"{self.name}: processes survived SIGKILL: {', '.join(str(p.pid) for p in left)}")
+
+    # ----- helpers -----
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PKG_ROOT, env.get("PYTHONPATH", "")) if p)
+        env[OWNER_ENV] = f"{os.getpid()}:{read_start_time(os.getpid())}"
+        env.pop(STUCK_RANKS_ENV, None)
+        return env
+
+    @staticmethod
+    def _gpu_flags(indexes: object) -> list[str]:
+        flags: list[str] = []
+        for i in indexes:  # type: ignore[attr-defined]
+            flags += ["--gpu", str(i)]
+        return flags
+
+    async def _spawn_holder(self, args: list[str]) -> ProcId:
+        argv = [self.python, "-m", "kimitui.hosts.sim.worker", *args, "--sim-dir", self.sim_dir]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                env=self._env(), start_new_session=True)
+        pid = self._record(proc)
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), self.ready_timeout)
+        proc.stdout.close()
+        if line.strip() != b"ready":
+            raise HostError(f"{self.name}: holder {args[0]} failed to start (rc {proc.poll()})")
+        return pid
+
+    def _record(self, proc: subprocess.Popen[bytes]) -> ProcId:
+        self._children.append(proc)
+        self._watch_exit(proc)
+        self._sessions.add(proc.pid)  # start_new_session: the pid is the session id
+        start = read_start_time(proc.pid)
+        pid = ProcId(proc.pid, start if start is not None else -1)
+        self._started.add(pid)
+        return pid
+
+    def _watch_exit(self, proc: subprocess.Popen[bytes]) -> None:
+        """Reap the child as soon as it exits (a pidfd becomes readable), so no zombie lingers in /proc."""
+        try:
+            loop = asyncio.get_running_loop()
+            fd = os.pidfd_open(proc.pid)
+        except (RuntimeError, OSError):
+            return
+
+        def exited() -> None:
+            loop.remove_reader(fd)
+            os.close(fd)
+            self._pidfds.pop(fd, None)
+            proc.poll()
+
+        self._pidfds[fd] = loop
+        loop.add_reader(fd, exited)
+
+    def _reap(self) -> None:
+        for child in self._children:
+            child.poll()
+
+    def _unwatch_all(self) -> None:
+        for fd, loop in list(self._pidfds.items()):
+            with contextlib.suppress(Exception):
+                loop.remove_reader(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            self._pidfds.pop(fd, None)
+
+    def _check_running(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is not None:
+            tail = ""
+            with contextlib.suppress(OSError):
+                tail = self.layout.service_log.read_text(errors="replace")[-800:]
+            raise HostError(f"{self.name}: the simulated API server exited with {proc.returncode}: {tail}")
+
+    async def _tick(self, deadline: float, what: str) -> None:
+        if time.monotonic() >= deadline:
+            raise HostError(f"{self.name}: timed out waiting for {what}")
+        await asyncio.sleep(POLL_S)
+
+
+async def http_status(host: str, port: int, path: str, timeout: float = 2.0) -> int | None:
+    """One GET over a fresh connection; the response's status code, or None if nothing answered."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return None
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        line = await asyncio.wait_for(reader.readline(), timeout)
+        parts = line.split()
+        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+    except (OSError, TimeoutError, ValueError):
+        return None
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()

@@ -1,0 +1,147 @@
+"""The simulated host's directory: GPU list, device files, holder records, service run files.
+
+This layout is the contract with the agent's simulated NVML source (kimitui/hosts/agent.py):
+
+- ``DIR/gpus.json``: ``{"driver": "sim-580", "gpus": [{"index", "uuid", "name", "total_mib",
+  "reserved_mib", "pci"}, ...]}``
+- ``DIR/dev/nvidia0..N-1``, ``DIR/dev/nvidiactl``, ``DIR/dev/nvidia-uvm``: regular files of one page, so
+  holders can open and mmap them the way a CUDA context maps the real device nodes.
+- ``DIR/holders/<pid>.json``: ``{"pid", "start_time", "mem_mib": {"<gpu index>": MiB}}`` written by the
+  holder itself (atomically). Memory counts only while that pid is alive with that start time.
+- ``DIR/load.json``: ``{"util": 0..100}``, written by the API server as its batch changes.
+- ``DIR/run/``: the service's pidfile (``vllm.pid``), API port (``api.port``) and log (``vllm.log``).
+
+No module here starts processes; this file only names paths and writes the static parts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DEFAULT_GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+DEFAULT_TOTAL_MIB = 97_887
+DEFAULT_RESERVED_MIB = 616
+DEFAULT_DRIVER = "sim-580"
+DEV_FILE_BYTES = 4096
+_UUID_NAMESPACE = uuid.UUID("6b1d3c7e-5f0a-4c55-9a43-6b696d697475")  # fixed: uuids are stable across runs
+
+
+@dataclass(frozen=True, slots=True)
+class SimGpu:
+    index: int
+    uuid: str
+    name: str
+    total_mib: int
+    reserved_mib: int
+    pci: str
+
+
+def make_gpus(count: int, *, name: str = DEFAULT_GPU_NAME, total_mib: int = DEFAULT_TOTAL_MIB,
+              reserved_mib: int = DEFAULT_RESERVED_MIB) -> list[SimGpu]:
+    """``count`` GPUs with deterministic uuids (same index and name -> same uuid, run after run)."""
+    if count < 1:
+        raise ValueError("a simulated host needs at least one GPU")
+    if not 0 <= reserved_mib < total_mib:
+        raise ValueError("reserved memory must be below the total")
+    return [
+        SimGpu(index=i, uuid=f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{name}/{i}')}", name=name,
+               total_mib=total_mib, reserved_mib=reserved_mib, pci=f"00000000:{i:02X}:00.0")
+        for i in range(count)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class SimLayout:
+    """Every path of one simulated host's directory."""
+
+    root: Path
+
+    @property
+    def gpus_json(self) -> Path:
+        return self.root / "gpus.json"
+
+    @property
+    def dev_dir(self) -> Path:
+        return self.root / "dev"
+
+    @property
+    def dev_prefix(self) -> str:
+        """Device files are ``dev_prefix + "0"``, ``dev_prefix + "ctl"``, ``dev_prefix + "-uvm"``."""
+        return str(self.dev_dir / "nvidia")
+
+    def gpu_dev(self, index: int) -> Path:
+        return self.dev_dir / f"nvidia{index}"
+
+    @property
+    def ctl_dev(self) -> Path:
+        return self.dev_dir / "nvidiactl"
+
+    @property
+    def uvm_dev(self) -> Path:
+        return self.dev_dir / "nvidia-uvm"
+
+    @property
+    def holders_dir(self) -> Path:
+        return self.root / "holders"
+
+    def holder_file(self, pid: int) -> Path:
+        return self.holders_dir / f"{pid}.json"
+
+    @property
+    def load_json(self) -> Path:
+        return self.root / "load.json"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.run_dir / "vllm.pid"
+
+    @property
+    def port_file(self) -> Path:
+        return self.run_dir / "api.port"
+
+    @property
+    def service_log(self) -> Path:
+        return self.run_dir / "vllm.log"
+
+    def read_gpus(self) -> list[SimGpu]:
+        data = json.loads(self.gpus_json.read_text())
+        return [SimGpu(**g) for g in data["gpus"]]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file in the same folder and rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def create_layout(gpus: list[SimGpu], *, driver: str = DEFAULT_DRIVER, parent: str | None = None) -> SimLayout:
+    """Make a fresh ``kimitui-sim-*`` directory with the GPU list and the device files."""
+    layout = SimLayout(Path(tempfile.mkdtemp(prefix="kimitui-sim-", dir=parent)))
+    for sub in (layout.dev_dir, layout.holders_dir, layout.run_dir):
+        sub.mkdir()
+    devs = [layout.gpu_dev(g.index) for g in gpus] + [layout.ctl_dev, layout.uvm_dev]
+    for dev in devs:
+        with open(dev, "wb") as fh:
+            fh.truncate(DEV_FILE_BYTES)
+        dev.chmod(0o666)
+    write_atomic(layout.gpus_json, json.dumps({"driver": driver, "gpus": [asdict(g) for g in gpus]}, indent=1))
+    write_atomic(layout.load_json, json.dumps({"util": 0}))
+    return layout

@@ -1,0 +1,213 @@
+"""OpenAI / vLLM wire format for the simulated server: request validation and response bodies.
+
+Shapes follow vLLM's OpenAI-compatible server: streamed chunks as ``data: {...}\\n\\n`` ending with
+``data: [DONE]``; with ``stream_options.include_usage`` a last chunk with empty ``choices`` and
+``usage``; chat streams send the ``role`` delta with the first token. Token counting is simulated: a
+prompt counts one token per whitespace-separated word (a list of token ids counts exactly), and each
+generated token is one word, so the text of a completion has as many words as ``completion_tokens``.
+The simulated model always generates ``max_tokens`` tokens (finish_reason ``length``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+DEFAULT_CHAT_MAX_TOKENS = 256
+_VOCAB = ("the", "model", "answers", "with", "simulated", "tokens", "from", "a", "batch", "of",
+          "eight", "GPUs", "while", "decode", "steps", "run", "in", "parallel", "and", "memory", "holds")
+VOCAB_WORDS = tuple(" " + w for w in _VOCAB)
+_VOCAB_JSON = tuple(json.dumps(w).encode() for w in VOCAB_WORDS)
+_ids = itertools.count(1)
+
+Kind = Literal["completion", "chat"]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+    def body(self) -> dict[str, Any]:
+        return {"object": "error", "error": {"message": str(self), "type": self.kind, "code": self.status},
+                "message": str(self), "type": self.kind, "code": self.status}
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+@dataclass(slots=True)
+class GenRequest:
+    kind: Kind
+    model: str
+    prompt_tokens: int
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    request_id: str
+    created: int
+
+
+def _int_field(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"'{name}' must be an integer")
+    return value
+
+
+def _prompt_tokens(prompt: object) -> int:
+    if isinstance(prompt, str):
+        return count_words(prompt)
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return len(prompt)
+        if len(prompt) == 1:
+            return _prompt_tokens(prompt[0])
+        raise ApiError(400, "only one prompt per request is supported by the simulated server")
+    raise ApiError(400, "'prompt' must be a string or a list of token ids")
+
+
+def _message_tokens(messages: object) -> int:
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list")
+    total = 0
+    for msg in messages:
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            raise ApiError(400, "each message needs a 'role'")
+        content = msg.get("content")
+        if isinstance(content, str):
+            total += count_words(content)
+        elif isinstance(content, list):
+            for part in content:
+                if not isinstance(part, dict):
+                    raise ApiError(400, "message content parts must be objects")
+                if isinstance(part.get("text"), str):
+                    total += count_words(part["text"])
+        elif content is not None:
+            raise ApiError(400, "message 'content' must be a string or a list of parts")
+        total += 3  # the chat template's role markers
+    return total + 3
+
+
+def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len: int) -> GenRequest:
+    """Validate a /v1/completions or /v1/chat/completions body the way vLLM does (400 / 404)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    model = body.get("model", served_model)
+    if model != served_model:
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
+    prompt_tokens = _prompt_tokens(body.get("prompt")) if kind == "completion" else \
+        _message_tokens(body.get("messages"))
+    max_tokens = _int_field(body, "max_tokens")
+    if kind == "chat" and max_tokens is None:
+        max_tokens = _int_field(body, "max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = DEFAULT_COMPLETION_MAX_TOKENS if kind == "completion" else DEFAULT_CHAT_MAX_TOKENS
+    if max_tokens < 1:
+        raise ApiError(400, "'max_tokens' must be at least 1")
+    if prompt_tokens + max_tokens > max_model_len:
+        raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. However, you "
+                            f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the input, "
+                            f"{max_tokens} for the completion).")
+    n = _int_field(body, "n")
+    if n not in (None, 1):
+        raise ApiError(400, "the simulated server supports n=1 only")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be a boolean")
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise ApiError(400, "Stream options can only be defined when `stream=True`.")
+        if not isinstance(options, dict):
+            raise ApiError(400, "'stream_options' must be an object")
+    include_usage = bool(options and options.get("include_usage"))
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise ApiError(400, "'ignore_eos' must be a boolean")
+    prefix = "cmpl" if kind == "completion" else "chatcmpl"
+    return GenRequest(kind, served_model, prompt_tokens, max_tokens, stream, include_usage,
+                      f"{prefix}-sim{next(_ids):08d}", int(time.time()))
+
+
+def token_text(index: int) -> str:
+    return VOCAB_WORDS[index % len(VOCAB_WORDS)]
+
+
+def usage(req: GenRequest, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens}
+
+
+class ChunkWriter:
+    """Pre-built byte templates for one request's SSE chunks (one json.dumps per request, not per token)."""
+
+    def __init__(self, req: GenRequest) -> None:
+        self.req = req
+        head = (f'data: {{"id":"{req.request_id}","object":"'
+                f'{"text_completion" if req.kind == "completion" else "chat.completion.chunk"}",'
+                f'"created":{req.created},"model":{json.dumps(req.model)},"choices":[{{"index":0,')
+        self._head = head.encode()
+        if req.kind == "completion":
+            self._open = b'"text":'
+            self._tail = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+            self._last = b',"logprobs":null,"finish_reason":"length","stop_reason":null}]}\n\n'
+        else:
+            self._open = b'"delta":{"content":'
+            self._tail = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+            self._last = b'},"logprobs":null,"finish_reason":"length"}]}\n\n'
+
+    def role(self) -> bytes:
+        """The chat stream's first chunk: the assistant role with empty content (no-op for completions)."""
+        if self.req.kind != "chat":
+            return b""
+        return self._head + b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def token(self, index: int) -> bytes:
+        last = index == self.req.max_tokens - 1
+        return self._head + self._open + _VOCAB_JSON[index % len(_VOCAB_JSON)] + (self._last if last else self._tail)
+
+    def usage(self, completion_tokens: int) -> bytes:
+        kind = "text_completion" if self.req.kind == "completion" else "chat.completion.chunk"
+        obj = {"id": self.req.request_id, "object": kind, "created": self.req.created, "model": self.req.model,
+               "choices": [], "usage": usage(self.req, completion_tokens)}
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    @staticmethod
+    def done() -> bytes:
+        return b"data: [DONE]\n\n"
+
+
+def full_response(req: GenRequest, *, with_usage: bool = True) -> dict[str, Any]:
+    """The non-streamed body once all ``max_tokens`` tokens are generated."""
+    text = "".join(token_text(i) for i in range(req.max_tokens))
+    if req.kind == "completion":
+        choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length",
+                                  "stop_reason": None}
+        obj = "text_completion"
+    else:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                  "finish_reason": "length"}
+        obj = "chat.completion"
+    out: dict[str, Any] = {"id": req.request_id, "object": obj, "created": req.created, "model": req.model,
+                           "choices": [choice]}
+    if with_usage:
+        out["usage"] = usage(req, req.max_tokens)
+    return out
+
+
+def models_list(model: str, max_model_len: int, created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": "vllm",
+                                        "root": model, "parent": None, "max_model_len": max_model_len}]}

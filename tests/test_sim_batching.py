@@ -1,0 +1,87 @@
+"""The simulated server's batching model and its decode loop (no HTTP, no processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from kimitui.hosts.sim.batching import BatchingModel, DecodeScheduler
+
+
+def test_reference_model_matches_the_reference_host() -> None:
+    m = BatchingModel.from_targets()
+    assert m.throughput(1) == pytest.approx(50.0)
+    assert m.throughput(128) == pytest.approx(1536.0)
+    assert m.max_batch == 128
+    # saturates: beyond the full batch requests queue and throughput stays on the plateau
+    assert m.throughput(256) == pytest.approx(1536.0)
+    curve = [m.throughput(c) for c in (1, 2, 4, 8, 16, 32, 64, 128)]
+    assert curve == sorted(curve)
+    assert curve[4] < 0.5 * 1536  # still far from the plateau at 16
+    assert m.step_time(1) == pytest.approx(0.020)
+    assert m.step_time(128) == pytest.approx(128 / 1536)
+
+
+def test_custom_targets_and_instant() -> None:
+    m = BatchingModel.from_targets(single_stream_tps=40, plateau_tps=3000, plateau_batch=256)
+    assert m.throughput(1) == pytest.approx(40)
+    assert m.throughput(256) == pytest.approx(3000)
+    inst = BatchingModel.instant()
+    assert inst.is_instant and inst.step_time(500) == 0.0 and inst.throughput(1) == float("inf")
+    with pytest.raises(ValueError):
+        BatchingModel.from_targets(single_stream_tps=10, plateau_tps=2000, plateau_batch=128)
+
+
+async def _consume(sched: DecodeScheduler, concurrency: int, tokens: int) -> tuple[float, list[list[int]]]:
+    seqs = [sched.submit(tokens) for _ in range(concurrency)]
+
+    async def eat(seq) -> list[int]:  # type: ignore[no-untyped-def]
+        return [await seq.queue.get() for _ in range(tokens)]
+
+    t0 = time.perf_counter()
+    got = await asyncio.gather(*(eat(s) for s in seqs))
+    return concurrency * tokens / (time.perf_counter() - t0), got
+
+
+async def test_decode_loop_delivers_the_model_throughput() -> None:
+    # five times the reference speed keeps the test short; the loop's timing is what is checked
+    model = BatchingModel.from_targets(single_stream_tps=250, plateau_tps=7680, plateau_batch=128)
+    batches: list[int] = []
+    sched = DecodeScheduler(model, on_batch=batches.append)
+    sched.start()
+    try:
+        tps1, got1 = await _consume(sched, 1, 50)
+        tps128, got128 = await _consume(sched, 128, 40)
+        tps256, _ = await _consume(sched, 256, 20)
+    finally:
+        await sched.stop()
+    assert got1 == [list(range(50))]
+    assert all(g == list(range(40)) for g in got128)
+    # never faster than the model; slower only by scheduling noise on a busy shared machine
+    assert 0.6 * 250 < tps1 < 1.03 * 250
+    assert 0.6 * 7680 < tps128 < 1.03 * 7680
+    assert 0.6 * 7680 < tps256 < 1.03 * 7680  # 256 submitted, 128 running: the plateau
+    assert max(batches) == 128 and batches[-1] == 0
+
+
+async def test_cancelled_request_leaves_the_batch() -> None:
+    model = BatchingModel.from_targets(single_stream_tps=1000, plateau_tps=8000, plateau_batch=16)
+    sched = DecodeScheduler(model)
+    sched.start()
+    try:
+        a = sched.submit(1000)
+        b = sched.submit(3)
+        assert [await b.queue.get() for _ in range(3)] == [0, 1, 2]
+        await a.queue.get()
+        await a.queue.get()
+        assert sched.batch == 1  # b finished and left the batch at the step boundary
+        sched.cancel(a)
+        deadline = time.monotonic() + 2
+        while sched.batch and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        assert sched.batch == 0
+        assert a.produced < 1000
+    finally:
+        await sched.stop()
