@@ -61,19 +61,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from kimitui.runfile import RunReader
 
     path = args.file or bundled_sample_run()
-    reader = RunReader(path)
     if args.summary:
         from kimitui.summary import summarize
 
-        print(summarize(reader))
+        print(summarize(RunReader(path)))
         return 0
     if not 0.5 <= args.speed <= 64:
         raise CliError(f"--speed {args.speed} is out of range (0.5 to 64)")
-    for warning in reader.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
     from kimitui.tui.launch import run_replay
 
-    run_replay(path, theme=args.theme, speed=args.speed, reader=reader)
+    run_replay(path, theme=args.theme, speed=args.speed)
     return 0
 
 
