@@ -233,8 +233,9 @@ Host {jump_alias}
 """
 
 
-def start_sshd(base: Path | None = None, *, timeout: float = 10.0) -> SshServer:
-    """Start a real sshd on a free loopback port; see the module docstring."""
+def start_sshd(base: Path | None = None, *, timeout: float = 10.0, extra_config: str = "") -> SshServer:
+    """Start a real sshd on a free loopback port; see the module docstring. EXTRA_CONFIG lines are
+    appended to sshd_config (e.g. "SetEnv HOME=/tmp/x" to time commands without the login dotfiles)."""
     require_sshd()
     d = Path(tempfile.mkdtemp(prefix="kimitui-sshd-", dir=base))
     os.chmod(d, 0o700)
@@ -250,7 +251,7 @@ def start_sshd(base: Path | None = None, *, timeout: float = 10.0) -> SshServer:
     for _attempt in range(3):  # a free port may be taken between choosing and binding it
         port = free_port()
         config = d / "sshd_config"
-        config.write_text(SSHD_CONFIG.format(port=port, host_key=host_key, dir=d))
+        config.write_text(SSHD_CONFIG.format(port=port, host_key=host_key, dir=d) + extra_config)
         known_hosts = d / "known_hosts"
         known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
         ssh_config = d / "ssh_config"
@@ -274,8 +275,8 @@ def start_sshd(base: Path | None = None, *, timeout: float = 10.0) -> SshServer:
 
 
 @contextlib.contextmanager
-def sshd_server(base: Path | None = None) -> Iterator[SshServer]:
-    server = start_sshd(base)
+def sshd_server(base: Path | None = None, extra_config: str = "") -> Iterator[SshServer]:
+    server = start_sshd(base, extra_config=extra_config)
     try:
         yield server
     finally:

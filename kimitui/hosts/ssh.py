@@ -53,8 +53,9 @@ BACKOFF: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
 _MARK = b"kimitui-pid "
 # Prints "kimitui-pid PID START" on stderr, then becomes the command (same pid, session leader: sshd
 # runs each command in a session of its own, so the pid is also the process group).
-_WRAPPER = ('printf "kimitui-pid %s %s\\n" "$$" "$(cut -d" " -f22 /proc/$$/stat 2>/dev/null)" >&2; '
-            'exec "$@"')
+_WRAPPER = ('m() { shift 21; printf "kimitui-pid %s %s\\n" "$$" "$1" >&2; }; '
+            'read -r st < /proc/$$/stat; m $st; exec "$@"')
+# (builtins only: field 22 of /proc/$$/stat is the start time; the comm is "sh" here, without spaces.)
 # Kills the process group PID only if PID still has the start time it had at launch.
 _KILL_GROUP = ('[ "$(cut -d" " -f22 /proc/$1/stat 2>/dev/null)" = "$2" ] && kill -s KILL -- "-$1" '
                '2>/dev/null; exit 0')
