@@ -170,15 +170,17 @@ class TelemetrySource:
         while not self._stop.is_set():
             outcome: list[str] = []
             got_sample = False
-            async for event in self._one_run(outcome):
-                if isinstance(event, HostSample) and not got_sample:
-                    got_sample, retry = True, 0
-                    gap = None if self.last_sample_at is None else self.clock() - self.last_sample_at
-                    yield self._state("connected", f"agent pid {event.agent_pid}, {event.source}", gap)
-                if isinstance(event, HostSample):
-                    self.last_sample_at = self.clock()
-                    self.samples += 1
-                yield event
+            run = self._one_run(outcome)
+            async with contextlib.aclosing(run):  # closing events() closes the stream: the agent ends
+                async for event in run:
+                    if isinstance(event, HostSample) and not got_sample:
+                        got_sample, retry = True, 0
+                        gap = None if self.last_sample_at is None else self.clock() - self.last_sample_at
+                        yield self._state("connected", f"agent pid {event.agent_pid}, {event.source}", gap)
+                    if isinstance(event, HostSample):
+                        self.last_sample_at = self.clock()
+                        self.samples += 1
+                    yield event
             kind, detail = outcome or ["lost", "stopped"]
             if kind == "failed":
                 yield self._state("failed", detail)

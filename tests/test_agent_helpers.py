@@ -91,12 +91,12 @@ def pid_gone(pid: int) -> bool:
         return True
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
+def wait_until(cond: Callable[[], bool], timeout: float = 5.0, poll: float = 0.01) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if cond():
             return True
-        time.sleep(0.01)
+        time.sleep(poll)
     return cond()
 
 
