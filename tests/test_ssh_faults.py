@@ -22,7 +22,7 @@ def server() -> Iterator[SshServer]:
 
 def make_host(server: SshServer, **kw: object) -> SshHost:
     return SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
-                   close_grace=0.3, **kw)  # type: ignore[arg-type]
+                   config_paths=[], close_grace=0.3, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ def server() -> Iterator[SshServer]:
 @pytest.fixture
 async def host(server: SshServer) -> AsyncIterator[SshHost]:
     h = SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
-                close_grace=0.3)
+                config_paths=[], close_grace=0.3)
     try:
         yield h
     finally:
@@ -158,7 +158,7 @@ async def test_signal_checks_start_time(host: SshHost) -> None:
 
 async def test_no_python3_is_one_clear_line(server: SshServer) -> None:
     async with SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
-                       python="python3-not-installed") as h:
+                       config_paths=[], python="python3-not-installed") as h:
         with pytest.raises(HostError, match="no python3 on host") as err:
             await h.signal(ProcId(1, 1), signal.SIGTERM)
         assert "\n" not in str(err.value)
