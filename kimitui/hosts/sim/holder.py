@@ -11,7 +11,6 @@ Stdlib only: holder processes import this module and nothing heavy.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import json
 import mmap
 import os
@@ -72,9 +71,14 @@ def write_holder_record(layout: SimLayout, mem_mib: dict[int, int], *, util: int
 
 
 def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name or "libc.so.6", use_errno=True)
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        pass
+    from ctypes import util  # slow to import (it pulls in subprocess): only where libc.so.6 is not the name
+
+    try:
+        return ctypes.CDLL(util.find_library("c"), use_errno=True)
     except OSError:
         return None
 

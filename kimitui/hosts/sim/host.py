@@ -150,7 +150,7 @@ class SimHost(LocalHost):
         layout = self.layout
         with contextlib.suppress(FileNotFoundError):
             layout.port_file.unlink()
-        argv = [self.python, "-m", "kimitui.hosts.sim.service", "--model", self.model,
+        argv = [self.python, "-S", "-m", "kimitui.hosts.sim.service", "--model", self.model,
                 "--tensor-parallel-size", str(len(self.gpus)), "--host", "127.0.0.1", "--port", str(self._port),
                 "--sim-dir", str(layout.root), "--worker-mem-mib", str(self.worker_mem_mib),
                 "--load-time", str(self.load_time), "--fault", self.faults.mode,
@@ -209,17 +209,25 @@ class SimHost(LocalHost):
             return []
         return session_members([self._service.pid])
 
-    def worker_holders(self) -> dict[int, ProcId]:
-        """GPU index -> the live process whose holder record claims memory on it (from DIR/holders)."""
-        out: dict[int, ProcId] = {}
+    def gpu_holders(self) -> dict[int, list[ProcId]]:
+        """GPU index -> every live process whose holder record claims memory there, oldest first (what the
+        simulated driver counts: after a restart beside a stuck orphan, a GPU has two)."""
+        found: list[tuple[ProcId, list[int]]] = []
         for path in self.layout.holders_dir.glob("*.json"):
-            with contextlib.suppress(OSError, ValueError, KeyError):
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 rec = json.loads(path.read_text())
                 proc = ProcId(int(rec["pid"]), int(rec["start_time"]))
                 if alive(proc):
-                    for gpu in rec["mem_mib"]:
-                        out[int(gpu)] = proc
-        return out
+                    found.append((proc, [int(g) for g in rec["mem_mib"]]))
+        out: dict[int, list[ProcId]] = {}
+        for proc, gpus in sorted(found, key=lambda item: (item[0].start_time, item[0].pid)):
+            for gpu in gpus:
+                out.setdefault(gpu, []).append(proc)
+        return dict(sorted(out.items()))
+
+    def worker_holders(self) -> dict[int, ProcId]:
+        """GPU index -> the newest live holder there: the current service's worker once it has loaded."""
+        return {gpu: procs[-1] for gpu, procs in self.gpu_holders().items()}
 
     def started_procs(self) -> list[ProcId]:
         """Every process the sim started that is still alive (service session, monitor, stray)."""
@@ -258,7 +266,7 @@ class SimHost(LocalHost):
         return flags
 
     async def _spawn_holder(self, args: list[str]) -> ProcId:
-        argv = [self.python, "-m", "kimitui.hosts.sim.worker", *args, "--sim-dir", self.sim_dir]
+        argv = [self.python, "-S", "-m", "kimitui.hosts.sim.worker", *args, "--sim-dir", self.sim_dir]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 env=self._env(), start_new_session=True)
         pid = self._record(proc)

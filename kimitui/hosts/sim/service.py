@@ -107,7 +107,8 @@ class ApiServer:
         env.pop(IGNORE_SIGTERM_ENV, None)
         if stuck:
             env[IGNORE_SIGTERM_ENV] = "1"
-        argv = [sys.executable, "-m", "kimitui.hosts.sim.worker", "tp-worker", "--title", f"VLLM::Worker_TP{rank}",
+        argv = [sys.executable, "-S", "-m", "kimitui.hosts.sim.worker", "tp-worker", "--title",
+                f"VLLM::Worker_TP{rank}",
                 "--sim-dir", str(self.layout.root), "--gpu", str(rank), "--mem-mib", str(self.ns.worker_mem_mib),
                 "--load-time", str(self.ns.load_time), "--parent-pid", str(os.getpid())]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env)
