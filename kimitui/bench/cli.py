@@ -1,0 +1,172 @@
+"""``kimitui bench macro``: the serving sweep, headless. Each level prints as soon as it ends.
+
+Wiring into kimitui/cli.py (two lines): in ``build_parser`` after the other subcommands,
+``from kimitui.bench.cli import add_parser as add_bench_parser; add_bench_parser(sub)``; in ``main``,
+``handlers["bench"] = __import__("kimitui.bench.cli", fromlist=["cmd_bench"]).cmd_bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not levels:
+        raise argparse.ArgumentTypeError("no concurrency levels")
+    return levels
+
+
+def _goodput(items: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.partition(":")
+        if key not in ("ttft", "tpot", "e2el") or not value:
+            raise argparse.ArgumentTypeError(f"--goodput takes ttft:MS, tpot:MS or e2el:MS, not {item!r}")
+        out[key] = float(value)
+    return out
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``bench`` (with its ``macro`` subcommand) to the top-level subparsers."""
+    bench = subparsers.add_parser("bench", help="benchmarks: macro (serving sweep against an OpenAI server)")
+    sub = bench.add_subparsers(dest="bench_command")
+    p = sub.add_parser("macro", help="concurrency sweep against an OpenAI-compatible server (vLLM metrics)",
+                       description="Streamed requests at each concurrency level; metrics as vLLM's "
+                                   "`vllm bench serve` defines them (TTFT, TPOT, ITL, E2EL, throughput).")
+    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", help="model name (default: the first one GET /v1/models lists)")
+    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    p.add_argument("--concurrency", type=_levels, default=None,
+                   help="comma-separated levels, 1 to 512 (default 1,2,4,...,128)")
+    p.add_argument("--requests", type=int, default=64, help="requests per level (default 64)")
+    p.add_argument("--duration", type=float, help="seconds per level instead of a request count")
+    p.add_argument("--request-rate", type=float, help="Poisson arrivals, requests/s (default: as fast as allowed)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up requests per level, not counted (default 1)")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--input-len", type=int, default=128, help="synthetic prompt length in tokens (default 128)")
+    p.add_argument("--dataset", type=Path, help='JSONL prompts: {"prompt": ...} or {"messages": [...]} a line')
+    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                   help="do not send ignore_eos (for servers that reject it)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS", help="SLOs, e.g. ttft:500 tpot:50")
+    p.add_argument("--connect-timeout", type=float, default=10.0)
+    p.add_argument("--read-timeout", type=float, default=60.0, help="longest silence between chunks (s)")
+    p.add_argument("--request-timeout", type=float, default=600.0, help="longest single request (s)")
+    p.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY if set)")
+    p.add_argument("--json", action="store_true", help="one JSON object per level (vLLM's key names)")
+    p.add_argument("--output", type=Path, help="write the whole sweep as JSON to this file")
+    return bench
+
+
+def _config(args: argparse.Namespace) -> Any:
+    import os
+
+    from kimitui.bench.macro import SLO, MacroConfig, Timeouts
+    from kimitui.bench.macro.config import DEFAULT_LEVELS
+
+    slo = _goodput(args.goodput)
+    return MacroConfig(
+        url=args.url, model=args.model, endpoint=args.endpoint,
+        concurrency=args.concurrency or list(DEFAULT_LEVELS), requests=args.requests,
+        duration_s=args.duration, request_rate=args.request_rate, warmup=args.warmup,
+        input_len=args.input_len, dataset=args.dataset, max_tokens=args.max_tokens,
+        ignore_eos=args.ignore_eos, seed=args.seed,
+        timeouts=Timeouts(connect_s=args.connect_timeout, read_s=args.read_timeout,
+                          total_s=args.request_timeout),
+        slo=SLO(ttft_ms=slo.get("ttft"), tpot_ms=slo.get("tpot"), e2el_ms=slo.get("e2el")),
+        api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+    )
+
+
+def _clean(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def format_level(concurrency: int, m: dict[str, Any]) -> str:
+    line = (f"c={concurrency:<4} {m['completed']:>5} ok {m['failed']:>4} failed  "
+            f"out {m['output_throughput']:>9.1f} tok/s  req {m['request_throughput']:>7.2f}/s  "
+            f"TTFT {m['mean_ttft_ms']:>8.1f} ms (p99 {m['p99_ttft_ms']:.1f})  "
+            f"TPOT {m['mean_tpot_ms']:>7.2f} ms  ITL p99 {m['p99_itl_ms']:.2f} ms  "
+            f"reached {m['concurrency_reached']}")
+    if m.get("request_goodput") is not None:
+        line += f"  goodput {m['request_goodput']:.2f}/s"
+    if m["failures"]:
+        line += "  [" + "; ".join(f"{n} x {r}" for r, n in m["failures"].items()) + "]"
+    return line
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "bench_command", None) != "macro":
+        print("kimitui bench: choose a benchmark: macro", file=sys.stderr)
+        return 2
+    import asyncio
+
+    from kimitui.bench.macro import ConfigError, MacroError, run_sweep
+    from kimitui.events import Event, LogLine, MacroPoint
+
+    try:
+        cfg = _config(args)
+        cfg.validate()
+    except (ConfigError, argparse.ArgumentTypeError) as exc:
+        print(f"kimitui bench macro: {exc}", file=sys.stderr)
+        return 2
+
+    def publish(ev: Event) -> None:
+        if isinstance(ev, MacroPoint):
+            if args.json:
+                print(json.dumps({"concurrency": ev.concurrency,
+                                  **{k: _clean(v) for k, v in ev.metrics.items()}}), flush=True)
+            else:
+                print(format_level(ev.concurrency, ev.metrics), flush=True)
+        elif isinstance(ev, LogLine):
+            print(f"{ev.level}: {ev.message}", file=sys.stderr, flush=True)
+
+    async def main() -> Any:
+        cancel = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGINT, cancel.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+        try:
+            return await run_sweep(cfg, publish, cancel=cancel)
+        finally:
+            try:
+                loop.remove_signal_handler(signal.SIGINT)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+    try:
+        result = asyncio.run(main())
+    except (ConfigError, MacroError) as exc:
+        print(f"kimitui bench macro: {exc}", file=sys.stderr)
+        return 2
+    if not args.json and result.single_stream_tok_s is not None:
+        print(f"single stream: {result.single_stream_tok_s:.1f} tok/s (output throughput at concurrency 1)")
+    if args.output:
+        args.output.write_text(result.to_json() + "\n")
+        print(f"sweep written to {args.output}", file=sys.stderr)
+    return 130 if result.cancelled else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (``python -m kimitui.bench.cli macro ...``) until kimitui/cli.py wires it."""
+    parser = argparse.ArgumentParser(prog="kimitui")
+    sub = parser.add_subparsers(dest="command")
+    add_parser(sub)
+    args = parser.parse_args(["bench", *(argv if argv is not None else sys.argv[1:])])
+    return cmd_bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""What a macro sweep does: the target, the workload, the levels, the timeouts and the SLOs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Endpoint = Literal["completions", "chat"]
+
+MAX_CONCURRENCY = 512
+DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+PERCENTILES: tuple[float, ...] = (90.0, 99.0)
+"""Reported as ``p90_*_ms`` and ``p99_*_ms`` (vLLM's naming); the median is ``median_*_ms``."""
+
+
+class ConfigError(ValueError):
+    """The configuration cannot run: a one-line explanation for the operator."""
+
+
+@dataclass(slots=True)
+class Timeouts:
+    connect_s: float = 10.0
+    read_s: float = 60.0
+    """Longest silence between two received blocks of a response (the first one included)."""
+    total_s: float = 600.0
+    """Longest a single request may take from dispatch to its last byte."""
+
+
+@dataclass(slots=True)
+class SLO:
+    """Goodput thresholds in milliseconds (vLLM's ``--goodput ttft:X tpot:Y e2el:Z``); None: not checked."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.ttft_ms is not None or self.tpot_ms is not None or self.e2el_ms is not None
+
+
+@dataclass(slots=True)
+class MacroConfig:
+    url: str
+    """Base URL of the server, e.g. ``http://127.0.0.1:8000`` (a trailing ``/v1`` is accepted)."""
+    model: str | None = None
+    """None: ask ``GET /v1/models`` and take the first."""
+    endpoint: Endpoint = "completions"
+    concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
+    requests: int = 64
+    """Requests per level (ignored when ``duration_s`` is set)."""
+    duration_s: float | None = None
+    """Per level: keep dispatching for this long, then let the requests in flight finish."""
+    request_rate: float | None = None
+    """Requests per second, Poisson arrivals (seeded), with the level as the concurrency cap; None: as fast
+    as the level allows (vLLM's ``--request-rate inf``)."""
+    warmup: int = 1
+    """Warm-up requests before each level, at up to the level's concurrency; not counted."""
+    input_len: int = 128
+    """Synthetic prompt length in tokens (approximate: one common English word is one token)."""
+    dataset: Path | None = None
+    """JSONL with ``{"prompt": ...}`` or ``{"messages": [...]}`` per line, used instead of synthetic prompts."""
+    max_tokens: int = 128
+    ignore_eos: bool = True
+    """Send ``ignore_eos`` (a vLLM extension) so every request yields ``max_tokens`` tokens."""
+    temperature: float = 0.0
+    seed: int = 0
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    slo: SLO = field(default_factory=SLO)
+    api_key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ConfigError(f"url must start with http:// or https://: {self.url!r}")
+        if not self.concurrency:
+            raise ConfigError("no concurrency levels")
+        for c in self.concurrency:
+            if not 1 <= c <= MAX_CONCURRENCY:
+                raise ConfigError(f"concurrency {c} is out of range (1 to {MAX_CONCURRENCY})")
+        if self.duration_s is None and self.requests < 1:
+            raise ConfigError("requests per level must be at least 1")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ConfigError("duration per level must be positive")
+        if self.request_rate is not None and self.request_rate <= 0:
+            raise ConfigError("request rate must be positive")
+        if self.max_tokens < 1 or self.input_len < 1 or self.warmup < 0:
+            raise ConfigError("max_tokens and input_len must be at least 1, warmup at least 0")
+        if self.endpoint not in ("completions", "chat"):
+            raise ConfigError(f"unknown endpoint {self.endpoint!r} (completions or chat)")
+
+    @property
+    def base_url(self) -> str:
+        url = self.url.rstrip("/")
+        return url[:-3] if url.endswith("/v1") else url
+
+    @property
+    def endpoint_path(self) -> str:
+        return "/v1/completions" if self.endpoint == "completions" else "/v1/chat/completions"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["dataset"] = str(self.dataset) if self.dataset else None
+        out.pop("api_key", None)
+        out.pop("headers", None)
+        return out

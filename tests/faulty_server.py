@@ -1,0 +1,271 @@
+"""A real HTTP/1.1 server on 127.0.0.1 that speaks enough of the OpenAI streaming API to test a load
+generator, and injects faults on demand.
+
+Modes (``Behavior.mode``):
+  ok          stream ``n`` tokens in chunks of ``tokens_per_chunk``, then a usage chunk, then ``[DONE]``
+  no_usage    the same without the usage chunk
+  status      answer ``status`` with ``body`` (no stream)
+  malformed   after ``fail_after`` chunks, a ``data:`` line that is not JSON
+  truncate    after ``fail_after`` chunks, close the connection (chunked body left unterminated)
+  truncate_eof  the same with a close-delimited body (no chunked encoding): a clean EOF before [DONE]
+  stall       after ``fail_after`` chunks, send nothing more (until the client gives up)
+  error_event after ``fail_after`` chunks, a ``data: {"error": ...}`` event (vLLM's mid-stream error)
+
+Timing: the first token chunk goes ``first_delay_s`` after the request is read, chunk i at
+``first_delay_s + i * interval_s`` (an absolute schedule, so gaps do not drift). ``barrier`` holds the
+first chunk until that many streams are open at once (or ``barrier_timeout_s``): the peak proves a
+client really had that many requests in flight. ``burst`` writes the whole response at once (the fastest
+zero-delay server); ``yield_chunks`` yields to the event loop between chunks (interleaved streams).
+
+Run standalone (for benchmarks/loadgen.py): ``python tests/faulty_server.py --port 0 [--interval S]``;
+it prints ``PORT <n>`` on its first line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Behavior:
+    mode: str = "ok"
+    status: int = 500
+    body: str = '{"error": {"message": "injected failure", "type": "InternalServerError"}}'
+    n_tokens: int | None = None
+    """Tokens per response; None: the request's max_tokens (as with ignore_eos)."""
+    tokens_per_chunk: int = 1
+    interval_s: float = 0.0
+    first_delay_s: float = 0.0
+    fail_after: int = 2
+    crlf: bool = False
+    comments: bool = False
+    multiline: bool = False
+    role_chunk: bool = False
+    barrier: int = 0
+    barrier_timeout_s: float = 5.0
+    burst: bool = False
+    yield_chunks: bool = False
+    prompt_tokens: int = 7
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    active: int = 0
+    peak_active: int = 0
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    keep_bodies: bool = True
+
+
+class FaultyServer:
+    def __init__(self, behavior: Behavior | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.behavior = behavior or Behavior()
+        self.host, self._port = host, port
+        self.stats = Stats()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._barrier_event = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> FaultyServer:
+        self._server = await asyncio.start_server(self._conn, self.host, self._port, backlog=1024)
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for w in list(self._writers):
+                w.transport.abort()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    async def __aenter__(self) -> FaultyServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- HTTP -------------------------------------------------------------------------------------------
+    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                keep = await self._handle(method, path, body, reader, writer)
+                if not keep:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            self._writers.discard(writer)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    @staticmethod
+    def _head(status: int, headers: dict[str, str]) -> bytes:
+        lines = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+    def _json(self, writer: asyncio.StreamWriter, status: int, payload: bytes) -> None:
+        writer.write(self._head(status, {"Content-Type": "application/json",
+                                         "Content-Length": str(len(payload))}) + payload)
+
+    async def _handle(self, method: str, path: str, raw: bytes, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> bool:
+        b = self.behavior
+        if method == "GET" and path == "/v1/models":
+            self._json(writer, 200, b'{"object": "list", "data": [{"id": "fake-model", "object": "model"}]}')
+            return True
+        if method != "POST" or path not in ("/v1/completions", "/v1/chat/completions"):
+            self._json(writer, 404, b'{"error": "not found"}')
+            return True
+        self.stats.requests += 1
+        req = json.loads(raw or b"{}")
+        if self.stats.keep_bodies:
+            self.stats.bodies.append(req)
+        if b.mode == "status":
+            self._json(writer, b.status, b.body.encode())
+            return True
+        chat = path.endswith("chat/completions")
+        n = b.n_tokens if b.n_tokens is not None else int(req.get("max_tokens") or 16)
+        chunked = b.mode != "truncate_eof"
+        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        headers["Transfer-Encoding" if chunked else "Connection"] = "chunked" if chunked else "close"
+        writer.write(self._head(200, headers))
+        self.stats.active += 1
+        self.stats.peak_active = max(self.stats.peak_active, self.stats.active)
+        try:
+            return await self._stream(reader, writer, chat, n, chunked) and chunked
+        finally:
+            self.stats.active -= 1
+
+    # -- SSE --------------------------------------------------------------------------------------------
+    def _event(self, obj: dict[str, Any] | str) -> bytes:
+        b = self.behavior
+        nl = "\r\n" if b.crlf else "\n"
+        text = obj if isinstance(obj, str) else json.dumps(obj)
+        if b.multiline and not isinstance(obj, str) and ", " in text:
+            head, tail = text.split(", ", 1)
+            lines = f"data: {head},{nl}data: {tail}{nl}"
+        else:
+            lines = f"data: {text}{nl}"
+        prefix = f": keep-alive{nl}" if b.comments else ""
+        return (prefix + lines + nl).encode()
+
+    def _chunk(self, chat: bool, text: str | None, role: bool = False) -> dict[str, Any]:
+        if chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
+            return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake-model",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        return {"id": "cmpl-1", "object": "text_completion", "model": "fake-model",
+                "choices": [{"index": 0, "text": text, "finish_reason": None}]}
+
+    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool, n: int,
+                      chunked: bool) -> bool:
+        b = self.behavior
+        frame = (lambda d: b"%x\r\n%s\r\n" % (len(d), d)) if chunked else (lambda d: d)
+        k = max(1, b.tokens_per_chunk)
+        sizes = [min(k, n - i) for i in range(0, n, k)]
+        frames: list[bytes] = []
+        if chat and b.role_chunk:
+            frames.append(frame(self._event(self._chunk(chat, None, role=True))))
+        cache: dict[int, bytes] = {}
+        for s in sizes:
+            if s not in cache:
+                cache[s] = frame(self._event(self._chunk(chat, " tok" * s)))
+            frames.append(cache[s])
+        fault_at: int | None = None
+        if b.mode in ("malformed", "truncate", "truncate_eof", "stall", "error_event"):
+            fault_at = min(b.fail_after, len(frames))
+            frames = frames[:fault_at]
+        else:
+            if b.mode != "no_usage":
+                frames.append(frame(self._event({"id": "x", "object": "text_completion", "model": "fake-model",
+                                                 "choices": [], "usage": {
+                                                     "prompt_tokens": b.prompt_tokens, "completion_tokens": n,
+                                                     "total_tokens": n + b.prompt_tokens}})))
+            frames.append(frame(self._event("[DONE]")))
+            if chunked:
+                frames.append(b"0\r\n\r\n")
+        if b.barrier:
+            if self.stats.active >= b.barrier:
+                self._barrier_event.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._barrier_event.wait(), b.barrier_timeout_s)
+        if b.burst and b.interval_s == 0 and b.first_delay_s == 0:
+            writer.write(b"".join(frames))
+        else:
+            start = time.perf_counter() + b.first_delay_s
+            ntok = len(sizes) + (1 if chat and b.role_chunk else 0)
+            for i, f in enumerate(frames):
+                if i < ntok:
+                    delay = start + i * b.interval_s - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    elif b.yield_chunks:
+                        await asyncio.sleep(0)
+                writer.write(f)
+                if writer.transport.is_closing():
+                    return False
+            await writer.drain()
+        await writer.drain()
+        if fault_at is None:
+            return True
+        if b.mode == "malformed":
+            writer.write(frame(b"data: {this is not json\n\n"))
+        elif b.mode == "error_event":
+            writer.write(frame(self._event({"error": {"message": "injected mid-stream error", "code": 500}})))
+        elif b.mode == "stall":
+            with contextlib.suppress(ConnectionError):
+                await reader.read()  # until the client gives up and closes
+        await writer.drain()
+        writer.transport.close()
+        return False
+
+
+async def _main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--interval", type=float, default=0.0)
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--burst", action="store_true")
+    p.add_argument("--yield-chunks", action="store_true")
+    a = p.parse_args(argv)
+    srv = FaultyServer(Behavior(interval_s=a.interval, tokens_per_chunk=a.tokens_per_chunk, burst=a.burst,
+                                yield_chunks=a.yield_chunks), port=a.port)
+    srv.stats.keep_bodies = False
+    await srv.start()
+    print(f"PORT {srv.port}", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_main(sys.argv[1:]))
