@@ -116,6 +116,16 @@ class KimituiApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Kept as references: while a modal screen (help, palette) is on top, app.query_one would
+        # search that screen, not the dashboard.
+        self._status = self.query_one(StatusBar)
+        self._tabs = self.query_one("#views", TabbedContent)
+        self._gpu_table = self.query_one(GpuTable)
+        self._mem_history = self.query_one(MemoryHistory)
+        self._proc_table = self.query_one(ProcTable)
+        self._event_log = self.query_one(EventLog)
+        self._bench = self.query_one(BenchView)
+        self._cleanup = self.query_one(CleanupView)
         self.query_one("#gpu-row").border_title = "GPUs"
         self.query_one("#proc-table").border_title = "Processes"
         self.query_one("#event-log").border_title = "Events"
@@ -154,7 +164,7 @@ class KimituiApp(App[None]):
 
     @property
     def active_view(self) -> str:
-        return self.query_one("#views", TabbedContent).active or "dashboard"
+        return self._tabs.active or "dashboard"
 
     def _tick(self) -> None:
         if self.player is not None:
@@ -163,12 +173,14 @@ class KimituiApp(App[None]):
     def redraw(self) -> None:
         """Draw what changed: the header when the clock or controls moved, the visible view when
         the session has a new version or the theme changed."""
+        if not self._status.is_attached:
+            return  # shutting down: the widgets are gone, a last timer tick may still come
         state = self.session.state
         replay = ReplayInfo.of(self.player) if self.player is not None else None
         key = (self.session.version, self.theme, replay.key() if replay else None)
         if key != self._status_key:
             self._status_key = key
-            self.query_one(StatusBar).show(state, replay, live=bool(self.sources), host=self.host_label)
+            self._status.show(state, replay, live=bool(self.sources), host=self.host_label)
         view = self.active_view
         stamp = (self.session.version, self.theme)
         if self._drawn.get(view) == stamp:
@@ -177,19 +189,19 @@ class KimituiApp(App[None]):
         self.frames += 1
         colors = self.colors
         if view == "dashboard":
-            self.query_one(GpuTable).show(state, colors)
-            self.query_one(MemoryHistory).show(state)
-            procs = self.query_one(ProcTable)
-            procs.show(state, colors)
-            procs.border_title = f"Processes ({len(state.procs)})"
-            self.query_one(EventLog).show(state, colors)
+            self._gpu_table.show(state, colors)
+            self._mem_history.show(state)
+            self._proc_table.show(state, colors)
+            self._proc_table.border_title = f"Processes ({len(state.procs)})"
+            self._event_log.show(state, colors)
         elif view == "bench":
-            self.query_one(BenchView).show(state)
+            self._bench.show(state)
         elif view == "cleanup":
-            self.query_one(CleanupView).show(state, colors)
+            self._cleanup.show(state, colors)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        self.redraw()
+        if hasattr(self, "_status"):
+            self.redraw()
 
     # -- actions
 
@@ -244,7 +256,7 @@ class KimituiApp(App[None]):
 
     def action_show_view(self, view: str) -> None:
         if view in VIEWS:
-            self.query_one("#views", TabbedContent).active = view
+            self._tabs.active = view
             self.redraw()
 
     def action_set_theme(self, name: str) -> None:
