@@ -1,0 +1,83 @@
+"""Every fault is a failure with its reason, counted, and never a crash (a real HTTP server injects them)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from kimitui.bench.macro import MacroConfig, Timeouts, run_sweep
+from kimitui.events import Event, LogLine, MacroPoint
+from tests.faulty_server import Behavior, FaultyServer
+
+N = 6
+
+
+async def _sweep(url: str, timeouts: Timeouts | None = None, **kw: object) -> tuple[dict, list[Event]]:
+    events: list[Event] = []
+    cfg = MacroConfig(url=url, model="m", concurrency=[3], requests=N, max_tokens=8, warmup=0,
+                      timeouts=timeouts or Timeouts(connect_s=2, read_s=2, total_s=5), **kw)  # type: ignore[arg-type]
+    result = await run_sweep(cfg, events.append)
+    assert len(result.levels) == 1
+    return result.levels[0].metrics, events
+
+
+@pytest.mark.parametrize(("behavior", "reason"), [
+    (Behavior(mode="status", status=500, body='{"error": "engine dead"}'), 'HTTP 500: {"error": "engine dead"}'),
+    (Behavior(mode="status", status=400, body='{"message": "max_tokens too large"}'), "HTTP 400: {\"message\""),
+    (Behavior(mode="status", status=404, body="no such route"), "HTTP 404: no such route"),
+    (Behavior(mode="malformed", fail_after=2), "malformed SSE: {this is not json"),
+    (Behavior(mode="truncate", fail_after=3), "stream closed early (before [DONE])"),
+    (Behavior(mode="truncate_eof", fail_after=3), "stream closed early (before [DONE])"),
+    (Behavior(mode="truncate", fail_after=0), "stream closed early (before [DONE])"),
+    (Behavior(mode="error_event", fail_after=1), "server error in stream: injected mid-stream error"),
+])
+async def test_fault_is_a_counted_failure_with_reason(behavior: Behavior, reason: str) -> None:
+    async with FaultyServer(behavior) as srv:
+        m, events = await _sweep(srv.url)
+    assert m["completed"] == 0 and m["failed"] == N
+    assert sum(m["failures"].values()) == N
+    assert any(r.startswith(reason) for r in m["failures"]), m["failures"]
+    assert m["output_throughput"] == 0.0
+    warnings = [e for e in events if isinstance(e, LogLine) and e.level == "warning"]
+    assert any(f"{N} of {N} requests failed" in w.message for w in warnings)
+
+
+async def test_server_down_is_connect_error() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    m, _ = await _sweep(f"http://127.0.0.1:{port}")
+    assert m["failed"] == N and m["completed"] == 0
+    assert list(m["failures"]) == [next(iter(m["failures"]))]
+    assert next(iter(m["failures"])).startswith("connect error")
+
+
+async def test_read_timeout_between_chunks() -> None:
+    async with FaultyServer(Behavior(mode="stall", fail_after=2)) as srv:
+        m, _ = await _sweep(srv.url, Timeouts(connect_s=2, read_s=0.2, total_s=5))
+    assert m["failures"] == {"timeout: read (no data between chunks)": N}
+
+
+async def test_total_timeout() -> None:
+    # every gap (50 ms) is shorter than the read timeout, the whole response (2 s) longer than the total
+    async with FaultyServer(Behavior(interval_s=0.05, n_tokens=40)) as srv:
+        m, _ = await _sweep(srv.url, Timeouts(connect_s=2, read_s=1.0, total_s=0.3))
+    assert m["failures"] == {"timeout: total 0.3s exceeded": N}
+    assert m["duration"] < 2.0
+
+
+async def test_mixed_success_and_failure_keep_their_counts() -> None:
+    async with FaultyServer(Behavior(n_tokens=4)) as srv:
+        events: list[Event] = []
+        cfg = MacroConfig(url=srv.url, model="m", concurrency=[2, 2], requests=4, max_tokens=4, warmup=0)
+
+        def publish(ev: Event) -> None:
+            events.append(ev)
+            if isinstance(ev, MacroPoint):  # the second level meets a broken server
+                srv.behavior = Behavior(mode="status", status=503, body="overloaded")
+
+        result = await run_sweep(cfg, publish)
+    first, second = (lv.metrics for lv in result.levels)
+    assert first["completed"] == 4 and first["failed"] == 0 and first["total_output_tokens"] == 16
+    assert second["completed"] == 0 and second["failures"] == {"HTTP 503: overloaded": 4}
