@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -294,12 +295,15 @@ async def test_nothing_survives_an_owner_killed_hard(tmp_path: Path) -> None:
         owner.wait()
     raw, _, sim_dir = line.strip().partition("\t")
     procs = [ProcId(pid, start) for pid, start in json.loads(raw)]
-    assert len(procs) == 5
-    # the sim's watchdog notices its owner is gone; stuck workers included, everything exits
-    await wait_until(lambda: not any(alive(p) for p in procs), "the orphaned sim to exit", timeout=5)
-    import shutil
-
-    shutil.rmtree(sim_dir, ignore_errors=True)  # a killed owner cannot remove its directory
+    try:
+        assert len(procs) == 5
+        # the sim's watchdog notices its owner is gone; stuck workers included, everything exits
+        await wait_until(lambda: not any(alive(p) for p in procs), "the orphaned sim to exit", timeout=5)
+        await wait_until(lambda: not Path(sim_dir).exists(), "the API server to remove the sim dir", timeout=5)
+    finally:  # on failure, leave nothing behind either
+        for p in procs:
+            signal_local(p, signal.SIGKILL)
+        shutil.rmtree(sim_dir, ignore_errors=True)
 
 
 async def test_cli_runs_in_the_foreground_until_sigterm() -> None:

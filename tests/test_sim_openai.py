@@ -226,3 +226,18 @@ async def test_fault_plan_every_nth_request() -> None:
     assert codes == [200, 200, 500, 200, 200, 500]
     with pytest.raises(ValueError):
         FaultPlan("explode")
+
+
+async def test_client_leaving_mid_stream_frees_its_batch_slot() -> None:
+    slow = BatchingModel.from_targets(single_stream_tps=200, plateau_tps=1600, plateau_batch=8)
+    async with SimOpenAIServer(batching=slow) as srv:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=10) as c, c.stream(
+                "POST", "/v1/completions", json={"prompt": "x", "max_tokens": 10_000, "stream": True}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    break
+            assert srv.app.scheduler.batch == 1
+        start = time.monotonic()
+        while srv.app.scheduler.batch:
+            assert time.monotonic() - start < 5, "the abandoned request kept decoding"
+            await asyncio.sleep(0.01)

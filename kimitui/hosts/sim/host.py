@@ -132,13 +132,16 @@ class SimHost(LocalHost):
             raise HostError(f"{self.name}: already started")
         self._layout = create_layout(self.gpus)
         try:
-            if self.nvml_monitor:
-                self.monitor_proc = await self._spawn_holder(
-                    ["monitor", "--title", "nv-hostengine", *self._gpu_flags(range(len(self.gpus)))])
-            if self.stray_gpu is not None:
-                self.stray_proc = await self._spawn_holder(
-                    ["stray", "--title", "python3", *self._gpu_flags([self.stray_gpu])])
+            # the holders start while the service loads; each is waited for below
+            monitor = self._spawn_holder(["monitor", "--title", "nv-hostengine",
+                                          *self._gpu_flags(range(len(self.gpus)))]) if self.nvml_monitor else None
+            stray = self._spawn_holder(["stray", "--title", "python3", *self._gpu_flags([self.stray_gpu])]) \
+                if self.stray_gpu is not None else None
             await self.start_service()
+            if monitor is not None:
+                self.monitor_proc = await self._holder_ready(*monitor)
+            if stray is not None:
+                self.stray_proc = await self._holder_ready(*stray)
         except BaseException:
             await self.close()
             raise
@@ -265,17 +268,26 @@ class SimHost(LocalHost):
             flags += ["--gpu", str(i)]
         return flags
 
-    async def _spawn_holder(self, args: list[str]) -> ProcId:
+    def _spawn_holder(self, args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+        """Start a holder in its own session (a monitor or a stray is not part of the service)."""
         argv = [self.python, "-S", "-m", "kimitui.hosts.sim.worker", *args, "--sim-dir", self.sim_dir]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 env=self._env(), start_new_session=True)
-        pid = self._record(proc)
+        self._record(proc)
+        return proc, args[0]
+
+    async def _holder_ready(self, proc: subprocess.Popen[bytes], role: str) -> ProcId:
+        """Wait for the holder's ``ready`` line: its device files are open (and mapped) from then on."""
         assert proc.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), self.ready_timeout)
+        try:
+            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), self.ready_timeout)
+        except TimeoutError:
+            raise HostError(f"{self.name}: the {role} holder did not start in {self.ready_timeout:.0f}s") from None
         proc.stdout.close()
         if line.strip() != b"ready":
-            raise HostError(f"{self.name}: holder {args[0]} failed to start (rc {proc.poll()})")
-        return pid
+            raise HostError(f"{self.name}: the {role} holder failed to start (rc {proc.poll()})")
+        start = read_start_time(proc.pid)
+        return ProcId(proc.pid, start if start is not None else -1)
 
     def _record(self, proc: subprocess.Popen[bytes]) -> ProcId:
         self._children.append(proc)

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,7 +129,7 @@ class OpenAIApp:
         else:
             await self._complete(req, out, fault)
 
-    async def _tokens(self, req: GenRequest, out: Responder):  # type: ignore[no-untyped-def]
+    async def _tokens(self, req: GenRequest, out: Responder) -> AsyncIterator[list[int]]:
         """Yield lists of token indexes as the decode loop produces them (all at once when instant)."""
         if self.batching.is_instant:
             for start in range(0, req.max_tokens, INSTANT_TOKENS_PER_WRITE):
@@ -155,31 +155,40 @@ class OpenAIApp:
         stop_at = req.max_tokens // 2 if fault == "stop_midstream" else -1
         await out.start_stream()
         sent = 0
-        async for batch in self._tokens(req, out):
+        async with contextlib.aclosing(self._tokens(req, out)) as tokens:
+            sent = await self._write_tokens(tokens, chunks, out, stop_at, fault)
+        if sent < req.max_tokens:
+            return  # the client left, or the stream was cut on purpose
+        tail = [chunks.usage(sent)] if req.include_usage and fault != "no_usage" else []
+        out.write(b"".join([*tail, chunks.done()]))
+        await out.end()
+
+    @staticmethod
+    async def _write_tokens(tokens: AsyncIterator[list[int]], chunks: ChunkWriter, out: Responder,
+                            stop_at: int, fault: str) -> int:
+        sent = 0
+        async for batch in tokens:
             buf = [chunks.role()] if sent == 0 else []
             for index in batch:
                 if sent == stop_at:
                     out.write(b"".join(buf))
                     await out.drain()
                     out.abort()
-                    return
+                    return sent
                 buf.append(_MALFORMED if fault == "malformed_sse" and sent == 1 else chunks.token(index))
                 sent += 1
             out.write(b"".join(buf))
             await out.drain()
-        if sent < req.max_tokens:
-            return  # the client left
-        tail = [chunks.usage(sent)] if req.include_usage and fault != "no_usage" else []
-        out.write(b"".join([*tail, chunks.done()]))
-        await out.end()
+        return sent
 
     async def _complete(self, req: GenRequest, out: Responder, fault: str) -> None:
         got = 0
-        async for batch in self._tokens(req, out):
-            got += len(batch)
-            if fault == "stop_midstream" and got >= req.max_tokens // 2:
-                out.abort()
-                return
+        async with contextlib.aclosing(self._tokens(req, out)) as tokens:
+            async for batch in tokens:
+                got += len(batch)
+                if fault == "stop_midstream" and got >= req.max_tokens // 2:
+                    out.abort()
+                    return
         if got < req.max_tokens:
             return
         if fault == "malformed_sse":

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,7 +164,9 @@ class ApiServer:
         owner = owner_from_env()
         while owner is not None:
             if not owner_alive(owner):
+                # the owner was killed before it could tear the sim down: do it for it
                 self.signal_workers(signal.SIGKILL)
+                shutil.rmtree(self.layout.root, ignore_errors=True)
                 self.stop.set()
                 return
             await asyncio.sleep(OWNER_CHECK_S)
