@@ -53,12 +53,12 @@ async def test_decode_loop_delivers_the_model_throughput() -> None:
     sched.start()
     try:
         tps1, got1 = await _consume(sched, 1, 50)
-        tps128, got128 = await _consume(sched, 128, 40)
-        tps256, _ = await _consume(sched, 256, 20)
+        tps128, got128 = await _consume(sched, 128, 24)
+        tps256, _ = await _consume(sched, 256, 12)
     finally:
         await sched.stop()
     assert got1 == [list(range(50))]
-    assert all(g == list(range(40)) for g in got128)
+    assert all(g == list(range(24)) for g in got128)
     # never faster than the model; slower only by scheduling noise on a busy shared machine
     assert 0.6 * 250 < tps1 < 1.03 * 250
     assert 0.6 * 7680 < tps128 < 1.03 * 7680

@@ -224,7 +224,7 @@ async def test_sigterm_leaves_exactly_the_stuck_workers() -> None:
 
 
 async def test_sigkill_of_api_server_and_restart() -> None:
-    async with SimHost(gpus=3, stuck_workers=1, nvml_monitor=False, load_time=0.4) as h:
+    async with SimHost(gpus=3, stuck_workers=1, nvml_monitor=False, load_time=0.25) as h:
         api = h.service_proc
         assert api is not None
         workers = h.worker_holders()

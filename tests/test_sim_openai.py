@@ -241,3 +241,27 @@ async def test_client_leaving_mid_stream_frees_its_batch_slot() -> None:
         while srv.app.scheduler.batch:
             assert time.monotonic() - start < 5, "the abandoned request kept decoding"
             await asyncio.sleep(0.01)
+
+
+async def test_standalone_instant_server_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import signal
+    import subprocess
+    import sys
+
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, "-m", "kimitui.hosts.sim.openai_server", "--instant",
+                             "--port-file", str(port_file)], stdout=subprocess.DEVNULL)
+    try:
+        start = time.monotonic()
+        while not port_file.exists():
+            assert proc.poll() is None and time.monotonic() - start < 10
+            await asyncio.sleep(0.01)
+        url = f"http://127.0.0.1:{int(port_file.read_text())}"
+        async with httpx.AsyncClient(base_url=url, timeout=10) as c:
+            assert await _stream_tokens(c, 500) == 500
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(asyncio.to_thread(proc.wait), 10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

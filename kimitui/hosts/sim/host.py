@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import kimitui
@@ -262,9 +263,9 @@ class SimHost(LocalHost):
         return env
 
     @staticmethod
-    def _gpu_flags(indexes: object) -> list[str]:
+    def _gpu_flags(indexes: Iterable[int]) -> list[str]:
         flags: list[str] = []
-        for i in indexes:  # type: ignore[attr-defined]
+        for i in indexes:
             flags += ["--gpu", str(i)]
         return flags
 

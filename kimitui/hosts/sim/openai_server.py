@@ -200,8 +200,12 @@ class OpenAIApp:
 class SimOpenAIServer:
     """An ``OpenAIApp`` served over HTTP on loopback: ``async with SimOpenAIServer(...) as server``."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, **app_options: object) -> None:
-        self.app = OpenAIApp(**app_options)  # type: ignore[arg-type]
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL,
+                 batching: BatchingModel | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+                 faults: FaultPlan | None = None, ready: Callable[[], bool] | None = None,
+                 on_batch: Callable[[int], None] | None = None) -> None:
+        self.app = OpenAIApp(model=model, batching=batching, max_model_len=max_model_len, faults=faults,
+                             ready=ready, on_batch=on_batch)
         self._http = HttpServer(self.app.handle, host, port)
         self.host = host
 
