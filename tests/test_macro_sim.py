@@ -1,0 +1,63 @@
+"""The load generator against the simulated vLLM server (issue 3): the saturation curve, and its faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from kimitui.bench.macro import MacroConfig, Timeouts, run_sweep
+from kimitui.hosts.sim.batching import BatchingModel
+from kimitui.hosts.sim.openai_server import FaultPlan, SimOpenAIServer
+
+# 100 tok/s for one stream, 1600 tok/s from batch 16 on (the sim queues what does not fit)
+CURVE = BatchingModel.from_targets(single_stream_tps=100, plateau_tps=1600, plateau_batch=16)
+
+
+async def test_saturation_curve_rises_then_plateaus() -> None:
+    by_c = {}
+    async with SimOpenAIServer(batching=CURVE) as srv:
+        for c, n in ((1, 2), (4, 8), (16, 32), (32, 64)):  # two waves a level
+            cfg = MacroConfig(url=srv.url, concurrency=[c], requests=n, max_tokens=24, warmup=0)
+            result = await run_sweep(cfg, lambda e: None)
+            by_c[c] = result.levels[0].metrics
+    assert result.model == "moonshotai/Kimi-K2.5"  # discovered through GET /v1/models
+    for c, m in by_c.items():
+        assert m["failed"] == 0 and m["usage_missing"] == 0, (c, m["failures"])
+        assert m["total_output_tokens"] == m["completed"] * 24
+    tput = {c: m["output_throughput"] for c, m in by_c.items()}
+    assert tput[1] == pytest.approx(100, rel=0.3)
+    assert tput[4] == pytest.approx(CURVE.throughput(4), rel=0.3)
+    assert tput[16] > 8 * tput[1]  # batching pays
+    assert tput[32] == pytest.approx(tput[16], rel=0.25)  # and then it does not: the plateau
+    assert tput[32] <= 1600 * 1.1
+    # past the plateau the extra requests queue in the server: TTFT grows, TPOT does not
+    assert by_c[32]["mean_ttft_ms"] > 3 * by_c[16]["mean_ttft_ms"]
+    assert by_c[32]["median_tpot_ms"] == pytest.approx(by_c[16]["median_tpot_ms"], rel=0.3)
+    assert by_c[1]["mean_tpot_ms"] == pytest.approx(10.0, rel=0.3)  # 1 / 100 tok/s
+    assert by_c[32]["concurrency_reached"] == 32
+
+
+@pytest.mark.parametrize(("mode", "reason"), [
+    ("http500", "HTTP 500: "),
+    ("close", "stream closed early"),
+    ("malformed_sse", "malformed SSE: "),
+    ("stop_midstream", "stream closed early"),
+    ("hang", "timeout: read"),
+])
+async def test_sim_faults_are_counted_with_reasons(mode: str, reason: str) -> None:
+    fast = BatchingModel.from_targets(single_stream_tps=2000, plateau_tps=16000, plateau_batch=16)
+    async with SimOpenAIServer(batching=fast, faults=FaultPlan(mode, every=2)) as srv:
+        cfg = MacroConfig(url=srv.url, concurrency=[4], requests=8, max_tokens=8, warmup=0,
+                          timeouts=Timeouts(connect_s=2, read_s=0.3, total_s=5))
+        m = (await run_sweep(cfg, lambda e: None)).levels[0].metrics
+    assert m["completed"] == 4 and m["failed"] == 4
+    assert sum(m["failures"].values()) == 4
+    assert all(r.startswith(reason) for r in m["failures"]), m["failures"]
+
+
+async def test_sim_no_usage_is_flagged_not_failed() -> None:
+    fast = BatchingModel.from_targets(single_stream_tps=2000, plateau_tps=16000, plateau_batch=16)
+    async with SimOpenAIServer(batching=fast, faults=FaultPlan("no_usage", every=1)) as srv:
+        cfg = MacroConfig(url=srv.url, endpoint="chat", concurrency=[2], requests=4, max_tokens=8, warmup=0)
+        m = (await run_sweep(cfg, lambda e: None)).levels[0].metrics
+    assert m["completed"] == 4 and m["failed"] == 0 and m["usage_missing"] == 4
+    assert m["total_output_tokens"] == 32  # the sim sends one token per chunk, so the lower bound is exact
