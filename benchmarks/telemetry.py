@@ -5,7 +5,12 @@ Figures (each a function registered in FIGURES; add yours the same way):
                driver on an 8-GPU sim dir; next to one `nvidia-smi --query-gpu` call where nvidia-smi
                exists. Needs only the stdlib (+ pynvml): it loads kimitui/hosts/agent.py by path, so it
                runs on a bare GPU host too.
-Targets (issue 3): <= 1 ms per 8-GPU sample.
+  ssh-latency  sample-to-state latency over SSH on loopback at 4 Hz: a real sshd (tests/sshd.py), the agent
+               on an 8-GPU sim dir streamed through SshHost + TelemetrySource into a Session; latency is the
+               time from the agent taking a sample to the fold having it.
+  dashboard-cpu  the dashboard's CPU use while a live source feeds it 8 GPUs and 64 processes at 2 Hz,
+               measured as this process's CPU time over --duration seconds (Textual headless, 120x40).
+Targets (issue 3): <= 1 ms per 8-GPU sample; latency <= 50 ms beyond the interval; dashboard <= 3% of a core.
 """
 
 from __future__ import annotations
@@ -137,8 +142,112 @@ def agent_cost(args: argparse.Namespace) -> None:
         print("  nvidia-smi: not on this host")
 
 
+def _percentiles(values: list[float]) -> tuple[float, float, float]:
+    s = sorted(values)
+    return statistics.median(s), s[min(len(s) - 1, int(0.99 * len(s)))], s[-1]
+
+
+def ssh_latency(args: argparse.Namespace) -> None:
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))
+    from kimitui.events import HostSample
+    from kimitui.hosts.ssh import SshHost
+    from kimitui.session import Session
+    from kimitui.telemetry import TelemetrySource
+    from tests.sshd import start_sshd
+
+    n = max(20, min(args.samples, 120))
+    children = [subprocess.Popen(["sleep", "300"]) for _ in range(8)]
+    tmp = tempfile.mkdtemp(prefix="kimitui-bench-")
+    make_sim_dir(tmp, 8, [(c.pid, _start_time(c.pid)) for c in children])
+    server = start_sshd()
+
+    async def run() -> tuple[list[float], list[float]]:
+        host = SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
+                       config_paths=[])
+        source = TelemetrySource(host, interval=0.25, sim_dir=tmp, dev_prefix=os.path.join(tmp, "dev", "nvidia"))
+        session = Session()
+        latencies: list[float] = []
+        gaps: list[float] = []
+        last_t: float | None = None
+        try:
+            async for ev in source.events():
+                session.publish(ev)
+                if isinstance(ev, HostSample):
+                    latencies.append(time.time() - ev.t)
+                    if last_t is not None:
+                        gaps.append(ev.t - last_t)
+                    last_t = ev.t
+                    if len(latencies) >= n:
+                        break
+        finally:
+            source.stop()
+            await host.close()
+        return latencies, gaps
+
+    try:
+        latencies, gaps = asyncio.run(run())
+    finally:
+        server.stop()
+        for c in children:
+            c.kill()
+            c.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    med, p99, worst = _percentiles(latencies[1:])
+    print(f"  {len(latencies)} samples at 4 Hz over SSH on loopback (8 simulated GPUs)")
+    print(f"  sample-to-state latency: median {med * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms, max {worst * 1e3:.1f} ms"
+          f"  (target <= 50 ms beyond the 250 ms interval)")
+    gmed, gp99, gmax = _percentiles(gaps)
+    print(f"  interval between samples: median {gmed * 1e3:.1f} ms, p99 {gp99 * 1e3:.1f} ms, max {gmax * 1e3:.1f} ms")
+
+
+def dashboard_cpu(args: argparse.Namespace) -> None:
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))
+    from kimitui.events import GpuSample, HostSample, ProcSample
+    from kimitui.session import Session
+    from kimitui.tui.app import KimituiApp
+
+    duration = args.duration
+
+    class Synthetic:
+        """8 GPUs and 64 processes at 2 Hz, memory and utilisation moving every sample."""
+
+        async def events(self):  # type: ignore[no-untyped-def]
+            seq = 0
+            next_t = time.monotonic()
+            while True:
+                seq += 1
+                gpus = [GpuSample(i, f"GPU-{i}", "NVIDIA RTX PRO 6000", mem_used_mib=90000.0 + (seq * 37 + i) % 900,
+                                  mem_total_mib=97887.0, mem_reserved_mib=616.0, util_pct=float((seq + i) % 100),
+                                  temp_c=60.0, power_w=300.0 + seq % 50, sm_clock_mhz=2100.0) for i in range(8)]
+                procs = [ProcSample(pid=1000 + k, start_time=5000 + k, user="vllm", gpu_mem_mib={k % 8: 1400.0},
+                                    kind="cuda", unit="vllm.service", cmdline=f"python3 worker {k}", state="S",
+                                    gpus=[k % 8]) for k in range(64)]
+                yield HostSample(t=time.time(), host="bench", seq=seq, gpus=gpus, procs=procs)
+                next_t += 0.5
+                await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+
+    async def run() -> tuple[float, float]:
+        session = Session()
+        app = KimituiApp(session, sources=[Synthetic()], host_label="bench")  # type: ignore[list-item]
+        async with app.run_test(size=(120, 40)):
+            await asyncio.sleep(2.0)  # let the first frames and imports settle before measuring
+            cpu0, wall0 = time.process_time(), time.monotonic()
+            await asyncio.sleep(duration)
+            return time.process_time() - cpu0, time.monotonic() - wall0
+
+    cpu, wall = asyncio.run(run())
+    print(f"  dashboard at 2 Hz, 8 GPUs + 64 processes, 120x40 headless, {wall:.0f} s: CPU {cpu:.2f} s = "
+          f"{cpu / wall * 100:.2f}% of one core (target <= 3%)")
+
+
 FIGURES: dict[str, Callable[[argparse.Namespace], None]] = {
     "agent-cost": agent_cost,
+    "ssh-latency": ssh_latency,
+    "dashboard-cpu": dashboard_cpu,
 }
 
 
@@ -147,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", choices=sorted(FIGURES), help="run only this figure")
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--sim", action="store_true", help="agent-cost: use the sim source even with NVML")
+    ap.add_argument("--duration", type=float, default=60.0, help="dashboard-cpu: seconds measured (default 60)")
     args = ap.parse_args(argv)
     for name in args.only or list(FIGURES):
         print(f"== {name}")
