@@ -1,0 +1,356 @@
+"""The cleanup executor: runs the escalation for one target, step by step, each through preview and
+consent, every signal guarded, every wait a poll with a deadline, every event published and audited.
+
+    ex = CleanupExecutor(host, target, view, consent, publish=session.publish, audit=AuditLog())
+    report = await ex.run()          # graceful, process, device, verify (and reset when it applies)
+    await ex.restart()               # after the micro phase
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal as signal_mod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimitui.cleanup import steps
+from kimitui.cleanup.audit import AuditLog
+from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, current_operator, is_optional
+from kimitui.cleanup.hostprocs import HostProcs, ProcScan, is_local
+from kimitui.cleanup.plan import STEPS, CleanupTarget, proc_gpus
+from kimitui.cleanup.safety import Candidate, SafetyPolicy, local_protected
+from kimitui.cleanup.view import ProcessView
+from kimitui.cleanup.waits import Clock, SystemClock
+from kimitui.events import (
+    CleanupPlan,
+    Consent,
+    Event,
+    HostSample,
+    ProcRef,
+    ProcSample,
+    SignalOutcome,
+    SignalSent,
+    StepPreview,
+    StepResult,
+    Verification,
+)
+from kimitui.hosts.base import Host, HostError, ProcId
+
+Publish = Callable[[Event], None]
+Key = tuple[int, int | None]
+
+
+def key(c: Candidate) -> Key:
+    return (c.pid, c.start_time)
+
+
+@dataclass(slots=True)
+class CleanupReport:
+    clean: bool
+    verification: Verification | None
+    results: dict[str, StepResult] = field(default_factory=dict)
+    consent_to_clean_s: float | None = None
+    """From the last accepted consent to the verification that found every GPU clean."""
+    signals: list[SignalSent] = field(default_factory=list)
+    outcomes: list[SignalOutcome] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Confirmed:
+    """What the operator confirmed for one step: only these (pid, start time) may be signalled."""
+
+    step: str
+    procs: dict[Key, Candidate] = field(default_factory=dict)
+
+
+class CleanupExecutor:
+    def __init__(self, host: Host, target: CleanupTarget, view: ProcessView, consent: ConsentCallback,
+                 publish: Publish | None = None, audit: AuditLog | None = None, clock: Clock | None = None,
+                 procs: HostProcs | None = None) -> None:
+        self.host, self.target, self.view, self.consent = host, target, view, consent
+        self.publish_sink = publish
+        self.audit = audit
+        self.clock = clock or SystemClock()
+        self.procs = procs or HostProcs(host)
+        self.operator = target.operator or current_operator()
+        self.host_name = target.host or host.name
+        self.safety = SafetyPolicy(allow_other_users=target.allow_other_users)
+        self.tree: dict[int, Candidate] = {}
+        """The service's process tree as first seen (pid -> identity), kept after its parent is gone."""
+        self.stuck: dict[Key, str] = {}
+        self.scope: list[int] = []
+        self.report = CleanupReport(False, None)
+        self.last_consent_mono: float | None = None
+        self._protected_loaded = False
+
+    # --- events -------------------------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        if self.publish_sink is not None:
+            self.publish_sink(event)
+        if self.audit is not None:
+            self.audit.record(event, self.host_name, self.operator)
+        if isinstance(event, SignalSent):
+            self.report.signals.append(event)
+        elif isinstance(event, SignalOutcome):
+            self.report.outcomes.append(event)
+        elif isinstance(event, StepResult):
+            self.report.results[event.step] = event
+
+    def now(self) -> float:
+        return self.clock.time()
+
+    def result(self, step: str, status: str, reason: str, started: float) -> StepResult:
+        res = StepResult(self.now(), step=step, status=status, reason=reason,  # type: ignore[arg-type]
+                         elapsed_s=round(self.clock.monotonic() - started, 4))
+        self.emit(res)
+        return res
+
+    # --- what is there ------------------------------------------------------------------------------
+
+    async def sample(self, after: float | None = None) -> HostSample:
+        sample = await self.view.latest(after=after, timeout=self.target.deadlines.sample_s)
+        self.safety.agent_pid = sample.agent_pid
+        return sample
+
+    async def scan(self) -> ProcScan:
+        scan = await self.procs.scan()
+        if not self._protected_loaded:
+            await self._load_protected(scan)
+        return scan
+
+    async def _load_protected(self, scan: ProcScan) -> None:
+        self._protected_loaded = True
+        self.safety.user = scan.user
+        where = "kimitui itself" if is_local(self.host) else "the cleanup's own session on the host"
+        self.safety.protect({scan.self_pid}, where)
+        self.safety.protect(scan.ancestors, "an ancestor of kimitui's session (shell, sshd, init)"
+                            if not is_local(self.host) else "an ancestor of kimitui")
+        if is_local(self.host):
+            self.safety.protect(local_protected(), "kimitui itself or an ancestor")
+        for attr in ("protected_pids", "session_pids"):
+            extra: Any = getattr(self.host, attr, None)
+            if callable(extra):
+                try:
+                    extra = extra()
+                    if inspect.isawaitable(extra):
+                        extra = await extra
+                except HostError:
+                    extra = None
+            if extra:
+                pids = {int(getattr(p, "pid", p)) for p in extra}
+                self.safety.protect(pids, "the host connection's own processes (SSH session / sshd)")
+
+    def protect_agent(self, scan: ProcScan, sample: HostSample) -> None:
+        if sample.agent_pid:
+            self.safety.protect({sample.agent_pid}, "the telemetry agent")
+            pid = sample.agent_pid
+            seen = {pid}
+            while (info := scan.procs.get(pid)) is not None and info.ppid > 1 and info.ppid not in seen:
+                pid = info.ppid
+                seen.add(pid)
+                self.safety.protect({pid}, "an ancestor of the telemetry agent")
+
+    def from_scan(self, scan: ProcScan, pid: int, sample: HostSample | None, unit: str | None = None) -> Candidate:
+        info = scan.procs[pid]
+        c = Candidate(pid, info.start_time, info.ppid, info.user, info.cmdline, info.state, unit=unit)
+        if sample is not None:
+            for p in sample.procs:
+                if p.pid == pid:
+                    self._enrich(c, p)
+        return c
+
+    def _enrich(self, c: Candidate, p: ProcSample) -> None:
+        c.gpus = sorted(proc_gpus(p))
+        c.mem_mib = float(sum(p.gpu_mem_mib.values()))
+        c.kind = p.kind
+        c.unit = c.unit or p.unit or (f"docker:{p.container}" if p.container else None)
+
+    def from_sample(self, p: ProcSample) -> Candidate:
+        c = Candidate(p.pid, p.start_time, p.ppid, p.user, p.cmdline, p.state, visible=p.visible)
+        self._enrich(c, p)
+        return c
+
+    async def service_left(self, scan: ProcScan, sample: HostSample | None) -> tuple[list[Candidate], str]:
+        """What is left of the service's process tree: members first seen still alive (same start time),
+        whatever the manager names now, and all their live descendants."""
+        svc = self.target.service
+        if svc is None:
+            return [], ""
+        try:
+            found = await svc.processes(self.host)
+        except HostError as exc:
+            found = None
+            why = f"manager unreachable: {exc}"
+        unit = None
+        if found is not None:
+            unit = found.unit or (f"docker:{found.container}" if found.container else None)
+            why = found.why or svc.label
+        roots = [p for p in (found.pids if found else []) if p in scan.procs]
+        roots += [pid for pid, c in self.tree.items()
+                  if pid in scan.procs and scan.procs[pid].start_time == c.start_time and pid not in roots]
+        members = roots + scan.descendants(roots)
+        out: list[Candidate] = []
+        for pid in members:
+            info = scan.procs.get(pid)
+            if info is None or info.state in ("Z", "X"):
+                continue
+            known = self.tree.get(pid)
+            if known is not None and known.start_time != info.start_time:
+                known = None
+            c = self.from_scan(scan, pid, sample, unit=(known.unit if known else unit))
+            self.tree.setdefault(pid, c)
+            out.append(c)
+        return out, why
+
+    # --- preview and consent ------------------------------------------------------------------------
+
+    def ref(self, c: Candidate, reason: str) -> ProcRef:
+        return ProcRef(pid=c.pid, start_time=c.start_time, user=c.user, gpus=list(c.gpus),
+                       mem_mib=round(c.mem_mib, 1), unit=c.unit, cmdline=c.cmdline, reason=reason,
+                       kind=c.kind)  # type: ignore[arg-type]
+
+    async def ask(self, step: str, action: str, targets: list[tuple[Candidate, str]],
+                  spared: list[tuple[Candidate, str]]) -> Confirmed | None:
+        """Publish the preview, ask the operator, publish the consent. None when declined."""
+        preview = StepPreview(self.now(), step=step, action=action,
+                              targets=[self.ref(c, why) for c, why in targets],
+                              spared=[self.ref(c, why) for c, why in spared])
+        self.emit(preview)
+        try:
+            decision = await self.consent(preview)
+        except Exception as exc:
+            decision = ConsentDecision(False, None, self.operator, f"consent failed: {exc}")
+        by_pid: dict[int, Candidate] = {c.pid: c for c, _ in targets}
+        optional = {c.pid: c for c, why in spared if is_optional(self.ref(c, why))}
+        refused: list[tuple[int, str]] = []
+        chosen: dict[Key, Candidate] = {}
+        if decision.accepted:
+            wanted = list(by_pid) if decision.pids is None else list(decision.pids)
+            for pid in wanted:
+                c = by_pid.get(pid) or optional.get(pid)
+                if c is None:
+                    why = next((w for s, w in spared if s.pid == pid), "not in the preview")
+                    refused.append((pid, why))
+                    continue
+                why_not = self.safety.refusal(c)
+                if why_not is not None:
+                    refused.append((pid, why_not))
+                    continue
+                chosen[key(c)] = c
+        note = decision.note
+        if refused:
+            note = (note + "; " if note else "") + "ticked but refused: " + ", ".join(
+                f"{pid} ({why})" for pid, why in refused)
+        self.emit(Consent(self.now(), step=step, accepted=decision.accepted,
+                          operator=decision.operator or self.operator,
+                          pids=[c.pid for c in chosen.values()], note=note))
+        for pid, why in refused:
+            c = by_pid.get(pid) or next((s for s, _ in spared if s.pid == pid), None)
+            self.emit(SignalSent(self.now(), step=step, pid=pid, start_time=c.start_time if c else None,
+                                 signal="-", outcome="refused", detail=why, cmdline=c.cmdline if c else ""))
+        if not decision.accepted:
+            return None
+        self.last_consent_mono = self.clock.monotonic()
+        return Confirmed(step, chosen)
+
+    # --- signals and waits --------------------------------------------------------------------------
+
+    async def signal(self, confirmed: Confirmed, c: Candidate, sig: signal_mod.Signals) -> str:
+        """Send only to a confirmed, still-allowed process whose (pid, start time) still match."""
+        name = sig.name
+        if key(c) not in confirmed.procs:
+            outcome, detail = "refused", "not in the confirmed preview"
+        elif (why := self.safety.refusal(c)) is not None:
+            outcome, detail = "refused", why
+        else:
+            assert c.start_time is not None
+            try:
+                res = await self.host.signal(ProcId(c.pid, c.start_time), int(sig))
+                outcome, detail = res.outcome, res.detail
+            except HostError as exc:
+                outcome, detail = "error", str(exc)
+        self.emit(SignalSent(self.now(), step=confirmed.step, pid=c.pid, start_time=c.start_time, signal=name,
+                             outcome=outcome, detail=detail, cmdline=c.cmdline))  # type: ignore[arg-type]
+        return outcome
+
+    async def signal_all(self, confirmed: Confirmed, cands: list[Candidate],
+                         sig: signal_mod.Signals) -> list[Candidate]:
+        """Signal each concurrently; returns those the signal reached."""
+        outcomes = await asyncio.gather(*(self.signal(confirmed, c, sig) for c in cands))
+        return [c for c, o in zip(cands, outcomes, strict=True) if o == "sent"]
+
+    async def wait_gone(self, step: str, cands: list[Candidate], signame: str, timeout: float,
+                        final: bool) -> list[Candidate]:
+        """Poll until each has exited (publishing its exit time) or the deadline; returns survivors,
+        reported as survived, or as stuck (with their /proc state) when ``final``."""
+        start = self.clock.monotonic()
+        left = {key(c): c for c in cands}
+        poll = self.target.deadlines.poll_s
+        while left:
+            try:
+                stats = await self.procs.stat([c.pid for c in left.values()])
+            except HostError:
+                stats = None
+            if stats is not None:
+                elapsed = round(self.clock.monotonic() - start, 4)
+                for k, c in list(left.items()):
+                    st = stats.get(c.pid)
+                    if st is None or st[0] != c.start_time or st[1] in ("Z", "X"):
+                        del left[k]
+                        self.emit(SignalOutcome(self.now(), step=step, pid=c.pid, start_time=c.start_time,
+                                                signal=signame, outcome="exited", elapsed_s=elapsed))
+                    else:
+                        c.state = st[1]
+            now = self.clock.monotonic()
+            if not left or now - start >= timeout:
+                break
+            await asyncio.sleep(min(poll, timeout - (now - start)))
+        elapsed = round(self.clock.monotonic() - start, 4)
+        for k, c in left.items():
+            outcome = "stuck" if final else "survived"
+            if final:
+                self.stuck[k] = c.state or "?"
+            self.emit(SignalOutcome(self.now(), step=step, pid=c.pid, start_time=c.start_time, signal=signame,
+                                    outcome=outcome, elapsed_s=elapsed, state=c.state))  # type: ignore[arg-type]
+        return list(left.values())
+
+    async def terminate(self, confirmed: Confirmed) -> list[Candidate]:
+        """SIGTERM, poll for the grace period, SIGKILL the survivors, poll; returns the stuck."""
+        d = self.target.deadlines
+        cands = list(confirmed.procs.values())
+        sent = await self.signal_all(confirmed, cands, signal_mod.SIGTERM)
+        survivors = await self.wait_gone(confirmed.step, sent, "SIGTERM", d.term_grace_s, final=False)
+        if not survivors:
+            return []
+        killed = await self.signal_all(confirmed, survivors, signal_mod.SIGKILL)
+        return await self.wait_gone(confirmed.step, killed, "SIGKILL", d.kill_s, final=True)
+
+    # --- the escalation -----------------------------------------------------------------------------
+
+    async def run(self, steps_wanted: tuple[str, ...] = STEPS) -> CleanupReport:
+        sample = await self.sample()
+        self.scope = self.target.scope(sample)
+        svc = self.target.service
+        self.emit(CleanupPlan(self.now(), host=self.host_name, service=svc.name if svc else "",
+                              manager=svc.kind if svc else "none", gpus=list(self.scope),
+                              steps=[s for s in STEPS if s in steps_wanted],
+                              clean_threshold_mib=self.target.clean.threshold_mib))
+        scan = await self.scan()
+        self.protect_agent(scan, sample)
+        await self.service_left(scan, sample)  # first sight of the tree, kept for later steps
+        for name in ("graceful", "process", "device"):
+            if name in steps_wanted:
+                await steps.STEP_FUNCS[name](self)
+        if "verify" in steps_wanted:
+            await steps.verify(self)
+            if "reset" in steps_wanted:
+                await steps.reset(self)
+        v = self.report.verification
+        self.report.clean = bool(v and v.clean)
+        return self.report
+
+    async def restart(self) -> StepResult:
+        return await steps.restart(self)

@@ -1,0 +1,295 @@
+"""The escalation's steps. Each one is skipped, with the reason, when what it exists for is done; else it
+builds a preview, asks consent, acts only on what was confirmed, and reports a StepResult."""
+
+from __future__ import annotations
+
+import asyncio
+import signal as signal_mod
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from kimitui.cleanup.consent import OPTIONAL
+from kimitui.cleanup.hostprocs import is_local
+from kimitui.cleanup.plan import cuda_holders, proc_gpus
+from kimitui.cleanup.safety import Candidate
+from kimitui.cleanup.services import PidService
+from kimitui.cleanup.waits import poll_until
+from kimitui.events import GpuVerdict, HostSample, StepResult, Verification
+from kimitui.hosts.base import HostError
+
+if TYPE_CHECKING:
+    from kimitui.cleanup.executor import CleanupExecutor
+
+
+def gpu_list(gpus: list[int]) -> str:
+    return ",".join(map(str, gpus)) if gpus else "none"
+
+
+def split_safe(ex: CleanupExecutor, cands: list[tuple[Candidate, str]]) -> tuple[list[tuple[Candidate, str]],
+                                                                                   list[tuple[Candidate, str]]]:
+    targets, spared = [], []
+    for c, why in cands:
+        refusal = ex.safety.refusal(c)
+        if refusal is not None:
+            spared.append((c, f"protected: {refusal}"))
+        elif (c.pid, c.start_time) in ex.stuck:
+            spared.append((c, f"stuck in state {ex.stuck[(c.pid, c.start_time)]} after SIGKILL: not retried"))
+        else:
+            targets.append((c, why))
+    return targets, spared
+
+
+# --- a. graceful stop ---------------------------------------------------------------------------------
+
+async def graceful(ex: CleanupExecutor) -> StepResult:
+    started = ex.clock.monotonic()
+    svc = ex.target.service
+    if svc is None:
+        return ex.result("graceful", "skipped", "no service in the plan", started)
+    sample = await ex.sample()
+    scan = await ex.scan()
+    left, why = await ex.service_left(scan, sample)
+    if not left:
+        return ex.result("graceful", "skipped", f"no {svc.label} processes left", started)
+    targets, spared = split_safe(ex, [(c, why) for c in left])
+    if isinstance(svc, PidService):
+        main = left[0]
+        action = f"SIGTERM main pid {main.pid} of {svc.name}, then wait for its {len(left)} processes"
+    else:
+        action = " ".join(svc.stop_argv() or []) + f", then wait for its {len(left)} processes"
+    confirmed = await ex.ask("graceful", action, targets, spared)
+    if confirmed is None:
+        return ex.result("graceful", "declined", "operator declined", started)
+    if not confirmed.procs:
+        return ex.result("graceful", "skipped", "nothing confirmed", started)
+    d = ex.target.deadlines
+    failure = ""
+    if isinstance(svc, PidService):
+        main = left[0]
+        if await ex.signal(confirmed, main, signal_mod.SIGTERM) not in ("sent", "gone"):
+            failure = f"main pid {main.pid} not signalled"
+    else:
+        try:
+            res = await svc.stop(ex.host, timeout=d.command_s)
+            if not res.ok:
+                failure = f"stop failed (rc {res.rc}): {(res.stderr or res.stdout).strip()[:200]}"
+        except HostError as exc:
+            failure = f"stop failed: {exc}"
+    watched = [c for c, _ in targets if (c.pid, c.start_time) in confirmed.procs]
+    survivors = await ex.wait_gone("graceful", watched, "stop", d.graceful_s, final=False)
+    if failure:
+        return ex.result("graceful", "failed", failure, started)
+    reason = f"{len(survivors)} of {len(watched)} processes left" if survivors else "every service process exited"
+    return ex.result("graceful", "done", reason, started)
+
+
+# --- b. process kill ----------------------------------------------------------------------------------
+
+async def process(ex: CleanupExecutor) -> StepResult:
+    started = ex.clock.monotonic()
+    sample = await ex.sample()
+    scan = await ex.scan()
+    ex.protect_agent(scan, sample)
+    left, why = await ex.service_left(scan, sample)
+    cands: dict[int, tuple[Candidate, str]] = {c.pid: (c, f"left of the service's process tree ({why})")
+                                               for c in left}
+    scope = set(ex.scope)
+    for p in sample.procs:
+        on = sorted(set(p.gpu_mem_mib) & scope)
+        if on and p.pid not in cands:
+            cands[p.pid] = (ex.from_sample(p), f"NVML lists it on GPU {gpu_list(on)}")
+    if not cands:
+        return ex.result("process", "skipped", "nothing left of the service's process tree and NVML lists no "
+                         f"process on GPUs {gpu_list(ex.scope)}", started)
+    targets, spared = split_safe(ex, list(cands.values()))
+    confirmed = await ex.ask("process", f"SIGTERM, SIGKILL after {ex.target.deadlines.term_grace_s:g}s",
+                             targets, spared)
+    if confirmed is None:
+        return ex.result("process", "declined", "operator declined", started)
+    if not confirmed.procs:
+        return ex.result("process", "skipped", "nothing confirmed", started)
+    stuck = await ex.terminate(confirmed)
+    if stuck:
+        return ex.result("process", "failed", "stuck after SIGKILL: " + ", ".join(
+            f"{c.pid} (state {c.state})" for c in stuck), started)
+    return ex.result("process", "done", f"{len(confirmed.procs)} processes ended", started)
+
+
+# --- c. device kill -----------------------------------------------------------------------------------
+
+async def device(ex: CleanupExecutor) -> StepResult:
+    started = ex.clock.monotonic()
+    sample = await ex.sample(after=ex.clock.monotonic() if ex.report.signals else None)
+    scan = await ex.scan()
+    ex.protect_agent(scan, sample)
+    scope = set(ex.scope)
+    holders = cuda_holders(sample, ex.scope)
+    if not holders:
+        return ex.result("device", "skipped", f"no CUDA-context holder left on GPUs {gpu_list(ex.scope)}", started)
+    held = {p.pid for p in holders}
+    cands = [(ex.from_sample(p), f"CUDA context on GPU {gpu_list(sorted(proc_gpus(p) & scope))}")
+             for p in holders]
+    targets, spared = split_safe(ex, cands)
+    for p in sample.procs:
+        if p.pid in held or not (proc_gpus(p) & scope) or p.kind != "handle":
+            continue
+        c = ex.from_sample(p)
+        refusal = ex.safety.refusal(c)
+        if refusal is not None:
+            spared.append((c, f"protected: {refusal}"))
+        else:
+            spared.append((c, f"{OPTIONAL}handle only (an NVML monitor): left alone unless ticked"))
+    confirmed = await ex.ask("device", f"SIGTERM, SIGKILL after {ex.target.deadlines.term_grace_s:g}s",
+                             targets, spared)
+    if confirmed is None:
+        return ex.result("device", "declined", "operator declined", started)
+    if not confirmed.procs:
+        return ex.result("device", "skipped", "nothing confirmed", started)
+    stuck = await ex.terminate(confirmed)
+    if stuck:
+        return ex.result("device", "failed", "stuck after SIGKILL: " + ", ".join(
+            f"{c.pid} (state {c.state})" for c in stuck), started)
+    return ex.result("device", "done", f"{len(confirmed.procs)} holders ended", started)
+
+
+# --- d. verify ----------------------------------------------------------------------------------------
+
+def judge(ex: CleanupExecutor, sample: HostSample, elapsed: float) -> Verification:
+    holders = cuda_holders(sample, ex.scope)
+    verdicts = []
+    by_index = {g.index: g for g in sample.gpus}
+    for i in ex.scope:
+        g = by_index.get(i)
+        on = [p.pid for p in holders if i in proc_gpus(p)]
+        if g is None:
+            verdicts.append(GpuVerdict(i, None, 0.0, False, on))
+            continue
+        base = ex.target.clean.baseline(g)
+        verdicts.append(GpuVerdict(i, g.mem_used_mib, base, ex.target.clean.gpu_clean(g) and not on, on))
+    clean = all(v.clean for v in verdicts)
+    dirty = [v.index for v in verdicts if not v.clean]
+    detail = "" if clean else f"GPU {gpu_list(dirty)} not clean" + (
+        f"; holders {', '.join(str(p.pid) for p in holders)}" if holders else "; no holder left")
+    return Verification(ex.now(), clean=clean, gpus=verdicts,
+                        holders_left=[ex.ref(ex.from_sample(p), "still holds the GPU") for p in holders],
+                        elapsed_s=round(elapsed, 4), detail=detail)
+
+
+async def verify(ex: CleanupExecutor) -> Verification:
+    started = ex.clock.monotonic()
+    last: list[Verification] = []
+    after: list[float | None] = [started if ex.report.signals else None]
+
+    async def check() -> bool:
+        sample = await ex.sample(after=after[0])
+        after[0] = ex.clock.monotonic()
+        last.append(judge(ex, sample, ex.clock.monotonic() - started))
+        return last[-1].clean
+
+    waited = await poll_until(check, ex.target.deadlines.verify_s, ex.target.deadlines.poll_s, ex.clock)
+    v = last[-1]
+    v.elapsed_s = round(waited.elapsed_s, 4)
+    v.t = ex.now()
+    ex.report.verification = v
+    if v.clean and ex.last_consent_mono is not None:
+        ex.report.consent_to_clean_s = round(ex.clock.monotonic() - ex.last_consent_mono, 4)
+    ex.emit(v)
+    ex.result("verify", "done" if v.clean else "failed", v.detail or "every GPU in scope clean", started)
+    return v
+
+
+# --- e. GPU reset -------------------------------------------------------------------------------------
+
+async def reset(ex: CleanupExecutor) -> StepResult:
+    started = ex.clock.monotonic()
+    v = ex.report.verification
+    if v is None or v.clean:
+        return ex.result("reset", "skipped", "GPUs clean: no reset needed", started)
+    if v.holders_left:
+        return ex.result("reset", "skipped", "not offered: holders left ("
+                         + ", ".join(str(h.pid) for h in v.holders_left) + "); a reset would fail", started)
+    dirty = [g.index for g in v.gpus if not g.clean]
+    action = "; ".join(f"nvidia-smi --gpu-reset -i {i}" for i in dirty)
+    confirmed = await ex.ask("reset", action, [], [])
+    if confirmed is None:
+        return ex.result("reset", "declined", "operator declined", started)
+    failures = []
+    for i in dirty:
+        try:
+            res = await ex.host.run(["nvidia-smi", "--gpu-reset", "-i", str(i)], timeout=ex.target.deadlines.command_s)
+            if not res.ok:
+                failures.append(f"GPU {i}: {(res.stderr or res.stdout).strip()[:120]}")
+        except HostError as exc:
+            failures.append(f"GPU {i}: {exc}")
+    again = await verify(ex)
+    if failures or not again.clean:
+        return ex.result("reset", "failed", "; ".join(failures) or again.detail, started)
+    return ex.result("reset", "done", f"GPU {gpu_list(dirty)} reset and clean", started)
+
+
+# --- f. restart ---------------------------------------------------------------------------------------
+
+HEALTH_SNIPPET = (
+    "import sys,urllib.request\n"
+    "try:\n"
+    " r=urllib.request.urlopen(sys.argv[1],timeout=2)\n"
+    " print(r.status)\n"
+    "except Exception as e:\n"
+    " print('down',type(e).__name__)\n"
+)
+
+
+async def health_ok(ex: CleanupExecutor, url: str) -> bool:
+    if is_local(ex.host):
+        import urllib.request
+
+        def get() -> bool:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    return 200 <= r.status < 300
+            except Exception:
+                return False
+
+        return await asyncio.to_thread(get)
+    try:
+        res = await ex.host.run(["python3", "-c", HEALTH_SNIPPET, url], timeout=10)
+    except HostError:
+        return False
+    return res.stdout.strip().isdigit() and 200 <= int(res.stdout.strip()) < 300
+
+
+async def restart(ex: CleanupExecutor) -> StepResult:
+    started = ex.clock.monotonic()
+    svc = ex.target.service
+    if svc is None:
+        return ex.result("restart", "skipped", "no service in the plan", started)
+    argv = svc.start_argv()
+    if argv is None:
+        return ex.result("restart", "skipped", f"{svc.label}: no start command", started)
+    url = svc.health_url
+    action = " ".join(argv[:2] + ([svc.name] if svc.kind != "pid" else argv[4:])) + (
+        f", then poll {url}" if url else ", then wait until active")
+    confirmed = await ex.ask("restart", action, [], [])
+    if confirmed is None:
+        return ex.result("restart", "declined", "operator declined", started)
+    try:
+        res = await svc.start(ex.host, timeout=ex.target.deadlines.command_s)
+    except HostError as exc:
+        return ex.result("restart", "failed", f"start failed: {exc}", started)
+    if not res.ok:
+        return ex.result("restart", "failed", f"start failed (rc {res.rc}): {(res.stderr or res.stdout).strip()[:200]}",
+                         started)
+
+    async def up() -> bool:
+        return await health_ok(ex, url) if url else await svc.is_active(ex.host)
+
+    waited = await poll_until(up, ex.target.deadlines.health_s, max(ex.target.deadlines.poll_s, 0.1), ex.clock)
+    what = f"{url} answered" if url else "service active"
+    if not waited.ok:
+        return ex.result("restart", "failed", f"not up after {waited.elapsed_s:.1f}s", started)
+    return ex.result("restart", "done", f"{what} after {waited.elapsed_s:.2f}s", started)
+
+
+STEP_FUNCS: dict[str, Callable[[CleanupExecutor], Awaitable[object]]] = {
+    "graceful": graceful, "process": process, "device": device, "verify": verify, "reset": reset,
+}

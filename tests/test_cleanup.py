@@ -1,0 +1,366 @@
+"""The cleanup escalation against real processes, watched by the real agent (TelemetrySource on a simulated
+driver directory): preview, consent, guarded signals, waits with deadlines, verification, audit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from kimitui.cleanup import (
+    AuditLog,
+    CleanCriteria,
+    CleanupExecutor,
+    CleanupTarget,
+    ConsentDecision,
+    Deadlines,
+    PidService,
+    SampleFeed,
+    auto_consent,
+    decline_all,
+    is_optional,
+)
+from kimitui.cleanup.audit import read_audit
+from kimitui.events import Consent, GpuSample, HostSample, SignalOutcome, SignalSent, StepPreview, StepResult
+from kimitui.hosts.base import ProcId, SignalResult
+from kimitui.hosts.local import LocalHost
+from kimitui.runfile import RunReader, RunWriter
+from kimitui.session import Session
+from kimitui.telemetry import TelemetrySource
+from tests.test_cleanup_support import SimDir, alive, make_sim, start_time
+
+FAST = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=3.0, sample_s=10.0, poll_s=0.01)
+SHORT_VERIFY = Deadlines(graceful_s=0.5, term_grace_s=0.3, kill_s=0.5, verify_s=0.5, sample_s=10.0, poll_s=0.01)
+"""For tests whose GPUs must end NOT clean: the verify deadline is what they wait for."""
+
+
+@pytest.fixture
+async def sim(tmp_path: Path) -> AsyncIterator[SimDir]:
+    s = make_sim(tmp_path / "sim", gpus=4)
+    yield s
+    s.teardown()
+
+
+class Rig:
+    """The agent streaming samples of the sim dir into a SampleFeed, a recorded session, an audit log."""
+
+    def __init__(self, sim: SimDir, host: LocalHost, tmp: Path) -> None:
+        self.sim, self.host = sim, host
+        self.source = TelemetrySource(host, interval=0.1, sim_dir=str(sim.path), dev_prefix=sim.dev_prefix,
+                                      scan_interval=0.1)
+        self.feed = SampleFeed()
+        self.run_path = tmp / "run.jsonl"
+        self.session = Session(RunWriter(self.run_path, host=host.name))
+        self.audit_path = tmp / "audit.log"
+        self.audit = AuditLog(self.audit_path)
+        self.events: list[object] = []
+        self.session.subscribe(self.events.append)
+
+    async def start(self) -> None:
+        self.feed.follow(self.source.events(), publish=self.session.publish)
+        await self.feed.latest(timeout=15.0)
+
+    async def settled(self, pids: set[int], timeout: float = 5.0) -> HostSample:
+        """A sample in which the agent sees every one of these pids."""
+        deadline = time.monotonic() + timeout
+        after = None
+        while True:
+            s = await self.feed.latest(after=after)
+            after = time.monotonic()
+            if pids <= {p.pid for p in s.procs}:
+                return s
+            assert after < deadline, f"agent never saw {pids - {p.pid for p in s.procs}}"
+
+    def executor(self, consent: object, service: PidService | None = None, deadlines: Deadlines = FAST,
+                 **kw: object) -> CleanupExecutor:
+        target = CleanupTarget(host="test", service=service, deadlines=deadlines, operator="tester", **kw)  # type: ignore[arg-type]
+        return CleanupExecutor(self.host, target, self.feed, consent, publish=self.session.publish,  # type: ignore[arg-type]
+                               audit=self.audit)
+
+    async def close(self) -> None:
+        self.source.stop()
+        await self.feed.stop()
+        self.session.close()
+        self.audit.close()
+
+    def of(self, kind: type) -> list:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def signals(self, pid: int) -> list[SignalSent]:
+        return [e for e in self.of(SignalSent) if e.pid == pid]
+
+
+@pytest.fixture
+async def rig(sim: SimDir, tmp_path: Path) -> AsyncIterator[Rig]:
+    r = Rig(sim, LocalHost(), tmp_path)
+    await r.start()
+    yield r
+    await r.close()
+
+
+def results(r: Rig) -> dict[str, StepResult]:
+    return {e.step: e for e in r.of(StepResult)}
+
+
+async def test_graceful_leaves_stuck_workers_then_process_kill_frees_them(rig: Rig, sim: SimDir) -> None:
+    main = sim.start_service(n=4, ignore=2)
+    workers = sorted(sim.holder_pids())
+    monitor = sim.start_ready("monitor")
+    await rig.settled({*workers, monitor})
+    ex = rig.executor(auto_consent(["graceful", "process", "device"], "tester"), PidService(pidfile=str(sim.pidfile)))
+    report = await ex.run()
+
+    res = results(rig)
+    assert res["graceful"].status == "done" and "2 of 5 processes left" in res["graceful"].reason
+    stop_outcomes = {o.pid: o.outcome for o in rig.of(SignalOutcome) if o.step == "graceful"}
+    assert sorted(p for p, o in stop_outcomes.items() if o == "survived") == workers[:2] or \
+        len([o for o in stop_outcomes.values() if o == "survived"]) == 2
+    assert stop_outcomes[main] == "exited"
+    survivors = [p for p, o in stop_outcomes.items() if o == "survived"]
+    assert all(not alive(p) for p in [main, *workers])
+    for pid in survivors:  # SIGTERM ignored, SIGKILL worked
+        sent = [s.signal for s in rig.signals(pid) if s.step == "process"]
+        assert sent == ["SIGTERM", "SIGKILL"], sent
+        outs = [(o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == pid and o.step == "process"]
+        assert outs == [("SIGTERM", "survived"), ("SIGKILL", "exited")]
+    assert res["device"].status == "skipped" and "no CUDA-context holder" in res["device"].reason, [
+        (p.targets, p.spared) for p in rig.of(StepPreview) if p.step == "device"]
+    assert report.clean and report.verification is not None and report.verification.clean
+    assert report.consent_to_clean_s is not None and report.consent_to_clean_s < 3.0
+    assert alive(monitor), "the NVML-only monitor must survive"
+    assert not rig.signals(monitor)
+    assert res["reset"].status == "skipped"
+
+    # the run file and the audit log hold every preview, consent, signal and outcome
+    rig.session.close()
+    recorded = [e.type for e in RunReader(rig.run_path).events()]
+    for kind in ("cleanup_plan", "step_preview", "consent", "signal", "signal_outcome", "step_result",
+                 "verification"):
+        assert kind in recorded, kind
+    lines = read_audit(rig.audit_path)
+    sig_lines = [rec for rec in lines if rec["event"] == "signal"]
+    assert {(rec["pid"], rec["signal"]) for rec in sig_lines} >= {(p, "SIGKILL") for p in survivors}
+    assert all(rec["operator"] == "tester" and rec["host"] == "test" for rec in lines)
+    assert all(rec["cmdline"] and rec["start_time"] for rec in sig_lines)
+    assert {rec["event"] for rec in lines} >= {"step_preview", "consent", "signal", "signal_outcome"}
+
+
+async def test_stray_holder_killed_monitor_survives_unless_ticked(rig: Rig, sim: SimDir) -> None:
+    holder = sim.start_holder(0, 30_000)
+    stray = sim.start_ready("stray", "1")
+    monitor = sim.start_ready("monitor")
+    await rig.settled({holder, stray, monitor})
+    ex = rig.executor(auto_consent(["graceful", "process", "device"]))
+    report = await ex.run()
+    res = results(rig)
+    assert res["graceful"].status == "skipped" and res["graceful"].reason == "no service in the plan"
+    process_preview = next(p for p in rig.of(StepPreview) if p.step == "process")
+    assert [t.pid for t in process_preview.targets] == [holder]
+    assert "NVML lists it on GPU 0" in process_preview.targets[0].reason
+    device_preview = next(p for p in rig.of(StepPreview) if p.step == "device")
+    assert [t.pid for t in device_preview.targets] == [stray]
+    spared = {s.pid: s for s in device_preview.spared}
+    assert monitor in spared and is_optional(spared[monitor]) and spared[monitor].kind == "handle"
+    assert report.clean and not alive(holder) and not alive(stray) and alive(monitor)
+
+    # the operator may tick the monitor in: then, and only then, it is signalled
+    stray2 = sim.start_ready("stray", "2")
+    await rig.settled({stray2, monitor})
+
+    async def tick_monitor(preview: StepPreview) -> ConsentDecision:
+        return ConsentDecision(True, [t.pid for t in preview.targets] + [monitor], "tester")
+
+    rig.events.clear()
+    report = await rig.executor(tick_monitor).run()
+    assert report.clean and not alive(stray2) and not alive(monitor)
+    assert [s.signal for s in rig.signals(monitor)] == ["SIGTERM"]
+
+
+class GuardedHost(LocalHost):
+    """A local host that names some processes as its own (as SshHost names the SSH session's)."""
+
+    def __init__(self, protected: set[int]) -> None:
+        super().__init__("guarded")
+        self._protected = protected
+
+    def protected_pids(self) -> set[int]:
+        return set(self._protected)
+
+
+async def test_protected_and_other_users_processes_are_never_signalled(sim: SimDir, tmp_path: Path) -> None:
+    guarded = sim.start_holder(0, 10_000)
+    rig = Rig(sim, GuardedHost({guarded}), tmp_path)
+    await rig.start()
+    try:
+        # a process of another user holding GPU memory
+        other_pid, other_user = other_users_process(sim)
+        (sim.path / "holders" / f"{other_pid}.json").write_text(json.dumps(
+            {"pid": other_pid, "start_time": start_time(other_pid), "mem_mib": {"1": 5000}}))
+        await rig.settled({guarded, other_pid})
+
+        async def tick_everything(preview: StepPreview) -> ConsentDecision:
+            return ConsentDecision(True, [r.pid for r in preview.targets + preview.spared], "tester")
+
+        report = await rig.executor(tick_everything, deadlines=SHORT_VERIFY).run()
+        assert alive(guarded) and alive(other_pid)
+        for pid in (guarded, other_pid):
+            assert all(s.outcome == "refused" for s in rig.signals(pid)), rig.signals(pid)
+            assert rig.signals(pid), "a ticked protected pid is reported as refused"
+        preview = next(p for p in rig.of(StepPreview) if p.step == "process")
+        why = {s.pid: s.reason for s in preview.spared}
+        assert "host connection" in why[guarded] and f"user {other_user}" in why[other_pid]
+        assert not preview.targets
+        consents = [c for c in rig.of(Consent) if c.step == "process"]
+        assert consents[0].accepted and consents[0].pids == [] and "refused" in consents[0].note
+        assert not report.clean
+        assert {h.pid for h in report.verification.holders_left} == {guarded, other_pid}
+        assert "holders left" in results(rig)["reset"].reason
+        # kimitui itself and PID 1 are protected too
+        assert os.getpid() in ex_protected(rig) and 1 not in {s.pid for s in rig.of(SignalSent)}
+    finally:
+        await rig.close()
+
+
+def other_users_process(sim: SimDir) -> tuple[int, str]:
+    """A live process of another user: as root, a sleeper run as nobody; otherwise any such process."""
+    import pwd
+
+    if os.geteuid() == 0:
+        proc = subprocess.Popen(["sleep", "600"], user="nobody", stdin=subprocess.DEVNULL)
+        sim.wait(lambda: start_time(proc.pid) is not None, what="nobody's sleeper")
+        (sim.path / "spawned" / str(proc.pid)).write_text(str(start_time(proc.pid)))
+        return proc.pid, "nobody"
+    for name in os.listdir("/proc"):
+        if (name.isdigit() and int(name) > 2 and os.stat(f"/proc/{name}").st_uid != os.geteuid()
+                and Path(f"/proc/{name}/cmdline").read_bytes()):
+            return int(name), pwd.getpwuid(os.stat(f"/proc/{name}").st_uid).pw_name
+    raise AssertionError("no process of another user to test with")
+
+
+def ex_protected(rig: Rig) -> set[int]:
+    ex = rig.executor(decline_all())
+    from kimitui.cleanup.safety import local_protected
+
+    return local_protected() | set(ex.safety.protected)
+
+
+async def test_pid_gone_between_preview_and_signal(rig: Rig, sim: SimDir) -> None:
+    holder = sim.start_holder(2, 8_000)
+    await rig.settled({holder})
+
+    async def consent_then_it_exits(preview: StepPreview) -> ConsentDecision:
+        if preview.step == "process":
+            os.kill(holder, signal.SIGKILL)
+            sim.wait(lambda: not alive(holder), what="holder to exit")
+        return ConsentDecision(True, None, "tester")
+
+    report = await rig.executor(consent_then_it_exits).run()
+    assert [(s.signal, s.outcome) for s in rig.signals(holder)] == [("SIGTERM", "gone")]
+    assert report.clean
+
+
+class SkewedView:
+    """The agent's samples with one pid's start time changed: as if the pid had been reused."""
+
+    def __init__(self, feed: SampleFeed, pid: int) -> None:
+        self.feed, self.pid = feed, pid
+
+    async def latest(self, after: float | None = None, timeout: float = 5.0) -> HostSample:
+        s = await self.feed.latest(after, timeout)
+        procs = []
+        for p in s.procs:
+            if p.pid == self.pid and p.start_time is not None:
+                from dataclasses import replace
+
+                p = replace(p, start_time=p.start_time + 1)
+            procs.append(p)
+        return HostSample(t=s.t, host=s.host, seq=s.seq, gpus=s.gpus, procs=procs, agent_pid=s.agent_pid)
+
+
+async def test_start_time_mismatch_is_skipped_and_process_lives(rig: Rig, sim: SimDir) -> None:
+    holder = sim.start_holder(3, 8_000)
+    await rig.settled({holder})
+    ex = rig.executor(auto_consent(["process", "device"]), deadlines=SHORT_VERIFY)
+    ex.view = SkewedView(rig.feed, holder)
+    report = await ex.run()
+    sent = rig.signals(holder)
+    assert sent and all(s.outcome == "mismatch" for s in sent) and "start time" in sent[0].detail
+    assert alive(holder) and not report.clean
+
+
+async def test_declined_steps_signal_nothing(rig: Rig, sim: SimDir) -> None:
+    main = sim.start_service(n=2)
+    stray = sim.start_ready("stray", "3")
+    workers = sim.holder_pids()
+    await rig.settled({*workers, stray})
+    report = await rig.executor(decline_all("tester"), PidService(pidfile=str(sim.pidfile)),
+                                deadlines=SHORT_VERIFY).run()
+    res = results(rig)
+    assert [res[s].status for s in ("graceful", "process", "device")] == ["declined"] * 3
+    assert not rig.of(SignalSent)
+    assert all(alive(p) for p in [main, *workers, stray])
+    assert not report.clean and res["verify"].status == "failed"
+    assert all(not c.accepted for c in rig.of(Consent))
+
+
+class NoKillHost(LocalHost):
+    """Delivers SIGTERM, swallows SIGKILL: the process looks stuck in the driver (it cannot be made to
+    really survive SIGKILL without a D-state wait in a kernel driver)."""
+
+    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
+        if sig == signal.SIGKILL:
+            return SignalResult("sent")
+        return await super().signal(proc, sig)
+
+
+async def test_survivor_of_sigkill_is_reported_stuck_once(sim: SimDir, tmp_path: Path) -> None:
+    holder = sim.start_holder(1, 8_000, ignore=True)
+    rig = Rig(sim, NoKillHost(), tmp_path)
+    await rig.start()
+    try:
+        await rig.settled({holder})
+        report = await rig.executor(auto_consent(["process", "device"]), deadlines=SHORT_VERIFY).run()
+        outs = [(o.step, o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == holder]
+        assert outs == [("process", "SIGTERM", "survived"), ("process", "SIGKILL", "stuck")]
+        stuck = next(o for o in rig.of(SignalOutcome) if o.outcome == "stuck")
+        assert stuck.state in ("S", "R", "D") and stuck.elapsed_s >= SHORT_VERIFY.kill_s
+        res = results(rig)
+        assert res["process"].status == "failed" and f"{holder} (state" in res["process"].reason
+        device = next(p for p in rig.of(StepPreview) if p.step == "device")
+        assert not device.targets and "not retried" in device.spared[0].reason
+        assert not report.clean and alive(holder)
+    finally:
+        await rig.close()
+
+
+def test_clean_criteria_baselines() -> None:
+    c = CleanCriteria(threshold_mib=64)
+    v2 = GpuSample(0, "u", "n", mem_used_mib=60, mem_reserved_mib=616)
+    assert c.gpu_clean(v2)
+    v2.mem_used_mib = 65
+    assert not c.gpu_clean(v2)
+    v1 = GpuSample(1, "u", "n", mem_used_mib=616, mem_reserved_mib=None)  # NVML v1: used includes reserved
+    assert c.gpu_clean(v1)
+    c.baselines[1] = 500.0
+    assert not c.gpu_clean(v1)
+    v1.mem_used_mib = 560
+    assert c.gpu_clean(v1)
+    assert not c.gpu_clean(GpuSample(2, "u", "n", mem_used_mib=None))
+
+
+def test_audit_log_appends(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "audit.log"
+    with AuditLog(path) as a:
+        a.record(SignalSent(1.0, step="process", pid=5, start_time=7, signal="SIGTERM", cmdline="x"), "h", "op")
+    with AuditLog(path) as a:
+        a.record(SignalOutcome(2.0, step="process", pid=5, start_time=7, signal="SIGTERM"), "h", "op")
+    recs = read_audit(path)
+    assert [r["event"] for r in recs] == ["signal", "signal_outcome"]
+    assert recs[0]["pid"] == 5 and recs[0]["operator"] == "op" and recs[0]["host"] == "h"
+    assert os.stat(path).st_mode & 0o777 == 0o600

@@ -1,0 +1,193 @@
+"""Real processes for the cleanup tests: a simulated driver directory and the children that hold it.
+
+Run as a script it becomes one of those children (stdlib only, starts fast):
+  service SIM NGPU MIB IGNORE   a parent (pidfile SIM/run/service.pid) with one worker per GPU; on SIGTERM it
+                                forwards SIGTERM to its workers and exits; the first IGNORE workers ignore it
+  worker SIM GPU MIB IGNORE     maps SIM/dev/nvidiaGPU (a CUDA context) and records MIB on that GPU
+  stray SIM GPU                 maps the device file, holds no memory
+  monitor SIM                   opens every device file, maps none (an NVML-only monitor)
+  sleeper                       does nothing until killed
+Every child records (pid, start time) under SIM/spawned so the fixture's teardown kills what is left.
+No test lives here; pytest collects nothing from this module.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+RESERVED_MIB = 616.0
+
+
+def start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            rest = fh.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if rest[0] in ("Z", "X") else int(rest[19])
+
+
+def _record(sim: Path) -> None:
+    me = os.getpid()
+    try:
+        (sim / "spawned" / str(me)).write_text(str(start_time(me)))
+    except OSError:  # another user: the test records it
+        pass
+
+
+def _holder(sim: Path, mem: dict[int, float]) -> None:
+    me = os.getpid()
+    tmp = sim / "holders" / f".{me}.tmp"
+    tmp.write_text(json.dumps({"pid": me, "start_time": start_time(me),
+                               "mem_mib": {str(k): v for k, v in mem.items()}}))
+    os.replace(tmp, sim / "holders" / f"{me}.json")
+
+
+def _map(sim: Path, gpu: int) -> list[object]:
+    keep: list[object] = []
+    for name in (f"nvidia{gpu}", "nvidiactl", "nvidia-uvm"):
+        fd = os.open(sim / "dev" / name, os.O_RDWR)
+        keep += [fd, mmap.mmap(fd, 4096, mmap.MAP_SHARED)]
+    return keep
+
+
+def _forever() -> None:
+    while True:
+        signal.pause()
+
+
+def child(argv: list[str]) -> None:
+    role, sim = argv[0], Path(argv[1]) if len(argv) > 1 else None
+    if sim is not None:
+        _record(sim)
+    if role == "worker":
+        assert sim is not None
+        gpu, mib, ignore = int(argv[2]), float(argv[3]), argv[4] == "1"
+        if ignore:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        keep = _map(sim, gpu)
+        _holder(sim, {gpu: mib})
+        _forever()
+        del keep
+    elif role == "stray":
+        assert sim is not None
+        keep = _map(sim, int(argv[2]))
+        (sim / "ready" / str(os.getpid())).touch()
+        _forever()
+        del keep
+    elif role == "monitor":
+        assert sim is not None
+        fds = [os.open(p, os.O_RDWR) for p in sorted((sim / "dev").iterdir())]
+        (sim / "ready" / str(os.getpid())).touch()
+        _forever()
+        del fds
+    elif role == "service":
+        assert sim is not None
+        n, mib, ignore = int(argv[2]), float(argv[3]), int(argv[4])
+        workers = [subprocess.Popen([sys.executable, str(HERE), "worker", str(sim), str(i), str(mib),
+                                     "1" if i < ignore else "0"]) for i in range(n)]
+
+        def stop(signum: int, frame: object) -> None:
+            for w in workers:
+                try:
+                    os.kill(w.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, stop)
+        (sim / "run" / "service.pid").write_text(f"{os.getpid()}\n")
+        _forever()
+    elif role == "sleeper":
+        _forever()
+    else:
+        raise SystemExit(f"unknown role {role}")
+
+
+# --- the test side ------------------------------------------------------------------------------------
+
+@dataclass
+class SimDir:
+    """A simulated driver's directory (kimitui.hosts.sim's layout) plus the children started on it."""
+
+    path: Path
+    gpus: int
+
+    @property
+    def dev_prefix(self) -> str:
+        return str(self.path / "dev" / "nvidia")
+
+    @property
+    def pidfile(self) -> Path:
+        return self.path / "run" / "service.pid"
+
+    def spawn(self, *args: str, user: str | None = None) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, str(HERE), args[0], str(self.path), *args[1:]],
+                                stdin=subprocess.DEVNULL, user=user)
+
+    def holder_pids(self) -> set[int]:
+        return {int(p.stem) for p in (self.path / "holders").glob("*.json")
+                if start_time(int(p.stem)) is not None}
+
+    def wait(self, pred: object, timeout: float = 10.0, what: str = "") -> float:
+        start = time.monotonic()
+        while not pred():  # type: ignore[operator]
+            if time.monotonic() - start > timeout:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(0.01)
+        return time.monotonic() - start
+
+    def start_service(self, n: int | None = None, mib: float = 40_000.0, ignore: int = 0) -> int:
+        n = self.gpus if n is None else n
+        before = self.holder_pids()
+        self.spawn("service", str(n), str(mib), str(ignore))
+        self.wait(lambda: self.pidfile.exists() and len(self.holder_pids() - before) >= n, what="service workers")
+        return int(self.pidfile.read_text())
+
+    def start_ready(self, *args: str) -> int:
+        proc = self.spawn(*args)
+        self.wait(lambda: (self.path / "ready" / str(proc.pid)).exists(), what=args[0])
+        return proc.pid
+
+    def start_holder(self, gpu: int, mib: float, ignore: bool = False) -> int:
+        before = self.holder_pids()
+        proc = self.spawn("worker", str(gpu), str(mib), "1" if ignore else "0")
+        self.wait(lambda: proc.pid in self.holder_pids() - before, what="holder")
+        return proc.pid
+
+    def teardown(self) -> None:
+        for rec in (self.path / "spawned").iterdir():
+            pid = int(rec.name)
+            if start_time(pid) is not None and str(start_time(pid)) == rec.read_text():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def make_sim(path: Path, gpus: int = 4, total_mib: int = 97_887) -> SimDir:
+    for sub in ("dev", "holders", "run", "spawned", "ready"):
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    spec = [{"index": i, "uuid": f"GPU-test-{i}", "name": "Test GPU", "total_mib": total_mib,
+             "reserved_mib": RESERVED_MIB, "pci": f"00000000:{i:02X}:00.0"} for i in range(gpus)]
+    (path / "gpus.json").write_text(json.dumps({"driver": "sim-test", "gpus": spec}))
+    for name in [f"nvidia{i}" for i in range(gpus)] + ["nvidiactl", "nvidia-uvm"]:
+        (path / "dev" / name).write_bytes(b"\0" * 4096)
+    return SimDir(path, gpus)
+
+
+def alive(pid: int) -> bool:
+    return start_time(pid) is not None
+
+
+if __name__ == "__main__":
+    child(sys.argv[1:])
