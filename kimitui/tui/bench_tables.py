@@ -43,7 +43,7 @@ def macro_cells(p: MacroPoint) -> list[Cell]:
 def gemm_cells(g: GemmRow) -> list[Cell]:
     eff = g.roofline_us / g.time_us * 100 if g.roofline_us and g.time_us else None
     return [
-        Text(fmt.shorten(g.name, 14)),
+        Text(fmt.shorten(g.name, 17)),
         _r(str(g.m)), _r(str(g.n)), _r(str(g.k)),
         Text(g.dtype or "-"),
         Text(fmt.shorten(g.kernel or "-", 10)),
@@ -88,7 +88,7 @@ class MacroTable(KeyedTable):
 
 class GemmTable(KeyedTable):
     COLUMNS = (
-        ("name", "GEMM", 14), ("m", "M", 6), ("n", "N", 6), ("k", "K", 6), ("dtype", "dtype", 5),
+        ("name", "GEMM", 17), ("m", "M", 6), ("n", "N", 6), ("k", "K", 6), ("dtype", "dtype", 5),
         ("kernel", "kernel", 10), ("time_us", "time us", 8), ("tflops", "TFLOPS", 7),
         ("gbps", "GB/s", 6), ("roofline_us", "roof us", 7), ("eff", "eff", 5), ("rel_err", "rel err", 8),
     )

@@ -20,15 +20,34 @@ def history_content(state: SessionState, width: int) -> Content:
         gpu = state.gpus.get(index)
         total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(points, default=0.0)
         last = points[-1] if points else None
-        frac = fmt.mem_fraction(last, total)
-        style = "$error" if frac is not None and frac >= 0.9 else (
-            "$warning" if frac is not None and frac >= 0.5 else "$success")
+        spark = fmt.sparkline(points, total or 0.0, spark_w)
         lines.append(Content.assemble(
             (str(index).rjust(label_w - 1) + " ", "$text-muted"),
-            (fmt.sparkline(points, total or 0.0, spark_w), style),
+            *_coloured(spark),
             " " + fmt.gib(last).rjust(value_w - 1),
         ))
     return Content("\n").join(lines)
+
+
+def _level_style(char: str) -> str:
+    level = fmt.BLOCKS.find(char)
+    if level >= 7:
+        return "$error"
+    if level >= 4:
+        return "$warning"
+    return "$success"
+
+
+def _coloured(spark: str) -> list[tuple[str, str]]:
+    """The sparkline in runs of one colour: each cell coloured by its own fill level."""
+    runs: list[tuple[str, str]] = []
+    for char in spark:
+        style = _level_style(char)
+        if runs and runs[-1][1] == style:
+            runs[-1] = (runs[-1][0] + char, style)
+        else:
+            runs.append((char, style))
+    return runs
 
 
 class MemoryHistory(Widget):
