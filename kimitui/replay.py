@@ -122,7 +122,10 @@ class Player:
         self.paused = False
         self.position = 0
         self._index = split_index(reader)
-        self._boundaries = reader.indices_of(*PHASE_TYPES)
+        # A boundary is a position in the run: just past every event at the boundary's instant, so a
+        # phase end and the next phase start recorded at the same time are one boundary, and playing on
+        # from it publishes nothing that was already "at" the boundary.
+        self._boundaries = sorted({reader.index_at(reader.times[i]) for i in reader.indices_of(*PHASE_TYPES)})
         self.run_time = reader.start_time
         self._last_now: float | None = None
 
@@ -205,21 +208,21 @@ class Player:
 
     def next_phase(self) -> bool:
         """Jump just past the next phase boundary; False when there is none."""
-        k = bisect.bisect_left(self._boundaries, self.position)
+        k = bisect.bisect_right(self._boundaries, self.position)
         if k >= len(self._boundaries):
             return False
-        self.seek_index(self._boundaries[k] + 1)
+        self.seek_index(self._boundaries[k])
         return True
 
     def prev_phase(self) -> bool:
         """Jump just past the previous phase boundary (or to the start)."""
-        k = bisect.bisect_left(self._boundaries, self.position - 1) - 1
+        k = bisect.bisect_left(self._boundaries, self.position) - 1
         if k < 0:
             if self.position == 0:
                 return False
             self.seek_index(0)
             return True
-        self.seek_index(self._boundaries[k] + 1)
+        self.seek_index(self._boundaries[k])
         return True
 
     def to_end(self) -> None:

@@ -161,3 +161,28 @@ def test_fold_tolerates_cleanup_events_without_plan() -> None:
     state = SessionState()
     fold(state, Consent(t=1.0, step="graceful", accepted=False))
     assert state.cleanup is None and "declined" in state.log[-1].message
+
+
+def test_boundaries_at_one_instant_are_one_jump(tmp_path: Path) -> None:
+    """A phase end and the next start recorded at the same time: jumping lands past both, and playing on
+    from there publishes nothing of the boundary again."""
+    events = [
+        LogLine(t=1.0, message="before"),
+        PhaseStart(t=2.0, phase="macro"),
+        LogLine(t=3.0, message="in macro"),
+        PhaseEnd(t=4.0, phase="macro"),
+        PhaseStart(t=4.0, phase="cleanup"),
+        LogLine(t=5.0, message="in cleanup"),
+    ]
+    reader = RunReader(write_run(tmp_path / "run.jsonl", events))
+    now = [0.0]
+    player = Player(reader, clock=lambda: now[0])
+    assert player.next_phase() and player.position == 2
+    assert player.next_phase() and player.position == 5
+    assert player.session.state.phase is not None and player.session.state.phase.phase == "cleanup"
+    assert player.prev_phase() and player.position == 2
+    player.advance()
+    now[0] = 0.5  # half a second of run time: nothing is due before t=2.5
+    assert player.advance() == 0
+    assert player.session.state.phase.phase == "macro"
+    assert not player.prev_phase() or player.position == 0

@@ -175,7 +175,8 @@ async def test_phase_jumps_next_and_previous(run_path: Path) -> None:
         assert seen[-2:] == ["cleanup", "macro"]
         await wait_for(pilot, lambda: "phase macro" in status_text(app), "macro in the header")
         assert len(app.query_one(GpuTable).row_keys) == 8  # the seek rebuilt the state with samples
-        await pilot.press("p", "p")
+        # cleanup's end and macro's start share an instant: one boundary, so one press lands in cleanup
+        await pilot.press("p")
         assert phase_of(app) == "cleanup"
         await wait_for(pilot, lambda: "phase cleanup" in status_text(app), "cleanup in the header")
         # the event log was rebuilt from the state after the seek
