@@ -1,0 +1,140 @@
+"""The load generator's own ceiling on this machine (issue 5, item 7).
+
+1. Output tok/s it can measure at concurrency 64 and 256 against servers that stream with no delay,
+   each in a separate process (so the server does not run on the client's event loop; it still shares
+   the machine's cores, and on a 2-core machine that matters: say so when reporting):
+     sim     the simulated vLLM server, ``--instant`` (one token per SSE chunk, as vLLM's default)
+     burst   tests/faulty_server.py writing each whole response at once (one token per chunk)
+     burst4  the same with 4 tokens per chunk (vLLM ``--stream-interval 4``; tokens counted via usage)
+2. The latency the client adds per chunk: ITL p99 measured at concurrency 64 against a server that sends
+   a chunk every ``--interval`` ms, minus that interval (the server's own timer jitter is included, so
+   this is an upper bound of what the client adds).
+3. Where a chunk's CPU goes on the client: SSE split + JSON decode alone, in-process.
+
+Targets: >= 50,000 tok/s at c=256; added ITL <= 1 ms p99 at c=64.
+Run: ``.venv/bin/python benchmarks/loadgen.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kimitui.bench.macro import MacroConfig, run_sweep  # noqa: E402
+from kimitui.bench.macro.sse import SSEDecoder  # noqa: E402
+
+TARGET_TOK_S = 50_000.0
+TARGET_ADDED_ITL_MS = 1.0
+
+
+@contextlib.contextmanager
+def server(kind: str, interval_s: float = 0.0) -> Iterator[str]:
+    """Start a zero-delay (or fixed-interval) server in its own process; yield its URL."""
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        if kind == "sim":
+            port_file = Path(tmp) / "port"
+            cmd = [py, "-m", "kimitui.hosts.sim.openai_server", "--instant", "--port-file", str(port_file)]
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+            deadline = time.monotonic() + 20
+            while not (port_file.exists() and port_file.read_text().strip()):
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    proc.kill()
+                    raise RuntimeError("the simulated server did not start")
+                time.sleep(0.05)
+            port = int(port_file.read_text())
+        else:
+            args = ["--interval", str(interval_s)]
+            if kind.startswith("burst"):
+                args += ["--burst", "--tokens-per-chunk", kind[5:] or "1"]
+            proc = subprocess.Popen([py, str(ROOT / "tests" / "faulty_server.py"), *args], cwd=ROOT,
+                                    stdout=subprocess.PIPE, text=True)
+            assert proc.stdout is not None
+            port = int(proc.stdout.readline().split()[1])
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+
+
+async def level(url: str, c: int, requests: int, max_tokens: int, model: str | None = None) -> dict:
+    cfg = MacroConfig(url=url, model=model, concurrency=[c], requests=requests, max_tokens=max_tokens,
+                      input_len=16, warmup=c)
+    result = await run_sweep(cfg, lambda e: None)
+    return result.levels[0].metrics
+
+
+def parse_cost_us(n: int = 100_000) -> float:
+    """µs of client CPU per chunk for SSE splitting + JSON decoding (no HTTP)."""
+    event = (b'data: {"id":"cmpl-sim00000001","object":"text_completion","created":1700000000,'
+             b'"model":"moonshotai/Kimi-K2.5","choices":[{"index":0,"text":" tok","logprobs":null,'
+             b'"finish_reason":null}]}\n\n')
+    blob = event * 64
+    loads = json.loads
+    t = time.perf_counter()
+    for _ in range(n // 64):
+        dec = SSEDecoder()
+        for payload in dec.feed(blob):
+            obj = loads(payload)
+            if obj.get("choices"):
+                obj["choices"][0].get("text")
+    return (time.perf_counter() - t) / (n // 64 * 64) * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer requests (noisier)")
+    ap.add_argument("--interval", type=float, default=10.0, help="chunk interval for the ITL test, ms")
+    ap.add_argument("--servers", default="sim,burst,burst4")
+    a = ap.parse_args()
+    waves = 2 if a.quick else 4
+    max_tokens = 256
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} "
+          "(servers run in their own process but share these cores)")
+    print(f"client parse cost (SSE split + json.loads): {parse_cost_us():.2f} µs/chunk")
+    rows = []
+    for kind in a.servers.split(","):
+        with server(kind) as url:
+            for c in (64, 256):
+                m = asyncio.run(level(url, c, c * waves, max_tokens))
+                chunks = m["total_output_tokens"] / (4 if kind == "burst4" else 1)
+                rows.append((kind, c, m["output_throughput"], chunks / m["duration"], m["failed"],
+                             m["concurrency_reached"]))
+                print(f"  {kind:7} c={c:<4} {m['output_throughput']:>9,.0f} tok/s  "
+                      f"{chunks / m['duration']:>9,.0f} chunks/s  failed {m['failed']}  "
+                      f"reached {m['concurrency_reached']}", flush=True)
+    interval = a.interval / 1000
+    with server("interval", interval) as url:
+        m = asyncio.run(level(url, 64, 64 * (2 if a.quick else 3), 64))
+    added_p99 = m["p99_itl_ms"] - a.interval
+    added_med = m["median_itl_ms"] - a.interval
+    print(f"  interval {a.interval:g} ms, c=64: ITL median {m['median_itl_ms']:.3f} ms, "
+          f"p99 {m['p99_itl_ms']:.3f} ms, failed {m['failed']}")
+    print()
+    print(f"{'figure':48} {'measured':>12} {'target':>12}  verdict")
+    for kind, c, tok_s, _, _, _ in rows:
+        target = f">= {TARGET_TOK_S:,.0f}" if c == 256 else "-"
+        verdict = ("PASS" if tok_s >= TARGET_TOK_S else "MISS") if c == 256 else ""
+        print(f"{f'output tok/s, c={c}, {kind} server':48} {tok_s:>12,.0f} {target:>12}  {verdict}")
+    print(f"{'added ITL p99 at c=64 (ms)':48} {added_p99:>12.3f} {f'<= {TARGET_ADDED_ITL_MS:g}':>12}  "
+          f"{'PASS' if added_p99 <= TARGET_ADDED_ITL_MS else 'MISS'}")
+    print(f"{'added ITL median at c=64 (ms)':48} {added_med:>12.3f} {'-':>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
