@@ -3,9 +3,11 @@
 1. Output tok/s it can measure at concurrency 64 and 256 against servers that stream with no delay,
    each in a separate process (so the server does not run on the client's event loop; it still shares
    the machine's cores, and on a 2-core machine that matters: say so when reporting):
-     sim     the simulated vLLM server, ``--instant`` (one token per SSE chunk, as vLLM's default)
-     burst   tests/faulty_server.py writing each whole response at once (one token per chunk)
-     burst4  the same with 4 tokens per chunk (vLLM ``--stream-interval 4``; tokens counted via usage)
+     sim     the simulated vLLM server, ``--instant``: one token per SSE event, but up to 256 events in
+             one HTTP chunk (one write), so the client's HTTP stack (h11) sees few chunks
+     burst   tests/faulty_server.py writing each whole response at once, one SSE event per HTTP chunk
+             and one token per event: how vLLM (uvicorn) frames a stream; the realistic worst case
+     burst4  the same with 4 tokens per event (vLLM ``--stream-interval 4``; tokens counted via usage)
 2. The latency the client adds per chunk: ITL p99 measured at concurrency 64 against a server that sends
    a chunk every ``--interval`` ms, minus that interval (the server's own timer jitter is included, so
    this is an upper bound of what the client adds).

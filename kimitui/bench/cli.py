@@ -1,8 +1,8 @@
 """``kimitui bench macro``: the serving sweep, headless. Each level prints as soon as it ends.
 
-Wiring into kimitui/cli.py (two lines): in ``build_parser`` after the other subcommands,
-``from kimitui.bench.cli import add_parser as add_bench_parser; add_bench_parser(sub)``; in ``main``,
-``handlers["bench"] = __import__("kimitui.bench.cli", fromlist=["cmd_bench"]).cmd_bench``.
+Wiring into kimitui/cli.py: ``from kimitui.bench import cli as bench_cli`` with the imports (this module
+imports only the standard library at load time), then two lines: ``bench_cli.add_parser(sub)`` in
+``build_parser`` after the other subcommands, and ``handlers["bench"] = bench_cli.cmd_bench`` in ``main``.
 """
 
 from __future__ import annotations
