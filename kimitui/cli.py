@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON sample a line")
     p.add_argument("--accept-new-host-key", action="store_true")
 
+    from kimitui.bench import cli as bench_cli
+
+    bench_cli.add_parser(sub)
     _add_theme(parser, default=None)
     return parser
 
@@ -92,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from kimitui.runfile import RunFileError
 
-    handlers = {"replay": cmd_replay, "report": cmd_report}
+    from kimitui.bench import cli as bench_cli
+
+    handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench}
     try:
         from kimitui import live_commands
 
