@@ -83,6 +83,8 @@ class CleanupExecutor:
         self.scope: list[int] = []
         self.report = CleanupReport(False, None)
         self.last_consent_mono: float | None = None
+        self.acted_at: float | None = None
+        """When the cleanup last changed something (a stop, a signal): later samples must be taken after."""
         self._protected_loaded = False
 
     # --- events -------------------------------------------------------------------------------------
@@ -110,7 +112,13 @@ class CleanupExecutor:
 
     # --- what is there ------------------------------------------------------------------------------
 
+    def acted(self) -> None:
+        self.acted_at = self.clock.monotonic()
+
     async def sample(self, after: float | None = None) -> HostSample:
+        """The latest sample; one taken after the cleanup's last action (or after ``after``)."""
+        if after is None:
+            after = self.acted_at
         sample = await self.view.latest(after=after, timeout=self.target.deadlines.sample_s)
         self.safety.agent_pid = sample.agent_pid
         return sample
@@ -267,6 +275,7 @@ class CleanupExecutor:
             outcome, detail = "refused", why
         else:
             assert c.start_time is not None
+            self.acted()
             try:
                 res = await self.host.signal(ProcId(c.pid, c.start_time), int(sig))
                 outcome, detail = res.outcome, res.detail
@@ -280,6 +289,7 @@ class CleanupExecutor:
                          sig: signal_mod.Signals) -> list[Candidate]:
         """Signal each concurrently; returns those the signal reached."""
         outcomes = await asyncio.gather(*(self.signal(confirmed, c, sig) for c in cands))
+        self.acted()
         return [c for c, o in zip(cands, outcomes, strict=True) if o == "sent"]
 
     async def wait_gone(self, step: str, cands: list[Candidate], signame: str, timeout: float,

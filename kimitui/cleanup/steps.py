@@ -64,6 +64,7 @@ async def graceful(ex: CleanupExecutor) -> StepResult:
         return ex.result("graceful", "skipped", "nothing confirmed", started)
     d = ex.target.deadlines
     failure = ""
+    ex.acted()
     if isinstance(svc, PidService):
         main = left[0]
         if await ex.signal(confirmed, main, signal_mod.SIGTERM) not in ("sent", "gone"):
@@ -77,6 +78,7 @@ async def graceful(ex: CleanupExecutor) -> StepResult:
             failure = f"stop failed: {exc}"
     watched = [c for c, _ in targets if (c.pid, c.start_time) in confirmed.procs]
     survivors = await ex.wait_gone("graceful", watched, "stop", d.graceful_s, final=False)
+    ex.acted()
     if failure:
         return ex.result("graceful", "failed", failure, started)
     reason = f"{len(survivors)} of {len(watched)} processes left" if survivors else "every service process exited"
@@ -119,7 +121,7 @@ async def process(ex: CleanupExecutor) -> StepResult:
 
 async def device(ex: CleanupExecutor) -> StepResult:
     started = ex.clock.monotonic()
-    sample = await ex.sample(after=ex.clock.monotonic() if ex.report.signals else None)
+    sample = await ex.sample()
     scan = await ex.scan()
     ex.protect_agent(scan, sample)
     scope = set(ex.scope)
@@ -178,7 +180,7 @@ def judge(ex: CleanupExecutor, sample: HostSample, elapsed: float) -> Verificati
 async def verify(ex: CleanupExecutor) -> Verification:
     started = ex.clock.monotonic()
     last: list[Verification] = []
-    after: list[float | None] = [started if ex.report.signals else None]
+    after: list[float | None] = [ex.acted_at]
 
     async def check() -> bool:
         sample = await ex.sample(after=after[0])
