@@ -27,6 +27,7 @@ from kimitui.cleanup import (
     is_optional,
 )
 from kimitui.cleanup.audit import read_audit
+from kimitui.cleanup.hostprocs import HostProcs, ProcScan
 from kimitui.events import Consent, GpuSample, HostSample, SignalOutcome, SignalSent, StepPreview, StepResult
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.local import LocalHost
@@ -129,7 +130,7 @@ async def test_graceful_leaves_stuck_workers_then_process_kill_frees_them(rig: R
         assert sent == ["SIGTERM", "SIGKILL"], sent
         outs = [(o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == pid and o.step == "process"]
         assert outs == [("SIGTERM", "survived"), ("SIGKILL", "exited")]
-    assert res["device"].status == "skipped" and "no CUDA-context holder" in res["device"].reason, [
+    assert res["device"].status == "skipped" and "no live CUDA-context holder" in res["device"].reason, [
         (p.targets, p.spared) for p in rig.of(StepPreview) if p.step == "device"]
     assert report.clean and report.verification is not None and report.verification.clean
     assert report.consent_to_clean_s is not None and report.consent_to_clean_s < 3.0
@@ -283,15 +284,45 @@ class SkewedView:
         return HostSample(t=s.t, host=s.host, seq=s.seq, gpus=s.gpus, procs=procs, agent_pid=s.agent_pid)
 
 
-async def test_start_time_mismatch_is_skipped_and_process_lives(rig: Rig, sim: SimDir) -> None:
+class SkewedProcs(HostProcs):
+    """The host's process table with the same pid's start time changed, agreeing with SkewedView."""
+
+    def __init__(self, host: LocalHost, pid: int) -> None:
+        super().__init__(host)
+        self.pid = pid
+
+    async def scan(self) -> ProcScan:
+        scan = await super().scan()
+        if self.pid in scan.procs:
+            scan.procs[self.pid].start_time += 1
+        return scan
+
+
+async def test_start_time_mismatch_at_signal_time_is_skipped_and_process_lives(rig: Rig, sim: SimDir) -> None:
+    """The process previewed (pid, start+1) is not the one now running under that pid (pid reused): the
+    host's pidfd + start-time check refuses the signal."""
+    holder = sim.start_holder(3, 8_000)
+    await rig.settled({holder})
+    ex = CleanupExecutor(rig.host, CleanupTarget(host="test", deadlines=SHORT_VERIFY, operator="tester"),
+                         SkewedView(rig.feed, holder), auto_consent(["process", "device"]),
+                         publish=rig.session.publish, procs=SkewedProcs(rig.host, holder))
+    report = await ex.run()
+    sent = rig.signals(holder)
+    assert sent and all(s.outcome == "mismatch" for s in sent) and "start time" in sent[0].detail, sent
+    assert alive(holder) and not report.clean
+
+
+async def test_start_time_change_seen_at_preview_is_spared(rig: Rig, sim: SimDir) -> None:
+    """When the agent's sample names an older incarnation of a pid, nothing is signalled for it."""
     holder = sim.start_holder(3, 8_000)
     await rig.settled({holder})
     ex = rig.executor(auto_consent(["process", "device"]), deadlines=SHORT_VERIFY)
     ex.view = SkewedView(rig.feed, holder)
     report = await ex.run()
-    sent = rig.signals(holder)
-    assert sent and all(s.outcome == "mismatch" for s in sent) and "start time" in sent[0].detail
-    assert alive(holder) and not report.clean
+    assert not rig.signals(holder) and alive(holder) and not report.clean
+    res = results(rig)
+    assert res["process"].status == "skipped" and "no live process" in res["process"].reason
+    assert res["device"].status == "skipped" and "1 exited" in res["device"].reason
 
 
 async def test_declined_steps_signal_nothing(rig: Rig, sim: SimDir) -> None:

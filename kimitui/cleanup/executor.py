@@ -53,6 +53,8 @@ class CleanupReport:
     results: dict[str, StepResult] = field(default_factory=dict)
     consent_to_clean_s: float | None = None
     """From the last accepted consent to the verification that found every GPU clean."""
+    signal_to_clean_s: float | None = None
+    """From the last signal delivered (or stop command) to the verification that found every GPU clean."""
     signals: list[SignalSent] = field(default_factory=list)
     outcomes: list[SignalOutcome] = field(default_factory=list)
 
@@ -84,6 +86,7 @@ class CleanupExecutor:
         self.report = CleanupReport(False, None)
         self.last_consent_mono: float | None = None
         self.acted_at: float | None = None
+        self.last_signal_mono: float | None = None
         """When the cleanup last changed something (a stop, a signal): later samples must be taken after."""
         self._protected_loaded = False
 
@@ -96,6 +99,8 @@ class CleanupExecutor:
             self.audit.record(event, self.host_name, self.operator)
         if isinstance(event, SignalSent):
             self.report.signals.append(event)
+            if event.outcome == "sent":
+                self.last_signal_mono = self.clock.monotonic()
         elif isinstance(event, SignalOutcome):
             self.report.outcomes.append(event)
         elif isinstance(event, StepResult):
@@ -181,27 +186,31 @@ class CleanupExecutor:
         self._enrich(c, p)
         return c
 
-    async def service_left(self, scan: ProcScan, sample: HostSample | None) -> tuple[list[Candidate], str]:
-        """What is left of the service's process tree: members first seen still alive (same start time),
-        whatever the manager names now, and all their live descendants."""
+    async def service_left(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
+        """What is left of the service's process tree, each with why it belongs: what the manager names
+        now, members first seen that are still alive (same start time), and all their live descendants."""
         svc = self.target.service
         if svc is None:
-            return [], ""
+            return []
         try:
             found = await svc.processes(self.host)
-        except HostError as exc:
+        except HostError:
             found = None
-            why = f"manager unreachable: {exc}"
         unit = None
+        why: dict[int, str] = {}
         if found is not None:
             unit = found.unit or (f"docker:{found.container}" if found.container else None)
-            why = found.why or svc.label
-        roots = [p for p in (found.pids if found else []) if p in scan.procs]
-        roots += [pid for pid, c in self.tree.items()
-                  if pid in scan.procs and scan.procs[pid].start_time == c.start_time and pid not in roots]
-        members = roots + scan.descendants(roots)
-        out: list[Candidate] = []
-        for pid in members:
+            for pid in found.pids:
+                if pid in scan.procs:
+                    why[pid] = found.why or svc.label
+        for pid, c in self.tree.items():
+            if pid not in why and pid in scan.procs and scan.procs[pid].start_time == c.start_time:
+                why[pid] = f"in the service's tree when the cleanup began ({svc.label})"
+        roots = list(why)
+        for pid in scan.descendants(roots):
+            why[pid] = f"descendant of pid {scan.procs[pid].ppid} in the service's tree"
+        out: list[tuple[Candidate, str]] = []
+        for pid, reason in why.items():
             info = scan.procs.get(pid)
             if info is None or info.state in ("Z", "X"):
                 continue
@@ -210,8 +219,20 @@ class CleanupExecutor:
                 known = None
             c = self.from_scan(scan, pid, sample, unit=(known.unit if known else unit))
             self.tree.setdefault(pid, c)
-            out.append(c)
-        return out, why
+            out.append((c, reason))
+        return out
+
+    @staticmethod
+    def not_live(scan: ProcScan, p: ProcSample) -> str | None:
+        """Why a process the sample lists is no longer there to signal, or None when it is."""
+        if not p.visible:
+            return None
+        info = scan.procs.get(p.pid)
+        if info is None or info.state in ("Z", "X"):
+            return "exited: the driver is still releasing its memory (verify waits for it)"
+        if p.start_time is not None and info.start_time != p.start_time:
+            return "exited: its pid now belongs to another process (start time changed)"
+        return None
 
     # --- preview and consent ------------------------------------------------------------------------
 

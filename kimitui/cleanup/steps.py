@@ -48,12 +48,12 @@ async def graceful(ex: CleanupExecutor) -> StepResult:
         return ex.result("graceful", "skipped", "no service in the plan", started)
     sample = await ex.sample()
     scan = await ex.scan()
-    left, why = await ex.service_left(scan, sample)
+    left = await ex.service_left(scan, sample)
     if not left:
         return ex.result("graceful", "skipped", f"no {svc.label} processes left", started)
-    targets, spared = split_safe(ex, [(c, why) for c in left])
+    targets, spared = split_safe(ex, left)
     if isinstance(svc, PidService):
-        main = left[0]
+        main = left[0][0]
         action = f"SIGTERM main pid {main.pid} of {svc.name}, then wait for its {len(left)} processes"
     else:
         action = " ".join(svc.stop_argv() or []) + f", then wait for its {len(left)} processes"
@@ -66,10 +66,11 @@ async def graceful(ex: CleanupExecutor) -> StepResult:
     failure = ""
     ex.acted()
     if isinstance(svc, PidService):
-        main = left[0]
+        main = left[0][0]
         if await ex.signal(confirmed, main, signal_mod.SIGTERM) not in ("sent", "gone"):
             failure = f"main pid {main.pid} not signalled"
     else:
+        ex.last_signal_mono = ex.clock.monotonic()
         try:
             res = await svc.stop(ex.host, timeout=d.command_s)
             if not res.ok:
@@ -92,18 +93,23 @@ async def process(ex: CleanupExecutor) -> StepResult:
     sample = await ex.sample()
     scan = await ex.scan()
     ex.protect_agent(scan, sample)
-    left, why = await ex.service_left(scan, sample)
-    cands: dict[int, tuple[Candidate, str]] = {c.pid: (c, f"left of the service's process tree ({why})")
-                                               for c in left}
+    cands: dict[int, tuple[Candidate, str]] = {c.pid: (c, f"left of the service: {why}")
+                                               for c, why in await ex.service_left(scan, sample)}
     scope = set(ex.scope)
+    dead: list[tuple[Candidate, str]] = []
     for p in sample.procs:
         on = sorted(set(p.gpu_mem_mib) & scope)
         if on and p.pid not in cands:
-            cands[p.pid] = (ex.from_sample(p), f"NVML lists it on GPU {gpu_list(on)}")
+            gone = ex.not_live(scan, p)
+            if gone is not None:
+                dead.append((ex.from_sample(p), gone))
+            else:
+                cands[p.pid] = (ex.from_sample(p), f"NVML lists it on GPU {gpu_list(on)}")
     if not cands:
         return ex.result("process", "skipped", "nothing left of the service's process tree and NVML lists no "
-                         f"process on GPUs {gpu_list(ex.scope)}", started)
+                         f"live process on GPUs {gpu_list(ex.scope)}", started)
     targets, spared = split_safe(ex, list(cands.values()))
+    spared += dead
     confirmed = await ex.ask("process", f"SIGTERM, SIGKILL after {ex.target.deadlines.term_grace_s:g}s",
                              targets, spared)
     if confirmed is None:
@@ -125,13 +131,17 @@ async def device(ex: CleanupExecutor) -> StepResult:
     scan = await ex.scan()
     ex.protect_agent(scan, sample)
     scope = set(ex.scope)
-    holders = cuda_holders(sample, ex.scope)
+    every = cuda_holders(sample, ex.scope)
+    held = {p.pid for p in every}
+    dead = [(ex.from_sample(p), why) for p in every if (why := ex.not_live(scan, p)) is not None]
+    holders = [p for p in every if ex.not_live(scan, p) is None]
     if not holders:
-        return ex.result("device", "skipped", f"no CUDA-context holder left on GPUs {gpu_list(ex.scope)}", started)
-    held = {p.pid for p in holders}
+        return ex.result("device", "skipped", f"no live CUDA-context holder left on GPUs {gpu_list(ex.scope)}"
+                         + (f" ({len(dead)} exited, memory being released)" if dead else ""), started)
     cands = [(ex.from_sample(p), f"CUDA context on GPU {gpu_list(sorted(proc_gpus(p) & scope))}")
              for p in holders]
     targets, spared = split_safe(ex, cands)
+    spared += dead
     for p in sample.procs:
         if p.pid in held or not (proc_gpus(p) & scope) or p.kind != "handle":
             continue
@@ -195,6 +205,8 @@ async def verify(ex: CleanupExecutor) -> Verification:
     ex.report.verification = v
     if v.clean and ex.last_consent_mono is not None:
         ex.report.consent_to_clean_s = round(ex.clock.monotonic() - ex.last_consent_mono, 4)
+    if v.clean and ex.last_signal_mono is not None:
+        ex.report.signal_to_clean_s = round(ex.clock.monotonic() - ex.last_signal_mono, 4)
     ex.emit(v)
     ex.result("verify", "done" if v.clean else "failed", v.detail or "every GPU in scope clean", started)
     return v
