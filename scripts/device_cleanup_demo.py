@@ -126,12 +126,13 @@ def printer(t0: float):  # type: ignore[no-untyped-def]
     return show
 
 
-def wait_for(pred, timeout: float, what: str) -> float:  # type: ignore[no-untyped-def]
+async def wait_for(pred, timeout: float, what: str) -> float:  # type: ignore[no-untyped-def]
+    """Poll until pred() holds (the event loop keeps running: telemetry is recorded meanwhile)."""
     start = time.monotonic()
     while not pred():
         if time.monotonic() - start > timeout:
             raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     return time.monotonic() - start
 
 
@@ -176,18 +177,6 @@ async def demo(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     session = None
     try:
-        service = subprocess.Popen([sys.executable, str(HERE), "--role", "service", str(gpus), str(args.gib),
-                                    str(workdir)], start_new_session=True)
-        spawned.append(service)
-        monitor = subprocess.Popen([sys.executable, str(HERE), "--role", "monitor", str(workdir / "monitor.beat")],
-                                   start_new_session=True)
-        spawned.append(monitor)
-        took = wait_for(lambda: all((workdir / f"worker{g}.ready").exists() for g in range(gpus))
-                        and (workdir / "monitor.beat").exists(), 120, "the torch workers and the monitor")
-        workers = [int((workdir / f"worker{g}.ready").read_text()) for g in range(gpus)]
-        print(f"service pid {service.pid} with workers {workers} ({args.gib} GiB each, worker 0 ignores SIGTERM), "
-              f"monitor pid {monitor.pid}: ready in {took:.1f}s")
-
         if out:
             from kimitui.runfile import RunWriter
 
@@ -200,13 +189,28 @@ async def demo(args: argparse.Namespace) -> int:
         host = LocalHost(os.uname().nodename)
         feed = None
         source = None
-        if args.view == "agent":
+        if args.view == "agent":  # telemetry (and the recording) from before the service loads
             from kimitui.telemetry import TelemetrySource
 
             source = TelemetrySource(host, interval=args.interval)
             feed = SampleFeed()
             feed.follow(source.events(), publish=session.publish)
-            view = feed
+            view: object = feed
+        else:
+            view = LocalProcView(NvmlMemory(), host=host.name)
+        service = subprocess.Popen([sys.executable, str(HERE), "--role", "service", str(gpus), str(args.gib),
+                                    str(workdir)], start_new_session=True)
+        spawned.append(service)
+        monitor = subprocess.Popen([sys.executable, str(HERE), "--role", "monitor", str(workdir / "monitor.beat")],
+                                   start_new_session=True)
+        spawned.append(monitor)
+        took = await wait_for(lambda: all((workdir / f"worker{g}.ready").exists() for g in range(gpus))
+                        and (workdir / "monitor.beat").exists(), 120, "the torch workers and the monitor")
+        workers = [int((workdir / f"worker{g}.ready").read_text()) for g in range(gpus)]
+        print(f"service pid {service.pid} with workers {workers} ({args.gib} GiB each, worker 0 ignores SIGTERM), "
+              f"monitor pid {monitor.pid}: ready in {took:.1f}s")
+
+        if feed is not None:
             after = None
             while True:  # until the agent sees every worker
                 s = await feed.latest(after=after, timeout=30)
@@ -216,9 +220,6 @@ async def demo(args: argparse.Namespace) -> int:
             kinds = {p.pid: p.kind for p in s.procs}
             print(f"agent pid {s.agent_pid} ({s.source}) sees workers as {[kinds.get(w) for w in workers]}, "
                   f"monitor as {kinds.get(monitor.pid)}")
-        else:
-            view = LocalProcView(NvmlMemory(), host=host.name)
-
         audit = AuditLog(Path(out) / "audit.log" if out else None)
         target = CleanupTarget(host=host.name, service=PidService(pidfile=str(workdir / "service.pid")),
                                clean=CleanCriteria(threshold_mib=64, baselines=idle), operator=args.operator,
@@ -234,7 +235,7 @@ async def demo(args: argparse.Namespace) -> int:
             await feed.stop()
 
         beat_before = (workdir / "monitor.beat").read_text()
-        wait_for(lambda: (workdir / "monitor.beat").read_text() != beat_before, 5, "the monitor's next beat")
+        await wait_for(lambda: (workdir / "monitor.beat").read_text() != beat_before, 5, "the monitor's next beat")
         monitor_ok = monitor.poll() is None
         print()
         print(f"GPUs clean: {report.clean}")

@@ -119,6 +119,9 @@ async def test_graceful_leaves_stuck_workers_then_process_kill_frees_them(rig: R
 
     res = results(rig)
     assert res["graceful"].status == "done" and "2 of 5 processes left" in res["graceful"].reason
+    graceful = next(p for p in rig.of(StepPreview) if p.step == "graceful")
+    why = {t.pid: t.reason for t in graceful.targets}
+    assert why[main].startswith("main pid of") and all(why[w].startswith(f"descendant of pid {main}") for w in workers)
     stop_outcomes = {o.pid: o.outcome for o in rig.of(SignalOutcome) if o.step == "graceful"}
     assert sorted(p for p, o in stop_outcomes.items() if o == "survived") == workers[:2] or \
         len([o for o in stop_outcomes.values() if o == "survived"]) == 2

@@ -203,12 +203,14 @@ class CleanupExecutor:
             for pid in found.pids:
                 if pid in scan.procs:
                     why[pid] = found.why or svc.label
-        for pid, c in self.tree.items():
-            if pid not in why and pid in scan.procs and scan.procs[pid].start_time == c.start_time:
-                why[pid] = f"in the service's tree when the cleanup began ({svc.label})"
-        roots = list(why)
-        for pid in scan.descendants(roots):
-            why[pid] = f"descendant of pid {scan.procs[pid].ppid} in the service's tree"
+        for pid in scan.descendants(list(why)):
+            why[pid] = f"descendant of pid {scan.procs[pid].ppid} ({svc.label})"
+        kept = [pid for pid, c in self.tree.items()
+                if pid not in why and pid in scan.procs and scan.procs[pid].start_time == c.start_time]
+        for pid in kept:
+            why[pid] = f"in the service's tree when the cleanup began ({svc.label})"
+        for pid in scan.descendants(kept):
+            why.setdefault(pid, f"descendant of pid {scan.procs[pid].ppid} (in the service's tree)")
         out: list[tuple[Candidate, str]] = []
         for pid, reason in why.items():
             info = scan.procs.get(pid)
