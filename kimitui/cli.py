@@ -93,9 +93,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from kimitui.runfile import RunFileError
-
     from kimitui.bench import cli as bench_cli
+    from kimitui.runfile import RunFileError
 
     handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench}
     try:
