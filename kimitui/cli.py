@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kimitui.bench import cli as bench_cli
 
     bench_cli.add_parser(sub)
+    from kimitui.cleanup import cli as cleanup_cli
+
+    cleanup_cli.add_parser(sub)
     _add_theme(parser, default=None)
     return parser
 
@@ -94,9 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from kimitui.bench import cli as bench_cli
+    from kimitui.cleanup import cli as cleanup_cli
     from kimitui.runfile import RunFileError
 
-    handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench}
+    handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench,
+                "cleanup": cleanup_cli.cmd_cleanup}
     try:
         from kimitui import live_commands
 

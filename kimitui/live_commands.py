@@ -215,4 +215,9 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "watch": cmd_watch,
 }
 
-__all__ = ["HANDLERS", "OpenedHost", "TargetError", "open_target"]
+run_live = _run
+"""Run a live command's coroutine (SIGTERM ends it like Ctrl-C; a TargetError is one line, exit 2)."""
+new_session = _new_session
+"""A recorded session for an opened host (its run file's path printed on stderr)."""
+
+__all__ = ["HANDLERS", "OpenedHost", "TargetError", "new_session", "open_target", "run_live"]

@@ -2,6 +2,7 @@
 """The cleanup escalation on real GPUs: a service-like tree of torch processes and an NVML-only monitor.
 
     PYTHONPATH=. python3 scripts/device_cleanup_demo.py [--gpus N] [--gib 4] [--yes graceful,process,device]
+        [--interval 0.5] [--hold-s 25] [--after-s 10]
 
 Needs python3 with torch and pynvml; nothing else (kimitui's cleanup, agent and run file are stdlib only).
 What it does, in under 3 minutes:
@@ -9,11 +10,14 @@ What it does, in under 3 minutes:
   2. starts a "service": a parent (pidfile) that starts one torch worker per GPU, each holding --gib GiB;
      worker 0 ignores SIGTERM, as a stuck vLLM worker does; on SIGTERM the parent forwards it and exits;
   3. starts an NVML-only monitor (pynvml in a loop; device files open, not mapped) that must survive;
-  4. runs the cleanup headless with auto-consent for the --yes steps, the view fed by the real agent
-     (kimitui.telemetry on NVML; --view procfs uses the in-process /proc + pynvml stand-in instead);
-  5. prints every step, the time from the last consent to verified clean, and checks the monitor lived.
-With OUT set, the session is recorded to $OUT/cleanup-demo.jsonl (a run file `kimitui replay` plays)
-and the audit log goes to $OUT/audit.log. Exit status 0 only if the GPUs ended clean and the monitor lived.
+  4. keeps recording telemetry with the service up for --hold-s seconds;
+  5. runs the cleanup headless (a "cleanup" phase in the run) with auto-consent for the --yes steps, the
+     view fed by the real agent (kimitui.telemetry on NVML; --view procfs uses the in-process /proc +
+     pynvml stand-in instead), then records --after-s seconds of idle telemetry;
+  6. prints every step, the time from the last consent to verified clean, and checks the monitor lived.
+With OUT set, the session is recorded to $OUT/cleanup-demo.jsonl (a run file `kimitui replay` plays),
+the audit log goes to $OUT/audit.log and the figures to $OUT/cleanup-demo-report.json.
+Exit status 0 only if the GPUs ended clean and the monitor lived.
 Every process it starts is killed on exit.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -136,6 +141,23 @@ async def wait_for(pred, timeout: float, what: str) -> float:  # type: ignore[no
     return time.monotonic() - start
 
 
+async def record_for(feed: object, seconds: float) -> int:
+    """Keep the telemetry flowing into the recording for ``seconds`` (a recording length, not a wait for
+    a condition): each turn waits for the next sample. Returns how many samples came."""
+    from kimitui.cleanup import SampleFeed
+
+    assert isinstance(feed, SampleFeed)
+    end = time.monotonic() + seconds
+    n = 0
+    while (left := end - time.monotonic()) > 0:
+        try:
+            await feed.latest(after=time.monotonic(), timeout=left)
+        except TimeoutError:
+            break
+        n += 1
+    return n
+
+
 async def demo(args: argparse.Namespace) -> int:
     import pynvml
 
@@ -150,6 +172,7 @@ async def demo(args: argparse.Namespace) -> int:
         auto_consent,
     )
     from kimitui.cleanup.procview import LocalProcView, NvmlMemory
+    from kimitui.events import PhaseEnd, PhaseStart
     from kimitui.hosts.local import LocalHost
     from kimitui.session import Session
 
@@ -182,7 +205,8 @@ async def demo(args: argparse.Namespace) -> int:
 
             Path(out).mkdir(parents=True, exist_ok=True)
             session = Session(RunWriter(Path(out) / "cleanup-demo.jsonl", host=os.uname().nodename,
-                                        meta={"what": "cleanup demo on real GPUs", "gpus": gpus, "gib": args.gib}))
+                                        meta={"what": "cleanup demo on real GPUs", "gpus": gpus, "gib": args.gib,
+                                              "interval_s": args.interval, "steps": args.yes}))
         else:
             session = Session()
         session.subscribe(printer(t0))
@@ -220,6 +244,9 @@ async def demo(args: argparse.Namespace) -> int:
             kinds = {p.pid: p.kind for p in s.procs}
             print(f"agent pid {s.agent_pid} ({s.source}) sees workers as {[kinds.get(w) for w in workers]}, "
                   f"monitor as {kinds.get(monitor.pid)}")
+        if feed is not None and args.hold_s > 0:
+            print(f"service up: recording {args.hold_s:g}s of telemetry before the cleanup")
+            await record_for(feed, args.hold_s)
         audit = AuditLog(Path(out) / "audit.log" if out else None)
         target = CleanupTarget(host=host.name, service=PidService(pidfile=str(workdir / "service.pid")),
                                clean=CleanCriteria(threshold_mib=64, baselines=idle), operator=args.operator,
@@ -227,8 +254,19 @@ async def demo(args: argparse.Namespace) -> int:
                                                    poll_s=0.01))
         ex = CleanupExecutor(host, target, view, auto_consent(args.yes.split(","), args.operator),
                              publish=session.publish, audit=audit)
+        session.publish(PhaseStart(time.time(), phase="cleanup",
+                                   title=f"free {gpus} GPU(s): {', '.join(args.yes.split(','))} auto-consented"))
         report = await ex.run()
+        session.publish(PhaseEnd(time.time(), phase="cleanup", ok=report.clean,
+                                 note=("clean" if report.clean else "NOT clean")
+                                 + (f"; last consent -> clean {report.consent_to_clean_s:.3f}s"
+                                    if report.consent_to_clean_s is not None else "")
+                                 + (f"; last signal -> clean {report.signal_to_clean_s:.3f}s"
+                                    if report.signal_to_clean_s is not None else "")))
         audit.close()
+        if feed is not None and args.after_s > 0:
+            print(f"recording {args.after_s:g}s of idle telemetry after the cleanup")
+            await record_for(feed, args.after_s)
         if source is not None:
             source.stop()
         if feed is not None:
@@ -247,6 +285,15 @@ async def demo(args: argparse.Namespace) -> int:
         print(f"audit log: {audit.path}")
         if out:
             print(f"run file: {Path(out) / 'cleanup-demo.jsonl'}")
+            signalled = sorted({e.pid for e in report.signals if e.outcome == "sent"})
+            (Path(out) / "cleanup-demo-report.json").write_text(json.dumps({
+                "clean": report.clean, "consent_to_clean_s": report.consent_to_clean_s,
+                "signal_to_clean_s": report.signal_to_clean_s, "monitor_pid": monitor.pid,
+                "monitor_survived": monitor_ok, "service_pid": service.pid, "workers": workers,
+                "signalled": signalled, "gib_per_worker": args.gib, "gpus": gpus, "interval_s": args.interval,
+                "steps": {k: {"status": v.status, "elapsed_s": v.elapsed_s, "reason": v.reason}
+                          for k, v in report.results.items()},
+            }, indent=1) + "\n")
         return 0 if report.clean and monitor_ok else 1
     finally:
         if session is not None:
@@ -274,6 +321,10 @@ def main() -> int:
     ap.add_argument("--view", choices=("agent", "procfs"), default="agent")
     ap.add_argument("--interval", type=float, default=0.1, help="agent sampling interval, s")
     ap.add_argument("--operator", default=os.environ.get("USER", "operator"))
+    ap.add_argument("--hold-s", type=float, default=0.0,
+                    help="seconds of telemetry recorded with the service up, before the cleanup (agent view)")
+    ap.add_argument("--after-s", type=float, default=0.0,
+                    help="seconds of idle telemetry recorded after the cleanup (agent view)")
     args = ap.parse_args()
     if args.role:
         role, rest = args.role[0], args.role[1:]

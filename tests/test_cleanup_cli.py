@@ -1,0 +1,290 @@
+"""`kimitui cleanup` end to end: the real CLI as a subprocess against --host demo (the simulated 8-GPU host:
+a vLLM-like service whose last two workers ignore SIGTERM, plus an NVML-only monitor), its one-line usage
+errors, the terminal consent, and the real cleanup recorded on 2 x H200 in sample_runs/."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimitui.cleanup.audit import read_audit
+from kimitui.cleanup.cli import parse_gpus, parse_service, parse_ticks, preview_table, terminal_consent
+from kimitui.cleanup.services import PidService, SupervisorService, SystemdService
+from kimitui.events import ProcRef, Verification, from_dict
+from kimitui.replay import state_at
+from kimitui.runfile import RunReader
+
+ROOT = Path(__file__).resolve().parent.parent
+KIMITUI = [sys.executable, "-m", "kimitui"]
+REAL_RUN = ROOT / "sample_runs" / "real-cleanup-2x-h200.jsonl.gz"
+
+
+def run_cli(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+    return subprocess.run([*KIMITUI, "cleanup", *args], capture_output=True, text=True, timeout=timeout, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+def lines(res: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in res.stdout.splitlines()]
+
+
+def of(events: list[dict[str, Any]], kind: str, **match: Any) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == kind and all(e.get(k) == v for k, v in match.items())]
+
+
+def alive(pid: int, start_time: int | None = None) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            rest = fh.read().rpartition(")")[2].split()
+    except FileNotFoundError:
+        return False
+    return rest[0] not in ("Z", "X") and (start_time is None or int(rest[19]) == start_time)
+
+
+def sim_pids(events: list[dict[str, Any]], run_file: Path) -> set[tuple[int, int | None]]:
+    """Every sim process the run saw: in the previews, left alone, and in the recorded samples."""
+    seen = {(r["pid"], r["start_time"]) for e in of(events, "step_preview") for r in e["targets"] + e["spared"]}
+    seen |= {(k["pid"], k["start_time"]) for e in of(events, "cleanup_summary") for k in e["left_alone"]}
+    reader = RunReader(run_file)
+    for i, ty in enumerate(reader.types):
+        if ty == "sample":
+            seen |= {(p.pid, p.start_time) for p in reader.event(i).procs}  # type: ignore[attr-defined]
+    return seen
+
+
+def assert_nothing_left(res: subprocess.CompletedProcess[str], events: list[dict[str, Any]]) -> None:
+    sim_dir = next(line.split("ready: ")[1].split(",")[0] for line in res.stderr.splitlines() if "ready: " in line)
+    assert not Path(sim_dir).exists()
+    run_file = Path(of(events, "cleanup_summary")[0]["run_file"])
+    procs = sim_pids(events, run_file)
+    assert len(procs) >= 10  # API server, 8 workers, monitor
+    deadline = time.monotonic() + 10
+    while any(alive(p, st) for p, st in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the teardown's outcome, bounded by the deadline
+    assert not [p for p, st in procs if alive(p, st)]
+
+
+def session_files(res: subprocess.CompletedProcess[str], tmp_path: Path) -> tuple[Path, Path]:
+    runs = list((tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl"))
+    assert len(runs) == 1 and str(runs[0]) in res.stderr
+    audit = tmp_path / "data" / "kimitui" / "audit.log"
+    assert audit.exists()
+    return runs[0], audit
+
+
+# --- the real CLI on the simulated host ---------------------------------------------------------------
+
+def test_full_consent_frees_every_gpu_kills_the_stuck_workers_and_spares_the_monitor(tmp_path: Path) -> None:
+    res = run_cli(["--host", "demo", "--yes", "graceful,process,device", "--json"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    events = lines(res)
+    assert "Traceback" not in res.stderr
+    for e in events[:-1]:  # every line but the summary is a run-file event
+        assert from_dict(e).type == e["type"]
+    plan = of(events, "cleanup_plan")[0]
+    assert plan["manager"] == "pidfile" and plan["gpus"] == list(range(8))
+    graceful = of(events, "step_preview", step="graceful")[0]
+    assert len(graceful["targets"]) == 9 and all(isinstance(r["pid"], int) for r in graceful["targets"])
+    assert all(c["accepted"] for c in of(events, "consent"))
+    stuck = {o["pid"] for o in of(events, "signal_outcome", step="graceful", outcome="survived")}
+    assert len(stuck) == 2
+    assert {s["pid"] for s in of(events, "signal", signal="SIGKILL")} == stuck
+    assert {o["pid"] for o in of(events, "signal_outcome", signal="SIGKILL", outcome="exited")} == stuck
+    verification = of(events, "verification")[-1]
+    assert verification["clean"] is True and not verification["holders_left"]
+    assert len(verification["gpus"]) == 8 and all(g["clean"] and g["used_mib"] <= 64 for g in verification["gpus"])
+    assert of(events, "step_result", step="verify")[0]["status"] == "done"
+    assert of(events, "phase_end", phase="cleanup")[0]["ok"] is True
+
+    summary = events[-1]
+    assert summary["type"] == "cleanup_summary" and summary["clean"] is True
+    assert summary["consent_to_clean_s"] is not None and summary["signal_to_clean_s"] is not None
+    monitors = {k["pid"] for k in summary["left_alone"]}
+    assert len(monitors) == 1
+    signalled = {s["pid"] for s in of(events, "signal")}
+    assert not monitors & signalled
+
+    run_file, audit = session_files(res, tmp_path)
+    reader = RunReader(run_file)
+    handles = {p.pid for i, ty in enumerate(reader.types) if ty == "sample"
+               for p in reader.event(i).procs if p.kind == "handle"}  # type: ignore[attr-defined]
+    assert handles == monitors  # the monitor the agent saw is the one left alone
+    state = state_at(reader, len(reader))
+    assert state.cleanup is not None and state.cleanup.verification is not None
+    assert state.cleanup.verification.clean and state.phases[-1].phase == "cleanup" and state.phases[-1].ok
+    records = read_audit(audit)
+    sent = [r for r in records if r["event"] == "signal" and r["outcome"] == "sent"]
+    assert {r["pid"] for r in sent} == {s["pid"] for s in of(events, "signal", outcome="sent")}
+    assert all(r["host"] == "demo" and r["operator"] and r["start_time"] and r["cmdline"] for r in sent)
+    assert_nothing_left(res, events)
+
+
+def test_dry_run_signals_nothing_and_the_sim_still_holds_its_memory(tmp_path: Path) -> None:
+    res = run_cli(["--host", "demo", "--dry-run", "--json"], tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert "dry run" in res.stderr and "nothing is signalled" in res.stderr
+    events = lines(res)
+    assert of(events, "signal") == []
+    previews = {e["step"]: e for e in of(events, "step_preview")}
+    assert set(previews) == {"graceful", "process", "device"}
+    workers = {r["pid"] for r in previews["device"]["targets"]}
+    assert len(workers) == 8 and all(r["mem_mib"] > 1000 for r in previews["device"]["targets"])
+    assert any(r["reason"].startswith("optional: ") for r in previews["device"]["spared"])  # the monitor
+    assert [c["accepted"] for c in of(events, "consent")] == [False, False, False]
+    assert {r["status"] for r in of(events, "step_result") if r["step"] in previews} == {"declined"}
+    verification = of(events, "verification")[-1]
+    assert verification["clean"] is False
+    assert all(not g["clean"] and g["used_mib"] > 1000 for g in verification["gpus"])
+    assert {h["pid"] for h in verification["holders_left"]} == workers
+    summary = events[-1]
+    assert summary["clean"] is False and summary["signalled"] == []
+    session_files(res, tmp_path)
+    assert_nothing_left(res, events)
+
+
+def test_graceful_only_leaves_the_stuck_workers_and_exits_not_clean(tmp_path: Path) -> None:
+    res = run_cli(["--host", "demo", "--yes", "graceful", "--json", "--verify-s", "0.5"], tmp_path)
+    assert res.returncode == 1, res.stderr
+    events = lines(res)
+    survived = {o["pid"] for o in of(events, "signal_outcome", step="graceful", outcome="survived")}
+    assert len(survived) == 2
+    assert [s["signal"] for s in of(events, "signal")] == ["SIGTERM"]  # the main pid, nothing more
+    status = {r["step"]: r["status"] for r in of(events, "step_result")}
+    assert status["graceful"] == "done" and status["process"] == "declined" and status["device"] == "declined"
+    assert status["verify"] == "failed"
+    verification = of(events, "verification")[-1]
+    assert verification["clean"] is False
+    assert {h["pid"] for h in verification["holders_left"]} == survived
+    assert sum(not g["clean"] for g in verification["gpus"]) == 2
+    assert_nothing_left(res, events)
+
+
+def test_text_output_is_readable(tmp_path: Path) -> None:
+    res = run_cli(["--host", "demo", "--yes", "graceful,process,device"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "graceful: CONFIRMED" in out and "would signal:" in out and "verify: CLEAN" in out
+    assert "left alone: pid" in out and "GPUs CLEAN" in out and "last consent -> clean" in out
+    assert "recording this session to" in res.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--service", "bogus:x"], "unknown manager"),
+    (["--service", "systemd"], "expected systemd:UNIT"),
+    (["--service", "pid:1"], "pid must be a number above 1"),
+    (["--service", "supervisor:prog@"], "supervisor:PROGRAM@CONF"),
+    (["--yes", "graceful,nuke"], "unknown step nuke"),
+    (["--gpus", "0,x"], "--gpus"),
+    (["--dry-run", "--yes", "graceful"], "--dry-run and --yes"),
+    (["--interval", "0"], "--interval"),
+])
+def test_usage_errors_are_one_line_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
+    res = run_cli(["--host", "demo", *args], tmp_path)
+    assert res.returncode == 2
+    assert res.stdout == "" and "Traceback" not in res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("kimitui:")]
+    assert len(errors) == 1 and words in errors[0], res.stderr
+
+
+def test_bad_target_is_one_line_exit_2(tmp_path: Path) -> None:
+    res = run_cli(["--host", "ssh://", "--yes", "graceful"], tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert len([line for line in res.stderr.splitlines() if line.startswith("kimitui:")]) == 1
+
+
+# --- parsing and the terminal consent -----------------------------------------------------------------
+
+def test_service_specs_and_hostile_names_stay_one_argument() -> None:
+    svc = parse_service("systemd:vllm; rm -rf / #")
+    assert isinstance(svc, SystemdService) and svc.stop_argv()[-1] == "vllm; rm -rf / #"
+    sup = parse_service("supervisor:vllm@/etc/sup $(id).conf")
+    assert isinstance(sup, SupervisorService) and sup.conf == "/etc/sup $(id).conf" and sup.name == "vllm"
+    assert parse_service("docker:`reboot`").stop_argv()[-1] == "`reboot`"  # type: ignore[index]
+    pidfile = parse_service("pidfile:/run/a b.pid")
+    assert isinstance(pidfile, PidService) and pidfile.pidfile == "/run/a b.pid"
+    pid = parse_service("pid:4242")
+    assert isinstance(pid, PidService) and pid.pid == 4242
+    assert parse_gpus("1,0,1") == [0, 1] and parse_gpus(None) is None and parse_gpus("all") is None
+
+
+def preview() -> Any:
+    from kimitui.events import StepPreview
+
+    return StepPreview(1.0, step="device", action="SIGTERM, SIGKILL after 2s",
+                       targets=[ProcRef(10, 100, "alice", [0], 5000.0, "vllm.service", "python3 worker", "CUDA ctx"),
+                                ProcRef(11, 101, "alice", [1], 5000.0, None, "python3 worker", "CUDA ctx")],
+                       spared=[ProcRef(12, 102, "root", [0, 1], 0.0, None, "nv-hostengine",
+                                       "optional: handle only (an NVML monitor): left alone unless ticked")])
+
+
+def test_preview_table_and_ticks() -> None:
+    table = preview_table(preview())
+    for word in ("PID", "START", "USER", "GPUS", "MIB", "UNIT", "COMMAND", "WHY", "vllm.service", "nv-hostengine",
+                 "would signal:", "spared:"):
+        assert word in table
+    assert parse_ticks("", preview()) == [10, 11]
+    assert parse_ticks("11", preview()) == [10]
+    assert parse_ticks("-10, +12", preview()) == [11, 12]
+    with pytest.raises(ValueError):
+        parse_ticks("99", preview())
+    with pytest.raises(ValueError):
+        parse_ticks("+11", preview())  # a target, not an optional spared process
+
+
+async def test_terminal_consent_asks_per_step() -> None:
+    err = io.StringIO()
+    ask = terminal_consent("op", True, io.StringIO("y\n99\n11\n"), err)
+    decision = await ask(preview())
+    assert decision.accepted and decision.pids == [10] and decision.operator == "op"
+    assert "proceed? [y/N]" in err.getvalue() and "99 is not in this preview" in err.getvalue()
+    assert "nv-hostengine" in err.getvalue()  # the table, shown when stdout carries JSON
+    assert not (await terminal_consent("op", False, io.StringIO("\n"), io.StringIO())(preview())).accepted
+    kept = await terminal_consent("op", False, io.StringIO("yes\n\n"), io.StringIO())(preview())
+    assert kept.accepted and kept.pids is None
+    assert not (await asyncio.wait_for(terminal_consent("op", False, io.StringIO(""), io.StringIO())(preview()),
+                                       5)).accepted  # end of input declines
+
+
+# --- the real run on 2 x H200 -------------------------------------------------------------------------
+
+def test_real_h200_cleanup_sample_run_replays_clean_with_the_monitor_never_signalled() -> None:
+    assert REAL_RUN.stat().st_size < 1_000_000
+    reader = RunReader(REAL_RUN)
+    assert reader.warnings == []
+    events = [reader.event(i) for i in range(len(reader))]
+    samples = [e for e in events if e.type == "sample"]
+    assert len(samples) >= 100 and samples[-1].t - samples[0].t >= 60
+    assert {g.name for g in samples[0].gpus} == {"NVIDIA H200"} and len(samples[0].gpus) == 2
+    starts = [e for e in events if e.type == "phase_start" and e.phase == "cleanup"]  # type: ignore[attr-defined]
+    ends = [e for e in events if e.type == "phase_end" and e.phase == "cleanup"]  # type: ignore[attr-defined]
+    assert len(starts) == 1 and len(ends) == 1 and ends[0].ok  # type: ignore[attr-defined]
+    before = [s for s in samples if s.t < starts[0].t]
+    after = [s for s in samples if s.t > ends[0].t]
+    assert all((g.mem_used_mib or 0) > 30000 for g in before[-1].gpus)  # both GPUs held by the service
+    assert len(after) >= 10 and all((g.mem_used_mib or 0) <= 64 for s in after for g in s.gpus)
+    verification = [e for e in events if isinstance(e, Verification)]
+    assert len(verification) == 1 and verification[0].clean and not verification[0].holders_left
+    assert starts[0].t <= verification[0].t <= ends[0].t
+    monitors = {p.pid for s in samples for p in s.procs if p.kind == "handle"}  # type: ignore[attr-defined]
+    assert len(monitors) == 1
+    signals = [e for e in events if e.type == "signal"]
+    assert signals and not monitors & {s.pid for s in signals}  # type: ignore[attr-defined]
+    assert any(s.signal == "SIGKILL" for s in signals)  # type: ignore[attr-defined]  # the worker ignoring SIGTERM
+    monitor = next(iter(monitors))
+    assert any(p.pid == monitor for p in after[-1].procs)  # still there at the end
+    state = state_at(reader, len(reader))
+    assert state.cleanup is not None and state.cleanup.verification is not None
+    assert state.cleanup.verification.clean
+    assert [(p.phase, p.ok) for p in state.phases] == [("cleanup", True)]
+    mid = state_at(reader, reader.types.index("cleanup_plan") + 1)
+    assert mid.phase is not None and mid.phase.phase == "cleanup"
