@@ -288,3 +288,55 @@ def test_real_h200_cleanup_sample_run_replays_clean_with_the_monitor_never_signa
     assert [(p.phase, p.ok) for p in state.phases] == [("cleanup", True)]
     mid = state_at(reader, reader.types.index("cleanup_plan") + 1)
     assert mid.phase is not None and mid.phase.phase == "cleanup"
+
+
+def test_on_a_terminal_without_yes_it_asks_per_step(tmp_path: Path) -> None:
+    """stdin a real pty: each step's preview is shown and asked about; the answers decide."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+    proc = subprocess.Popen([*KIMITUI, "cleanup", "--host", "demo", "--json", "--verify-s", "0.5"],
+                            stdin=slave, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    assert proc.stderr is not None
+    err = b""
+
+    def until(text: bytes, timeout: float = 60) -> None:
+        nonlocal err
+        deadline = time.monotonic() + timeout
+        while text not in err:
+            left = deadline - time.monotonic()
+            assert left > 0, err.decode(errors="replace")
+            ready, _, _ = select.select([proc.stderr], [], [], left)
+            if ready:
+                chunk = os.read(proc.stderr.fileno(), 65536)
+                assert chunk, err.decode(errors="replace")
+                err += chunk
+
+    try:
+        until(b"graceful: proceed? [y/N]")
+        assert b"would signal:" in err and b"WHY" in err  # the table, on the terminal side
+        os.write(master, b"y\n")
+        until(b"pids to untick")
+        os.write(master, b"\n")
+        until(b"process: proceed? [y/N]")
+        os.write(master, b"n\n")
+        until(b"device: proceed? [y/N]")  # the stuck workers still hold their GPUs
+        os.write(master, b"\n")  # Enter: the default, no
+        out, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert proc.returncode == 1, (err + rest).decode(errors="replace")
+    events = [json.loads(line) for line in out.decode().splitlines()]
+    consents = {c["step"]: c for c in of(events, "consent")}
+    assert consents["graceful"]["accepted"] and consents["graceful"]["note"] == "confirmed on the terminal"
+    assert not consents["process"]["accepted"] and consents["process"]["note"] == "declined on the terminal"
+    assert not consents["device"]["accepted"]
+    assert of(events, "verification")[-1]["clean"] is False
+    assert_nothing_left(subprocess.CompletedProcess([], 1, "", (err + rest).decode()), events)
