@@ -1,14 +1,19 @@
 """The kimitui dashboard: one Textual app for live sessions and replays.
 
-Views render ``session.state`` only. A timer redraws them at most ``REDRAW_HZ`` times a second and
-only when ``session.version`` changed (a new event or a seek); in replay mode another timer drives the
-player at ``TICK_HZ``. Sources given to the app are pumped into the session by workers.
+Views render ``session.state`` only, at most ``REDRAW_HZ`` times a second and only when
+``session.version`` changed (a new event or a seek). Live, nothing wakes the app between events: each
+published event schedules a redraw (one for a burst, no sooner than the cap allows). In replay mode a
+timer drives the player at ``TICK_HZ`` and another redraws at ``REDRAW_HZ``. Sources given to the app
+are pumped into the session by workers.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,8 +21,10 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.events import Resize
+from textual.timer import Timer
 from textual.widgets import Footer, TabbedContent, TabPane
 
+from kimitui.events import Event
 from kimitui.replay import Player
 from kimitui.session import EventSource, Session
 from kimitui.tui.bench_view import BenchView
@@ -96,6 +103,13 @@ class KimituiApp(App[None]):
         self._drawn: dict[str, tuple[int, str]] = {}
         self._status_key: tuple[object, ...] | None = None
         self._colors: tuple[str, Colors] | None = None
+        self._last_redraw = 0.0
+        """When redraw last ran (time.monotonic), for the cap."""
+        self._redraw_pending = False
+        """An event scheduled a redraw that has not run yet (live mode)."""
+        self._unsubscribe: Callable[[], None] | None = None
+        self._replay_timers: list[Timer] = []
+        self._loop_thread = threading.get_ident()
 
     # -- layout
 
@@ -138,8 +152,13 @@ class KimituiApp(App[None]):
         if self.player is not None:
             self.player.advance()
             self.player.advance()  # publishes the events at the run's first instant
-            self.set_interval(1 / TICK_HZ, self._tick, name="replay-tick")
-        self.set_interval(1 / REDRAW_HZ, self.redraw, name="redraw")
+            # The header's clock moves while no event is due: a steady redraw (a no-op when the
+            # header and the state are as drawn). Both timers stop while the replay is paused or
+            # over, and start again with the controls.
+            self._replay_timers = [self.set_interval(1 / TICK_HZ, self._tick, name="replay-tick"),
+                                   self.set_interval(1 / REDRAW_HZ, self.redraw, name="redraw")]
+        else:
+            self._unsubscribe = self.session.subscribe(self._on_event)
         self.redraw()
         if os.environ.get(EXIT_AFTER_FIRST_FRAME_ENV) == "1":
             self.call_after_refresh(self._first_frame_drawn)
@@ -166,15 +185,52 @@ class KimituiApp(App[None]):
     def active_view(self) -> str:
         return self._tabs.active or "dashboard"
 
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
     def _tick(self) -> None:
         if self.player is not None:
             self.player.advance()
+            if self.player.paused or self.player.finished:
+                self.redraw()  # END or PAUSED, before the timers stop
+                self._sync_replay_timers()
+
+    def _sync_replay_timers(self) -> None:
+        """Replay timers run only while the replay plays (the controls are the app's actions: they
+        start them again)."""
+        idle = self.player is None or self.player.paused or self.player.finished
+        for timer in self._replay_timers:
+            if idle:
+                timer.pause()
+            else:
+                timer.resume()
+
+    def _on_event(self, _event: Event) -> None:
+        """Live: a published event schedules one redraw, as soon as the cap allows."""
+        if threading.get_ident() != self._loop_thread:
+            self.call_from_thread(self._on_event, _event)
+            return
+        if self._redraw_pending or not self.is_running:
+            return  # one is already scheduled: it draws this event too
+        self._redraw_pending = True
+        delay = self._last_redraw + 1 / REDRAW_HZ - time.monotonic()
+        if delay > 0:
+            self.set_timer(delay, self._scheduled_redraw, name="redraw")
+        else:
+            self.call_later(self._scheduled_redraw)  # after the events published with this one
+
+    def _scheduled_redraw(self) -> None:
+        self._redraw_pending = False
+        self.redraw()
 
     def redraw(self) -> None:
         """Draw what changed: the header when the clock or controls moved, the visible view when
         the session has a new version or the theme changed."""
         if not self._status.is_attached:
             return  # shutting down: the widgets are gone, a last timer tick may still come
+        self._last_redraw = time.monotonic()
         state = self.session.state
         replay = ReplayInfo.of(self.player) if self.player is not None else None
         key = (self.session.version, self.theme, replay.key() if replay else None)
@@ -192,7 +248,9 @@ class KimituiApp(App[None]):
             self._gpu_table.show(state, colors)
             self._mem_history.show(state)
             self._proc_table.show(state, colors)
-            self._proc_table.border_title = f"Processes ({len(state.procs)})"
+            title = f"Processes ({len(state.procs)})"
+            if self._proc_table.border_title != title:  # setting it repaints, even to the same text
+                self._proc_table.border_title = title
             self._event_log.show(state, colors)
         elif view == "bench":
             if self._bench is None:
@@ -234,6 +292,7 @@ class KimituiApp(App[None]):
         return not (action in REPLAY_ACTIONS and self.player is None)
 
     def _after_control(self) -> None:
+        self._sync_replay_timers()
         self.redraw()
 
     def action_toggle_pause(self) -> None:

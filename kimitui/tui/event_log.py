@@ -39,6 +39,8 @@ class EventLog(RichLog):
                     break
                 new.append(entry)
         if not found:
+            if not entries and not self.shown:
+                return  # nothing logged yet: nothing to clear or write (a clear repaints the log)
             self.clear()
             self.shown = []
             new = list(entries)

@@ -60,10 +60,20 @@ class MemoryHistory(Widget):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._state: SessionState | None = None
+        self._lines = 1
 
     def show(self, state: SessionState) -> None:
+        """Repaint with the state's history; a layout pass only when the number of lines changed (a
+        layout pass repaints the whole screen)."""
         self._state = state
-        self.refresh(layout=True)
+        lines = self._line_count()
+        self.refresh(layout=lines != self._lines)
+        self._lines = lines
+
+    def _line_count(self) -> int:
+        if self._state is None:
+            return 1
+        return 1 + len(self._state.gpus.keys() | self._state.mem_history.keys())
 
     def render(self) -> Content:
         if self._state is None:
@@ -71,6 +81,4 @@ class MemoryHistory(Widget):
         return history_content(self._state, self.content_size.width or 36)
 
     def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
-        if self._state is None:
-            return 1
-        return 1 + len(set(self._state.gpus) | set(self._state.mem_history))
+        return self._line_count()

@@ -58,6 +58,23 @@ class ProcTable(KeyedTable):
         ("command", "Command", None),
     )
 
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._made: dict[str, tuple[ProcSample, Colors, list[Cell]]] = {}
+        """The cells last made for each process, and what they were made from."""
+
     def show(self, state: SessionState, colors: Colors) -> None:
-        rows: list[Row] = [(proc_key(p), proc_cells(p, colors)) for p in sorted_procs(state.procs)]
+        # A process that reads the same as last sample keeps its very cells: nothing is formatted,
+        # and sync skips the row without comparing cells.
+        made: dict[str, tuple[ProcSample, Colors, list[Cell]]] = {}
+        rows: list[Row] = []
+        for p in sorted_procs(state.procs):
+            key = proc_key(p)
+            last = self._made.get(key)
+            if last is not None and last[1] == colors and last[0] == p:
+                made[key] = last
+            else:
+                made[key] = (p, colors, proc_cells(p, colors))
+            rows.append((key, made[key][2]))
+        self._made = made
         self.sync(rows)

@@ -60,4 +60,5 @@ class StatusBar(Static):
     """
 
     def show(self, state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "") -> None:
-        self.update(status_content(state, replay, live, host))
+        # One line whatever it says: no layout pass (that would repaint the whole screen).
+        self.update(status_content(state, replay, live, host), layout=False)

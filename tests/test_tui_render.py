@@ -1,0 +1,142 @@
+"""The dashboard's tables draw what DataTable draws: KeyedTable's own cell rendering and caches give
+the same segments as DataTable's, for every kind of cell the views make, and a table synced
+incrementally draws exactly what a table built from scratch with the same rows draws."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.geometry import Region
+from textual.widgets import DataTable
+
+from kimitui.events import GpuSample, ProcSample
+from kimitui.tui.gpu_table import NAME_WIDTH, GpuTable, gpu_cells
+from kimitui.tui.keyed_table import Cell, KeyedTable, Row
+from kimitui.tui.palette import Colors
+from kimitui.tui.proc_table import ProcTable, proc_cells
+
+COLORS = Colors(primary="#0178D4", accent="#ffa62b", success="#4EBF71", warning="#ffa62b", error="#ba3c5b",
+                muted="#808080", foreground="#e0e0e0")
+
+
+class Table(KeyedTable):
+    COLUMNS = (("a", "A", 6), ("b", "B", 12), ("c", "C", None), ("d", "D", 1), ("e", "E", 3))
+
+
+def odd_cells(k: int) -> list[Cell]:
+    """Cells at the edges: empty, too wide, wide characters, styled spans, every justify and
+    overflow, a plain string with markup, and a Text that ends in a newline."""
+    return [
+        Text(f"{k}", justify="right"),
+        Text("a command far too long for its column " * 2, no_wrap=True, overflow="ellipsis",
+             style="bold"),
+        [Text(""), Text("GPU 漢字 全角", justify="center"), Text("x" * 40, overflow="fold"),
+         Text("right  ", justify="right", style="on red"), Text("left", justify="left", style="underline"),
+         Text.assemble(("██▌", "red"), (" 12.3/95.6 GiB", "green"))][k % 6],
+        Text("wide", no_wrap=False),
+        "[b]plain[/b] str" if k % 2 else Text("full justify it", justify="full", end="\n"),
+    ]
+
+
+def gpu(i: int, used: float) -> GpuSample:
+    return GpuSample(i, f"GPU-{i}", "NVIDIA RTX PRO 6000 Blackwell Server Edition", mem_used_mib=used,
+                     mem_total_mib=97887.0, util_pct=None if i == 3 else float(i * 13),
+                     temp_c=60.0, power_w=300.0 + i, sm_clock_mhz=2100.0, error="fell off the bus" if i == 5 else "")
+
+
+def proc(k: int) -> ProcSample:
+    return ProcSample(pid=1000 + k, start_time=5000 + k, user="a-very-long-user-name" if k == 2 else "vllm",
+                      gpu_mem_mib={k % 8: 1400.0 * k}, kind=("cuda", "handle", "other")[k % 3],
+                      unit="vllm.service", cmdline="python3 -m vllm.entrypoints.openai.api_server " * (k % 4),
+                      visible=k != 5, gpus=[k % 8])
+
+
+class Tables(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Table(id="t1")
+        yield Table(id="t2")
+        yield GpuTable(id="gpus")
+        yield ProcTable(id="procs")
+
+
+def draw(table: KeyedTable) -> list[object]:
+    return [list(strip) for strip in table.render_lines(Region(0, 0, table.size.width, table.size.height))]
+
+
+async def test_cells_render_as_datatable_renders_them() -> None:
+    app = Tables()
+    async with app.run_test(size=(100, 30)) as pilot:
+        t1 = app.query_one("#t1", Table)
+        gpus = app.query_one(GpuTable)
+        procs = app.query_one(ProcTable)
+        t1.sync([(str(k), odd_cells(k)) for k in range(12)])
+        gpus.sync([(str(i), gpu_cells(gpu(i, 90000.0 + i), COLORS, NAME_WIDTH)) for i in range(8)])
+        procs.sync([(str(k), proc_cells(proc(k), COLORS)) for k in range(9)])
+        await pilot.pause()
+        base = Style(color="#e0e0e0", bgcolor="#1e1e1e")
+        checked = 0
+        for table in (t1, gpus, procs):
+            for row in range(table.row_count):
+                for column in range(len(table.columns)):
+                    for width in (1, 2, 3, 5, 9, 30):
+                        for cursor, hover in ((False, False), (True, False), (False, True)):
+                            ours = table._render_text_cell(row, column, base, width, cursor, hover)
+                            table._cell_render_cache.clear()  # DataTable's: not keyed on the width
+                            theirs = DataTable._render_cell(table, row, column, base, width, cursor, hover)
+                            if ours is not None:
+                                assert ours == theirs, (table.id, row, column, width, cursor, hover)
+                                checked += 1
+        assert checked > 1000
+
+
+async def test_incremental_sync_draws_what_a_fresh_table_draws() -> None:
+    app = Tables()
+    async with app.run_test(size=(100, 30)) as pilot:
+        t1, t2 = app.query_one("#t1", Table), app.query_one("#t2", Table)
+        app.set_focus(None)  # focus restyles a table's header: keep both alike
+        rows: list[Row] = [(str(k), odd_cells(k)) for k in range(12)]
+        t1.sync(rows)
+        await pilot.pause()
+        draw(t1)  # fill the caches with the first values
+        changed: list[Row] = [(key, [*cells[:2], Text(f"new {key}", style="red"), *cells[3:]]) if int(key) % 3 == 0
+                              else (key, cells) for key, cells in rows]
+        t1.sync(changed)
+        t2.sync(changed)
+        await pilot.pause()
+        assert t1._update_count > 0
+        assert draw(t1) == draw(t2)
+        # a cursor and hover moved, a cell updated outside sync: still the same as a fresh table
+        t1.update_cell("4", "a", Text("upd"))
+        t2.update_cell("4", "a", Text("upd"))
+        for table in (t1, t2):
+            table.show_cursor = True
+            table.move_cursor(row=4)
+        await pilot.pause()
+        assert draw(t1) == draw(t2)
+        assert "upd" in "".join(seg.text for seg in draw(t1)[5])  # type: ignore[attr-defined]
+
+
+async def test_live_events_redraw_once_per_burst_and_nothing_between() -> None:
+    from kimitui.events import HostSample
+    from kimitui.session import Session
+    from kimitui.tui.app import KimituiApp
+    from kimitui.tui.gpu_table import GpuTable as Gpus
+
+    session = Session()
+    app = KimituiApp(session, host_label="live")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        frames = app.frames
+        for seq in range(1, 21):  # a burst: published in one go, drawn once
+            session.publish(HostSample(t=1000.0 + seq, host="live", seq=seq,
+                                       gpus=[gpu(i, 1000.0 * seq) for i in range(2)], procs=[proc(1)]))
+        deadline = 50
+        while len(app.query_one(Gpus).row_keys) != 2 and deadline:
+            await pilot.pause()
+            deadline -= 1
+        assert app.query_one(Gpus).cell_text("1", "memory").endswith("19.5/95.6 GiB")
+        assert app.frames == frames + 1
+        for _ in range(5):  # nothing new: nothing drawn
+            await pilot.pause()
+        assert app.frames == frames + 1
