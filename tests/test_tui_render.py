@@ -140,3 +140,22 @@ async def test_live_events_redraw_once_per_burst_and_nothing_between() -> None:
         for _ in range(5):  # nothing new: nothing drawn
             await pilot.pause()
         assert app.frames == frames + 1
+
+
+def test_memory_history_lines_and_colours() -> None:
+    from textual.content import Span
+
+    from kimitui.events import HostSample
+    from kimitui.state import SessionState, fold
+    from kimitui.tui.memory_history import history_content
+
+    state = SessionState()
+    for seq, used in enumerate((10000.0, 50000.0, 95000.0)):
+        fold(state, HostSample(t=1000.0 + seq, host="h", seq=seq, procs=[],
+                               gpus=[gpu(0, used), GpuSample(1, "u1", "n", mem_used_mib=None, mem_total_mib=None)]))
+    content = history_content(state, 16)
+    # right-aligned sparklines scaled to the GPU's total, each cell coloured by its own level
+    assert content.plain.split("\n") == ["memory history (GiB)", " 0   ▁▄█  92.8", " 1           -"]
+    assert list(content.spans) == [
+        Span(0, 20, "$text-muted"), Span(21, 24, "$text-muted"), Span(24, 27, "$success"),
+        Span(27, 28, "$warning"), Span(28, 29, "$error"), Span(36, 39, "$text-muted"), Span(39, 44, "$success")]
