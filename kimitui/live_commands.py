@@ -18,6 +18,7 @@ from typing import Any
 
 from kimitui.events import ConnectionState, HostSample, LogLine
 from kimitui.hosts.base import Host, HostError
+from kimitui.live_context import LiveContext
 
 
 class TargetError(Exception):
@@ -52,7 +53,8 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
             print(f"simulated host ready: {sim.sim_dir}, OpenAI API at {sim.api_url}", file=sys.stderr)
             yield OpenedHost(sim, f"demo ({gpus} simulated GPUs)",
                              {"sim_dir": sim.sim_dir, "dev_prefix": sim.dev_prefix},
-                             {"target": "demo", "api_url": sim.api_url, "simulated": True})
+                             {"target": "demo", "api_url": sim.api_url, "simulated": True,
+                              "service": f"pidfile:{sim.pidfile}"})
         return
     host: Host
     if target == "local":
@@ -95,8 +97,10 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
                            gpus=getattr(args, "gpus", 8)) as opened:
         session = _new_session(opened, command)
         source = TelemetrySource(opened.host, _interval(args.interval), **opened.telemetry_args)
+        live = LiveContext(opened.host, opened.label, default_service=opened.meta.get("service"),
+                           api_url=opened.meta.get("api_url"), simulated=bool(opened.meta.get("simulated")))
         app = KimituiApp(session, theme=args.theme, host_label=opened.label, sources=[source],
-                         run_path=session.recorder.path)
+                         run_path=session.recorder.path, live=live)
         try:
             await app.run_async()
         finally:

@@ -25,6 +25,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from kimitui.events import Event
+from kimitui.live_context import LiveContext
 from kimitui.replay import Player
 from kimitui.session import EventSource, Session
 from kimitui.tui.bench_view import BenchView
@@ -79,9 +80,12 @@ class KimituiApp(App[None]):
         host_label: str = "",
         sources: list[EventSource] | None = None,
         run_path: Path | None = None,
+        live: LiveContext | None = None,
     ) -> None:
         super().__init__()
         self.session = session
+        self.live = live
+        """The host behind a live session (for actions: cleanup, benchmarks); None in replay."""
         self.player = player
         self.host_label = host_label or (player.reader.header.host if player is not None else "")
         self.sources = list(sources or [])
