@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -135,9 +136,10 @@ def first_frame(path: Path, timeout: float = 60.0) -> dict[str, float | str]:
     except subprocess.TimeoutExpired:
         return {"error": f"no first frame within {timeout:.0f} s (KIMITUI_EXIT_AFTER_FIRST_FRAME not honoured?)"}
     wall = time.perf_counter() - t0
-    for line in proc.stderr.splitlines():
-        if line.startswith("first-frame "):
-            return {"first_frame_s": float(line.split()[1]), "launch_to_exit_s": wall}
+    # The line follows the terminal-restoring escapes on the same stderr line: search, don't anchor.
+    found = re.search(r"first-frame ([0-9.]+)", proc.stderr)
+    if found:
+        return {"first_frame_s": float(found.group(1)), "launch_to_exit_s": wall}
     tail = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
     return {"error": f"exit {proc.returncode} without a first-frame line: {tail[:200]}"}
 
