@@ -14,11 +14,17 @@ def run_replay(path: Path, theme: str | None = None, speed: float = 1.0,
 
     Raises ``kimitui.runfile.RunFileError`` (a one-line message) when the file cannot be opened.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from kimitui.replay import Player
     from kimitui.runfile import RunReader
-    from kimitui.tui.app import KimituiApp, print_first_frame
 
-    reader = RunReader(path)
+    # Reading a large run is mostly I/O: let it overlap the import of Textual and the app.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="open-run") as pool:
+        opening = pool.submit(RunReader, path)
+        from kimitui.tui.app import KimituiApp, print_first_frame
+
+        reader = opening.result()
     session = Session()
     player = Player(reader, session, speed=speed)
     player.set_speed(speed)
