@@ -203,6 +203,20 @@ class RunReader:
                 else:
                     self._index_slow(data[pos:end], pos, end, lineno, torn)
             pos = end + 1
+        self._make_monotonic()
+
+    def _make_monotonic(self) -> None:
+        """Replay and seeking need non-decreasing times. An event stamped earlier than the one before it
+        (clocks of two machines, a hand-edited file) is taken as happening at its predecessor's time."""
+        times = self.times
+        backwards = 0
+        for i in range(1, len(times)):
+            if times[i] < times[i - 1]:
+                times[i] = times[i - 1]
+                backwards += 1
+        if backwards:
+            self.warnings.append(f"{self.path.name}: {backwards} events were stamped earlier than the event "
+                                 "before them; replayed at their predecessor's time")
 
     def _index_slow(self, line: bytes, start: int, end: int, lineno: int, torn: bool) -> None:
         try:

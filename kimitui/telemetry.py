@@ -149,10 +149,21 @@ class TelemetrySource:
         self.last_sample_at: float | None = None
         self.samples = 0
         self._stop: asyncio.Event | None = None
+        self._offset: float | None = None
+        """This side's clock minus the agent's, as estimated from sample arrivals."""
 
     def argv(self) -> list[str]:
         return agent_command(host_python(self.host), self.interval, self.sim_dir, self.dev_prefix,
                              scan_interval=self.scan_interval, extra=self.agent_args)
+
+    def _to_local_clock(self, sample: HostSample) -> None:
+        """Put a sample on this side's clock, so it orders correctly against local events (cleanup steps,
+        benchmark points) in the run: the host's clock may be skewed. The offset is the smallest
+        (arrival - sample time) seen, i.e. the skew plus the fastest delivery; it only ever shrinks."""
+        offset = self.last_sample_at - sample.t if self.last_sample_at is not None else 0.0
+        if self._offset is None or offset < self._offset:
+            self._offset = offset
+        sample.t += self._offset
 
     def stop(self) -> None:
         """End events() at the next line or backoff wait (cancelling the consumer task ends it at once)."""
@@ -180,6 +191,7 @@ class TelemetrySource:
                     if isinstance(event, HostSample):
                         self.last_sample_at = self.clock()
                         self.samples += 1
+                        self._to_local_clock(event)
                     yield event
             kind, detail = outcome or ["lost", "stopped"]
             if kind == "failed":

@@ -192,3 +192,12 @@ def test_writer_output_is_prefix_indexable(tmp_path: Path) -> None:
         fh.write('{"type":"log","message":"hand edited","t":9.5}\n')
     r = RunReader(path)
     assert r.types[-1] == "log" and r.times[-1] == 9.5
+
+
+def test_events_out_of_time_order_replay_in_file_order(tmp_path: Path) -> None:
+    events = [LogLine(t=1.0, message="a"), LogLine(t=3.0, message="b"), LogLine(t=2.0, message="c"),
+              LogLine(t=4.0, message="d")]
+    r = RunReader(write_run(tmp_path / "run.jsonl", events))
+    assert list(r.times) == [1.0, 3.0, 3.0, 4.0]
+    assert r.index_at(3.0) == 3 and r.event(2).t == 2.0  # the event itself keeps its stamp
+    assert len(r.warnings) == 1 and "1 events were stamped earlier" in r.warnings[0]

@@ -297,3 +297,21 @@ async def test_probe_host(tmp_path: Path) -> None:
     reason = await probe_host(LocalHost("box", python=str(tmp_path / "python3")))
     assert reason is not None and reason.startswith("box: no ") and "on the host" in reason
     assert sys.executable  # the agent ran under this interpreter above
+
+
+def test_samples_are_put_on_the_local_clock_despite_host_skew() -> None:
+    """A host whose clock runs 100 s behind: its samples land on this side's timeline, in order."""
+    from kimitui.hosts.local import LocalHost
+
+    now = [1000.0]
+    source = TelemetrySource(LocalHost(), clock=lambda: now[0])
+    placed = []
+    for k, latency in enumerate((0.030, 0.004, 0.050, 0.004)):
+        agent_t = 900.0 + 0.5 * k  # 100 s behind
+        now[0] = agent_t + 100.0 + latency
+        source.last_sample_at = now[0]
+        sample = HostSample(t=agent_t, host="h", seq=k)
+        source._to_local_clock(sample)
+        placed.append(sample.t)
+    assert placed == sorted(placed)
+    assert all(abs(t - (900.0 + 0.5 * k + 100.004)) < 0.03 for k, t in enumerate(placed))
