@@ -29,13 +29,14 @@ from typing import Any, TextIO
 
 from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, auto_consent, current_operator, is_optional
 from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
-from kimitui.cleanup.plan import CleanCriteria, CleanupTarget, Deadlines
-from kimitui.cleanup.services import (
-    DockerService,
-    PidService,
-    ServiceManager,
-    SupervisorService,
-    SystemdService,
+from kimitui.cleanup.plan import Deadlines
+from kimitui.cleanup.services import PidService
+from kimitui.cleanup.setup import (
+    UsageError,
+    build_target,
+    default_deadlines,
+    parse_gpus,
+    parse_service,
 )
 from kimitui.events import (
     CleanupPlan,
@@ -59,51 +60,7 @@ EVENT_TYPES = frozenset({"phase_start", "phase_end", "cleanup_plan", "step_previ
                          "signal_outcome", "step_result", "verification"})
 """What --json prints (samples, connection states and log lines go to the run file only)."""
 
-DEMO_DEADLINES = {"graceful_s": 3.0, "term_grace_s": 2.0}
-"""The simulated host's service stops in milliseconds; its stuck workers never do."""
-
-
-class UsageError(Exception):
-    """A bad option value: one line, exit status 2."""
-
-
 # --- parsing -------------------------------------------------------------------------------------------
-
-def parse_service(spec: str, health_url: str | None = None) -> ServiceManager:
-    """``systemd:UNIT``, ``docker:NAME``, ``supervisor:PROGRAM[@CONF]``, ``pidfile:PATH`` or ``pid:N``."""
-    kind, sep, name = spec.partition(":")
-    if not sep or not name:
-        raise UsageError(f"--service {spec!r}: expected systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], "
-                         "pidfile:PATH or pid:N")
-    if kind == "systemd":
-        return SystemdService(name, health_url=health_url)
-    if kind == "docker":
-        return DockerService(name, health_url=health_url)
-    if kind == "supervisor":
-        program, at, conf = name.partition("@")
-        if not program or (at and not conf):
-            raise UsageError(f"--service {spec!r}: expected supervisor:PROGRAM or supervisor:PROGRAM@CONF")
-        return SupervisorService(program, conf or None, health_url=health_url)
-    if kind == "pidfile":
-        return PidService(pidfile=name, health_url=health_url)
-    if kind == "pid":
-        if not name.isdigit() or int(name) <= 1:
-            raise UsageError(f"--service {spec!r}: pid must be a number above 1")
-        return PidService(pid=int(name), health_url=health_url)
-    raise UsageError(f"--service {spec!r}: unknown manager {kind!r} (systemd, docker, supervisor, pidfile, pid)")
-
-
-def parse_gpus(text: str | None) -> list[int] | None:
-    if text is None or text.strip().lower() in ("", "all"):
-        return None
-    try:
-        gpus = sorted({int(x) for x in text.replace(" ", "").split(",") if x})
-    except ValueError:
-        raise UsageError(f"--gpus {text!r}: expected GPU indexes such as 0,1 (or all)") from None
-    if not gpus or min(gpus) < 0:
-        raise UsageError(f"--gpus {text!r}: expected GPU indexes such as 0,1 (or all)")
-    return gpus
-
 
 def parse_yes(text: str | None) -> list[str] | None:
     if text is None:
@@ -313,7 +270,7 @@ def terminal_consent(operator: str, show_table: bool, stdin: TextIO, stderr: Tex
 # --- the command ---------------------------------------------------------------------------------------
 
 def _deadlines(args: argparse.Namespace, demo: bool) -> Deadlines:
-    d = Deadlines(**(DEMO_DEADLINES if demo else {}))
+    d = default_deadlines(demo)
     for opt, attr in (("graceful_s", "graceful_s"), ("term_grace_s", "term_grace_s"), ("verify_s", "verify_s")):
         value = getattr(args, opt)
         if value is not None:
@@ -372,9 +329,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 await feed.latest(timeout=30.0)
             except ViewTimeout as exc:
                 raise TargetError(f"{host.name}: no telemetry: {exc}") from None
-            target = CleanupTarget(host=host.name, service=service, gpus=gpus,
-                                   clean=CleanCriteria(threshold_mib=args.threshold_mib), deadlines=deadlines,
-                                   allow_other_users=args.allow_other_users, operator=operator)
+            target = build_target(host.name, service, gpus, args.threshold_mib, deadlines,
+                                  args.allow_other_users, operator)
             ex = CleanupExecutor(host, target, feed, consent, publish=session.publish, audit=audit)
             title = f"{service.label if service else 'GPU holders'} on {host.name}" + (" (dry run)" if args.dry_run
                                                                                          else "")

@@ -67,6 +67,8 @@ class KimituiApp(App[None]):
         Binding("d", "show_view('dashboard')", "GPUs", show=False),
         Binding("b", "show_view('bench')", "Bench"),
         Binding("c", "show_view('cleanup')", "Cleanup"),
+        Binding("F", "free_gpus", "Free GPUs", key_display="F"),
+        Binding("x", "cancel_cleanup", "Cancel cleanup", show=False),
         Binding("f1,question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
     ]
@@ -357,6 +359,18 @@ class KimituiApp(App[None]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(replay=self.player is not None))
+
+    # -- cleanup (live only): the dialog, the consent modals and the worker are in cleanup_runner.py
+
+    def action_free_gpus(self) -> None:
+        from kimitui.tui.cleanup_runner import free_gpus
+
+        free_gpus(self)
+
+    def action_cancel_cleanup(self) -> None:
+        from kimitui.tui.cleanup_runner import cancel_cleanup
+
+        cancel_cleanup(self)
 
 
 def print_first_frame(app: KimituiApp) -> None:

@@ -1,14 +1,16 @@
-"""The cleanup panel: the plan, each step's status, elapsed time and signals, and the verdict."""
+"""The cleanup panel (the escalation as it happens, live or replayed): the plan, each step's status and
+elapsed time (counting while it runs), the signals sent and their outcomes, the GPU memory of the GPUs in
+scope since the plan (falling as holders die), and the verification's verdict. Renders state only."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from kimitui.state import CleanupState, SessionState, StepState
+from kimitui.state import CleanupState, PhaseSpan, SessionState, StepState
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors
@@ -35,14 +37,44 @@ def signals_summary(step: StepState) -> str:
     return sent + (f" ({', '.join(detail)})" if detail else "")
 
 
-def step_cells(step: StepState, colors: Colors) -> list[Cell]:
-    color = getattr(colors, STATUS_COLORS.get(step.status, "foreground"))
+FINAL = frozenset({"done", "skipped", "declined", "failed"})
+MEM_SINCE_S = 3.0
+"""The memory panel starts this long before the plan: the level the GPUs were at."""
+SIGNAL_LINES = 12
+
+
+def shown_status(cleanup: CleanupState, step: StepState) -> str:
+    """The step's status; verify (which asks nothing and so has no event before its result) reads
+    'running' once every step before it is over and no verdict is in."""
+    if step.status == "pending" and step.step == "verify" and cleanup.verification is None:
+        names = list(cleanup.steps)
+        if all(cleanup.steps[n].status in FINAL for n in names[: names.index("verify")]):
+            return "running"
+    return step.status
+
+
+def step_elapsed(step: StepState, now: float) -> str:
+    """How long the step acted: from the operator's answer to its result (the time the operator took to
+    decide is not counted), or its whole time when it asked nothing; counting while it runs."""
+    asked = step.consent.t - step.preview.t if step.consent is not None and step.preview is not None else 0.0
+    if step.elapsed_s is not None:
+        return fmt.num(max(step.elapsed_s - max(asked, 0.0), 0.0), "{:.2f}", " s")
+    if step.status in ("confirmed", "running") and step.started is not None:
+        return fmt.num(max(now - step.started, 0.0), "{:.1f}", " s…")
+    return fmt.DASH
+
+
+def step_cells(step: StepState, colors: Colors, cleanup: CleanupState | None = None, now: float = 0.0) -> list[Cell]:
+    status = shown_status(cleanup, step) if cleanup is not None else step.status
+    color = getattr(colors, STATUS_COLORS.get(status, "foreground"))
     preview = step.preview
+    ticked = str(len(step.consent.pids)) if step.consent is not None and step.consent.accepted else \
+        "0" if step.consent is not None else "?"
     return [
         Text(step.step, style="bold"),
-        Text(step.status, style=color),
-        Text(fmt.num(step.elapsed_s, "{:.2f}", " s"), justify="right"),
-        Text(str(len(preview.targets)) if preview else "-", justify="right"),
+        Text(status, style=color),
+        Text(step_elapsed(step, now), justify="right"),
+        Text(f"{ticked} of {len(preview.targets)}" if preview else "-", justify="right"),
         Text(str(len(preview.spared)) if preview else "-", justify="right"),
         Text(signals_summary(step), no_wrap=True, overflow="ellipsis"),
         Text(step.reason or (preview.action if preview else ""), no_wrap=True, overflow="ellipsis"),
@@ -51,7 +83,8 @@ def step_cells(step: StepState, colors: Colors) -> list[Cell]:
 
 def plan_content(cleanup: CleanupState | None) -> Content:
     if cleanup is None:
-        return Content.assemble(("no cleanup in this run yet", "$text-muted"))
+        return Content.assemble(("no cleanup in this run yet", "$text-muted"),
+                                ("   live: F frees the GPUs, each step previewed and asked", "$text-muted"))
     plan = cleanup.plan
     return Content.assemble(
         ("plan ", "$text-muted"), (plan.service or "GPUs", "bold"),
@@ -83,27 +116,125 @@ def verdict_content(cleanup: CleanupState | None) -> Content:
     return Content.assemble(*parts)
 
 
+def cleanup_phase(state: SessionState) -> PhaseSpan | None:
+    for span in reversed(state.phases):
+        if span.phase == "cleanup":
+            return span
+    return None
+
+
+def phase_content(state: SessionState) -> Content:
+    """How the cleanup phase ended (its note holds last consent -> clean), or that it runs."""
+    span = cleanup_phase(state)
+    if span is None or state.cleanup is None or span.start > state.cleanup.plan.t:
+        return Content("")
+    if span.end is None:
+        return Content.assemble(("cleanup running", "bold $accent"),
+                                (f"  {fmt.num(state.clock - span.start, '{:.1f}', ' s')}", "$text-muted"),
+                                ("   x cancels (the step in hand finishes, the rest is declined)", "$text-muted"))
+    style = "bold $success" if span.ok else "bold $error"
+    return Content.assemble(("cleanup ended: ", "$text-muted"), (span.note or ("ok" if span.ok else "not ok"), style),
+                            (f"  ({span.end - span.start:.2f} s)", "$text-muted"))
+
+
+def memory_content(state: SessionState, width: int) -> Content:
+    """Per GPU in scope: its used memory since just before the plan, as a sparkline (a low line is
+    empty), and now: green when within the clean threshold."""
+    cleanup = state.cleanup
+    if cleanup is None:
+        return Content("")
+    since = cleanup.plan.t - MEM_SINCE_S
+    threshold = cleanup.plan.clean_threshold_mib
+    spark_w = max(width - 13, 6)
+    parts: list[str | tuple[str, str]] = [("GPU memory since the plan", "$text-muted")]
+    for index in cleanup.plan.gpus or sorted(state.gpus):
+        points = [used for t, used in state.mem_history.get(index, ()) if t >= since]
+        gpu = state.gpus.get(index)
+        total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(points, default=0.0)
+        last = points[-1] if points else None
+        spark = fmt.sparkline(points, total or 0.0, spark_w)
+        data = min(len(points), spark_w)
+        pad, drawn = spark[: spark_w - data], spark[spark_w - data:].replace(" ", "▁")
+        style = "$text-muted" if last is None else "$success" if last <= threshold else "$warning"
+        parts += ["\n", (f"{index:>2} ", "$text-muted"), pad, (drawn, "$primary"),
+                  (f" {fmt.gib(last):>5} GiB", style)]
+    return Content.assemble(*parts)
+
+
+def signals_content(cleanup: CleanupState | None) -> Content:
+    """Each signal sent (or refused) with its outcome: 'process  SIGTERM  pid 4242  exited after 0.04 s'."""
+    if cleanup is None:
+        return Content("")
+    rows: list[tuple[str, str, str]] = []
+    for step in cleanup.steps.values():
+        outcomes = {(o.pid, o.signal): o for o in step.outcomes}
+        for s in step.signals:
+            if s.outcome != "sent":
+                rows.append((f"{step.step:<9}{s.signal:<8}pid {s.pid:<8}", f"{s.outcome}: {s.detail}", "$warning"))
+                continue
+            o = outcomes.get((s.pid, s.signal))
+            if o is None and step.step == "graceful":
+                o = outcomes.get((s.pid, "stop"))
+            if o is None:
+                what, style = "sent, waiting", "$accent"
+            elif o.outcome == "exited":
+                what, style = f"exited after {o.elapsed_s:.2f} s", "$success"
+            else:
+                what, style = f"{o.outcome} after {o.elapsed_s:.2f} s" + (f" (state {o.state})" if o.state else ""), \
+                    "$warning" if o.outcome == "survived" else "$error"
+            rows.append((f"{step.step:<9}{s.signal:<8}pid {s.pid:<8}", what, style))
+    if not rows:
+        return Content.assemble(("signals: none sent yet", "$text-muted"))
+    parts: list[str | tuple[str, str]] = [(f"signals ({len(rows)})", "$text-muted")]
+    if len(rows) > SIGNAL_LINES:
+        parts.append((f", the last {SIGNAL_LINES}", "$text-muted"))
+        rows = rows[-SIGNAL_LINES:]
+    for head, what, style in rows:
+        parts += ["\n  ", head, (what, style)]
+    return Content.assemble(*parts)
+
+
 class StepTable(KeyedTable):
     COLUMNS = (
-        ("step", "Step", 16), ("status", "Status", 9), ("elapsed", "Elapsed", 8), ("targets", "Targets", 7),
-        ("spared", "Spared", 6), ("signals", "Signals", 34), ("note", "Note", None),
+        ("step", "Step", 8), ("status", "Status", 9), ("elapsed", "Elapsed", 8), ("ticked", "Ticked", 8),
+        ("spared", "Spared", 6), ("signals", "Signals", 32), ("note", "Note", 48),
     )
 
-    def show(self, cleanup: CleanupState | None, colors: Colors) -> None:
+    def show(self, cleanup: CleanupState | None, colors: Colors, now: float = 0.0) -> None:
         rows: list[Row] = []
         if cleanup is not None:
-            rows = [(name, step_cells(step, colors)) for name, step in cleanup.steps.items()]
+            rows = [(name, step_cells(step, colors, cleanup, now)) for name, step in cleanup.steps.items()]
         self.sync(rows)
 
 
 class CleanupView(VerticalScroll):
+    MEMORY_WIDTH = 32
+    """The memory panel's content width (#cleanup-memory: 34 wide, less its padding and border)."""
+
     def compose(self) -> ComposeResult:
         yield Static(id="cleanup-plan")
         yield StepTable(id="step-table")
-        yield Static(id="cleanup-verdict")
+        with Horizontal(id="cleanup-lower"):
+            with Vertical(id="cleanup-left"):
+                yield Static(id="cleanup-phase")
+                yield Static(id="cleanup-verdict")
+                yield Static(id="cleanup-signals")
+            yield Static(id="cleanup-memory")
+
+    def on_mount(self) -> None:
+        self._shown: dict[str, Content] = {}
+
+    def _update(self, widget_id: str, content: Content) -> None:
+        """Update a Static only when its content changed (an update repaints and may lay out)."""
+        if self._shown.get(widget_id) != content:
+            self._shown[widget_id] = content
+            self.query_one(f"#{widget_id}", Static).update(content)
 
     def show(self, state: SessionState, colors: Colors) -> None:
         cleanup = state.cleanup
-        self.query_one("#cleanup-plan", Static).update(plan_content(cleanup))
-        self.query_one(StepTable).show(cleanup, colors)
-        self.query_one("#cleanup-verdict", Static).update(verdict_content(cleanup))
+        self._update("cleanup-plan", plan_content(cleanup))
+        self.query_one(StepTable).show(cleanup, colors, state.clock)
+        self._update("cleanup-phase", phase_content(state))
+        self._update("cleanup-verdict", verdict_content(cleanup))
+        self._update("cleanup-signals", signals_content(cleanup))
+        self._update("cleanup-memory", memory_content(state, self.MEMORY_WIDTH))

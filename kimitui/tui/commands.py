@@ -33,8 +33,12 @@ def palette_commands(app: KimituiApp) -> list[Command]:
         ("View: dashboard", "d: GPUs, processes, log", partial(app.action_show_view, "dashboard")),
         ("View: benchmarks", "b: throughput plot and tables", partial(app.action_show_view, "bench")),
         ("View: cleanup", "c: cleanup steps and verdict", partial(app.action_show_view, "cleanup")),
+        ("Cleanup: free the GPUs…", "F: graceful stop, process kill, device kill, verify; each step previewed "
+         "and asked (live only)", app.action_free_gpus),
         ("Help", "F1 / ?: keys", app.action_help),
     ]
+    if app.live is not None:
+        out.append(("Cleanup: cancel", "x: decline the rest of the running cleanup", app.action_cancel_cleanup))
     out += [(f"Theme: {name}", f"switch to the {name} theme", partial(app.action_set_theme, name))
             for name in app.loaded_theme_names]
     return out

@@ -1,0 +1,191 @@
+"""The dashboard's cleanup: the setup dialog, then the escalation as a Textual worker.
+
+``free_gpus(app)`` opens the setup dialog (live mode only); its confirm starts ``CleanupRunner.run`` as
+the one worker of group ``cleanup``. The executor publishes into the app's session (every preview,
+consent, signal and result is recorded and folded, so the Cleanup tab follows it), reads processes from a
+``SampleFeed`` subscribed to the same session, and asks each step's consent through ``ConsentScreen``.
+``cancel_cleanup(app)`` (key x) declines the current consent and every later one: the step in hand
+finishes, verify takes one look, and the cancellation is in the run file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kimitui.cleanup.audit import AuditLog
+from kimitui.cleanup.consent import ConsentDecision, current_operator
+from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
+from kimitui.cleanup.plan import STEPS, Deadlines
+from kimitui.cleanup.setup import build_target, default_deadlines
+from kimitui.cleanup.view import SampleFeed, ViewTimeout
+from kimitui.events import LogLine, PhaseEnd, PhaseStart, StepPreview
+from kimitui.live_context import LiveContext
+from kimitui.session import Session
+from kimitui.tui.cleanup_consent import ConsentScreen
+from kimitui.tui.cleanup_dialog import CleanupRequest, CleanupSetupScreen
+
+if TYPE_CHECKING:
+    from kimitui.tui.app import KimituiApp
+
+WORKER_GROUP = "cleanup"
+NEEDS_LIVE = "cleanup needs a live host: this is a replay (run kimitui demo, or kimitui connect HOST)"
+CANCEL_NOTE = "cancelled by the operator (x): this step and the rest declined"
+
+_runners: weakref.WeakKeyDictionary[KimituiApp, CleanupRunner] = weakref.WeakKeyDictionary()
+
+
+def deadlines_for(live: LiveContext) -> Deadlines:
+    """The deadlines of a cleanup from the dashboard (as ``kimitui cleanup`` picks them)."""
+    return default_deadlines(live.simulated)
+
+
+class CleanupRunner:
+    """One escalation started from the dashboard."""
+
+    def __init__(self, app: KimituiApp, session: Session, live: LiveContext, request: CleanupRequest,
+                 deadlines: Deadlines, operator: str | None = None,
+                 audit_factory: Callable[[], AuditLog] = AuditLog) -> None:
+        self.app = app
+        self.session = session
+        self.live = live
+        self.request = request
+        self.operator = operator or current_operator()
+        self.target = build_target(live.host.name, request.service, request.gpus, request.threshold_mib,
+                                   deadlines, request.allow_other_users, self.operator)
+        self.audit_factory = audit_factory
+        self.cancelled = False
+        self.finished = False
+        self.modal: ConsentScreen | None = None
+        self.asked = 0
+        self.report: CleanupReport | None = None
+        self.note = ""
+
+    @property
+    def title(self) -> str:
+        svc = self.request.service
+        return f"{svc.label if svc else 'GPU holders'} on {self.live.host.name} (from the dashboard)"
+
+    # -- consent
+
+    async def consent(self, preview: StepPreview) -> ConsentDecision:
+        if self.cancelled:
+            return ConsentDecision(False, None, self.operator, CANCEL_NOTE)
+        self.asked += 1
+        fut: asyncio.Future[ConsentDecision] = asyncio.get_running_loop().create_future()
+
+        def done(decision: ConsentDecision | None) -> None:
+            if not fut.done():
+                fut.set_result(decision or ConsentDecision(False, None, self.operator, "dismissed"))
+
+        steps = [s for s in ("graceful", "process", "device") if s in STEPS]
+        position = f"step {steps.index(preview.step) + 1} of {len(steps)}" if preview.step in steps else ""
+        self.modal = ConsentScreen(preview, self.operator, position)
+        self.app.push_screen(self.modal, callback=done)
+        try:
+            return await fut
+        finally:
+            self.modal = None
+
+    def cancel(self) -> None:
+        """Decline the consent in hand and every later one; verify then takes one look."""
+        if self.cancelled or self.finished:
+            return
+        self.cancelled = True
+        self.target.deadlines.verify_s = 0.0
+        self.session.publish(LogLine(time.time(), level="warning", source="cleanup",
+                                     message="cleanup cancelled by the operator (x): the remaining steps are "
+                                             "declined, verify takes one look"))
+        modal = self.modal
+        if modal is not None and modal.is_attached:
+            if self.app.screen is not modal:
+                modal.pop_until_active()
+            modal.dismiss(modal.decision(False, CANCEL_NOTE))
+
+    # -- the worker
+
+    async def run(self) -> CleanupReport | None:
+        feed = SampleFeed()
+        unsubscribe = self.session.subscribe(feed.push)
+        audit = self.audit_factory()
+        ex = CleanupExecutor(self.live.host, self.target, feed, self.consent, publish=self.session.publish,
+                             audit=audit)
+        self.session.publish(PhaseStart(time.time(), phase="cleanup", title=self.title))
+        clean, note = False, ""
+        try:
+            try:
+                self.report = await ex.run()
+                clean = self.report.clean
+                if clean and self.report.consent_to_clean_s is not None:
+                    note = f"last consent -> clean {self.report.consent_to_clean_s:.3f}s"
+            except ViewTimeout as exc:
+                note = f"telemetry stalled: {exc}"
+            except asyncio.CancelledError:
+                note = "interrupted (the dashboard closed)"
+                raise
+            except Exception as exc:  # the dashboard stays up; the run file says what happened
+                note = f"error: {type(exc).__name__}: {exc}"
+        finally:
+            self.finished = True
+            if self.cancelled:
+                note = "cancelled by the operator" + (f"; {note}" if note else "")
+            self.note = ("clean" if clean else "not clean") + (f"; {note}" if note else "")
+            self.session.publish(PhaseEnd(time.time(), phase="cleanup", ok=clean, note=self.note))
+            unsubscribe()
+            audit.close()
+        self.app.notify(f"GPUs {'CLEAN' if clean else 'NOT clean'}: {self.note}", title="cleanup",
+                        severity="information" if clean else "error", timeout=10)
+        return self.report
+
+
+# -- the app's actions (key F, key x, the palette)
+
+def current(app: KimituiApp) -> CleanupRunner | None:
+    """The dashboard's latest cleanup (running or finished), if any."""
+    return _runners.get(app)
+
+
+def running(app: KimituiApp) -> bool:
+    runner = _runners.get(app)
+    return runner is not None and not runner.finished
+
+
+def free_gpus(app: KimituiApp) -> None:
+    """Open the setup dialog; its confirm starts the escalation."""
+    live = app.live
+    if live is None:
+        app.notify(NEEDS_LIVE, title="cleanup", severity="warning", timeout=6)
+        return
+    if running(app):
+        app.notify("a cleanup is already running (x cancels it)", title="cleanup", severity="warning")
+        app.action_show_view("cleanup")
+        return
+    if isinstance(app.screen, CleanupSetupScreen):
+        return
+
+    def start(request: CleanupRequest | None) -> None:
+        if request is None or live is None or running(app):
+            return
+        runner = CleanupRunner(app, app.session, live, request, deadlines_for(live))
+        _runners[app] = runner
+        app.action_show_view("cleanup")
+        app.run_worker(runner.run(), group=WORKER_GROUP, name="cleanup", exclusive=True, exit_on_error=False)
+
+    app.push_screen(CleanupSetupScreen(live.label, live.default_service, sorted(app.session.state.gpus)),
+                    callback=start)
+
+
+def cancel_cleanup(app: KimituiApp) -> None:
+    runner = _runners.get(app)
+    if runner is None or runner.finished:
+        app.notify("no cleanup running", title="cleanup", timeout=3)
+        return
+    if runner.cancelled:
+        app.notify("cancelling: the step in hand finishes, then verify", title="cleanup", timeout=4)
+        return
+    runner.cancel()
+    app.notify("cleanup cancelled: the step in hand finishes, the rest is declined", title="cleanup",
+               severity="warning", timeout=6)

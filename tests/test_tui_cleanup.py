@@ -1,0 +1,355 @@
+"""The dashboard's cleanup against a real simulated host: F opens the setup dialog, each step asks in a
+consent modal, the escalation runs as a worker publishing into the session (recorded, folded, shown).
+
+SimHost(gpus=2, stuck_workers=1): the API server and two workers, the worker on GPU 1 ignores SIGTERM; an
+NVML-only monitor that must survive. The real agent samples it through a TelemetrySource.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input, TabbedContent
+
+from kimitui.cleanup.audit import read_audit
+from kimitui.cleanup.plan import Deadlines
+from kimitui.events import Consent, Event, LogLine, PhaseEnd, SignalSent, StepPreview, StepResult, Verification
+from kimitui.hosts.local import LocalHost
+from kimitui.hosts.sim.host import SimHost
+from kimitui.hosts.sim.teardown import alive
+from kimitui.live_context import LiveContext
+from kimitui.runfile import RunReader, RunWriter
+from kimitui.session import Session
+from kimitui.telemetry import TelemetrySource
+from kimitui.tui import cleanup_runner
+from kimitui.tui.app import KimituiApp
+from kimitui.tui.cleanup_consent import TICKED, UNTICKED, ConsentScreen
+from kimitui.tui.cleanup_dialog import CleanupSetupScreen
+from kimitui.tui.cleanup_view import StepTable
+from tests.test_tui import replay_app, wait_for
+from tests.tui_runs import write_test_run
+
+SIZE = (120, 40)
+FAST = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=3.0, sample_s=10.0, poll_s=0.01)
+SHORT_VERIFY = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=0.5, sample_s=10.0, poll_s=0.01)
+
+
+@dataclass
+class Live:
+    app: KimituiApp
+    pilot: Pilot[None]
+    host: SimHost
+    session: Session
+    run_path: Path
+
+    def events(self) -> list[Event]:
+        return list(RunReader(self.run_path).events())
+
+    def text(self, widget_id: str) -> str:
+        return str(self.app.query_one(f"#{widget_id}").render())
+
+
+@contextlib.asynccontextmanager
+async def live_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   deadlines: Deadlines | None = None) -> AsyncIterator[Live]:
+    """The dashboard on a fresh SimHost, its telemetry flowing and the service loaded; the audit log in
+    tmp_path; ``deadlines`` replaces the demo's (3 s graceful, 2 s SIGTERM grace, 10 s verify)."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    if deadlines is not None:
+        monkeypatch.setattr(cleanup_runner, "deadlines_for", lambda live: Deadlines(**{
+            f: getattr(deadlines, f) for f in Deadlines.__dataclass_fields__}))
+    async with SimHost(gpus=2, stuck_workers=1, nvml_monitor=True, load_time=0.05) as host:
+        source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix)
+        run_path = tmp_path / "run.jsonl"
+        session = Session(RunWriter(run_path, host=host.name))
+        live = LiveContext(host, "sim (2 simulated GPUs)", default_service=f"pidfile:{host.pidfile}",
+                           simulated=True)
+        app = KimituiApp(session, host_label=live.label, sources=[source], run_path=run_path, live=live)
+        try:
+            async with app.run_test(size=SIZE) as pilot:
+                lv = Live(app, pilot, host, session, run_path)
+                assert host.monitor_proc is not None
+                want = {p.pid for p in host.worker_holders().values()} | {host.monitor_proc.pid}
+                await wait_for(pilot, lambda: want <= {p.pid for p in session.state.procs},
+                               "the workers and the monitor in the telemetry", timeout=15)
+                yield lv
+        finally:
+            source.stop()
+            session.close()
+
+
+def stuck_worker(host: SimHost) -> int:
+    (gpu,) = host.stuck_gpus
+    return host.worker_holders()[gpu].pid
+
+
+async def start_cleanup(lv: Live) -> None:
+    await lv.pilot.press("F")
+    await wait_for(lv.pilot, lambda: isinstance(lv.app.screen, CleanupSetupScreen), "the setup dialog")
+    service = lv.app.screen.query_one("#setup-service", Input)
+    assert service.value == f"pidfile:{lv.host.pidfile}"
+    assert lv.app.screen.query_one("#setup-gpus", Input).value == "all"
+    await lv.pilot.press("enter")
+    await wait_for(lv.pilot, lambda: cleanup_runner.current(lv.app) is not None, "the cleanup worker")
+    assert lv.app.query_one("#views", TabbedContent).active == "cleanup"
+
+
+async def modal(lv: Live, step: str, timeout: float = 10.0) -> ConsentScreen:
+    """The consent modal for ``step`` once it is up."""
+
+    def up() -> bool:
+        screen = lv.app.screen
+        return isinstance(screen, ConsentScreen) and screen.preview.step == step and screen.is_attached
+
+    await wait_for(lv.pilot, up, f"the {step} consent modal", timeout=timeout)
+    screen = lv.app.screen
+    assert isinstance(screen, ConsentScreen)
+    return screen
+
+
+async def confirm(lv: Live, step: str, seen: dict[str, list[int]],
+                  edit: Callable[[ConsentScreen], object] | None = None) -> ConsentScreen:
+    screen = await modal(lv, step)
+    if edit is not None:
+        await edit(screen)  # type: ignore[misc]
+    seen[step] = list(screen.ticked)
+    await lv.pilot.press("enter")
+    await wait_for(lv.pilot, lambda: lv.app.screen is not screen, f"the {step} modal closed")
+    return screen
+
+
+async def untick(lv: Live, screen: ConsentScreen, pid: int) -> None:
+    """Move the cursor to pid's row in the targets table and press space."""
+    table = screen.query_one("#consent-targets", DataTable)
+    table.focus()
+    table.move_cursor(row=table.get_row_index(str(pid)))
+    await lv.pilot.pause()
+    assert table.get_cell(str(pid), "tick").plain == TICKED
+    await lv.pilot.press("space")
+    assert table.get_cell(str(pid), "tick").plain == UNTICKED
+    assert pid not in screen.ticked
+
+
+async def verified(lv: Live, timeout: float = 15.0) -> Verification:
+    def done() -> bool:
+        runner = cleanup_runner.current(lv.app)
+        return runner is not None and runner.finished and lv.session.state.cleanup is not None \
+            and lv.session.state.cleanup.verification is not None
+
+    await wait_for(lv.pilot, done, "the verification", timeout=timeout)
+    cleanup = lv.session.state.cleanup
+    assert cleanup is not None and cleanup.verification is not None
+    # the panel shows the last events (a redraw is at most 1/8 s behind)
+    await wait_for(lv.pilot, lambda: "verification: not yet" not in lv.text("cleanup-verdict")
+                   and "cleanup ended" in lv.text("cleanup-phase"), "the verdict on the panel")
+    return cleanup.verification
+
+
+def signalled(events: list[Event], step: str | None = None) -> set[int]:
+    return {e.pid for e in events if isinstance(e, SignalSent) and e.outcome == "sent"
+            and (step is None or e.step == step)}
+
+
+def consents(events: list[Event]) -> dict[str, Consent]:
+    return {e.step: e for e in events if isinstance(e, Consent)}
+
+
+def check_ticks_bound_signals(events: list[Event], seen: dict[str, list[int]]) -> None:
+    """Every step's consent holds exactly what the modal showed ticked, and nothing else was signalled."""
+    for step, consent in consents(events).items():
+        if consent.accepted:
+            assert sorted(consent.pids) == sorted(seen[step]), step
+        assert signalled(events, step) <= set(consent.pids if consent.accepted else []), step
+
+
+async def test_free_the_gpus_confirm_each_step_ends_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's own deadlines: the graceful stop leaves the stuck worker, the process kill ends it."""
+    async with live_app(tmp_path, monkeypatch) as lv:
+        host = lv.host
+        assert host.monitor_proc is not None and host.service_proc is not None
+        stuck = stuck_worker(host)
+        workers = list(host.worker_holders().values())
+        tree = {host.service_proc.pid, *(p.pid for p in workers)}
+        await start_cleanup(lv)
+        seen: dict[str, list[int]] = {}
+        graceful = await modal(lv, "graceful")
+        assert {r.pid for r in graceful.preview.targets} == tree
+        assert graceful.query_one("#consent-targets", DataTable).row_count == len(tree)
+        assert graceful.ticked == [r.pid for r in graceful.preview.targets]
+        await confirm(lv, "graceful", seen)
+        process = await confirm(lv, "process", seen)
+        assert [r.pid for r in process.preview.targets] == [stuck]
+        v = await verified(lv)
+        events = lv.events()
+
+        assert v.clean and all(g.clean for g in v.gpus) and not v.holders_left
+        assert alive(host.monitor_proc) and not any(alive(w) for w in workers)
+        assert host.monitor_proc.pid not in signalled(events)
+        assert stuck in {e.pid for e in events if isinstance(e, SignalSent) and e.signal == "SIGKILL"}
+        check_ticks_bound_signals(events, seen)
+        results = {e.step: e.status for e in events if isinstance(e, StepResult)}
+        assert results == {"graceful": "done", "process": "done", "device": "skipped", "verify": "done",
+                           "reset": "skipped"}
+        types = {e.type for e in events}
+        assert {"phase_start", "cleanup_plan", "step_preview", "consent", "signal", "signal_outcome",
+                "step_result", "verification", "phase_end"} <= types
+        end = [e for e in events if isinstance(e, PhaseEnd)][-1]
+        assert end.ok and "last consent -> clean" in end.note
+        assert all(c.operator and c.accepted for c in consents(events).values())
+        audit = read_audit(tmp_path / "data" / "kimitui" / "audit.log")
+        assert {r["event"] for r in audit} >= {"step_preview", "consent", "signal", "signal_outcome"}
+
+        steps = lv.app.query_one(StepTable)
+        assert steps.column_texts("status") == ["done", "done", "skipped", "done", "skipped"]
+        assert "SIGKILL" in steps.cell_text("process", "signals")
+        verdict = lv.text("cleanup-verdict")
+        assert "CLEAN" in verdict and "NOT CLEAN" not in verdict
+        sig = lv.text("cleanup-signals")
+        assert f"pid {stuck}" in sig and "survived" in sig and "exited after" in sig
+        mem = lv.text("cleanup-memory")
+        assert "GPU memory since the plan" in mem and " 0 " in mem and " 1 " in mem
+        assert "last consent -> clean" in lv.text("cleanup-phase")
+
+
+async def test_an_unticked_worker_survives_its_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unticked in the process kill, the stuck worker is not signalled and lives; the device kill then
+    lists it as a CUDA holder (and the monitor as optional, unticked), confirmed, it ends clean."""
+    async with live_app(tmp_path, monkeypatch, FAST) as lv:
+        host = lv.host
+        assert host.monitor_proc is not None
+        stuck = stuck_worker(host)
+        worker = host.worker_holders()[host.stuck_gpus[0]]
+        await start_cleanup(lv)
+        seen: dict[str, list[int]] = {}
+        await confirm(lv, "graceful", seen)
+
+        async def spare(screen: ConsentScreen) -> None:
+            await untick(lv, screen, stuck)
+
+        await confirm(lv, "process", seen, spare)
+        assert seen["process"] == []
+        device = await modal(lv, "device")
+        assert alive(worker), "the unticked worker survived the process kill"
+        assert stuck not in signalled(lv.events())
+        assert [r.pid for r in device.preview.targets] == [stuck]
+        assert device.ticks == {stuck: True, host.monitor_proc.pid: False}
+        await confirm(lv, "device", seen)
+        v = await verified(lv)
+        events = lv.events()
+
+        assert v.clean
+        assert not alive(worker) and alive(host.monitor_proc)
+        check_ticks_bound_signals(events, seen)
+        assert signalled(events, "process") == set() and signalled(events, "device") == {stuck}
+        process = consents(events)["process"]
+        assert process.accepted and process.pids == [] and f"unticked {stuck}" in process.note
+        results = {e.step: e.status for e in events if isinstance(e, StepResult)}
+        assert results["process"] == "skipped" and results["device"] == "done"
+        steps = lv.app.query_one(StepTable)
+        assert steps.cell_text("process", "ticked") == "0 of 1" and steps.cell_text("device", "ticked") == "1 of 1"
+
+
+async def test_declined_device_step_leaves_the_holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with live_app(tmp_path, monkeypatch, SHORT_VERIFY) as lv:
+        host = lv.host
+        assert host.monitor_proc is not None
+        stuck = stuck_worker(host)
+        worker = host.worker_holders()[host.stuck_gpus[0]]
+        await start_cleanup(lv)
+        seen: dict[str, list[int]] = {}
+        await confirm(lv, "graceful", seen)
+
+        async def spare(screen: ConsentScreen) -> None:
+            await untick(lv, screen, stuck)
+
+        await confirm(lv, "process", seen, spare)
+        device = await modal(lv, "device")
+        await lv.pilot.press("escape")
+        await wait_for(lv.pilot, lambda: lv.app.screen is not device, "the device modal closed")
+        v = await verified(lv)
+        events = lv.events()
+
+        assert not v.clean and [h.pid for h in v.holders_left] == [stuck]
+        assert alive(worker) and alive(host.monitor_proc)
+        assert stuck not in signalled(events)
+        assert not consents(events)["device"].accepted
+        results = {e.step: e.status for e in events if isinstance(e, StepResult)}
+        assert results["device"] == "declined" and results["verify"] == "failed"
+        assert results["reset"] == "skipped"  # a holder is left: a reset is not offered
+        steps = lv.app.query_one(StepTable)
+        assert steps.cell_text("device", "status") == "declined"
+        assert "NOT CLEAN" in lv.text("cleanup-verdict") and f"left: pid {stuck}" in lv.text("cleanup-verdict")
+        assert "cleanup ended: not clean" in lv.text("cleanup-phase")
+        worker_pid = worker.pid
+    assert not alive(worker), f"SimHost teardown ends pid {worker_pid}"
+
+
+async def test_cancel_declines_the_rest_and_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with live_app(tmp_path, monkeypatch, FAST) as lv:
+        host = lv.host
+        assert host.service_proc is not None
+        service = host.service_proc
+        await start_cleanup(lv)
+        graceful = await modal(lv, "graceful")
+        await lv.pilot.press("x")
+        await wait_for(lv.pilot, lambda: lv.app.screen is not graceful, "the modal closed by the cancel")
+        v = await verified(lv)
+        events = lv.events()
+        runner = cleanup_runner.current(lv.app)
+        assert runner is not None and runner.cancelled and runner.asked == 1  # no other modal came up
+
+        assert not v.clean and alive(service)
+        assert signalled(events) == set()
+        given = consents(events)
+        assert set(given) == {"graceful", "process", "device"}
+        assert all(not c.accepted and c.note == cleanup_runner.CANCEL_NOTE for c in given.values())
+        assert any(isinstance(e, LogLine) and "cancelled by the operator" in e.message for e in events)
+        end = [e for e in events if isinstance(e, PhaseEnd)][-1]
+        assert not end.ok and "cancelled by the operator" in end.note
+        previews = [e.step for e in events if isinstance(e, StepPreview)]
+        assert previews == ["graceful", "process", "device"]
+        assert lv.app.query_one(StepTable).column_texts("status")[:3] == ["declined"] * 3
+
+
+async def test_setup_dialog_checks_its_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    live = LiveContext(LocalHost(name="box"), "box", default_service="systemd:vllm.service")
+    app = KimituiApp(Session(), host_label="box", live=live)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("F")
+        await wait_for(pilot, lambda: isinstance(app.screen, CleanupSetupScreen), "the setup dialog")
+        dialog = app.screen
+        service = dialog.query_one("#setup-service", Input)
+        assert service.value == "systemd:vllm.service"
+        service.value = ""
+        await pilot.press(*"bogus", "enter")
+        assert app.screen is dialog
+        assert "expected systemd:UNIT" in str(dialog.query_one("#setup-error").render())
+        service.value = "pid:1234"
+        dialog.query_one("#setup-gpus", Input).value = "0,x"
+        await pilot.press("enter")
+        assert app.screen is dialog and "GPU indexes" in str(dialog.query_one("#setup-error").render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, CleanupSetupScreen), "the dialog closed")
+        assert cleanup_runner.current(app) is None
+        await pilot.press("x")
+        assert any("no cleanup running" in n.message for n in app._notifications)
+
+
+async def test_replay_only_says_cleanup_needs_a_live_host(tmp_path: Path) -> None:
+    app = replay_app(write_test_run(tmp_path / "run.jsonl"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("F")
+        await pilot.pause()
+        assert not isinstance(app.screen, CleanupSetupScreen)
+        assert any("cleanup needs a live host" in n.message for n in app._notifications)
+        assert cleanup_runner.current(app) is None
+        started = time.monotonic()
+        app.action_free_gpus()  # the palette's entry calls the same action
+        assert time.monotonic() - started < 1 and not isinstance(app.screen, CleanupSetupScreen)
