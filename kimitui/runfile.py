@@ -23,6 +23,8 @@ from kimitui.events import EVENT_TYPES, Event, EventDecodeError, PhaseEnd, Phase
 
 FORMAT_NAME = "kimitui-run"
 FORMAT_VERSION = 1
+LATE_OK_S = 1.0
+"""How far an event may be stamped before the one recorded ahead of it without a warning."""
 
 # No "^": Pattern.match(data, pos) already anchors at pos, while "^" only matches at the start of the
 # whole buffer, which sent every line but the first down the slow path (a full decode per line).
@@ -207,16 +209,19 @@ class RunReader:
 
     def _make_monotonic(self) -> None:
         """Replay and seeking need non-decreasing times. An event stamped earlier than the one before it
-        (clocks of two machines, a hand-edited file) is taken as happening at its predecessor's time."""
+        is taken as happening at its predecessor's time. A sample is stamped when it was taken and
+        recorded when it arrived, so a step back of up to ``LATE_OK_S`` is normal; more (clocks of two
+        machines, a hand-edited file) gets a warning."""
         times = self.times
-        backwards = 0
+        late = 0
         for i in range(1, len(times)):
             if times[i] < times[i - 1]:
+                if times[i - 1] - times[i] > LATE_OK_S:
+                    late += 1
                 times[i] = times[i - 1]
-                backwards += 1
-        if backwards:
-            self.warnings.append(f"{self.path.name}: {backwards} events were stamped earlier than the event "
-                                 "before them; replayed at their predecessor's time")
+        if late:
+            self.warnings.append(f"{self.path.name}: {late} events were stamped more than {LATE_OK_S:g} s earlier "
+                                 "than the event before them; replayed at their predecessor's time")
 
     def _index_slow(self, line: bytes, start: int, end: int, lineno: int, torn: bool) -> None:
         try:
