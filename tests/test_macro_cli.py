@@ -62,3 +62,72 @@ def test_text_output_and_errors(server_url: str, capsys: pytest.CaptureFixture[s
     assert "out of range" in capsys.readouterr().err
     assert _run(["--url", "http://127.0.0.1:9", "--concurrency", "1", "--connect-timeout", "1"]) == 2
     assert "/v1/models" in capsys.readouterr().err
+
+
+def _sim_processes_of(owner_pid: int) -> list[int]:
+    """Live processes a simulated host started for ``owner_pid`` (they carry its owner mark)."""
+    mark = f"KIMITUI_SIM_OWNER={owner_pid}:".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if mark in (entry / "environ").read_bytes():
+                stat = (entry / "stat").read_text().rpartition(")")[2].split()
+                if stat and stat[0] != "Z":
+                    found.append(int(entry.name))
+        except (FileNotFoundError, PermissionError, ProcessLookupError):
+            continue
+    return found
+
+
+def test_host_demo_starts_a_simulated_host_for_the_sweep_and_removes_it(tmp_path: Path) -> None:
+    import os
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kimitui", "bench", "macro", "--host", "demo", "--concurrency", "1,2,4,8,16",
+         "--requests", "4x", "--max-tokens", "16", "--input-len", "32", "--json"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        env=dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data")))
+    # while it runs, its simulated host's processes are there (what the check below looks for)
+    seen: list[int] = []
+    deadline = time.monotonic() + 60
+    while not seen and proc.poll() is None and time.monotonic() < deadline:
+        seen = _sim_processes_of(proc.pid)
+        time.sleep(0.05)
+    assert seen
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert [x["concurrency"] for x in lines] == [1, 2, 4, 8, 16]
+    for x in lines:  # vLLM's key names, 4 requests per concurrency slot
+        assert x["completed"] == 4 * x["concurrency"] and x["failed"] == 0
+        assert x["total_output_tokens"] == 16 * x["completed"] and x["max_concurrency"] == x["concurrency"]
+        for key in ("output_throughput", "request_throughput", "mean_ttft_ms", "median_tpot_ms", "p99_itl_ms"):
+            assert x[key] > 0, key
+    toks = [x["output_throughput"] for x in lines]
+    assert toks == sorted(toks) and toks[-1] > 5 * toks[0]  # the simulated server batches
+    assert 35 < toks[0] < 60  # about 50 tok/s for one stream, as the reference host
+    # the simulated host is gone: its directory and every process it started
+    sim_dir = next(line.split("ready: ")[1].split(",")[0] for line in err.splitlines() if "ready: " in line)
+    assert not Path(sim_dir).exists()
+    deadline = time.monotonic() + 10
+    while _sim_processes_of(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sim_processes_of(proc.pid) == []
+
+
+def test_url_or_host_exactly_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _run(["--concurrency", "1"])
+    assert "one of the arguments --url --host is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _run(["--url", "http://127.0.0.1:9", "--host", "demo"])
+    assert "not allowed with" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _run(["--host", "gpu-node-7"])
+    assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _run(["--host", "demo", "--requests", "0x"])
+    assert "at least 1" in capsys.readouterr().err

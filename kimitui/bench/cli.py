@@ -8,6 +8,7 @@ imports only the standard library at load time), then two lines: ``bench_cli.add
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import signal
@@ -15,8 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+DEMO_PLACEHOLDER_URL = "http://demo.invalid"
+"""Validates the rest of the configuration before the simulated host starts (its URL comes after)."""
 
-def _levels(text: str) -> list[int]:
+
+def parse_levels(text: str) -> list[int]:
     try:
         levels = [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
@@ -24,6 +28,20 @@ def _levels(text: str) -> list[int]:
     if not levels:
         raise argparse.ArgumentTypeError("no concurrency levels")
     return levels
+
+
+def parse_requests(text: str) -> tuple[int | None, int]:
+    """``64`` (requests per level) or ``4x`` (4 requests per concurrency slot): (per_stream, count)."""
+    raw = text.strip().lower()
+    per_stream = raw.endswith("x")
+    try:
+        n = int(raw[:-1] if per_stream else raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"requests: a count (64) or a multiple of the level (4x), not {text!r}") \
+            from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("requests must be at least 1")
+    return (n, 64) if per_stream else (None, n)
 
 
 def _goodput(items: list[str]) -> dict[str, float]:
@@ -43,12 +61,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("macro", help="concurrency sweep against an OpenAI-compatible server (vLLM metrics)",
                        description="Streamed requests at each concurrency level; metrics as vLLM's "
                                    "`vllm bench serve` defines them (TTFT, TPOT, ITL, E2EL, throughput).")
-    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
+    target.add_argument("--host", choices=("demo",),
+                        help="demo: start a simulated 8-GPU vLLM host for this command and benchmark its "
+                             "server (removed afterwards)")
     p.add_argument("--model", help="model name (default: the first one GET /v1/models lists)")
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    p.add_argument("--concurrency", type=_levels, default=None,
+    p.add_argument("--concurrency", type=parse_levels, default=None,
                    help="comma-separated levels, 1 to 512 (default 1,2,4,...,128)")
-    p.add_argument("--requests", type=int, default=64, help="requests per level (default 64)")
+    p.add_argument("--requests", type=parse_requests, default=(None, 64),
+                   help="requests per level: a count, or Nx for N per concurrency slot (default 64)")
     p.add_argument("--duration", type=float, help="seconds per level instead of a request count")
     p.add_argument("--request-rate", type=float, help="Poisson arrivals, requests/s (default: as fast as allowed)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up requests per level, not counted (default 1)")
@@ -75,9 +98,11 @@ def _config(args: argparse.Namespace) -> Any:
     from kimitui.bench.macro.config import DEFAULT_LEVELS
 
     slo = _goodput(args.goodput)
+    per_stream, requests = args.requests
     return MacroConfig(
-        url=args.url, model=args.model, endpoint=args.endpoint,
-        concurrency=args.concurrency or list(DEFAULT_LEVELS), requests=args.requests,
+        url=args.url or DEMO_PLACEHOLDER_URL, model=args.model, endpoint=args.endpoint,
+        concurrency=args.concurrency or list(DEFAULT_LEVELS), requests=requests,
+        requests_per_stream=per_stream,
         duration_s=args.duration, request_rate=args.request_rate, warmup=args.warmup,
         input_len=args.input_len, dataset=args.dataset, max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos, seed=args.seed,
@@ -131,24 +156,37 @@ def cmd_bench(args: argparse.Namespace) -> int:
         elif isinstance(ev, LogLine):
             print(f"{ev.level}: {ev.message}", file=sys.stderr, flush=True)
 
+    async def sweep(cancel: asyncio.Event) -> Any:
+        if args.host is None:
+            return await run_sweep(cfg, publish, cancel=cancel)
+        from kimitui.live_commands import open_target
+
+        # The simulated host lives exactly as long as the sweep: leaving the block removes it (its
+        # processes and directory), on success, on error and on Ctrl-C / SIGTERM alike.
+        async with open_target(args.host) as opened:
+            cfg.url = getattr(opened.host, "api_url", "") or ""
+            return await run_sweep(cfg, publish, cancel=cancel)
+
     async def main() -> Any:
         cancel = asyncio.Event()
         loop = asyncio.get_running_loop()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for sig in signals:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, cancel.set)
         try:
-            loop.add_signal_handler(signal.SIGINT, cancel.set)
-        except (NotImplementedError, RuntimeError):
-            pass
-        try:
-            return await run_sweep(cfg, publish, cancel=cancel)
+            return await sweep(cancel)
         finally:
-            try:
-                loop.remove_signal_handler(signal.SIGINT)
-            except (NotImplementedError, RuntimeError):
-                pass
+            for sig in signals:
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+
+    from kimitui.hosts.base import HostError
+    from kimitui.live_commands import TargetError
 
     try:
         result = asyncio.run(main())
-    except (ConfigError, MacroError) as exc:
+    except (ConfigError, MacroError, HostError, TargetError) as exc:
         print(f"kimitui bench macro: {exc}", file=sys.stderr)
         return 2
     if not args.json and result.single_stream_tok_s is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
@@ -28,6 +29,7 @@ from kimitui.events import Event
 from kimitui.live_context import LiveContext
 from kimitui.replay import Player
 from kimitui.session import EventSource, Session
+from kimitui.tui.bench_runner import MacroController
 from kimitui.tui.bench_view import BenchView
 from kimitui.tui.cleanup_view import CleanupView
 from kimitui.tui.commands import KimituiCommands
@@ -57,6 +59,9 @@ class KimituiApp(App[None]):
     TITLE = "kimitui"
     COMMANDS = App.COMMANDS | {KimituiCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
+        # before any other x binding: on the Benchmarks tab x cancels the sweep, elsewhere it is skipped
+        Binding("M", "macro_sweep", "Sweep", key_display="M"),
+        Binding("x", "cancel_macro_key", "Cancel sweep", show=False),
         Binding("space", "toggle_pause", "Pause"),
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
         Binding("minus", "slower", "Slower", key_display="-"),
@@ -116,6 +121,8 @@ class KimituiApp(App[None]):
         self._unsubscribe: Callable[[], None] | None = None
         self._replay_timers: list[Timer] = []
         self._loop_thread = threading.get_ident()
+        self.macro = MacroController(self)
+        """The macro sweep started from the dashboard (live only): dialog, worker, progress, cancel."""
 
     # -- layout
 
@@ -262,7 +269,7 @@ class KimituiApp(App[None]):
             if self._bench is None:
                 self._mount_view(view)
             else:
-                self._bench.show(state)
+                self._bench.show(state, self.macro.run, live=self.live is not None)
         elif view == "cleanup":
             if self._cleanup is None:
                 self._mount_view(view)
@@ -343,6 +350,17 @@ class KimituiApp(App[None]):
         if self.player is not None:
             self.player.to_end()
             self._after_control()
+
+    def action_macro_sweep(self) -> None:
+        self.macro.open_dialog()
+
+    def action_cancel_macro(self) -> None:
+        self.macro.cancel()
+
+    def action_cancel_macro_key(self) -> None:
+        if self.active_view != "bench" or not self.macro.running:
+            raise SkipAction()  # the key's other bindings get it
+        self.macro.cancel()
 
     def action_show_view(self, view: str) -> None:
         if view in VIEWS:

@@ -82,7 +82,10 @@ class MacroTable(KeyedTable):
     )
 
     def show(self, state: SessionState) -> None:
-        rows: list[Row] = [(str(p.concurrency), macro_cells(p)) for p in state.macro_points]
+        self.show_points(state.macro_points)
+
+    def show_points(self, points: list[MacroPoint]) -> None:
+        rows: list[Row] = [(str(p.concurrency), macro_cells(p)) for p in points]
         self.sync(rows)
 
 

@@ -33,6 +33,10 @@ def palette_commands(app: KimituiApp) -> list[Command]:
         ("View: dashboard", "d: GPUs, processes, log", partial(app.action_show_view, "dashboard")),
         ("View: benchmarks", "b: throughput plot and tables", partial(app.action_show_view, "bench")),
         ("View: cleanup", "c: cleanup steps and verdict", partial(app.action_show_view, "cleanup")),
+        ("Benchmarks: run macro sweep…", "M: concurrency sweep against the live OpenAI server, plotted live",
+         app.action_macro_sweep),
+        ("Benchmarks: cancel macro sweep", "x on the Benchmarks tab: finished levels are kept",
+         app.action_cancel_macro),
         ("Cleanup: free the GPUs…", "F: graceful stop, process kill, device kill, verify; each step previewed "
          "and asked (live only)", app.action_free_gpus),
         ("Help", "F1 / ?: keys", app.action_help),

@@ -16,6 +16,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     (".", "step one event (pauses)"),
     ("e / End", "jump to the end of the run"),
     ("d / b / c", "dashboard / benchmarks / cleanup view"),
+    ("M", "run a macro sweep (live): dialog, then live plots"),
+    ("x (bench)", "cancel the sweep (finished levels kept)"),
     ("F", "free the GPUs (live): set up, then confirm each step"),
     ("x", "cancel the running cleanup (the rest declined)"),
     ("ctrl+p", "command palette: controls, views, themes"),

@@ -50,7 +50,10 @@ class MacroConfig:
     endpoint: Endpoint = "completions"
     concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
     requests: int = 64
-    """Requests per level (ignored when ``duration_s`` is set)."""
+    """Requests per level (ignored when ``duration_s`` or ``requests_per_stream`` is set)."""
+    requests_per_stream: int | None = None
+    """When set, each level runs this many requests per concurrency slot (``k x c``: 4 at c=1, 512 at
+    c=128) instead of a fixed ``requests``: every level reaches its concurrency and c=1 stays short."""
     duration_s: float | None = None
     """Per level: keep dispatching for this long, then let the requests in flight finish."""
     request_rate: float | None = None
@@ -82,6 +85,8 @@ class MacroConfig:
                 raise ConfigError(f"concurrency {c} is out of range (1 to {MAX_CONCURRENCY})")
         if self.duration_s is None and self.requests < 1:
             raise ConfigError("requests per level must be at least 1")
+        if self.requests_per_stream is not None and self.requests_per_stream < 1:
+            raise ConfigError("requests per stream must be at least 1")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ConfigError("duration per level must be positive")
         if self.request_rate is not None and self.request_rate <= 0:
@@ -90,6 +95,18 @@ class MacroConfig:
             raise ConfigError("max_tokens and input_len must be at least 1, warmup at least 0")
         if self.endpoint not in ("completions", "chat"):
             raise ConfigError(f"unknown endpoint {self.endpoint!r} (completions or chat)")
+
+    def level_requests(self, concurrency: int) -> int:
+        """Measured requests at one level (request-count mode)."""
+        if self.requests_per_stream is not None:
+            return self.requests_per_stream * concurrency
+        return self.requests
+
+    @property
+    def requests_label(self) -> str:
+        if self.requests_per_stream is not None:
+            return f"{self.requests_per_stream}x the concurrency requests per level"
+        return f"{self.requests} requests per level"
 
     @property
     def base_url(self) -> str:

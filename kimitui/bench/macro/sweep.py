@@ -162,7 +162,7 @@ async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
     result = SweepResult(config=config, model=model)
     levels = list(config.concurrency)
     mode = (f"{config.duration_s:g}s per level" if config.duration_s is not None
-            else f"{config.requests} requests per level")
+            else config.requests_label)
     rate = f", {config.request_rate:g} req/s Poisson" if config.request_rate else ""
     publish(PhaseStart(t=_now(), phase=PHASE,
                        title=f"serving sweep {model} at {config.base_url}: concurrency "
@@ -211,7 +211,7 @@ class _Level:
         self.cancel = cancel
         self.url = cfg.base_url + cfg.endpoint_path
         self.chat = cfg.endpoint == "chat"
-        self.total = None if cfg.duration_s is not None else cfg.requests
+        self.total = None if cfg.duration_s is not None else cfg.level_requests(c)
         self.outcomes: list[RequestOutcome] = []
         self.in_flight = self.done = self.failed = self.tokens = 0
         self.gauge = Gauge()

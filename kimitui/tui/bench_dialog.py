@@ -1,0 +1,155 @@
+"""The "Run macro sweep" dialog: target, workload and levels, checked before the sweep starts.
+
+Defaults: the live host's OpenAI URL, the model ``/v1/models`` lists first, completions, concurrency
+1,2,...,128, ``4x`` requests per level (4 per concurrency slot: 4 at c=1, 512 at c=128, so c=1 is over in
+seconds and every level reaches its concurrency; a plain number is a fixed count per level), 128 output
+tokens, 128-token synthetic prompts, one warm-up request per level.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Select, Static
+
+from kimitui.bench.cli import parse_levels, parse_requests
+from kimitui.bench.macro import ConfigError, MacroConfig
+from kimitui.bench.macro.config import DEFAULT_LEVELS
+
+DEFAULT_REQUESTS = "4x"
+FIELDS: tuple[tuple[str, str, str], ...] = (
+    # (id, label, hint)
+    ("url", "URL", "OpenAI-compatible server"),
+    ("model", "model", "blank: the first of /v1/models"),
+    ("concurrency", "concurrency", "levels, 1 to 512"),
+    ("requests", "requests", "per level: N, or Nx = N per stream"),
+    ("max-tokens", "max tokens", "output tokens per request"),
+    ("input-len", "input length", "synthetic prompt tokens"),
+    ("warmup", "warm-up", "requests per level, not counted"),
+)
+
+
+def form_defaults(url: str, previous: MacroConfig | None = None) -> dict[str, str]:
+    """The dialog's initial values: the last sweep's settings when there was one."""
+    if previous is not None:
+        requests = (f"{previous.requests_per_stream}x" if previous.requests_per_stream is not None
+                    else str(previous.requests))
+        return {"url": previous.url, "model": previous.model or "", "endpoint": previous.endpoint,
+                "concurrency": ",".join(map(str, previous.concurrency)), "requests": requests,
+                "max-tokens": str(previous.max_tokens), "input-len": str(previous.input_len),
+                "warmup": str(previous.warmup)}
+    return {"url": url, "model": "", "endpoint": "completions",
+            "concurrency": ",".join(map(str, DEFAULT_LEVELS)), "requests": DEFAULT_REQUESTS,
+            "max-tokens": "128", "input-len": "128", "warmup": "1"}
+
+
+def _int(values: dict[str, str], key: str, what: str) -> int:
+    try:
+        return int(values[key].strip())
+    except ValueError:
+        raise ConfigError(f"{what}: a whole number, not {values[key]!r}") from None
+
+
+def parse_form(values: dict[str, str]) -> MacroConfig:
+    """A checked configuration from the dialog's texts; ConfigError says what to fix."""
+    try:
+        levels = parse_levels(values["concurrency"])
+        per_stream, requests = parse_requests(values["requests"])
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(str(exc)) from None
+    endpoint = values["endpoint"]
+    if endpoint not in ("completions", "chat"):
+        raise ConfigError(f"unknown endpoint {endpoint!r}")
+    config = MacroConfig(
+        url=values["url"].strip(), model=values["model"].strip() or None,
+        endpoint="chat" if endpoint == "chat" else "completions",
+        concurrency=levels, requests=requests, requests_per_stream=per_stream,
+        max_tokens=_int(values, "max-tokens", "max tokens"), input_len=_int(values, "input-len", "input length"),
+        warmup=_int(values, "warmup", "warm-up"),
+    )
+    config.validate()
+    return config
+
+
+class MacroDialog(ModalScreen[MacroConfig | None]):
+    """Enter (in a field) or Start runs the sweep; Escape or Cancel closes the dialog."""
+
+    DEFAULT_CSS = """
+    MacroDialog { align: center middle; }
+    MacroDialog > Vertical {
+        width: 96; max-width: 100%; height: auto; max-height: 100%; border: round $accent; background: $surface;
+        padding: 0 1; border-title-color: $accent; border-title-style: bold;
+    }
+    MacroDialog .row { height: 1; margin-bottom: 1; }
+    MacroDialog .row Label { width: 13; color: $text-muted; }
+    MacroDialog .row Input, MacroDialog .row Select { width: 32; }
+    MacroDialog .row .hint { width: 1fr; padding-left: 1; color: $text-muted; text-wrap: nowrap;
+                             text-overflow: ellipsis; }
+    MacroDialog #dialog-error { height: auto; color: $error; text-style: bold; }
+    MacroDialog #dialog-buttons { height: 1; align-horizontal: right; margin-top: 1; }
+    MacroDialog #dialog-buttons Button { margin-left: 2; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Cancel")]
+
+    def __init__(self, url: str, previous: MacroConfig | None = None) -> None:
+        super().__init__()
+        self.values = form_defaults(url, previous)
+
+    def compose(self) -> ComposeResult:
+        box = Vertical(id="dialog-box")
+        box.border_title = "Run macro sweep"
+        with box:
+            for key, label, hint in FIELDS[:2]:
+                yield from self._row(key, label, hint)
+            with Horizontal(classes="row"):
+                yield Label("endpoint")
+                yield Select([("completions", "completions"), ("chat", "chat")], value=self.values["endpoint"],
+                             allow_blank=False, compact=True, id="endpoint")
+                yield Static("/v1/completions or /v1/chat/completions", classes="hint")
+            for key, label, hint in FIELDS[2:]:
+                yield from self._row(key, label, hint)
+            yield Static("", id="dialog-error")
+            with Horizontal(id="dialog-buttons"):
+                yield Button("Start", variant="primary", id="start", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
+
+    def _row(self, key: str, label: str, hint: str) -> ComposeResult:
+        with Horizontal(classes="row"):
+            yield Label(label)
+            yield Input(self.values[key], id=key, compact=True, select_on_focus=False)
+            yield Static(hint, classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#url", Input).focus()
+
+    def form_values(self) -> dict[str, str]:
+        values = {key: self.query_one(f"#{key}", Input).value for key, _, _ in FIELDS}
+        values["endpoint"] = str(self.query_one("#endpoint", Select).value)
+        return values
+
+    def submit(self) -> None:
+        try:
+            config = parse_form(self.form_values())
+        except ConfigError as exc:
+            self.query_one("#dialog-error", Static).update(f"{exc}")
+            return
+        self.dismiss(config)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "start":
+            self.submit()
+        else:
+            self.dismiss(None)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

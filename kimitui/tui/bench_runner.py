@@ -1,0 +1,233 @@
+"""Running a macro sweep from the dashboard: the dialog, the worker, progress, cancel.
+
+The sweep runs as a Textual worker in the app's own event loop (``run_sweep`` is a coroutine):
+``publish`` is ``session.publish``, so each finished level is a ``MacroPoint`` event that is folded,
+recorded and drawn like any other (a cancelled sweep keeps its finished levels), and the live redraw
+cap applies. Progress (``LevelProgress``, about 10 a second) is not an event: it goes straight to the
+sweep panel of the Benchmarks tab when that panel is on screen, and to the tab's label when a level
+starts or ends. The UI shares the loop with the load generator: redraws are capped at 8 Hz and small,
+but for figures to publish, the headless ``kimitui bench macro`` has the loop to itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from kimitui.events import Event, MacroPoint
+from kimitui.state import SessionState
+
+if TYPE_CHECKING:
+    # kimitui.bench.macro imports httpx: loaded when a sweep starts, not with the app (first frame)
+    from kimitui.bench.macro import LevelProgress, MacroConfig, SweepResult
+    from kimitui.tui.app import KimituiApp
+
+RunStatus = Literal["running", "cancelling", "done", "cancelled", "failed"]
+NEEDS_LIVE = "benchmarks need a live host (kimitui demo, kimitui connect HOST)"
+TAB_LABEL = "Benchmarks"
+EXIT_GRACE_S = 3.0
+"""On app exit, how long the worker waits for the cancelled sweep to publish its end."""
+
+
+@dataclass(slots=True)
+class MacroRun:
+    """One sweep started from the dashboard."""
+
+    config: MacroConfig
+    status: RunStatus = "running"
+    progress: LevelProgress | None = None
+    result: SweepResult | None = None
+    error: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)
+    """Events of this sweep are stamped at or after this (time.time), earlier sweeps' points before it."""
+    ended: float | None = None
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def points(self, state: SessionState) -> list[MacroPoint]:
+        """This sweep's points (the state keeps earlier sweeps' points at other concurrencies)."""
+        return [p for p in state.macro_points if p.t >= self.started_wall]
+
+    @property
+    def levels(self) -> list[int]:
+        return list(self.config.concurrency)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("running", "cancelling")
+
+    @property
+    def elapsed_s(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    @property
+    def finished_levels(self) -> int:
+        if self.result is not None:
+            return len(self.result.levels)
+        p = self.progress
+        if p is None:
+            return 0
+        return p.level_index + (1 if p.stage == "done" else 0)
+
+
+class SweepPanelLike(Protocol):
+    """What the controller needs of the panel that shows a run (kimitui.tui.bench_progress.SweepPanel)."""
+
+    def show_run(self, run: MacroRun | None) -> None: ...
+
+
+class MacroController:
+    """The app's macro sweep: at most one at a time. Created by the app; the sweep panel registers
+    itself as ``panel`` when it is mounted (the Benchmarks tab is mounted on first show)."""
+
+    def __init__(self, app: KimituiApp) -> None:
+        self.app = app
+        self.run: MacroRun | None = None
+        self.panel: SweepPanelLike | None = None
+        self._tab_label = TAB_LABEL
+
+    @property
+    def running(self) -> bool:
+        return self.run is not None and self.run.active
+
+    # -- actions --------------------------------------------------------------------------------------
+
+    def open_dialog(self) -> None:
+        """``M`` / palette: the sweep dialog (live only)."""
+        from kimitui.tui.bench_dialog import MacroDialog
+
+        live = self.app.live
+        if live is None:
+            self.app.notify(NEEDS_LIVE, title="macro sweep", severity="warning", timeout=6)
+            return
+        if self.running:
+            self.app.notify("a sweep is running: x on the Benchmarks tab cancels it", title="macro sweep",
+                            timeout=5)
+            return
+        previous = self.run.config if self.run is not None else None
+        self.app.push_screen(MacroDialog(url=live.api_url or "", previous=previous), callback=self.start)
+
+    def start(self, config: MacroConfig | None) -> None:
+        """Start a sweep (the dialog's result; None: the dialog was cancelled)."""
+        if config is None or self.running:
+            return
+        from kimitui.bench.macro import ConfigError
+
+        try:
+            config.validate()
+        except ConfigError as exc:
+            self.app.notify(str(exc), title="macro sweep", severity="error")
+            return
+        run = MacroRun(config)
+        self.run = run
+        self.app.action_show_view("bench")
+        self._paint()
+        self.app.run_worker(self._work(run), group="macro", name="macro sweep", exclusive=True,
+                            exit_on_error=False)
+
+    def cancel(self) -> bool:
+        """Ask the running sweep to stop: the level in progress is dropped, finished levels stay."""
+        run = self.run
+        if run is None or not run.active:
+            self.app.notify("no sweep is running", title="macro sweep", timeout=3)
+            return False
+        if run.status == "running":
+            run.status = "cancelling"
+            run.cancel.set()
+            self.app.notify("cancelling the sweep: finished levels are kept", title="macro sweep", timeout=4)
+            self._paint()
+        return True
+
+    # -- the worker -----------------------------------------------------------------------------------
+
+    async def _work(self, run: MacroRun) -> None:
+        from kimitui.bench.macro import ConfigError, MacroError, run_sweep
+
+        sweep = asyncio.ensure_future(run_sweep(run.config, self._publish, self._on_progress, run.cancel))
+        try:
+            result = await asyncio.shield(sweep)
+        except asyncio.CancelledError:
+            # The worker is cancelled (the app is exiting): stop the sweep the graceful way, so that it
+            # publishes its end while the session is still open, then let the cancellation through.
+            run.cancel.set()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(sweep, EXIT_GRACE_S)
+            run.status, run.ended = "cancelled", time.monotonic()
+            raise
+        except (ConfigError, MacroError) as exc:
+            self._finish(run, "failed", error=str(exc))
+        except Exception as exc:  # request failures are counted, never raised: this is a bug, shown
+            self._finish(run, "failed", error=f"{type(exc).__name__}: {exc}")
+        else:
+            self._finish(run, "cancelled" if result.cancelled else "done", result=result)
+
+    def _finish(self, run: MacroRun, status: RunStatus, result: SweepResult | None = None,
+                error: str | None = None) -> None:
+        run.status, run.result, run.error, run.ended = status, result, error, time.monotonic()
+        if status == "failed":
+            self.app.notify(f"the sweep failed: {error}", title="macro sweep", severity="error", timeout=10)
+        elif result is not None:
+            single = result.single_stream_tok_s
+            head = f"; single stream {single:.1f} tok/s" if single is not None else ""
+            what = (f"cancelled after {len(result.levels)} of {len(run.levels)} levels" if status == "cancelled"
+                    else f"{len(result.levels)} levels in {run.elapsed_s:.1f} s")
+            self.app.notify(what + head, title="macro sweep", timeout=8)
+        self._paint()
+
+    def _publish(self, event: Event) -> None:
+        try:
+            self.app.session.publish(event)
+        except ValueError:  # the run file was closed under an exiting app: nothing left to draw either
+            pass
+
+    def _on_progress(self, progress: LevelProgress) -> None:
+        run = self.run
+        if run is None:
+            return
+        run.progress = progress
+        self._paint()
+
+    # -- drawing --------------------------------------------------------------------------------------
+
+    def _paint(self) -> None:
+        """The panel (when mounted and on screen) and the tab label (when it changes)."""
+        if not self.app.is_running:
+            return
+        panel = self.panel
+        if panel is not None and self.app.active_view == "bench":
+            panel.show_run(self.run)
+        run = self.run
+        single = headline(run.points(self.app.session.state)) if run is not None else None
+        self._set_tab_label(tab_label(run, single))
+
+    def _set_tab_label(self, label: str) -> None:
+        if label == self._tab_label:
+            return
+        from textual.widgets import TabbedContent
+
+        tabs = self.app.screen_stack[0].query_one("#views", TabbedContent)
+        tabs.get_tab("bench").label = label
+        self._tab_label = label
+
+
+def headline(points: list[MacroPoint]) -> float | None:
+    """Output tok/s at concurrency 1, if that level is among ``points``."""
+    for p in points:
+        if p.concurrency == 1:
+            value = p.metrics.get("output_throughput")
+            return float(value) if isinstance(value, int | float) else None
+    return None
+
+
+def tab_label(run: MacroRun | None, single: float | None) -> str:
+    """The Benchmarks tab's label: plain, or the sweep's level and the headline while it runs."""
+    if run is None or not run.active:
+        return TAB_LABEL
+    p = run.progress
+    level = f"{p.level_index + 1}/{p.levels}" if p is not None else f"0/{len(run.levels)}"
+    head = f" · 1 stream {single:.1f} tok/s" if single is not None else ""
+    return f"{TAB_LABEL} ▶ {level}{head}"
+
