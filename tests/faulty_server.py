@@ -53,6 +53,9 @@ class Behavior:
     burst: bool = False
     yield_chunks: bool = False
     prompt_tokens: int = 7
+    stamp: bool = False
+    """Each token chunk carries "sent": perf_counter() at its write (CLOCK_MONOTONIC, shared by every
+    process on Linux), so a client in another process can measure the one-way delay it adds."""
 
 
 @dataclass
@@ -231,6 +234,11 @@ class FaultyServer:
                         await asyncio.sleep(delay)
                     elif b.yield_chunks:
                         await asyncio.sleep(0)
+                j = i - (ntok - len(sizes))  # index among the token chunks (after a role chunk)
+                if b.stamp and 0 <= j < len(sizes):
+                    obj = self._chunk(chat, " tok" * sizes[j])
+                    obj["sent"] = time.perf_counter()
+                    f = frame(self._event(obj))
                 writer.write(f)
                 if writer.transport.is_closing():
                     return False
@@ -257,9 +265,10 @@ async def _main(argv: list[str]) -> None:
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--burst", action="store_true")
     p.add_argument("--yield-chunks", action="store_true")
+    p.add_argument("--stamp", action="store_true", help="stamp each token chunk with its send time")
     a = p.parse_args(argv)
     srv = FaultyServer(Behavior(interval_s=a.interval, tokens_per_chunk=a.tokens_per_chunk, burst=a.burst,
-                                yield_chunks=a.yield_chunks), port=a.port)
+                                yield_chunks=a.yield_chunks, stamp=a.stamp), port=a.port)
     srv.stats.keep_bodies = False
     await srv.start()
     print(f"PORT {srv.port}", flush=True)
