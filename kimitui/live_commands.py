@@ -54,7 +54,7 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
             yield OpenedHost(sim, f"demo ({gpus} simulated GPUs)",
                              {"sim_dir": sim.sim_dir, "dev_prefix": sim.dev_prefix},
                              {"target": "demo", "api_url": sim.api_url, "simulated": True,
-                              "service": f"pidfile:{sim.pidfile}"})
+                              "service": "sim:vllm"})
         return
     host: Host
     if target == "local":

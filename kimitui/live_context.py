@@ -14,7 +14,7 @@ class LiveContext:
     host: Host
     label: str
     default_service: str | None = None
-    """A service spec as `kimitui cleanup --service` takes it (systemd:UNIT, pidfile:PATH, ...), if known."""
+    """A service spec as `kimitui cleanup --service` takes it (systemd:UNIT, pidfile:PATH, sim:NAME, ...), if known."""
     api_url: str | None = None
     """The OpenAI-compatible server to benchmark (http://host:port), if known."""
     simulated: bool = False

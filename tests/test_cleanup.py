@@ -166,9 +166,10 @@ async def test_stray_holder_killed_monitor_survives_unless_ticked(rig: Rig, sim:
     assert res["graceful"].status == "skipped" and res["graceful"].reason == "no service in the plan"
     process_preview = next(p for p in rig.of(StepPreview) if p.step == "process")
     assert [t.pid for t in process_preview.targets] == [holder]
-    assert "NVML lists it on GPU 0" in process_preview.targets[0].reason
+    assert process_preview.targets[0].reason == "NVML: holds 30000 MiB on GPU 0"
     device_preview = next(p for p in rig.of(StepPreview) if p.step == "device")
     assert [t.pid for t in device_preview.targets] == [stray]
+    assert device_preview.targets[0].reason == "maps /dev/nvidia1, no memory listed"
     spared = {s.pid: s for s in device_preview.spared}
     assert monitor in spared and is_optional(spared[monitor]) and spared[monitor].kind == "handle"
     assert report.clean and not alive(holder) and not alive(stray) and alive(monitor)

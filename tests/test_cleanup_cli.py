@@ -18,8 +18,8 @@ import pytest
 
 from kimitui.cleanup.audit import read_audit
 from kimitui.cleanup.cli import parse_gpus, parse_service, parse_ticks, preview_table, terminal_consent
-from kimitui.cleanup.services import PidService, SupervisorService, SystemdService
-from kimitui.events import ProcRef, Verification, from_dict
+from kimitui.cleanup.services import PidService, SimService, SupervisorService, SystemdService
+from kimitui.events import ProcRef, StepPreview, Verification, from_dict
 from kimitui.replay import state_at
 from kimitui.runfile import RunReader
 
@@ -92,7 +92,7 @@ def test_full_consent_frees_every_gpu_kills_the_stuck_workers_and_spares_the_mon
     for e in events[:-1]:  # every line but the summary is a run-file event
         assert from_dict(e).type == e["type"]
     plan = of(events, "cleanup_plan")[0]
-    assert plan["manager"] == "pidfile" and plan["gpus"] == list(range(8))
+    assert plan["manager"] == "sim" and plan["gpus"] == list(range(8))
     graceful = of(events, "step_preview", step="graceful")[0]
     assert len(graceful["targets"]) == 9 and all(isinstance(r["pid"], int) for r in graceful["targets"])
     assert all(c["accepted"] for c in of(events, "consent"))
@@ -340,3 +340,40 @@ def test_on_a_terminal_without_yes_it_asks_per_step(tmp_path: Path) -> None:
     assert not consents["device"]["accepted"]
     assert of(events, "verification")[-1]["clean"] is False
     assert_nothing_left(subprocess.CompletedProcess([], 1, "", (err + rest).decode()), events)
+
+
+def test_restart_after_a_clean_verify_brings_the_demo_service_back(tmp_path: Path) -> None:
+    res = run_cli(["--host", "demo", "--yes", "graceful,process,device", "--restart", "--json"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    events = lines(res)
+    verification = of(events, "verification")[-1]
+    assert verification["clean"] is True
+    (restart,) = of(events, "step_result", step="restart")
+    assert restart["status"] == "done" and "/health answered" in restart["reason"], restart
+    preview = of(events, "step_preview", step="restart")[0]
+    assert "start the simulated vllm service" in preview["action"] and "/health" in preview["action"]
+    assert [c["accepted"] for c in of(events, "consent", step="restart")] == [True]
+    # the restart came after the verdict
+    order = [e["type"] + ":" + str(e.get("step", "")) for e in events]
+    assert order.index("step_result:verify") < order.index("step_preview:restart")
+    assert of(events, "phase_end", phase="cleanup")[0]["ok"] is True
+    assert events[-1]["clean"] is True
+
+
+def test_reset_and_restart_flags_consent_to_their_steps() -> None:
+    import argparse
+
+    from kimitui.cleanup.cli import _consent, add_parser
+    sub = argparse.ArgumentParser().add_subparsers()
+    parser = add_parser(sub)
+
+    async def accepted(argv: list[str], step: str) -> bool:
+        consent, _ = _consent(parser.parse_args(argv), "op")
+        return (await consent(StepPreview(0.0, step=step))).accepted
+
+    assert asyncio.run(accepted(["--yes", "process", "--reset"], "reset"))
+    assert not asyncio.run(accepted(["--yes", "process"], "reset"))
+    assert asyncio.run(accepted(["--yes", "reset"], "reset"))
+    assert not asyncio.run(accepted(["--yes", "process", "--reset"], "restart"))
+    assert isinstance(parse_service("sim:vllm"), SimService)
+    assert parser.parse_args(["--nvidia-smi", "/opt/x/nvidia-smi"]).nvidia_smi == "/opt/x/nvidia-smi"

@@ -5,6 +5,8 @@ Run as a script it becomes one of those children (stdlib only, starts fast):
                                 forwards SIGTERM to its workers and exits; the first IGNORE workers ignore it
   worker SIM GPU MIB IGNORE     maps SIM/dev/nvidiaGPU (a CUDA context) and records MIB on that GPU
   stray SIM GPU                 maps the device file, holds no memory
+  ctx SIM MEM MAPS              a torch-like process: maps the device files of MAPS (e.g. 0,1) and records MEM
+                                (e.g. 0=518,1=2426; "-" for none), as torch on cuda:1 does on a real 2 x H200 host
   monitor SIM                   opens every device file, maps none (an NVML-only monitor)
   sleeper                       does nothing until killed
 Every child records (pid, start time) under SIM/spawned so the fixture's teardown kills what is left.
@@ -52,9 +54,9 @@ def _holder(sim: Path, mem: dict[int, float]) -> None:
     os.replace(tmp, sim / "holders" / f"{me}.json")
 
 
-def _map(sim: Path, gpu: int) -> list[object]:
+def _map(sim: Path, *gpus: int) -> list[object]:
     keep: list[object] = []
-    for name in (f"nvidia{gpu}", "nvidiactl", "nvidia-uvm"):
+    for name in [f"nvidia{g}" for g in gpus] + ["nvidiactl", "nvidia-uvm"]:
         fd = os.open(sim / "dev" / name, os.O_RDWR)
         keep += [fd, mmap.mmap(fd, 4096, mmap.MAP_SHARED)]
     return keep
@@ -81,6 +83,15 @@ def child(argv: list[str]) -> None:
     elif role == "stray":
         assert sim is not None
         keep = _map(sim, int(argv[2]))
+        (sim / "ready" / str(os.getpid())).touch()
+        _forever()
+        del keep
+    elif role == "ctx":
+        assert sim is not None
+        mem = {int(g): float(m) for g, _, m in (x.partition("=") for x in argv[2].split(",") if x != "-")}
+        keep = _map(sim, *(int(g) for g in argv[3].split(",")))
+        if mem:
+            _holder(sim, mem)
         (sim / "ready" / str(os.getpid())).touch()
         _forever()
         del keep

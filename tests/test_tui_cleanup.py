@@ -68,8 +68,7 @@ async def live_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix)
         run_path = tmp_path / "run.jsonl"
         session = Session(RunWriter(run_path, host=host.name))
-        live = LiveContext(host, "sim (2 simulated GPUs)", default_service=f"pidfile:{host.pidfile}",
-                           simulated=True)
+        live = LiveContext(host, "sim (2 simulated GPUs)", default_service="sim:vllm", simulated=True)
         app = KimituiApp(session, host_label=live.label, sources=[source], run_path=run_path, live=live)
         try:
             async with app.run_test(size=SIZE) as pilot:
@@ -93,7 +92,7 @@ async def start_cleanup(lv: Live) -> None:
     await lv.pilot.press("F")
     await wait_for(lv.pilot, lambda: isinstance(lv.app.screen, CleanupSetupScreen), "the setup dialog")
     service = lv.app.screen.query_one("#setup-service", Input)
-    assert service.value == f"pidfile:{lv.host.pidfile}"
+    assert service.value == "sim:vllm"
     assert lv.app.screen.query_one("#setup-gpus", Input).value == "all"
     await lv.pilot.press("enter")
     await wait_for(lv.pilot, lambda: cleanup_runner.current(lv.app) is not None, "the cleanup worker")
@@ -353,3 +352,50 @@ async def test_replay_only_says_cleanup_needs_a_live_host(tmp_path: Path) -> Non
         started = time.monotonic()
         app.action_free_gpus()  # the palette's entry calls the same action
         assert time.monotonic() - started < 1 and not isinstance(app.screen, CleanupSetupScreen)
+
+
+async def test_restart_from_the_dashboard_after_a_clean_cleanup(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Free the GPUs, then R: the restart's preview names the service, its start and its health URL; once
+    confirmed, the workers are back holding memory and /health answers 200; the panel shows the wait."""
+    async with live_app(tmp_path, monkeypatch, deadlines=FAST) as lv:
+        host = lv.host
+        old = set(host.worker_holders().values())
+        await start_cleanup(lv)
+        seen: dict[str, list[int]] = {}
+        await confirm(lv, "graceful", seen)
+        await confirm(lv, "process", seen)
+        v = await verified(lv)
+        assert v.clean and not host.worker_holders() and await host.health() is None
+
+        await lv.pilot.press("R")
+        screen = await modal(lv, "restart")
+        action = screen.preview.action
+        assert action.startswith("sim vllm: start the simulated vllm service")
+        assert f"{host.api_url}/health" in action and screen.preview.targets == []
+        await lv.pilot.press("enter")
+
+        def restarted() -> bool:
+            runner = cleanup_runner.current(lv.app)
+            return runner is not None and runner.request.service_spec == "sim:vllm" and runner.finished \
+                and runner.note.startswith(("done", "failed", "skipped", "declined", "error"))
+
+        await wait_for(lv.pilot, restarted, "the restart", timeout=30)
+        assert await host.health() == 200
+        workers = host.worker_holders()
+        assert len(workers) == 2 and not set(workers.values()) & old
+        assert all(alive(w) for w in workers.values())
+        await wait_for(lv.pilot, lambda: all((g.mem_used_mib or 0) > 1000 for g in lv.session.state.gpus.values()),
+                       "the workers' memory in the telemetry", timeout=15)
+        events = lv.events()
+        res = [e for e in events if isinstance(e, StepResult) and e.step == "restart"]
+        assert len(res) == 1 and res[0].status == "done" and "/health answered" in res[0].reason
+        assert [c.accepted for c in consents(events).values() if c.step == "restart"] == [True]
+        end = [e for e in events if isinstance(e, PhaseEnd) and e.phase == "restart"]
+        assert len(end) == 1 and end[0].ok
+        steps = lv.app.query_one(StepTable)
+        await wait_for(lv.pilot, lambda: "restart" in steps.column_texts("step")
+                       and steps.cell_text("restart", "status") == "done", "the restart row on the panel")
+        assert "/health answered" in steps.cell_text("restart", "note")
+        audit = read_audit(tmp_path / "data" / "kimitui" / "audit.log")
+        assert any(r["event"] == "consent" and r.get("step") == "restart" for r in audit)

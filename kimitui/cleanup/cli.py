@@ -1,15 +1,17 @@
 """``kimitui cleanup``: the cleanup escalation, headless.
 
     kimitui cleanup --host TARGET [--service SPEC] [--gpus 0,1] [--dry-run] [--yes graceful,process,device]
-                    [--json] [--threshold-mib N] [--allow-other-users] [--restart]
+                    [--json] [--threshold-mib N] [--allow-other-users] [--reset] [--restart]
 
 TARGET as for ``kimitui watch`` (local, demo, ssh://[user@]host[:port]). SPEC is ``systemd:UNIT``,
-``docker:NAME``, ``supervisor:PROGRAM[@CONF]``, ``pidfile:PATH`` or ``pid:N``; on ``--host demo`` it
-defaults to the simulated host's pidfile. Consent is per step and explicit: a step not named in
-``--yes`` is declined; with no ``--yes`` on a terminal each step's preview is shown and asked about
-(y/N, then pids to untick). ``--dry-run`` previews only. The session is recorded and every preview,
-consent, signal and outcome goes to the audit log. Exit status: 0 when every GPU in scope ended clean,
-1 when not, 2 for a usage or target error (one line).
+``docker:NAME``, ``supervisor:PROGRAM[@CONF]``, ``pidfile:PATH``, ``pid:N`` or ``sim:NAME``; on
+``--host demo`` it defaults to ``sim:vllm``, the simulated host's (restartable) service. Consent is per
+step and explicit: a step not named in ``--yes`` (``--reset`` and ``--restart`` name theirs) is declined;
+with no ``--yes`` on a terminal each step's preview is shown and asked about (y/N, then pids to untick).
+``--dry-run`` previews only. ``--restart`` starts the service again only once the GPUs are verified clean.
+The session is recorded and every preview, consent, signal and outcome goes to the audit log. Exit
+status: 0 when every GPU in scope ended clean (and, with --restart, the service answered), 1 when not,
+2 for a usage or target error (one line).
 
 Wiring into kimitui/cli.py, like bench: ``cleanup_cli.add_parser(sub)`` in ``build_parser`` and
 ``"cleanup": cleanup_cli.cmd_cleanup`` among the handlers. Imports only the standard library (and the
@@ -30,7 +32,7 @@ from typing import Any, TextIO
 from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, auto_consent, current_operator, is_optional
 from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
 from kimitui.cleanup.plan import Deadlines
-from kimitui.cleanup.services import PidService
+from kimitui.cleanup.services import SimService
 from kimitui.cleanup.setup import (
     UsageError,
     build_target,
@@ -81,8 +83,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="accept and remember the host key of a host not yet in known_hosts")
     p.add_argument("--service", metavar="SPEC",
-                   help="systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], pidfile:PATH or pid:N "
-                        "(default on demo: the simulated service's pidfile; else none: GPU holders only)")
+                   help="systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], pidfile:PATH, pid:N or sim:NAME "
+                        "(default on demo: sim:vllm, the simulated service; else none: GPU holders only)")
     p.add_argument("--gpus", metavar="LIST", help="GPUs in scope, e.g. 0,1 (default all)")
     p.add_argument("--dry-run", action="store_true", help="previews only: every step declined, nothing signalled")
     p.add_argument("--yes", metavar="STEPS",
@@ -92,7 +94,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--threshold-mib", type=float, default=64.0,
                    help="a GPU is clean within this much of its idle memory (default 64)")
     p.add_argument("--allow-other-users", action="store_true", help="other users' processes may be signalled")
-    p.add_argument("--restart", action="store_true", help="start the service again afterwards (and wait for it)")
+    p.add_argument("--reset", action="store_true",
+                   help="consent to the GPU reset (nvidia-smi --gpu-reset -i N), offered only when verify fails "
+                        "with no process left holding the GPU (same as naming reset in --yes)")
+    p.add_argument("--nvidia-smi", default="nvidia-smi", metavar="PATH",
+                   help="the nvidia-smi the reset runs on the host (default: nvidia-smi from its PATH)")
+    p.add_argument("--restart", action="store_true",
+                   help="once the GPUs are verified clean, start the service again and wait for its health")
     p.add_argument("--health-url", help="the service's health endpoint, polled after --restart")
     p.add_argument("--graceful-s", type=float, help="graceful stop deadline, s (default 30; 3 on demo)")
     p.add_argument("--term-grace-s", type=float, help="SIGTERM to SIGKILL grace, s (default 5; 2 on demo)")
@@ -287,8 +295,9 @@ def _consent(args: argparse.Namespace, operator: str) -> tuple[ConsentCallback, 
     if args.dry_run:
         return auto_consent((), operator), "dry run: previews only, every step declined, nothing is signalled"
     if steps is not None:
-        if args.restart and "restart" not in steps:
-            steps.append("restart")
+        for flag in ("reset", "restart"):
+            if getattr(args, flag) and flag not in steps:
+                steps.append(flag)
         return auto_consent(steps, operator), f"consent given for: {', '.join(steps) or 'no step'}"
     if sys.stdin.isatty():
         return terminal_consent(operator, args.json, sys.stdin, sys.stderr), "asking per step on the terminal"
@@ -315,7 +324,7 @@ async def _cleanup(args: argparse.Namespace) -> int:
     async with open_target(args.host, accept_new_host_key=args.accept_new_host_key) as opened:
         host = opened.host
         if service is None and demo:
-            service = PidService(pidfile=str(host.pidfile))  # type: ignore[attr-defined]
+            service = SimService(health_url=f"{host.api_url}/health")  # type: ignore[attr-defined]
         session = new_session(opened, "cleanup")
         session.subscribe(printer(args.json, sys.stdout))
         print(f"kimitui cleanup on {opened.label}: {how}", file=sys.stderr)
@@ -331,6 +340,7 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 raise TargetError(f"{host.name}: no telemetry: {exc}") from None
             target = build_target(host.name, service, gpus, args.threshold_mib, deadlines,
                                   args.allow_other_users, operator)
+            target.nvidia_smi = args.nvidia_smi
             ex = CleanupExecutor(host, target, feed, consent, publish=session.publish, audit=audit)
             title = f"{service.label if service else 'GPU holders'} on {host.name}" + (" (dry run)" if args.dry_run
                                                                                          else "")
@@ -342,9 +352,12 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 clean = report.clean
                 if clean and report.consent_to_clean_s is not None:
                     note = f"last consent -> clean {report.consent_to_clean_s:.3f}s"
-                if args.restart:
+                if args.restart and clean:
                     res = await ex.restart()
-                    clean = clean and res.status in ("done", "skipped")
+                    clean = res.status in ("done", "skipped")
+                    note = (f"{note}; " if note else "") + f"restart {res.status}: {res.reason}"
+                elif args.restart:
+                    print("kimitui: restart not run: the GPUs are not clean", file=sys.stderr)
             except ViewTimeout as exc:
                 note = f"telemetry stalled: {exc}"
                 print(f"kimitui: {host.name}: {note}; the GPUs were not verified clean", file=sys.stderr)

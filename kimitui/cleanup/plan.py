@@ -77,6 +77,8 @@ class CleanupTarget:
     deadlines: Deadlines = field(default_factory=Deadlines)
     allow_other_users: bool = False
     operator: str = ""
+    nvidia_smi: str = "nvidia-smi"
+    """The GPU reset's tool, run on the host (step e); a path where it is not on the host's PATH."""
 
     def scope(self, sample: HostSample) -> list[int]:
         every = sorted(g.index for g in sample.gpus)
@@ -84,18 +86,58 @@ class CleanupTarget:
 
 
 def proc_gpus(proc: ProcSample) -> set[int]:
-    """GPUs a process is on: device files it holds plus GPUs NVML lists memory for it on."""
-    return set(proc.gpus) | set(proc.gpu_mem_mib)
+    """GPUs a process uses: those NVML lists memory for it on when it has any; else the GPUs whose device
+    files it holds. A CUDA process maps the device files of GPUs it never allocates on (measured on a
+    2 x H200 host: torch on cuda:0 opened and mapped /dev/nvidia1 too), so the files alone cannot scope it."""
+    return set(proc.gpu_mem_mib) if proc.gpu_mem_mib else set(proc.gpus)
+
+
+def gpus_in_scope(proc: ProcSample, scope: list[int] | set[int]) -> list[int]:
+    """The GPUs in scope this process uses (``proc_gpus``)."""
+    return sorted(proc_gpus(proc) & set(scope))
+
+
+def _dev_files(gpus: list[int]) -> str:
+    return ", ".join(f"/dev/nvidia{i}" for i in gpus)
+
+
+def _mem_on(proc: ProcSample, gpus: list[int]) -> str:
+    return " + ".join(f"{proc.gpu_mem_mib.get(i, 0.0):.0f} MiB on GPU {i}" for i in gpus)
+
+
+def holder_reason(proc: ProcSample, scope: list[int] | set[int]) -> str:
+    """Why the process counts as a holder on the GPUs in scope, by what scoped it: its NVML memory
+    ("holds 41570 MiB on GPU 0"), else the device files it maps ("maps /dev/nvidia1, no memory listed")."""
+    on = gpus_in_scope(proc, scope)
+    if proc.gpu_mem_mib:
+        return f"holds {_mem_on(proc, on)}"
+    verb = "maps" if proc.kind == "cuda" else "holds"
+    return f"{verb} {_dev_files(on)}, no memory listed"
+
+
+def out_of_scope_reason(proc: ProcSample, scope: list[int] | set[int]) -> str | None:
+    """Why a process that touches a GPU in scope only through its device files is spared: its NVML memory
+    is all on GPUs outside the scope (its handle on the scope's files is no context there). None when it
+    is not such a process."""
+    if not proc.gpu_mem_mib or gpus_in_scope(proc, scope):
+        return None
+    files = sorted(set(proc.gpus) & set(scope))
+    if not files:
+        return None
+    outside = sorted(proc.gpu_mem_mib)
+    return (f"holds {_mem_on(proc, outside)}, outside the scope; its {_dev_files(files)} handle is no "
+            f"context there")
 
 
 def cuda_holders(sample: HostSample, scope: list[int]) -> list[ProcSample]:
-    """Processes holding a CUDA context or memory on a GPU in scope (handle-only monitors excluded)."""
+    """Processes holding a CUDA context on a GPU in scope (handle-only monitors excluded): those with NVML
+    memory on a GPU in scope, and, among those NVML lists no memory for, those mapping a device file of a
+    GPU in scope (a stray holder). A process whose memory is all outside the scope is not one."""
     wanted = set(scope)
     out = []
     for p in sample.procs:
-        on = proc_gpus(p) & wanted
-        if not on:
+        if not (proc_gpus(p) & wanted):
             continue
-        if p.kind == "cuda" or any(p.gpu_mem_mib.get(i, 0) > 0 for i in wanted):
+        if p.gpu_mem_mib or p.kind == "cuda":
             out.append(p)
     return out

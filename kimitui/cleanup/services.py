@@ -11,6 +11,7 @@ import abc
 import json
 import signal
 from dataclasses import dataclass, field
+from typing import Any
 
 from kimitui.cleanup.hostprocs import HostProcs
 from kimitui.hosts.base import CommandResult, Host, HostError
@@ -64,6 +65,17 @@ class ServiceManager(abc.ABC):
         if argv is None:
             return CommandResult(2, "", f"{self.label}: no start command given")
         return await host.run(argv, timeout=timeout)
+
+    def start_action(self) -> str | None:
+        """The start as the restart's preview names it; None when there is no way to start the service."""
+        argv = self.start_argv()
+        if argv is None:
+            return None
+        return " ".join(argv[:2] + ([self.name] if self.kind != "pid" and self.kind != "pidfile" else argv[4:]))
+
+    def health_url_on(self, host: Host) -> str | None:
+        """The health endpoint polled after a restart, on this host."""
+        return self.health_url
 
 
 async def _run_ok(host: Host, argv: list[str]) -> CommandResult | None:
@@ -231,3 +243,55 @@ class PidService(ServiceManager):
 
     def stop_signal(self) -> int:
         return int(signal.SIGTERM)
+
+
+class SimService(PidService):
+    """The simulated host's vLLM service (``sim:NAME``): found and stopped as a pidfile service (SIGTERM to
+    the main pid, guarded), started through ``SimHost.start_service``.
+
+    Why the one sim-aware class in the cleanup: the simulated service must be started by the SimHost that
+    owns it (it records the new session so its teardown kills every process, and it reuses the port the
+    dashboard knows); a start command run on the host would leak processes past that teardown. It uses the
+    host only through ``pidfile``, ``api_url`` and ``start_service``; on any other host it finds nothing and
+    its start fails with one line."""
+
+    def __init__(self, name: str = "vllm", health_url: str | None = None) -> None:
+        super().__init__(pidfile=f"sim:{name}", health_url=health_url, name=f"sim:{name}")
+        self.kind = "sim"
+        self.name = name
+
+    @staticmethod
+    def _sim(host: Host) -> Any | None:
+        return host if callable(getattr(host, "start_service", None)) and hasattr(host, "pidfile") else None
+
+    async def _pid(self, host: Host) -> int | None:
+        sim = self._sim(host)
+        if sim is None:
+            return None
+        try:
+            text = (await host.read_file(str(sim.pidfile))).decode(errors="replace").strip()
+        except (FileNotFoundError, OSError, HostError):
+            return None
+        return int(text) if text.isdigit() and int(text) > 1 else None
+
+    def start_argv(self) -> list[str] | None:
+        return None
+
+    def start_action(self) -> str:
+        return f"start the simulated {self.name} service (SimHost.start_service: API server and its workers)"
+
+    def health_url_on(self, host: Host) -> str | None:
+        sim = self._sim(host)
+        if self.health_url or sim is None:
+            return self.health_url
+        return f"{sim.api_url}/health"
+
+    async def start(self, host: Host, timeout: float = 90.0) -> CommandResult:
+        sim = self._sim(host)
+        if sim is None:
+            return CommandResult(2, "", f"{self.label}: {host.name} is not a simulated host")
+        try:
+            proc = await sim.start_service(wait=False)
+        except HostError as exc:
+            return CommandResult(1, "", str(exc))
+        return CommandResult(0, f"started pid {proc.pid}", "")

@@ -9,6 +9,7 @@ from kimitui.cleanup.services import (
     DockerService,
     PidService,
     ServiceManager,
+    SimService,
     SupervisorService,
     SystemdService,
 )
@@ -16,7 +17,7 @@ from kimitui.cleanup.services import (
 DEMO_DEADLINES = {"graceful_s": 3.0, "term_grace_s": 2.0}
 """The simulated host's service stops in milliseconds; its stuck workers never do."""
 
-SERVICE_FORMS = "systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], pidfile:PATH or pid:N"
+SERVICE_FORMS = "systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], pidfile:PATH, pid:N or sim:NAME"
 
 
 class UsageError(Exception):
@@ -24,7 +25,8 @@ class UsageError(Exception):
 
 
 def parse_service(spec: str, health_url: str | None = None) -> ServiceManager:
-    """``systemd:UNIT``, ``docker:NAME``, ``supervisor:PROGRAM[@CONF]``, ``pidfile:PATH`` or ``pid:N``."""
+    """``systemd:UNIT``, ``docker:NAME``, ``supervisor:PROGRAM[@CONF]``, ``pidfile:PATH``, ``pid:N``, or
+    ``sim:NAME`` (the simulated host's own service: ``kimitui demo``)."""
     kind, sep, name = spec.partition(":")
     if not sep or not name:
         raise UsageError(f"--service {spec!r}: expected {SERVICE_FORMS}")
@@ -43,7 +45,10 @@ def parse_service(spec: str, health_url: str | None = None) -> ServiceManager:
         if not name.isdigit() or int(name) <= 1:
             raise UsageError(f"--service {spec!r}: pid must be a number above 1")
         return PidService(pid=int(name), health_url=health_url)
-    raise UsageError(f"--service {spec!r}: unknown manager {kind!r} (systemd, docker, supervisor, pidfile, pid)")
+    if kind == "sim":
+        return SimService(name, health_url=health_url)
+    raise UsageError(f"--service {spec!r}: unknown manager {kind!r} (systemd, docker, supervisor, pidfile, pid, "
+                     "sim)")
 
 
 def parse_gpus(text: str | None) -> list[int] | None:

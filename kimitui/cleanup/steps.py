@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from kimitui.cleanup.consent import OPTIONAL
 from kimitui.cleanup.hostprocs import is_local
-from kimitui.cleanup.plan import cuda_holders, proc_gpus
+from kimitui.cleanup.plan import cuda_holders, gpus_in_scope, holder_reason, out_of_scope_reason, proc_gpus
 from kimitui.cleanup.safety import Candidate
 from kimitui.cleanup.services import PidService
 from kimitui.cleanup.waits import poll_until
@@ -93,23 +93,34 @@ async def process(ex: CleanupExecutor) -> StepResult:
     sample = await ex.sample()
     scan = await ex.scan()
     ex.protect_agent(scan, sample)
-    cands: dict[int, tuple[Candidate, str]] = {c.pid: (c, f"left of the service: {why}")
-                                               for c, why in await ex.service_left(scan, sample)}
-    scope = set(ex.scope)
+    by_pid = {p.pid: p for p in sample.procs}
+    cands: dict[int, tuple[Candidate, str]] = {}
     dead: list[tuple[Candidate, str]] = []
+    elsewhere: list[tuple[Candidate, str]] = []
+    for c, why in await ex.service_left(scan, sample):
+        p = by_pid.get(c.pid)
+        if p is not None and p.gpu_mem_mib and not gpus_in_scope(p, ex.scope):
+            # scoped by its NVML memory: a service member whose memory is all outside the scope is spared
+            mem = ", ".join(f"{m:.0f} MiB on GPU {i}" for i, m in sorted(p.gpu_mem_mib.items()))
+            elsewhere.append((c, f"left of the service, but holds {mem}, outside the scope"))
+        else:
+            cands[c.pid] = (c, f"left of the service: {why}")
     for p in sample.procs:
-        on = sorted(set(p.gpu_mem_mib) & scope)
-        if on and p.pid not in cands:
+        if p.pid in cands or p.pid in {c.pid for c, _ in elsewhere}:
+            continue
+        if p.gpu_mem_mib and gpus_in_scope(p, ex.scope):
             gone = ex.not_live(scan, p)
             if gone is not None:
                 dead.append((ex.from_sample(p), gone))
             else:
-                cands[p.pid] = (ex.from_sample(p), f"NVML lists it on GPU {gpu_list(on)}")
+                cands[p.pid] = (ex.from_sample(p), f"NVML: {holder_reason(p, ex.scope)}")
+        elif (outside := out_of_scope_reason(p, ex.scope)) is not None and ex.not_live(scan, p) is None:
+            elsewhere.append((ex.from_sample(p), outside))
     if not cands:
         return ex.result("process", "skipped", "nothing left of the service's process tree and NVML lists no "
                          f"live process on GPUs {gpu_list(ex.scope)}", started)
     targets, spared = split_safe(ex, list(cands.values()))
-    spared += dead
+    spared += dead + elsewhere
     confirmed = await ex.ask("process", f"SIGTERM, SIGKILL after {ex.target.deadlines.term_grace_s:g}s",
                              targets, spared)
     if confirmed is None:
@@ -138,12 +149,17 @@ async def device(ex: CleanupExecutor) -> StepResult:
     if not holders:
         return ex.result("device", "skipped", f"no live CUDA-context holder left on GPUs {gpu_list(ex.scope)}"
                          + (f" ({len(dead)} exited, memory being released)" if dead else ""), started)
-    cands = [(ex.from_sample(p), f"CUDA context on GPU {gpu_list(sorted(proc_gpus(p) & scope))}")
-             for p in holders]
+    cands = [(ex.from_sample(p), holder_reason(p, scope)) for p in holders]
     targets, spared = split_safe(ex, cands)
     spared += dead
     for p in sample.procs:
-        if p.pid in held or not (proc_gpus(p) & scope) or p.kind != "handle":
+        if p.pid in held:
+            continue
+        outside = out_of_scope_reason(p, scope)
+        if outside is not None:
+            spared.append((ex.from_sample(p), outside))
+            continue
+        if not (proc_gpus(p) & scope) or p.kind != "handle":
             continue
         c = ex.from_sample(p)
         refusal = ex.safety.refusal(c)
@@ -222,23 +238,34 @@ async def reset(ex: CleanupExecutor) -> StepResult:
     if v.holders_left:
         return ex.result("reset", "skipped", "not offered: holders left ("
                          + ", ".join(str(h.pid) for h in v.holders_left) + "); a reset would fail", started)
-    dirty = [g.index for g in v.gpus if not g.clean]
-    action = "; ".join(f"nvidia-smi --gpu-reset -i {i}" for i in dirty)
+    dirty = [g for g in v.gpus if not g.clean]
+    smi = ex.target.nvidia_smi
+    action = "; ".join(
+        f"{smi} --gpu-reset -i {g.index} (GPU {g.index}: "
+        + ("memory unreadable" if g.used_mib is None else f"{g.used_mib:.0f} MiB still used, idle {g.baseline_mib:.0f}")
+        + ", no process holds it)" for g in dirty) + ", then verify again"
     confirmed = await ex.ask("reset", action, [], [])
     if confirmed is None:
         return ex.result("reset", "declined", "operator declined", started)
+    # the consent may have taken a while: a process that took one of these GPUs since makes a reset fail
+    now_held = {p.pid for p in cuda_holders(await ex.sample(), [g.index for g in dirty])}
+    if now_held:
+        return ex.result("reset", "skipped", "not run: a process holds the GPU again ("
+                         + ", ".join(map(str, sorted(now_held))) + ")", started)
     failures = []
-    for i in dirty:
+    ex.acted()
+    for g in dirty:
         try:
-            res = await ex.host.run(["nvidia-smi", "--gpu-reset", "-i", str(i)], timeout=ex.target.deadlines.command_s)
+            res = await ex.host.run([smi, "--gpu-reset", "-i", str(g.index)], timeout=ex.target.deadlines.command_s)
             if not res.ok:
-                failures.append(f"GPU {i}: {(res.stderr or res.stdout).strip()[:120]}")
+                failures.append(f"GPU {g.index}: rc {res.rc}: {(res.stderr or res.stdout).strip()[:120]}")
         except HostError as exc:
-            failures.append(f"GPU {i}: {exc}")
+            failures.append(f"GPU {g.index}: {exc}")
+    ex.acted()
     again = await verify(ex)
     if failures or not again.clean:
         return ex.result("reset", "failed", "; ".join(failures) or again.detail, started)
-    return ex.result("reset", "done", f"GPU {gpu_list(dirty)} reset and clean", started)
+    return ex.result("reset", "done", f"GPU {gpu_list([g.index for g in dirty])} reset and clean", started)
 
 
 # --- f. restart ---------------------------------------------------------------------------------------
@@ -277,12 +304,12 @@ async def restart(ex: CleanupExecutor) -> StepResult:
     svc = ex.target.service
     if svc is None:
         return ex.result("restart", "skipped", "no service in the plan", started)
-    argv = svc.start_argv()
-    if argv is None:
+    start = svc.start_action()
+    if start is None:
         return ex.result("restart", "skipped", f"{svc.label}: no start command", started)
-    url = svc.health_url
-    action = " ".join(argv[:2] + ([svc.name] if svc.kind != "pid" else argv[4:])) + (
-        f", then poll {url}" if url else ", then wait until active")
+    url = svc.health_url_on(ex.host)
+    action = f"{svc.label}: {start}" + (f", then poll {url} until it answers 200" if url
+                                          else ", then wait until active")
     confirmed = await ex.ask("restart", action, [], [])
     if confirmed is None:
         return ex.result("restart", "declined", "operator declined", started)

@@ -11,7 +11,7 @@ Output: one JSON line per message on stdout, ``t`` and ``type`` first:
 The agent exits as soon as its stdin closes (EOF): that pipe is its liveness channel.
 
 Sources: NVML (pynvml), else nvidia-smi --query-* CSV, else the simulated driver (--sim-dir DIR: gpus.json,
-holders/<pid>.json, load.json). Every GPU process is enriched from /proc, and /proc/*/fd + /proc/*/maps
+holders/<pid>.json, load.json, leaked.json). Every GPU process is enriched from /proc, and /proc/*/fd + /proc/*/maps
 are scanned for the device files: mapped = CUDA context ("cuda"), open but not mapped = "handle".
 Runs on python3 >= 3.7 (no walrus, no dataclasses: exec() of dataclasses needs a real module).
 """
@@ -384,7 +384,9 @@ class SmiSource:
 
 class SimSource:
     """The simulated driver: DIR/gpus.json, DIR/holders/<pid>.json, optional DIR/load.json. Memory counts
-    only while the holder is alive (not a zombie, same start time): freed the moment it exits."""
+    only while the holder is alive (not a zombie, same start time): freed the moment it exits. Optional
+    DIR/leaked.json ({"<gpu>": MiB}) is memory counted used with no holder, until something (a simulated
+    GPU reset) removes it."""
 
     name = "sim"
 
@@ -447,6 +449,14 @@ class SimSource:
                 per[int(k)] = per.get(int(k), 0.0) + float(mib)
                 used[int(k)] = used.get(int(k), 0.0) + float(mib)
                 util[int(k)] = max(util.get(int(k), 0.0), float(h.get("util", 0) or 0))
+        # memory no process holds (what a crashed context can leave until a GPU reset): only the sim has it
+        try:
+            with open(os.path.join(self.dir, "leaked.json")) as fh:
+                leaked = json.load(fh)
+            for k, mib in leaked.items():
+                used[int(k)] = used.get(int(k), 0.0) + float(mib)
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
         load = None
         try:
             with open(os.path.join(self.dir, "load.json")) as fh:

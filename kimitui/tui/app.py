@@ -73,6 +73,7 @@ class KimituiApp(App[None]):
         Binding("b", "show_view('bench')", "Bench"),
         Binding("c", "show_view('cleanup')", "Cleanup"),
         Binding("F", "free_gpus", "Free GPUs", key_display="F"),
+        Binding("R", "restart_service", "Restart service", key_display="R", show=False),
         Binding("x", "cancel_cleanup", "Cancel cleanup", show=False),
         Binding("f1,question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
@@ -389,6 +390,11 @@ class KimituiApp(App[None]):
         from kimitui.tui.cleanup_runner import cancel_cleanup
 
         cancel_cleanup(self)
+
+    def action_restart_service(self) -> None:
+        from kimitui.tui.cleanup_runner import restart_service
+
+        restart_service(self)
 
 
 def print_first_frame(app: KimituiApp) -> None:

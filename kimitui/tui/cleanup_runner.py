@@ -20,13 +20,13 @@ from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentDecision, current_operator
 from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
 from kimitui.cleanup.plan import STEPS, Deadlines
-from kimitui.cleanup.setup import build_target, default_deadlines
+from kimitui.cleanup.setup import UsageError, build_target, default_deadlines, parse_service
 from kimitui.cleanup.view import SampleFeed, ViewTimeout
-from kimitui.events import LogLine, PhaseEnd, PhaseStart, StepPreview
+from kimitui.events import CleanupPlan, LogLine, PhaseEnd, PhaseStart, StepPreview, StepResult
 from kimitui.live_context import LiveContext
 from kimitui.session import Session
 from kimitui.tui.cleanup_consent import ConsentScreen
-from kimitui.tui.cleanup_dialog import CleanupRequest, CleanupSetupScreen
+from kimitui.tui.cleanup_dialog import DEFAULT_THRESHOLD_MIB, CleanupRequest, CleanupSetupScreen
 
 if TYPE_CHECKING:
     from kimitui.tui.app import KimituiApp
@@ -140,6 +140,40 @@ class CleanupRunner:
                         severity="information" if clean else "error", timeout=10)
         return self.report
 
+    async def restart(self) -> StepResult | None:
+        """Step f on its own: preview (service, start command, health URL) in a consent modal, start, poll
+        the health endpoint. Its events join the latest cleanup in the panel (or a plan of its own)."""
+        svc = self.request.service
+        assert svc is not None
+        audit = self.audit_factory()
+        ex = CleanupExecutor(self.live.host, self.target, SampleFeed(), self.consent, publish=self.session.publish,
+                             audit=audit)
+        if self.session.state.cleanup is None:  # the panel follows the latest cleanup: give it one
+            self.session.publish(CleanupPlan(time.time(), host=self.live.host.name, service=svc.name,
+                                             manager=svc.kind, gpus=sorted(self.session.state.gpus),
+                                             steps=["restart"], clean_threshold_mib=self.request.threshold_mib))
+        self.session.publish(PhaseStart(time.time(), phase="restart", title=f"restart {svc.label} on "
+                                                                             f"{self.live.host.name}"))
+        result: StepResult | None = None
+        try:
+            try:
+                result = await ex.restart()
+                self.note = f"{result.status}: {result.reason}"
+            except asyncio.CancelledError:
+                self.note = "interrupted (the dashboard closed)"
+                raise
+            except Exception as exc:
+                self.note = f"error: {type(exc).__name__}: {exc}"
+        finally:
+            self.finished = True
+            self.session.publish(PhaseEnd(time.time(), phase="restart",
+                                          ok=result is not None and result.status == "done", note=self.note))
+            audit.close()
+        ok = result is not None and result.status == "done"
+        self.app.notify(f"restart {self.note}", title="restart", severity="information" if ok else "error",
+                        timeout=10)
+        return result
+
 
 # -- the app's actions (key F, key x, the palette)
 
@@ -189,3 +223,32 @@ def cancel_cleanup(app: KimituiApp) -> None:
     runner.cancel()
     app.notify("cleanup cancelled: the step in hand finishes, the rest is declined", title="cleanup",
                severity="warning", timeout=6)
+
+
+def restart_service(app: KimituiApp) -> None:
+    """Restart the service (key R): the service of the dashboard's latest cleanup, else the host's default;
+    its preview and consent come up in a modal, the health wait shows in the cleanup panel."""
+    live = app.live
+    if live is None:
+        app.notify(NEEDS_LIVE.replace("cleanup", "restart", 1), title="restart", severity="warning", timeout=6)
+        return
+    if running(app):
+        app.notify("a cleanup or restart is running (x cancels it)", title="restart", severity="warning")
+        return
+    last = _runners.get(app)
+    spec = last.request.service_spec if last is not None and last.request.service is not None else \
+        (live.default_service or "")
+    if not spec:
+        app.notify("no service known to restart: free the GPUs (F) with a service first", title="restart",
+                   severity="warning", timeout=6)
+        return
+    try:
+        service = parse_service(spec)
+    except UsageError as exc:
+        app.notify(str(exc), title="restart", severity="error", timeout=6)
+        return
+    request = CleanupRequest(spec, service, None, DEFAULT_THRESHOLD_MIB, False)
+    runner = CleanupRunner(app, app.session, live, request, deadlines_for(live))
+    _runners[app] = runner
+    app.action_show_view("cleanup")
+    app.run_worker(runner.restart(), group=WORKER_GROUP, name="restart", exclusive=True, exit_on_error=False)

@@ -39,6 +39,8 @@ def palette_commands(app: KimituiApp) -> list[Command]:
          app.action_cancel_macro),
         ("Cleanup: free the GPUs…", "F: graceful stop, process kill, device kill, verify; each step previewed "
          "and asked (live only)", app.action_free_gpus),
+        ("Cleanup: restart the service…", "R: start the service again and wait for its health endpoint; "
+         "previewed and asked (live only)", app.action_restart_service),
         ("Help", "F1 / ?: keys", app.action_help),
     ]
     if app.live is not None:

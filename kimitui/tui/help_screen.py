@@ -19,6 +19,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("M", "run a macro sweep (live): dialog, then live plots"),
     ("x (bench)", "cancel the sweep (finished levels kept)"),
     ("F", "free the GPUs (live): set up, then confirm each step"),
+    ("R", "restart the service (live): preview, confirm, wait for health"),
     ("x", "cancel the running cleanup (the rest declined)"),
     ("ctrl+p", "command palette: controls, views, themes"),
     ("F1 / ?", "this help"),

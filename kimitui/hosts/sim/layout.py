@@ -9,6 +9,8 @@ This layout is the contract with the agent's simulated NVML source (kimitui/host
 - ``DIR/holders/<pid>.json``: ``{"pid", "start_time", "mem_mib": {"<gpu index>": MiB}}`` written by the
   holder itself (atomically). Memory counts only while that pid is alive with that start time.
 - ``DIR/load.json``: ``{"util": 0..100}``, written by the API server as its batch changes.
+- ``DIR/leaked.json`` (optional): ``{"<gpu index>": MiB}``, memory the driver counts used with no process
+  holding it (what a crashed context can leave behind until a GPU reset); absent unless a test writes it.
 - ``DIR/run/``: the service's pidfile (``vllm.pid``), API port (``api.port``) and log (``vllm.log``).
 
 No module here starts processes; this file only names paths and writes the static parts.
@@ -91,6 +93,10 @@ class SimLayout:
 
     def holder_file(self, pid: int) -> Path:
         return self.holders_dir / f"{pid}.json"
+
+    @property
+    def leaked_json(self) -> Path:
+        return self.root / "leaked.json"
 
     @property
     def load_json(self) -> Path:
