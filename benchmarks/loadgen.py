@@ -12,6 +12,13 @@
    a chunk every ``--interval`` ms, minus that interval (the server's own timer jitter is included, so
    this is an upper bound of what the client adds).
 3. Where a chunk's CPU goes on the client: SSE split + JSON decode alone, in-process.
+4. The floor of figure 2 on this machine: the same stamped server read by a bare asyncio Protocol that
+   does nothing but find the stamps (no HTTP parsing, no JSON, no accounting). What is left between this
+   floor and a client's figure is that client's own cost; the floor itself is the event loop, the
+   syscalls and the machine (CPU steal, other load).
+
+Every figure is measured for each HTTP client (``--clients lean,httpx``): ``lean`` is the load generator's
+default (kimitui/bench/macro/http_stream.py), ``httpx`` its fallback.
 
 Targets: >= 50,000 tok/s at c=256; added ITL <= 1 ms p99 at c=64.
 Run: ``.venv/bin/python benchmarks/loadgen.py [--quick]``.
@@ -75,14 +82,15 @@ def server(kind: str, interval_s: float = 0.0) -> Iterator[str]:
                 proc.wait(5)
 
 
-async def level(url: str, c: int, requests: int, max_tokens: int, model: str | None = None) -> dict:
+async def level(url: str, c: int, requests: int, max_tokens: int, client: str = "lean",
+                model: str | None = None) -> dict:
     cfg = MacroConfig(url=url, model=model, concurrency=[c], requests=requests, max_tokens=max_tokens,
-                      input_len=16, warmup=c)
+                      input_len=16, warmup=c, client=client)  # type: ignore[arg-type]
     result = await run_sweep(cfg, lambda e: None)
     return result.levels[0].metrics
 
 
-def one_way_delays(url: str, c: int, requests: int, max_tokens: int) -> list[float]:
+def one_way_delays(url: str, c: int, requests: int, max_tokens: int, client: str = "lean") -> list[float]:
     """Seconds from the server writing each token chunk to the client's parser having it, at concurrency c.
 
     The stamped server writes "sent": perf_counter() into every chunk; perf_counter is CLOCK_MONOTONIC,
@@ -107,9 +115,50 @@ def one_way_delays(url: str, c: int, requests: int, max_tokens: int) -> list[flo
 
     request_mod.SSEDecoder = Timed  # type: ignore[misc]
     try:
-        asyncio.run(level(url, c, requests, max_tokens))
+        asyncio.run(level(url, c, requests, max_tokens, client))
     finally:
         request_mod.SSEDecoder = base  # type: ignore[misc]
+    return delays
+
+
+def bare_floor_delays(url: str, c: int, requests_per_conn: int, max_tokens: int) -> list[float]:
+    """One-way delays seen by a do-nothing asyncio Protocol client (c connections, same server)."""
+    delays: list[float] = []
+    host, port = url.rsplit("/", 1)[1].rsplit(":", 1)
+
+    class Bare(asyncio.Protocol):
+        def __init__(self, done: asyncio.Future[None]) -> None:
+            self.done = done
+
+        def data_received(self, data: bytes) -> None:
+            now = time.perf_counter()
+            i = data.find(b'"sent": ')
+            while i >= 0:
+                j = data.find(b"}", i)
+                delays.append(now - float(data[i + 8:j].split(b",", 1)[0]))
+                i = data.find(b'"sent": ', j)
+            if data.endswith(b"0\r\n\r\n") and not self.done.done():
+                self.done.set_result(None)
+
+    body = json.dumps({"model": "m", "prompt": "x", "max_tokens": max_tokens, "stream": True}).encode()
+    req = b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+        host.encode(), len(body), body)
+
+    async def one() -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        proto = Bare(done)
+        transport, _ = await loop.create_connection(lambda: proto, host, int(port))
+        for _ in range(requests_per_conn):
+            transport.write(req)
+            await done
+            proto.done = done = loop.create_future()
+        transport.close()
+
+    async def run() -> None:
+        await asyncio.gather(*(one() for _ in range(c)))
+
+    asyncio.run(run())
     return delays
 
 
@@ -135,43 +184,54 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer requests (noisier)")
     ap.add_argument("--interval", type=float, default=10.0, help="chunk interval for the ITL test, ms")
     ap.add_argument("--servers", default="sim,burst,burst4")
+    ap.add_argument("--clients", default="lean,httpx", help="HTTP clients to measure (lean, httpx)")
     a = ap.parse_args()
     waves = 2 if a.quick else 4
     max_tokens = 256
+    clients = a.clients.split(",")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} "
           "(servers run in their own process but share these cores)")
     print(f"client parse cost (SSE split + json.loads): {parse_cost_us():.2f} µs/chunk")
     rows = []
     for kind in a.servers.split(","):
         with server(kind) as url:
-            for c in (64, 256):
-                m = asyncio.run(level(url, c, c * waves, max_tokens))
-                chunks = m["total_output_tokens"] / (4 if kind == "burst4" else 1)
-                rows.append((kind, c, m["output_throughput"], chunks / m["duration"], m["failed"],
-                             m["concurrency_reached"]))
-                print(f"  {kind:7} c={c:<4} {m['output_throughput']:>9,.0f} tok/s  "
-                      f"{chunks / m['duration']:>9,.0f} chunks/s  failed {m['failed']}  "
-                      f"reached {m['concurrency_reached']}", flush=True)
+            for client in clients:
+                for c in (64, 256):
+                    m = asyncio.run(level(url, c, c * waves, max_tokens, client))
+                    chunks = m["total_output_tokens"] / (4 if kind == "burst4" else 1)
+                    rows.append((client, kind, c, m["output_throughput"]))
+                    print(f"  {client:5} {kind:7} c={c:<4} {m['output_throughput']:>9,.0f} tok/s  "
+                          f"{chunks / m['duration']:>9,.0f} chunks/s  failed {m['failed']}  "
+                          f"reached {m['concurrency_reached']}", flush=True)
     interval = a.interval / 1000
-    with server("interval", interval) as url:
-        m = asyncio.run(level(url, 64, 64 * (2 if a.quick else 3), 64))
-    print(f"  interval {a.interval:g} ms, c=64: ITL median {m['median_itl_ms']:.3f} ms, "
-          f"p99 {m['p99_itl_ms']:.3f} ms, failed {m['failed']} (includes the server's own timer jitter)")
+    added: dict[str, tuple[float, float]] = {}
+    for client in clients:
+        with server("interval", interval) as url:
+            m = asyncio.run(level(url, 64, 64 * (2 if a.quick else 3), 64, client))
+        print(f"  {client:5} interval {a.interval:g} ms, c=64: ITL median {m['median_itl_ms']:.3f} ms, "
+              f"p99 {m['p99_itl_ms']:.3f} ms, failed {m['failed']} (includes the server's own timer jitter)")
+        with server("stamped", interval) as url:
+            delays = sorted(one_way_delays(url, 64, 64 * (2 if a.quick else 3), 64, client))
+        added[client] = (delays[len(delays) // 2] * 1e3, delays[min(len(delays) - 1, int(0.99 * len(delays)))] * 1e3)
+        print(f"  {client:5} stamped chunks at c=64: one-way delay server write -> client parser: median "
+              f"{added[client][0]:.3f} ms, p99 {added[client][1]:.3f} ms over {len(delays):,} chunks", flush=True)
     with server("stamped", interval) as url:
-        delays = sorted(one_way_delays(url, 64, 64 * (2 if a.quick else 3), 64))
-    added_med = delays[len(delays) // 2] * 1e3
-    added_p99 = delays[min(len(delays) - 1, int(0.99 * len(delays)))] * 1e3
-    print(f"  stamped chunks at c=64: one-way delay server write -> client parser: median {added_med:.3f} ms, "
-          f"p99 {added_p99:.3f} ms over {len(delays):,} chunks")
+        floor = sorted(bare_floor_delays(url, 64, 2 if a.quick else 3, 64))
+    added["bare floor"] = (floor[len(floor) // 2] * 1e3,
+                                              floor[min(len(floor) - 1, int(0.99 * len(floor)))] * 1e3)
+    print(f"  floor: a bare asyncio Protocol reading the same stamped server: median "
+          f"{added['bare floor'][0]:.3f} ms, p99 {added['bare floor'][1]:.3f} ms")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
     print()
-    print(f"{'figure':48} {'measured':>12} {'target':>12}  verdict")
-    for kind, c, tok_s, _, _, _ in rows:
+    print(f"{'figure':56} {'measured':>12} {'target':>12}  verdict")
+    for client, kind, c, tok_s in rows:
         target = f">= {TARGET_TOK_S:,.0f}" if c == 256 else "-"
         verdict = ("PASS" if tok_s >= TARGET_TOK_S else "MISS") if c == 256 else ""
-        print(f"{f'output tok/s, c={c}, {kind} server':48} {tok_s:>12,.0f} {target:>12}  {verdict}")
-    print(f"{'added latency per chunk p99 at c=64 (ms)':48} {added_p99:>12.3f} {f'<= {TARGET_ADDED_ITL_MS:g}':>12}  "
-          f"{'PASS' if added_p99 <= TARGET_ADDED_ITL_MS else 'MISS'}")
-    print(f"{'added latency per chunk median at c=64 (ms)':48} {added_med:>12.3f} {'-':>12}")
+        print(f"{f'{client}: output tok/s, c={c}, {kind} server':56} {tok_s:>12,.0f} {target:>12}  {verdict}")
+    for client, (med, p99) in added.items():
+        print(f"{f'{client}: added latency per chunk p99 at c=64 (ms)'[:56]:56} {p99:>12.3f} "
+              f"{f'<= {TARGET_ADDED_ITL_MS:g}':>12}  {'PASS' if p99 <= TARGET_ADDED_ITL_MS else 'MISS'}")
+        print(f"{f'{client}: added latency per chunk median at c=64 (ms)'[:56]:56} {med:>12.3f} {'-':>12}")
     return 0
 
 

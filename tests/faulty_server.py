@@ -17,6 +17,11 @@ first chunk until that many streams are open at once (or ``barrier_timeout_s``):
 client really had that many requests in flight. ``burst`` writes the whole response at once (the fastest
 zero-delay server); ``yield_chunks`` yields to the event loop between chunks (interleaved streams).
 
+Framing (``Behavior.framing``): ``chunked`` (the default), ``length`` (the whole SSE body at once with a
+Content-Length, keep-alive) or ``close`` (a close-delimited body: ``Connection: close``, then EOF).
+``ssl`` (an ``ssl.SSLContext``) serves https. ``Stats.connections`` counts accepted connections (keep-alive
+reuse shows as fewer connections than requests).
+
 Run standalone (for benchmarks/loadgen.py): ``python tests/faulty_server.py --port 0 [--interval S]``;
 it prints ``PORT <n>`` on its first line.
 """
@@ -27,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -53,6 +59,8 @@ class Behavior:
     burst: bool = False
     yield_chunks: bool = False
     prompt_tokens: int = 7
+    framing: str = "chunked"
+    """chunked, length (Content-Length) or close (close-delimited); see the module docstring."""
     stamp: bool = False
     """Each token chunk carries "sent": perf_counter() at its write (CLOCK_MONOTONIC, shared by every
     process on Linux), so a client in another process can measure the one-way delay it adds."""
@@ -65,11 +73,14 @@ class Stats:
     peak_active: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
     keep_bodies: bool = True
+    connections: int = 0
 
 
 class FaultyServer:
-    def __init__(self, behavior: Behavior | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, behavior: Behavior | None = None, host: str = "127.0.0.1", port: int = 0,
+                 ssl: ssl.SSLContext | None = None) -> None:
         self.behavior = behavior or Behavior()
+        self.ssl = ssl
         self.host, self._port = host, port
         self.stats = Stats()
         self._server: asyncio.Server | None = None
@@ -83,10 +94,11 @@ class FaultyServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ssl else 'http'}://{self.host}:{self.port}"
 
     async def start(self) -> FaultyServer:
-        self._server = await asyncio.start_server(self._conn, self.host, self._port, backlog=1024)
+        self._server = await asyncio.start_server(self._conn, self.host, self._port, backlog=1024,
+                                                  ssl=self.ssl)
         return self
 
     async def close(self) -> None:
@@ -106,6 +118,7 @@ class FaultyServer:
     # -- HTTP -------------------------------------------------------------------------------------------
     async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        self.stats.connections += 1
         try:
             while True:
                 try:
@@ -158,14 +171,16 @@ class FaultyServer:
             return True
         chat = path.endswith("chat/completions")
         n = b.n_tokens if b.n_tokens is not None else int(req.get("max_tokens") or 16)
-        chunked = b.mode != "truncate_eof"
+        chunked = b.mode != "truncate_eof" and b.framing == "chunked"
+        length = b.framing == "length" and b.mode in ("ok", "no_usage")
         headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         headers["Transfer-Encoding" if chunked else "Connection"] = "chunked" if chunked else "close"
-        writer.write(self._head(200, headers))
+        if not length:  # with a Content-Length, _stream writes the head with the whole body
+            writer.write(self._head(200, headers))
         self.stats.active += 1
         self.stats.peak_active = max(self.stats.peak_active, self.stats.active)
         try:
-            return await self._stream(reader, writer, chat, n, chunked) and chunked
+            return await self._stream(reader, writer, chat, n, chunked) and (chunked or length)
         finally:
             self.stats.active -= 1
 
@@ -222,7 +237,11 @@ class FaultyServer:
                 self._barrier_event.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._barrier_event.wait(), b.barrier_timeout_s)
-        if b.burst and b.interval_s == 0 and b.first_delay_s == 0:
+        if b.framing == "length" and fault_at is None:
+            payload = b"".join(frames)
+            writer.write(self._head(200, {"Content-Type": "text/event-stream",
+                                          "Content-Length": str(len(payload))}) + payload)
+        elif b.burst and b.interval_s == 0 and b.first_delay_s == 0:
             writer.write(b"".join(frames))
         else:
             start = time.perf_counter() + b.first_delay_s

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from kimitui.bench.macro import LevelProgress, MacroConfig, run_sweep
-from kimitui.bench.macro.request import stream_request
+from kimitui.bench.macro.http_stream import LeanClient
+from kimitui.bench.macro.request import RequestOutcome, stream_request
 from kimitui.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
 from kimitui.state import SessionState, fold
 from tests.faulty_server import Behavior, FaultyServer
@@ -21,13 +22,29 @@ from tests.faulty_server import Behavior, FaultyServer
 FIRST, GAP = 0.08, 0.02
 
 
-async def test_one_request_timing_and_usage_with_multi_token_chunks() -> None:
+@pytest.fixture(params=["lean", "httpx"])
+def client(request: pytest.FixtureRequest) -> str:
+    """The HTTP client of the streamed requests: every test of the request path runs with both."""
+    return str(request.param)
+
+
+async def one_request(client: str, url: str, body: bytes, est: int = 3, chat: bool = False,
+                      total_s: float = 10) -> RequestOutcome:
+    if client == "lean":
+        lean = LeanClient(url)
+        try:
+            return await lean.stream(body, est, chat, time.perf_counter(), total_s)
+        finally:
+            lean.close()
+    async with httpx.AsyncClient() as hc:
+        return await stream_request(hc, url, body, est, chat, time.perf_counter(), total_s)
+
+
+async def test_one_request_timing_and_usage_with_multi_token_chunks(client: str) -> None:
     # 20 tokens in chunks of 4: 5 token chunks at 80, 100, ..., 160 ms, then usage (20 tokens)
     async with FaultyServer(Behavior(first_delay_s=FIRST, interval_s=GAP, tokens_per_chunk=4)) as srv:
         body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 20, "stream": True}).encode()
-        async with httpx.AsyncClient() as client:
-            t0 = time.perf_counter()
-            out = await stream_request(client, srv.url + "/v1/completions", body, 3, False, t0, 10)
+        out = await one_request(client, srv.url + "/v1/completions", body)
     assert out.success, out.error
     assert out.output_tokens == 20 and out.chunks == 5 and not out.usage_missing
     assert out.prompt_tokens == 7  # the server's usage.prompt_tokens wins over the estimate
@@ -39,10 +56,10 @@ async def test_one_request_timing_and_usage_with_multi_token_chunks() -> None:
         assert gap == pytest.approx(GAP, abs=0.015)
 
 
-async def test_level_metrics_on_a_known_server() -> None:
+async def test_level_metrics_on_a_known_server(client: str) -> None:
     async with FaultyServer(Behavior(first_delay_s=FIRST, interval_s=GAP, tokens_per_chunk=4)) as srv:
         events: list[Event] = []
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[4], requests=8, max_tokens=20, warmup=2)
+        cfg = MacroConfig(client=client, url=srv.url, model="m", concurrency=[4], requests=8, max_tokens=20, warmup=2)
         result = await run_sweep(cfg, events.append)
         assert srv.stats.requests == 10  # warm-up requests were sent, and not counted below
     m = result.levels[0].metrics
@@ -66,10 +83,10 @@ async def test_level_metrics_on_a_known_server() -> None:
     assert types[0] is PhaseStart and types[-1] is PhaseEnd and types.count(MacroPoint) == 1
 
 
-async def test_no_usage_counts_content_chunks_and_says_so() -> None:
+async def test_no_usage_counts_content_chunks_and_says_so(client: str) -> None:
     async with FaultyServer(Behavior(mode="no_usage", tokens_per_chunk=3)) as srv:
         events: list[Event] = []
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[2], requests=4, max_tokens=12, warmup=0)
+        cfg = MacroConfig(client=client, url=srv.url, model="m", concurrency=[2], requests=4, max_tokens=12, warmup=0)
         result = await run_sweep(cfg, events.append)
     m = result.levels[0].metrics
     assert m["completed"] == 4 and m["failed"] == 0
@@ -79,10 +96,10 @@ async def test_no_usage_counts_content_chunks_and_says_so() -> None:
     assert any("no usage chunk" in msg and "4 of 4" in msg for msg in logs)
 
 
-async def test_chat_sse_variants_and_request_body() -> None:
+async def test_chat_sse_variants_and_request_body(client: str) -> None:
     b = Behavior(role_chunk=True, crlf=True, comments=True, multiline=True, first_delay_s=0.05, interval_s=0.01)
     async with FaultyServer(b) as srv:
-        cfg = MacroConfig(url=srv.url + "/v1", model="m", endpoint="chat", concurrency=[1], requests=2,
+        cfg = MacroConfig(client=client, url=srv.url + "/v1", model="m", endpoint="chat", concurrency=[1], requests=2,
                           max_tokens=5, warmup=0)
         result = await run_sweep(cfg, lambda e: None)
         body = srv.stats.bodies[0]
@@ -96,10 +113,10 @@ async def test_chat_sse_variants_and_request_body() -> None:
     assert body["model"] == "m" and body["temperature"] == 0.0
 
 
-async def test_completions_body_synthetic_prompt_and_no_ignore_eos() -> None:
+async def test_completions_body_synthetic_prompt_and_no_ignore_eos(client: str) -> None:
     async with FaultyServer(Behavior(n_tokens=2)) as srv:
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[1], requests=3, input_len=50, max_tokens=9,
-                          ignore_eos=False, warmup=0)
+        cfg = MacroConfig(url=srv.url, model="m", concurrency=[1], requests=3, input_len=50,
+                          max_tokens=9, ignore_eos=False, warmup=0, client=client)
         await run_sweep(cfg, lambda e: None)
         bodies = srv.stats.bodies
     assert "ignore_eos" not in bodies[0] and bodies[0]["max_tokens"] == 9
@@ -107,16 +124,17 @@ async def test_completions_body_synthetic_prompt_and_no_ignore_eos() -> None:
     assert all(len(p.split()) == 50 for p in prompts)
     assert len(set(prompts)) == 3  # distinct, deterministic
     async with FaultyServer(Behavior(n_tokens=2)) as srv:
-        await run_sweep(MacroConfig(url=srv.url, model="m", concurrency=[1], requests=3, input_len=50,
+        await run_sweep(MacroConfig(client=client, url=srv.url, model="m", concurrency=[1], requests=3, input_len=50,
                                     max_tokens=9, warmup=0), lambda e: None)
         assert [bd["prompt"] for bd in srv.stats.bodies] == prompts
 
 
-async def test_jsonl_prompts_and_model_discovery(tmp_path: Path) -> None:
+async def test_jsonl_prompts_and_model_discovery(tmp_path: Path, client: str) -> None:
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"prompt": "hello there"}\n\n{"messages": [{"role": "user", "content": "hi"}]}\n')
     async with FaultyServer(Behavior(n_tokens=3)) as srv:
-        cfg = MacroConfig(url=srv.url, concurrency=[1], requests=2, dataset=path, endpoint="chat", warmup=0)
+        cfg = MacroConfig(url=srv.url, concurrency=[1], requests=2, dataset=path, endpoint="chat",
+                          warmup=0, client=client)
         result = await run_sweep(cfg, lambda e: None)
         bodies = srv.stats.bodies
     assert result.model == "fake-model" and bodies[0]["model"] == "fake-model"
@@ -125,10 +143,11 @@ async def test_jsonl_prompts_and_model_discovery(tmp_path: Path) -> None:
     assert result.levels[0].metrics["completed"] == 2
 
 
-async def test_concurrency_150_is_really_reached() -> None:
+async def test_concurrency_150_is_really_reached(client: str) -> None:
     # The server holds every stream until 150 are open at once: a pool capped at 100 cannot get there.
     async with FaultyServer(Behavior(barrier=150, barrier_timeout_s=5, n_tokens=2)) as srv:
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[150], requests=150, max_tokens=2, warmup=0)
+        cfg = MacroConfig(url=srv.url, model="m", concurrency=[150], requests=150, max_tokens=2,
+                          warmup=0, client=client)
         t = time.perf_counter()
         result = await run_sweep(cfg, lambda e: None)
         assert time.perf_counter() - t < 4.0  # the barrier opened; it did not time out
@@ -148,10 +167,10 @@ async def test_httpx_default_limits_would_cap_at_100() -> None:
     assert all(o.success for o in outs)
 
 
-async def test_poisson_mode_sends_the_count_at_the_seeded_rate() -> None:
+async def test_poisson_mode_sends_the_count_at_the_seeded_rate(client: str) -> None:
     rate, n, seed = 40.0, 12, 3
     async with FaultyServer(Behavior(n_tokens=2)) as srv:
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[8], requests=n, max_tokens=2, warmup=0,
+        cfg = MacroConfig(client=client, url=srv.url, model="m", concurrency=[8], requests=n, max_tokens=2, warmup=0,
                           request_rate=rate, seed=seed)
         result = await run_sweep(cfg, lambda e: None)
         assert srv.stats.requests == n
@@ -162,9 +181,10 @@ async def test_poisson_mode_sends_the_count_at_the_seeded_rate() -> None:
     assert span * 0.95 <= m["duration"] <= span + 1.0
 
 
-async def test_duration_mode_keeps_dispatching_until_the_deadline() -> None:
+async def test_duration_mode_keeps_dispatching_until_the_deadline(client: str) -> None:
     async with FaultyServer(Behavior(interval_s=0.01, n_tokens=4)) as srv:
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[2], duration_s=0.4, max_tokens=4, warmup=1)
+        cfg = MacroConfig(url=srv.url, model="m", concurrency=[2], duration_s=0.4, max_tokens=4,
+                          warmup=1, client=client)
         result = await run_sweep(cfg, lambda e: None)
     m = result.levels[0].metrics
     # each request takes ~30 ms: 2 workers for 0.4 s make about 26; far more than 2, and all complete
@@ -172,7 +192,7 @@ async def test_duration_mode_keeps_dispatching_until_the_deadline() -> None:
     assert 0.4 <= m["duration"] < 0.8
 
 
-async def test_cancel_keeps_finished_levels_and_stops_promptly() -> None:
+async def test_cancel_keeps_finished_levels_and_stops_promptly(client: str) -> None:
     async with FaultyServer(Behavior(interval_s=0.05, n_tokens=4)) as srv:
         cancel = asyncio.Event()
         events: list[Event] = []
@@ -189,7 +209,8 @@ async def test_cancel_keeps_finished_levels_and_stops_promptly() -> None:
                 await asyncio.sleep(0.01)
             cancel.set()
 
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[1, 2, 4], requests=2, max_tokens=4, warmup=0)
+        cfg = MacroConfig(url=srv.url, model="m", concurrency=[1, 2, 4], requests=2, max_tokens=4,
+                          warmup=0, client=client)
         watcher = asyncio.create_task(cancel_when_level_two_runs())
         t = time.perf_counter()
         result = await run_sweep(cfg, publish, cancel=cancel)
@@ -207,10 +228,11 @@ async def test_cancel_keeps_finished_levels_and_stops_promptly() -> None:
     assert list(state.macro) == [1] and state.single_stream_tok_s() == result.single_stream_tok_s
 
 
-async def test_progress_reports_each_level_and_overall() -> None:
+async def test_progress_reports_each_level_and_overall(client: str) -> None:
     seen: list[LevelProgress] = []
     async with FaultyServer(Behavior(interval_s=0.02, n_tokens=10)) as srv:
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[1, 2], requests=4, max_tokens=10, warmup=1)
+        cfg = MacroConfig(url=srv.url, model="m", concurrency=[1, 2], requests=4, max_tokens=10,
+                          warmup=1, client=client)
         result = await run_sweep(cfg, lambda e: None, progress=seen.append)
     assert len(result.levels) == 2 and not result.cancelled
     done = [p for p in seen if p.stage == "done"]
@@ -223,9 +245,9 @@ async def test_progress_reports_each_level_and_overall() -> None:
     assert fractions == sorted(fractions)
 
 
-async def test_sweep_json_export_uses_vllm_keys() -> None:
+async def test_sweep_json_export_uses_vllm_keys(client: str) -> None:
     async with FaultyServer(Behavior(n_tokens=3)) as srv:
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[1, 2], requests=2, max_tokens=3, warmup=0)
+        cfg = MacroConfig(client=client, url=srv.url, model="m", concurrency=[1, 2], requests=2, max_tokens=3, warmup=0)
         result = await run_sweep(cfg, lambda e: None)
     data = json.loads(result.to_json())
     assert data["model_id"] == "m" and data["single_stream_tok_s"] == result.single_stream_tok_s

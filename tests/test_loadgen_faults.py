@@ -13,6 +13,12 @@ from tests.faulty_server import Behavior, FaultyServer
 N = 6
 
 
+@pytest.fixture(params=["lean", "httpx"])
+def client(request: pytest.FixtureRequest) -> str:
+    """The HTTP client of the streamed requests: every fault is checked with both."""
+    return str(request.param)
+
+
 async def _sweep(url: str, timeouts: Timeouts | None = None, **kw: object) -> tuple[dict, list[Event]]:
     events: list[Event] = []
     cfg = MacroConfig(url=url, model="m", concurrency=[3], requests=N, max_tokens=8, warmup=0,
@@ -32,9 +38,9 @@ async def _sweep(url: str, timeouts: Timeouts | None = None, **kw: object) -> tu
     (Behavior(mode="truncate", fail_after=0), "stream closed early (before [DONE])"),
     (Behavior(mode="error_event", fail_after=1), "server error in stream: injected mid-stream error"),
 ])
-async def test_fault_is_a_counted_failure_with_reason(behavior: Behavior, reason: str) -> None:
+async def test_fault_is_a_counted_failure_with_reason(behavior: Behavior, reason: str, client: str) -> None:
     async with FaultyServer(behavior) as srv:
-        m, events = await _sweep(srv.url)
+        m, events = await _sweep(srv.url, client=client)
     assert m["completed"] == 0 and m["failed"] == N
     assert sum(m["failures"].values()) == N
     assert any(r.startswith(reason) for r in m["failures"]), m["failures"]
@@ -43,34 +49,35 @@ async def test_fault_is_a_counted_failure_with_reason(behavior: Behavior, reason
     assert any(f"{N} of {N} requests failed" in w.message for w in warnings)
 
 
-async def test_server_down_is_connect_error() -> None:
+async def test_server_down_is_connect_error(client: str) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    m, _ = await _sweep(f"http://127.0.0.1:{port}")
+    m, _ = await _sweep(f"http://127.0.0.1:{port}", client=client)
     assert m["failed"] == N and m["completed"] == 0
     assert list(m["failures"]) == [next(iter(m["failures"]))]
     assert next(iter(m["failures"])).startswith("connect error")
 
 
-async def test_read_timeout_between_chunks() -> None:
+async def test_read_timeout_between_chunks(client: str) -> None:
     async with FaultyServer(Behavior(mode="stall", fail_after=2)) as srv:
-        m, _ = await _sweep(srv.url, Timeouts(connect_s=2, read_s=0.2, total_s=5))
+        m, _ = await _sweep(srv.url, Timeouts(connect_s=2, read_s=0.2, total_s=5), client=client)
     assert m["failures"] == {"timeout: read (no data between chunks)": N}
 
 
-async def test_total_timeout() -> None:
+async def test_total_timeout(client: str) -> None:
     # every gap (50 ms) is shorter than the read timeout, the whole response (2 s) longer than the total
     async with FaultyServer(Behavior(interval_s=0.05, n_tokens=40)) as srv:
-        m, _ = await _sweep(srv.url, Timeouts(connect_s=2, read_s=1.0, total_s=0.3))
+        m, _ = await _sweep(srv.url, Timeouts(connect_s=2, read_s=1.0, total_s=0.3), client=client)
     assert m["failures"] == {"timeout: total 0.3s exceeded": N}
     assert m["duration"] < 2.0
 
 
-async def test_mixed_success_and_failure_keep_their_counts() -> None:
+async def test_mixed_success_and_failure_keep_their_counts(client: str) -> None:
     async with FaultyServer(Behavior(n_tokens=4)) as srv:
         events: list[Event] = []
-        cfg = MacroConfig(url=srv.url, model="m", concurrency=[2, 2], requests=4, max_tokens=4, warmup=0)
+        cfg = MacroConfig(url=srv.url, model="m", concurrency=[2, 2], requests=4, max_tokens=4, warmup=0,
+                          client=client)
 
         def publish(ev: Event) -> None:
             events.append(ev)

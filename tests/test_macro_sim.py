@@ -12,11 +12,17 @@ from kimitui.hosts.sim.openai_server import FaultPlan, SimOpenAIServer
 CURVE = BatchingModel.from_targets(single_stream_tps=100, plateau_tps=1600, plateau_batch=16)
 
 
-async def test_saturation_curve_rises_then_plateaus() -> None:
+@pytest.fixture(params=["lean", "httpx"])
+def client(request: pytest.FixtureRequest) -> str:
+    """The HTTP client of the streamed requests: the simulated server is measured with both."""
+    return str(request.param)
+
+
+async def test_saturation_curve_rises_then_plateaus(client: str) -> None:
     by_c = {}
     async with SimOpenAIServer(batching=CURVE) as srv:
         for c, n in ((1, 2), (4, 8), (16, 32), (32, 64)):  # two waves a level
-            cfg = MacroConfig(url=srv.url, concurrency=[c], requests=n, max_tokens=24, warmup=0)
+            cfg = MacroConfig(url=srv.url, concurrency=[c], requests=n, max_tokens=24, warmup=0, client=client)
             result = await run_sweep(cfg, lambda e: None)
             by_c[c] = result.levels[0].metrics
     assert result.model == "moonshotai/Kimi-K2.5"  # discovered through GET /v1/models
@@ -43,21 +49,22 @@ async def test_saturation_curve_rises_then_plateaus() -> None:
     ("stop_midstream", "stream closed early"),
     ("hang", "timeout: read"),
 ])
-async def test_sim_faults_are_counted_with_reasons(mode: str, reason: str) -> None:
+async def test_sim_faults_are_counted_with_reasons(mode: str, reason: str, client: str) -> None:
     fast = BatchingModel.from_targets(single_stream_tps=2000, plateau_tps=16000, plateau_batch=16)
     async with SimOpenAIServer(batching=fast, faults=FaultPlan(mode, every=2)) as srv:
         cfg = MacroConfig(url=srv.url, concurrency=[4], requests=8, max_tokens=8, warmup=0,
-                          timeouts=Timeouts(connect_s=2, read_s=0.3, total_s=5))
+                          timeouts=Timeouts(connect_s=2, read_s=0.3, total_s=5), client=client)
         m = (await run_sweep(cfg, lambda e: None)).levels[0].metrics
     assert m["completed"] == 4 and m["failed"] == 4
     assert sum(m["failures"].values()) == 4
     assert all(r.startswith(reason) for r in m["failures"]), m["failures"]
 
 
-async def test_sim_no_usage_is_flagged_not_failed() -> None:
+async def test_sim_no_usage_is_flagged_not_failed(client: str) -> None:
     fast = BatchingModel.from_targets(single_stream_tps=2000, plateau_tps=16000, plateau_batch=16)
     async with SimOpenAIServer(batching=fast, faults=FaultPlan("no_usage", every=1)) as srv:
-        cfg = MacroConfig(url=srv.url, endpoint="chat", concurrency=[2], requests=4, max_tokens=8, warmup=0)
+        cfg = MacroConfig(url=srv.url, endpoint="chat", concurrency=[2], requests=4, max_tokens=8, warmup=0,
+                          client=client)
         m = (await run_sweep(cfg, lambda e: None)).levels[0].metrics
     assert m["completed"] == 4 and m["failed"] == 0 and m["usage_missing"] == 4
     assert m["total_output_tokens"] == 32  # the sim sends one token per chunk, so the lower bound is exact

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import httpx
 
 from kimitui.bench.macro.config import MacroConfig
+from kimitui.bench.macro.http_stream import LeanClient, lean_unsupported
 from kimitui.bench.macro.metrics import level_metrics
 from kimitui.bench.macro.prompts import PromptSource
 from kimitui.bench.macro.request import Gauge, RequestOutcome, stream_request
@@ -160,18 +161,25 @@ async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
     model = config.model or await discover_model(config)
     cancel = cancel or asyncio.Event()
     result = SweepResult(config=config, model=model)
+    client = config.client
+    fallback = lean_unsupported(config.base_url) if client == "lean" else None
+    if fallback is not None:
+        client = "httpx"
     levels = list(config.concurrency)
     mode = (f"{config.duration_s:g}s per level" if config.duration_s is not None
             else config.requests_label)
     rate = f", {config.request_rate:g} req/s Poisson" if config.request_rate else ""
     publish(PhaseStart(t=_now(), phase=PHASE,
                        title=f"serving sweep {model} at {config.base_url}: concurrency "
-                             f"{','.join(map(str, levels))}, {mode}{rate}"))
+                             f"{','.join(map(str, levels))}, {mode}{rate}, {client} client"))
+    if fallback is not None:
+        publish(LogLine(t=_now(), level="warning", source=SOURCE,
+                        message=f"lean HTTP client not usable ({fallback}): using httpx"))
     try:
         for idx, c in enumerate(levels):
             if cancel.is_set():
                 break
-            level = _Level(config, model, c, idx, len(levels), progress, cancel)
+            level = _Level(config, model, c, idx, len(levels), progress, cancel, client)
             metrics = await level.run()
             if metrics is None:
                 break
@@ -201,12 +209,31 @@ def shard_sizes(c: int, shard: int) -> list[int]:
     return [c // k + (1 if i < c % k else 0) for i in range(k)]
 
 
+class _HttpxStream:
+    """The httpx client with the lean client's ``stream`` signature."""
+
+    __slots__ = ("client", "url")
+
+    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
+        self.client, self.url = client, url
+
+    async def stream(self, body: bytes, est_prompt_tokens: int, chat: bool, t0: float, total_timeout_s: float,
+                     gauge: Gauge | None = None) -> RequestOutcome:
+        return await stream_request(self.client, self.url, body, est_prompt_tokens, chat, t0, total_timeout_s,
+                                    gauge)
+
+
+Streamer = LeanClient | _HttpxStream
+
+
 class _Level:
-    """One concurrency level: a client whose pool is exactly ``c`` connections, ``c`` workers."""
+    """One concurrency level: ``c`` workers, each with its own client holding one connection."""
 
     def __init__(self, cfg: MacroConfig, model: str, c: int, idx: int, levels: int,
-                 progress: Callable[[LevelProgress], None] | None, cancel: asyncio.Event) -> None:
+                 progress: Callable[[LevelProgress], None] | None, cancel: asyncio.Event,
+                 client: str = "lean") -> None:
         self.cfg, self.model, self.c, self.idx, self.levels = cfg, model, c, idx, levels
+        self.client = client
         self.progress_cb = progress
         self.cancel = cancel
         self.url = cfg.base_url + cfg.endpoint_path
@@ -245,9 +272,18 @@ class _Level:
         stopper = asyncio.create_task(self.cancel.wait())
         try:
             async with contextlib.AsyncExitStack() as stack:
-                clients = [await stack.enter_async_context(httpx.AsyncClient(
-                    limits=httpx.Limits(max_connections=n, max_keepalive_connections=n), timeout=timeout,
-                    headers=_headers(cfg), verify=self.ssl)) for n in shard_sizes(self.c, POOL_SHARD)]
+                clients: list[Streamer]
+                if self.client == "httpx":
+                    clients = [_HttpxStream(await stack.enter_async_context(httpx.AsyncClient(
+                        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n), timeout=timeout,
+                        headers=_headers(cfg), verify=self.ssl)), self.url)
+                        for n in shard_sizes(self.c, POOL_SHARD)]
+                else:
+                    clients = [LeanClient(self.url, headers=_headers(cfg), connect_s=cfg.timeouts.connect_s,
+                                          read_s=cfg.timeouts.read_s, ssl_context=self.ssl)
+                               for _ in range(self.c)]
+                    for lean in clients:
+                        stack.callback(lean.close)
                 if cfg.warmup:
                     warm = PromptSource(replace(cfg, seed=cfg.seed + 7919), self.model, cfg.warmup)
                     ok = await self._until_cancel(self._warmup(clients, warm), stopper)
@@ -283,21 +319,20 @@ class _Level:
             await work
         return False
 
-    async def _warmup(self, clients: list[httpx.AsyncClient], source: PromptSource) -> None:
+    async def _warmup(self, clients: list[Streamer], source: PromptSource) -> None:
         remaining = self.cfg.warmup
 
-        async def one_worker(client: httpx.AsyncClient) -> None:
+        async def one_worker(client: Streamer) -> None:
             nonlocal remaining
             while remaining > 0:
                 remaining -= 1
                 body, est = source.take()
-                await stream_request(client, self.url, body, est, self.chat, perf_counter(),
-                                     self.cfg.timeouts.total_s)
+                await client.stream(body, est, self.chat, perf_counter(), self.cfg.timeouts.total_s)
 
         await _gather_all([one_worker(clients[j % len(clients)])
                            for j in range(min(self.c, self.cfg.warmup))])
 
-    async def _measure(self, clients: list[httpx.AsyncClient], source: PromptSource) -> None:
+    async def _measure(self, clients: list[Streamer], source: PromptSource) -> None:
         cfg = self.cfg
         if cfg.request_rate is None:
             issued = 0
@@ -345,7 +380,7 @@ class _Level:
         for _ in range(self.c):
             queue.put_nowait(None)
 
-    async def _worker(self, client: httpx.AsyncClient, next_item: Callable[[], Any]) -> None:
+    async def _worker(self, client: Streamer, next_item: Callable[[], Any]) -> None:
         cfg = self.cfg
         while True:
             item = await next_item()
@@ -359,8 +394,7 @@ class _Level:
                     self.deadline = t0 + cfg.duration_s
             self.in_flight += 1
             try:
-                out = await stream_request(client, self.url, body, est, self.chat, t0, cfg.timeouts.total_s,
-                                           self.gauge)
+                out = await client.stream(body, est, self.chat, t0, cfg.timeouts.total_s, self.gauge)
             finally:
                 self.in_flight -= 1
             self.outcomes.append(out)
