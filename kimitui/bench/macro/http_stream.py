@@ -162,7 +162,13 @@ class _Conn(asyncio.Protocol):
         self.fut = fut
         self.account = account
         self.gauge = gauge
-        self.counted = False
+        # In flight from the moment the request goes on its own connection (no pool can hold it back):
+        # a response that arrives whole in one read still overlaps the others in the level.
+        self.counted = gauge is not None
+        if gauge is not None:
+            gauge.active += 1
+            if gauge.active > gauge.peak:
+                gauge.peak = gauge.active
         self.state = _HEAD
         self.buf = b""
         self.error_body = None
@@ -237,12 +243,6 @@ class _Conn(asyncio.Protocol):
             elif encoding not in (b"identity", b""):
                 raise RequestFailed(f"protocol error: content-encoding {encoding.decode('latin-1')!r} "
                                     "is not supported by the lean client (use --client httpx)")
-        gauge = self.gauge
-        if gauge is not None:
-            self.counted = True
-            gauge.active += 1
-            if gauge.active > gauge.peak:
-                gauge.peak = gauge.active
         self.state = _BODY
         self.buf = b""
         if self.framing == _LENGTH and self.need == 0:

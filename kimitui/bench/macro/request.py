@@ -62,8 +62,9 @@ class RequestOutcome:
 
 
 class Gauge:
-    """Requests whose response has started (status line received) and not yet ended: the concurrency
-    the server actually sees, which a connection-pool cap would hold down."""
+    """Requests in flight, the concurrency the server actually sees (which a connection-pool cap would
+    hold down). httpx: from the response's status line to its end (a request can wait inside its pool
+    before that). The lean client: from writing the request on its own connection to the response's end."""
 
     __slots__ = ("active", "peak")
 
