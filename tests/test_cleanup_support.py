@@ -25,6 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+POLL_S = 0.01
+"""Interval between checks of a condition waited on with a deadline."""
+
 HERE = Path(__file__).resolve()
 RESERVED_MIB = 616.0
 
@@ -154,7 +157,7 @@ class SimDir:
         while not pred():  # type: ignore[operator]
             if time.monotonic() - start > timeout:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(0.01)
+            time.sleep(POLL_S)
         return time.monotonic() - start
 
     def start_service(self, n: int | None = None, mib: float = 40_000.0, ignore: int = 0) -> int:

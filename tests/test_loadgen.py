@@ -19,6 +19,9 @@ from kimitui.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
 from kimitui.state import SessionState, fold
 from tests.faulty_server import Behavior, FaultyServer
 
+POLL_S = 0.01
+"""Interval between checks of a condition waited on with a deadline."""
+
 FIRST, GAP = 0.08, 0.02
 
 
@@ -206,7 +209,7 @@ async def test_cancel_keeps_finished_levels_and_stops_promptly(client: str) -> N
             deadline = time.perf_counter() + 10
             while not (srv.behavior.n_tokens == 400 and srv.stats.active >= 2):
                 assert time.perf_counter() < deadline
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(POLL_S)
             cancel.set()
 
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[1, 2, 4], requests=2, max_tokens=4,

@@ -14,6 +14,9 @@ import pytest
 from kimitui.bench.cli import add_parser, cmd_bench
 from tests.conftest import ROOT
 
+POLL_S = 0.05
+"""Interval between checks of a condition waited on with a deadline."""
+
 
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
@@ -108,7 +111,7 @@ def test_host_demo_starts_a_simulated_host_for_the_sweep_and_removes_it(tmp_path
     deadline = time.monotonic() + 60
     while not seen and proc.poll() is None and time.monotonic() < deadline:
         seen = _sim_processes_of(proc.pid)
-        time.sleep(0.05)
+        time.sleep(POLL_S)
     assert seen
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
@@ -127,7 +130,7 @@ def test_host_demo_starts_a_simulated_host_for_the_sweep_and_removes_it(tmp_path
     assert not Path(sim_dir).exists()
     deadline = time.monotonic() + 10
     while _sim_processes_of(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(POLL_S)
     assert _sim_processes_of(proc.pid) == []
 
 
