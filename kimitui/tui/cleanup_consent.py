@@ -35,18 +35,12 @@ FIXED_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("start", "Start", 8), ("us
 WHY_LINES = 2
 
 
-def short_command(cmdline: str) -> str:
-    """The command line with its program's directory dropped (the full line is in the audit log)."""
-    program, sep, rest = cmdline.partition(" ")
-    return program.rsplit("/", 1)[-1] + sep + rest if program else "?"
-
-
 def what_lines(ref: ProcRef, width: int) -> list[str]:
     """The command line on one line, why on up to WHY_LINES more (the last one cut with an ellipsis)."""
     why = textwrap.wrap(ref.reason or "-", width) or ["-"]
     if len(why) > WHY_LINES:
         why = [*why[: WHY_LINES - 1], fmt.shorten(" ".join(why[WHY_LINES - 1:]), width)]
-    return [fmt.shorten(short_command(ref.cmdline), width), *why]
+    return [fmt.shorten(fmt.short_command(ref.cmdline), width), *why]
 
 
 def ref_cells(ref: ProcRef, tick: Text, why_style: str, width: int) -> tuple[list[str | Text], int]:

@@ -122,5 +122,11 @@ def gpu_list(indices: Sequence[int]) -> str:
     return ",".join(parts)
 
 
+def short_command(cmdline: str) -> str:
+    """The command line with its program's directory dropped (the full line is in the run and audit log)."""
+    program, sep, rest = cmdline.partition(" ")
+    return program.rsplit("/", 1)[-1] + sep + rest if program else "?"
+
+
 def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
