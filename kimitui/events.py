@@ -329,5 +329,3 @@ def decode(line: str | bytes) -> Event:
         raise EventDecodeError("not a JSON object")
     return from_dict(data)
 
-
-PHASE_EVENTS = (PhaseStart, PhaseEnd)
