@@ -26,6 +26,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+POLL_S = 0.02
+"""Interval between checks of a condition waited on with a deadline."""
+
 SSHD = "/usr/sbin/sshd"
 ALIAS = "gpubox"
 JUMP_ALIAS = "gpubox-via-jump"
@@ -268,7 +271,7 @@ def start_sshd(base: Path | None = None, *, timeout: float = 10.0, extra_config:
                 s.settimeout(0.5)
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     return server
-            time.sleep(0.02)
+            time.sleep(POLL_S)
         last_error = server.log().strip().splitlines()[-5:].__str__()
         server.stop()
     raise RuntimeError(f"sshd did not start on 127.0.0.1: {last_error}")

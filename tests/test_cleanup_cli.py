@@ -23,6 +23,9 @@ from kimitui.events import ProcRef, StepPreview, Verification, from_dict
 from kimitui.replay import state_at
 from kimitui.runfile import RunReader
 
+POLL_S = 0.05
+"""Interval between checks of a condition waited on with a deadline."""
+
 ROOT = Path(__file__).resolve().parent.parent
 KIMITUI = [sys.executable, "-m", "kimitui"]
 REAL_RUN = ROOT / "sample_runs" / "real-cleanup-2x-h200.jsonl.gz"
@@ -70,7 +73,7 @@ def assert_nothing_left(res: subprocess.CompletedProcess[str], events: list[dict
     assert len(procs) >= 10  # API server, 8 workers, monitor
     deadline = time.monotonic() + 10
     while any(alive(p, st) for p, st in procs) and time.monotonic() < deadline:
-        time.sleep(0.05)  # polling the teardown's outcome, bounded by the deadline
+        time.sleep(POLL_S)  # polling the teardown's outcome, bounded by the deadline
     assert not [p for p, st in procs if alive(p, st)]
 
 

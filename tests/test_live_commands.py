@@ -22,6 +22,9 @@ from kimitui.session import Session
 from kimitui.telemetry import TelemetrySource
 from tests.sshd import SshServer, sshd_server
 
+POLL_S = 0.05
+"""Interval between checks of a condition waited on with a deadline."""
+
 KIMITUI = [sys.executable, "-m", "kimitui"]
 
 
@@ -57,7 +60,7 @@ def test_watch_demo_prints_json_samples_records_them_and_leaves_nothing(tmp_path
     pids = {p["pid"] for s in samples for p in s["procs"]}
     deadline = time.monotonic() + 10
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(POLL_S)
     assert not any(alive(p) for p in pids)
     # the session was recorded and replays
     runs = list((tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl"))

@@ -9,6 +9,9 @@ import pytest
 
 from kimitui.hosts.sim.batching import BatchingModel, DecodeScheduler
 
+POLL_S = 0.005
+"""Interval between checks of a condition waited on with a deadline."""
+
 
 def test_reference_model_matches_the_reference_host() -> None:
     m = BatchingModel.from_targets()
@@ -80,7 +83,7 @@ async def test_cancelled_request_leaves_the_batch() -> None:
         sched.cancel(a)
         deadline = time.monotonic() + 2
         while sched.batch and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(POLL_S)
         assert sched.batch == 0
         assert a.produced < 1000
     finally:

@@ -24,6 +24,9 @@ from kimitui.hosts.sim import SimHost
 from kimitui.hosts.sim.layout import DEFAULT_GPU_NAME
 from kimitui.procfs import read_start_time, read_stat
 
+POLL_S = 0.01
+"""Interval between checks of a condition waited on with a deadline."""
+
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 DEADLINE_S = 10.0
@@ -34,7 +37,7 @@ async def wait_until(pred: Callable[[], bool], what: str, timeout: float = DEADL
     while not pred():
         if time.monotonic() - start > timeout:
             raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(POLL_S)
     return time.monotonic() - start
 
 
@@ -245,7 +248,7 @@ async def test_sigkill_of_api_server_and_restart() -> None:
         start = time.monotonic()
         while not await poll():
             assert time.monotonic() - start < DEADLINE_S
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(POLL_S)
         assert 503 in statuses and statuses[-1] == 200
         assert Path(h.pidfile).read_text().strip() == str(new.pid)
         fresh = h.worker_holders()

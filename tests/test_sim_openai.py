@@ -14,6 +14,9 @@ import pytest_asyncio
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import FaultPlan, SimOpenAIServer
 
+POLL_S = 0.01
+"""Interval between checks of a condition waited on with a deadline."""
+
 FAST = BatchingModel.from_targets(single_stream_tps=1000, plateau_tps=16_000, plateau_batch=32)
 MODEL = "moonshotai/Kimi-K2.5"
 
@@ -240,7 +243,7 @@ async def test_client_leaving_mid_stream_frees_its_batch_slot() -> None:
         start = time.monotonic()
         while srv.app.scheduler.batch:
             assert time.monotonic() - start < 5, "the abandoned request kept decoding"
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(POLL_S)
 
 
 async def test_standalone_instant_server_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -255,7 +258,7 @@ async def test_standalone_instant_server_cli(tmp_path) -> None:  # type: ignore[
         start = time.monotonic()
         while not port_file.exists():
             assert proc.poll() is None and time.monotonic() - start < 10
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(POLL_S)
         url = f"http://127.0.0.1:{int(port_file.read_text())}"
         async with httpx.AsyncClient(base_url=url, timeout=10) as c:
             assert await _stream_tokens(c, 500) == 500
