@@ -121,17 +121,7 @@ async def process(ex: CleanupExecutor) -> StepResult:
                          f"live process on GPUs {gpu_list(ex.scope)}", started)
     targets, spared = split_safe(ex, list(cands.values()))
     spared += dead + elsewhere
-    confirmed = await ex.ask("process", f"SIGTERM, SIGKILL after {ex.target.deadlines.term_grace_s:g}s",
-                             targets, spared)
-    if confirmed is None:
-        return ex.result("process", "declined", "operator declined", started)
-    if not confirmed.procs:
-        return ex.result("process", "skipped", "nothing confirmed", started)
-    stuck = await ex.terminate(confirmed)
-    if stuck:
-        return ex.result("process", "failed", "stuck after SIGKILL: " + ", ".join(
-            f"{c.pid} (state {c.state})" for c in stuck), started)
-    return ex.result("process", "done", f"{len(confirmed.procs)} processes ended", started)
+    return await _ask_and_terminate(ex, "process", targets, spared, "processes", started)
 
 
 # --- c. device kill -----------------------------------------------------------------------------------
@@ -167,17 +157,23 @@ async def device(ex: CleanupExecutor) -> StepResult:
             spared.append((c, f"protected: {refusal}"))
         else:
             spared.append((c, f"{OPTIONAL}handle only (an NVML monitor): left alone unless ticked"))
-    confirmed = await ex.ask("device", f"SIGTERM, SIGKILL after {ex.target.deadlines.term_grace_s:g}s",
-                             targets, spared)
+    return await _ask_and_terminate(ex, "device", targets, spared, "holders", started)
+
+
+async def _ask_and_terminate(ex: CleanupExecutor, step: str, targets: list[tuple[Candidate, str]],
+                             spared: list[tuple[Candidate, str]], noun: str,
+                             started: float) -> StepResult:
+    """The end both kill steps share: preview and consent, SIGTERM then SIGKILL, and the step's result."""
+    confirmed = await ex.ask(step, f"SIGTERM, SIGKILL after {ex.target.deadlines.term_grace_s:g}s", targets, spared)
     if confirmed is None:
-        return ex.result("device", "declined", "operator declined", started)
+        return ex.result(step, "declined", "operator declined", started)
     if not confirmed.procs:
-        return ex.result("device", "skipped", "nothing confirmed", started)
+        return ex.result(step, "skipped", "nothing confirmed", started)
     stuck = await ex.terminate(confirmed)
     if stuck:
-        return ex.result("device", "failed", "stuck after SIGKILL: " + ", ".join(
+        return ex.result(step, "failed", "stuck after SIGKILL: " + ", ".join(
             f"{c.pid} (state {c.state})" for c in stuck), started)
-    return ex.result("device", "done", f"{len(confirmed.procs)} holders ended", started)
+    return ex.result(step, "done", f"{len(confirmed.procs)} {noun} ended", started)
 
 
 # --- d. verify ----------------------------------------------------------------------------------------
