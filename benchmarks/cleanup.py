@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kimitui.cleanup import CleanupExecutor, CleanupTarget, Deadlines, PidService, SampleFeed, auto_consent
-from kimitui.events import Consent, Event
+from kimitui.core.events import Consent, Event
 from kimitui.hosts.sim.host import SimHost
 from kimitui.telemetry import TelemetrySource
 

@@ -40,7 +40,7 @@ START = 1796112000.0
 
 def build_run(path: Path, hours: float = 1.0, seed: int = 0) -> int:
     """Write the run line by line; returns the number of events."""
-    from kimitui.runfile import FORMAT_VERSION, RunHeader
+    from kimitui.core.runfile import FORMAT_VERSION, RunHeader
 
     rng = random.Random(seed)
     n_samples = int(hours * 3600 * HZ)
@@ -100,8 +100,8 @@ def measure(path: Path) -> dict[str, float]:
     import resource
 
     t0 = time.perf_counter()
-    from kimitui.replay import Player
-    from kimitui.runfile import RunReader
+    from kimitui.core.replay import Player
+    from kimitui.core.runfile import RunReader
 
     t_import = time.perf_counter() - t0
     t0 = time.perf_counter()

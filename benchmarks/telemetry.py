@@ -151,9 +151,9 @@ def ssh_latency(args: argparse.Namespace) -> None:
     import asyncio
 
     sys.path.insert(0, str(ROOT))
-    from kimitui.events import HostSample
+    from kimitui.core.events import HostSample
+    from kimitui.core.session import Session
     from kimitui.hosts.ssh import SshHost
-    from kimitui.session import Session
     from kimitui.telemetry import TelemetrySource
     from tests.sshd import start_sshd
 
@@ -206,8 +206,8 @@ def dashboard_cpu(args: argparse.Namespace) -> None:
     import asyncio
 
     sys.path.insert(0, str(ROOT))
-    from kimitui.events import GpuSample, HostSample, ProcSample
-    from kimitui.session import Session
+    from kimitui.core.events import GpuSample, HostSample, ProcSample
+    from kimitui.core.session import Session
     from kimitui.tui.app import KimituiApp
 
     duration = args.duration

@@ -13,7 +13,8 @@ class CliError(Exception):
 
 def _add_theme(p: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
     p.add_argument("--theme", default=default,
-                   help="dashboard theme: a theme's name from themes/ (see the command palette for the list)")
+                   help="dashboard theme: a built-in one or one of ~/.config/kimitui/themes/*.toml (the "
+                        "command palette lists them)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,13 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("replay", help="play a recorded run in the dashboard (the bundled sample run by default)")
-    p.add_argument("file", nargs="?", type=Path, help="run file (.jsonl or .jsonl.gz)")
+    p.add_argument("file", nargs="?", type=Path, help="run file (.jsonl or .jsonl.gz), or a bundled run's name")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.5 to 64 (default 1)")
     p.add_argument("--summary", action="store_true", help="print a short text summary instead of the dashboard")
     _add_theme(p)
 
-    p = sub.add_parser("report", help="write a Markdown report of a run")
-    p.add_argument("file", type=Path)
+    p = sub.add_parser("report", help="write a Markdown report of a run (the bundled sample run by default)")
+    p.add_argument("file", nargs="?", type=Path, help="run file, or a bundled run's name")
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of standard output")
 
     p = sub.add_parser("demo", help="start the simulated 8-GPU host and open the dashboard on it")
@@ -63,10 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from kimitui.replay import bundled_sample_run
-    from kimitui.runfile import RunReader
+    from kimitui.core.runfile import RunReader
+    from kimitui.resources import find_run
 
-    path = args.file or bundled_sample_run()
+    path = find_run(args.file)
     if args.summary:
         from kimitui.summary import summarize
 
@@ -81,10 +82,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from kimitui.core.runfile import RunReader
     from kimitui.report import render_report
-    from kimitui.runfile import RunReader
 
-    text = render_report(RunReader(args.file))
+    from kimitui.resources import find_run
+
+    text = render_report(RunReader(find_run(args.file)))
     if args.output:
         args.output.write_text(text)
         print(f"report written to {args.output}", file=sys.stderr)
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from kimitui.bench import cli as bench_cli
     from kimitui.cleanup import cli as cleanup_cli
-    from kimitui.runfile import RunFileError
+    from kimitui.core.runfile import RunFileError
 
     handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench,
                 "cleanup": cleanup_cli.cmd_cleanup}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kimitui.events import (
+from kimitui.core.events import (
     AllReduceRow,
     ConnectionState,
     EventDecodeError,
@@ -25,8 +25,8 @@ from kimitui.events import (
     SignalSent,
     StepResult,
 )
-from kimitui.runfile import RunReader
-from kimitui.state import CleanupState, SessionState, StepState, fold
+from kimitui.core.runfile import RunReader
+from kimitui.core.state import CleanupState, SessionState, StepState, fold
 
 # -- reading a run once -----------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from kimitui.events import (
+from kimitui.core.events import (
     AllReduceRow,
     CleanupPlan,
     ConnectionState,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from kimitui.core.runfile import RunReader
 from kimitui.report import digest, fmt_duration, fmt_time, peak_point
-from kimitui.runfile import RunReader
 
 _W = 10
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kimitui.events import (
+from kimitui.core.events import (
     ConnectionState,
     Event,
     EventDecodeError,

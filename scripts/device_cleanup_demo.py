@@ -91,7 +91,7 @@ def role_monitor(beat: Path) -> None:
 # --- the demo ------------------------------------------------------------------------------------------
 
 def printer(t0: float):  # type: ignore[no-untyped-def]
-    from kimitui.events import (
+    from kimitui.core.events import (
         CleanupPlan,
         Consent,
         SignalOutcome,
@@ -172,9 +172,9 @@ async def demo(args: argparse.Namespace) -> int:
         auto_consent,
     )
     from kimitui.cleanup.procview import LocalProcView, NvmlMemory
-    from kimitui.events import PhaseEnd, PhaseStart
+    from kimitui.core.events import PhaseEnd, PhaseStart
+    from kimitui.core.session import Session
     from kimitui.hosts.local import LocalHost
-    from kimitui.session import Session
 
     pynvml.nvmlInit()
     count = pynvml.nvmlDeviceGetCount()
@@ -201,7 +201,7 @@ async def demo(args: argparse.Namespace) -> int:
     session = None
     try:
         if out:
-            from kimitui.runfile import RunWriter
+            from kimitui.core.runfile import RunWriter
 
             Path(out).mkdir(parents=True, exist_ok=True)
             session = Session(RunWriter(Path(out) / "cleanup-demo.jsonl", host=os.uname().nodename,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the bundled sample run: sample_runs/campaign-8x-rtx-pro-6000.jsonl.gz.
+"""Regenerate the bundled sample run: kimitui/data/sample_runs/campaign-8x-rtx-pro-6000.jsonl.gz.
 
 Deterministic (fixed seed and start, gzip mtime 0): running it twice gives byte-identical files.
 Run it again whenever the run format changes.
@@ -16,10 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kimitui.runfile import write_run  # noqa: E402
+from kimitui.core.runfile import write_run  # noqa: E402
 from kimitui.samplegen import HOST, SAMPLE_META, campaign_events  # noqa: E402
 
-DEFAULT_OUT = ROOT / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz"
+DEFAULT_OUT = ROOT / "kimitui" / "data" / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz"
 
 
 def make_sample_run(out: Path = DEFAULT_OUT, seed: int = 0) -> Path:

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-FIXTURES = SHARED / "fixtures" / "h200x2"
+FIXTURES = ROOT / "tests" / "fixtures" / "h200x2"
+"""Real captures of a 2 x H200 host (see tests/fixtures/README.md)."""
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

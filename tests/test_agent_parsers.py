@@ -1,4 +1,4 @@
-"""The agent's parsers and classifiers on the real 2 x H200 captures (../shared/fixtures/h200x2)."""
+"""The agent's parsers and classifiers on the real 2 x H200 captures (tests/fixtures/h200x2)."""
 
 from __future__ import annotations
 

@@ -28,11 +28,11 @@ from kimitui.cleanup import (
 )
 from kimitui.cleanup.audit import read_audit
 from kimitui.cleanup.hostprocs import HostProcs, ProcScan
-from kimitui.events import Consent, GpuSample, HostSample, SignalOutcome, SignalSent, StepPreview, StepResult
+from kimitui.core.events import Consent, GpuSample, HostSample, SignalOutcome, SignalSent, StepPreview, StepResult
+from kimitui.core.runfile import RunReader, RunWriter
+from kimitui.core.session import Session
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.local import LocalHost
-from kimitui.runfile import RunReader, RunWriter
-from kimitui.session import Session
 from kimitui.telemetry import TelemetrySource
 from tests.test_cleanup_support import SimDir, alive, make_sim, start_time
 

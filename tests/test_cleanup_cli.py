@@ -1,6 +1,6 @@
 """`kimitui cleanup` end to end: the real CLI as a subprocess against --host demo (the simulated 8-GPU host:
 a vLLM-like service whose last two workers ignore SIGTERM, plus an NVML-only monitor), its one-line usage
-errors, the terminal consent, and the real cleanup recorded on 2 x H200 in sample_runs/."""
+errors, the terminal consent, and the real cleanup recorded on 2 x H200 in kimitui/data/sample_runs/."""
 
 from __future__ import annotations
 
@@ -19,16 +19,16 @@ import pytest
 from kimitui.cleanup.audit import read_audit
 from kimitui.cleanup.cli import parse_gpus, parse_service, parse_ticks, preview_table, terminal_consent
 from kimitui.cleanup.services import PidService, SimService, SupervisorService, SystemdService
-from kimitui.events import ProcRef, StepPreview, Verification, from_dict
-from kimitui.replay import state_at
-from kimitui.runfile import RunReader
+from kimitui.core.events import ProcRef, StepPreview, Verification, from_dict
+from kimitui.core.replay import state_at
+from kimitui.core.runfile import RunReader
 
 POLL_S = 0.05
 """Interval between checks of a condition waited on with a deadline."""
 
 ROOT = Path(__file__).resolve().parent.parent
 KIMITUI = [sys.executable, "-m", "kimitui"]
-REAL_RUN = ROOT / "sample_runs" / "real-cleanup-2x-h200.jsonl.gz"
+REAL_RUN = ROOT / "kimitui" / "data" / "sample_runs" / "real-cleanup-2x-h200.jsonl.gz"
 
 
 def run_cli(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -221,7 +221,7 @@ def test_service_specs_and_hostile_names_stay_one_argument() -> None:
 
 
 def preview() -> Any:
-    from kimitui.events import StepPreview
+    from kimitui.core.events import StepPreview
 
     return StepPreview(1.0, step="device", action="SIGTERM, SIGKILL after 2s",
                        targets=[ProcRef(10, 100, "alice", [0], 5000.0, "vllm.service", "python3 worker", "CUDA ctx"),

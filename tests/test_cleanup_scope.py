@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kimitui.cleanup import ConsentDecision, auto_consent
-from kimitui.events import Consent, StepPreview, Verification
+from kimitui.core.events import Consent, StepPreview, Verification
 from kimitui.hosts.local import LocalHost
 from tests.test_cleanup import FAST, SHORT_VERIFY, Rig, results
 from tests.test_cleanup_support import SimDir, alive, make_sim

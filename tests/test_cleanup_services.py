@@ -24,7 +24,7 @@ from kimitui.cleanup import (
 )
 from kimitui.cleanup.executor import CleanupExecutor
 from kimitui.cleanup.plan import CleanupTarget
-from kimitui.events import SignalOutcome, StepPreview, StepResult
+from kimitui.core.events import SignalOutcome, StepPreview, StepResult
 from kimitui.hosts.base import CommandResult, Host, HostError
 from kimitui.hosts.local import LocalHost
 from tests.test_cleanup import FAST, Rig, results

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from kimitui.cleanup import AuditLog, CleanupExecutor, CleanupTarget, PidService, SampleFeed, auto_consent
 from kimitui.cleanup.audit import read_audit
-from kimitui.events import Event, SignalOutcome, SignalSent, StepPreview, StepResult
+from kimitui.core.events import Event, SignalOutcome, SignalSent, StepPreview, StepResult
+from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
-from kimitui.session import Session
 from kimitui.telemetry import TelemetrySource
 from tests.test_cleanup import FAST
 

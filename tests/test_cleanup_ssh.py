@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kimitui.cleanup import ConsentDecision, PidService
-from kimitui.events import SignalOutcome, SignalSent, StepPreview
+from kimitui.core.events import SignalOutcome, SignalSent, StepPreview
 from kimitui.hosts.ssh import SshHost
 from tests.sshd import SshServer, start_sshd
 from tests.test_cleanup import SHORT_VERIFY, Rig, results

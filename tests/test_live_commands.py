@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.events import ConnectionState, HostSample
+from kimitui.core.events import ConnectionState, HostSample
+from kimitui.core.replay import Player
+from kimitui.core.runfile import RunReader, RunWriter
+from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.ssh import SshHost
-from kimitui.replay import Player
-from kimitui.runfile import RunReader, RunWriter
-from kimitui.session import Session
 from kimitui.telemetry import TelemetrySource
 from tests.sshd import SshServer, sshd_server
 

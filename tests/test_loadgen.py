@@ -15,8 +15,8 @@ import pytest
 from kimitui.bench.macro import LevelProgress, MacroConfig, run_sweep
 from kimitui.bench.macro.http_stream import LeanClient
 from kimitui.bench.macro.request import RequestOutcome, stream_request
-from kimitui.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
-from kimitui.state import SessionState, fold
+from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
+from kimitui.core.state import SessionState, fold
 from tests.faulty_server import Behavior, FaultyServer
 
 POLL_S = 0.01

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from kimitui.bench.macro import MacroConfig, Timeouts, run_sweep
-from kimitui.events import Event, LogLine, MacroPoint
+from kimitui.core.events import Event, LogLine, MacroPoint
 from tests.faulty_server import Behavior, FaultyServer
 
 N = 6

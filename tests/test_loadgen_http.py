@@ -19,7 +19,7 @@ import pytest
 from kimitui.bench.macro import MacroConfig, Timeouts, run_sweep
 from kimitui.bench.macro.http_stream import LeanClient, _Conn, lean_unsupported
 from kimitui.bench.macro.request import Gauge, RequestOutcome, StreamAccount
-from kimitui.events import Event, LogLine, PhaseStart
+from kimitui.core.events import Event, LogLine, PhaseStart
 from tests.faulty_server import Behavior, FaultyServer
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.events import ConnectionState, HostSample, LogLine
+from kimitui.core.events import ConnectionState, HostSample, LogLine
+from kimitui.core.runfile import RunReader, write_run
 from kimitui.report import render_report
-from kimitui.runfile import RunReader, write_run
 from kimitui.samplegen import campaign_events
 from kimitui.summary import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz"
+SAMPLE = ROOT / "kimitui" / "data" / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz"
 
 
 @pytest.fixture(scope="module")

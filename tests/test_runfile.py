@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.events import (
+from kimitui.core.events import (
     EVENT_TYPES,
     AllReduceRow,
     CleanupPlan,
@@ -29,7 +29,7 @@ from kimitui.events import (
     decode,
     encode,
 )
-from kimitui.runfile import FORMAT_VERSION, RunFileError, RunReader, RunWriter, write_run
+from kimitui.core.runfile import FORMAT_VERSION, RunFileError, RunReader, RunWriter, write_run
 
 
 def sample(t: float, seq: int, used: float = 1000.0) -> HostSample:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.events import (
+from kimitui.core.events import (
     AllReduceRow,
     CleanupPlan,
     Consent,
@@ -25,7 +25,7 @@ from kimitui.events import (
     Verification,
     encode,
 )
-from kimitui.runfile import RunReader
+from kimitui.core.runfile import RunReader
 from kimitui.samplegen import VLLM_HELD_MIB, campaign_events, gemm_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,13 +58,13 @@ def test_regenerating_gives_byte_identical_files_and_matches_the_bundled_run(tmp
     a = mod.make_sample_run(tmp_path / "a" / name)
     b = mod.make_sample_run(tmp_path / "b" / name)
     assert a.read_bytes() == b.read_bytes()
-    bundled = ROOT / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz"
+    bundled = ROOT / "kimitui" / "data" / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz"
     assert bundled.read_bytes() == a.read_bytes(), "sample run is stale: run scripts/make_sample_run.py"
     assert bundled.stat().st_size < 2_000_000
 
 
 def test_bundled_run_reads_cleanly_in_time_order():
-    reader = RunReader(ROOT / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz")
+    reader = RunReader(ROOT / "kimitui" / "data" / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz")
     assert reader.warnings == []
     assert len(reader) == len(EVENTS)
     assert list(reader.times) == sorted(reader.times)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimitui.events import (
+from kimitui.core.events import (
     CleanupPlan,
     Consent,
     GpuSample,
@@ -17,10 +17,10 @@ from kimitui.events import (
     StepResult,
     Verification,
 )
-from kimitui.replay import Player, state_at
-from kimitui.runfile import RunReader, write_run
-from kimitui.session import Session
-from kimitui.state import HISTORY_POINTS, SessionState, fold, fold_all
+from kimitui.core.replay import Player, state_at
+from kimitui.core.runfile import RunReader, write_run
+from kimitui.core.session import Session
+from kimitui.core.state import HISTORY_POINTS, SessionState, fold, fold_all
 
 
 def campaign(samples: int = 600) -> list:
@@ -144,7 +144,7 @@ def test_player_pause_step_and_phase_jumps(tmp_path: Path) -> None:
 
 
 def test_live_session_records_and_replays_identically(tmp_path: Path) -> None:
-    from kimitui.runfile import RunWriter
+    from kimitui.core.runfile import RunWriter
 
     path = tmp_path / "live.jsonl"
     session = Session(RunWriter(path, host="sim"))

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from kimitui.events import ConnectionState, Event, GpuSample, HostSample, LogLine, ProcSample
+from kimitui.core.events import ConnectionState, Event, GpuSample, HostSample, LogLine, ProcSample
 from kimitui.hosts.base import CommandResult, Host, HostError, ProcId, SignalResult
 from kimitui.hosts.local import LocalHost
 from kimitui.telemetry import AgentFatal, AgentHello, TelemetrySource, parse_agent_line, probe_host

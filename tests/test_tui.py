@@ -13,10 +13,10 @@ from textual.css.query import NoMatches
 from textual.pilot import Pilot
 from textual.widgets import TabbedContent
 
-from kimitui.events import GpuSample, HostSample, ProcSample
-from kimitui.replay import Player
-from kimitui.runfile import RunReader
-from kimitui.session import QueueSource, Session
+from kimitui.core.events import GpuSample, HostSample, ProcSample
+from kimitui.core.replay import Player
+from kimitui.core.runfile import RunReader
+from kimitui.core.session import QueueSource, Session
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.bench_tables import AllReduceTable, GemmTable, MacroTable
 from kimitui.tui.bench_view import BenchView

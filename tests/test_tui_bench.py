@@ -9,13 +9,14 @@ from collections.abc import Callable
 from textual.pilot import Pilot
 from textual.widgets import Digits, Input, ProgressBar, Static, TabbedContent
 
+from kimitui.core.replay import Player
+from kimitui.core.runfile import RunReader
+from kimitui.core.session import Session
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, SimOpenAIServer
 from kimitui.live_context import LiveContext
-from kimitui.replay import Player, bundled_sample_run
-from kimitui.runfile import RunReader
-from kimitui.session import Session
+from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.bench_dialog import MacroDialog, parse_form
 from kimitui.tui.bench_progress import headline_text

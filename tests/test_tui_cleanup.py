@@ -19,13 +19,13 @@ from textual.widgets import DataTable, Input, TabbedContent
 
 from kimitui.cleanup.audit import read_audit
 from kimitui.cleanup.plan import Deadlines
-from kimitui.events import Consent, Event, LogLine, PhaseEnd, SignalSent, StepPreview, StepResult, Verification
+from kimitui.core.events import Consent, Event, LogLine, PhaseEnd, SignalSent, StepPreview, StepResult, Verification
+from kimitui.core.runfile import RunReader, RunWriter
+from kimitui.core.session import Session
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
 from kimitui.live_context import LiveContext
-from kimitui.runfile import RunReader, RunWriter
-from kimitui.session import Session
 from kimitui.telemetry import TelemetrySource
 from kimitui.tui import cleanup_runner
 from kimitui.tui.app import KimituiApp

@@ -10,7 +10,7 @@ from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.widgets import DataTable
 
-from kimitui.events import GpuSample, ProcSample
+from kimitui.core.events import GpuSample, ProcSample
 from kimitui.tui.gpu_table import NAME_WIDTH, GpuTable, gpu_cells
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors
@@ -118,8 +118,8 @@ async def test_incremental_sync_draws_what_a_fresh_table_draws() -> None:
 
 
 async def test_live_events_redraw_once_per_burst_and_nothing_between() -> None:
-    from kimitui.events import HostSample
-    from kimitui.session import Session
+    from kimitui.core.events import HostSample
+    from kimitui.core.session import Session
     from kimitui.tui.app import KimituiApp
     from kimitui.tui.gpu_table import GpuTable as Gpus
 
@@ -145,8 +145,8 @@ async def test_live_events_redraw_once_per_burst_and_nothing_between() -> None:
 def test_memory_history_lines_and_colours() -> None:
     from textual.content import Span
 
-    from kimitui.events import HostSample
-    from kimitui.state import SessionState, fold
+    from kimitui.core.events import HostSample
+    from kimitui.core.state import SessionState, fold
     from kimitui.tui.memory_history import history_content
 
     state = SessionState()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimitui.events import (
+from kimitui.core.events import (
     AllReduceRow,
     CleanupPlan,
     Consent,
@@ -29,7 +29,7 @@ from kimitui.events import (
     StepResult,
     Verification,
 )
-from kimitui.runfile import write_run
+from kimitui.core.runfile import write_run
 
 T0 = 1_750_000_000.0
 HOST = "gpu-node-7"

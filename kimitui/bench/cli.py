@@ -20,28 +20,20 @@ DEMO_PLACEHOLDER_URL = "http://demo.invalid"
 """Validates the rest of the configuration before the simulated host starts (its URL comes after)."""
 
 
-def parse_levels(text: str) -> list[int]:
-    try:
-        levels = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
-    if not levels:
-        raise argparse.ArgumentTypeError("no concurrency levels")
-    return levels
+def _arg(name: str) -> Any:
+    """An argparse ``type=``: a parser of ``bench.macro.config`` (imported when used: it pulls httpx in), its
+    ConfigError shown as the option's error."""
 
+    def convert(text: str) -> Any:
+        from kimitui.bench.macro import config
 
-def parse_requests(text: str) -> tuple[int | None, int]:
-    """``64`` (requests per level) or ``4x`` (4 requests per concurrency slot): (per_stream, count)."""
-    raw = text.strip().lower()
-    per_stream = raw.endswith("x")
-    try:
-        n = int(raw[:-1] if per_stream else raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"requests: a count (64) or a multiple of the level (4x), not {text!r}") \
-            from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("requests must be at least 1")
-    return (n, 64) if per_stream else (None, n)
+        try:
+            return getattr(config, name)(text)
+        except config.ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name.removeprefix("parse_")
+    return convert
 
 
 def _goodput(items: list[str]) -> dict[str, float]:
@@ -68,9 +60,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "server (removed afterwards)")
     p.add_argument("--model", help="model name (default: the first one GET /v1/models lists)")
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    p.add_argument("--concurrency", type=parse_levels, default=None,
+    p.add_argument("--concurrency", type=_arg("parse_levels"), default=None,
                    help="comma-separated levels, 1 to 512 (default 1,2,4,...,128)")
-    p.add_argument("--requests", type=parse_requests, default=(None, 64),
+    p.add_argument("--requests", type=_arg("parse_requests"), default=(None, 64),
                    help="requests per level: a count, or Nx for N per concurrency slot (default 64)")
     p.add_argument("--duration", type=float, help="seconds per level instead of a request count")
     p.add_argument("--request-rate", type=float, help="Poisson arrivals, requests/s (default: as fast as allowed)")
@@ -140,7 +132,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import asyncio
 
     from kimitui.bench.macro import ConfigError, MacroError, run_sweep
-    from kimitui.events import Event, LogLine, MacroPoint
+    from kimitui.core.events import Event, LogLine, MacroPoint
 
     try:
         cfg = _config(args)
@@ -162,7 +154,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     async def sweep(cancel: asyncio.Event) -> Any:
         if args.host is None:
             return await run_sweep(cfg, publish, cancel=cancel)
-        from kimitui.live_commands import open_target
+        from kimitui.targets import open_target
 
         # The simulated host lives exactly as long as the sweep: leaving the block removes it (its
         # processes and directory), on success, on error and on Ctrl-C / SIGTERM alike.
@@ -185,7 +177,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     loop.remove_signal_handler(sig)
 
     from kimitui.hosts.base import HostError
-    from kimitui.live_commands import TargetError
+    from kimitui.targets import TargetError
 
     try:
         result = asyncio.run(main())

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kimitui.events import Event
+from kimitui.core.events import Event
 
 
 def default_audit_path() -> Path:

@@ -40,7 +40,7 @@ from kimitui.cleanup.setup import (
     parse_gpus,
     parse_service,
 )
-from kimitui.events import (
+from kimitui.core.events import (
     CleanupPlan,
     Consent,
     Event,
@@ -307,7 +307,7 @@ def _consent(args: argparse.Namespace, operator: str) -> tuple[ConsentCallback, 
 async def _cleanup(args: argparse.Namespace) -> int:
     from kimitui.cleanup.audit import AuditLog
     from kimitui.cleanup.view import SampleFeed, ViewTimeout
-    from kimitui.live_commands import TargetError, new_session, open_target
+    from kimitui.targets import TargetError, new_session, open_target
     from kimitui.telemetry import TelemetrySource
 
     if not 0.1 <= args.interval <= 10:
@@ -381,7 +381,7 @@ async def _cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from kimitui.live_commands import run_live
+    from kimitui.targets import run_command
 
     try:
         parse_yes(args.yes)
@@ -399,4 +399,4 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
             print(f"kimitui: {exc}", file=sys.stderr)
             return 2
 
-    return run_live(main)
+    return run_command(main)

@@ -12,7 +12,7 @@ import getpass
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from kimitui.events import ProcRef, StepPreview
+from kimitui.core.events import ProcRef, StepPreview
 
 OPTIONAL = "optional: "
 """Prefix of a spared process's reason when the operator may tick it in (handle-only holders)."""

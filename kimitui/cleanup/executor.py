@@ -23,7 +23,7 @@ from kimitui.cleanup.plan import STEPS, CleanupTarget, proc_gpus
 from kimitui.cleanup.safety import Candidate, SafetyPolicy, local_protected
 from kimitui.cleanup.view import ProcessView
 from kimitui.cleanup.waits import Clock, SystemClock
-from kimitui.events import (
+from kimitui.core.events import (
     CleanupPlan,
     Consent,
     Event,

@@ -11,7 +11,7 @@ from kimitui.cleanup.services import (
     SupervisorService,
     SystemdService,
 )
-from kimitui.events import GpuSample, HostSample, ProcSample
+from kimitui.core.events import GpuSample, HostSample, ProcSample
 
 __all__ = [
     "STEPS",

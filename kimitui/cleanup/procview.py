@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kimitui.cleanup import proctable
-from kimitui.events import GpuSample, HostSample, ProcSample
+from kimitui.core.events import GpuSample, HostSample, ProcSample
 
 ProcMem = dict[int, dict[int, float]]
 

@@ -14,7 +14,7 @@ from kimitui.cleanup.plan import cuda_holders, gpus_in_scope, holder_reason, out
 from kimitui.cleanup.safety import Candidate
 from kimitui.cleanup.services import PidService
 from kimitui.cleanup.waits import poll_until
-from kimitui.events import GpuVerdict, HostSample, StepResult, Verification
+from kimitui.core.events import GpuVerdict, HostSample, StepResult, Verification
 from kimitui.hosts.base import HostError
 
 if TYPE_CHECKING:

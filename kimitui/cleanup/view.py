@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from kimitui.events import Event, HostSample
+from kimitui.core.events import Event, HostSample
 
 
 class ViewTimeout(TimeoutError):

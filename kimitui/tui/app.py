@@ -25,10 +25,10 @@ from textual.events import Resize
 from textual.timer import Timer
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from kimitui.events import Event
+from kimitui.core.events import Event
+from kimitui.core.replay import Player
+from kimitui.core.session import EventSource, Session
 from kimitui.live_context import LiveContext
-from kimitui.replay import Player
-from kimitui.session import EventSource, Session
 from kimitui.tui.bench_runner import MacroController
 from kimitui.tui.bench_view import BenchView
 from kimitui.tui.cleanup_view import CleanupView

@@ -8,7 +8,6 @@ tokens, 128-token synthetic prompts, one warm-up request per level.
 
 from __future__ import annotations
 
-import argparse
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -17,9 +16,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
-from kimitui.bench.cli import parse_levels, parse_requests
 from kimitui.bench.macro import ConfigError, MacroConfig
-from kimitui.bench.macro.config import DEFAULT_LEVELS
+from kimitui.bench.macro.config import DEFAULT_LEVELS, parse_levels, parse_requests
 
 DEFAULT_REQUESTS = "4x"
 FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -57,11 +55,8 @@ def _int(values: dict[str, str], key: str, what: str) -> int:
 
 def parse_form(values: dict[str, str]) -> MacroConfig:
     """A checked configuration from the dialog's texts; ConfigError says what to fix."""
-    try:
-        levels = parse_levels(values["concurrency"])
-        per_stream, requests = parse_requests(values["requests"])
-    except argparse.ArgumentTypeError as exc:
-        raise ConfigError(str(exc)) from None
+    levels = parse_levels(values["concurrency"])
+    per_stream, requests = parse_requests(values["requests"])
     endpoint = values["endpoint"]
     if endpoint not in ("completions", "chat"):
         raise ConfigError(f"unknown endpoint {endpoint!r}")

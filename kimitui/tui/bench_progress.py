@@ -11,8 +11,8 @@ from textual.content import Content
 from textual.timer import Timer
 from textual.widgets import Digits, ProgressBar, Static
 
-from kimitui.events import MacroPoint
-from kimitui.state import SessionState
+from kimitui.core.events import MacroPoint
+from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 from kimitui.tui.bench_runner import MacroRun, headline
 

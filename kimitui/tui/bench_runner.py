@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from kimitui.events import Event, MacroPoint
-from kimitui.state import SessionState
+from kimitui.core.events import Event, MacroPoint
+from kimitui.core.state import SessionState
 
 if TYPE_CHECKING:
     # kimitui.bench.macro imports httpx: loaded when a sweep starts, not with the app (first frame)

@@ -15,8 +15,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from kimitui.events import MacroPoint
-from kimitui.state import SessionState
+from kimitui.core.events import MacroPoint
+from kimitui.core.state import SessionState
 from kimitui.tui.bench_progress import HeadlineBox, SweepPanel, single_stream_content
 from kimitui.tui.bench_runner import MacroRun, headline
 from kimitui.tui.bench_tables import AllReduceTable, GemmTable, MacroTable

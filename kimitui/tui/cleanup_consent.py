@@ -18,7 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Static
 
 from kimitui.cleanup.consent import ConsentDecision, is_optional
-from kimitui.events import ProcRef, StepPreview
+from kimitui.core.events import ProcRef, StepPreview
 from kimitui.tui import fmt
 
 STEP_TITLES = {

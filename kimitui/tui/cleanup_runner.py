@@ -22,9 +22,9 @@ from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
 from kimitui.cleanup.plan import STEPS, Deadlines
 from kimitui.cleanup.setup import UsageError, build_target, default_deadlines, parse_service
 from kimitui.cleanup.view import SampleFeed, ViewTimeout
-from kimitui.events import CleanupPlan, LogLine, PhaseEnd, PhaseStart, StepPreview, StepResult
+from kimitui.core.events import CleanupPlan, LogLine, PhaseEnd, PhaseStart, StepPreview, StepResult
+from kimitui.core.session import Session
 from kimitui.live_context import LiveContext
-from kimitui.session import Session
 from kimitui.tui.cleanup_consent import ConsentScreen
 from kimitui.tui.cleanup_dialog import DEFAULT_THRESHOLD_MIB, CleanupRequest, CleanupSetupScreen
 

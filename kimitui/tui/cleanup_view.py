@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from kimitui.state import CleanupState, PhaseSpan, SessionState, StepState
+from kimitui.core.state import CleanupState, PhaseSpan, SessionState, StepState
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from kimitui.replay import SPEEDS
+from kimitui.core.replay import SPEEDS
 
 if TYPE_CHECKING:
     from kimitui.tui.app import KimituiApp

@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 from textual.widgets import RichLog
 
-from kimitui.state import LOG_LINES, LogEntry, SessionState
+from kimitui.core.state import LOG_LINES, LogEntry, SessionState
 from kimitui.tui.palette import Colors
 
 

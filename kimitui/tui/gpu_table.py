@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from kimitui.events import GpuSample
-from kimitui.state import SessionState
+from kimitui.core.events import GpuSample
+from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimitui.session import EventSource, Session
+from kimitui.core.session import EventSource, Session
 
 
 def run_replay(path: Path, theme: str | None = None, speed: float = 1.0,
                themes_dir: Path | None = None) -> None:
     """Replay a run file in the dashboard at its recorded pace (``speed`` times faster).
 
-    Raises ``kimitui.runfile.RunFileError`` (a one-line message) when the file cannot be opened.
+    Raises ``kimitui.core.runfile.RunFileError`` (a one-line message) when the file cannot be opened.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from kimitui.replay import Player
-    from kimitui.runfile import RunReader
+    from kimitui.core.replay import Player
+    from kimitui.core.runfile import RunReader
 
     # Reading a large run is mostly I/O: let it overlap the import of Textual and the app.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="open-run") as pool:

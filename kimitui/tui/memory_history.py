@@ -7,7 +7,7 @@ from operator import itemgetter
 from textual.content import Content
 from textual.widget import Widget
 
-from kimitui.state import SessionState
+from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from kimitui.events import ProcSample
-from kimitui.state import SessionState, proc_mem_mib
+from kimitui.core.events import ProcSample
+from kimitui.core.state import SessionState, proc_mem_mib
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kimitui.replay import Player
+from kimitui.core.replay import Player
 
 
 @dataclass(frozen=True, slots=True)

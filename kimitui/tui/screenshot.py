@@ -14,9 +14,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from kimitui.replay import Player, bundled_sample_run
-from kimitui.runfile import RunReader
-from kimitui.session import Session
+from kimitui.core.replay import Player
+from kimitui.core.runfile import RunReader
+from kimitui.core.session import Session
+from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import VIEWS, KimituiApp
 
 

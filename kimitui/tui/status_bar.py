@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.content import Content
 from textual.widgets import Static
 
-from kimitui.state import SessionState
+from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 from kimitui.tui.replay_info import ReplayInfo
 

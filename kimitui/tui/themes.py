@@ -1,4 +1,6 @@
-"""Themes as data: TOML files under ``themes/`` mapped onto Textual's ``Theme`` fields.
+"""Themes as data: TOML files mapped onto Textual's ``Theme`` fields. The built-in ones ship as package
+data (``kimitui/data/themes``); the operator's own are read from ``$XDG_CONFIG_HOME/kimitui/themes``
+(``~/.config/kimitui/themes``), where a theme of a built-in's name replaces it.
 
 A theme file holds top-level keys named like Theme's fields (``name``, ``primary``, ``secondary``,
 ``accent``, ``foreground``, ``background``, ``surface``, ``panel``, ``boost``, ``success``, ``warning``,
@@ -16,16 +18,12 @@ from typing import Any
 
 from textual.theme import Theme
 
-import kimitui
+from kimitui.resources import builtin_themes_dir, user_themes_dir
 
 DEFAULT_THEME = "kimitui-dark"
 COLOR_FIELDS = ("primary", "secondary", "accent", "foreground", "background", "surface", "panel",
                 "boost", "success", "warning", "error")
 FLOAT_FIELDS = ("luminosity_spread", "text_alpha")
-
-
-def default_themes_dir() -> Path:
-    return Path(kimitui.__file__).resolve().parent.parent / "themes"
 
 
 class ThemeFileError(ValueError):
@@ -91,11 +89,18 @@ def load_theme_file(path: Path) -> Theme:
 
 
 def load_themes(themes_dir: Path | None = None) -> LoadedThemes:
-    """Every ``*.toml`` theme in the folder, in name order; bad files become warnings."""
-    folder = themes_dir or default_themes_dir()
-    out = LoadedThemes()
+    """Every ``*.toml`` theme: of ``themes_dir`` when given, else the built-in ones and then the user's
+    (a user theme of a built-in's name replaces it). In name order; bad files become warnings."""
+    if themes_dir is not None:
+        return _load_folder(themes_dir, LoadedThemes(), required=True)
+    out = _load_folder(builtin_themes_dir(), LoadedThemes(), required=True)
+    return _load_folder(user_themes_dir(), out, required=False)
+
+
+def _load_folder(folder: Path, out: LoadedThemes, required: bool) -> LoadedThemes:
     if not folder.is_dir():
-        out.warnings.append(f"theme folder {folder} not found; using built-in themes only")
+        if required:
+            out.warnings.append(f"theme folder {folder} not found; using built-in themes only")
         return out
     seen: dict[str, str] = {}
     for path in sorted(folder.glob("*.toml")):
@@ -109,6 +114,7 @@ def load_themes(themes_dir: Path | None = None) -> LoadedThemes:
                                 f"already defined by {seen[theme.name]}")
             continue
         seen[theme.name] = path.name
+        out.themes = [t for t in out.themes if t.name != theme.name]
         out.themes.append(theme)
     return out
 

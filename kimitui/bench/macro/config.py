@@ -131,3 +131,27 @@ class MacroConfig:
         out.pop("api_key", None)
         out.pop("headers", None)
         return out
+
+
+def parse_levels(text: str) -> list[int]:
+    """``1,8,64`` -> [1, 8, 64] (the range is checked by ``MacroConfig.validate``)."""
+    try:
+        levels = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ConfigError(f"not a list of integers: {text!r}") from None
+    if not levels:
+        raise ConfigError("no concurrency levels")
+    return levels
+
+
+def parse_requests(text: str) -> tuple[int | None, int]:
+    """``64`` (requests per level) or ``4x`` (4 requests per concurrency slot): (per_stream, count)."""
+    raw = text.strip().lower()
+    per_stream = raw.endswith("x")
+    try:
+        n = int(raw[:-1] if per_stream else raw)
+    except ValueError:
+        raise ConfigError(f"requests: a count (64) or a multiple of the level (4x), not {text!r}") from None
+    if n < 1:
+        raise ConfigError("requests must be at least 1")
+    return (n, 64) if per_stream else (None, n)

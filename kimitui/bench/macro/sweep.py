@@ -26,7 +26,7 @@ from kimitui.bench.macro.http_stream import LeanClient, lean_unsupported
 from kimitui.bench.macro.metrics import level_metrics
 from kimitui.bench.macro.prompts import PromptSource
 from kimitui.bench.macro.request import Gauge, RequestOutcome, stream_request
-from kimitui.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
+from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
 
 PHASE = "macro"
 SOURCE = "macro"

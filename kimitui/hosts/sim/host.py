@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-import kimitui
 from kimitui.hosts.base import HostError, ProcId
 from kimitui.hosts.local import LocalHost, signal_local
 from kimitui.hosts.sim.batching import BatchingModel
@@ -42,7 +41,8 @@ from kimitui.hosts.sim.teardown import alive, kill_everything, session_members
 from kimitui.hosts.sim.watchdog import OWNER_ENV
 from kimitui.procfs import read_start_time
 
-_PKG_ROOT = str(Path(kimitui.__file__).resolve().parent.parent)
+_PKG_ROOT = str(Path(__file__).resolve().parents[3])
+"""The folder holding the kimitui package: the simulated processes import it from there."""
 POLL_S = 0.02
 
 

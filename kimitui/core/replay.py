@@ -14,27 +14,14 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 
-from kimitui.events import EventDecodeError
-from kimitui.runfile import RunReader
-from kimitui.session import Session
-from kimitui.state import HISTORY_POINTS, SessionState, fold
+from kimitui.core.events import EventDecodeError
+from kimitui.core.runfile import RunReader
+from kimitui.core.session import Session
+from kimitui.core.state import HISTORY_POINTS, SessionState, fold
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 PHASE_TYPES = ("phase_start", "phase_end")
-
-
-def bundled_sample_run() -> Path:
-    """The sample run a new user replays with no file given."""
-    root = Path(__file__).resolve().parent.parent / "sample_runs"
-    for name in ("campaign-8x-rtx-pro-6000.jsonl.gz", "campaign-8x-rtx-pro-6000.jsonl"):
-        if (root / name).exists():
-            return root / name
-    candidates = sorted(root.glob("*.jsonl*"))
-    if not candidates:
-        raise FileNotFoundError(f"no sample run under {root}")
-    return candidates[0]
 
 
 def state_at(reader: RunReader, position: int, *, _index: tuple[list[int], list[int]] | None = None

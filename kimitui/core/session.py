@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from kimitui.events import Event
-from kimitui.runfile import RunWriter
-from kimitui.state import SessionState, fold
+from kimitui.core.events import Event
+from kimitui.core.runfile import RunWriter
+from kimitui.core.state import SessionState, fold
 
 Sink = Callable[[Event], None]
 

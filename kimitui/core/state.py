@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kimitui.events import (
+from kimitui.core.events import (
     AllReduceRow,
     CleanupPlan,
     ConnectionState,

@@ -1,0 +1,1 @@
+"""Data shipped inside the package (themes, bundled runs): read through ``kimitui.resources``."""

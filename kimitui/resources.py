@@ -1,0 +1,68 @@
+"""Where kimitui's shipped data and the user's own files are.
+
+Shipped data (themes, bundled runs) is package data, found through importlib.resources relative to this
+module's own package, so it works from a wheel, a pipx install or a clone, and never through
+``kimitui.__file__`` (a folder named ``kimitui`` in the working directory can shadow that as a namespace
+package). User files follow the XDG base directories.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+_PACKAGE = __name__.rpartition(".")[0] or "kimitui"
+BUNDLED_RUN = "campaign-8x-rtx-pro-6000.jsonl.gz"
+"""The run a new user replays when no file is given."""
+RUN_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def data_dir() -> Traversable:
+    return resources.files(_PACKAGE).joinpath("data")
+
+
+def builtin_themes_dir() -> Path:
+    return Path(str(data_dir().joinpath("themes")))
+
+
+def user_themes_dir() -> Path:
+    """$XDG_CONFIG_HOME/kimitui/themes (~/.config/kimitui/themes): the operator's own themes."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "kimitui" / "themes"
+
+
+def bundled_runs_dir() -> Path:
+    return Path(str(data_dir().joinpath("sample_runs")))
+
+
+def bundled_runs() -> list[Path]:
+    """The recorded runs shipped with kimitui, by name."""
+    folder = bundled_runs_dir()
+    return sorted(p for p in folder.iterdir() if p.name.endswith(RUN_SUFFIXES)) if folder.is_dir() else []
+
+
+def bundled_sample_run() -> Path:
+    """The sample run a new user replays with no file given."""
+    runs = bundled_runs()
+    for p in runs:
+        if p.name == BUNDLED_RUN:
+            return p
+    if not runs:
+        raise FileNotFoundError(f"no bundled run under {bundled_runs_dir()}")
+    return runs[0]
+
+
+def find_run(name: str | os.PathLike[str] | None) -> Path:
+    """A run file by path, else a bundled run by name (with or without its suffix); None: the sample run."""
+    if name is None:
+        return bundled_sample_run()
+    path = Path(name)
+    if path.exists():
+        return path
+    for p in bundled_runs():
+        if str(name) in (p.name, p.name.removesuffix(".gz").removesuffix(".jsonl")):
+            return p
+    known = ", ".join(p.name.removesuffix(".jsonl.gz") for p in bundled_runs())
+    raise FileNotFoundError(f"{name}: no such run file (bundled runs: {known or 'none'})")

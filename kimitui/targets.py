@@ -1,0 +1,110 @@
+"""Targets: ``local``, ``demo`` or ``ssh://[user@]host[:port]`` (or an ~/.ssh/config alias) turned into an
+opened host for any command, and the recorded session every live command writes.
+
+No UI here, and no knowledge of the simulated host beyond starting it for ``demo``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimitui.core.session import Session, recorded_session
+from kimitui.hosts.base import Host, HostError
+
+
+class TargetError(Exception):
+    """A target that cannot be used: printed as one line."""
+
+
+@dataclass(slots=True)
+class OpenedHost:
+    host: Host
+    label: str
+    telemetry_args: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def check_interval(value: float) -> float:
+    if not 0.1 <= value <= 10:
+        raise TargetError(f"--interval {value} is out of range (0.1 to 10 seconds)")
+    return value
+
+
+@contextlib.asynccontextmanager
+async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: int = 8,
+                      check: bool = True) -> AsyncIterator[OpenedHost]:
+    """A host for ``local``, ``demo`` or an SSH target; ``check`` makes sure it has a driver first."""
+    from kimitui.telemetry import probe_host
+
+    if target == "demo":
+        from kimitui.hosts.sim.host import SimHost
+
+        print(f"starting the simulated {gpus}-GPU host ...", file=sys.stderr)
+        async with SimHost(gpus=gpus, name="demo") as sim:
+            print(f"simulated host ready: {sim.sim_dir}, OpenAI API at {sim.api_url}", file=sys.stderr)
+            yield OpenedHost(sim, f"demo ({gpus} simulated GPUs)",
+                             {"sim_dir": sim.sim_dir, "dev_prefix": sim.dev_prefix},
+                             {"target": "demo", "api_url": sim.api_url, "simulated": True,
+                              "service": "sim:vllm"})
+        return
+    host: Host
+    if target == "local":
+        from kimitui.hosts.local import LocalHost
+
+        host = LocalHost(name=socket.gethostname())
+    else:
+        from kimitui.hosts.ssh import SshHost
+
+        try:
+            host = SshHost(target, accept_new_host_key=accept_new_host_key)
+        except ValueError as exc:
+            raise TargetError(str(exc)) from None
+    try:
+        if check:
+            problem = await probe_host(host)
+            if problem is not None:
+                raise TargetError(problem)
+        yield OpenedHost(host, host.name, {}, {"target": target})
+    except HostError as exc:
+        raise TargetError(str(exc)) from None
+    finally:
+        await host.close()
+
+
+def new_session(opened: OpenedHost, command: str) -> Session:
+    session = recorded_session(opened.host.name, meta={"command": command, **opened.meta})
+    assert session.recorder is not None
+    print(f"recording this session to {session.recorder.path}", file=sys.stderr)
+    return session
+
+
+def run_command(coro_factory: Callable[[], Any]) -> int:
+    """Run a command's coroutine; SIGTERM ends it like Ctrl-C, tearing down what it started."""
+
+    async def main() -> int:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        if task is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await coro_factory()
+        except TargetError as exc:
+            print(f"kimitui: {exc}", file=sys.stderr)
+            return 2
+        except asyncio.CancelledError:
+            return 130
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        return 130
+
+

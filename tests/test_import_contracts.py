@@ -1,0 +1,133 @@
+"""The layers' boundaries, as an import graph read from the source (every import statement, those inside
+functions included), and as what the headless commands really load when they run.
+
+- the core (kimitui.core) imports nothing else of kimitui;
+- nothing outside kimitui.tui imports textual (or textual_plotext);
+- bench/ and cleanup/ import neither kimitui.tui nor kimitui.hosts.sim;
+- the host agent imports nothing of kimitui (it is sent to the GPU host alone).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "kimitui"
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module an import statement of this file names (relative imports resolved)."""
+    tree = ast.parse(path.read_text(), str(path))
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{alias.name}" for alias in node.names)
+    return out
+
+
+GRAPH = {module_name(p): imports_of(p) for p in PKG.rglob("*.py")}
+
+
+def offenders(modules: str, forbidden: tuple[str, ...], allowed: tuple[str, ...] = ()) -> list[str]:
+    bad = []
+    for mod, imported in sorted(GRAPH.items()):
+        if not (mod == modules or mod.startswith(modules + ".")):
+            continue
+        for name in sorted(imported):
+            hit = any(name == f or name.startswith(f + ".") for f in forbidden)
+            ok = any(name == a or name.startswith(a + ".") for a in allowed)
+            if hit and not ok:
+                bad.append(f"{mod} imports {name}")
+    return bad
+
+
+def test_the_graph_was_read() -> None:
+    # a broken reader would make every contract below pass vacuously
+    assert "kimitui.core.session" in GRAPH
+    assert "kimitui.core.runfile" in GRAPH["kimitui.core.session"]
+    assert any(n.startswith("textual") for n in GRAPH["kimitui.tui.app"])
+
+
+def test_core_imports_nothing_else_of_kimitui() -> None:
+    assert offenders("kimitui.core", ("kimitui",), allowed=("kimitui.core",)) == []
+
+
+def test_only_the_tui_imports_textual() -> None:
+    bad = [line for line in offenders("kimitui", ("textual", "textual_plotext"))
+           if not line.startswith("kimitui.tui")]
+    assert bad == []
+
+
+@pytest.mark.parametrize("package", ["kimitui.bench", "kimitui.cleanup"])
+def test_bench_and_cleanup_know_neither_the_tui_nor_the_simulator(package: str) -> None:
+    assert offenders(package, ("kimitui.tui", "kimitui.hosts.sim")) == []
+
+
+def test_the_agent_is_self_contained() -> None:
+    assert offenders("kimitui.hosts.agent", ("kimitui",)) == []
+
+
+def test_the_contract_checker_sees_a_violation(tmp_path: Path) -> None:
+    bad = PKG / "core" / "_contract_probe.py"
+    try:
+        bad.write_text("def f():\n    from kimitui.tui import app\n    from ..hosts import base\n")
+        GRAPH[module_name(bad)] = imports_of(bad)
+        found = offenders("kimitui.core", ("kimitui",), allowed=("kimitui.core",))
+    finally:
+        bad.unlink()
+        GRAPH.pop(module_name(bad), None)
+    assert "kimitui.core._contract_probe imports kimitui.tui.app" in found
+    assert "kimitui.core._contract_probe imports kimitui.hosts.base" in found
+
+
+PROBE = """
+import json, sys
+from kimitui import cli
+argv = json.loads(sys.argv[1])
+try:
+    cli.main(argv)
+except SystemExit:
+    pass
+loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'textual_plotext', 'plotext')
+                or m.startswith('kimitui.tui') or m.startswith('kimitui.hosts.sim'))
+print(json.dumps(loaded))
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["replay", "--summary"],
+    ["report"],
+    ["cleanup", "--help"],
+    ["bench", "macro", "--help"],
+    ["watch", "--help"],
+])
+def test_headless_commands_load_no_ui(argv: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"kimitui {' '.join(argv)} loaded {loaded}"
