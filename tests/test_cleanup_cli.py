@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from kimitui.cleanup.audit import read_audit
-from kimitui.cleanup.cli import parse_gpus, parse_service, parse_ticks, preview_table, terminal_consent
+from kimitui.cleanup.preview_text import preview_table
+from kimitui.cleanup.prompt import parse_ticks, terminal_consent
 from kimitui.cleanup.services import PidService, SimService, SupervisorService, SystemdService
+from kimitui.cleanup.setup import parse_gpus, parse_service
 from kimitui.core.events import ProcRef, StepPreview, Verification, from_dict
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
@@ -199,8 +201,54 @@ def test_usage_errors_are_one_line_exit_2(tmp_path: Path, args: list[str], words
     assert len(errors) == 1 and words in errors[0], res.stderr
 
 
+@pytest.mark.parametrize("spec, words", [
+    ("docker:nosuch", "docker container nosuch on demo "),
+    ("pidfile:/nonexistent", "pidfile /nonexistent not found on demo"),
+    ("pid:999999", "pid 999999 on demo: no such process"),
+    ("supervisor:x@/nonexistent.conf", "supervisor program x of /nonexistent.conf on demo cannot be looked up"),
+    ("systemd:nosuch.service", "systemd unit nosuch.service on demo "),
+    ("sim:nosuch", "sim:nosuch: the simulated host demo has no service 'nosuch' (its service is sim:vllm)"),
+])
+def test_a_service_that_is_not_there_stops_the_cleanup_before_any_step(tmp_path: Path, spec: str,
+                                                                       words: str) -> None:
+    res = run_cli(["--host", "demo", "--dry-run", "--service", spec, "--json"], tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == "" and "Traceback" not in res.stderr  # no plan, no preview, no step
+    errors = [line for line in res.stderr.splitlines() if line.startswith("kimitui:")]
+    assert len(errors) == 1 and words in errors[0], res.stderr
+    assert not list((tmp_path / "data").rglob("*.jsonl"))
+
+
+def test_service_none_is_previewed_as_such(tmp_path: Path) -> None:
+    res = run_cli(["--host", "demo", "--dry-run", "--service", "none", "--json"], tmp_path)
+    assert res.returncode == 1, res.stderr
+    events = lines(res)
+    plan = of(events, "cleanup_plan")[0]
+    assert plan["service"] == "" and plan["manager"] == "none"
+    graceful = of(events, "step_preview", step="graceful")[0]
+    assert graceful["action"].startswith("no service (none chosen)") and graceful["targets"] == []
+    assert of(events, "step_result", step="graceful")[0]["status"] == "skipped"
+    process = of(events, "step_preview", step="process")[0]
+    assert len(process["targets"]) == 8 and of(events, "signal") == []  # the workers, previewed, untouched
+    assert "no service (none)" in res.stderr
+    text = run_cli(["--host", "demo", "--dry-run", "--service", "none"], tmp_path)
+    assert "plan: no service (none: free the GPUs of whatever holds them)" in text.stdout
+    assert "graceful: no service (none chosen)" in text.stdout
+
+
+def test_without_service_off_the_demo_a_choice_is_required(tmp_path: Path) -> None:
+    for host in ("local", "ssh://gpu-node-7"):
+        res = run_cli(["--host", host, "--dry-run"], tmp_path, timeout=30)
+        assert res.returncode == 2 and res.stdout == ""
+        (error,) = [line for line in res.stderr.splitlines() if line.startswith("kimitui:")]
+        assert error.startswith(f"kimitui: --service is required on {host}: choose the service to stop: ")
+        for form in ("systemd:UNIT", "docker:NAME", "supervisor:PROGRAM[@CONF]", "pidfile:PATH", "pid:N",
+                     "or none"):
+            assert form in error
+
+
 def test_bad_target_is_one_line_exit_2(tmp_path: Path) -> None:
-    res = run_cli(["--host", "ssh://", "--yes", "graceful"], tmp_path)
+    res = run_cli(["--host", "ssh://", "--service", "none", "--yes", "graceful"], tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len([line for line in res.stderr.splitlines() if line.startswith("kimitui:")]) == 1
 
