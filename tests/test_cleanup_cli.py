@@ -393,6 +393,75 @@ def test_on_a_terminal_without_yes_it_asks_per_step(tmp_path: Path) -> None:
     assert_nothing_left(subprocess.CompletedProcess([], 1, "", (err + rest).decode()), events)
 
 
+def _on_its_terminal() -> None:
+    """In the child: a session of its own whose controlling terminal is its stdin (the pty), so Ctrl-C typed
+    there is the terminal's SIGINT to it, as in an operator's shell."""
+    import fcntl
+    import termios
+
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@pytest.mark.parametrize("prompt, answers", [("graceful: proceed? [y/N]", []),
+                                             ("pids to untick", [b"y\n"])])
+def test_ctrl_c_at_a_prompt_exits_at_once_with_a_closed_phase(tmp_path: Path, prompt: str,
+                                                               answers: list[bytes]) -> None:
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+    proc = subprocess.Popen([*KIMITUI, "cleanup", "--host", "demo", "--json"], stdin=slave, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, preexec_fn=_on_its_terminal)
+    os.close(slave)
+    assert proc.stderr is not None
+    err = b""
+
+    def until(text: bytes, timeout: float = 60) -> None:
+        nonlocal err
+        deadline = time.monotonic() + timeout
+        while text not in err:
+            left = deadline - time.monotonic()
+            assert left > 0, err.decode(errors="replace")
+            ready, _, _ = select.select([proc.stderr], [], [], left)
+            if ready:
+                chunk = os.read(proc.stderr.fileno(), 65536)
+                assert chunk, err.decode(errors="replace")
+                err += chunk
+
+    try:
+        until(b"graceful: proceed? [y/N]")
+        for answer in answers:
+            os.write(master, answer)
+        until(prompt.encode())
+        os.write(master, b"\x03")  # Ctrl-C, typed on the terminal
+        started = time.monotonic()
+        out, rest = proc.communicate(timeout=30)  # no Enter is ever typed
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    text = (err + rest).decode(errors="replace")
+    assert proc.returncode == 130, text
+    assert took < 15, took  # the host's teardown, not a wait for Enter
+    assert "kimitui: interrupted: the GPUs were not verified clean; session recorded to" in text
+    assert "Traceback" not in text
+    events = [json.loads(line) for line in out.decode().splitlines()]
+    assert of(events, "signal") == []  # nothing was confirmed, nothing signalled
+    (end,) = of(events, "phase_end", phase="cleanup")
+    assert end["ok"] is False and end["note"] == "not clean; interrupted"
+    (consent,) = of(events, "consent", step="graceful")
+    assert consent["accepted"] is False and consent["note"] == "interrupted while asking"
+    run_file, _ = session_files(subprocess.CompletedProcess([], 130, "", text), tmp_path)
+    state = state_at(RunReader(run_file), len(RunReader(run_file)))
+    assert [(p.phase, p.ok) for p in state.phases] == [("cleanup", False)]
+    sim_dir = next(line.split("ready: ")[1].split(",")[0] for line in text.splitlines() if "ready: " in line)
+    assert not Path(sim_dir).exists()
+
+
 def test_restart_after_a_clean_verify_brings_the_demo_service_back(tmp_path: Path) -> None:
     res = run_cli(["--host", "demo", "--yes", "graceful,process,device", "--restart", "--json"], tmp_path)
     assert res.returncode == 0, res.stderr
