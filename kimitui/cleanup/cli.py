@@ -35,7 +35,7 @@ from typing import Any, TextIO
 from kimitui.cleanup.consent import ConsentCallback, auto_consent, current_operator
 from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
 from kimitui.cleanup.plan import Deadlines
-from kimitui.cleanup.preview_text import Started, host_started, preview_table, unknown_start
+from kimitui.cleanup.preview_text import COMMAND_WIDTH, Started, host_started, preview_table, unknown_start
 from kimitui.cleanup.prompt import terminal_consent
 from kimitui.cleanup.services import ServiceManager, ServiceNotFound, SimService
 from kimitui.cleanup.setup import (
@@ -59,6 +59,7 @@ from kimitui.core.events import (
     StepResult,
     Verification,
 )
+from kimitui.procdisplay import short_command
 
 CONSENT_STEPS = ("graceful", "process", "device", "verify", "reset", "restart")
 """Names --yes takes. ``verify`` only reads (it always runs); naming it is allowed for clarity."""
@@ -186,7 +187,7 @@ def summary_text(s: dict[str, Any]) -> str:
                 else "")]
     for k in s["left_alone"]:
         lines.append(f"left alone: pid {k['pid']} (handle only, an NVML monitor) on GPUs "
-                     f"{','.join(map(str, k['gpus']))}: {k['cmdline'][:60]}")
+                     f"{','.join(map(str, k['gpus']))}: {short_command(k['cmdline'])[:COMMAND_WIDTH]}")
     return "\n".join(lines)
 
 
