@@ -324,6 +324,9 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 note = str(exc)
                 print(f"kimitui: {exc}", file=sys.stderr)
             except asyncio.CancelledError:  # Ctrl-C (or SIGTERM): the phase is closed, then the host torn down
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()  # handled here: the teardown's own waits and deadlines run as usual
                 interrupted, clean = True, False
                 note = "interrupted"
             session.publish(PhaseEnd(time.time(), phase="cleanup", ok=clean,
