@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -77,14 +78,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CliError(f"--speed {args.speed} is out of range (0.5 to 64)")
     from kimitui.tui.launch import run_replay
 
-    run_replay(path, theme=args.theme, speed=args.speed)
-    return 0
+    return run_replay(path, theme=args.theme, speed=args.speed)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from kimitui.core.runfile import RunReader
     from kimitui.report import render_report
-
     from kimitui.resources import find_run
 
     text = render_report(RunReader(find_run(args.file)))
@@ -120,6 +119,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+SIGPIPE_STATUS = 141
+"""The exit status when whoever read the output went away (``| head``): that of a program ended by SIGPIPE."""
+
+
+def _reader_gone() -> int:
+    """Stop quietly once the command has unwound (a live command tore its host down on the way out): what is
+    still buffered for standard output goes nowhere instead of failing again at exit."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return SIGPIPE_STATUS
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from kimitui.targets import TargetError, check_interval, new_session, open_targe
 async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int:
     from kimitui.telemetry import TelemetrySource
     from kimitui.tui.app import KimituiApp
+    from kimitui.tui.launch import exit_status
 
     async with open_target(target, accept_new_host_key=getattr(args, "accept_new_host_key", False),
                            gpus=getattr(args, "gpus", 8)) as opened:
@@ -37,7 +38,7 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
             session.close()
         print(f"session recorded to {session.recorder.path} (replay: kimitui replay {session.recorder.path})",
               file=sys.stderr)
-    return 0
+        return exit_status(app)
 
 
 def _sample_line(ev: HostSample) -> str:

@@ -78,11 +78,16 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
         await host.close()
 
 
-def new_session(opened: OpenedHost, command: str) -> Session:
-    session = recorded_session(opened.host.name, meta={"command": command, **opened.meta})
+def record_session(host: str, meta: dict[str, Any]) -> Session:
+    """A session recorded to a new run file, its path said on stderr."""
+    session = recorded_session(host, meta=meta)
     assert session.recorder is not None
     print(f"recording this session to {session.recorder.path}", file=sys.stderr)
     return session
+
+
+def new_session(opened: OpenedHost, command: str) -> Session:
+    return record_session(opened.host.name, {"command": command, **opened.meta})
 
 
 def run_command(coro_factory: Callable[[], Any]) -> int:

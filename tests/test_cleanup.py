@@ -163,7 +163,10 @@ async def test_stray_holder_killed_monitor_survives_unless_ticked(rig: Rig, sim:
     ex = rig.executor(auto_consent(["graceful", "process", "device"]))
     report = await ex.run()
     res = results(rig)
-    assert res["graceful"].status == "skipped" and res["graceful"].reason == "no service in the plan"
+    assert res["graceful"].status == "skipped" and res["graceful"].reason.startswith("no service chosen (none)")
+    graceful = next(p for p in rig.of(StepPreview) if p.step == "graceful")  # said, not assumed
+    assert graceful.action.startswith("no service (none chosen)") and not graceful.targets
+    assert "whatever holds them" in graceful.action
     process_preview = next(p for p in rig.of(StepPreview) if p.step == "process")
     assert [t.pid for t in process_preview.targets] == [holder]
     assert process_preview.targets[0].reason == "NVML: holds 30000 MiB on GPU 0"

@@ -8,6 +8,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,8 +18,10 @@ from typing import Any
 import pytest
 
 from kimitui.cleanup.audit import read_audit
-from kimitui.cleanup.cli import parse_gpus, parse_service, parse_ticks, preview_table, terminal_consent
+from kimitui.cleanup.preview_text import preview_table
+from kimitui.cleanup.prompt import parse_ticks, terminal_consent
 from kimitui.cleanup.services import PidService, SimService, SupervisorService, SystemdService
+from kimitui.cleanup.setup import parse_gpus, parse_service
 from kimitui.core.events import ProcRef, StepPreview, Verification, from_dict
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
@@ -179,6 +182,11 @@ def test_text_output_is_readable(tmp_path: Path) -> None:
     assert "graceful: CONFIRMED" in out and "would signal:" in out and "verify: CLEAN" in out
     assert "left alone: pid" in out and "GPUs CLEAN" in out and "last consent -> clean" in out
     assert "recording this session to" in res.stderr
+    # each process by what tells it apart, and when it started (a wall-clock time, not clock ticks)
+    assert "python -m kimitui.hosts.sim.worker tp-worker" in out and "bin/python" not in out
+    rows = [line.split() for line in out.splitlines() if "descendant of pid" in line]
+    assert rows and all(re.fullmatch(r"\d\d:\d\d:\d\d", row[1]) for row in rows)
+    assert "STARTED" in out
 
 
 @pytest.mark.parametrize("args, words", [
@@ -199,8 +207,54 @@ def test_usage_errors_are_one_line_exit_2(tmp_path: Path, args: list[str], words
     assert len(errors) == 1 and words in errors[0], res.stderr
 
 
+@pytest.mark.parametrize("spec, words", [
+    ("docker:nosuch", "docker container nosuch on demo "),
+    ("pidfile:/nonexistent", "pidfile /nonexistent not found on demo"),
+    ("pid:999999", "pid 999999 on demo: no such process"),
+    ("supervisor:x@/nonexistent.conf", "supervisor program x of /nonexistent.conf on demo cannot be looked up"),
+    ("systemd:nosuch.service", "systemd unit nosuch.service on demo "),
+    ("sim:nosuch", "sim:nosuch: the simulated host demo has no service 'nosuch' (its service is sim:vllm)"),
+])
+def test_a_service_that_is_not_there_stops_the_cleanup_before_any_step(tmp_path: Path, spec: str,
+                                                                       words: str) -> None:
+    res = run_cli(["--host", "demo", "--dry-run", "--service", spec, "--json"], tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == "" and "Traceback" not in res.stderr  # no plan, no preview, no step
+    errors = [line for line in res.stderr.splitlines() if line.startswith("kimitui:")]
+    assert len(errors) == 1 and words in errors[0], res.stderr
+    assert not list((tmp_path / "data").rglob("*.jsonl"))
+
+
+def test_service_none_is_previewed_as_such(tmp_path: Path) -> None:
+    res = run_cli(["--host", "demo", "--dry-run", "--service", "none", "--json"], tmp_path)
+    assert res.returncode == 1, res.stderr
+    events = lines(res)
+    plan = of(events, "cleanup_plan")[0]
+    assert plan["service"] == "" and plan["manager"] == "none"
+    graceful = of(events, "step_preview", step="graceful")[0]
+    assert graceful["action"].startswith("no service (none chosen)") and graceful["targets"] == []
+    assert of(events, "step_result", step="graceful")[0]["status"] == "skipped"
+    process = of(events, "step_preview", step="process")[0]
+    assert len(process["targets"]) == 8 and of(events, "signal") == []  # the workers, previewed, untouched
+    assert "no service (none)" in res.stderr
+    text = run_cli(["--host", "demo", "--dry-run", "--service", "none"], tmp_path)
+    assert "plan: no service (none: free the GPUs of whatever holds them)" in text.stdout
+    assert "graceful: no service (none chosen)" in text.stdout
+
+
+def test_without_service_off_the_demo_a_choice_is_required(tmp_path: Path) -> None:
+    for host in ("local", "ssh://gpu-node-7"):
+        res = run_cli(["--host", host, "--dry-run"], tmp_path, timeout=30)
+        assert res.returncode == 2 and res.stdout == ""
+        (error,) = [line for line in res.stderr.splitlines() if line.startswith("kimitui:")]
+        assert error.startswith(f"kimitui: --service is required on {host}: choose the service to stop: ")
+        for form in ("systemd:UNIT", "docker:NAME", "supervisor:PROGRAM[@CONF]", "pidfile:PATH", "pid:N",
+                     "or none"):
+            assert form in error
+
+
 def test_bad_target_is_one_line_exit_2(tmp_path: Path) -> None:
-    res = run_cli(["--host", "ssh://", "--yes", "graceful"], tmp_path)
+    res = run_cli(["--host", "ssh://", "--service", "none", "--yes", "graceful"], tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len([line for line in res.stderr.splitlines() if line.startswith("kimitui:")]) == 1
 
@@ -343,6 +397,75 @@ def test_on_a_terminal_without_yes_it_asks_per_step(tmp_path: Path) -> None:
     assert not consents["device"]["accepted"]
     assert of(events, "verification")[-1]["clean"] is False
     assert_nothing_left(subprocess.CompletedProcess([], 1, "", (err + rest).decode()), events)
+
+
+def _on_its_terminal() -> None:
+    """In the child: a session of its own whose controlling terminal is its stdin (the pty), so Ctrl-C typed
+    there is the terminal's SIGINT to it, as in an operator's shell."""
+    import fcntl
+    import termios
+
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@pytest.mark.parametrize("prompt, answers", [("graceful: proceed? [y/N]", []),
+                                             ("pids to untick", [b"y\n"])])
+def test_ctrl_c_at_a_prompt_exits_at_once_with_a_closed_phase(tmp_path: Path, prompt: str,
+                                                               answers: list[bytes]) -> None:
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+    proc = subprocess.Popen([*KIMITUI, "cleanup", "--host", "demo", "--json"], stdin=slave, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, preexec_fn=_on_its_terminal)
+    os.close(slave)
+    assert proc.stderr is not None
+    err = b""
+
+    def until(text: bytes, timeout: float = 60) -> None:
+        nonlocal err
+        deadline = time.monotonic() + timeout
+        while text not in err:
+            left = deadline - time.monotonic()
+            assert left > 0, err.decode(errors="replace")
+            ready, _, _ = select.select([proc.stderr], [], [], left)
+            if ready:
+                chunk = os.read(proc.stderr.fileno(), 65536)
+                assert chunk, err.decode(errors="replace")
+                err += chunk
+
+    try:
+        until(b"graceful: proceed? [y/N]")
+        for answer in answers:
+            os.write(master, answer)
+        until(prompt.encode())
+        os.write(master, b"\x03")  # Ctrl-C, typed on the terminal
+        started = time.monotonic()
+        out, rest = proc.communicate(timeout=30)  # no Enter is ever typed
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    text = (err + rest).decode(errors="replace")
+    assert proc.returncode == 130, text
+    assert took < 15, took  # the host's teardown, not a wait for Enter
+    assert "kimitui: interrupted: the GPUs were not verified clean; session recorded to" in text
+    assert "Traceback" not in text
+    events = [json.loads(line) for line in out.decode().splitlines()]
+    assert of(events, "signal") == []  # nothing was confirmed, nothing signalled
+    (end,) = of(events, "phase_end", phase="cleanup")
+    assert end["ok"] is False and end["note"] == "not clean; interrupted"
+    (consent,) = of(events, "consent", step="graceful")
+    assert consent["accepted"] is False and consent["note"] == "interrupted while asking"
+    run_file, _ = session_files(subprocess.CompletedProcess([], 130, "", text), tmp_path)
+    state = state_at(RunReader(run_file), len(RunReader(run_file)))
+    assert [(p.phase, p.ok) for p in state.phases] == [("cleanup", False)]
+    sim_dir = next(line.split("ready: ")[1].split(",")[0] for line in text.splitlines() if "ready: " in line)
+    assert not Path(sim_dir).exists()
 
 
 def test_restart_after_a_clean_verify_brings_the_demo_service_back(tmp_path: Path) -> None:

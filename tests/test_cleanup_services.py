@@ -24,6 +24,7 @@ from kimitui.cleanup import (
 )
 from kimitui.cleanup.executor import CleanupExecutor
 from kimitui.cleanup.plan import CleanupTarget
+from kimitui.cleanup.services import ServiceNotFound
 from kimitui.core.events import SignalOutcome, StepPreview, StepResult
 from kimitui.hosts.base import CommandResult, Host, HostError
 from kimitui.hosts.local import LocalHost
@@ -166,10 +167,11 @@ async def test_restart_declined_starts_nothing(rig: Rig, tmp_path: Path) -> None
 # --- systemd and docker: real processes, the tool's output given --------------------------------------
 
 class ToolHost(LocalHost):
-    """A local host where systemctl/docker answer as a real one would (no systemd or docker daemon here);
-    every other command, file read and signal is real."""
+    """A local host where systemctl/docker answer as a real one would (no systemd or docker daemon here):
+    a reply is the tool's stdout (exit 0) or its whole CommandResult; every other command, file read and
+    signal is real."""
 
-    def __init__(self, replies: dict[str, str]) -> None:
+    def __init__(self, replies: dict[str, str | CommandResult]) -> None:
         super().__init__("tools")
         self.replies = replies
         self.calls: list[list[str]] = []
@@ -178,10 +180,8 @@ class ToolHost(LocalHost):
                   stdin: bytes | None = None) -> CommandResult:
         self.calls.append(argv)
         if argv[0] in ("systemctl", "docker"):
-            key = argv[1]
-            if key in self.replies:
-                return CommandResult(0, self.replies[key], "")
-            return CommandResult(0, "", "")
+            reply = self.replies.get(argv[1], "")
+            return reply if isinstance(reply, CommandResult) else CommandResult(0, reply, "")
         return await super().run(argv, timeout=timeout, stdin=stdin)
 
 
@@ -191,7 +191,8 @@ async def test_systemd_unit_processes_from_its_cgroup(sim: SimDir, tmp_path: Pat
     cg = tmp_path / "cgroup" / "system.slice" / "vllm.service"
     cg.mkdir(parents=True)
     (cg / "cgroup.procs").write_text("\n".join(map(str, [main, *workers])) + "\n")
-    host = ToolHost({"show": f"MainPID={main}\nControlGroup=/system.slice/vllm.service\nActiveState=active\n"})
+    host = ToolHost({"show": f"LoadState=loaded\nActiveState=active\nSubState=running\nMainPID={main}\n"
+                             "ControlGroup=/system.slice/vllm.service\n"})
     svc = SystemdService("vllm.service", cgroup_root=str(tmp_path / "cgroup"))
     found = await svc.processes(host)
     assert found.main_pid == main and found.pids == [main, *workers] and found.unit == "vllm.service"
@@ -266,11 +267,12 @@ async def test_hostile_service_names_do_nothing_locally(tmp_path: Path, supervis
 
 async def test_hostile_service_name_in_a_full_run(rig: Rig, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
+    before = len(rig.events)
     for svc in (SystemdService(f"x; touch {marker}"), DockerService(f"$(touch {marker})")):
         target = CleanupTarget(host="t", service=svc, deadlines=FAST, operator="tester")
         ex = CleanupExecutor(rig.host, target, rig.feed, auto_consent(["graceful"], "tester"),
                              publish=rig.session.publish)
-        report = await ex.run(("graceful", "verify"))
-        assert report.results["graceful"].status == "skipped"
+        with pytest.raises(ServiceNotFound, match=r"x; touch|\$\(touch"):  # no such unit / container here
+            await ex.run(("graceful", "verify"))
     assert not marker.exists()
-    assert not any(isinstance(e, StepResult) and e.status == "failed" and e.step == "graceful" for e in rig.events)
+    assert not any(isinstance(e, (StepPreview, StepResult)) for e in rig.events[before:])

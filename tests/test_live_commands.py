@@ -161,3 +161,33 @@ async def test_telemetry_over_ssh_survives_a_dropped_connection(sim: SimHost, ss
     reconnect = [e for e in RunReader(path).events() if isinstance(e, ConnectionState) and e.gap_s]
     assert len(reconnect) == 1 and 0 < reconnect[0].gap_s < 30
     assert any("lost" in entry.message for entry in session.state.log)
+
+
+# --- a reader that goes away (| head) ---------------------------------------------------------------------
+
+def reader_gone(args: list[str], tmp_path: Path, timeout: float = 60) -> tuple[int, str]:
+    """Run with a stdout pipe whose reading end is closed at once: every write fails as under ``| head``."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        res = subprocess.run([*KIMITUI, *args], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                             timeout=timeout, stdin=subprocess.DEVNULL,
+                             env=dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data")))
+    finally:
+        os.close(write_end)
+    return res.returncode, res.stderr
+
+
+def test_replay_summary_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    rc, err = reader_gone(["replay", "--summary", "real-cleanup-2x-h200"], tmp_path)
+    assert rc == 141 and err == "", err
+
+
+def test_watch_into_a_closed_pipe_exits_quietly_and_tears_the_demo_down(tmp_path: Path) -> None:
+    rc, err = reader_gone(["watch", "--host", "demo", "--json", "--interval", "0.2"], tmp_path)
+    assert rc == 141, err
+    assert "Traceback" not in err and "Exception ignored" not in err and "Broken pipe" not in err, err
+    sim_dir = next(line.split("ready: ")[1].split(",")[0] for line in err.splitlines() if "ready: " in line)
+    assert not Path(sim_dir).exists()
+    (run,) = (tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl")
+    assert any(isinstance(e, HostSample) for e in RunReader(run).events())  # the sample it could not print

@@ -32,6 +32,13 @@ def server_url() -> Iterator[str]:
         proc.wait(5)
 
 
+@pytest.fixture(autouse=True)
+def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run files of the in-process sweeps go here, not to the user's ~/.local/share."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
 def _run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="kimitui")
     add_parser(parser.add_subparsers(dest="command"))
@@ -147,3 +154,151 @@ def test_url_or_host_exactly_one(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         _run(["--host", "demo", "--requests", "0x"])
     assert "at least 1" in capsys.readouterr().err
+
+
+# --- a bad URL, the default request count ---------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:abc", "http://[::1", "http://:8000", "http://127.0.0.1:99999"])
+def test_a_bad_url_is_a_one_line_usage_error(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(["--url", url, "--concurrency", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"kimitui bench macro: url {url!r}"), err
+    from kimitui.bench.macro import ConfigError
+    from kimitui.tui.bench_dialog import form_defaults, parse_form
+
+    with pytest.raises(ConfigError, match="url"):  # the M dialog checks it the same way
+        parse_form({**form_defaults(url)})
+
+
+def test_the_cli_and_the_dialog_default_to_the_same_request_count(server_url: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from kimitui.bench.macro.config import DEFAULT_REQUESTS
+    from kimitui.tui.bench_dialog import form_defaults, parse_form
+
+    dialog = parse_form(form_defaults(server_url))
+    assert (dialog.requests_per_stream, DEFAULT_REQUESTS) == (4, "4x")
+    assert _run(["--url", server_url, "--model", "m", "--concurrency", "1,3", "--max-tokens", "4", "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(x["concurrency"], x["completed"]) for x in lines] == [(1, 4), (3, 12)]  # 4 per slot, as the dialog
+
+
+# --- every sweep recorded; --output whole after each level; progress on stderr ----------------------------
+
+def test_the_sweep_is_recorded_and_replays_and_reports(server_url: str, data_home: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from kimitui.cli import main
+    from kimitui.core.events import MacroPoint, PhaseEnd, PhaseStart
+    from kimitui.core.runfile import RunReader
+
+    assert _run(["--url", server_url, "--concurrency", "1,4", "--requests", "4", "--max-tokens", "8", "--json"]) == 0
+    err = capsys.readouterr().err
+    (run,) = (data_home / "kimitui" / "runs").glob("*.jsonl")
+    assert f"recording this session to {run}" in err and f"kimitui replay {run}" in err
+    reader = RunReader(run)
+    events = list(reader.events())
+    assert reader.header.meta["command"] == "bench macro" and reader.header.meta["url"] == server_url
+    assert isinstance(events[0], PhaseStart) and events[0].phase == "macro"
+    assert [e.concurrency for e in events if isinstance(e, MacroPoint)] == [1, 4]
+    assert isinstance(events[-1], PhaseEnd) and events[-1].ok
+    assert main(["replay", "--summary", str(run)]) == 0
+    assert "peak" in capsys.readouterr().out
+    assert main(["report", str(run)]) == 0
+    report = capsys.readouterr().out
+    assert "## Serving sweep (macro)" in report and "No macro benchmark points" not in report
+
+
+@pytest.fixture(scope="module")
+def slow_url() -> Iterator[str]:
+    """Each token 20 ms apart: a request of 20 tokens takes 0.4 s."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "faulty_server.py"), "--interval", "0.02"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def test_output_is_whole_after_each_level_and_survives_kill_9(slow_url: str, tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "sweep.json"
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+    proc = subprocess.Popen([sys.executable, "-m", "kimitui", "bench", "macro", "--url", slow_url, "--model", "m",
+                             "--concurrency", "1,2", "--requests", "1x", "--max-tokens", "20", "--warmup", "0",
+                             "--output", str(out), "--json"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not (out.exists() and json.loads(out.read_text())["levels"]):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(POLL_S)
+        os.kill(proc.pid, signal.SIGKILL)  # in the middle of the second level
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    saved = json.loads(out.read_text())
+    assert saved["finished"] is False and [lv["concurrency"] for lv in saved["levels"]] == [1]
+    assert saved["levels"][0]["completed"] == 1 and saved["model_id"] == "m"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sweep.json.")]  # no temporary left
+    from kimitui.core.events import MacroPoint
+    from kimitui.core.runfile import RunReader
+
+    (run,) = (tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl")
+    assert [e.concurrency for e in RunReader(run).events() if isinstance(e, MacroPoint)] == [1]
+
+
+def test_progress_on_stderr_a_line_per_level_off_a_terminal(slow_url: str, tmp_path: Path) -> None:
+    import os
+
+    res = subprocess.run([sys.executable, "-m", "kimitui", "bench", "macro", "--url", slow_url, "--model", "m",
+                          "--concurrency", "1,2", "--requests", "2x", "--max-tokens", "5", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data")))
+    assert res.returncode == 0, res.stderr
+    levels = [line for line in res.stderr.splitlines() if line.startswith("kimitui bench macro: level ")]
+    assert len(levels) == 2 and "\r" not in res.stderr
+    assert levels[0].startswith("kimitui bench macro: level 1/2 c=1 done in ") and "2 ok, 0 failed" in levels[0]
+    assert levels[1].startswith("kimitui bench macro: level 2/2 c=2 done in ") and "4 ok, 0 failed" in levels[1]
+    assert [json.loads(x)["concurrency"] for x in res.stdout.splitlines()] == [1, 2]  # stdout: JSON only
+
+
+def test_progress_on_a_terminal_is_one_live_line(slow_url: str, tmp_path: Path) -> None:
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "kimitui", "bench", "macro", "--url", slow_url, "--model", "m",
+                             "--concurrency", "1", "--requests", "3", "--max-tokens", "20", "--json"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data")))
+    os.close(slave)
+    err = b""
+    try:
+        out, _ = proc.communicate(timeout=60)
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other side closed
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert proc.returncode == 0
+    text = err.decode(errors="replace")
+    updates = [u for u in text.split("\r\x1b[K") if u.startswith("kimitui bench macro: level 1/1 c=1: ")]
+    assert len(updates) >= 3, text  # ~1.2 s of requests, rewritten about 10 times a second
+    assert any("requests done" in u and "/3" in u for u in updates)
+    assert "level 1/1 c=1 done in" not in text  # the per-level line is for logs, not the terminal
+    assert json.loads(out)["completed"] == 3

@@ -341,6 +341,48 @@ async def test_setup_dialog_checks_its_fields(tmp_path: Path, monkeypatch: pytes
         assert any("no cleanup running" in n.message for n in app._notifications)
 
 
+async def test_a_service_that_is_not_there_keeps_the_dialog_open(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The F dialog looks the service up on the host: not there, it says so and stays; none starts a
+    cleanup that says it has no service, and frees only what the operator confirms."""
+    async with live_app(tmp_path, monkeypatch, SHORT_VERIFY) as lv:
+        await lv.pilot.press("F")
+        await wait_for(lv.pilot, lambda: isinstance(lv.app.screen, CleanupSetupScreen), "the setup dialog")
+        dialog = lv.app.screen
+        service = dialog.query_one("#setup-service", Input)
+
+        def error() -> str:
+            return str(dialog.query_one("#setup-error").render())
+
+        for spec, words in (("sim:nosuch", "has no service 'nosuch' (its service is sim:vllm)"),
+                            ("pidfile:/nonexistent", "pidfile /nonexistent not found on sim"),
+                            ("pid:999999", "pid 999999 on sim: no such process"),
+                            ("", "choose the service to stop: ")):
+            service.value = spec
+            await lv.pilot.press("enter")
+            await wait_for(lv.pilot, lambda w=words: w in error(), f"the error for {spec!r}")
+            assert lv.app.screen is dialog and cleanup_runner.current(lv.app) is None
+        assert "or none" in error()
+        assert not [e for e in lv.events() if isinstance(e, (StepPreview, PhaseEnd))]
+        service.value = "none"
+        await lv.pilot.press("enter")
+        await wait_for(lv.pilot, lambda: cleanup_runner.current(lv.app) is not None, "the cleanup worker")
+        process = await modal(lv, "process")
+        assert len(process.preview.targets) == 2  # the two workers, previewed
+        await lv.pilot.press("escape")
+        device = await modal(lv, "device")
+        await lv.pilot.press("escape")
+        await wait_for(lv.pilot, lambda: lv.app.screen is not device, "the device modal closed")
+        v = await verified(lv)
+        events = lv.events()
+        graceful = next(e for e in events if isinstance(e, StepPreview) and e.step == "graceful")
+        assert graceful.action.startswith("no service (none chosen)") and not graceful.targets
+        results = {e.step: e.status for e in events if isinstance(e, StepResult)}
+        assert results["graceful"] == "skipped" and results["process"] == "declined"
+        assert not v.clean and not signalled(events)
+        assert lv.host.service_proc is not None and alive(lv.host.service_proc)
+
+
 async def test_replay_only_says_cleanup_needs_a_live_host(tmp_path: Path) -> None:
     app = replay_app(write_test_run(tmp_path / "run.jsonl"))
     async with app.run_test(size=SIZE) as pilot:

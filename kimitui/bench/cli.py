@@ -1,4 +1,6 @@
-"""``kimitui bench macro``: the serving sweep, headless. Each level prints as soon as it ends.
+"""``kimitui bench macro``: the serving sweep, headless. Each level prints as soon as it ends; progress goes
+to stderr; the sweep is recorded to a run file like every live session (replay and report read it), and
+``--output`` is rewritten whole as each level ends.
 
 Wiring into kimitui/cli.py: ``from kimitui.bench import cli as bench_cli`` with the imports (this module
 imports only the standard library at load time), then two lines: ``bench_cli.add_parser(sub)`` in
@@ -9,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import math
 import signal
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 DEMO_PLACEHOLDER_URL = "http://demo.invalid"
 """Validates the rest of the configuration before the simulated host starts (its URL comes after)."""
@@ -62,8 +63,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     p.add_argument("--concurrency", type=_arg("parse_levels"), default=None,
                    help="comma-separated levels, 1 to 512 (default 1,2,4,...,128)")
-    p.add_argument("--requests", type=_arg("parse_requests"), default=(None, 64),
-                   help="requests per level: a count, or Nx for N per concurrency slot (default 64)")
+    p.add_argument("--requests", type=_arg("parse_requests"), default=None,
+                   help="requests per level: a count, or Nx for N per concurrency slot (default 4x: 4 at c=1, "
+                        "512 at c=128, as the dashboard's M dialog)")
     p.add_argument("--duration", type=float, help="seconds per level instead of a request count")
     p.add_argument("--request-rate", type=float, help="Poisson arrivals, requests/s (default: as fast as allowed)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up requests per level, not counted (default 1)")
@@ -82,7 +84,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="HTTP client of the streamed requests: lean (default; asyncio protocol, ~10x less CPU "
                         "per chunk) or httpx")
     p.add_argument("--json", action="store_true", help="one JSON object per level (vLLM's key names)")
-    p.add_argument("--output", type=Path, help="write the whole sweep as JSON to this file")
+    p.add_argument("--output", type=Path,
+                   help="the sweep as JSON in this file, rewritten as each level ends (\"finished\": false until "
+                        "the command ends)")
     return bench
 
 
@@ -90,10 +94,10 @@ def _config(args: argparse.Namespace) -> Any:
     import os
 
     from kimitui.bench.macro import SLO, MacroConfig, Timeouts
-    from kimitui.bench.macro.config import DEFAULT_LEVELS
+    from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, parse_requests
 
     slo = _goodput(args.goodput)
-    per_stream, requests = args.requests
+    per_stream, requests = args.requests or parse_requests(DEFAULT_REQUESTS)
     return MacroConfig(
         url=args.url or DEMO_PLACEHOLDER_URL, model=args.model, endpoint=args.endpoint,
         concurrency=args.concurrency or list(DEFAULT_LEVELS), requests=requests,
@@ -108,30 +112,14 @@ def _config(args: argparse.Namespace) -> Any:
     )
 
 
-def _clean(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def format_level(concurrency: int, m: dict[str, Any]) -> str:
-    line = (f"c={concurrency:<4} {m['completed']:>5} ok {m['failed']:>4} failed  "
-            f"out {m['output_throughput']:>9.1f} tok/s  req {m['request_throughput']:>7.2f}/s  "
-            f"TTFT {m['mean_ttft_ms']:>8.1f} ms (p99 {m['p99_ttft_ms']:.1f})  "
-            f"TPOT {m['mean_tpot_ms']:>7.2f} ms  ITL p99 {m['p99_itl_ms']:.2f} ms  "
-            f"reached {m['concurrency_reached']}")
-    if m.get("request_goodput") is not None:
-        line += f"  goodput {m['request_goodput']:.2f}/s"
-    if m["failures"]:
-        line += "  [" + "; ".join(f"{n} x {r}" for r, n in m["failures"].items()) + "]"
-    return line
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     if getattr(args, "bench_command", None) != "macro":
         print("kimitui bench: choose a benchmark: macro", file=sys.stderr)
         return 2
     import asyncio
 
-    from kimitui.bench.macro import ConfigError, MacroError, run_sweep
+    from kimitui.bench.macro import ConfigError, MacroError, SweepResult, discover_model, run_sweep
+    from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
     from kimitui.core.events import Event, LogLine, MacroPoint
 
     try:
@@ -141,28 +129,53 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"kimitui bench macro: {exc}", file=sys.stderr)
         return 2
 
-    def publish(ev: Event) -> None:
+    progress = StderrProgress(sys.stderr, list(cfg.concurrency))
+    output: list[OutputFile] = []
+    recorded: list[Path] = []
+
+    def show(ev: Event) -> None:
         if isinstance(ev, MacroPoint):
-            if args.json:
-                print(json.dumps({"concurrency": ev.concurrency,
-                                  **{k: _clean(v) for k, v in ev.metrics.items()}}), flush=True)
-            else:
-                print(format_level(ev.concurrency, ev.metrics), flush=True)
+            progress.level_done(ev.concurrency, ev.metrics)
+            print(json_level(ev.concurrency, ev.metrics) if args.json else format_level(ev.concurrency, ev.metrics),
+                  flush=True)
+            if output:
+                output[0].level(ev.concurrency, ev.metrics)
         elif isinstance(ev, LogLine):
+            progress.clear()
             print(f"{ev.level}: {ev.message}", file=sys.stderr, flush=True)
 
-    async def sweep(cancel: asyncio.Event) -> Any:
+    async def recorded_sweep(host: str, meta: dict[str, Any], cancel: asyncio.Event) -> SweepResult:
+        """The sweep as a recorded session (its path said first): every event it publishes goes to the run
+        file, then to the screen and --output."""
+        from kimitui.targets import record_session
+
+        cfg.model = cfg.model or await discover_model(cfg)
+        session = record_session(host, {"command": "bench macro", **meta, "url": cfg.base_url})
+        assert session.recorder is not None
+        recorded.append(session.recorder.path)
+        session.subscribe(show)
+        try:
+            if args.output:
+                output.append(OutputFile(args.output, cfg, cfg.model))
+                output[0].write(output[0].partial, finished=False)
+            return await run_sweep(cfg, session.publish, progress=progress.update, cancel=cancel)
+        finally:
+            progress.clear()
+            session.close()
+
+    async def sweep(cancel: asyncio.Event) -> SweepResult:
         if args.host is None:
-            return await run_sweep(cfg, publish, cancel=cancel)
+            parts = urlsplit(cfg.base_url)
+            return await recorded_sweep(parts.netloc or "url", {"target": "url"}, cancel)
         from kimitui.targets import open_target
 
         # The simulated host lives exactly as long as the sweep: leaving the block removes it (its
         # processes and directory), on success, on error and on Ctrl-C / SIGTERM alike.
         async with open_target(args.host) as opened:
             cfg.url = getattr(opened.host, "api_url", "") or ""
-            return await run_sweep(cfg, publish, cancel=cancel)
+            return await recorded_sweep(opened.host.name, opened.meta, cancel)
 
-    async def main() -> Any:
+    async def main() -> SweepResult:
         cancel = asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = (signal.SIGINT, signal.SIGTERM)
@@ -181,14 +194,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     try:
         result = asyncio.run(main())
+        if output:
+            output[0].write(result, finished=True)
     except (ConfigError, MacroError, HostError, TargetError) as exc:
         print(f"kimitui bench macro: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --output cannot be written
+        print(f"kimitui bench macro: --output {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     if not args.json and result.single_stream_tok_s is not None:
         print(f"single stream: {result.single_stream_tok_s:.1f} tok/s (output throughput at concurrency 1)")
     if args.output:
-        args.output.write_text(result.to_json() + "\n")
         print(f"sweep written to {args.output}", file=sys.stderr)
+    if recorded:
+        print(f"session recorded to {recorded[0]} (replay: kimitui replay {recorded[0]}; report: kimitui report "
+              f"{recorded[0]})", file=sys.stderr)
     return 130 if result.cancelled else 0
 
 

@@ -4,14 +4,17 @@
                     [--json] [--threshold-mib N] [--allow-other-users] [--reset] [--restart]
 
 TARGET as for ``kimitui watch`` (local, demo, ssh://[user@]host[:port]). SPEC is ``systemd:UNIT``,
-``docker:NAME``, ``supervisor:PROGRAM[@CONF]``, ``pidfile:PATH``, ``pid:N`` or ``sim:NAME``; on
-``--host demo`` it defaults to ``sim:vllm``, the simulated host's (restartable) service. Consent is per
+``docker:NAME``, ``supervisor:PROGRAM[@CONF]``, ``pidfile:PATH``, ``pid:N``, ``sim:NAME`` or ``none``
+(no service: free the GPUs of whatever holds them); on ``--host demo`` it defaults to ``sim:vllm``, the
+simulated host's (restartable) service, elsewhere it is required. The service is looked up on the host
+before any step: one it does not have is a usage error naming what was looked for. Consent is per
 step and explicit: a step not named in ``--yes`` (``--reset`` and ``--restart`` name theirs) is declined;
 with no ``--yes`` on a terminal each step's preview is shown and asked about (y/N, then pids to untick).
 ``--dry-run`` previews only. ``--restart`` starts the service again only once the GPUs are verified clean.
 The session is recorded and every preview, consent, signal and outcome goes to the audit log. Exit
 status: 0 when every GPU in scope ended clean (and, with --restart, the service answered), 1 when not,
-2 for a usage or target error (one line).
+2 for a usage or target error (one line), 130 when interrupted (Ctrl-C, SIGTERM: the phase is closed
+and recorded, the host torn down).
 
 Wiring into kimitui/cli.py, like bench: ``cleanup_cli.add_parser(sub)`` in ``build_parser`` and
 ``"cleanup": cleanup_cli.cmd_cleanup`` among the handlers. Imports only the standard library (and the
@@ -29,11 +32,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, auto_consent, current_operator, is_optional
+from kimitui.cleanup.consent import ConsentCallback, auto_consent, current_operator
 from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
 from kimitui.cleanup.plan import Deadlines
-from kimitui.cleanup.services import SimService
+from kimitui.cleanup.preview_text import COMMAND_WIDTH, Started, host_started, preview_table, unknown_start
+from kimitui.cleanup.prompt import terminal_consent
+from kimitui.cleanup.services import ServiceManager, ServiceNotFound, SimService
 from kimitui.cleanup.setup import (
+    CHOOSE_SERVICE,
     UsageError,
     build_target,
     default_deadlines,
@@ -47,13 +53,13 @@ from kimitui.core.events import (
     HostSample,
     PhaseEnd,
     PhaseStart,
-    ProcRef,
     SignalOutcome,
     SignalSent,
     StepPreview,
     StepResult,
     Verification,
 )
+from kimitui.procdisplay import short_command
 
 CONSENT_STEPS = ("graceful", "process", "device", "verify", "reset", "restart")
 """Names --yes takes. ``verify`` only reads (it always runs); naming it is allowed for clarity."""
@@ -78,13 +84,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "cleanup", help="free the GPUs: graceful stop, process kill, device kill, verify (headless)",
         description="The cleanup escalation with a preview and an explicit consent per step. Exit status: 0 when "
-                    "every GPU in scope ended clean, 1 when not, 2 for a usage or target error.")
+                    "every GPU in scope ended clean, 1 when not, 2 for a usage or target error (a service the "
+                    "host does not have included), 130 when interrupted.")
     p.add_argument("--host", default="local", help="local, demo, or ssh://[user@]host[:port] (default local)")
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="accept and remember the host key of a host not yet in known_hosts")
     p.add_argument("--service", metavar="SPEC",
-                   help="systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], pidfile:PATH, pid:N or sim:NAME "
-                        "(default on demo: sim:vllm, the simulated service; else none: GPU holders only)")
+                   help="systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], pidfile:PATH, pid:N, sim:NAME, or "
+                        "none (no service: free the GPUs of whatever holds them); looked up on the host first, "
+                        "an error when not found (default on demo: sim:vllm, the simulated service; required "
+                        "elsewhere)")
     p.add_argument("--gpus", metavar="LIST", help="GPUs in scope, e.g. 0,1 (default all)")
     p.add_argument("--dry-run", action="store_true", help="previews only: every step declined, nothing signalled")
     p.add_argument("--yes", metavar="STEPS",
@@ -113,40 +122,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 # --- output --------------------------------------------------------------------------------------------
 
-def _ref_row(r: ProcRef) -> list[str]:
-    gpus = ",".join(map(str, r.gpus)) or "-"
-    return [str(r.pid), "-" if r.start_time is None else str(r.start_time), r.user or "?", gpus,
-            f"{r.mem_mib:.0f}", (r.unit or "-")[:24], r.cmdline[:48] or "?", r.reason]
-
-
-def preview_table(preview: StepPreview) -> str:
-    """The preview as the operator reads it: what would be signalled, and what is spared and why."""
-    head = ["PID", "START", "USER", "GPUS", "MIB", "UNIT", "COMMAND", "WHY"]
-    lines = [f"{preview.step}: {preview.action}"]
-    for title, refs in (("would signal", preview.targets), ("spared", preview.spared)):
-        if not refs:
-            lines.append(f"  {title}: none")
-            continue
-        rows = [head, *(_ref_row(r) for r in refs)]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
-        lines.append(f"  {title}:")
-        for row in rows:
-            lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
-    return "\n".join(lines)
-
-
-def text_line(ev: Event, t0: float) -> str | None:
+def text_line(ev: Event, t0: float, started: Started = unknown_start) -> str | None:
     at = f"[{ev.t - t0:7.3f}s]"
     if isinstance(ev, PhaseStart):
         return f"{at} phase {ev.phase}: {ev.title}"
     if isinstance(ev, PhaseEnd):
         return f"{at} phase {ev.phase} ended: {'ok' if ev.ok else 'NOT ok'}" + (f" ({ev.note})" if ev.note else "")
     if isinstance(ev, CleanupPlan):
-        return (f"{at} plan: {ev.service or 'no service'} ({ev.manager}) on {ev.host}, GPUs "
+        what = f"{ev.service} ({ev.manager})" if ev.service else \
+            "no service (none: free the GPUs of whatever holds them)"
+        return (f"{at} plan: {what} on {ev.host}, GPUs "
                 f"{','.join(map(str, ev.gpus))}, steps {', '.join(ev.steps)}, clean within "
                 f"{ev.clean_threshold_mib:g} MiB")
     if isinstance(ev, StepPreview):
-        return f"{at} " + preview_table(ev)
+        return f"{at} " + preview_table(ev, started)
     if isinstance(ev, Consent):
         return (f"{at} {ev.step}: {'CONFIRMED' if ev.accepted else 'declined'} by {ev.operator}"
                 + (f", pids {' '.join(map(str, ev.pids))}" if ev.accepted else "")
@@ -198,11 +187,11 @@ def summary_text(s: dict[str, Any]) -> str:
                 else "")]
     for k in s["left_alone"]:
         lines.append(f"left alone: pid {k['pid']} (handle only, an NVML monitor) on GPUs "
-                     f"{','.join(map(str, k['gpus']))}: {k['cmdline'][:60]}")
+                     f"{','.join(map(str, k['gpus']))}: {short_command(k['cmdline'])[:COMMAND_WIDTH]}")
     return "\n".join(lines)
 
 
-def printer(as_json: bool, out: TextIO) -> Callable[[Event], None]:
+def printer(as_json: bool, out: TextIO, started: Started = unknown_start) -> Callable[[Event], None]:
     t0: list[float] = []
 
     def show(ev: Event) -> None:
@@ -213,66 +202,13 @@ def printer(as_json: bool, out: TextIO) -> Callable[[Event], None]:
         else:
             if not t0:
                 t0.append(ev.t)
-            line = text_line(ev, t0[0])
+            line = text_line(ev, t0[0], started)
             if line is None:
                 return
             out.write(line + "\n")
         out.flush()
 
     return show
-
-
-# --- consent on a terminal -----------------------------------------------------------------------------
-
-def parse_ticks(answer: str, preview: StepPreview) -> list[int]:
-    """The pids kept after an untick answer: ``123 456`` (or ``-123``) unticks targets, ``+789`` ticks in an
-    optional spared process (an NVML monitor). Raises ValueError on anything else."""
-    keep = [r.pid for r in preview.targets]
-    optional = {r.pid for r in preview.spared if is_optional(r)}
-    for token in answer.replace(",", " ").split():
-        add = token.startswith("+")
-        pid = int(token.lstrip("+-"))
-        if add:
-            if pid not in optional:
-                raise ValueError(f"{pid} is not an optional process of this preview")
-            if pid not in keep:
-                keep.append(pid)
-        elif pid in keep:
-            keep.remove(pid)
-        else:
-            raise ValueError(f"{pid} is not in this preview")
-    return keep
-
-
-def terminal_consent(operator: str, show_table: bool, stdin: TextIO, stderr: TextIO) -> ConsentCallback:
-    """Ask per step on the terminal: y/N, then pids to untick (the telemetry keeps flowing meanwhile)."""
-
-    async def ask(prompt: str) -> str:
-        stderr.write(prompt)
-        stderr.flush()
-        line = await asyncio.to_thread(stdin.readline)
-        return line.strip()
-
-    async def decide(preview: StepPreview) -> ConsentDecision:
-        if show_table:
-            stderr.write(preview_table(preview) + "\n")
-        answer = (await ask(f"{preview.step}: proceed? [y/N] ")).lower()
-        if answer not in ("y", "yes"):
-            return ConsentDecision(False, None, operator, "declined on the terminal")
-        if not preview.targets and not any(is_optional(r) for r in preview.spared):
-            return ConsentDecision(True, None, operator, "confirmed on the terminal")
-        while True:
-            ticks = await ask("pids to untick (+PID ticks in an optional one; Enter keeps the preview): ")
-            try:
-                pids = parse_ticks(ticks, preview)
-            except ValueError as exc:
-                stderr.write(f"  {exc}\n")
-                continue
-            if not ticks:
-                return ConsentDecision(True, None, operator, "confirmed on the terminal")
-            return ConsentDecision(True, pids, operator, f"confirmed on the terminal, edited: {ticks}")
-
-    return decide
 
 
 # --- the command ---------------------------------------------------------------------------------------
@@ -290,7 +226,8 @@ def _deadlines(args: argparse.Namespace, demo: bool) -> Deadlines:
     return d
 
 
-def _consent(args: argparse.Namespace, operator: str) -> tuple[ConsentCallback, str]:
+def _consent(args: argparse.Namespace, operator: str, started: Started = unknown_start) -> tuple[ConsentCallback,
+                                                                                                   str]:
     steps = parse_yes(args.yes)
     if args.dry_run:
         return auto_consent((), operator), "dry run: previews only, every step declined, nothing is signalled"
@@ -300,8 +237,19 @@ def _consent(args: argparse.Namespace, operator: str) -> tuple[ConsentCallback, 
                 steps.append(flag)
         return auto_consent(steps, operator), f"consent given for: {', '.join(steps) or 'no step'}"
     if sys.stdin.isatty():
-        return terminal_consent(operator, args.json, sys.stdin, sys.stderr), "asking per step on the terminal"
+        return (terminal_consent(operator, args.json, sys.stdin, sys.stderr, started),
+                "asking per step on the terminal")
     return auto_consent((), operator), "no --yes and no terminal to ask on: every step declined"
+
+
+def _service(args: argparse.Namespace) -> ServiceManager | None:
+    """The service the operator named; on the demo, its simulated service by default; elsewhere a choice
+    is required (``none`` included), so no cleanup frees every GPU process by omission."""
+    if args.service is not None:
+        return parse_service(args.service, args.health_url)
+    if args.host == "demo":
+        return SimService(health_url=args.health_url)
+    raise UsageError(f"--service is required on {args.host}: {CHOOSE_SERVICE}")
 
 
 async def _cleanup(args: argparse.Namespace) -> int:
@@ -312,26 +260,37 @@ async def _cleanup(args: argparse.Namespace) -> int:
 
     if not 0.1 <= args.interval <= 10:
         raise UsageError(f"--interval {args.interval} is out of range (0.1 to 10 seconds)")
-    service = parse_service(args.service, args.health_url) if args.service else None
+    service = _service(args)
     gpus = parse_gpus(args.gpus)
     demo = args.host == "demo"
     deadlines = _deadlines(args, demo)
     operator = args.operator or current_operator()
     if args.dry_run and args.yes:
         raise UsageError("--dry-run and --yes together: a dry run consents to nothing")
-    consent, how = _consent(args, operator)
 
     async with open_target(args.host, accept_new_host_key=args.accept_new_host_key) as opened:
         host = opened.host
-        if service is None and demo:
-            service = SimService(health_url=f"{host.api_url}/health")  # type: ignore[attr-defined]
+        if service is not None:
+            try:  # before any step, before the session: a service the host does not have is an error
+                found = await service.locate(host)
+            except ServiceNotFound as exc:
+                raise UsageError(str(exc)) from None
+        started = await host_started(host)
+        consent, how = _consent(args, operator, started)
         session = new_session(opened, "cleanup")
-        session.subscribe(printer(args.json, sys.stdout))
+        session.subscribe(printer(args.json, sys.stdout, started))
         print(f"kimitui cleanup on {opened.label}: {how}", file=sys.stderr)
+        if service is None:
+            print("kimitui: no service (none): the GPUs in scope are freed of whatever holds them, each step "
+                  "previewed", file=sys.stderr)
+        elif not found.pids:
+            print(f"kimitui: {service.label} found, not running ({found.why}): nothing to stop gracefully",
+                  file=sys.stderr)
         source = TelemetrySource(host, args.interval, scan_interval=args.interval, **opened.telemetry_args)
         feed = SampleFeed()
         audit = AuditLog(args.audit_log)
-        clean = False
+        clean = interrupted = False
+        final: dict[str, Any] = {}
         try:
             feed.follow(source.events(), publish=session.publish)
             try:
@@ -342,8 +301,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
                                   args.allow_other_users, operator)
             target.nvidia_smi = args.nvidia_smi
             ex = CleanupExecutor(host, target, feed, consent, publish=session.publish, audit=audit)
-            title = f"{service.label if service else 'GPU holders'} on {host.name}" + (" (dry run)" if args.dry_run
-                                                                                         else "")
+            title = f"{service.label if service else 'no service (none)'} on {host.name}" + (
+                " (dry run)" if args.dry_run else "")
             session.publish(PhaseStart(time.time(), phase="cleanup", title=title))
             note = ""
             report: CleanupReport | None = None
@@ -361,6 +320,15 @@ async def _cleanup(args: argparse.Namespace) -> int:
             except ViewTimeout as exc:
                 note = f"telemetry stalled: {exc}"
                 print(f"kimitui: {host.name}: {note}; the GPUs were not verified clean", file=sys.stderr)
+            except ServiceNotFound as exc:  # gone between the look-up and the plan
+                note = str(exc)
+                print(f"kimitui: {exc}", file=sys.stderr)
+            except asyncio.CancelledError:  # Ctrl-C (or SIGTERM): the phase is closed, then the host torn down
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()  # handled here: the teardown's own waits and deadlines run as usual
+                interrupted, clean = True, False
+                note = "interrupted"
             session.publish(PhaseEnd(time.time(), phase="cleanup", ok=clean,
                                      note=("clean" if clean else "not clean") + (f"; {note}" if note else "")))
             signalled = {s.pid for s in report.signals if s.outcome == "sent"} if report else set()
@@ -371,12 +339,16 @@ async def _cleanup(args: argparse.Namespace) -> int:
             await feed.stop()
             audit.close()
             session.close()
+        where = (f"session recorded to {session.recorder.path} (replay: kimitui replay {session.recorder.path}); "
+                 f"audit log {audit.path}")
+        if interrupted:
+            print(f"\nkimitui: interrupted: the GPUs were not verified clean; {where}", file=sys.stderr)
+            return 130
         if args.json:
             print(json.dumps(final, separators=(",", ":"), ensure_ascii=False), flush=True)
         else:
             print(summary_text(final), flush=True)
-        print(f"kimitui: GPUs {'clean' if clean else 'NOT clean'}; session recorded to {session.recorder.path} "
-              f"(replay: kimitui replay {session.recorder.path}); audit log {audit.path}", file=sys.stderr)
+        print(f"kimitui: GPUs {'clean' if clean else 'NOT clean'}; {where}", file=sys.stderr)
     return 0 if clean else 1
 
 
@@ -386,8 +358,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     try:
         parse_yes(args.yes)
         parse_gpus(args.gpus)
-        if args.service:
-            parse_service(args.service)
+        _service(args)
     except UsageError as exc:  # before any host is opened
         print(f"kimitui: {exc}", file=sys.stderr)
         return 2

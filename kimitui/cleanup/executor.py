@@ -21,6 +21,7 @@ from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, current_op
 from kimitui.cleanup.hostprocs import HostProcs, ProcScan, is_local
 from kimitui.cleanup.plan import STEPS, CleanupTarget, proc_gpus
 from kimitui.cleanup.safety import Candidate, SafetyPolicy, local_protected
+from kimitui.cleanup.services import ServiceProcs
 from kimitui.cleanup.view import ProcessView
 from kimitui.cleanup.waits import Clock, SystemClock
 from kimitui.core.events import (
@@ -89,6 +90,8 @@ class CleanupExecutor:
         self.last_signal_mono: float | None = None
         """When the cleanup last changed something (a stop, a signal): later samples must be taken after."""
         self._protected_loaded = False
+        self.service_now: ServiceProcs | None = None
+        """What the service's manager said last (its processes, or why there are none)."""
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -196,6 +199,7 @@ class CleanupExecutor:
             found = await svc.processes(self.host)
         except HostError:
             found = None
+        self.service_now = found
         unit = None
         why: dict[int, str] = {}
         if found is not None:
@@ -252,6 +256,10 @@ class CleanupExecutor:
         self.emit(preview)
         try:
             decision = await self.consent(preview)
+        except asyncio.CancelledError:  # interrupted while asking (Ctrl-C): on record as declined
+            self.emit(Consent(self.now(), step=step, accepted=False, operator=self.operator,
+                              note="interrupted while asking"))
+            raise
         except Exception as exc:
             decision = ConsentDecision(False, None, self.operator, f"consent failed: {exc}")
         by_pid: dict[int, Candidate] = {c.pid: c for c, _ in targets}
@@ -364,9 +372,13 @@ class CleanupExecutor:
     # --- the escalation -----------------------------------------------------------------------------
 
     async def run(self, steps_wanted: tuple[str, ...] = STEPS) -> CleanupReport:
+        """The escalation. Raises ServiceNotFound, before any event, when the target names a service the
+        host does not have (a cleanup never frees the GPUs of everything by a typo)."""
+        svc = self.target.service
+        if svc is not None:
+            self.service_now = await svc.locate(self.host)
         sample = await self.sample()
         self.scope = self.target.scope(sample)
-        svc = self.target.service
         self.emit(CleanupPlan(self.now(), host=self.host_name, service=svc.name if svc else "",
                               manager=svc.kind if svc else "none", gpus=list(self.scope),
                               steps=[s for s in STEPS if s in steps_wanted],

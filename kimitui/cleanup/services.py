@@ -1,6 +1,11 @@
 """How a service is stopped, started and found: systemd unit, docker container, supervisor program,
 or a plain main PID / pidfile.
 
+A cleanup looks its service up before any step (``locate``): a service the host does not have (no such
+unit, container, program, pidfile or process; the manager's tool missing) is ``ServiceNotFound``, one
+line naming what was looked for. One that exists but is stopped is found, with no processes and ``why``
+saying so.
+
 Every command is an argument list run through ``host.run`` (a remote host quotes it with shlex.join),
 so a name holding shell metacharacters reaches the tool as one literal argument and does nothing else.
 """
@@ -11,6 +16,7 @@ import abc
 import json
 import signal
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from kimitui.cleanup.hostprocs import HostProcs
@@ -26,6 +32,35 @@ class ServiceProcs:
     unit: str | None = None
     container: str | None = None
     why: str = ""
+    """Why these processes belong to the service; with no pids, why there are none (stopped, exited)."""
+    missing: str | None = None
+    """Set when the service cannot be found on the host: one line naming what was looked for and what was
+    missing. None when the service exists, running (pids) or stopped (no pids)."""
+
+    @property
+    def found(self) -> bool:
+        return self.missing is None
+
+
+class ServiceNotFound(Exception):
+    """The service a cleanup names cannot be found on the host (one line naming what was looked for)."""
+
+
+def _first_line(*texts: str) -> str:
+    for text in texts:
+        for line in text.splitlines():
+            if line.strip():
+                return line.strip()[:200]
+    return ""
+
+
+async def service_missing(host: Host, service: ServiceManager) -> str | None:
+    """The one line saying why ``service`` cannot be found on ``host``; None when it can (running or not)."""
+    try:
+        await service.locate(host)
+    except ServiceNotFound as exc:
+        return str(exc)
+    return None
 
 
 class ServiceManager(abc.ABC):
@@ -46,7 +81,19 @@ class ServiceManager(abc.ABC):
 
     @abc.abstractmethod
     async def processes(self, host: Host) -> ServiceProcs:
-        """The service's processes now (empty when it is not running)."""
+        """The service's processes now (empty when it is not running; ``missing`` set when the host has no
+        such service)."""
+
+    async def locate(self, host: Host) -> ServiceProcs:
+        """The service as it is now; raises ServiceNotFound (one line) when the host has no such service or
+        it cannot be looked up there."""
+        try:
+            found = await self.processes(host)
+        except HostError as exc:
+            raise ServiceNotFound(f"{self.label}: cannot be looked up on {host.name}: {exc}") from None
+        if found.missing is not None:
+            raise ServiceNotFound(found.missing)
+        return found
 
     async def main_pids(self, host: Host) -> list[int]:
         found = await self.processes(host)
@@ -78,12 +125,15 @@ class ServiceManager(abc.ABC):
         return self.health_url
 
 
-async def _run_ok(host: Host, argv: list[str]) -> CommandResult | None:
+async def _query(host: Host, argv: list[str]) -> tuple[CommandResult | None, str]:
+    """The manager's own query; (None, why) when it could not run (the tool missing, the host down)."""
     try:
         res = await host.run(argv, timeout=30.0)
-    except HostError:
-        return None
-    return res
+    except HostError as exc:
+        return None, str(exc)
+    if res.rc in (126, 127):  # the remote shell's "command not found" / "not executable"
+        return None, f"{host.name}: {argv[0]}: {_first_line(res.stderr) or 'command not found'}"
+    return res, ""
 
 
 class SystemdService(ServiceManager):
@@ -91,26 +141,43 @@ class SystemdService(ServiceManager):
 
     kind = "systemd"
 
-    def __init__(self, unit: str, health_url: str | None = None, cgroup_root: str = "/sys/fs/cgroup") -> None:
-        self.name, self.health_url, self.cgroup_root = unit, health_url, cgroup_root
+    def __init__(self, unit: str, health_url: str | None = None, cgroup_root: str = "/sys/fs/cgroup",
+                 systemctl: str = "systemctl") -> None:
+        self.name, self.health_url, self.cgroup_root, self.ctl = unit, health_url, cgroup_root, systemctl
 
     def stop_argv(self) -> list[str]:
-        return ["systemctl", "stop", "--", self.name]
+        return [self.ctl, "stop", "--", self.name]
 
     def start_argv(self) -> list[str]:
-        return ["systemctl", "start", "--", self.name]
+        return [self.ctl, "start", "--", self.name]
 
     def show_argv(self) -> list[str]:
-        return ["systemctl", "show", "-p", "MainPID", "-p", "ControlGroup", "-p", "ActiveState", "--", self.name]
+        return [self.ctl, "show", "-p", "LoadState", "-p", "ActiveState", "-p", "SubState", "-p", "MainPID",
+                "-p", "ControlGroup", "--", self.name]
+
+    async def _show(self, host: Host) -> tuple[dict[str, str], str | None]:
+        """The unit's properties, or why the unit cannot be found."""
+        res, err = await _query(host, self.show_argv())
+        looked = f"systemd unit {self.name} on {host.name}"
+        if res is None:
+            return {}, f"{looked} cannot be looked up: {err}"
+        if not res.ok:
+            return {}, f"{looked} cannot be looked up: systemctl show: {_first_line(res.stderr, res.stdout)}"
+        props = dict(line.partition("=")[::2] for line in res.stdout.splitlines() if "=" in line)
+        load = props.get("LoadState")
+        if not load:
+            return props, f"{looked} cannot be looked up: systemctl show printed no LoadState"
+        if load == "not-found":
+            return props, f"{looked} not found (systemctl show: LoadState=not-found)"
+        return props, None
 
     async def show(self, host: Host) -> dict[str, str]:
-        res = await _run_ok(host, self.show_argv())
-        if res is None or not res.ok:
-            return {}
-        return dict(line.partition("=")[::2] for line in res.stdout.splitlines() if "=" in line)
+        return (await self._show(host))[0]
 
     async def processes(self, host: Host) -> ServiceProcs:
-        props = await self.show(host)
+        props, missing = await self._show(host)
+        if missing is not None:
+            return ServiceProcs(unit=self.name, why="not found", missing=missing)
         main = int(props.get("MainPID") or 0) or None
         cgroup = props.get("ControlGroup") or ""
         pids: list[int] = []
@@ -122,6 +189,11 @@ class SystemdService(ServiceManager):
                 pids = []
         if main and main not in pids:
             pids.insert(0, main)
+        if not pids:
+            state = props.get("ActiveState") or "?"
+            sub = props.get("SubState")
+            return ServiceProcs([], None, unit=self.name,
+                                why=f"unit {self.name} is {state}" + (f" ({sub})" if sub and sub != state else ""))
         return ServiceProcs(pids, main, unit=self.name, why=f"in {self.name}'s cgroup")
 
     async def is_active(self, host: Host) -> bool:
@@ -133,29 +205,41 @@ class DockerService(ServiceManager):
 
     kind = "docker"
 
-    def __init__(self, container: str, health_url: str | None = None, stop_timeout: int = 10) -> None:
-        self.name, self.health_url, self.stop_timeout = container, health_url, stop_timeout
+    def __init__(self, container: str, health_url: str | None = None, stop_timeout: int = 10,
+                 docker: str = "docker") -> None:
+        self.name, self.health_url, self.stop_timeout, self.docker = container, health_url, stop_timeout, docker
 
     def stop_argv(self) -> list[str]:
-        return ["docker", "stop", "-t", str(self.stop_timeout), "--", self.name]
+        return [self.docker, "stop", "-t", str(self.stop_timeout), "--", self.name]
 
     def start_argv(self) -> list[str]:
-        return ["docker", "start", "--", self.name]
+        return [self.docker, "start", "--", self.name]
 
     def inspect_argv(self) -> list[str]:
-        return ["docker", "inspect", "--type", "container", "--", self.name]
+        return [self.docker, "inspect", "--type", "container", "--", self.name]
 
     async def processes(self, host: Host) -> ServiceProcs:
-        res = await _run_ok(host, self.inspect_argv())
-        if res is None or not res.ok:
-            return ServiceProcs(why="container not found")
+        res, err = await _query(host, self.inspect_argv())
+        looked = f"docker container {self.name} on {host.name}"
+        if res is None:
+            return ServiceProcs(why="not found", missing=f"{looked} cannot be looked up: {err}")
+        if not res.ok:
+            said = _first_line(res.stderr, res.stdout)
+            verdict = "not found" if "no such" in said.lower() else "cannot be looked up"
+            return ServiceProcs(why="not found", missing=f"{looked} {verdict}: docker inspect: {said}")
         try:
-            info = json.loads(res.stdout)[0]
+            found = json.loads(res.stdout)
+            if not found:
+                return ServiceProcs(why="not found", missing=f"{looked} not found: docker inspect listed nothing")
+            info = found[0]
             pid = int(info["State"]["Pid"]) or None
             cid = str(info["Id"])[:12]
-        except (ValueError, KeyError, IndexError, TypeError):
-            return ServiceProcs(why="unreadable docker inspect")
-        return ServiceProcs([pid] if pid else [], pid, container=cid, why=f"in container {self.name} ({cid})")
+            status = str(info["State"].get("Status") or ("running" if pid else "stopped"))
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            return ServiceProcs(why="not found", missing=f"{looked} cannot be looked up: unreadable docker inspect")
+        if not pid:
+            return ServiceProcs([], None, container=cid, why=f"container {self.name} ({cid}) is {status}")
+        return ServiceProcs([pid], pid, container=cid, why=f"in container {self.name} ({cid})")
 
 
 class SupervisorService(ServiceManager):
@@ -180,10 +264,19 @@ class SupervisorService(ServiceManager):
         return [*self._base(), "pid", self.name]
 
     async def processes(self, host: Host) -> ServiceProcs:
-        res = await _run_ok(host, self.pid_argv())
-        text = res.stdout.strip() if res is not None else ""
-        pid = int(text) if text.isdigit() and int(text) > 0 else None
-        return ServiceProcs([pid] if pid else [], pid, why=f"supervisor program {self.name}")
+        res, err = await _query(host, self.pid_argv())
+        looked = f"supervisor program {self.name}" + (f" of {self.conf}" if self.conf else "") + f" on {host.name}"
+        if res is None:
+            return ServiceProcs(why="not found", missing=f"{looked} cannot be looked up: {err}")
+        text = res.stdout.strip()
+        if not text.isdigit():  # "No such process NAME", no supervisord answering, no such config file
+            said = _first_line(res.stdout, res.stderr) or f"rc {res.rc}"
+            verdict = "not found" if "no such process" in said.lower() else "cannot be looked up"
+            return ServiceProcs(why="not found", missing=f"{looked} {verdict}: supervisorctl pid: {said}")
+        pid = int(text) or None  # 0: the program exists and is not running
+        if pid is None:
+            return ServiceProcs([], None, why=f"supervisor program {self.name} is not running")
+        return ServiceProcs([pid], pid, why=f"supervisor program {self.name}")
 
     async def stop(self, host: Host, timeout: float = 90.0) -> CommandResult:
         res = await host.run(self.stop_argv(), timeout=timeout)
@@ -220,22 +313,23 @@ class PidService(ServiceManager):
                     "start_new_session=True)\n")
         return ["python3", "-c", launcher, self.log_path, *self.start_cmd]
 
-    async def _pid(self, host: Host) -> int | None:
+    async def _pid(self, host: Host) -> tuple[int | None, str | None]:
+        """The main pid, or why there is none to look at (the missing line)."""
         if self.pidfile is None:
-            return self.pid
-        try:
-            text = (await host.read_file(self.pidfile)).decode(errors="replace").strip()
-        except (FileNotFoundError, OSError, HostError):
-            return None
-        return int(text) if text.isdigit() and int(text) > 1 else None
+            return self.pid, None
+        return await _read_pidfile(host, self.pidfile, f"pidfile {self.pidfile}")
 
     async def processes(self, host: Host) -> ServiceProcs:
-        pid = await self._pid(host)
+        pid, missing = await self._pid(host)
         if pid is None:
-            return ServiceProcs(why="no pid")
+            return ServiceProcs(why="not found", missing=missing or f"{self.label}: no pid")
         alive = await HostProcs(host).stat([pid])
-        if pid not in alive or alive[pid][1] == "Z":
-            return ServiceProcs(why="main pid gone")
+        if pid not in alive or alive[pid][1] in ("Z", "X"):
+            what = "has exited" if pid in alive else "is not running"
+            if self.pidfile is None:  # a pid is all there is of this service: gone is not found
+                return ServiceProcs(why="not found", missing=f"pid {pid} on {host.name}: no such process"
+                                    + (" (it has exited)" if pid in alive else ""))
+            return ServiceProcs(why=f"{self.label}: main pid {pid} {what} (the service is stopped)")
         return ServiceProcs([pid], pid, why=f"main pid of {self.name}")
 
     async def stop(self, host: Host, timeout: float = 90.0) -> CommandResult:
@@ -245,6 +339,18 @@ class PidService(ServiceManager):
         return int(signal.SIGTERM)
 
 
+async def _read_pidfile(host: Host, path: str, what: str) -> tuple[int | None, str | None]:
+    try:
+        text = (await host.read_file(path)).decode(errors="replace").strip()
+    except FileNotFoundError:
+        return None, f"{what} not found on {host.name}"
+    except (OSError, HostError) as exc:
+        return None, f"{what} cannot be read on {host.name}: {exc}"
+    if not text.isdigit() or int(text) <= 1:
+        return None, f"{what} on {host.name} holds no pid ({text[:40]!r})"
+    return int(text), None
+
+
 class SimService(PidService):
     """The simulated host's vLLM service (``sim:NAME``): found and stopped as a pidfile service (SIGTERM to
     the main pid, guarded), started through ``SimHost.start_service``.
@@ -252,8 +358,8 @@ class SimService(PidService):
     Why the one sim-aware class in the cleanup: the simulated service must be started by the SimHost that
     owns it (it records the new session so its teardown kills every process, and it reuses the port the
     dashboard knows); a start command run on the host would leak processes past that teardown. It uses the
-    host only through ``pidfile``, ``api_url`` and ``start_service``; on any other host it finds nothing and
-    its start fails with one line."""
+    host only through ``pidfile``, ``api_url`` and ``start_service``; on any other host, or for a name other
+    than the simulated service's (the stem of its pidfile: ``vllm``), it is not found."""
 
     def __init__(self, name: str = "vllm", health_url: str | None = None) -> None:
         super().__init__(pidfile=f"sim:{name}", health_url=health_url, name=f"sim:{name}")
@@ -264,15 +370,34 @@ class SimService(PidService):
     def _sim(host: Host) -> Any | None:
         return host if callable(getattr(host, "start_service", None)) and hasattr(host, "pidfile") else None
 
-    async def _pid(self, host: Host) -> int | None:
+    @staticmethod
+    def service_name(sim: Any) -> str:
+        """The simulated host's service name: its pidfile's stem (``run/vllm.pid``)."""
+        return PurePosixPath(str(sim.pidfile)).stem
+
+    def _missing(self, host: Host) -> str | None:
         sim = self._sim(host)
         if sim is None:
-            return None
-        try:
-            text = (await host.read_file(str(sim.pidfile))).decode(errors="replace").strip()
-        except (FileNotFoundError, OSError, HostError):
-            return None
-        return int(text) if text.isdigit() and int(text) > 1 else None
+            return f"sim:{self.name}: {host.name} is not a simulated host (sim:NAME is the demo's own service)"
+        if self.service_name(sim) != self.name:
+            return (f"sim:{self.name}: the simulated host {host.name} has no service {self.name!r} (its service is "
+                    f"sim:{self.service_name(sim)})")
+        return None
+
+    async def _pid(self, host: Host) -> tuple[int | None, str | None]:
+        missing = self._missing(host)
+        if missing is not None:
+            return None, missing
+        return await _read_pidfile(host, str(self._sim(host).pidfile), f"the simulated {self.name} service's pidfile")
+
+    async def processes(self, host: Host) -> ServiceProcs:
+        missing = self._missing(host)
+        if missing is not None:
+            return ServiceProcs(why="not found", missing=missing)
+        pid, _ = await self._pid(host)
+        if pid is None:  # no pidfile: the simulated service is stopped (a cleanup or stop_service removed it)
+            return ServiceProcs(why=f"the simulated {self.name} service is not running")
+        return await super().processes(host)
 
     def start_argv(self) -> list[str] | None:
         return None
@@ -288,8 +413,9 @@ class SimService(PidService):
 
     async def start(self, host: Host, timeout: float = 90.0) -> CommandResult:
         sim = self._sim(host)
-        if sim is None:
-            return CommandResult(2, "", f"{self.label}: {host.name} is not a simulated host")
+        missing = self._missing(host)
+        if sim is None or missing is not None:
+            return CommandResult(2, "", missing or f"{self.label}: {host.name} is not a simulated host")
         try:
             proc = await sim.start_service(wait=False)
         except HostError as exc:

@@ -17,16 +17,26 @@ from kimitui.cleanup.services import (
 DEMO_DEADLINES = {"graceful_s": 3.0, "term_grace_s": 2.0}
 """The simulated host's service stops in milliseconds; its stuck workers never do."""
 
-SERVICE_FORMS = "systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], pidfile:PATH, pid:N or sim:NAME"
+SERVICE_FORMS = "systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], pidfile:PATH, pid:N, sim:NAME or none"
+NO_SERVICE = "none"
+"""The service spec that chooses no service: free the GPUs of whatever holds them (previewed as such)."""
+CHOOSE_SERVICE = (f"choose the service to stop: {SERVICE_FORMS} (none: no service, free the GPUs of whatever "
+                  "holds them)")
 
 
 class UsageError(Exception):
     """A bad option value: one line (exit status 2 on the command line, a message in the dialog)."""
 
 
-def parse_service(spec: str, health_url: str | None = None) -> ServiceManager:
-    """``systemd:UNIT``, ``docker:NAME``, ``supervisor:PROGRAM[@CONF]``, ``pidfile:PATH``, ``pid:N``, or
-    ``sim:NAME`` (the simulated host's own service: ``kimitui demo``)."""
+def parse_service(spec: str, health_url: str | None = None) -> ServiceManager | None:
+    """``systemd:UNIT``, ``docker:NAME``, ``supervisor:PROGRAM[@CONF]``, ``pidfile:PATH``, ``pid:N``,
+    ``sim:NAME`` (the simulated host's own service: ``kimitui demo``), or ``none`` (None: no service, the
+    GPUs are freed of whatever holds them). Only the form is checked here: whether the host has that
+    service is ``ServiceManager.locate``'s answer."""
+    if spec.strip().lower() == NO_SERVICE:
+        return None
+    if not spec.strip():
+        raise UsageError(CHOOSE_SERVICE)
     kind, sep, name = spec.partition(":")
     if not sep or not name:
         raise UsageError(f"--service {spec!r}: expected {SERVICE_FORMS}")
@@ -48,7 +58,7 @@ def parse_service(spec: str, health_url: str | None = None) -> ServiceManager:
     if kind == "sim":
         return SimService(name, health_url=health_url)
     raise UsageError(f"--service {spec!r}: unknown manager {kind!r} (systemd, docker, supervisor, pidfile, pid, "
-                     "sim)")
+                     "sim, or none)")
 
 
 def parse_gpus(text: str | None) -> list[int] | None:

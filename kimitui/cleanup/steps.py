@@ -14,11 +14,15 @@ from kimitui.cleanup.plan import cuda_holders, gpus_in_scope, holder_reason, out
 from kimitui.cleanup.safety import Candidate
 from kimitui.cleanup.services import PidService
 from kimitui.cleanup.waits import poll_until
-from kimitui.core.events import GpuVerdict, HostSample, StepResult, Verification
+from kimitui.core.events import GpuVerdict, HostSample, StepPreview, StepResult, Verification
 from kimitui.hosts.base import HostError
 
 if TYPE_CHECKING:
     from kimitui.cleanup.executor import CleanupExecutor
+
+
+NO_SERVICE_ACTION = ("no service (none chosen): nothing is stopped gracefully; the process and device steps "
+                     "free the GPUs in scope of whatever holds them, each previewed")
 
 
 def gpu_list(gpus: list[int]) -> str:
@@ -44,13 +48,16 @@ def split_safe(ex: CleanupExecutor, cands: list[tuple[Candidate, str]]) -> tuple
 async def graceful(ex: CleanupExecutor) -> StepResult:
     started = ex.clock.monotonic()
     svc = ex.target.service
-    if svc is None:
-        return ex.result("graceful", "skipped", "no service in the plan", started)
+    if svc is None:  # chosen on purpose (service "none"): said in the preview, not assumed
+        ex.emit(StepPreview(ex.now(), step="graceful", action=NO_SERVICE_ACTION))
+        return ex.result("graceful", "skipped", "no service chosen (none): nothing to stop gracefully", started)
     sample = await ex.sample()
     scan = await ex.scan()
     left = await ex.service_left(scan, sample)
     if not left:
-        return ex.result("graceful", "skipped", f"no {svc.label} processes left", started)
+        now = ex.service_now
+        why = f": {now.why}" if now is not None and not now.pids and now.why else ""
+        return ex.result("graceful", "skipped", f"no {svc.label} processes left{why}", started)
     targets, spared = split_safe(ex, left)
     if isinstance(svc, PidService):
         main = left[0][0]

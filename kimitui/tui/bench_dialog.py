@@ -17,9 +17,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from kimitui.bench.macro import ConfigError, MacroConfig
-from kimitui.bench.macro.config import DEFAULT_LEVELS, parse_levels, parse_requests
+from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, parse_levels, parse_requests
 
-DEFAULT_REQUESTS = "4x"
 FIELDS: tuple[tuple[str, str, str], ...] = (
     # (id, label, hint)
     ("url", "URL", "OpenAI-compatible server"),

@@ -6,6 +6,7 @@ cancelled. Nothing is signalled from here: each step still asks in its own conse
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,7 +25,8 @@ DEFAULT_THRESHOLD_MIB = 64.0
 
 @dataclass(slots=True)
 class CleanupRequest:
-    """What the operator set up: the parsed service (None: GPU holders only), GPUs (None: all)."""
+    """What the operator set up: the parsed service (None: "none" chosen, free the GPUs of whatever holds
+    them), GPUs (None: all)."""
 
     service_spec: str
     service: ServiceManager | None
@@ -36,7 +38,7 @@ class CleanupRequest:
 def parse_request(service: str, gpus: str, threshold: str, allow_other_users: bool) -> CleanupRequest:
     """The dialog's fields as a request; UsageError (one line) for a bad field."""
     spec = service.strip()
-    manager = parse_service(spec) if spec else None
+    manager = parse_service(spec)
     gpu_list = parse_gpus(gpus)
     try:
         mib = float(threshold.strip() or DEFAULT_THRESHOLD_MIB)
@@ -70,18 +72,23 @@ class CleanupSetupScreen(ModalScreen[CleanupRequest | None]):
         Binding("ctrl+s", "start", "Start", show=False),
     ]
 
-    def __init__(self, host_label: str, default_service: str | None, gpus: list[int]) -> None:
+    def __init__(self, host_label: str, default_service: str | None, gpus: list[int],
+                 lookup: Callable[[ServiceManager], Awaitable[str | None]] | None = None) -> None:
+        """``lookup`` says why a service cannot be found on the host (None when it can): the dialog stays
+        open with that line instead of starting a cleanup for a service that is not there."""
         super().__init__()
         self.host_label = host_label
         self.default_service = default_service or ""
         self.gpus = gpus
+        self.lookup = lookup
+        self.looking = False
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(f"Free the GPUs on {self.host_label}", id="setup-title")
             yield Static("Each step (graceful stop, process kill, device kill) is previewed and asked for; "
                          "then every GPU in scope is verified clean.", classes="field-label")
-            yield Label("Service (empty: only what holds the GPUs)", classes="field-label")
+            yield Label("Service (none: no service, free the GPUs of whatever holds them)", classes="field-label")
             yield Input(self.default_service, placeholder=SERVICE_FORMS, id="setup-service")
             yield Static(SERVICE_FORMS, classes="field-hint")
             with Horizontal(id="setup-row"):
@@ -112,6 +119,8 @@ class CleanupSetupScreen(ModalScreen[CleanupRequest | None]):
                              self.query_one("#setup-others", Checkbox).value)
 
     def action_start(self) -> None:
+        if self.looking:
+            return
         try:
             req = self.request()
         except UsageError as exc:
@@ -121,6 +130,25 @@ class CleanupSetupScreen(ModalScreen[CleanupRequest | None]):
         if unknown:
             self._error(f"GPU {','.join(map(str, unknown))} not on this host (it has GPU {fmt.gpu_list(self.gpus)})")
             return
+        if req.service is None or self.lookup is None:
+            self.dismiss(req)
+            return
+        self.looking = True
+        self._error(f"looking up {req.service.label} on {self.host_label} ...")
+        self.run_worker(self._start_if_found(req), group="service-lookup", exclusive=True)
+
+    async def _start_if_found(self, req: CleanupRequest) -> None:
+        assert self.lookup is not None and req.service is not None
+        try:
+            missing = await self.lookup(req.service)
+        except Exception as exc:  # a failed look-up is no answer: say so, start nothing
+            missing = f"{req.service.label}: cannot be looked up: {exc}"
+        finally:
+            self.looking = False
+        if missing is not None:
+            self._error(missing)
+            return
+        self._error("")
         self.dismiss(req)
 
     def _error(self, text: str) -> None:

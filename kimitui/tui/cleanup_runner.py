@@ -20,6 +20,7 @@ from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentDecision, current_operator
 from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
 from kimitui.cleanup.plan import STEPS, Deadlines
+from kimitui.cleanup.services import ServiceManager, service_missing
 from kimitui.cleanup.setup import UsageError, build_target, default_deadlines, parse_service
 from kimitui.cleanup.view import SampleFeed, ViewTimeout
 from kimitui.core.events import CleanupPlan, LogLine, PhaseEnd, PhaseStart, StepPreview, StepResult
@@ -67,7 +68,7 @@ class CleanupRunner:
     @property
     def title(self) -> str:
         svc = self.request.service
-        return f"{svc.label if svc else 'GPU holders'} on {self.live.host.name} (from the dashboard)"
+        return f"{svc.label if svc else 'no service (none)'} on {self.live.host.name} (from the dashboard)"
 
     # -- consent
 
@@ -208,8 +209,11 @@ def free_gpus(app: KimituiApp) -> None:
         app.action_show_view("cleanup")
         app.run_worker(runner.run(), group=WORKER_GROUP, name="cleanup", exclusive=True, exit_on_error=False)
 
-    app.push_screen(CleanupSetupScreen(live.label, live.default_service, sorted(app.session.state.gpus)),
-                    callback=start)
+    async def lookup(service: ServiceManager) -> str | None:
+        return await service_missing(live.host, service)
+
+    app.push_screen(CleanupSetupScreen(live.label, live.default_service, sorted(app.session.state.gpus),
+                                       lookup=lookup), callback=start)
 
 
 def cancel_cleanup(app: KimituiApp) -> None:
@@ -246,6 +250,10 @@ def restart_service(app: KimituiApp) -> None:
         service = parse_service(spec)
     except UsageError as exc:
         app.notify(str(exc), title="restart", severity="error", timeout=6)
+        return
+    if service is None:
+        app.notify("no service to restart (none was chosen): free the GPUs (F) with a service first",
+                   title="restart", severity="warning", timeout=6)
         return
     request = CleanupRequest(spec, service, None, DEFAULT_THRESHOLD_MIB, False)
     runner = CleanupRunner(app, app.session, live, request, deadlines_for(live))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from kimitui.procdisplay import short_command as short_command  # shared with the CLI's previews
+
 DASH = "-"
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -120,12 +122,6 @@ def gpu_list(indices: Sequence[int]) -> str:
             runs.append([i])
     parts = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
     return ",".join(parts)
-
-
-def short_command(cmdline: str) -> str:
-    """The command line with its program's directory dropped (the full line is in the run and audit log)."""
-    program, sep, rest = cmdline.partition(" ")
-    return program.rsplit("/", 1)[-1] + sep + rest if program else "?"
 
 
 def shorten(text: str, width: int) -> str:

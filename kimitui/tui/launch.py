@@ -3,14 +3,31 @@ when one of them runs, so importing this module is cheap."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kimitui.core.session import EventSource, Session
 
+if TYPE_CHECKING:
+    from textual.app import App
+
+
+def exit_status(app: App[object]) -> int:
+    """The dashboard's exit status: 0 when it was quit, non-zero (Textual's return code) when it ended on an
+    unhandled exception, whose cause is then said in one line after Textual's own report."""
+    code = app.return_code or 0
+    if code:
+        error = getattr(app, "_exception", None)
+        cause = f"{type(error).__name__}: {error}" if error is not None else f"exit status {code}"
+        print(f"kimitui: the dashboard stopped on an error: {cause}", file=sys.stderr, flush=True)
+    return code
+
 
 def run_replay(path: Path, theme: str | None = None, speed: float = 1.0,
-               themes_dir: Path | None = None) -> None:
-    """Replay a run file in the dashboard at its recorded pace (``speed`` times faster).
+               themes_dir: Path | None = None) -> int:
+    """Replay a run file in the dashboard at its recorded pace (``speed`` times faster); returns the exit
+    status (``exit_status``).
 
     Raises ``kimitui.core.runfile.RunFileError`` (a one-line message) when the file cannot be opened.
     """
@@ -31,12 +48,13 @@ def run_replay(path: Path, theme: str | None = None, speed: float = 1.0,
     app = KimituiApp(session, player=player, theme=theme, themes_dir=themes_dir, run_path=Path(path))
     app.run()
     print_first_frame(app)
+    return exit_status(app)
 
 
 def run_live(session: Session, sources: list[EventSource], host_label: str = "", theme: str | None = None,
-             themes_dir: Path | None = None, run_path: Path | None = None) -> None:
+             themes_dir: Path | None = None, run_path: Path | None = None) -> int:
     """Show a live session: ``sources`` are pumped into ``session`` while the app runs; the session
-    (and its recorder) is closed when the app exits."""
+    (and its recorder) is closed when the app exits. Returns the exit status (``exit_status``)."""
     from kimitui.tui.app import KimituiApp, print_first_frame
 
     app = KimituiApp(session, theme=theme, themes_dir=themes_dir, host_label=host_label, sources=sources,
@@ -46,3 +64,4 @@ def run_live(session: Session, sources: list[EventSource], host_label: str = "",
     finally:
         session.close()
     print_first_frame(app)
+    return exit_status(app)

@@ -13,6 +13,9 @@ CLIENTS: tuple[str, ...] = ("lean", "httpx")
 
 MAX_CONCURRENCY = 512
 DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+DEFAULT_REQUESTS = "4x"
+"""Requests per level, for the CLI and the dialog alike: 4 per concurrency slot (4 at c=1, 512 at c=128),
+so c=1 is over in seconds and every level reaches its concurrency."""
 PERCENTILES: tuple[float, ...] = (90.0, 99.0)
 """Reported as ``p90_*_ms`` and ``p99_*_ms`` (vLLM's naming); the median is ``median_*_ms``."""
 
@@ -84,6 +87,7 @@ class MacroConfig:
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise ConfigError(f"url must start with http:// or https://: {self.url!r}")
+        check_url(self.url)
         if not self.concurrency:
             raise ConfigError("no concurrency levels")
         for c in self.concurrency:
@@ -142,6 +146,22 @@ def parse_levels(text: str) -> list[int]:
     if not levels:
         raise ConfigError("no concurrency levels")
     return levels
+
+
+def check_url(url: str) -> None:
+    """A URL both HTTP clients can use (a host, a numeric port, brackets closed); ConfigError says why not."""
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises on a port that is not a number in range
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise ConfigError(f"url {url!r} is not a valid URL: {exc}") from None
+    if not parts.hostname:
+        raise ConfigError(f"url {url!r} has no host")
 
 
 def parse_requests(text: str) -> tuple[int | None, int]:

@@ -1,0 +1,117 @@
+"""What ``kimitui bench macro`` writes while a sweep runs: a line (or JSON object) per level on stdout,
+progress on stderr (a live line on a terminal, a one-line summary per level otherwise), and ``--output``,
+replaced atomically as each level ends so a killed sweep leaves valid JSON of the levels it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TextIO
+
+from kimitui.bench.macro import LevelProgress, LevelResult, MacroConfig, SweepResult
+
+
+def _clean(value: Any) -> Any:
+    """NaN and infinities (a level with no completed request has no TTFT) as null: JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def json_level(concurrency: int, metrics: dict[str, Any]) -> str:
+    """One level as the --json line: vLLM's key names, non-finite numbers as null."""
+    return json.dumps({"concurrency": concurrency, **{k: _clean(v) for k, v in metrics.items()}})
+
+
+def format_level(concurrency: int, m: dict[str, Any]) -> str:
+    line = (f"c={concurrency:<4} {m['completed']:>5} ok {m['failed']:>4} failed  "
+            f"out {m['output_throughput']:>9.1f} tok/s  req {m['request_throughput']:>7.2f}/s  "
+            f"TTFT {m['mean_ttft_ms']:>8.1f} ms (p99 {m['p99_ttft_ms']:.1f})  "
+            f"TPOT {m['mean_tpot_ms']:>7.2f} ms  ITL p99 {m['p99_itl_ms']:.2f} ms  "
+            f"reached {m['concurrency_reached']}")
+    if m.get("request_goodput") is not None:
+        line += f"  goodput {m['request_goodput']:.2f}/s"
+    if m["failures"]:
+        line += "  [" + "; ".join(f"{n} x {r}" for r, n in m["failures"].items()) + "]"
+    return line
+
+
+class StderrProgress:
+    """On a terminal, one line rewritten in place (about 10 times a second) with the level in hand; else,
+    when each level ends, one line saying how it went."""
+
+    PREFIX = "kimitui bench macro: "
+
+    def __init__(self, err: TextIO, levels: list[int], live: bool | None = None) -> None:
+        self.err = err
+        self.levels = levels
+        self.live = err.isatty() if live is None else live
+        self.shown = False
+        self.done = 0
+
+    def clear(self) -> None:
+        """Take the live line away (before anything else is written to the terminal)."""
+        if self.shown:
+            self.err.write("\r\x1b[K")
+            self.err.flush()
+            self.shown = False
+
+    def update(self, p: LevelProgress) -> None:
+        if not self.live:
+            return
+        where = f"level {p.level_index + 1}/{p.levels} c={p.concurrency}"
+        if p.stage == "warmup":
+            what = "warming up"
+        else:
+            total = f"/{p.total}" if p.total else ""
+            what = (f"{p.done}{total} requests done, {p.failed} failed, {p.in_flight} in flight, "
+                    f"{p.output_tokens} tokens")
+        self.err.write(f"\r\x1b[K{self.PREFIX}{where}: {what}, {max(0.0, p.elapsed_s):.1f}s "
+                       f"({p.overall_fraction:.0%} of the sweep)")
+        self.err.flush()
+        self.shown = True
+
+    def level_done(self, concurrency: int, metrics: dict[str, Any]) -> None:
+        self.done += 1
+        self.clear()
+        if self.live:
+            return
+        self.err.write(f"{self.PREFIX}level {self.done}/{len(self.levels)} c={concurrency} done in "
+                       f"{metrics.get('duration', 0.0):.1f}s: {metrics['completed']} ok, {metrics['failed']} "
+                       f"failed, {metrics['output_throughput']:.1f} tok/s\n")
+        self.err.flush()
+
+
+class OutputFile:
+    """``--output``: the sweep so far, written to a temporary file beside it and renamed over it, so the
+    file is always whole JSON (``"finished": false`` until the command ends)."""
+
+    def __init__(self, path: Path, config: MacroConfig, model: str) -> None:
+        self.path = path
+        self.partial = SweepResult(config=config, model=model)
+
+    def level(self, concurrency: int, metrics: dict[str, Any]) -> None:
+        self.partial.levels.append(LevelResult(concurrency, metrics))
+        self.write(self.partial, finished=False)
+
+    def write(self, result: SweepResult, finished: bool) -> None:
+        text = json.dumps(_clean({**result.to_dict(), "finished": finished}), indent=2, allow_nan=False) + "\n"
+        folder = self.path.parent if str(self.path.parent) else Path(".")
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=folder)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

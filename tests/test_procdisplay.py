@@ -1,0 +1,102 @@
+"""How a process is shown: its command cut to what tells it apart (the CLI's previews and the dashboard's
+tables share it), and its start as a wall-clock time read from the host (locally and over real SSH)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kimitui.cleanup.preview_text import host_started, preview_table
+from kimitui.core.events import ProcRef, StepPreview
+from kimitui.core.runfile import RunReader
+from kimitui.hosts.local import LocalHost
+from kimitui.procdisplay import clock_label, short_command
+from kimitui.resources import find_run
+from kimitui.tui import fmt
+from tests.sshd import SshServer, start_sshd
+
+
+def test_short_command_keeps_the_module_script_and_arguments() -> None:
+    venv = "/work/wt/h1/.venv/bin/python"
+    assert short_command(f"{venv} -S -m kimitui.hosts.sim.worker tp-worker --title VllmWorker-TP0 --gpu 0") == \
+        "python -m kimitui.hosts.sim.worker tp-worker --title VllmWorker-TP0 --gpu 0"
+    assert short_command("/usr/bin/python3.11 -u -X dev -W ignore /opt/app/serve.py --port 8000") == \
+        "python3.11 serve.py --port 8000"
+    assert short_command("/usr/bin/python3 -c import time; time.sleep(5)") == "python3 -c import time; time.sleep(5)"
+    assert short_command("/usr/bin/nv-hostengine -n --service-account nvidia-dcgm") == \
+        "nv-hostengine -n --service-account nvidia-dcgm"
+    assert short_command("VLLM::Worker_TP0") == "VLLM::Worker_TP0"
+    assert short_command("") == "?"
+    assert fmt.short_command is short_command  # the dashboard uses the same words
+
+
+def test_the_real_h200_commands_read_by_their_script_and_role() -> None:
+    reader = RunReader(find_run(Path("real-cleanup-2x-h200")))
+    preview = next(e for e in reader.events() if isinstance(e, StepPreview))
+    shown = {short_command(r.cmdline) for r in preview.targets}
+    assert "python3 device_cleanup_demo.py --role service 2 40.0 /tmp/kimitui-cleanup-demo-q3hg478m" in shown
+    assert all(s.startswith("python3 device_cleanup_demo.py --role ") for s in shown)
+    table = preview_table(preview)
+    assert "/opt/torch/.venv" not in table and "device_cleanup_demo.py --role worker 0" in table
+
+
+def test_clock_label() -> None:
+    now = time.mktime((2026, 12, 1, 14, 2, 7, 0, 0, -1))
+    assert clock_label(now - 3600, now) == "13:02:07"
+    assert clock_label(now - 3 * 86400, now) == "Nov 28 14:02"
+    assert clock_label(None, now) == "-"
+
+
+def seconds_of_day(label: str) -> int:
+    h, m, s = map(int, label.split(":"))
+    return h * 3600 + m * 60 + s
+
+
+def start_ticks(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+
+
+async def check_started_of_a_real_process(host: object) -> None:
+    before = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        started = await host_started(host)  # type: ignore[arg-type]
+        label = started(start_ticks(child.pid))
+        expected = time.localtime(before)
+        want = expected.tm_hour * 3600 + expected.tm_min * 60 + expected.tm_sec
+        assert abs(seconds_of_day(label) - want) % 86400 <= 2, (label, time.strftime("%H:%M:%S", expected))
+        ref = ProcRef(child.pid, start_ticks(child.pid), "me", [0], 1.0, None, "/usr/bin/python3 -c x", "why")
+        assert f"  {label}  " in preview_table(StepPreview(0.0, step="device", action="SIGTERM", targets=[ref]),
+                                               started)
+        assert started(None) == "-"
+    finally:
+        child.kill()
+        child.wait()
+
+
+async def test_started_on_this_host() -> None:
+    await check_started_of_a_real_process(LocalHost("box"))
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[SshServer]:
+    server = start_sshd(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_started_over_ssh(sshd: SshServer) -> None:
+    from kimitui.hosts.ssh import SshHost
+
+    host = SshHost(sshd.target, known_hosts=str(sshd.known_hosts), client_keys=[str(sshd.client_key)])
+    try:
+        await check_started_of_a_real_process(host)  # /proc/stat read and getconf run through the SSH host
+    finally:
+        await host.close()
