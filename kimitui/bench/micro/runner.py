@@ -377,7 +377,7 @@ class MicroRunner:
             else:
                 status = "failed"
                 tail = (getattr(worker, "stderr_tail", "") or "").strip().splitlines()
-                why = st.errors[-1] if st.errors else (tail[-1] if tail else "the worker ended without finishing")
+                why = st.errors[0] if st.errors else (tail[-1] if tail else "the worker ended without finishing")
                 detail = why + (f" (exit status {rc})" if rc not in (None, 0) else "")
         self._end(part, status, detail, time.monotonic() - t0, st.rows)
 

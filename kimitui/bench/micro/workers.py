@@ -106,6 +106,8 @@ class LocalWorker:
         self.stderr_tail = ""
         self.signalled: list[tuple[ProcId, str]] = []
         """Every (process, signal) cancel sent (for tests and the log)."""
+        self.group_at_cancel: list[ProcId] = []
+        """The worker's processes when cancel began (the launcher and its ranks)."""
         self._stderr_task = asyncio.create_task(self._drain_stderr())
 
     @property
@@ -132,6 +134,7 @@ class LocalWorker:
         """SIGTERM every process of the worker's group, SIGKILL what is left after TERM_GRACE_S, then wait
         until none is left (or GONE_S passes: what is left is reported in ``stderr_tail``)."""
         self.cancelled = True
+        self.group_at_cancel = self.members()
         for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, GONE_S)):
             targets = self.members()
             for proc in targets:
