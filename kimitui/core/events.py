@@ -366,7 +366,7 @@ class MicroEnd(Event):
     run_id: str = ""
     part: str = ""
     """gemm, allreduce, topology, or all (a refusal before any part started)."""
-    status: Literal["done", "cancelled", "failed", "refused"] = "done"
+    status: Literal["done", "cancelled", "failed", "refused", "skipped"] = "done"
     detail: str = ""
     elapsed_s: float = 0.0
     rows: int = 0

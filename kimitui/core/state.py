@@ -303,7 +303,7 @@ def _fold_micro(state: SessionState, ev: Topology | MicroPlan | MicroEnv | Micro
     elif isinstance(ev, MicroEnd):
         if run is not None:
             run.ends[ev.part] = ev
-        level = {"done": "info", "cancelled": "warning"}.get(ev.status, "error")
+        level = {"done": "info", "skipped": "info", "cancelled": "warning"}.get(ev.status, "error")
         holders = "; ".join(f"pid {h.pid} {h.cmdline[:40]} ({h.mem_mib:.0f} MiB on GPUs {h.gpus})"
                             for h in ev.holders)
         _log(state, ev.t, level, "micro", f"{ev.part}: {ev.status} after {ev.elapsed_s:.1f}s, {ev.rows} rows"

@@ -65,7 +65,8 @@ def sizes_for(args: argparse.Namespace) -> list:
 
 
 def bus_factor(n: int) -> float:
-    return 2.0 * (n - 1) / n if n > 1 else 1.0
+    """nccl-tests' all-reduce factor: busbw = algbw * 2(n-1)/n (0 for one rank: nothing crosses a link)."""
+    return 2.0 * (n - 1) / n
 
 
 def row(args: argparse.Namespace, size: int, tokens: object, mode: str, t_us: float, wrong: int,

@@ -113,7 +113,7 @@ class MicroResult:
 
     @property
     def ok(self) -> bool:
-        return not self.refused and all(p.status == "done" for p in self.parts.values())
+        return not self.refused and all(p.status in ("done", "skipped") for p in self.parts.values())
 
     @property
     def cancelled(self) -> bool:
@@ -301,6 +301,9 @@ class MicroRunner:
         for part in cfg.parts:
             if self.cancel.is_set():
                 self._end(part, "cancelled", "cancelled before it started", 0.0)
+                continue
+            if part == "allreduce" and not cfg.cpu and self.ranks(scope) < 2:
+                self._end(part, "skipped", "an all-reduce needs 2 GPUs or more in scope", 0.0)
                 continue
             argv = self.gemm_argv(plan, scope) if part == "gemm" else self.allreduce_argv(plan, scope)
             source = (gemm_worker if part == "gemm" else allreduce_worker).__file__
