@@ -42,7 +42,7 @@ def micro_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     layout = create_layout(make_gpus(8), parent=str(tmp))
     events: list[Event] = []
     cfg = MicroConfig(modelled="rtx-pro-6000", sim_dir=str(layout.root), ms=[1, 8, 64], sweep_max=1 << 20,
-                      burst_tokens=[1, 8], force=True)
+                      burst_tokens=[1, 8], force=True, gpus=list(range(8)))
     events.append(PhaseStart(time.time(), phase="micro", title="micro"))
     asyncio.run(MicroRunner(LocalWorkers(sys.executable), "kimi-node-01", cfg, events.append).run())
     events.append(PhaseEnd(time.time(), phase="micro"))
@@ -53,7 +53,7 @@ def micro_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -122,3 +122,18 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
             assert [e.status for e in ends] == ["cancelled", "cancelled"]
             assert "cancelled" in str(app.screen_stack[0].query_one("#micro-status", Static).render())
             source.stop()
+
+
+async def test_the_bundled_campaign_shows_its_micro_rows() -> None:
+    """A run recorded before micro runs had plans (rows without a run id) still fills the Micro tab."""
+    from kimitui.resources import bundled_sample_run
+
+    session = Session()
+    app = KimituiApp(session, player=Player(RunReader(bundled_sample_run()), session, clock=FakeClock()))
+    async with app.run_test(size=BIG) as pilot:
+        await pilot.press("e", "u")
+        await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
+        gemm = app.query_one(MicroGemmTable)
+        await wait_for(pilot, lambda: len(gemm.row_keys) == len(session.state.gemm) > 0, "GEMM rows")
+        assert "No micro run in this session" in str(app.query_one("#micro-status", Static).render())
+        assert len(app.query_one(NcclTable).row_keys) == 8  # one decode-step size per M, eager only
