@@ -150,3 +150,15 @@ def test_worker_lines_become_events_and_bad_lines_warnings() -> None:
     assert parse_worker_line('{"type":"done","rows":3}', "r1", "gemm", st, 5.0) is None and st.done
     ev = parse_worker_line('{"type":"error","message":"rank 1: boom"}', "r1", "allreduce", st, 5.0)
     assert isinstance(ev, LogLine) and ev.level == "error" and st.errors == ["rank 1: boom"]
+
+
+def test_usage_errors_are_one_line_before_any_host_is_opened(tmp_path: Path) -> None:
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
+    for extra, expect in ((["--backends", "foo"], "unknown backend foo"),
+                          (["--config", str(tmp_path / "missing.json")], "missing.json"),
+                          (["--modes", "lazy"], "modes lazy"),
+                          (["--tp", "3", "--config", str(TINY)], "not divisible by TP 3")):
+        out = subprocess.run([sys.executable, "-m", "kimitui.cli", "bench", "micro", "--host", "local", "--device",
+                              "cpu", *extra], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        assert out.returncode == 2 and expect in out.stderr and out.stderr.count("\n") == 1, (extra, out.stderr)
+    assert not (tmp_path / "kimitui").exists()  # nothing was recorded: no session was started

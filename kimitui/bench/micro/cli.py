@@ -189,8 +189,11 @@ async def _micro(args: argparse.Namespace) -> int:
     )
     from kimitui.targets import TargetError, new_session, open_target
 
+    from kimitui.bench.micro.shapes import load_config, shapes_for
+
     cfg = _config(args)
     cfg.validate()
+    shapes_for(load_config(cfg.config_path), cfg.tp)  # a bad config or TP is a usage error before any host
     demo = args.host == "demo"
     json_types = (MicroPlan, MicroEnv, Topology, GemmRow, AllReduceRow, MicroEnd)
     text = TextPrinter()

@@ -91,6 +91,8 @@ class MicroConfig:
         bad = [b for b in self.backends if b not in DEFAULT_BACKENDS]
         if bad:
             raise MicroError(f"unknown backend {', '.join(bad)} (marlin, torch-int4, bf16)")
+        if not self.modes or any(m not in ("eager", "graph") for m in self.modes):
+            raise MicroError(f"modes {','.join(self.modes) or 'none'}: eager and/or graph")
         if self.device not in ("auto", "cuda", "cpu"):
             raise MicroError(f"device {self.device!r}: auto, cuda or cpu")
 
