@@ -174,6 +174,7 @@ async def _micro(args: argparse.Namespace) -> int:
     import time
 
     from kimitui.bench.micro.runner import MicroRunner
+    from kimitui.bench.micro.shapes import load_config, shapes_for
     from kimitui.bench.micro.tables import TextPrinter
     from kimitui.bench.micro.workers import worker_host_for
     from kimitui.core.events import (
@@ -188,8 +189,6 @@ async def _micro(args: argparse.Namespace) -> int:
         Topology,
     )
     from kimitui.targets import TargetError, new_session, open_target
-
-    from kimitui.bench.micro.shapes import load_config, shapes_for
 
     cfg = _config(args)
     cfg.validate()
