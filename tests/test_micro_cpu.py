@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kimitui.bench.micro.runner import LineState, MicroConfig, MicroRunner, parse_worker_line
 from kimitui.bench.micro.workers import LocalWorker, LocalWorkers, group_members
-from kimitui.core.events import AllReduceRow, Event, GemmRow, LogLine, MicroEnd, MicroEnv, MicroPlan, MicroProgress
+from kimitui.core.events import Event, GemmRow, LogLine, MicroEnd, MicroEnv, MicroPlan, MicroProgress
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import fold_all
 from kimitui.hosts.base import ProcId
@@ -86,17 +86,23 @@ class Recording(LocalWorkers):
 async def test_cancel_ends_every_rank() -> None:
     events: list[Event] = []
     cancel = asyncio.Event()
-
-    def publish(ev: Event) -> None:
-        events.append(ev)
-        if isinstance(ev, AllReduceRow):
-            cancel.set()  # the ranks are up and measuring: now cancel
-
     workers = Recording()
+
+    async def cancel_once_the_ranks_run() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            w = workers.started[-1] if len(workers.started) == 2 else None  # [0] is the topology worker
+            if w is not None and len(w.members()) == 3:  # the launcher forked both ranks
+                cancel.set()
+                return
+            await asyncio.sleep(POLL_S)
+
     # a long sweep: it would run for minutes if the cancel did not end it
     cfg = tiny_config(parts=["allreduce"], sweep_max=64 << 20, allreduce_args=["--iters", "200"])
     t0 = time.monotonic()
-    res = await MicroRunner(workers, "local", cfg, publish, cancel).run()
+    watcher = asyncio.create_task(cancel_once_the_ranks_run())
+    res = await MicroRunner(workers, "local", cfg, events.append, cancel).run()
+    await watcher
     assert time.monotonic() - t0 < 60
     end = next(e for e in events if isinstance(e, MicroEnd))
     assert end.status == "cancelled" and res.cancelled and not res.ok
