@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kimitui.cleanup import cli as cleanup_cli
 
     cleanup_cli.add_parser(sub)
+    from kimitui.bench.micro import cli as micro_cli
+
+    micro_cli.add_shapes_parser(sub)
     _add_theme(parser, default=None)
     return parser
 
@@ -99,11 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from kimitui.bench import cli as bench_cli
+    from kimitui.bench.micro import cli as micro_cli
     from kimitui.cleanup import cli as cleanup_cli
     from kimitui.core.runfile import RunFileError
 
     handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench,
-                "cleanup": cleanup_cli.cmd_cleanup}
+                "cleanup": cleanup_cli.cmd_cleanup, "shapes": micro_cli.cmd_shapes}
     try:
         from kimitui import live_commands
 

@@ -18,7 +18,6 @@ from kimitui.core.events import (
     AllReduceRow,
     ConnectionState,
     EventDecodeError,
-    GemmRow,
     HostSample,
     MacroPoint,
     SignalOutcome,
@@ -349,31 +348,86 @@ def _macro(d: RunDigest) -> list[str]:
                           "duration s"], rows)
 
 
-def _gemm(rows_in: list[GemmRow]) -> list[str]:
+def _micro_env(state: SessionState, part: str) -> list[str]:
+    """What the run's workers found (device, torch, backends, bandwidth), one line each; simulated runs say so."""
+    lines = []
+    for run in state.micro_runs:
+        env = run.env.get(part)
+        if env is None:
+            continue
+        bw = ""
+        if env.mem_bw_gbps:
+            bw = f"; copy bandwidth {env.mem_bw_gbps:,.0f} GB/s measured" + (
+                f" (datasheet {env.datasheet_gbps:,.0f} GB/s)" if env.datasheet_gbps else "")
+        elif env.datasheet_gbps:
+            bw = f"; bandwidth {env.datasheet_gbps:,.0f} GB/s (datasheet)"
+        sim = "**Simulated: modelled figures, not measured.** " if env.simulated else ""
+        lines.append(f"- {sim}Run {run.plan.run_id} on {run.plan.host or '?'}: {env.device or '?'}"
+                     + (f", torch {env.torch}" if env.torch else "") + bw)
+        lines += [f"  - {name}: {what}" for name, what in env.backends.items()]
+    return [*lines, ""] if lines else []
+
+
+def _gemm(state: SessionState) -> list[str]:
+    from kimitui.bench.micro.tables import INT4_NOTE
+
     lines = ["## GEMM (micro)", ""]
+    rows_in = state.gemm
     if not rows_in:
         return [*lines, "No GEMM rows in this run."]
     rows = []
     for r in rows_in:
         roof = f"{r.roofline_us:.2f}" if r.roofline_us is not None else "n/a"
         pct = f"{r.roofline_us / r.time_us:.0%}" if r.roofline_us is not None and r.time_us > 0 else "n/a"
-        rows.append([r.name, str(r.m), f"{r.n} x {r.k}", r.dtype, r.kernel, f"{r.time_us:.2f}", roof, pct,
-                     f"{r.tflops:.2f}", f"{r.gbps:.0f}", "-" if r.rel_err is None else f"{r.rel_err:.4f}"])
-    return [*lines, "Times in us; roofline = bytes moved / memory bandwidth; % = roofline / time.", "",
-            *table(["GEMM", "M", "N x K", "dtype", "kernel", "time", "roofline", "% roof", "TFLOP/s", "GB/s",
-                    "rel err"], rows, "lrllrrrrrrr")]
+        err = "-" if r.rel_err is None else f"{r.rel_err:.4f}" + (" FAIL" if r.correct is False else "")
+        rows.append([r.name, str(r.m), f"{r.n} x {r.k}", r.dtype, r.backend or "-", r.kernel, f"{r.time_us:.2f}", roof,
+                     pct, f"{r.tflops:.2f}", f"{r.gbps:.0f}", err])
+    checked = [r for r in rows_in if r.correct is not None]
+    head = [*lines, *_micro_env(state, "gemm"),
+            "Times in us; roofline = bytes moved / memory bandwidth (the copy measured on the host); "
+            "% roof = roofline / time.", ""]
+    if checked:
+        ok = sum(1 for r in checked if r.correct)
+        head += [f"Correctness against the dequantized bf16 reference: {ok} of {len(checked)} rows within the "
+                 "relative error limit (0.04).", ""]
+    if any(r.backend == "torch-int4" for r in rows_in):
+        head += [f"> {INT4_NOTE}.", ""]
+    return head + table(["GEMM", "M", "N x K", "dtype", "backend", "kernel", "time", "roofline", "% roof",
+                         "TFLOP/s", "GB/s", "rel err"], rows, "lrllllrrrrrr")
 
 
-def _allreduce(rows_in: list[AllReduceRow]) -> list[str]:
+def _allreduce(state: SessionState) -> list[str]:
+    from kimitui.bench.micro.tables import NCCL_HEAD, burst_line, nccl_line
+
     lines = ["## All-reduce (micro)", ""]
+    rows_in = state.allreduce
     if not rows_in:
         return [*lines, "No all-reduce rows in this run."]
-    rows = [[_num(r.tokens, "d"), fmt_bytes(r.size_bytes), str(r.ranks), r.dtype, str(r.burst), f"{r.time_us:.1f}",
-             f"{r.algbw_gbps:.2f}", f"{r.busbw_gbps:.2f}"] for r in rows_in]
-    return [*lines, "Time per all-reduce in us (a burst row: captured in one CUDA graph, total / burst); "
-            "busbw = algbw x 2(n-1)/n.", "",
-            *table(["tokens", "size", "ranks", "dtype", "burst", "time", "algbw GB/s", "busbw GB/s"], rows,
-                   "rrrlrrrr")]
+    topo = state.topology
+    limit = topo.link_gbps if topo is not None else None
+    if topo is not None:
+        lines += [f"Interconnect ({topo.source}): {topo.summary}" + (
+            f"; link limit {limit:.0f} GB/s per direction ({topo.link_kind})" if limit else ""), ""]
+    lines += _micro_env(state, "allreduce")
+    rows = [[_num(r.tokens, "d"), fmt_bytes(r.size_bytes), str(r.ranks), r.dtype, str(r.burst), r.mode,
+             f"{r.time_us:.1f}", f"{r.algbw_gbps:.2f}", f"{r.busbw_gbps:.2f}",
+             f"{r.busbw_gbps / limit:.0%}" if limit else "n/a", str(r.wrong)] for r in rows_in]
+    lines += ["Time per all-reduce in us (a burst row: captured in one CUDA graph, total / burst); "
+              "busbw = algbw x 2(n-1)/n; % link = busbw / the link's bandwidth per direction.", "",
+              *table(["tokens", "size", "ranks", "dtype", "burst", "mode", "time", "algbw GB/s", "busbw GB/s",
+                      "% link", "#wrong"], rows, "rrrlrlrrrrr")]
+    singles: dict[tuple[str, int], dict[str, AllReduceRow]] = {}
+    for r in rows_in:
+        if r.burst == 1:
+            singles.setdefault((r.run_id, r.size_bytes), {})[r.mode] = r
+    if singles:
+        lines += ["", "In nccl-tests' columns (torch.distributed works in place: the two groups are eager and CUDA "
+                  "graph):", "", "```", NCCL_HEAD,
+                  *[nccl_line(m.get("eager"), m.get("graph")) for m in singles.values()], "```"]
+    bursts = [r for r in rows_in if r.burst > 1]
+    if bursts:
+        lines += ["", *[f"- {burst_line(r)}" for r in bursts]]
+    return lines
 
 
 def _warnings(reader: RunReader) -> list[str]:
@@ -386,7 +440,7 @@ def _warnings(reader: RunReader) -> list[str]:
 def render_report(reader: RunReader) -> str:
     """The whole run as Markdown."""
     d = digest(reader)
-    sections = [_header(d), _phases(d), _cleanup(d), _macro(d), _gemm(d.state.gemm), _allreduce(d.state.allreduce)]
+    sections = [_header(d), _phases(d), _cleanup(d), _macro(d), _gemm(d.state), _allreduce(d.state)]
     body = [line for s in sections for line in ([*s, ""])]
     body += _warnings(reader)
     out: list[str] = []

@@ -92,6 +92,20 @@ def test_the_agent_is_self_contained() -> None:
     assert offenders("kimitui.hosts.agent", ("kimitui",)) == []
 
 
+HOST_PROGRAMS = ["kimitui.hosts.agent", "kimitui.bench.micro.gemm_worker", "kimitui.bench.micro.allreduce_worker"]
+"""Sent to the GPU host and run by its own python3: stdlib, plus torch / vLLM / pynvml where present."""
+
+
+@pytest.mark.parametrize("module", HOST_PROGRAMS)
+def test_the_programs_sent_to_the_host_are_self_contained(module: str) -> None:
+    assert offenders(module, ("kimitui",)) == []
+    allowed = set(sys.stdlib_module_names) | {"torch", "vllm", "pynvml", "__future__"}
+    foreign = sorted(n for n in GRAPH[module] if n.split(".")[0] not in allowed)
+    assert foreign == []
+    path = ROOT / (module.replace(".", "/") + ".py")
+    ast.parse(path.read_text(), str(path), feature_version=(3, 8))  # the host's python3 may be 3.8
+
+
 def test_the_contract_checker_sees_a_violation(tmp_path: Path) -> None:
     bad = PKG / "core" / "_contract_probe.py"
     try:
@@ -124,6 +138,8 @@ print(json.dumps(loaded))
     ["report"],
     ["cleanup", "--help"],
     ["bench", "macro", "--help"],
+    ["bench", "micro", "--help"],
+    ["shapes", "--tp", "8"],
     ["watch", "--help"],
 ])
 def test_headless_commands_load_no_ui(argv: list[str]) -> None:

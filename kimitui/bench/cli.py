@@ -49,7 +49,8 @@ def _goodput(items: list[str]) -> dict[str, float]:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``bench`` (with its ``macro`` subcommand) to the top-level subparsers."""
-    bench = subparsers.add_parser("bench", help="benchmarks: macro (serving sweep against an OpenAI server)")
+    bench = subparsers.add_parser("bench", help="benchmarks: macro (serving sweep against an OpenAI server), "
+                                                "micro (GEMMs and all-reduces on the GPU host)")
     sub = bench.add_subparsers(dest="bench_command")
     p = sub.add_parser("macro", help="concurrency sweep against an OpenAI-compatible server (vLLM metrics)",
                        description="Streamed requests at each concurrency level; metrics as vLLM's "
@@ -87,6 +88,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path,
                    help="the sweep as JSON in this file, rewritten as each level ends (\"finished\": false until "
                         "the command ends)")
+    # --- micro (kimitui/bench/micro/cli.py) -------------------------------------------------------------
+    from kimitui.bench.micro import cli as micro_cli
+
+    micro_cli.add_micro_parser(sub)
+    # --- end micro ----------------------------------------------------------------------------------------
     return bench
 
 
@@ -113,8 +119,14 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    # --- micro (kimitui/bench/micro/cli.py) -------------------------------------------------------------
+    if getattr(args, "bench_command", None) == "micro":
+        from kimitui.bench.micro import cli as micro_cli
+
+        return micro_cli.cmd_micro(args)
+    # --- end micro ----------------------------------------------------------------------------------------
     if getattr(args, "bench_command", None) != "macro":
-        print("kimitui bench: choose a benchmark: macro", file=sys.stderr)
+        print("kimitui bench: choose a benchmark: macro or micro", file=sys.stderr)
         return 2
     import asyncio
 

@@ -211,6 +211,17 @@ class GemmRow(Event):
     gbps: float = 0.0
     roofline_us: float | None = None
     rel_err: float | None = None
+    # micro runner (kimitui.bench.micro): which backend, how many bytes the roofline counts, and why
+    backend: str = ""
+    """marlin, torch-int4 or bf16 (what the row measured; ``kernel`` names the op)."""
+    note: str = ""
+    run_id: str = ""
+    bytes_moved: int = 0
+    experts: int = 0
+    """MoE rows: distinct experts the routing touched per call (their weights are the bytes moved)."""
+    correct: bool | None = None
+    """rel_err against the dequantized bf16 reference below the limit (None: not checked)."""
+    simulated: bool = False
 
 
 @dataclass(slots=True)
@@ -225,6 +236,13 @@ class AllReduceRow(Event):
     busbw_gbps: float = 0.0
     burst: int = 1
     tokens: int | None = None
+    # micro runner: eager or captured in a CUDA graph; nccl-tests' #wrong; the whole burst's time
+    mode: str = "eager"
+    wrong: int = 0
+    backend: str = ""
+    run_id: str = ""
+    burst_us: float | None = None
+    simulated: bool = False
 
 
 @dataclass(slots=True)
@@ -242,6 +260,118 @@ class LogLine(Event):
     level: Literal["debug", "info", "warning", "error"] = "info"
     source: str = ""
     message: str = ""
+
+
+# --- micro benchmarks (kimitui.bench.micro) -------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TopoGpu:
+    index: int
+    name: str = ""
+    bus_id: str = ""
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    nvlinks: int = 0
+    """Active NVLink links."""
+    nvlink_gbps: float | None = None
+    """All active links together, per direction."""
+    numa_node: int | None = None
+    cpu_affinity: str = ""
+
+
+@dataclass(slots=True)
+class Topology(Event):
+    """The interconnect, as ``nvidia-smi topo -m`` shows it (read from NVML)."""
+
+    type: ClassVar[str] = "topology"
+    host: str = ""
+    source: str = ""
+    """nvml, nvidia-smi (PCIe only) or modelled (the simulated host)."""
+    gpus: list[TopoGpu] = field(default_factory=list)
+    links: list[list[str]] = field(default_factory=list)
+    """GPU x GPU: X, NV# (# links), PIX, PXB, PHB, NODE, SYS (nvidia-smi topo -m's legend)."""
+    p2p: list[list[str]] = field(default_factory=list)
+    """GPU x GPU peer-to-peer read status: OK, NS (not supported), ... or X on the diagonal."""
+    summary: str = ""
+    link_kind: str = ""
+    """NVLink or PCIe: what an all-reduce between the GPUs goes over."""
+    link_gbps: float | None = None
+    """That link's bandwidth per direction (GB/s): the limit drawn beside the measured busbw."""
+    simulated: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class MicroPlan(Event):
+    """A micro run starts: what it will measure."""
+
+    type: ClassVar[str] = "micro_plan"
+    run_id: str = ""
+    host: str = ""
+    model: str = ""
+    tp: int = 0
+    parts: list[str] = field(default_factory=list)
+    gemms: list[dict[str, Any]] = field(default_factory=list)
+    """The per-GPU GEMM shapes (kimitui.bench.micro.shapes.GemmShape as dicts)."""
+    ms: list[int] = field(default_factory=list)
+    backends: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    """All-reduce message sizes, bytes."""
+    ranks: int = 0
+    gpus: list[int] = field(default_factory=list)
+    totals: dict[str, int] = field(default_factory=dict)
+    """Items per part (gemm, allreduce), for the progress bars."""
+    simulated: bool = False
+    forced: bool = False
+    """Started with the GPU-memory check overridden."""
+
+
+@dataclass(slots=True)
+class MicroEnv(Event):
+    """What a worker found on the host: its torch, device, backends (used or why not), memory bandwidth."""
+
+    type: ClassVar[str] = "micro_env"
+    run_id: str = ""
+    part: str = ""
+    python: str = ""
+    torch: str = ""
+    device: str = ""
+    backends: dict[str, str] = field(default_factory=dict)
+    """Backend -> what is used ("fused_marlin_moe (vllm 0.x)") or why not ("not available: ...")."""
+    mem_bw_gbps: float | None = None
+    """Measured on the spot by a device copy (bytes read + written / time)."""
+    datasheet_gbps: float | None = None
+    l2_mb: float | None = None
+    ranks: int = 0
+    simulated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class MicroProgress(Event):
+    type: ClassVar[str] = "micro_progress"
+    run_id: str = ""
+    part: str = ""
+    item: str = ""
+    done: int = 0
+    total: int = 0
+
+
+@dataclass(slots=True)
+class MicroEnd(Event):
+    type: ClassVar[str] = "micro_end"
+    run_id: str = ""
+    part: str = ""
+    """gemm, allreduce, topology, or all (a refusal before any part started)."""
+    status: Literal["done", "cancelled", "failed", "refused", "skipped"] = "done"
+    detail: str = ""
+    elapsed_s: float = 0.0
+    rows: int = 0
+    holders: list[ProcRef] = field(default_factory=list)
+    """A refusal: the processes holding memory on the GPUs in scope."""
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -262,6 +392,11 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AllReduceRow,
         ConnectionState,
         LogLine,
+        Topology,
+        MicroPlan,
+        MicroEnv,
+        MicroProgress,
+        MicroEnd,
     )
 }
 
@@ -272,6 +407,8 @@ _NESTED: dict[tuple[str, str], type] = {
     ("step_preview", "spared"): ProcRef,
     ("verification", "gpus"): GpuVerdict,
     ("verification", "holders_left"): ProcRef,
+    ("topology", "gpus"): TopoGpu,
+    ("micro_end", "holders"): ProcRef,
 }
 
 

@@ -21,6 +21,10 @@ from kimitui.core.events import (
     HostSample,
     LogLine,
     MacroPoint,
+    MicroEnd,
+    MicroEnv,
+    MicroPlan,
+    MicroProgress,
     PhaseEnd,
     PhaseStart,
     ProcSample,
@@ -28,6 +32,7 @@ from kimitui.core.events import (
     SignalSent,
     StepPreview,
     StepResult,
+    Topology,
     Verification,
 )
 
@@ -68,6 +73,27 @@ class CleanupState:
 
 
 @dataclass(slots=True)
+class MicroRunState:
+    """One micro run (kimitui bench micro, or the dashboard's): its plan, what each part's worker found,
+    its progress and how each part ended."""
+
+    plan: MicroPlan
+    env: dict[str, MicroEnv] = field(default_factory=dict)
+    progress: dict[str, MicroProgress] = field(default_factory=dict)
+    ends: dict[str, MicroEnd] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return "all" not in self.ends and any(p not in self.ends for p in self.plan.parts)
+
+    def status(self, part: str) -> str:
+        end = self.ends.get(part) or self.ends.get("all")
+        if end is not None:
+            return end.status
+        return "running" if part in self.progress or part in self.env else "pending"
+
+
+@dataclass(slots=True)
 class LogEntry:
     t: float
     level: str
@@ -94,6 +120,8 @@ class SessionState:
     macro: dict[int, MacroPoint] = field(default_factory=dict)
     gemm: list[GemmRow] = field(default_factory=list)
     allreduce: list[AllReduceRow] = field(default_factory=list)
+    topology: Topology | None = None
+    micro_runs: list[MicroRunState] = field(default_factory=list)
     log: deque[LogEntry] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
 
     @property
@@ -111,6 +139,10 @@ class SessionState:
     @property
     def macro_points(self) -> list[MacroPoint]:
         return [self.macro[c] for c in sorted(self.macro)]
+
+    @property
+    def micro(self) -> MicroRunState | None:
+        return self.micro_runs[-1] if self.micro_runs else None
 
     def single_stream_tok_s(self) -> float | None:
         point = self.macro.get(1)
@@ -222,6 +254,8 @@ def fold(state: SessionState, ev: Event) -> SessionState:
         state.gemm.append(ev)
     elif isinstance(ev, AllReduceRow):
         state.allreduce.append(ev)
+    elif isinstance(ev, Topology | MicroPlan | MicroEnv | MicroProgress | MicroEnd):
+        _fold_micro(state, ev)
     elif isinstance(ev, ConnectionState):
         state.host = ev.host or state.host
         state.connection, state.connection_detail = ev.state, ev.detail
@@ -232,6 +266,48 @@ def fold(state: SessionState, ev: Event) -> SessionState:
     elif isinstance(ev, LogLine):
         _log(state, ev.t, ev.level, ev.source, ev.message)
     return state
+
+
+def _micro_run(state: SessionState, run_id: str) -> MicroRunState | None:
+    for run in reversed(state.micro_runs):
+        if run.plan.run_id == run_id:
+            return run
+    return None
+
+
+def _fold_micro(state: SessionState, ev: Topology | MicroPlan | MicroEnv | MicroProgress | MicroEnd) -> None:
+    if isinstance(ev, Topology):
+        state.topology = ev
+        _log(state, ev.t, "info", "topology", f"{ev.host or 'host'}: {ev.summary or 'topology read'}"
+             + (f" ({ev.source})" if ev.source else ""))
+        for err in ev.errors:
+            _log(state, ev.t, "warning", "topology", err)
+        return
+    if isinstance(ev, MicroPlan):
+        state.micro_runs.append(MicroRunState(ev))
+        what = ", ".join(f"{p} ({ev.totals.get(p, 0)} items)" for p in ev.parts)
+        _log(state, ev.t, "info", "micro", f"micro run {ev.run_id}: {what}"
+             + (" (simulated)" if ev.simulated else "") + (", GPU memory check overridden" if ev.forced else ""))
+        return
+    run = _micro_run(state, ev.run_id)
+    if isinstance(ev, MicroProgress):
+        if run is not None:
+            run.progress[ev.part] = ev
+    elif isinstance(ev, MicroEnv):
+        if run is not None:
+            run.env[ev.part] = ev
+        bw = f", copy {ev.mem_bw_gbps:.0f} GB/s" if ev.mem_bw_gbps else ""
+        backends = "; ".join(f"{k}: {v}" for k, v in ev.backends.items())
+        _log(state, ev.t, "info", "micro", f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw})"
+             + (f"; {backends}" if backends else ""))
+    elif isinstance(ev, MicroEnd):
+        if run is not None:
+            run.ends[ev.part] = ev
+        level = {"done": "info", "skipped": "info", "cancelled": "warning"}.get(ev.status, "error")
+        holders = "; ".join(f"pid {h.pid} {h.cmdline[:40]} ({h.mem_mib:.0f} MiB on GPUs {h.gpus})"
+                            for h in ev.holders)
+        _log(state, ev.t, level, "micro", f"{ev.part}: {ev.status} after {ev.elapsed_s:.1f}s, {ev.rows} rows"
+             + (f" ({ev.detail})" if ev.detail else "") + (f"; holders: {holders}" if holders else ""))
 
 
 def fold_all(events: list[Event] | tuple[Event, ...], state: SessionState | None = None) -> SessionState:

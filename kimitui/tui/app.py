@@ -37,6 +37,8 @@ from kimitui.tui.event_log import EventLog
 from kimitui.tui.gpu_table import GpuTable
 from kimitui.tui.help_screen import HelpScreen
 from kimitui.tui.memory_history import MemoryHistory
+from kimitui.tui.micro_runner import MicroController
+from kimitui.tui.micro_view import MicroView
 from kimitui.tui.palette import Colors
 from kimitui.tui.proc_table import ProcTable
 from kimitui.tui.process_clock import since_process_start
@@ -47,7 +49,7 @@ from kimitui.tui.themes import load_themes, resolve_theme
 TICK_HZ = 20.0
 REDRAW_HZ = 8.0
 EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"
-VIEWS = ("dashboard", "bench", "cleanup")
+VIEWS = ("dashboard", "bench", "cleanup", "micro")
 REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
                             "step", "to_end"})
 COMPACT_WIDTH = 100
@@ -62,6 +64,7 @@ class KimituiApp(App[None]):
         # before any other x binding: on the Benchmarks tab x cancels the sweep, elsewhere it is skipped
         Binding("M", "macro_sweep", "Sweep", key_display="M"),
         Binding("x", "cancel_macro_key", "Cancel sweep", show=False),
+        Binding("x", "cancel_micro_key", "Cancel micro", show=False),
         Binding("space", "toggle_pause", "Pause"),
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
         Binding("minus", "slower", "Slower", key_display="-"),
@@ -72,6 +75,8 @@ class KimituiApp(App[None]):
         Binding("d", "show_view('dashboard')", "GPUs", show=False),
         Binding("b", "show_view('bench')", "Bench"),
         Binding("c", "show_view('cleanup')", "Cleanup"),
+        Binding("u", "show_view('micro')", "Micro"),
+        Binding("K", "micro_run", "Micro run", key_display="K", show=False),
         Binding("F", "free_gpus", "Free GPUs", key_display="F"),
         Binding("R", "restart_service", "Restart service", key_display="R", show=False),
         Binding("x", "cancel_cleanup", "Cancel cleanup", show=False),
@@ -124,6 +129,8 @@ class KimituiApp(App[None]):
         self._loop_thread = threading.get_ident()
         self.macro = MacroController(self)
         """The macro sweep started from the dashboard (live only): dialog, worker, progress, cancel."""
+        self.micro = MicroController(self)
+        """The micro benchmarks started from the dashboard (live only): worker, cancel, override."""
 
     # -- layout
 
@@ -139,6 +146,7 @@ class KimituiApp(App[None]):
             # The other views are mounted the first time they are shown: a faster first frame.
             yield TabPane("Benchmarks", id="bench")
             yield TabPane("Cleanup", id="cleanup")
+            yield TabPane("Micro", id="micro")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -153,6 +161,7 @@ class KimituiApp(App[None]):
         self._panes = {pane.id or "": pane for pane in self.query(TabPane)}
         self._bench: BenchView | None = None
         self._cleanup: CleanupView | None = None
+        self._micro: MicroView | None = None
         self._mounting: set[str] = set()
         self.query_one("#gpu-row").border_title = "GPUs"
         self.query_one("#proc-table").border_title = "Processes"
@@ -276,6 +285,11 @@ class KimituiApp(App[None]):
                 self._mount_view(view)
             else:
                 self._cleanup.show(state, colors)
+        elif view == "micro":
+            if self._micro is None:
+                self._mount_view(view)
+            else:
+                self._micro.show(state)
 
     def _mount_view(self, view: str) -> None:
         """Mount a view on first show, then draw it (until then it counts as not drawn)."""
@@ -285,11 +299,14 @@ class KimituiApp(App[None]):
         self._mounting.add(view)
 
         async def mount() -> None:
-            widget: BenchView | CleanupView = (
-                BenchView(id="bench-view") if view == "bench" else CleanupView(id="cleanup-view"))
+            widget: BenchView | CleanupView | MicroView = (
+                BenchView(id="bench-view") if view == "bench" else
+                MicroView(id="micro-view") if view == "micro" else CleanupView(id="cleanup-view"))
             await self._panes[view].mount(widget)
             if isinstance(widget, BenchView):
                 self._bench = widget
+            elif isinstance(widget, MicroView):
+                self._micro = widget
             else:
                 self._cleanup = widget
             self.redraw()
@@ -362,6 +379,14 @@ class KimituiApp(App[None]):
         if self.active_view != "bench" or not self.macro.running:
             raise SkipAction()  # the key's other bindings get it
         self.macro.cancel()
+
+    def action_micro_run(self) -> None:
+        self.micro.start()
+
+    def action_cancel_micro_key(self) -> None:
+        if self.active_view != "micro" or not self.micro.running:
+            raise SkipAction()  # the key's other bindings get it
+        self.micro.cancel()
 
     def action_show_view(self, view: str) -> None:
         if view in VIEWS:

@@ -41,6 +41,11 @@ def palette_commands(app: KimituiApp) -> list[Command]:
          "and asked (live only)", app.action_free_gpus),
         ("Cleanup: restart the service…", "R: start the service again and wait for its health endpoint; "
          "previewed and asked (live only)", app.action_restart_service),
+        ("View: micro", "u: GEMM and all-reduce results, interconnect, plots", partial(app.action_show_view, "micro")),
+        ("Benchmarks: run micro benchmarks", "K: GEMMs at the model's shapes and all-reduces on the host (live only)",
+         app.action_micro_run),
+        ("Benchmarks: cancel micro run", "x on the Micro tab: every rank ends, the GPUs are freed",
+         app.micro.cancel),
         ("Help", "F1 / ?: keys", app.action_help),
     ]
     if app.live is not None:

@@ -1,0 +1,140 @@
+"""Are the GEMM worker's figures honest? Each torch-int4 and bf16 figure of the worker (calls captured in
+a CUDA graph, replayed, timed with CUDA events, weights rotated beyond L2) next to a plain CUDA-event loop
+of the same op at the same shape and M over the same rotated weights. Target: within 5%.
+
+A plain eager loop can only time a kernel that takes longer than its launch: where the CPU's enqueue time
+per call reaches the GPU time, the loop measures the CPU (launch-bound) and the row is shown but left out
+of the 5% check (that is exactly why the worker captures a graph).
+
+    python benchmarks/micro_fidelity.py [--ms 1,16,128] [--shapes lm_head,o_proj,...] [--json OUT.json]
+
+Needs torch (a CUDA GPU for meaningful figures; ``--device cpu`` only exercises the code). Imports only the
+self-contained worker and the shapes module of kimitui, so it runs on a GPU host without kimitui's deps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kimitui.bench.micro import gemm_worker as gw
+from kimitui.bench.micro.shapes import KIMI_K25, shapes_for
+
+TOLERANCE = 0.05
+LAUNCH_BOUND = 0.9
+"""Enqueue time per call at or above this fraction of the GPU time per call: the loop is launch-bound."""
+
+
+def plain_loop(torch: object, fn: object, calls: int, cuda: bool, repeats: int) -> tuple[float, float]:
+    """(GPU us per call: median of ``repeats`` loops of ``calls`` eager calls between two CUDA events;
+    CPU enqueue us per call)."""
+    gpu, cpu = [], []
+    for _ in range(repeats):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[attr-defined]
+            torch.cuda.synchronize()  # type: ignore[attr-defined]
+            t0 = time.perf_counter()
+            a.record()
+            for i in range(calls):
+                fn(i)  # type: ignore[operator]
+            b.record()
+            cpu.append((time.perf_counter() - t0) * 1e6 / calls)
+            b.synchronize()
+            gpu.append(a.elapsed_time(b) * 1000.0 / calls)
+        else:
+            t0 = time.perf_counter()
+            for i in range(calls):
+                fn(i)  # type: ignore[operator]
+            us = (time.perf_counter() - t0) * 1e6 / calls
+            gpu.append(us)
+            cpu.append(0.0)
+    return statistics.median(gpu), statistics.median(cpu)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ms", default="1,16,128")
+    ap.add_argument("--shapes", default="", help="names (default: every dense shape of Kimi-K2.5 at TP=8)")
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--calls", type=int, default=200, help="calls per plain loop")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rotate-mb", type=float, default=256.0)
+    ap.add_argument("--json", type=Path, help="write the rows here")
+    args = ap.parse_args()
+
+    import torch
+
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print("micro_fidelity: torch sees no CUDA GPU (use --device cpu to exercise the code only)", file=sys.stderr)
+        return 2
+    device = "cuda:0" if cuda else "cpu"
+    wargs = gw.parse_args(["--shapes", "[]", "--rotate-mb", str(args.rotate_mb if cuda else 0)])
+    bench = gw.Bench(torch, device, wargs, 0.0)
+    ms = [int(m) for m in args.ms.split(",")]
+    wanted = {s for s in args.shapes.split(",") if s}
+    shapes = [g for g in shapes_for(KIMI_K25, args.tp).gemms if not wanted or g.name in wanted]
+    name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    print(f"device {name}, torch {torch.__version__}; worker: CUDA graph of back-to-back calls, median of "
+          f"{wargs.replays} replays; plain: {args.calls} eager calls between two CUDA events, median of "
+          f"{args.repeats}; weights rotated over >= {args.rotate_mb:.0f} MB in both")
+    head = (f"{'GEMM':<16} {'M':>4} {'backend':<10} {'worker us':>10} {'plain us':>10} {'diff':>7} "
+            f"{'enqueue us':>10}  verdict")
+    print(head)
+    print("-" * len(head))
+    rows = []
+    for s in shapes:
+        group = gw.parse_dtype(s.dtype)
+        g = group[2] if group[0] == "int" else 32
+        q, sc, wref = gw.quantized(torch, s.n, s.k, g, device, bench.gen)
+        sz = torch.stack([sc, torch.zeros_like(sc)], dim=2).contiguous()
+        packed = bench.int4.pack(q)
+        for backend in ("torch-int4", "bf16"):
+            if backend == "torch-int4":
+                copies = gw.copies_for(gw.weight_bytes(s.n, s.k, f"int4-g{g}"), wargs)
+                ws = [packed] + [packed.clone() for _ in range(copies - 1)]
+            else:
+                copies = gw.copies_for(s.n * s.k * 2, wargs)
+                ws = [wref] + [wref.clone() for _ in range(copies - 1)]
+            for m in ms:
+                x = bench.randn(m, s.k)
+                if backend == "torch-int4":
+                    def op(i: int, x: object = x, ws: list = ws, g: int = g, sz: object = sz) -> object:
+                        return bench.int4.mm(x, ws[i % len(ws)], g, sz)
+                else:
+                    def op(i: int, x: object = x, ws: list = ws) -> object:
+                        return torch.mm(x, ws[i % len(ws)].t())
+                worker_us, calls, how = bench.timer.measure(op)
+                plain_us, enqueue_us = plain_loop(torch, op, args.calls, cuda, args.repeats)
+                diff = (plain_us - worker_us) / worker_us
+                launch_bound = cuda and enqueue_us >= LAUNCH_BOUND * plain_us
+                verdict = ("launch-bound (not compared)" if launch_bound else
+                           "ok" if abs(diff) <= TOLERANCE else "OFF")
+                if not cuda:
+                    verdict = "cpu (code check only)"
+                rows.append({"name": s.name, "m": m, "n": s.n, "k": s.k, "backend": backend, "worker_us": worker_us,
+                             "worker_method": how, "worker_calls": calls, "plain_us": plain_us,
+                             "enqueue_us": enqueue_us, "diff": diff, "verdict": verdict})
+                print(f"{s.name:<16} {m:>4} {backend:<10} {worker_us:>10.2f} {plain_us:>10.2f} {diff:>+7.1%} "
+                      f"{enqueue_us:>10.2f}  {verdict}", flush=True)
+            del ws
+        if cuda:
+            torch.cuda.empty_cache()
+    compared = [r for r in rows if r["verdict"] in ("ok", "OFF")]
+    within = sum(1 for r in compared if r["verdict"] == "ok")
+    print(f"\n{within} of {len(compared)} GPU-bound rows within {TOLERANCE:.0%} of the plain loop; "
+          f"{sum(1 for r in rows if r['verdict'].startswith('launch'))} launch-bound rows not compared")
+    if args.json:
+        args.json.write_text(json.dumps({"device": name, "torch": torch.__version__, "rows": rows}, indent=1))
+    return 0 if within == len(compared) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

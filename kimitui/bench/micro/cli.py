@@ -1,0 +1,270 @@
+"""``kimitui shapes`` and ``kimitui bench micro``: the model's per-GPU shapes, and the micro benchmarks on
+a host, headless. Imports only the standard library at load time (the rest when a command runs).
+
+    kimitui shapes --tp 8 [--config FILE] [--json]
+    kimitui bench micro --host TARGET [--gemm] [--allreduce] [--json] [--device cpu] ...
+
+``--host demo`` starts the simulated 8-GPU host, frees its GPUs with the real cleanup (its simulated vLLM
+holds them, as a real one would), and runs the workers there with modelled RTX PRO 6000 figures, marked
+simulated. ``--device cpu`` is the CPU path (gloo, CPU tensors, small sizes) on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in SIZE_UNITS else ""
+    try:
+        value = float(t[: len(t) - len(unit)]) * SIZE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size such as 1G, 64M, 4096") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size cannot be negative")
+    return int(value)
+
+
+def parse_ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers, e.g. 1,2,4") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: numbers must not be negative")
+    return values
+
+
+def parse_names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+# --- kimitui shapes ----------------------------------------------------------------------------------------
+
+
+def add_shapes_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "shapes", help="the model's per-GPU decode GEMMs and all-reduces at a TP size",
+        description="Per-GPU GEMMs (N x K, dtype as the checkpoint stores it, calls per token) and the "
+                    "all-reduces of one decode step, from Kimi-K2.5 (built in) or an HF config.json.")
+    p.add_argument("--tp", type=int, default=8, help="tensor-parallel size (default 8)")
+    p.add_argument("--config", type=Path, help="an HF-style config.json of the DeepSeek-V3 / Kimi-K2 family")
+    p.add_argument("--ms", type=parse_ints, default=None, help="token counts for the all-reduce sizes")
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def cmd_shapes(args: argparse.Namespace) -> int:
+    from kimitui.bench.micro.runner import DEFAULT_MS
+    from kimitui.bench.micro.shapes import ShapeError, format_plan, load_config, shapes_for
+
+    ms = args.ms or list(DEFAULT_MS)
+    try:
+        plan = shapes_for(load_config(args.config), args.tp)
+    except ShapeError as exc:
+        print(f"kimitui shapes: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(plan.to_dict(ms), indent=1))
+    else:
+        sys.stdout.write(format_plan(plan, ms))
+    return 0
+
+
+# --- kimitui bench micro -------------------------------------------------------------------------------------
+
+
+def add_micro_parser(bench_sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = bench_sub.add_parser(
+        "micro", help="GEMMs at the model's per-GPU shapes and NCCL all-reduces, run on the GPU host",
+        description="W4A16 and bf16 GEMMs at the model's decode shapes (CUDA graphs, weights rotated beyond L2, "
+                    "checked against a dequantized reference) and all-reduces (nccl-tests' algbw / busbw, eager "
+                    "and CUDA graph, the 122-per-token burst). Refuses to start while the GPUs in scope hold "
+                    "memory (--force overrides). Exit status: 0 done, 1 failed or refused, 2 usage, 130 cancelled.")
+    p.add_argument("--host", default="local", help="local, demo, or ssh://[user@]host[:port] (default local)")
+    p.add_argument("--accept-new-host-key", action="store_true")
+    p.add_argument("--gemm", action="store_true", help="the GEMM benchmark (default: both)")
+    p.add_argument("--allreduce", action="store_true", help="the all-reduce benchmark (default: both)")
+    p.add_argument("--json", action="store_true", help="the run's events as JSON lines (rows, env, topology, end)")
+    p.add_argument("--tp", type=int, default=8)
+    p.add_argument("--config", type=Path, help="HF config.json (default: Kimi-K2.5)")
+    p.add_argument("--ms", type=parse_ints, help="token counts M (default 1,2,4,...,256)")
+    p.add_argument("--backends", type=parse_names, help="marlin,torch-int4,bf16 (default: all found)")
+    p.add_argument("--gpus", type=parse_ints, help="GPUs in scope (default: all; the GEMM runs on the first)")
+    p.add_argument("--ranks", type=int, help="all-reduce ranks (default: one per GPU in scope; 2 on --device cpu)")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="cpu: the CPU path (gloo, CPU tensors; no GPU check)")
+    p.add_argument("--sweep-max", type=parse_size, help="largest all-reduce of the size sweep (default 1G; "
+                                                         "64K on --device cpu; 0: no sweep)")
+    p.add_argument("--burst-tokens", type=parse_ints, help="M of the 122-all-reduce bursts (default 1,8,32,128)")
+    p.add_argument("--modes", type=parse_names, default=["eager", "graph"], help="eager,graph (default both)")
+    p.add_argument("--iters", type=int, help="all-reduce iterations per size (default 20)")
+    p.add_argument("--replays", type=int, help="GEMM graph replays per figure (default 5)")
+    p.add_argument("--target-ms", type=float, help="GEMM: length of one timed graph (default 20)")
+    p.add_argument("--force", action="store_true", help="start even though the GPUs hold memory")
+    p.add_argument("--threshold-mib", type=float, default=256.0,
+                   help="a GPU counts as free within this much used memory (default 256)")
+    p.add_argument("--python", help="the host's python with torch (default: python3 there; here: this one)")
+    p.add_argument("--pace", type=float, default=None, help="demo: seconds per modelled row (default 0.02)")
+    p.add_argument("--interval", type=float, default=0.5, help="telemetry sampling interval (default 0.5 s)")
+    return p
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from kimitui.bench.micro.runner import MicroConfig
+
+    parts = [p for p in ("gemm", "allreduce") if getattr(args, p)] or ["gemm", "allreduce"]
+    cfg = MicroConfig(parts=parts, tp=args.tp, config_path=args.config, device=args.device, force=args.force,
+                      threshold_mib=args.threshold_mib, python=args.python, gpus=args.gpus or None,
+                      ranks=args.ranks, modes=args.modes)
+    if args.ms:
+        cfg.ms = args.ms
+    if args.backends:
+        cfg.backends = args.backends
+    if args.burst_tokens is not None:
+        cfg.burst_tokens = args.burst_tokens
+    if args.sweep_max is not None:
+        cfg.sweep_max = args.sweep_max
+    elif cfg.cpu:
+        cfg.sweep_max = 64 << 10
+    if args.iters:
+        cfg.allreduce_args += ["--iters", str(args.iters), "--warmup", str(min(5, args.iters))]
+    if args.replays:
+        cfg.gemm_args += ["--replays", str(args.replays)]
+    if args.target_ms:
+        cfg.gemm_args += ["--target-ms", str(args.target_ms)]
+    return cfg
+
+
+async def free_demo_gpus(opened: Any, feed: Any, publish: Any) -> bool:
+    """The simulated host's vLLM holds its GPUs, as a real one does before the micro phase: free them with
+    the real cleanup (every step consented: the simulated host and all on it belong to this command)."""
+    import time
+
+    from kimitui.cleanup.consent import auto_consent
+    from kimitui.cleanup.executor import CleanupExecutor
+    from kimitui.cleanup.services import SimService
+    from kimitui.cleanup.setup import build_target, default_deadlines
+    from kimitui.core.events import PhaseEnd, PhaseStart
+
+    host = opened.host
+    service = SimService(health_url=f"{getattr(host, 'api_url', '')}/health")
+    target = build_target(host.name, service, None, 64.0, default_deadlines(True), False, "kimitui-demo")
+    ex = CleanupExecutor(host, target, feed, auto_consent(("graceful", "process", "device"), "kimitui-demo"),
+                         publish=publish)
+    print("demo: freeing the simulated GPUs first (the cleanup, every step consented: the host is simulated)",
+          file=sys.stderr)
+    publish(PhaseStart(time.time(), phase="cleanup", title="free the simulated GPUs for the micro phase"))
+    report = await ex.run()
+    publish(PhaseEnd(time.time(), phase="cleanup", ok=report.clean, note="clean" if report.clean else "not clean"))
+    return report.clean
+
+
+async def _micro(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+    import signal
+    import time
+
+    from kimitui.bench.micro.runner import MicroRunner
+    from kimitui.bench.micro.shapes import load_config, shapes_for
+    from kimitui.bench.micro.tables import TextPrinter
+    from kimitui.bench.micro.workers import worker_host_for
+    from kimitui.core.events import (
+        AllReduceRow,
+        Event,
+        GemmRow,
+        MicroEnd,
+        MicroEnv,
+        MicroPlan,
+        PhaseEnd,
+        PhaseStart,
+        Topology,
+    )
+    from kimitui.targets import TargetError, new_session, open_target
+
+    cfg = _config(args)
+    cfg.validate()
+    shapes_for(load_config(cfg.config_path), cfg.tp)  # a bad config or TP is a usage error before any host
+    demo = args.host == "demo"
+    json_types = (MicroPlan, MicroEnv, Topology, GemmRow, AllReduceRow, MicroEnd)
+    text = TextPrinter()
+
+    def show(ev: Event) -> None:
+        if args.json:
+            if isinstance(ev, json_types):
+                print(json.dumps(ev.to_dict(), separators=(",", ":"), ensure_ascii=False), flush=True)
+        else:
+            text(ev)
+
+    cancel = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, cancel.set)
+    async with open_target(args.host, accept_new_host_key=args.accept_new_host_key, check=not cfg.cpu) as opened:
+        session = new_session(opened, "bench micro")
+        session.subscribe(show)
+        if demo:
+            cfg.modelled = "rtx-pro-6000"
+            cfg.sim_dir = opened.telemetry_args.get("sim_dir")
+            cfg.pace_s = 0.02 if args.pace is None else args.pace
+        feed = source = None
+        try:
+            sample = None
+            if not cfg.cpu:
+                from kimitui.cleanup.view import SampleFeed, ViewTimeout
+                from kimitui.telemetry import TelemetrySource
+
+                source = TelemetrySource(opened.host, args.interval, **opened.telemetry_args)
+                feed = SampleFeed()
+                feed.follow(source.events(), publish=session.publish)
+                try:
+                    if demo and not await free_demo_gpus(opened, feed, session.publish):
+                        print("kimitui bench micro: the simulated GPUs could not be freed", file=sys.stderr)
+                        return 1
+                    sample = await feed.latest(after=time.monotonic(), timeout=30.0)
+                except ViewTimeout as exc:
+                    raise TargetError(f"{opened.host.name}: no telemetry: {exc}") from None
+            runner = MicroRunner(worker_host_for(opened.host), opened.host.name, cfg, session.publish, cancel)
+            session.publish(PhaseStart(time.time(), phase="micro", title="GEMM and all-reduce micro benchmarks"
+                                       + (" (simulated)" if cfg.modelled else "")))
+            result = await runner.run(sample)
+            note = ", ".join(f"{p.part} {p.status}" for p in result.parts.values())
+            session.publish(PhaseEnd(time.time(), phase="micro", ok=result.ok, note=note))
+        finally:
+            if source is not None:
+                source.stop()
+            if feed is not None:
+                await feed.stop()
+            session.close()
+        assert session.recorder is not None
+        print(f"session recorded to {session.recorder.path} (replay: kimitui replay {session.recorder.path})",
+              file=sys.stderr)
+    if result.cancelled:
+        return 130
+    return 0 if result.ok else 1
+
+
+def cmd_micro(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from kimitui.bench.micro.runner import MicroError
+    from kimitui.bench.micro.shapes import ShapeError
+    from kimitui.hosts.base import HostError
+    from kimitui.targets import TargetError
+
+    try:
+        return asyncio.run(_micro(args))
+    except (MicroError, ShapeError, HostError, TargetError) as exc:
+        print(f"kimitui bench micro: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

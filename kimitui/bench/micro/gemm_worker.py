@@ -1,0 +1,705 @@
+"""kimitui's GEMM micro-benchmark worker: runs on the GPU host under ITS python3 (3.8+) and torch.
+
+Self-contained (stdlib + torch; vLLM optional): its source is sent to the host and run there, so it
+imports nothing of kimitui. One JSON object per line on stdout, ``type`` first:
+  hello {part, pid, python, simulated}                  once, first
+  env {torch, device, backends, mem_bw_gbps, datasheet_gbps, l2_mb, notes}
+  progress {item, done, total}                          before each row
+  row {name, m, n, k, dtype, backend, kernel, time_us, tflops, gbps, roofline_us, rel_err, ...}
+  log {level, message}
+  error {message}                                       fatal, then exit 1
+  done {rows, elapsed_s}
+
+Backends: ``bf16`` (torch.mm, the dense reference), ``torch-int4`` (torch._weight_int4pack_mm, tinygemm:
+honest only near M=1), ``marlin`` (vLLM's marlin_gemm / gptq_marlin_gemm and fused_marlin_moe, when vLLM
+is installed on the host; the op is called by its parameter names, so its signature may change between
+versions). On CUDA each figure is the median over replays of a CUDA graph of back-to-back calls, timed
+with CUDA events, the weights rotated over copies beyond L2. On CPU (tests, no GPU) the same code times
+plain loops. ``--modelled rtx-pro-6000`` prints modelled figures instead (the simulated host): no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+
+INT4_HONEST = "tinygemm: honest only near M=1"
+MAX_REL_ERR = 0.04
+DATASHEET_GBPS = (("H200", 4800.0), ("H100 NVL", 3900.0), ("H100 PCIe", 2000.0), ("H100", 3350.0),
+                  ("GH200", 4000.0), ("B200", 8000.0), ("A100-SXM4-80GB", 2039.0), ("A100 80GB PCIe", 1935.0),
+                  ("A100", 1555.0), ("RTX PRO 6000", 1792.0), ("L40S", 864.0), ("L4", 300.0))
+MODELS = {"rtx-pro-6000": {"device": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "bw": 1792.0,
+                           "bf16_tflops": 250.0, "l2_mb": 128.0}}
+
+
+# --- output -------------------------------------------------------------------------------------------
+
+_out_lock = threading.Lock()
+
+
+def emit(kind: str, **fields: object) -> None:
+    line = json.dumps(dict({"type": kind, "t": time.time()}, **fields), separators=(",", ":"))
+    with _out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def log(level: str, message: str) -> None:
+    emit("log", level=level, message=message)
+
+
+def exit_when_stdin_closes() -> None:
+    """The caller's liveness channel: when our stdin reaches EOF the caller is gone, so stop at once."""
+
+    def watch() -> None:
+        try:
+            while os.read(0, 65536):
+                pass
+        except OSError:
+            pass
+        os._exit(143)
+
+    threading.Thread(target=watch, name="stdin-eof", daemon=True).start()
+
+
+def hold_simulated_memory(sim_dir: str, gpus: list, mib: int) -> list:
+    """On the simulated host: hold ``mib`` on each GPU the way its driver counts it (a holder record with
+    our (pid, start time)) and map the device files the way a CUDA context does. Returns what to keep."""
+    import mmap
+
+    with open("/proc/self/stat") as fh:
+        start = int(fh.read().rpartition(")")[2].split()[19])
+    keep = []
+    dev = os.path.join(sim_dir, "dev", "nvidia")
+    for path in [dev + "ctl", dev + "-uvm"] + [dev + str(g) for g in gpus]:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        keep.append(fd)
+        keep.append(mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))
+    record = {"pid": os.getpid(), "start_time": start, "mem_mib": {str(g): mib for g in gpus}, "util": 95}
+    path = os.path.join(sim_dir, "holders", f"{os.getpid()}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(record))
+    os.replace(tmp, path)
+    return keep
+
+
+# --- what to measure ----------------------------------------------------------------------------------
+
+def parse_dtype(dtype: str) -> tuple:
+    """("bf16", None) or ("int", bits, group) or ("other", name)."""
+    if dtype in ("bf16", "bfloat16"):
+        return ("bf16", None)
+    if dtype.startswith("int") and "-g" in dtype:
+        bits, _, group = dtype[3:].partition("-g")
+        if bits.isdigit() and group.isdigit():
+            return ("int", int(bits), int(group))
+    return ("other", dtype)
+
+
+def weight_bytes(n: int, k: int, dtype: str) -> int:
+    kind = parse_dtype(dtype)
+    if kind[0] == "int":
+        return n * k * kind[1] // 8 + (n * k // kind[2]) * 2
+    return n * k * 2
+
+
+def plan_items(shapes: list, backends: list) -> tuple:
+    """(items, skipped): one item per dense shape (a routed expert's shape as ONE expert's dense GEMM)
+    plus one fused-MoE item when both expert weights are there; each with the backends that apply."""
+    items, skipped = [], []
+    by_name = {s["name"]: s for s in shapes}
+    for s in shapes:
+        kind = parse_dtype(s["dtype"])
+        if kind[0] == "other":
+            skipped.append("{}: dtype {} is not benchmarked (bf16 and intN-gG are)".format(s["name"], s["dtype"]))
+            continue
+        wanted = ["bf16"] if kind[0] == "bf16" else [b for b in ("marlin", "torch-int4", "bf16") if b in backends]
+        wanted = [b for b in wanted if b in backends]
+        if not wanted:
+            continue
+        label = s["name"] + (" (1 expert)" if s.get("experts") else "")
+        items.append({"kind": "dense", "name": label, "n": s["n"], "k": s["k"], "dtype": s["dtype"],
+                      "backends": wanted})
+    w13, w2 = by_name.get("moe_w13"), by_name.get("moe_w2")
+    if w13 and w2 and w13.get("experts") and parse_dtype(w13["dtype"])[0] != "other":
+        kind = parse_dtype(w13["dtype"])
+        wanted = ["bf16"] if kind[0] == "bf16" else [b for b in ("marlin", "torch-int4", "bf16") if b in backends]
+        wanted = [b for b in wanted if b in backends]
+        if wanted:
+            items.append({"kind": "moe", "name": f"moe ({w13['topk']} of {w13['experts']})",
+                          "n": w13["n"], "k": w13["k"], "n2": w2["n"], "k2": w2["k"], "dtype": w13["dtype"],
+                          "experts": w13["experts"], "topk": w13["topk"], "backends": wanted})
+    return items, skipped
+
+
+def expected_experts(experts: int, topk: int, m: int) -> float:
+    """Distinct experts M tokens touch when each picks ``topk`` of ``experts`` uniformly."""
+    return experts * (1.0 - (1.0 - topk / float(experts)) ** m)
+
+
+def row_bytes(item: dict, m: int, touched: float) -> int:
+    act = 2
+    if item["kind"] == "moe":
+        per = weight_bytes(item["n"], item["k"], item["dtype"]) + weight_bytes(item["n2"], item["k2"], item["dtype"])
+        return int(touched * per + m * item["k"] * act + m * item["n2"] * act)
+    return weight_bytes(item["n"], item["k"], item["dtype"]) + m * item["k"] * act + m * item["n"] * act
+
+
+def row_flops(item: dict, m: int) -> float:
+    if item["kind"] == "moe":
+        return 2.0 * m * item["topk"] * (item["n"] * item["k"] + item["n2"] * item["k2"])
+    return 2.0 * m * item["n"] * item["k"]
+
+
+def as_backend(item: dict, backend: str) -> dict:
+    """The item as the backend reads it: the bf16 reference of a quantized weight reads bf16 weights."""
+    return dict(item, dtype="bf16") if backend == "bf16" else item
+
+
+def figures(item: dict, m: int, time_us: float, bw_gbps: float, touched: float) -> dict:
+    b = row_bytes(item, m, touched)
+    return {"bytes_moved": b, "tflops": row_flops(item, m) / (time_us * 1e-6) / 1e12 if time_us > 0 else 0.0,
+            "gbps": b / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0,
+            "roofline_us": b / (bw_gbps * 1e9) * 1e6 if bw_gbps else None}
+
+
+# --- modelled figures (the simulated host) -----------------------------------------------------------
+
+def run_modelled(args: argparse.Namespace, items: list, ms: list) -> int:
+    model = MODELS[args.modelled]
+    rnd = random.Random(args.seed)
+    backends = {"marlin": "modelled: marlin_gemm / fused_marlin_moe ({}, simulated)".format(model["device"]),
+                "bf16": "modelled: torch.mm (cuBLAS), simulated",
+                "torch-int4": "not modelled (the simulated host models the production kernels)"}
+    emit("env", torch="", device=model["device"] + " (simulated)", backends=backends, mem_bw_gbps=None,
+         datasheet_gbps=model["bw"], l2_mb=model["l2_mb"], simulated=True,
+         notes=["modelled figures, not measured: bandwidth {:g} GB/s, bf16 {:g} TFLOP/s".format(model["bw"],
+                                                                                       model["bf16_tflops"])])
+    keep = hold_simulated_memory(args.sim_dir, [args.gpu], args.sim_mib) if args.sim_dir else []
+    rows = [(it, b, m) for it in items for b in it["backends"] if b != "torch-int4" for m in ms]
+    done = 0
+    for it, backend, m in rows:
+        emit("progress", item=f"{it['name']} M={m} {backend}", done=done, total=len(rows))
+        if args.pace:
+            time.sleep(args.pace)  # the modelled run takes time like a real one: progress is visible
+        touched = expected_experts(it["experts"], it["topk"], m) if it["kind"] == "moe" else 0.0
+        it_b = as_backend(it, backend)
+        b = row_bytes(it_b, m, touched)
+        eff = 0.82 if backend == "bf16" else 0.72
+        mem_us = b / (eff * model["bw"] * 1e9) * 1e6
+        flop_us = row_flops(it, m) / (0.55 * model["bf16_tflops"] * 1e12) * 1e6
+        overhead = 2.6 + (6.0 if it["kind"] == "moe" else 0.0)
+        if it["kind"] == "moe" and backend == "bf16":
+            overhead += 4.0 * touched  # a loop over the experts, two launches each
+        t = (max(mem_us, flop_us) + overhead) * rnd.uniform(0.985, 1.025)
+        kernel = {"bf16": "torch.mm", "marlin": "fused_marlin_moe" if it["kind"] == "moe" else "marlin_gemm"}
+        emit("row", name=it["name"], m=m, n=it["n"], k=it["k"], dtype=it["dtype"] if backend != "bf16" else
+             ("bf16" if it["dtype"] == "bf16" else "bf16 (dequant)"), backend=backend, kernel=kernel[backend],
+             time_us=round(t, 3), rel_err=None, correct=None, experts=round(touched), simulated=True,
+             note="modelled", **figures(it_b, m, t, model["bw"], touched))
+        done += 1
+    del keep
+    return done
+
+
+# --- torch: weights, kernels, timing -------------------------------------------------------------------
+
+class Int4:
+    """torch's tinygemm int4 kernel on this device: pack [N, K] ints 0..15, multiply by a packed weight."""
+
+    def __init__(self, torch: object, device: str) -> None:
+        self.torch, self.device = torch, device
+        ops = torch.ops.aten
+        if device == "cpu" and hasattr(ops, "_weight_int4pack_mm_for_cpu"):
+            self._pack_op, self._mm_op = ops._convert_weight_to_int4pack_for_cpu, ops._weight_int4pack_mm_for_cpu
+            self.kernel = "torch._weight_int4pack_mm_for_cpu"
+        else:
+            self._pack_op, self._mm_op = torch._convert_weight_to_int4pack, torch._weight_int4pack_mm
+            self.kernel = "torch._weight_int4pack_mm"
+
+    def pack(self, q: object) -> object:
+        torch = self.torch
+        k = q.shape[1]
+        tiles = 8 if k % 256 == 0 else 4 if k % 128 == 0 else 2
+        if self.device == "cpu":
+            return self._pack_op(q.to(torch.int32).contiguous(), tiles)
+        u8 = ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8).contiguous()  # even k in the high nibble
+        return self._pack_op(u8, tiles)
+
+    def mm(self, x: object, packed: object, group: int, scales_zeros: object) -> object:
+        return self._mm_op(x, packed, group, scales_zeros)
+
+
+class Marlin:
+    """vLLM's Marlin kernels, found by name and called by parameter name (signatures change by version)."""
+
+    def __init__(self, torch: object, device: str) -> None:
+        self.torch, self.ok, self.gemm, self.moe = torch, False, None, None
+        if device == "cpu":
+            self.why = "not available: Marlin needs a CUDA GPU"
+            return
+        try:
+            import vllm  # type: ignore
+            from vllm import _custom_ops as ops  # type: ignore
+            from vllm.model_executor.layers.quantization.utils import marlin_utils as mu  # type: ignore
+            from vllm.model_executor.layers.quantization.utils.marlin_utils_test import (  # type: ignore
+                marlin_quantize,
+            )
+            from vllm.scalar_type import scalar_types  # type: ignore
+        except ImportError as exc:
+            missing = getattr(exc, "name", None) == "vllm"
+            self.why = "not available (vLLM not installed)" if missing else f"not available: {exc}"
+            return
+        except Exception as exc:
+            self.why = f"not available: importing vLLM failed: {type(exc).__name__}: {exc}"
+            return
+        self.version = getattr(vllm, "__version__", "?")
+        self.gemm_name = "marlin_gemm" if hasattr(ops, "marlin_gemm") else "gptq_marlin_gemm"
+        self.gemm = getattr(ops, self.gemm_name, None)
+        self.quantize, self.qtype, self.mu = marlin_quantize, scalar_types.uint4b8, mu
+        try:
+            from vllm.model_executor.layers.fused_moe.fused_marlin_moe import fused_marlin_moe  # type: ignore
+            self.moe = fused_marlin_moe
+        except Exception:
+            self.moe = None
+        self.ok = self.gemm is not None
+        self.why = "vllm {}: {}{}".format(self.version, self.gemm_name,
+                                      ", fused_marlin_moe" if self.moe else ", no fused_marlin_moe")
+        if not self.ok:
+            self.why = f"not available: vllm {self.version} has neither marlin_gemm nor gptq_marlin_gemm"
+
+    def workspace(self, n: int, device: object) -> object:
+        mu = self.mu
+        if hasattr(mu, "marlin_make_workspace_new"):
+            return mu.marlin_make_workspace_new(device)
+        return mu.marlin_make_workspace(n, device)
+
+    @staticmethod
+    def call(fn: object, values: dict) -> object:
+        """Call ``fn`` with the values its parameters name; a required one we cannot name is an error."""
+        import inspect
+
+        kwargs = {}
+        for name, p in inspect.signature(fn).parameters.items():
+            if name in values:
+                kwargs[name] = values[name]
+            elif p.default is inspect.Parameter.empty:
+                raise RuntimeError(f"{fn.__name__} has a parameter this worker does not know: {name}")
+        return fn(**kwargs)
+
+    def values(self, device: object, m: int, n: int, k: int) -> dict:
+        torch = self.torch
+        empty = torch.empty(0, dtype=torch.int, device=device)
+        return {"c": None, "b_bias": None, "a_scales": None, "global_scale": None, "b_zeros": empty,
+                "g_idx": empty, "perm": empty, "workspace": self.workspace(n, device), "b_q_type": self.qtype,
+                "b_q_type_id": self.qtype.id, "num_bits": 4, "size_m": m, "size_n": n, "size_k": k,
+                "is_k_full": True, "has_zp": False, "use_atomic_add": False, "use_fp32_reduce": True,
+                "is_zp_float": False}
+
+
+class Timer:
+    """Per-call time of ``fn(i)`` (i rotates the weights): on CUDA a graph of back-to-back calls replayed
+    and timed with events (eager events if capture fails, said in the note); on CPU a plain loop."""
+
+    def __init__(self, torch: object, device: str, args: argparse.Namespace) -> None:
+        self.torch, self.cuda, self.args = torch, device != "cpu", args
+
+    def _sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def _eager_us(self, fn: object, calls: int) -> float:
+        torch = self.torch
+        if self.cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for i in range(calls):
+                fn(i)
+            b.record()
+            b.synchronize()
+            return a.elapsed_time(b) * 1000.0 / calls
+        t0 = time.perf_counter()
+        for i in range(calls):
+            fn(i)
+        return (time.perf_counter() - t0) * 1e6 / calls
+
+    def measure(self, fn: object) -> tuple:
+        """(us per call, calls per measurement, how: 'graph' | 'eager' | 'eager (...)')."""
+        args = self.args
+        for i in range(args.warmup):
+            fn(i)
+        self._sync()
+        est = max(self._eager_us(fn, 3), 0.5)
+        calls = int(max(3, min(args.max_calls, args.target_ms * 1000.0 / est)))
+        if not self.cuda:
+            times = [self._eager_us(fn, calls) for _ in range(args.replays)]
+            return statistics.median(times), calls, "loop"
+        torch = self.torch
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for i in range(2):
+                    fn(i)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(calls):
+                    fn(i)
+        except Exception as exc:
+            self._sync()
+            times = [self._eager_us(fn, calls) for _ in range(args.replays)]
+            return statistics.median(times), calls, f"eager (graph capture failed: {type(exc).__name__})"
+        graph.replay()
+        self._sync()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(args.replays):
+            a.record()
+            graph.replay()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1000.0 / calls)
+        del graph
+        return statistics.median(times), calls, "graph"
+
+
+def rel_err(torch: object, out: object, ref: object) -> float:
+    out, ref = out.float(), ref.float()
+    return float((out - ref).abs().mean() / ref.abs().mean().clamp_min(1e-12))
+
+
+def copies_for(nbytes: int, args: argparse.Namespace) -> int:
+    return max(1, min(args.max_copies, math.ceil(args.rotate_mb * 2 ** 20 / max(nbytes, 1))))
+
+
+def quantized(torch: object, n: int, k: int, group: int, device: str, gen: object) -> tuple:
+    """(q ints 0..15 [N, K], scales [K/g, N] bf16, dequantized bf16 [N, K]); symmetric: zero point 8."""
+    q = torch.randint(0, 16, (n, k), dtype=torch.uint8, device=device, generator=gen)
+    s = (torch.rand((k // group, n), device=device, generator=gen) * 0.01 + 0.002).to(torch.bfloat16)
+    w = ((q.to(torch.float32) - 8.0) * s.to(torch.float32).t().repeat_interleave(group, dim=1)).to(torch.bfloat16)
+    return q, s, w
+
+
+class Bench:
+    def __init__(self, torch: object, device: str, args: argparse.Namespace, bw: float) -> None:
+        self.torch, self.device, self.args, self.bw = torch, device, args, bw
+        self.timer = Timer(torch, device, args)
+        self.int4 = Int4(torch, device)
+        self.marlin = Marlin(torch, device)
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(args.seed)
+
+    def randn(self, *shape: int) -> object:
+        torch = self.torch
+        return torch.randn(shape, device=self.device, generator=self.gen).to(torch.bfloat16)
+
+    # dense ---------------------------------------------------------------------------------------------
+
+    def dense(self, it: dict, ms: list, backends: list, report: object) -> None:
+        torch, n, k = self.torch, it["n"], it["k"]
+        kind = parse_dtype(it["dtype"])
+        if kind[0] == "bf16":
+            w = self.randn(n, k) * 0.02
+            for m in ms:
+                x = self.randn(m, k)
+                ws = [w] + [w.clone() for _ in range(copies_for(n * k * 2, self.args) - 1)]
+                t, calls, how = self.timer.measure(lambda i, x=x, ws=ws: torch.mm(x, ws[i % len(ws)].t()))
+                report(it, m, "bf16", "torch.mm", t, calls, how, None, 0)
+                del ws
+            return
+        group = kind[2]
+        q, s, wref = quantized(torch, n, k, group, self.device, self.gen)
+        for backend in backends:
+            if backend == "torch-int4":
+                sz = torch.stack([s, torch.zeros_like(s)], dim=2).contiguous()
+                packed = self.int4.pack(q)
+                ps = [packed] + [packed.clone() for _ in range(copies_for(weight_bytes(n, k, it["dtype"]),
+                                                                            self.args) - 1)]
+                for m in ms:
+                    x = self.randn(m, k)
+                    err = rel_err(torch, self.int4.mm(x, packed, group, sz), torch.mm(x, wref.t()))
+                    t, calls, how = self.timer.measure(
+                        lambda i, x=x, ps=ps, sz=sz: self.int4.mm(x, ps[i % len(ps)], group, sz))
+                    report(it, m, backend, self.int4.kernel, t, calls, how, err, 0)
+                del ps
+            elif backend == "marlin":
+                mk = self.marlin
+                wr, qw, ms_, _, _, _ = mk.quantize(wref.t().contiguous(), mk.qtype, group, False)
+                qs = [qw] + [qw.clone() for _ in range(copies_for(weight_bytes(n, k, it["dtype"]), self.args) - 1)]
+                for m in ms:
+                    x = self.randn(m, k)
+                    v = dict(mk.values(x.device, m, n, k), a=x, b_scales=ms_)
+                    err = rel_err(torch, mk.call(mk.gemm, dict(v, b_q_weight=qw)), torch.mm(x, wr))
+                    t, calls, how = self.timer.measure(
+                        lambda i, v=v, qs=qs, mk=mk: mk.call(mk.gemm, dict(v, b_q_weight=qs[i % len(qs)])))
+                    report(it, m, backend, mk.gemm_name, t, calls, how, err, 0)
+                del qs
+            elif backend == "bf16":
+                ws = [wref] + [wref.clone() for _ in range(copies_for(n * k * 2, self.args) - 1)]
+                for m in ms:
+                    x = self.randn(m, k)
+                    t, calls, how = self.timer.measure(lambda i, x=x, ws=ws: torch.mm(x, ws[i % len(ws)].t()))
+                    report(it, m, "bf16", "torch.mm", t, calls, how, None, 0)
+                del ws
+
+    # fused MoE -----------------------------------------------------------------------------------------
+
+    def routings(self, it: dict, m: int) -> list:
+        """Top-k routings of M tokens over the experts: softmax of gate logits with a per-expert popularity
+        bias (realistic: a few experts are hot), renormalised over the chosen k. Several routings are
+        rotated so the experts' weights do not sit in L2 from call to call."""
+        torch, e, topk = self.torch, it["experts"], it["topk"]
+        bias = torch.randn(e, device=self.device, generator=self.gen) * 0.7
+        per_expert = row_bytes(dict(it, kind="moe"), 0, 1.0)
+        out = []
+        count = 1
+        while len(out) < count:
+            logits = torch.randn((m, e), device=self.device, generator=self.gen) + bias
+            w, ids = torch.topk(torch.softmax(logits.float(), dim=-1), topk, dim=-1)
+            w = w / w.sum(dim=-1, keepdim=True)
+            plan = []
+            for ex in torch.unique(ids).tolist():
+                rows, cols = (ids == ex).nonzero(as_tuple=True)
+                plan.append((ex, rows, w[rows, cols].to(torch.bfloat16).unsqueeze(1)))
+            out.append({"logits": logits, "weights": w, "ids": ids, "plan": plan})
+            if len(out) == 1:
+                count = copies_for(int(len(plan) * per_expert), self.args)
+        return out
+
+    def moe(self, it: dict, ms: list, backends: list, report: object) -> None:
+        torch, e, group = self.torch, it["experts"], parse_dtype(it["dtype"])
+        n13, k13, n2, k2 = it["n"], it["k"], it["n2"], it["k2"]
+        inter = n13 // 2
+        f = torch.nn.functional
+        int4 = group[0] == "int"
+        g = group[2] if int4 else 0
+        ref13, ref2, p13, p2, sz13, sz2 = [], [], [], [], [], []
+        for _ in range(e):
+            if int4:
+                q1, s1, w1 = quantized(torch, n13, k13, g, self.device, self.gen)
+                q2, s2, w2 = quantized(torch, n2, k2, g, self.device, self.gen)
+                if "torch-int4" in backends:
+                    p13.append(self.int4.pack(q1))
+                    p2.append(self.int4.pack(q2))
+                    sz13.append(torch.stack([s1, torch.zeros_like(s1)], dim=2).contiguous())
+                    sz2.append(torch.stack([s2, torch.zeros_like(s2)], dim=2).contiguous())
+            else:
+                w1, w2 = self.randn(n13, k13) * 0.02, self.randn(n2, k2) * 0.02
+            ref13.append(w1)
+            ref2.append(w2)
+
+        def looped(x: object, r: dict, up: object, down: object) -> object:
+            out = torch.zeros((x.shape[0], n2), dtype=torch.bfloat16, device=x.device)
+            for ex, rows, wts in r["plan"]:
+                h = up(x.index_select(0, rows), ex)
+                y = down(f.silu(h[:, :inter]) * h[:, inter:], ex)
+                out.index_add_(0, rows, y * wts)
+            return out
+
+        bf_up = lambda x, ex: torch.mm(x, ref13[ex].t())  # noqa: E731
+        bf_down = lambda x, ex: torch.mm(x, ref2[ex].t())  # noqa: E731
+        i4_up = lambda x, ex: self.int4.mm(x, p13[ex], g, sz13[ex])  # noqa: E731
+        i4_down = lambda x, ex: self.int4.mm(x, p2[ex], g, sz2[ex])  # noqa: E731
+        mk = self.marlin
+        fused = None
+        if "marlin" in backends:
+            fused = self.marlin_moe_weights(ref13, ref2, g)
+        for m in ms:
+            x = self.randn(m, k13)
+            rs = self.routings(it, m)
+            touched = statistics.mean(len(r["plan"]) for r in rs)
+            ref = looped(x, rs[0], bf_up, bf_down)
+            for backend in backends:
+                if backend == "bf16":
+                    t, calls, how = self.timer.measure(lambda i, x=x, rs=rs: looped(x, rs[i % len(rs)], bf_up, bf_down))
+                    report(it, m, backend, "torch.mm loop over experts", t, calls, how, None, touched,
+                           "dense reference: a loop of torch.mm over the selected experts")
+                elif backend == "torch-int4":
+                    err = rel_err(torch, looped(x, rs[0], i4_up, i4_down), ref)
+                    t, calls, how = self.timer.measure(lambda i, x=x, rs=rs: looped(x, rs[i % len(rs)], i4_up, i4_down))
+                    report(it, m, backend, self.int4.kernel + " loop", t, calls, how, err, touched,
+                           "a loop of the int4 kernel over the selected experts (no fused MoE kernel)")
+                elif backend == "marlin" and fused is not None:
+                    def call(i: int, x: object = x, rs: list = rs) -> object:
+                        r = rs[i % len(rs)]
+                        return mk.call(mk.moe, dict(fused, hidden_states=x, gating_output=r["logits"],
+                                                    topk_weights=r["weights"], topk_ids=r["ids"].to(torch.int32)))
+                    err = rel_err(torch, call(0), ref)
+                    t, calls, how = self.timer.measure(call)
+                    report(it, m, backend, "fused_marlin_moe", t, calls, how, err, touched,
+                           f"vLLM fused_marlin_moe (vllm {mk.version})")
+
+    def marlin_moe_weights(self, ref13: list, ref2: list, group: int) -> dict:
+        mk, torch = self.marlin, self.torch
+        q1, s1, q2, s2 = [], [], [], []
+        for i in range(len(ref13)):
+            _, qa, sa, _, _, _ = mk.quantize(ref13[i].t().contiguous(), mk.qtype, group, False)
+            _, qb, sb, _, _, _ = mk.quantize(ref2[i].t().contiguous(), mk.qtype, group, False)
+            q1.append(qa)
+            s1.append(sa)
+            q2.append(qb)
+            s2.append(sb)
+        return {"w1": torch.stack(q1), "w2": torch.stack(q2), "w1_scale": torch.stack(s1),
+                "w2_scale": torch.stack(s2), "bias1": None, "bias2": None, "quant_type_id": mk.qtype.id,
+                "num_bits": 4, "global_num_experts": len(ref13), "expert_map": None, "g_idx1": None,
+                "g_idx2": None, "sort_indices1": None, "sort_indices2": None, "w1_zeros": None, "w2_zeros": None,
+                "workspace": None, "is_k_full": True, "inplace": False, "activation": "silu",
+                "apply_router_weight_on_input": False, "global_scale1": None, "global_scale2": None}
+
+
+def copy_bandwidth(torch: object, device: str) -> float:
+    """GB/s of a device-to-device copy, counting bytes read and written."""
+    nbytes = (1 << 30) if device != "cpu" else (64 << 20)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(2):
+        dst.copy_(src)
+    reps = 10 if device != "cpu" else 3
+    if device != "cpu":
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            dst.copy_(src)
+        b.record()
+        b.synchronize()
+        secs = a.elapsed_time(b) / 1000.0
+    else:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            dst.copy_(src)
+        secs = time.perf_counter() - t0
+    return 2.0 * nbytes * reps / secs / 1e9
+
+
+def run_torch(args: argparse.Namespace, items: list, ms: list) -> int:
+    import torch
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"torch {torch.__version__} sees no CUDA GPU here")
+        device = f"cuda:{args.gpu}"
+        torch.cuda.set_device(device)
+        name = torch.cuda.get_device_name(device)
+        props = torch.cuda.get_device_properties(device)
+        l2 = getattr(props, "L2_cache_size", 0) / 2 ** 20 or None
+    else:
+        torch.set_num_threads(max(1, args.threads))
+        name, l2 = "cpu", None
+    sheet = next((gbps for key, gbps in DATASHEET_GBPS if key in name), None)
+    bw = copy_bandwidth(torch, device)
+    bench = Bench(torch, device, args, bw)
+    backends = {"bf16": f"torch.mm (torch {torch.__version__})",
+                "torch-int4": f"{bench.int4.kernel} ({INT4_HONEST})",
+                "marlin": bench.marlin.why}
+    notes = [f"roofline = bytes moved / the copy bandwidth measured here ({bw:.0f} GB/s)"]
+    if not bench.marlin.ok:
+        notes.append(f"marlin {bench.marlin.why}: torch-int4 stands in for it, honest only near M=1")
+    emit("env", torch=torch.__version__, device=name, backends=backends, mem_bw_gbps=round(bw, 1),
+         datasheet_gbps=sheet, l2_mb=l2, simulated=False, notes=notes)
+    for it in items:
+        it["backends"] = [b for b in it["backends"] if b != "marlin" or bench.marlin.ok]
+    total = sum(len(it["backends"]) * len(ms) for it in items)
+    state = {"done": 0}
+    stand_in = "" if bench.marlin.ok else f"stands in for marlin ({bench.marlin.why}); "
+
+    def report(it: dict, m: int, backend: str, kernel: str, t: float, calls: int, how: str, err: object,
+               touched: float, note: str = "") -> None:
+        notes = [note] if note else []
+        if backend == "torch-int4":
+            notes.append(stand_in + INT4_HONEST)
+        if how != "graph":
+            notes.append(how if how != "loop" else "CPU loop")
+        notes.append(f"{calls} calls per {'graph' if how == 'graph' else 'timing'}")
+        dtype = it["dtype"] if backend != "bf16" or it["dtype"] == "bf16" else "bf16 (dequant)"
+        emit("row", name=it["name"], m=m, n=it["n"], k=it["k"], dtype=dtype, backend=backend, kernel=kernel,
+             time_us=round(t, 3), rel_err=None if err is None else round(err, 5),
+             correct=None if err is None else bool(err < args.max_rel_err), experts=round(touched),
+             simulated=False, note="; ".join(notes), **figures(as_backend(it, backend), m, t, bw, touched))
+        state["done"] += 1
+
+    for it in items:
+        emit("progress", item=it["name"], done=state["done"], total=total)
+        try:
+            if it["kind"] == "moe":
+                bench.moe(it, ms, it["backends"], report)
+            else:
+                bench.dense(it, ms, it["backends"], report)
+        except Exception as exc:  # one shape failing (out of memory, a kernel's limit) is a log line
+            log("error", "{}: {}: {}".format(it["name"], type(exc).__name__, str(exc).splitlines()[0][:300]
+                                         if str(exc) else ""))
+        if device != "cpu":
+            torch.cuda.empty_cache()
+    return state["done"]
+
+
+def parse_args(argv: list) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="kimitui-gemm")
+    ap.add_argument("--shapes", required=True, help="JSON list of {name, n, k, dtype, experts, topk}")
+    ap.add_argument("--ms", default="1,2,4,8,16,32,64,128,256")
+    ap.add_argument("--backends", default="marlin,torch-int4,bf16")
+    ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads (CPU path)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--replays", type=int, default=5)
+    ap.add_argument("--target-ms", type=float, default=20.0, help="time of one graph (sets calls per graph)")
+    ap.add_argument("--max-calls", type=int, default=200)
+    ap.add_argument("--rotate-mb", type=float, default=256.0, help="weights rotated over at least this much")
+    ap.add_argument("--max-copies", type=int, default=256)
+    ap.add_argument("--max-rel-err", type=float, default=MAX_REL_ERR)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--modelled", choices=sorted(MODELS), help="print modelled figures (no torch)")
+    ap.add_argument("--sim-dir", help="modelled: hold memory on the simulated host's GPU")
+    ap.add_argument("--sim-mib", type=int, default=2860)
+    ap.add_argument("--pace", type=float, default=0.0, help="modelled: seconds per row")
+    ap.add_argument("--exit-on-stdin-eof", action="store_true")
+    return ap.parse_args(argv)
+
+
+def main(argv: list | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.exit_on_stdin_eof:
+        exit_when_stdin_closes()
+    t0 = time.time()
+    emit("hello", part="gemm", pid=os.getpid(), python=".".join(map(str, sys.version_info[:3])),
+         simulated=bool(args.modelled))
+    try:
+        shapes = json.loads(args.shapes)
+        ms = [int(x) for x in args.ms.split(",") if x.strip()]
+        if not ms or min(ms) < 1:
+            raise ValueError("--ms needs positive token counts")
+        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+        items, skipped = plan_items(shapes, backends)
+        for why in skipped:
+            log("warning", why)
+        rows = run_modelled(args, items, ms) if args.modelled else run_torch(args, items, ms)
+    except ImportError as exc:
+        emit("error", message=f"this host's python cannot import torch ({exc}): the GEMM benchmark needs it")
+        return 1
+    except Exception as exc:
+        emit("error", message=f"{type(exc).__name__}: {exc}")
+        return 1
+    emit("done", rows=rows, elapsed_s=round(time.time() - t0, 3))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)

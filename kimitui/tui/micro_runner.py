@@ -1,0 +1,113 @@
+"""Running the micro benchmarks from the dashboard (live only): ``K`` starts them on the watched host,
+``x`` on the Micro tab cancels (every rank ends, the GPUs are freed, the telemetry shows it).
+
+The run is a worker in the app's loop; ``publish`` is ``session.publish``, so everything it does is an
+event, recorded and drawn like any other. A refusal (the GPUs hold memory) shows its holders on the tab
+and offers to run anyway, in a modal that says what that means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from kimitui.core.events import HostSample, PhaseEnd, PhaseStart
+
+if TYPE_CHECKING:
+    from kimitui.tui.app import KimituiApp
+
+NEEDS_LIVE = "the micro benchmarks need a live host (kimitui demo, kimitui connect HOST)"
+
+
+class OverrideScreen(ModalScreen[bool]):
+    """The GPUs hold memory: run anyway (y) or not (n / esc)."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Run anyway"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, detail: str) -> None:
+        super().__init__()
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="micro-override"):
+            yield Static("[b]The GPUs in scope hold memory[/b]\n\n" + self.detail + "\n\nBenchmarks beside another "
+                         "process measure both and may run out of memory. Free the GPUs first (F), or run anyway:"
+                         "\n\n[b]y[/b] run anyway    [b]n[/b] / esc: do not run")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+
+class MicroController:
+    def __init__(self, app: KimituiApp) -> None:
+        self.app = app
+        self.cancel_event: asyncio.Event | None = None
+        self.task_running = False
+        self.defaults: dict[str, object] = {}
+        """MicroConfig fields set on every run started here (the demo's pace, a test's small sizes)."""
+
+    @property
+    def running(self) -> bool:
+        return self.task_running
+
+    def start(self, force: bool = False) -> None:
+        live = self.app.live
+        if live is None:
+            self.app.notify(NEEDS_LIVE, title="micro", severity="warning", timeout=6)
+            return
+        if self.running:
+            self.app.notify("a micro run is in progress: x on the Micro tab cancels it", title="micro", timeout=5)
+            return
+        from kimitui.bench.micro.runner import MicroConfig, MicroRunner
+        from kimitui.bench.micro.workers import worker_host_for
+
+        state = self.app.session.state
+        sample = HostSample(state.sample_t, host=state.host, gpus=list(state.gpus.values()), procs=list(state.procs)) \
+            if state.gpus else None
+        cfg = MicroConfig(force=force)
+        sim_dir = getattr(live.host, "sim_dir", None) if live.simulated else None
+        if live.simulated:
+            cfg.modelled, cfg.sim_dir, cfg.pace_s = "rtx-pro-6000", sim_dir, 0.05
+        for key, value in self.defaults.items():
+            setattr(cfg, key, value)
+        self.cancel_event = asyncio.Event()
+        runner = MicroRunner(worker_host_for(live.host), live.label, cfg, self.app.session.publish, self.cancel_event)
+        self.task_running = True
+        self.app.action_show_view("micro")
+
+        async def run() -> None:
+            publish = self.app.session.publish
+            publish(PhaseStart(time.time(), phase="micro", title="GEMM and all-reduce micro benchmarks"
+                               + (" (simulated)" if cfg.modelled else "")))
+            ok, note = False, ""
+            try:
+                res = await runner.run(sample)
+                ok = res.ok
+                note = ", ".join(f"{p.part} {p.status}" for p in res.parts.values())
+                if res.refused or any(p.status == "refused" for p in res.parts.values()):
+                    detail = next(iter(res.parts.values())).detail if res.parts else "the GPUs hold memory"
+                    self.app.push_screen(OverrideScreen(detail), callback=self._override)
+            except Exception as exc:  # a run that cannot start is a notification, never a crash
+                note = str(exc)
+                self.app.notify(f"micro run failed: {exc}", title="micro", severity="error", timeout=10)
+            finally:
+                self.task_running = False
+                publish(PhaseEnd(time.time(), phase="micro", ok=ok, note=note))
+
+        self.app.run_worker(run(), group="micro", name="micro run", exit_on_error=False)
+
+    def _override(self, run_anyway: bool | None) -> None:
+        if run_anyway:
+            self.start(force=True)
+
+    def cancel(self) -> None:
+        if self.cancel_event is not None and self.running:
+            self.cancel_event.set()
+            self.app.notify("cancelling: every rank is stopped", title="micro", timeout=4)

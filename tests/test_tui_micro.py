@@ -1,0 +1,139 @@
+"""The Micro tab replays a recorded micro run (made by the real workers in their modelled mode, through
+the runner and the worker stand-in) and shows its progress, plots and tables; live, K on a simulated
+host that still holds its GPUs is refused and names the holders, then runs when overridden."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Static, TabbedContent
+
+from kimitui.bench.micro.runner import MicroConfig, MicroRunner
+from kimitui.bench.micro.workers import LocalWorkers
+from kimitui.core.events import Event, PhaseEnd, PhaseStart
+from kimitui.core.replay import Player
+from kimitui.core.runfile import RunReader, RunWriter
+from kimitui.core.session import Session
+from kimitui.hosts.sim.layout import create_layout, make_gpus
+from kimitui.tui.app import KimituiApp
+from kimitui.tui.micro_view import MicroGemmTable, MicroView, NcclTable, ShapesTable
+
+BIG = (120, 40)
+
+
+class FakeClock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A recorded micro run: the modelled workers on a simulated host's layout (8 GPUs)."""
+    import asyncio
+
+    tmp = tmp_path_factory.mktemp("micro")
+    layout = create_layout(make_gpus(8), parent=str(tmp))
+    events: list[Event] = []
+    cfg = MicroConfig(modelled="rtx-pro-6000", sim_dir=str(layout.root), ms=[1, 8, 64], sweep_max=1 << 20,
+                      burst_tokens=[1, 8], force=True, gpus=list(range(8)))
+    events.append(PhaseStart(time.time(), phase="micro", title="micro"))
+    asyncio.run(MicroRunner(LocalWorkers(sys.executable), "kimi-node-01", cfg, events.append).run())
+    events.append(PhaseEnd(time.time(), phase="micro"))
+    path = tmp / "micro.jsonl"
+    with RunWriter(path, host="kimi-node-01") as w:
+        for ev in events:
+            w.append(ev)
+    return path
+
+
+async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause()
+
+
+async def test_the_micro_tab_replays_a_recorded_run(micro_run: Path) -> None:
+    session = Session()
+    app = KimituiApp(session, player=Player(RunReader(micro_run), session, clock=FakeClock()))
+    async with app.run_test(size=BIG) as pilot:
+        await pilot.press("e", "u")
+        assert app.query_one("#views", TabbedContent).active == "micro"
+        await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
+        gemm = app.query_one(MicroGemmTable)
+        await wait_for(pilot, lambda: len(gemm.row_keys) == len(session.state.gemm), "GEMM rows")
+        status = str(app.query_one("#micro-status", Static).render())
+        assert "SIMULATED" in status and "gemm" in status and "done" in status
+        assert "8 x PCIe Gen5 x16, no NVLink, P2P OK" in status
+        shapes = app.query_one(ShapesTable)
+        assert shapes.column_texts("name")[:2] == ["fused_qkv_a", "q_b_proj"]
+        assert shapes.cell_text("moe_w13", "nk") == "[384, 512, 7168]"
+        nccl = app.query_one(NcclTable)
+        assert nccl.cell_text("14336", "tokens") == "1" and nccl.cell_text("14336", "e_wrong") == "0"
+        view = app.query_one(MicroView)
+        latency, = view.plotted["ar-latency"]  # type: ignore[misc]
+        assert set(latency) == {"eager", "graph"}  # type: ignore[arg-type]
+        busbw, limit = view.plotted["ar-busbw"]  # type: ignore[misc]
+        assert set(busbw) == {"eager", "graph"} and limit == 63.0  # the link's limit is drawn beside the measured busbw
+        roof, = view.plotted["gemm-roof"]  # type: ignore[misc]
+        assert "moe (8 of 384) (marlin)" in roof and [m for m, _ in roof["lm_head (bf16)"]] == [1, 8, 64]  # type: ignore[index]
+        burst, = view.plotted["burst"]  # type: ignore[misc]
+        assert [m for m, _ in burst] == [1, 8]  # type: ignore[union-attr]
+        bursts = str(app.query_one("#micro-bursts", Static).render())
+        assert "122 all-reduces at M=1" in bursts
+
+
+async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
+    from kimitui.core.events import MicroEnd
+    from kimitui.hosts.sim.host import SimHost
+    from kimitui.live_context import LiveContext
+    from kimitui.telemetry import TelemetrySource
+    from kimitui.tui.micro_runner import OverrideScreen
+
+    async with SimHost(gpus=2, stuck_workers=0, nvml_monitor=False) as host:
+        source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix)
+        live = LiveContext(host, "sim", simulated=True)
+        session = Session()
+        app = KimituiApp(session, host_label="sim", sources=[source], live=live)
+        app.micro.defaults = {"ms": [1, 8, 64, 256], "sweep_max": 1 << 30, "burst_tokens": [1], "pace_s": 0.1}
+        async with app.run_test(size=BIG) as pilot:
+            await wait_for(pilot, lambda: len(session.state.procs) >= 2, "the vLLM workers in telemetry")
+            await pilot.press("K")
+            await wait_for(pilot, lambda: isinstance(app.screen, OverrideScreen), "the override question")
+            refused = next(e for e in reversed(session.state.micro_runs[-1].ends.values()))
+            assert refused.status == "refused" and len(refused.holders) == 2
+            assert "refused" in str(app.screen_stack[0].query_one("#micro-status", Static).render())
+            await pilot.press("y")
+            run = lambda: session.state.micro  # noqa: E731
+            await wait_for(pilot, lambda: len(session.state.micro_runs) == 2 and "gemm" in run().progress,
+                           "the overridden run's progress")
+            assert run().plan.forced
+            await pilot.press("x")
+            await wait_for(pilot, lambda: not app.micro.running, "the run to end")
+            ends = [e for e in run().ends.values() if isinstance(e, MicroEnd)]
+            assert [e.status for e in ends] == ["cancelled", "cancelled"]
+            assert "cancelled" in str(app.screen_stack[0].query_one("#micro-status", Static).render())
+            source.stop()
+
+
+async def test_the_bundled_campaign_shows_its_micro_rows() -> None:
+    """A run recorded before micro runs had plans (rows without a run id) still fills the Micro tab."""
+    from kimitui.resources import bundled_sample_run
+
+    session = Session()
+    app = KimituiApp(session, player=Player(RunReader(bundled_sample_run()), session, clock=FakeClock()))
+    async with app.run_test(size=BIG) as pilot:
+        await pilot.press("e", "u")
+        await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
+        gemm = app.query_one(MicroGemmTable)
+        await wait_for(pilot, lambda: len(gemm.row_keys) == len(session.state.gemm) > 0, "GEMM rows")
+        assert "No micro run in this session" in str(app.query_one("#micro-status", Static).render())
+        assert len(app.query_one(NcclTable).row_keys) == 8  # one decode-step size per M, eager only
