@@ -137,7 +137,7 @@ class Player:
         last, self._last_now = self._last_now, now
         if self.paused or self.finished or last is None:
             return 0
-        self.run_time += (now - last) * self.speed
+        self.run_time = min(self.run_time + (now - last) * self.speed, self.reader.end_time)
         stop = min(self.reader.index_at(self.run_time), len(self.reader))
         return self._publish_until(stop)
 
@@ -154,7 +154,7 @@ class Player:
             self.session.publish(event)
             n += 1
         if self.finished:
-            self.run_time = max(self.run_time, self.reader.end_time)
+            self.run_time = self.reader.end_time  # a fast tick overshoots the end: the run ends there
         return n
 
     # -- controls

@@ -21,6 +21,7 @@ from kimitui.core.events import (
     HostSample,
     LogLine,
     MacroPoint,
+    MacroProgress,
     PhaseEnd,
     PhaseStart,
     ProcSample,
@@ -56,8 +57,13 @@ class StepState:
     signals: list[SignalSent] = field(default_factory=list)
     outcomes: list[SignalOutcome] = field(default_factory=list)
     started: float | None = None
+    """When the step began to act: the operator's answer (None until then, or when it asked nothing)."""
     elapsed_s: float | None = None
+    """The step's one duration, shown everywhere (tab, log, report, CLI): from the operator's answer to
+    the result when it asked (the time taken to decide is not the step's), else the whole step as its
+    result says; verify's is its verification's."""
     reason: str = ""
+    result: StepResult | None = None
 
 
 @dataclass(slots=True)
@@ -65,6 +71,66 @@ class CleanupState:
     plan: CleanupPlan
     steps: dict[str, StepState] = field(default_factory=dict)
     verification: Verification | None = None
+
+
+def level_failed(point: MacroPoint) -> bool:
+    """Every request of the level failed: it has no throughput or latency to show (never a zero)."""
+    m = point.metrics
+    return "completed" in m and not m["completed"] and bool(m.get("failed") or m.get("num_prompts"))
+
+
+def first_error(point: MacroPoint) -> str | None:
+    """The most frequent failure of a level (the load generator counts them by reason, most first)."""
+    failures = point.metrics.get("failures")
+    if isinstance(failures, dict) and failures:
+        return str(next(iter(failures)))
+    return None
+
+
+@dataclass(slots=True)
+class Sweep:
+    """One serving sweep: its points by concurrency (a later sweep is a new series, not a replacement)."""
+
+    start: float
+    title: str = ""
+    points: dict[int, MacroPoint] = field(default_factory=dict)
+    end: float | None = None
+    ok: bool | None = None
+    note: str = ""
+    phase: bool = False
+    """Its macro phase has started (a sweep is opened by its first progress, its phase start, or its first
+    point)."""
+    progress: MacroProgress | None = None
+    """The latest progress (None for a sweep recorded without: only its points and phase)."""
+
+    @property
+    def levels(self) -> list[int]:
+        """The planned levels (from its progress), else the levels it has points for."""
+        if self.progress is not None and self.progress.levels:
+            return list(self.progress.levels)
+        return sorted(self.points)
+
+    @property
+    def status(self) -> str:
+        """starting, running, cancelling, done, cancelled or failed; a sweep recorded without progress is
+        running until its phase ends, then done (ok) or cancelled."""
+        if self.progress is not None:
+            return self.progress.status
+        if self.end is None:
+            return "running"
+        return "done" if self.ok else "cancelled"
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("starting", "running", "cancelling")
+
+    @property
+    def point_list(self) -> list[MacroPoint]:
+        return [self.points[c] for c in sorted(self.points)]
+
+    @property
+    def failed_levels(self) -> list[MacroPoint]:
+        return [p for p in self.point_list if level_failed(p)]
 
 
 @dataclass(slots=True)
@@ -92,6 +158,11 @@ class SessionState:
     phases: list[PhaseSpan] = field(default_factory=list)
     cleanups: list[CleanupState] = field(default_factory=list)
     macro: dict[int, MacroPoint] = field(default_factory=dict)
+    """The latest point at each concurrency, whichever sweep it came from."""
+    sweeps: list[Sweep] = field(default_factory=list)
+    boot_time: float | None = None
+    """The host's boot time and clock ticks per second, from its samples (None: the agent did not say)."""
+    clock_ticks: int | None = None
     gemm: list[GemmRow] = field(default_factory=list)
     allreduce: list[AllReduceRow] = field(default_factory=list)
     log: deque[LogEntry] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
@@ -112,9 +183,22 @@ class SessionState:
     def macro_points(self) -> list[MacroPoint]:
         return [self.macro[c] for c in sorted(self.macro)]
 
+    @property
+    def sweep(self) -> Sweep | None:
+        return self.sweeps[-1] if self.sweeps else None
+
     def single_stream_tok_s(self) -> float | None:
         point = self.macro.get(1)
-        return None if point is None else point.metrics.get("output_throughput")
+        if point is None or level_failed(point):
+            return None
+        return point.metrics.get("output_throughput")
+
+    def started_at(self, start_ticks: int | None) -> float | None:
+        """When a process started (unix seconds, the recording side's clock), from its start time in clock
+        ticks after boot; None when the host did not say when it booted."""
+        if start_ticks is None or self.boot_time is None or not self.clock_ticks:
+            return None
+        return self.boot_time + start_ticks / self.clock_ticks
 
 
 def _log(state: SessionState, t: float, level: str, source: str, message: str) -> None:
@@ -128,6 +212,8 @@ def _fold_sample(state: SessionState, ev: HostSample) -> None:
     state.sample_t = ev.t
     state.sample_source = ev.source
     state.agent_pid = ev.agent_pid
+    if ev.boot_time is not None and ev.clock_ticks:
+        state.boot_time, state.clock_ticks = ev.boot_time, ev.clock_ticks
     state.gpus = {g.index: g for g in ev.gpus}
     state.procs = ev.procs
     for g in ev.gpus:
@@ -148,6 +234,29 @@ def _step(state: SessionState, name: str) -> StepState | None:
     return step
 
 
+def _open_sweep(state: SessionState, t: float) -> Sweep:
+    sweep = state.sweep
+    if sweep is None or sweep.end is not None:
+        sweep = Sweep(t)
+        state.sweeps.append(sweep)
+    return sweep
+
+
+def _fold_step_result(state: SessionState, ev: StepResult) -> StepState | None:
+    step = _step(state, ev.step)
+    if step is None:
+        return None
+    step.status, step.reason, step.result = ev.status, ev.reason, ev
+    cleanup = state.cleanup
+    if step.consent is not None:
+        step.elapsed_s = max(ev.t - step.consent.t, 0.0)
+    elif ev.step == "verify" and cleanup is not None and cleanup.verification is not None:
+        step.elapsed_s = cleanup.verification.elapsed_s
+    else:
+        step.elapsed_s = ev.elapsed_s
+    return step
+
+
 def fold(state: SessionState, ev: Event) -> SessionState:
     state.events += 1
     if ev.t > state.clock:
@@ -156,12 +265,21 @@ def fold(state: SessionState, ev: Event) -> SessionState:
         _fold_sample(state, ev)
     elif isinstance(ev, PhaseStart):
         state.phases.append(PhaseSpan(ev.phase, ev.title or ev.phase, ev.t))
+        if ev.phase == "macro":
+            sweep = state.sweep
+            if sweep is None or sweep.end is not None or sweep.phase or sweep.points:
+                sweep = Sweep(ev.t)  # a sweep recorded without progress events
+                state.sweeps.append(sweep)
+            sweep.phase, sweep.title = True, ev.title
         _log(state, ev.t, "info", "phase", f"phase {ev.phase} started" + (f": {ev.title}" if ev.title else ""))
     elif isinstance(ev, PhaseEnd):
         for span in reversed(state.phases):
             if span.phase == ev.phase and span.end is None:
                 span.end, span.ok, span.note = ev.t, ev.ok, ev.note
                 break
+        if ev.phase == "macro" and state.sweep is not None and state.sweep.end is None:
+            sweep = state.sweep
+            sweep.end, sweep.ok, sweep.note = ev.t, ev.ok, ev.note
         outcome = "ended" if ev.ok else "FAILED"
         _log(state, ev.t, "info" if ev.ok else "error", "phase",
              f"phase {ev.phase} {outcome}" + (f": {ev.note}" if ev.note else ""))
@@ -201,11 +319,10 @@ def fold(state: SessionState, ev: Event) -> SessionState:
              f"pid {ev.pid} {ev.outcome} {ev.elapsed_s:.2f}s after {ev.signal}"
              + (f" (state {ev.state})" if ev.state else ""))
     elif isinstance(ev, StepResult):
-        step = _step(state, ev.step)
-        if step is not None:
-            step.status, step.elapsed_s, step.reason = ev.status, ev.elapsed_s, ev.reason
+        step = _fold_step_result(state, ev)
+        elapsed = step.elapsed_s if step is not None and step.elapsed_s is not None else ev.elapsed_s
         level = "error" if ev.status == "failed" else "info"
-        _log(state, ev.t, level, "cleanup", f"{ev.step}: {ev.status} in {ev.elapsed_s:.2f}s"
+        _log(state, ev.t, level, "cleanup", f"{ev.step}: {ev.status} in {elapsed:.2f}s"
              + (f" ({ev.reason})" if ev.reason else ""))
     elif isinstance(ev, Verification):
         if state.cleanup is not None:
@@ -215,9 +332,26 @@ def fold(state: SessionState, ev: Event) -> SessionState:
              f"verification: {verdict} after {ev.elapsed_s:.2f}s" + (f" ({ev.detail})" if ev.detail else ""))
     elif isinstance(ev, MacroPoint):
         state.macro[ev.concurrency] = ev
-        tok = ev.metrics.get("output_throughput")
-        tok_s = f"{tok:.0f} tok/s" if isinstance(tok, int | float) else "no throughput"
-        _log(state, ev.t, "info", "macro", f"concurrency {ev.concurrency}: {tok_s}")
+        _open_sweep(state, ev.t).points[ev.concurrency] = ev
+        if level_failed(ev):
+            m = ev.metrics
+            _log(state, ev.t, "error", "macro", f"concurrency {ev.concurrency}: FAILED, {m.get('failed')} of "
+                 f"{m.get('num_prompts')} requests failed (first: {first_error(ev) or 'no reason given'})")
+        else:
+            tok = ev.metrics.get("output_throughput")
+            tok_s = f"{tok:.0f} tok/s" if isinstance(tok, int | float) else "no throughput"
+            _log(state, ev.t, "info", "macro", f"concurrency {ev.concurrency}: {tok_s}")
+    elif isinstance(ev, MacroProgress):
+        sweep = state.sweep
+        if ev.status == "starting" or sweep is None:
+            sweep = Sweep(ev.t)
+            state.sweeps.append(sweep)
+        sweep.progress = ev
+        if ev.status in ("done", "cancelled", "failed") and sweep.end is None:
+            sweep.end, sweep.ok = ev.t, ev.status == "done"
+            sweep.note = sweep.note or ev.error
+        if ev.status == "failed":
+            _log(state, ev.t, "error", "macro", f"sweep failed: {ev.error}")
     elif isinstance(ev, GemmRow):
         state.gemm.append(ev)
     elif isinstance(ev, AllReduceRow):

@@ -83,7 +83,7 @@ class CleanupRunner:
 
         steps = [s for s in ("graceful", "process", "device") if s in STEPS]
         position = f"step {steps.index(preview.step) + 1} of {len(steps)}" if preview.step in steps else ""
-        self.modal = ConsentScreen(preview, self.operator, position)
+        self.modal = ConsentScreen(preview, self.operator, position, self.session.state)
         self.app.push_screen(self.modal, callback=done)
         try:
             return await fut

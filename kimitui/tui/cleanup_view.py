@@ -54,11 +54,9 @@ def shown_status(cleanup: CleanupState, step: StepState) -> str:
 
 
 def step_elapsed(step: StepState, now: float) -> str:
-    """How long the step acted: from the operator's answer to its result (the time the operator took to
-    decide is not counted), or its whole time when it asked nothing; counting while it runs."""
-    asked = step.consent.t - step.preview.t if step.consent is not None and step.preview is not None else 0.0
+    """The step's one duration (the fold's ``StepState.elapsed_s``), counting while it runs."""
     if step.elapsed_s is not None:
-        return fmt.num(max(step.elapsed_s - max(asked, 0.0), 0.0), "{:.2f}", " s")
+        return fmt.num(step.elapsed_s, "{:.2f}", " s")
     if step.status in ("confirmed", "running") and step.started is not None:
         return fmt.num(max(now - step.started, 0.0), "{:.1f}", " s…")
     return fmt.DASH

@@ -103,6 +103,22 @@ def clock(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
+def time_of_day(t: float | None) -> str:
+    """'08:05:36' (local time), '-' before any event."""
+    if not t:
+        return DASH
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def started(at: float | None, now: float) -> str:
+    """When a process started: its time of day within the last day, else its date; '-' when unknown."""
+    if at is None:
+        return DASH
+    if now - at < 86400:
+        return time.strftime("%H:%M:%S", time.localtime(at))
+    return time.strftime("%b %d", time.localtime(at))
+
+
 def speed(value: float) -> str:
     return f"{value:g}x"
 
@@ -126,6 +142,47 @@ def short_command(cmdline: str) -> str:
     """The command line with its program's directory dropped (the full line is in the run and audit log)."""
     program, sep, rest = cmdline.partition(" ")
     return program.rsplit("/", 1)[-1] + sep + rest if program else "?"
+
+
+INTERPRETERS = ("python", "bash", "sh", "node", "perl", "ruby", "java", "env", "uv", "torchrun")
+"""Programs whose own name says little: the distinguishing part of their command is what they run."""
+
+
+def _interpreter(program: str) -> bool:
+    base = program.rstrip("0123456789.")
+    return base in INTERPRETERS or program.startswith("python")
+
+
+def command_gist(cmdline: str) -> str:
+    """The distinguishing part of a command line: 'python3 /opt/x/probe.py --device 3' -> 'probe.py --device
+    3', 'python -m vllm.entrypoints.openai.api_server --port 8000' -> 'vllm.entrypoints.openai.api_server
+    --port 8000'; other programs keep their name, without its directory."""
+    words = cmdline.split()
+    if not words:
+        return "?"
+    program = words[0].rsplit("/", 1)[-1]
+    if not _interpreter(program) or len(words) == 1:
+        return " ".join([program, *words[1:]])
+    i = 1
+    while i < len(words) and words[i].startswith("-") and words[i] not in ("-m", "-c"):
+        i += 1
+    if i >= len(words):
+        return " ".join([program, *words[1:]])
+    if words[i] in ("-m", "-c") and i + 1 < len(words):
+        return " ".join(words[i + 1:]) if words[i] == "-m" else f"{program} -c …"
+    return " ".join([words[i].rsplit("/", 1)[-1], *words[i + 1:]])
+
+
+def unit_label(unit: str | None, container: str | None = None) -> str:
+    """A process' unit as every view writes it: 'vllm.service', 'docker:5d6c468c' (a container id cut to its
+    first 8 characters, a prefix docker accepts), '-' when none."""
+    if unit and unit.startswith("docker:"):
+        container, unit = unit[len("docker:"):], None
+    if unit:
+        return unit
+    if container:
+        return f"docker:{container[:8]}"
+    return DASH
 
 
 def shorten(text: str, width: int) -> str:

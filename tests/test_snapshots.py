@@ -1,0 +1,62 @@
+"""Screenshot tests (pytest-textual-snapshot): the consent modal at 80x24, and the three views at fixed
+replay positions of the bundled run, at 120x40 and 80x24, so a layout change is seen, not guessed.
+
+A changed layout fails here with an HTML report of the difference; when the change is meant, accept it
+with ``pytest tests/test_snapshots.py --snapshot-update`` and look at the new SVGs under
+``tests/__snapshots__/`` before committing them. Times are shown in UTC here (the views use local time).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from textual.pilot import Pilot
+
+from kimitui.core.events import StepPreview
+from kimitui.core.replay import Player
+from kimitui.core.runfile import RunReader
+from kimitui.core.session import Session
+from kimitui.resources import bundled_sample_run
+from kimitui.tui.app import KimituiApp
+from kimitui.tui.cleanup_consent import ConsentScreen
+
+SIZES = {"120x40": (120, 40), "80x24": (80, 24)}
+
+
+@pytest.fixture(autouse=True)
+def utc() -> Iterator[None]:
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+def paused_replay() -> tuple[KimituiApp, Player, RunReader]:
+    reader = RunReader(bundled_sample_run())
+    session = Session()
+    player = Player(reader, session, clock=lambda: 0.0)
+    return KimituiApp(session, player=player), player, reader
+
+
+def test_consent_modal_80x24(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """The graceful step of the bundled run: 9 rows to signal, 2 left alone; the rows scroll, the buttons
+    and keys stay on screen, each row shows pid, memory, the command's distinguishing part and why."""
+    app, player, reader = paused_replay()
+    preview = next(e for e in reader.events() if isinstance(e, StepPreview) and e.step == "graceful")
+
+    async def open_modal(pilot: Pilot[None]) -> None:
+        player.paused = True
+        player.seek_index(reader.index_at(preview.t))
+        app.redraw()
+        await pilot.app.push_screen(ConsentScreen(preview, "ana", "step 1 of 3", app.session.state))
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=open_modal)
