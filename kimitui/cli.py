@@ -84,7 +84,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from kimitui.core.runfile import RunReader
     from kimitui.report import render_report
-
     from kimitui.resources import find_run
 
     text = render_report(RunReader(find_run(args.file)))

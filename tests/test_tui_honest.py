@@ -147,7 +147,8 @@ def test_the_replay_header_never_shows_more_than_the_run_at_64x() -> None:
 
 def _sample(t: float, boot: float | None) -> HostSample:
     return HostSample(t, host="h", seq=1, gpus=[GpuSample(0, "GPU-0", "NVIDIA H200")],
-                      procs=[ProcSample(pid=42, start_time=360_000, container="5d6c468c1f2e9a0b", gpu_mem_mib={0: 10.0})],
+                      procs=[ProcSample(pid=42, start_time=360_000, container="5d6c468c1f2e9a0b",
+                                        gpu_mem_mib={0: 10.0})],
                       boot_time=boot, clock_ticks=100 if boot is not None else None)
 
 
