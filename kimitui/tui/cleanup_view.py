@@ -109,8 +109,8 @@ def verdict_content(cleanup: CleanupState | None) -> Content:
         if g.holders:
             parts.append(f" holders {', '.join(map(str, g.holders))}")
     for h in v.holders_left:
-        parts.append((f"\n  left: pid {h.pid} {h.user or '-'} {fmt.shorten(h.cmdline, 40)}: {h.reason}",
-                      "$warning"))
+        command = fmt.shorten(fmt.command_gist(h.cmdline), 40)
+        parts.append((f"\n  left: pid {h.pid} {h.user or '-'} {command}: {h.reason}", "$warning"))
     return Content.assemble(*parts)
 
 

@@ -138,12 +138,6 @@ def gpu_list(indices: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-def short_command(cmdline: str) -> str:
-    """The command line with its program's directory dropped (the full line is in the run and audit log)."""
-    program, sep, rest = cmdline.partition(" ")
-    return program.rsplit("/", 1)[-1] + sep + rest if program else "?"
-
-
 INTERPRETERS = ("python", "bash", "sh", "node", "perl", "ruby", "java", "env", "uv", "torchrun")
 """Programs whose own name says little: the distinguishing part of their command is what they run."""
 
