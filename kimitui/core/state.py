@@ -8,8 +8,10 @@ is the empty state), so a 4 Hz stream of large samples costs no copies.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kimitui.core.describe import describe, level_of, source_of
 from kimitui.core.events import (
     AllReduceRow,
     CleanupPlan,
@@ -19,7 +21,6 @@ from kimitui.core.events import (
     GemmRow,
     GpuSample,
     HostSample,
-    LogLine,
     MacroPoint,
     MacroProgress,
     PhaseEnd,
@@ -71,6 +72,39 @@ class CleanupState:
     plan: CleanupPlan
     steps: dict[str, StepState] = field(default_factory=dict)
     verification: Verification | None = None
+
+    @property
+    def clean(self) -> bool:
+        """The verdict: the last verification found every GPU in scope clean."""
+        return self.verification is not None and self.verification.clean
+
+    @property
+    def signalled(self) -> list[int]:
+        """Every pid a signal reached, in order."""
+        out: list[int] = []
+        for step in self.steps.values():
+            out += [s.pid for s in step.signals if s.outcome == "sent" and s.pid not in out]
+        return out
+
+    def _to_clean(self, times: list[float]) -> float | None:
+        v = self.verification
+        before = [t for t in times if v is not None and t <= v.t]
+        return round(v.t - max(before), 4) if v is not None and v.clean and before else None
+
+    @property
+    def consent_to_clean_s(self) -> float | None:
+        """From the last accepted consent to the verification that found the GPUs clean."""
+        steps = self.steps.values()
+        return self._to_clean([s.consent.t for s in steps if s.consent is not None and s.consent.accepted])
+
+    @property
+    def signal_to_clean_s(self) -> float | None:
+        """From the last signal delivered (or service stop command, at its consent) to the verification that
+        found the GPUs clean."""
+        times = [sig.t for s in self.steps.values() for sig in s.signals if sig.outcome == "sent"]
+        times += [s.consent.t for s in self.steps.values() if s.consent is not None and s.consent.accepted
+                  and any(o.signal == "stop" for o in s.outcomes) and not s.signals]
+        return self._to_clean(times)
 
 
 def level_failed(point: MacroPoint) -> bool:
@@ -216,12 +250,18 @@ def _fold_sample(state: SessionState, ev: HostSample) -> None:
         state.boot_time, state.clock_ticks = ev.boot_time, ev.clock_ticks
     state.gpus = {g.index: g for g in ev.gpus}
     state.procs = ev.procs
-    for g in ev.gpus:
-        hist = state.mem_history.get(g.index)
+    record_memory(state, ev.t, [(g.index, g.mem_used_mib) for g in ev.gpus])
+
+
+def record_memory(state: SessionState, t: float, used: Iterable[tuple[int, float | None]]) -> None:
+    """A sample's mark on the memory history: (GPU, MiB used) at ``t``. The one history function: the fold
+    calls it for every sample, a replay's seek for the older samples it does not fold whole."""
+    for index, mib in used:
+        hist = state.mem_history.get(index)
         if hist is None:
-            hist = state.mem_history[g.index] = deque(maxlen=HISTORY_POINTS)
-        if g.mem_used_mib is not None:
-            hist.append((ev.t, g.mem_used_mib))
+            hist = state.mem_history[index] = deque(maxlen=HISTORY_POINTS)
+        if mib is not None:
+            hist.append((t, mib))
 
 
 def _step(state: SessionState, name: str) -> StepState | None:
@@ -263,7 +303,8 @@ def fold(state: SessionState, ev: Event) -> SessionState:
         state.clock = ev.t
     if isinstance(ev, HostSample):
         _fold_sample(state, ev)
-    elif isinstance(ev, PhaseStart):
+        return state
+    if isinstance(ev, PhaseStart):
         state.phases.append(PhaseSpan(ev.phase, ev.title or ev.phase, ev.t))
         if ev.phase == "macro":
             sweep = state.sweep
@@ -271,7 +312,6 @@ def fold(state: SessionState, ev: Event) -> SessionState:
                 sweep = Sweep(ev.t)  # a sweep recorded without progress events
                 state.sweeps.append(sweep)
             sweep.phase, sweep.title = True, ev.title
-        _log(state, ev.t, "info", "phase", f"phase {ev.phase} started" + (f": {ev.title}" if ev.title else ""))
     elif isinstance(ev, PhaseEnd):
         for span in reversed(state.phases):
             if span.phase == ev.phase and span.end is None:
@@ -280,67 +320,35 @@ def fold(state: SessionState, ev: Event) -> SessionState:
         if ev.phase == "macro" and state.sweep is not None and state.sweep.end is None:
             sweep = state.sweep
             sweep.end, sweep.ok, sweep.note = ev.t, ev.ok, ev.note
-        outcome = "ended" if ev.ok else "FAILED"
-        _log(state, ev.t, "info" if ev.ok else "error", "phase",
-             f"phase {ev.phase} {outcome}" + (f": {ev.note}" if ev.note else ""))
     elif isinstance(ev, CleanupPlan):
         state.cleanups.append(CleanupState(ev, {s: StepState(s) for s in ev.steps}))
-        _log(state, ev.t, "info", "cleanup",
-             f"cleanup plan for {ev.service or 'GPUs'} ({ev.manager}) on GPUs {ev.gpus}: {', '.join(ev.steps)}")
     elif isinstance(ev, StepPreview):
         step = _step(state, ev.step)
         if step is not None:
             step.preview, step.status = ev, "previewed"
-        _log(state, ev.t, "info", "cleanup",
-             f"{ev.step}: preview, {len(ev.targets)} to signal, {len(ev.spared)} left alone")
     elif isinstance(ev, Consent):
         step = _step(state, ev.step)
         if step is not None:
             step.consent = ev
             step.status = "confirmed" if ev.accepted else "declined"
             step.started = ev.t
-        who = f" by {ev.operator}" if ev.operator else ""
-        verdict = f"confirmed{who} for pids {ev.pids}" if ev.accepted else f"declined{who}"
-        _log(state, ev.t, "info" if ev.accepted else "warning", "cleanup", f"{ev.step}: {verdict}")
     elif isinstance(ev, SignalSent):
         step = _step(state, ev.step)
         if step is not None:
             step.signals.append(ev)
             step.status = "running"
-        level = "info" if ev.outcome == "sent" else "warning"
-        _log(state, ev.t, level, "signal", f"{ev.signal} -> pid {ev.pid}: {ev.outcome}"
-             + (f" ({ev.detail})" if ev.detail else ""))
     elif isinstance(ev, SignalOutcome):
         step = _step(state, ev.step)
         if step is not None:
             step.outcomes.append(ev)
-        level = "info" if ev.outcome == "exited" else "warning"
-        _log(state, ev.t, level, "signal",
-             f"pid {ev.pid} {ev.outcome} {ev.elapsed_s:.2f}s after {ev.signal}"
-             + (f" (state {ev.state})" if ev.state else ""))
     elif isinstance(ev, StepResult):
-        step = _fold_step_result(state, ev)
-        elapsed = step.elapsed_s if step is not None and step.elapsed_s is not None else ev.elapsed_s
-        level = "error" if ev.status == "failed" else "info"
-        _log(state, ev.t, level, "cleanup", f"{ev.step}: {ev.status} in {elapsed:.2f}s"
-             + (f" ({ev.reason})" if ev.reason else ""))
+        _fold_step_result(state, ev)
     elif isinstance(ev, Verification):
         if state.cleanup is not None:
             state.cleanup.verification = ev
-        verdict = "CLEAN" if ev.clean else "NOT CLEAN"
-        _log(state, ev.t, "info" if ev.clean else "error", "verify",
-             f"verification: {verdict} after {ev.elapsed_s:.2f}s" + (f" ({ev.detail})" if ev.detail else ""))
     elif isinstance(ev, MacroPoint):
         state.macro[ev.concurrency] = ev
         _open_sweep(state, ev.t).points[ev.concurrency] = ev
-        if level_failed(ev):
-            m = ev.metrics
-            _log(state, ev.t, "error", "macro", f"concurrency {ev.concurrency}: FAILED, {m.get('failed')} of "
-                 f"{m.get('num_prompts')} requests failed (first: {first_error(ev) or 'no reason given'})")
-        else:
-            tok = ev.metrics.get("output_throughput")
-            tok_s = f"{tok:.0f} tok/s" if isinstance(tok, int | float) else "no throughput"
-            _log(state, ev.t, "info", "macro", f"concurrency {ev.concurrency}: {tok_s}")
     elif isinstance(ev, MacroProgress):
         sweep = state.sweep
         if ev.status == "starting" or sweep is None:
@@ -350,21 +358,18 @@ def fold(state: SessionState, ev: Event) -> SessionState:
         if ev.status in ("done", "cancelled", "failed") and sweep.end is None:
             sweep.end, sweep.ok = ev.t, ev.status == "done"
             sweep.note = sweep.note or ev.error
-        if ev.status == "failed":
-            _log(state, ev.t, "error", "macro", f"sweep failed: {ev.error}")
     elif isinstance(ev, GemmRow):
         state.gemm.append(ev)
+        return state
     elif isinstance(ev, AllReduceRow):
         state.allreduce.append(ev)
+        return state
     elif isinstance(ev, ConnectionState):
         state.host = ev.host or state.host
         state.connection, state.connection_detail = ev.state, ev.detail
-        gap = f", gap {ev.gap_s:.1f}s" if ev.gap_s else ""
-        level = "info" if ev.state in ("connecting", "connected", "closed") else "warning"
-        _log(state, ev.t, level, "connection", f"{ev.host}: {ev.state}{gap}"
-             + (f" ({ev.detail})" if ev.detail else ""))
-    elif isinstance(ev, LogLine):
-        _log(state, ev.t, ev.level, ev.source, ev.message)
+    text = describe(ev, state)
+    if text is not None:
+        _log(state, ev.t, level_of(ev), source_of(ev), text)
     return state
 
 

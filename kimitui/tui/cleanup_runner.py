@@ -118,9 +118,11 @@ class CleanupRunner:
         try:
             try:
                 self.report = await ex.run()
-                clean = self.report.clean
-                if clean and self.report.consent_to_clean_s is not None:
-                    note = f"last consent -> clean {self.report.consent_to_clean_s:.3f}s"
+                # the verdict and its figures from the fold (the same the panel and a replay show)
+                cleanup = self.session.state.cleanup
+                clean = cleanup is not None and cleanup.clean
+                if clean and cleanup is not None and cleanup.consent_to_clean_s is not None:
+                    note = f"last consent -> clean {cleanup.consent_to_clean_s:.3f}s"
             except ViewTimeout as exc:
                 note = f"telemetry stalled: {exc}"
             except asyncio.CancelledError:
