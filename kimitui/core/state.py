@@ -48,6 +48,10 @@ class PhaseSpan:
     note: str = ""
 
 
+FINAL = frozenset({"done", "skipped", "declined", "failed"})
+"""A step's statuses once it is over."""
+
+
 @dataclass(slots=True)
 class StepState:
     step: str
@@ -294,6 +298,13 @@ def _fold_step_result(state: SessionState, ev: StepResult) -> StepState | None:
         step.elapsed_s = cleanup.verification.elapsed_s
     else:
         step.elapsed_s = ev.elapsed_s
+    if cleanup is not None and "verify" in cleanup.steps:
+        # verify asks nothing, so no event precedes its result: it runs once every step before it is over
+        names = list(cleanup.steps)
+        verify = cleanup.steps["verify"]
+        if verify.status == "pending" and cleanup.verification is None and all(
+                cleanup.steps[n].status in FINAL for n in names[: names.index("verify")]):
+            verify.status = "running"
     return step
 
 

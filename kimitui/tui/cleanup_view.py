@@ -37,20 +37,9 @@ def signals_summary(step: StepState) -> str:
     return sent + (f" ({', '.join(detail)})" if detail else "")
 
 
-FINAL = frozenset({"done", "skipped", "declined", "failed"})
 MEM_SINCE_S = 3.0
 """The memory panel starts this long before the plan: the level the GPUs were at."""
 SIGNAL_LINES = 12
-
-
-def shown_status(cleanup: CleanupState, step: StepState) -> str:
-    """The step's status; verify (which asks nothing and so has no event before its result) reads
-    'running' once every step before it is over and no verdict is in."""
-    if step.status == "pending" and step.step == "verify" and cleanup.verification is None:
-        names = list(cleanup.steps)
-        if all(cleanup.steps[n].status in FINAL for n in names[: names.index("verify")]):
-            return "running"
-    return step.status
 
 
 def step_elapsed(step: StepState, now: float) -> str:
@@ -63,7 +52,7 @@ def step_elapsed(step: StepState, now: float) -> str:
 
 
 def step_cells(step: StepState, colors: Colors, cleanup: CleanupState | None = None, now: float = 0.0) -> list[Cell]:
-    status = shown_status(cleanup, step) if cleanup is not None else step.status
+    status = step.status
     color = getattr(colors, STATUS_COLORS.get(status, "foreground"))
     preview = step.preview
     ticked = str(len(step.consent.pids)) if step.consent is not None and step.consent.accepted else \
