@@ -60,3 +60,37 @@ def test_consent_modal_80x24(snap_compare) -> None:  # type: ignore[no-untyped-d
         await pilot.pause(0.2)
 
     assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=open_modal)
+
+
+def phase_end(reader: RunReader, phase: str) -> int:
+    """Just past the end of the run's first ``phase``."""
+    key = f'"phase":"{phase}"'.encode()
+    return next(i for i in reader.indices_of("phase_end") if key in reader.raw(i).replace(b" ", b"")) + 1
+
+
+POSITIONS = {
+    # view: where in the bundled run it is shown
+    "dashboard": lambda reader: (next(i for i in reader.indices_of("phase_start")
+                                      if b'"cleanup"' in reader.raw(i)) + phase_end(reader, "cleanup")) // 2,
+    "bench": lambda reader: phase_end(reader, "macro"),
+    "cleanup": lambda reader: phase_end(reader, "cleanup"),
+}
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("view", list(POSITIONS))
+def test_view_at_a_fixed_replay_position(snap_compare, view: str, size: str) -> None:  # type: ignore[no-untyped-def]
+    """The dashboard in the middle of the cleanup, the Benchmarks tab after the sweep, the Cleanup tab after
+    the cleanup: at 120x40 and at 80x24."""
+    app, player, reader = paused_replay()
+
+    async def position(pilot: Pilot[None]) -> None:
+        player.paused = True
+        player.seek_index(POSITIONS[view](reader))
+        app.action_show_view(view)
+        app.redraw()
+        await pilot.pause(0.3)
+        app.redraw()
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=position)

@@ -29,7 +29,8 @@ def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, h
     """The header as styled content; colours are theme variables, so a theme switch restyles it."""
     narrow = width < NARROW
     clock = fmt.time_of_day if narrow else fmt.clock
-    parts: list[str | tuple[str, str]] = [(" kimitui ", "bold reverse $primary"), " "]
+    parts: list[str | tuple[str, str]] = [] if narrow else [(" kimitui ", "bold reverse $primary")]
+    parts.append(" ")
     parts.append((state.host or host or "no host", "bold"))
     conn = state.connection
     if replay is not None and conn == "unknown":
@@ -37,7 +38,7 @@ def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, h
     parts += ["  ", (conn, CONNECTION_STYLES.get(conn, ""))]
     phase = state.phase
     if phase is not None:
-        parts += [("  phase ", "$text-muted"), (phase.phase, "bold $accent")]
+        parts += [("  " if narrow else "  phase ", "$text-muted"), (phase.phase, "bold $accent")]
     elif state.phases:
         parts += [("  after ", "$text-muted"), (state.phases[-1].phase, "$accent")]
     else:
@@ -67,6 +68,13 @@ class StatusBar(Static):
     StatusBar { height: 1; background: $panel; color: $foreground; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
+    _last: tuple[SessionState, ReplayInfo | None, bool, str] | None = None
+
     def show(self, state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "") -> None:
+        self._last = (state, replay, live, host)
         # One line whatever it says: no layout pass (that would repaint the whole screen).
         self.update(status_content(state, replay, live, host, self.size.width or 120), layout=False)
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.show(*self._last)
