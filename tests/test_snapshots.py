@@ -21,9 +21,27 @@ from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
+from kimitui.tui.bench_tables import MacroTable
+from kimitui.tui.bench_view import BenchView
 from kimitui.tui.cleanup_consent import ConsentScreen
+from kimitui.tui.cleanup_view import StepTable
+from kimitui.tui.event_log import EventLog
+from kimitui.tui.gpu_table import GpuTable
 
 SIZES = {"120x40": (120, 40), "80x24": (80, 24)}
+POLL_S = 0.05
+WAIT_S = 10.0
+
+
+def drawn(app: KimituiApp, view: str) -> bool:
+    """The view holds what its replay position has (its tables filled, its plots drawn)."""
+    if view == "bench":
+        found = app.query(BenchView)
+        return bool(found) and len(found.first().plotted) == 3 and bool(found.first().query_one(MacroTable).row_keys)
+    if view == "cleanup":
+        tables = app.query(StepTable)
+        return bool(tables) and bool(tables.first().row_keys)
+    return bool(app.query_one(GpuTable).row_keys) and bool(app.query_one(EventLog).shown)
 
 
 @pytest.fixture(autouse=True)
@@ -89,8 +107,11 @@ def test_view_at_a_fixed_replay_position(snap_compare, view: str, size: str) -> 
         player.seek_index(POSITIONS[view](reader))
         app.action_show_view(view)
         app.redraw()
-        await pilot.pause(0.3)
-        app.redraw()
-        await pilot.pause(0.2)
+        deadline = time.monotonic() + WAIT_S
+        while not drawn(app, view):  # a tab is mounted on first show, its plots drawn after
+            assert time.monotonic() < deadline, f"the {view} view was not drawn in {WAIT_S} s"
+            await pilot.pause(POLL_S)
+            app.redraw()
+        await pilot.pause(POLL_S)
 
     assert snap_compare(app, terminal_size=SIZES[size], run_before=position)

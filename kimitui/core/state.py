@@ -357,6 +357,9 @@ def fold(state: SessionState, ev: Event) -> SessionState:
     elif isinstance(ev, Verification):
         if state.cleanup is not None:
             state.cleanup.verification = ev
+            verify = state.cleanup.steps.get("verify")
+            if verify is not None and verify.status == "running":
+                verify.status = "pending"  # the verdict is in; its result follows
     elif isinstance(ev, MacroPoint):
         state.macro[ev.concurrency] = ev
         _open_sweep(state, ev.t).points[ev.concurrency] = ev

@@ -77,6 +77,7 @@ class BenchView(VerticalScroll):
         self.plotted_series: dict[str, list[list[tuple[int, float]]]] = {}
         """Every series each plot shows, oldest sweep first."""
         self._plot_keys: dict[str, object] = {}
+        self._last_sweeps: list[Sweep] | None = None
 
     @property
     def plot(self) -> PlotextPlot | None:
@@ -119,7 +120,13 @@ class BenchView(VerticalScroll):
         self.query_one(AllReduceTable).show(state)
         self._draw_plots(state.sweeps[-SERIES:])
 
+    def on_resize(self) -> None:
+        # the x ticks are chosen for the plot's width: a laid-out or resized plot is drawn again
+        if self._last_sweeps is not None:
+            self.call_after_refresh(self._draw_plots, self._last_sweeps)
+
     def _draw_plots(self, sweeps: list[Sweep]) -> None:
+        self._last_sweeps = sweeps
         plots = self._ensure_plots()
         levels = sorted({c for s in sweeps for c in s.levels})
         for key, title, metrics in PLOTS:
@@ -132,7 +139,7 @@ class BenchView(VerticalScroll):
                 metric = m or metric
             latest = series[-1] if series else []
             axis = sorted(set(levels) | {c for one in series for c, _ in one})
-            stamp = (metric, tuple(tuple(one) for one in series), tuple(axis))
+            stamp = (metric, tuple(tuple(one) for one in series), tuple(axis), plots[key].size.width)
             box = self.query_one(f"#{key}-box")
             label = title if key == "throughput" else f"{title} ({stat_word(metric) or 'median'})"
             if len(series) > 1:
@@ -151,6 +158,26 @@ SERIES_COLORS = ("green", "yellow", "magenta", "cyan")
 """Oldest to newest: the latest sweep is drawn last, on top."""
 
 
+Y_AXIS_CELLS = 7
+"""The y axis' labels and line, left of the plot area (about: the x ticks are placed in what is left)."""
+
+
+def spaced_ticks(levels: list[int], lo: float, hi: float, width: int) -> list[int]:
+    """The levels whose labels fit side by side (a space between) on an axis ``width`` cells wide from
+    log2 ``lo`` to ``hi``, left to right. Chosen here, not by plotext: it drops overlapping labels in an
+    order that changes from run to run."""
+    kept: list[int] = []
+    end = -2.0
+    for c in levels:
+        label = str(c)
+        col = (math.log2(c) - lo) / (hi - lo) * (width - 1)
+        start = col - len(label) / 2
+        if start > end + 1:
+            kept.append(c)
+            end = start + len(label)
+    return kept
+
+
 def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[int]) -> None:
     """A line per sweep over log2(concurrency), ticks at the levels, y from 0 to a round top."""
     plt = plot.plt
@@ -158,9 +185,11 @@ def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[in
     plt.xlabel("concurrency")
     if axis:
         xs_axis = [math.log2(c) for c in axis]
-        plt.xticks(xs_axis, [str(c) for c in axis])
         pad = max(0.25, (xs_axis[-1] - xs_axis[0]) * 0.04)
-        plt.xlim(xs_axis[0] - pad, xs_axis[-1] + pad)
+        lo, hi = xs_axis[0] - pad, xs_axis[-1] + pad
+        ticks = spaced_ticks(axis, lo, hi, max(plot.size.width - Y_AXIS_CELLS, 8))
+        plt.xticks([math.log2(c) for c in ticks], [str(c) for c in ticks])
+        plt.xlim(lo, hi)
     top = 0.0
     for n, one in enumerate(series):
         if not one:
