@@ -129,3 +129,15 @@ def test_the_host_boot_time_moves_with_the_sample_clock() -> None:
     sample = HostSample(t=900.0, host="h", seq=1, boot_time=100.0, clock_ticks=100)
     source._to_local_clock(sample)
     assert sample.t == 1000.0 and sample.boot_time == 200.0
+
+
+def test_an_agent_sample_carries_the_boot_time_through_to_the_fold() -> None:
+    """What the agent must send (kimitui/hosts/agent.py, not filled yet): ``boot_time`` and ``clock_ticks``
+    in its sample object; the parser keeps them, the fold turns start ticks into times."""
+    from kimitui.telemetry import parse_agent_line
+
+    line = ('{"t": 5000.0, "type": "sample", "host": "h", "seq": 1, "gpus": [], "procs": [], '
+            '"boot_time": 1000.0, "clock_ticks": 100}')
+    sample = parse_agent_line(line)
+    assert isinstance(sample, HostSample) and (sample.boot_time, sample.clock_ticks) == (1000.0, 100)
+    assert fold_all([sample]).started_at(250_000) == 3500.0
