@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kimitui.core.describe import describe
 from kimitui.core.events import (
     AllReduceRow,
     ConnectionState,
@@ -25,7 +26,7 @@ from kimitui.core.events import (
     StepResult,
 )
 from kimitui.core.runfile import RunReader
-from kimitui.core.state import CleanupState, SessionState, StepState, fold
+from kimitui.core.state import CleanupState, SessionState, StepState, Sweep, first_error, fold, level_failed
 
 # -- reading a run once -----------------------------------------------------------------------------------
 
@@ -256,9 +257,7 @@ def _step_section(d: RunDigest, n: int, step: StepState) -> list[str]:
                          f"{ref.reason}")
         lines.append("")
     if step.consent is not None:
-        who = step.consent.operator or "unknown operator"
-        verdict = "confirmed" if step.consent.accepted else "declined"
-        lines += [f"Consent: {verdict} by {who}" + (f" ({step.consent.note})" if step.consent.note else ""), ""]
+        lines += [f"Consent: {describe(step.consent)}", ""]
     before, done, label = _step_window(d, n, step)
     if before is None or done is None:
         lines += ["No result recorded for this step, so no memory comparison.", ""]
@@ -301,7 +300,7 @@ def _verification(c: CleanupState) -> list[str]:
     if v is None:
         return [*lines, "No verification recorded: the GPUs were not checked after this cleanup.", ""]
     verdict = "CLEAN" if v.clean else "NOT CLEAN"
-    lines += [f"**{verdict}** (checked in {v.elapsed_s:.2f} s)" + (f": {v.detail}" if v.detail else ""), ""]
+    lines += [f"**{verdict}**: {describe(v)}", ""]
     if v.gpus:
         rows = [[str(g.index), fmt_mib(g.used_mib), fmt_mib(g.baseline_mib), "yes" if g.clean else "NO",
                  ", ".join(map(str, g.holders)) or "-"] for g in v.gpus]
@@ -315,32 +314,49 @@ def _verification(c: CleanupState) -> list[str]:
 
 
 def peak_point(points: list[MacroPoint]) -> MacroPoint | None:
-    scored = [p for p in points if isinstance(p.metrics.get("output_throughput"), int | float)]
+    scored = [p for p in points if isinstance(p.metrics.get("output_throughput"), int | float) and not level_failed(p)]
     return max(scored, key=lambda p: p.metrics["output_throughput"]) if scored else None
 
 
 def _macro(d: RunDigest) -> list[str]:
     lines = ["## Serving sweep (macro)", ""]
-    points = d.state.macro_points
-    if not points:
+    sweeps = [s for s in d.state.sweeps if s.points]
+    if not sweeps:
         return [*lines, "No macro benchmark points in this run."]
-    single = d.state.single_stream_tok_s()
+    for n, sweep in enumerate(sweeps):
+        if len(sweeps) > 1:
+            lines += [f"### Sweep {n + 1}" + (f": {sweep.title}" if sweep.title else ""), ""]
+        lines += _sweep(sweep)
+    return lines
+
+
+def _sweep(sweep: Sweep) -> list[str]:
+    points = sweep.point_list
+    single = points[0] if points and points[0].concurrency == 1 and not level_failed(points[0]) else None
     peak = peak_point(points)
     head = []
-    if isinstance(single, int | float):
-        tpot = d.state.macro[1].metrics.get("mean_tpot_ms")
-        head.append(f"Single stream: **{single:.1f} output tok/s**"
+    if single is not None and isinstance(single.metrics.get("output_throughput"), int | float):
+        tpot = single.metrics.get("mean_tpot_ms")
+        head.append(f"Single stream: **{single.metrics['output_throughput']:.1f} output tok/s**"
                     + (f" (TPOT {tpot:.1f} ms)" if isinstance(tpot, int | float) else ""))
     else:
-        head.append("Single stream: not measured (no concurrency 1 point)")
+        head.append("Single stream: not measured (no concurrency 1 point with a completed request)")
     if peak is not None:
         head.append(f"peak **{peak.metrics['output_throughput']:.0f} tok/s** at concurrency {peak.concurrency}")
-    lines += ["; ".join(head) + ".", "",
-              "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token).", ""]
+    failed = sweep.failed_levels
+    if failed:
+        head.append(f"{len(failed)} level(s) FAILED: every request failed")
+    lines = ["; ".join(head) + ".", "",
+             "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token).", ""]
     rows = []
     for p in points:
         m = p.metrics
-        rows.append([str(p.concurrency), f"{_num(m.get('completed'), 'd')}/{_num(m.get('failed'), 'd')}",
+        counts = f"{_num(m.get('completed'), 'd')}/{_num(m.get('failed'), 'd')}"
+        if level_failed(p):
+            rows.append([str(p.concurrency), counts, f"FAILED: {first_error(p) or 'no reason given'}",
+                         *(["n/a"] * 5), _num(m.get("duration"))])
+            continue
+        rows.append([str(p.concurrency), counts,
                      _num(m.get("output_throughput")), _num(m.get("mean_ttft_ms")), _num(m.get("p99_ttft_ms")),
                      _num(m.get("mean_tpot_ms")), _num(m.get("mean_itl_ms")), _num(m.get("mean_e2el_ms"), ".0f"),
                      _num(m.get("duration"))])

@@ -164,6 +164,8 @@ class TelemetrySource:
         if self._offset is None or offset < self._offset:
             self._offset = offset
         sample.t += self._offset
+        if sample.boot_time is not None:
+            sample.boot_time += self._offset  # the host's boot on the same clock as the sample
 
     def stop(self) -> None:
         """End events() at the next line or backoff wait (cancelling the consumer task ends it at once)."""

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from kimitui.cleanup.audit import read_audit
-from kimitui.cleanup.preview_text import preview_table
 from kimitui.cleanup.prompt import parse_ticks, terminal_consent
 from kimitui.cleanup.services import PidService, SimService, SupervisorService, SystemdService
 from kimitui.cleanup.setup import parse_gpus, parse_service
+from kimitui.core.describe import preview_text as preview_table
 from kimitui.core.events import ProcRef, StepPreview, Verification, from_dict
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
@@ -183,7 +183,7 @@ def test_text_output_is_readable(tmp_path: Path) -> None:
     assert "left alone: pid" in out and "GPUs CLEAN" in out and "last consent -> clean" in out
     assert "recording this session to" in res.stderr
     # each process by what tells it apart, and when it started (a wall-clock time, not clock ticks)
-    assert "python -m kimitui.hosts.sim.worker tp-worker" in out and "bin/python" not in out
+    assert " kimitui.hosts.sim.worker tp-worker" in out and "bin/python" not in out
     rows = [line.split() for line in out.splitlines() if "descendant of pid" in line]
     assert rows and all(re.fullmatch(r"\d\d:\d\d:\d\d", row[1]) for row in rows)
     assert "STARTED" in out
@@ -238,7 +238,7 @@ def test_service_none_is_previewed_as_such(tmp_path: Path) -> None:
     assert len(process["targets"]) == 8 and of(events, "signal") == []  # the workers, previewed, untouched
     assert "no service (none)" in res.stderr
     text = run_cli(["--host", "demo", "--dry-run", "--service", "none"], tmp_path)
-    assert "plan: no service (none: free the GPUs of whatever holds them)" in text.stdout
+    assert "cleanup plan for no service (none: free the GPUs of whatever holds them)" in text.stdout
     assert "graceful: no service (none chosen)" in text.stdout
 
 

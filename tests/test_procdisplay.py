@@ -11,36 +11,40 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.cleanup.preview_text import host_started, preview_table
+from kimitui.cleanup.host_clock import host_started
+from kimitui.core.describe import preview_text as preview_table
 from kimitui.core.events import ProcRef, StepPreview
+from kimitui.core.procdisplay import clock_label, command_gist, unit_label
 from kimitui.core.runfile import RunReader
 from kimitui.hosts.local import LocalHost
-from kimitui.procdisplay import clock_label, short_command
 from kimitui.resources import find_run
 from kimitui.tui import fmt
 from tests.sshd import SshServer, start_sshd
 
 
-def test_short_command_keeps_the_module_script_and_arguments() -> None:
+def test_command_gist_keeps_the_module_script_and_arguments() -> None:
     venv = "/work/wt/h1/.venv/bin/python"
-    assert short_command(f"{venv} -S -m kimitui.hosts.sim.worker tp-worker --title VllmWorker-TP0 --gpu 0") == \
-        "python -m kimitui.hosts.sim.worker tp-worker --title VllmWorker-TP0 --gpu 0"
-    assert short_command("/usr/bin/python3.11 -u -X dev -W ignore /opt/app/serve.py --port 8000") == \
-        "python3.11 serve.py --port 8000"
-    assert short_command("/usr/bin/python3 -c import time; time.sleep(5)") == "python3 -c import time; time.sleep(5)"
-    assert short_command("/usr/bin/nv-hostengine -n --service-account nvidia-dcgm") == \
+    assert command_gist(f"{venv} -S -m kimitui.hosts.sim.worker tp-worker --title VllmWorker-TP0 --gpu 0") == \
+        "kimitui.hosts.sim.worker tp-worker --title VllmWorker-TP0 --gpu 0"
+    assert command_gist("/usr/bin/python3.11 -u -X dev -W ignore /opt/app/serve.py --port 8000") == \
+        "serve.py --port 8000"
+    assert command_gist("/usr/bin/python3 -c import time; time.sleep(5)") == "python3 -c import time; time.sleep(5)"
+    assert command_gist("/usr/bin/nv-hostengine -n --service-account nvidia-dcgm") == \
         "nv-hostengine -n --service-account nvidia-dcgm"
-    assert short_command("VLLM::Worker_TP0") == "VLLM::Worker_TP0"
-    assert short_command("") == "?"
-    assert fmt.short_command is short_command  # the dashboard uses the same words
+    assert command_gist("/bin/bash /opt/run.sh --gpu 1") == "run.sh --gpu 1"
+    assert command_gist("VLLM::Worker_TP0") == "VLLM::Worker_TP0"
+    assert command_gist("") == "?"
+    assert fmt.command_gist is command_gist  # the dashboard uses the same words
+    assert unit_label("docker:5d6c468c0123") == unit_label(None, "5d6c468c0123") == "docker:5d6c468c"
+    assert unit_label(None) == "-"
 
 
 def test_the_real_h200_commands_read_by_their_script_and_role() -> None:
     reader = RunReader(find_run(Path("real-cleanup-2x-h200")))
     preview = next(e for e in reader.events() if isinstance(e, StepPreview))
-    shown = {short_command(r.cmdline) for r in preview.targets}
-    assert "python3 device_cleanup_demo.py --role service 2 40.0 /tmp/kimitui-cleanup-demo-q3hg478m" in shown
-    assert all(s.startswith("python3 device_cleanup_demo.py --role ") for s in shown)
+    shown = {command_gist(r.cmdline) for r in preview.targets}
+    assert "device_cleanup_demo.py --role service 2 40.0 /tmp/kimitui-cleanup-demo-q3hg478m" in shown
+    assert all(s.startswith("device_cleanup_demo.py --role ") for s in shown)
     table = preview_table(preview)
     assert "/opt/torch/.venv" not in table and "device_cleanup_demo.py --role worker 0" in table
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.core.events import ConnectionState, HostSample, LogLine
+from kimitui.core.describe import describe
+from kimitui.core.events import ConnectionState, Event, HostSample, LogLine, MacroPoint, PhaseStart
 from kimitui.core.runfile import RunReader, write_run
+from kimitui.core.state import SessionState, fold_all
 from kimitui.report import render_report
 from kimitui.samplegen import campaign_events
 from kimitui.summary import summarize
@@ -39,55 +41,109 @@ def test_report_header_and_phase_timeline(report):
     assert all(" | ok | " in r for r in rows)
 
 
-def test_report_memory_around_each_cleanup_step(report):
-    graceful = report[report.index("### Step graceful"): report.index("### Step process")]
-    # GPUs 5 and 6 keep their 92,985 MiB (the stuck workers); the others fall to the 574 MiB baseline
-    assert "| 5 | 92,985 | 92,985 | +0 | 97,887 |" in graceful
-    assert "| 0 | 92,985 | 574 | -92,411 | 97,887 |" in graceful
-    assert "| 3 | 94,131 | 1,720 | -92,411 | 97,887 |" in graceful  # the probe still holds 1,146 MiB
-    process = report[report.index("### Step process"): report.index("### Step device")]
-    assert "| 6 | 92,985 | 574 | -92,411 | 97,887 |" in process
-    device = report[report.index("### Step device"): report.index("### Step verify")]
-    assert "| 3 | 1,720 | 574 | -1,146 | 97,887 |" in device
-    assert "handle only (NVML monitor), not ticked" in device
-    assert "Consent: confirmed by ana" in device
+@pytest.fixture(scope="module")
+def folded() -> tuple[list[Event], SessionState]:
+    events = list(RunReader(SAMPLE).events())
+    return events, fold_all(events)
 
 
-def test_report_signals_and_verdict(report):
+def _mem_at(events: list[Event], t: float, after: bool) -> dict[int, float]:
+    """GPU memory of the last sample at or before t (after=False) or the first at or after t (after=True)."""
+    samples = [e for e in events if isinstance(e, HostSample)]
+    pick = next(s for s in samples if s.t >= t) if after else [s for s in samples if s.t <= t][-1]
+    return {g.index: g.mem_used_mib for g in pick.gpus if g.mem_used_mib is not None}
+
+
+def _row(i: int, before: float, after: float, total: float) -> str:
+    return f"| {i} | {before:,.0f} | {after:,.0f} | {after - before:+,.0f} | {total:,.0f} |"
+
+
+def test_report_memory_around_each_cleanup_step(report, folded):
+    """Expected figures from the folded run: the sample before each step's consent and after its result."""
+    events, state = folded
+    cleanup = state.cleanup
+    assert cleanup is not None
+    totals = {i: g.mem_total_mib for i, g in state.gpus.items()}
+    names = list(cleanup.steps)
+    for k, name in enumerate(names[:-1]):
+        step = cleanup.steps[name]
+        section = report[report.index(f"### Step {name}"): report.index(f"### Step {names[k + 1]}")]
+        assert step.consent is not None and step.result is not None
+        before = _mem_at(events, step.consent.t, after=False)
+        after = _mem_at(events, step.result.t, after=True)
+        for i in sorted(before):
+            assert _row(i, before[i], after[i], totals[i]) in section, (name, i)
+        assert f"Consent: {describe(step.consent)}" in section
+        assert f"in {step.elapsed_s:.2f} s" in section.splitlines()[0]
+    # what the run says of them: the stuck workers keep theirs through graceful, the probe through process
+    graceful = cleanup.steps["graceful"]
+    kept = [i for i, m in _mem_at(events, graceful.result.t, after=True).items() if m > 90_000]  # type: ignore[union-attr]
+    assert kept == sorted({g for ref in graceful.preview.targets for g in ref.gpus  # type: ignore[union-attr]
+                           if ref.pid in {o.pid for o in graceful.outcomes if o.outcome == "survived"}})
+
+
+def test_report_signals_and_verdict(report, folded):
+    _, state = folded
+    cleanup = state.cleanup
+    assert cleanup is not None and cleanup.verification is not None
     signals = report[report.index("### Signals"): report.index("### Verification")]
     rows = [line for line in signals.splitlines() if line.startswith("| +")]
-    assert len(rows) == 14
-    assert sum("| survived (S) |" in r for r in rows if "| graceful |" in r) == 2
-    assert sum("| SIGKILL |" in r and "| exited |" in r for r in rows) == 2
+    sent = [s for step in cleanup.steps.values() for s in step.signals]
+    assert len(rows) == len(sent)
+    survived = [o for o in cleanup.steps["graceful"].outcomes if o.outcome == "survived"]
+    assert sum("| survived (S) |" in r for r in rows if "| graceful |" in r) == len(survived)
+    killed = [s for s in sent if s.signal == "SIGKILL"]
+    assert sum("| SIGKILL |" in r and "| exited |" in r for r in rows) == len(killed)
     verification = _section(report, "### Verification")
-    assert "**CLEAN**" in verification
-    assert verification.count("| yes |") == 8
+    assert ("**CLEAN**" if cleanup.clean else "**NOT CLEAN**") in verification
+    assert describe(cleanup.verification) in verification
+    assert verification.count("| yes |") == sum(g.clean for g in cleanup.verification.gpus)
 
 
-def test_report_benchmark_tables(report):
+def test_report_benchmark_tables(report, folded):
+    _, state = folded
     macro = _section(report, "## Serving sweep (macro)")
-    assert "Single stream: **49.1 output tok/s**" in macro
-    assert "peak **1536 tok/s** at concurrency 128" in macro
-    assert len([line for line in macro.splitlines() if line.startswith("| ") and line[2].isdigit()]) == 8
+    single = state.single_stream_tok_s()
+    assert single is not None and f"Single stream: **{single:.1f} output tok/s**" in macro
+    peak = max(state.macro.values(), key=lambda p: p.metrics["output_throughput"])
+    assert f"peak **{peak.metrics['output_throughput']:.0f} tok/s** at concurrency {peak.concurrency}" in macro
+    assert len([line for line in macro.splitlines() if line.startswith("| ") and line[2].isdigit()]) == len(state.macro)
     gemm = _section(report, "## GEMM (micro)")
-    assert "| lm_head | 1 | 20480 x 7168 | bf16 |" in gemm
-    assert gemm.count("| int4-g32 |") == 8
+    for row in state.gemm:
+        assert f"| {row.name} | {row.m} | {row.n} x {row.k} | {row.dtype} |" in gemm
     allreduce = _section(report, "## All-reduce (micro)")
-    assert "| 1 | 14.3 KB | 8 | bfloat16 | 122 |" in allreduce
-    assert "| 128 | 1.8 MB | 8 |" in allreduce
+    assert len([line for line in allreduce.splitlines() if line.startswith("| ") and line[2].isdigit()]) == \
+        len(state.allreduce)
     assert "None: every line of the run was read." in _section(report, "## Warnings")
 
 
-def test_summary_on_the_sample_run():
+def test_report_shows_a_failed_level_as_failed(tmp_path):
+    points = [MacroPoint(1.0, concurrency=1, metrics={"output_throughput": 50.0, "completed": 4, "failed": 0,
+                                                      "num_prompts": 4}),
+              MacroPoint(2.0, concurrency=2, metrics={"output_throughput": 0.0, "completed": 0, "failed": 8,
+                                                      "num_prompts": 8, "failures": {"HTTP 503: model loading": 8}})]
+    path = write_run(tmp_path / "failed.jsonl", [PhaseStart(0.5, phase="macro"), *points], host="h")
+    macro = _section(render_report(RunReader(path)), "## Serving sweep (macro)")
+    assert "| 2 | 0/8 | FAILED: HTTP 503: model loading |" in macro
+    assert "peak **50 tok/s** at concurrency 1" in macro and "1 level(s) FAILED" in macro
+
+
+def test_summary_on_the_sample_run(folded):
+    _, state = folded
     text = summarize(RunReader(SAMPLE))
     lines = dict(line.split(None, 1) for line in text.splitlines()[1:] if not line.startswith(" "))
     assert lines["host"] == "kimi-node-01"
     assert lines["duration"] == "5m 36s"
     assert lines["events"].startswith("799 (sample 667,")
-    assert "cleanup 32.0 s ok" in lines["phases"]
+    span = next(p for p in state.phases if p.phase == "cleanup")
+    assert span.end is not None and f"cleanup {span.end - span.start:.1f} s ok" in lines["phases"]
     assert lines["cleanup"].startswith("CLEAN")
     assert "graceful done, process done, device done, verify done" in lines["cleanup"]
-    assert lines["macro"].startswith("peak 1536 tok/s at concurrency 128; single stream 49 tok/s")
+    single = state.single_stream_tok_s()
+    peak = max(state.macro.values(), key=lambda p: p.metrics["output_throughput"])
+    assert single is not None
+    assert lines["macro"].startswith(f"peak {peak.metrics['output_throughput']:.0f} tok/s at concurrency "
+                                     f"{peak.concurrency}; single stream {single:.0f} tok/s")
     assert lines["warnings"] == "none"
 
 

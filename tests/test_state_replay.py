@@ -81,7 +81,7 @@ def test_fold_builds_dashboard_state() -> None:
     assert cleanup.steps["graceful"].signals[0].pid == 100
     assert state.single_stream_tok_s() == 50.0
     assert [p.concurrency for p in state.macro_points] == [1, 128]
-    assert any("verification: CLEAN" in entry.message for entry in state.log)
+    assert any("verify: CLEAN" in entry.message for entry in state.log)
 
 
 def test_fold_is_deterministic() -> None:

@@ -439,5 +439,31 @@ async def test_restart_from_the_dashboard_after_a_clean_cleanup(tmp_path: Path,
         await wait_for(lv.pilot, lambda: "restart" in steps.column_texts("step")
                        and steps.cell_text("restart", "status") == "done", "the restart row on the panel")
         assert "/health answered" in steps.cell_text("restart", "note")
+        # one duration: the reason names none; the tab, the fold and the events agree
+        assert res[0].reason == f"{host.api_url}/health answered 200"
+        consent = next(e for e in events if isinstance(e, Consent) and e.step == "restart")
+        step = lv.session.state.cleanup.steps["restart"]  # type: ignore[union-attr]
+        assert step.elapsed_s is not None and abs(step.elapsed_s - (res[0].t - consent.t)) < 1e-9
+        assert steps.cell_text("restart", "elapsed") == f"{step.elapsed_s:.2f} s"
         audit = read_audit(tmp_path / "data" / "kimitui" / "audit.log")
         assert any(r["event"] == "consent" and r.get("step") == "restart" for r in audit)
+
+
+async def test_restart_of_a_running_service_says_so_before_asking(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """R while the service runs: the preview says up front that it is already running; declined, nothing
+    is started and the service is as it was."""
+    async with live_app(tmp_path, monkeypatch, deadlines=FAST) as lv:
+        before = set(lv.host.worker_holders().values())
+        await lv.pilot.press("R")
+        screen = await modal(lv, "restart")
+        assert screen.preview.action.startswith("already running: sim vllm has live processes")
+        title = str(screen.query_one("#consent-title").render())
+        assert "ALREADY RUNNING" in title
+        assert not screen.query("#consent-targets") and "SimHost" not in screen.preview.action
+        await lv.pilot.press("escape")
+        runner = cleanup_runner.current(lv.app)
+        await wait_for(lv.pilot, lambda: runner is not None and runner.finished, "the restart to end")
+        res = [e for e in lv.events() if isinstance(e, StepResult) and e.step == "restart"]
+        assert [r.status for r in res] == ["declined"]
+        assert set(lv.host.worker_holders().values()) == before

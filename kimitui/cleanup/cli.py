@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimitui.cleanup.consent import ConsentCallback, auto_consent, current_operator
-from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
+from kimitui.cleanup.executor import CleanupExecutor
+from kimitui.cleanup.host_clock import host_started
 from kimitui.cleanup.plan import Deadlines
-from kimitui.cleanup.preview_text import COMMAND_WIDTH, Started, host_started, preview_table, unknown_start
 from kimitui.cleanup.prompt import terminal_consent
 from kimitui.cleanup.services import ServiceManager, ServiceNotFound, SimService
 from kimitui.cleanup.setup import (
@@ -46,20 +46,11 @@ from kimitui.cleanup.setup import (
     parse_gpus,
     parse_service,
 )
-from kimitui.core.events import (
-    CleanupPlan,
-    Consent,
-    Event,
-    HostSample,
-    PhaseEnd,
-    PhaseStart,
-    SignalOutcome,
-    SignalSent,
-    StepPreview,
-    StepResult,
-    Verification,
-)
-from kimitui.procdisplay import short_command
+from kimitui.core.describe import COMMAND_WIDTH, Started, describe, details, sample_started, unknown_start
+from kimitui.core.events import Event, HostSample, LogLine, MacroProgress, PhaseEnd, PhaseStart
+from kimitui.core.procdisplay import command_gist
+from kimitui.core.session import Session
+from kimitui.core.state import CleanupState, SessionState
 
 CONSENT_STEPS = ("graceful", "process", "device", "verify", "reset", "restart")
 """Names --yes takes. ``verify`` only reads (it always runs); naming it is allowed for clarity."""
@@ -122,40 +113,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 # --- output --------------------------------------------------------------------------------------------
 
-def text_line(ev: Event, t0: float, started: Started = unknown_start) -> str | None:
-    at = f"[{ev.t - t0:7.3f}s]"
-    if isinstance(ev, PhaseStart):
-        return f"{at} phase {ev.phase}: {ev.title}"
-    if isinstance(ev, PhaseEnd):
-        return f"{at} phase {ev.phase} ended: {'ok' if ev.ok else 'NOT ok'}" + (f" ({ev.note})" if ev.note else "")
-    if isinstance(ev, CleanupPlan):
-        what = f"{ev.service} ({ev.manager})" if ev.service else \
-            "no service (none: free the GPUs of whatever holds them)"
-        return (f"{at} plan: {what} on {ev.host}, GPUs "
-                f"{','.join(map(str, ev.gpus))}, steps {', '.join(ev.steps)}, clean within "
-                f"{ev.clean_threshold_mib:g} MiB")
-    if isinstance(ev, StepPreview):
-        return f"{at} " + preview_table(ev, started)
-    if isinstance(ev, Consent):
-        return (f"{at} {ev.step}: {'CONFIRMED' if ev.accepted else 'declined'} by {ev.operator}"
-                + (f", pids {' '.join(map(str, ev.pids))}" if ev.accepted else "")
-                + (f" ({ev.note})" if ev.note else ""))
-    if isinstance(ev, SignalSent):
-        return f"{at} {ev.step}: {ev.signal} -> pid {ev.pid}: {ev.outcome}" + (f" ({ev.detail})" if ev.detail else "")
-    if isinstance(ev, SignalOutcome):
-        return (f"{at} {ev.step}: pid {ev.pid} {ev.outcome} {ev.elapsed_s:.3f}s after {ev.signal}"
-                + (f" (state {ev.state})" if ev.state else ""))
-    if isinstance(ev, StepResult):
-        return f"{at} {ev.step}: {ev.status.upper()} in {ev.elapsed_s:.3f}s: {ev.reason}"
-    if isinstance(ev, Verification):
-        lines = [f"{at} verify: {'CLEAN' if ev.clean else 'NOT CLEAN'} after {ev.elapsed_s:.3f}s"
-                 + (f": {ev.detail}" if ev.detail else "")]
-        for g in ev.gpus:
-            used = "-" if g.used_mib is None else f"{g.used_mib:.0f}"
-            lines.append(f"    GPU {g.index}: {used} MiB used (idle {g.baseline_mib:.0f}) {'ok' if g.clean else 'HELD'}"
-                         + (f" by {' '.join(map(str, g.holders))}" if g.holders else ""))
-        return "\n".join(lines)
-    return None
+def text_line(ev: Event, t0: float, state: SessionState | None = None, started: Started | None = None) -> str | None:
+    """The event in words (``describe``, the event log's words), its time since the first event, and the
+    lines a terminal shows under it (a preview's tables, a verification's GPUs). Process starts read as
+    wall-clock times with ``started`` (else the host clock the samples carry)."""
+    text = describe(ev, state)
+    if text is None or isinstance(ev, LogLine | MacroProgress):
+        return None
+    return "\n".join([f"[{ev.t - t0:7.3f}s] {text}", *details(ev, started or sample_started(state))])
 
 
 def untouched(sample: HostSample | None, scope: list[int], signalled: set[int]) -> list[dict[str, Any]]:
@@ -169,13 +134,13 @@ def untouched(sample: HostSample | None, scope: list[int], signalled: set[int]) 
             if p.kind == "handle" and set(p.gpus) & wanted and p.pid not in signalled]
 
 
-def summary(report: CleanupReport | None, clean: bool, kept: list[dict[str, Any]], run_file: Path,
+def summary(cleanup: CleanupState | None, clean: bool, kept: list[dict[str, Any]], run_file: Path,
             audit_log: Path) -> dict[str, Any]:
-    """The last --json line (type ``cleanup_summary``; not a run-file event)."""
+    """The last --json line (type ``cleanup_summary``; not a run-file event), from the fold of the run."""
     return {"type": "cleanup_summary", "t": time.time(), "clean": clean,
-            "consent_to_clean_s": report.consent_to_clean_s if report else None,
-            "signal_to_clean_s": report.signal_to_clean_s if report else None,
-            "signalled": sorted({s.pid for s in report.signals if s.outcome == "sent"}) if report else [],
+            "consent_to_clean_s": cleanup.consent_to_clean_s if cleanup else None,
+            "signal_to_clean_s": cleanup.signal_to_clean_s if cleanup else None,
+            "signalled": sorted(cleanup.signalled) if cleanup else [],
             "left_alone": kept, "run_file": str(run_file), "audit_log": str(audit_log)}
 
 
@@ -187,11 +152,13 @@ def summary_text(s: dict[str, Any]) -> str:
                 else "")]
     for k in s["left_alone"]:
         lines.append(f"left alone: pid {k['pid']} (handle only, an NVML monitor) on GPUs "
-                     f"{','.join(map(str, k['gpus']))}: {short_command(k['cmdline'])[:COMMAND_WIDTH]}")
+                     f"{','.join(map(str, k['gpus']))}: {command_gist(k['cmdline'])[:COMMAND_WIDTH]}")
     return "\n".join(lines)
 
 
-def printer(as_json: bool, out: TextIO, started: Started = unknown_start) -> Callable[[Event], None]:
+def printer(as_json: bool, out: TextIO, session: Session | None = None,
+            started: Started | None = None) -> Callable[[Event], None]:
+    """A session sink printing each event (subscribed after the fold: ``session.state`` holds the event)."""
     t0: list[float] = []
 
     def show(ev: Event) -> None:
@@ -202,7 +169,7 @@ def printer(as_json: bool, out: TextIO, started: Started = unknown_start) -> Cal
         else:
             if not t0:
                 t0.append(ev.t)
-            line = text_line(ev, t0[0], started)
+            line = text_line(ev, t0[0], session.state if session is not None else None, started)
             if line is None:
                 return
             out.write(line + "\n")
@@ -278,7 +245,7 @@ async def _cleanup(args: argparse.Namespace) -> int:
         started = await host_started(host)
         consent, how = _consent(args, operator, started)
         session = new_session(opened, "cleanup")
-        session.subscribe(printer(args.json, sys.stdout, started))
+        session.subscribe(printer(args.json, sys.stdout, session, started))
         print(f"kimitui cleanup on {opened.label}: {how}", file=sys.stderr)
         if service is None:
             print("kimitui: no service (none): the GPUs in scope are freed of whatever holds them, each step "
@@ -305,12 +272,12 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 " (dry run)" if args.dry_run else "")
             session.publish(PhaseStart(time.time(), phase="cleanup", title=title))
             note = ""
-            report: CleanupReport | None = None
             try:
-                report = await ex.run()
-                clean = report.clean
-                if clean and report.consent_to_clean_s is not None:
-                    note = f"last consent -> clean {report.consent_to_clean_s:.3f}s"
+                await ex.run()
+                folded = session.state.cleanup  # the verdict and its figures from the fold, as a replay has them
+                clean = folded is not None and folded.clean
+                if clean and folded is not None and folded.consent_to_clean_s is not None:
+                    note = f"last consent -> clean {folded.consent_to_clean_s:.3f}s"
                 if args.restart and clean:
                     res = await ex.restart()
                     clean = res.status in ("done", "skipped")
@@ -331,9 +298,9 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 note = "interrupted"
             session.publish(PhaseEnd(time.time(), phase="cleanup", ok=clean,
                                      note=("clean" if clean else "not clean") + (f"; {note}" if note else "")))
-            signalled = {s.pid for s in report.signals if s.outcome == "sent"} if report else set()
-            final = summary(report, clean, untouched(feed.current, ex.scope, signalled), session.recorder.path,
-                            audit.path)
+            signalled = set(session.state.cleanup.signalled) if session.state.cleanup else set()
+            final = summary(session.state.cleanup, clean, untouched(feed.current, ex.scope, signalled),
+                            session.recorder.path, audit.path)
         finally:
             source.stop()
             await feed.stop()

@@ -12,7 +12,7 @@ import os
 from typing import TextIO
 
 from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, is_optional
-from kimitui.cleanup.preview_text import Started, preview_table, unknown_start
+from kimitui.core.describe import Started, preview_text, unknown_start
 from kimitui.core.events import StepPreview
 
 
@@ -96,7 +96,7 @@ def terminal_consent(operator: str, show_table: bool, stdin: TextIO, stderr: Tex
 
     async def decide(preview: StepPreview) -> ConsentDecision:
         if show_table:
-            stderr.write(preview_table(preview, started) + "\n")
+            stderr.write(preview_text(preview, started) + "\n")
         answer = (await ask(f"{preview.step}: proceed? [y/N] ")).lower()
         if answer not in ("y", "yes"):
             return ConsentDecision(False, None, operator, "declined on the terminal")

@@ -403,7 +403,7 @@ class SimService(PidService):
         return None
 
     def start_action(self) -> str:
-        return f"start the simulated {self.name} service (SimHost.start_service: API server and its workers)"
+        return f"start the simulated {self.name} service (its API server and one worker per GPU)"
 
     def health_url_on(self, host: Host) -> str | None:
         sim = self._sim(host)

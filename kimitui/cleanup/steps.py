@@ -302,6 +302,10 @@ async def health_ok(ex: CleanupExecutor, url: str) -> bool:
     return res.stdout.strip().isdigit() and 200 <= int(res.stdout.strip()) < 300
 
 
+ALREADY_RUNNING = "already running"
+"""How a restart preview starts when the service is up: starting it again would fail."""
+
+
 async def restart(ex: CleanupExecutor) -> StepResult:
     started = ex.clock.monotonic()
     svc = ex.target.service
@@ -311,8 +315,16 @@ async def restart(ex: CleanupExecutor) -> StepResult:
     if start is None:
         return ex.result("restart", "skipped", f"{svc.label}: no start command", started)
     url = svc.health_url_on(ex.host)
-    action = f"{svc.label}: {start}" + (f", then poll {url} until it answers 200" if url
-                                          else ", then wait until active")
+    try:
+        running = await svc.is_active(ex.host)
+    except HostError:
+        running = False
+    wait = f"then poll {url} until it answers 200" if url else "then wait until it is active"
+    if running:
+        action = (f"{ALREADY_RUNNING}: {svc.label} has live processes, so a start would fail; decline, or free "
+                  f"the GPUs first. Confirming tries anyway: {start}, {wait}")
+    else:
+        action = f"{svc.label}: {start}, {wait}"
     confirmed = await ex.ask("restart", action, [], [])
     if confirmed is None:
         return ex.result("restart", "declined", "operator declined", started)
@@ -328,10 +340,11 @@ async def restart(ex: CleanupExecutor) -> StepResult:
         return await health_ok(ex, url) if url else await svc.is_active(ex.host)
 
     waited = await poll_until(up, ex.target.deadlines.health_s, max(ex.target.deadlines.poll_s, 0.1), ex.clock)
-    what = f"{url} answered" if url else "service active"
     if not waited.ok:
-        return ex.result("restart", "failed", f"not up after {waited.elapsed_s:.1f}s", started)
-    return ex.result("restart", "done", f"{what} after {waited.elapsed_s:.2f}s", started)
+        return ex.result("restart", "failed", f"not up within the {ex.target.deadlines.health_s:g} s health "
+                         "deadline", started)
+    # the step's duration is the result's (one figure everywhere): the reason says what, not how long
+    return ex.result("restart", "done", f"{url} answered 200" if url else "service active", started)
 
 
 STEP_FUNCS: dict[str, Callable[[CleanupExecutor], Awaitable[object]]] = {

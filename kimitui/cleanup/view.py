@@ -4,10 +4,9 @@
 implements it over any stream of ``HostSample`` events (a TelemetrySource, a session's bus): feed it
 with ``push`` or let it ``follow`` a source. ``after`` is a local monotonic time: ``latest(after=t)``
 waits for a sample TAKEN after t, so a wait that follows a signal never judges a stale sample. A sample's
-``t`` is the host's clock when it was taken; the feed maps it to local time with the largest
-(sample t - local arrival time) seen so far: that is the host's clock skew less the fastest transit seen,
-so the mapping absorbs skew and places a sample late by at most that fastest transit (milliseconds), not by
-the slowest one (a sample that sat in a busy event loop is never mistaken for a fresh one).
+``t`` is when it was taken on the recording side's clock: the telemetry source (kimitui.telemetry) maps the
+host's clock there once, for the run file and for this feed alike; the feed only turns that wall time into
+local monotonic time (a sample that sat in a busy event loop keeps the time it was taken).
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ class SampleFeed:
     def __init__(self) -> None:
         self._sample: HostSample | None = None
         self._taken_local = 0.0
-        self._offset: float | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
@@ -51,11 +49,8 @@ class SampleFeed:
         if not isinstance(event, HostSample):
             return
         now_wall, now_mono = time.time(), time.monotonic()
-        offset = event.t - now_wall
-        if self._offset is None or offset > self._offset:
-            self._offset = offset
-        # when it was taken, on the local monotonic clock
-        self._taken_local = min(now_mono, event.t - self._offset - now_wall + now_mono)
+        # when it was taken (recorded time), on the local monotonic clock; never later than its arrival
+        self._taken_local = min(now_mono, event.t - now_wall + now_mono)
         self._sample = event
         waiters, self._waiters = self._waiters, []
         for fut in waiters:

@@ -89,6 +89,11 @@ class HostSample(Event):
     procs: list[ProcSample] = field(default_factory=list)
     agent_pid: int | None = None
     source: str = "nvml"
+    boot_time: float | None = None
+    """When the host booted (unix seconds, /proc/stat btime), on the recording side's clock like ``t``:
+    with ``clock_ticks`` it turns a process' start time (ticks after boot) into a time of day."""
+    clock_ticks: int | None = None
+    """The host's clock ticks per second (os.sysconf("SC_CLK_TCK"), 100 on Linux)."""
 
 
 @dataclass(slots=True)
@@ -195,6 +200,37 @@ class MacroPoint(Event):
     type: ClassVar[str] = "macro_point"
     concurrency: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class MacroProgress(Event):
+    """Where a serving sweep is, for its panel (live and replayed alike): published when the sweep starts,
+    when a level starts or ends, at most ``PROGRESS_EVERY_S`` apart while a level runs, and when the sweep
+    ends (with its status and, when it could not run, why)."""
+
+    type: ClassVar[str] = "macro_progress"
+    status: Literal["starting", "running", "cancelling", "done", "cancelled", "failed"] = "running"
+    levels: list[int] = field(default_factory=list)
+    """The planned concurrency levels, in order."""
+    level_index: int = 0
+    concurrency: int = 0
+    stage: Literal["", "warmup", "run", "done"] = ""
+    done: int = 0
+    """Requests of this level finished (successful or failed)."""
+    total: int | None = None
+    """Requests in this level; None in duration mode."""
+    failed: int = 0
+    in_flight: int = 0
+    level_fraction: float = 0.0
+    elapsed_s: float = 0.0
+    """Since the sweep started."""
+    error: str = ""
+
+    @property
+    def overall_fraction(self) -> float:
+        if self.status == "done":
+            return 1.0
+        return (self.level_index + self.level_fraction) / max(1, len(self.levels))
 
 
 @dataclass(slots=True)
@@ -388,6 +424,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepResult,
         Verification,
         MacroPoint,
+        MacroProgress,
         GemmRow,
         AllReduceRow,
         ConnectionState,

@@ -12,13 +12,12 @@ import bisect
 import heapq
 import json
 import time
-from collections import deque
 from collections.abc import Callable
 
 from kimitui.core.events import EventDecodeError
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
-from kimitui.core.state import HISTORY_POINTS, SessionState, fold
+from kimitui.core.state import HISTORY_POINTS, SessionState, fold, record_memory
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 PHASE_TYPES = ("phase_start", "phase_end")
@@ -51,13 +50,7 @@ def _fold_history_only(state: SessionState, reader: RunReader, i: int) -> None:
     try:
         data = _sample_head(reader.raw(i))
         t = float(data["t"])
-        for g in data.get("gpus", ()):
-            used = g.get("mem_used_mib")
-            hist = state.mem_history.get(g["index"])
-            if hist is None:
-                hist = state.mem_history[g["index"]] = deque(maxlen=HISTORY_POINTS)
-            if used is not None:
-                hist.append((t, used))
+        record_memory(state, t, [(int(g["index"]), g.get("mem_used_mib")) for g in data.get("gpus", ())])
     except (ValueError, KeyError, TypeError) as exc:
         reader.warnings.append(f"{reader.path.name}: event {i} skipped: {exc}")
         return
@@ -137,7 +130,7 @@ class Player:
         last, self._last_now = self._last_now, now
         if self.paused or self.finished or last is None:
             return 0
-        self.run_time += (now - last) * self.speed
+        self.run_time = min(self.run_time + (now - last) * self.speed, self.reader.end_time)
         stop = min(self.reader.index_at(self.run_time), len(self.reader))
         return self._publish_until(stop)
 
@@ -154,7 +147,7 @@ class Player:
             self.session.publish(event)
             n += 1
         if self.finished:
-            self.run_time = max(self.run_time, self.reader.end_time)
+            self.run_time = self.reader.end_time  # a fast tick overshoots the end: the run ends there
         return n
 
     # -- controls

@@ -8,8 +8,10 @@ is the empty state), so a 4 Hz stream of large samples costs no copies.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kimitui.core.describe import describe, level_of, source_of
 from kimitui.core.events import (
     AllReduceRow,
     CleanupPlan,
@@ -19,8 +21,8 @@ from kimitui.core.events import (
     GemmRow,
     GpuSample,
     HostSample,
-    LogLine,
     MacroPoint,
+    MacroProgress,
     MicroEnd,
     MicroEnv,
     MicroPlan,
@@ -35,6 +37,7 @@ from kimitui.core.events import (
     Topology,
     Verification,
 )
+from kimitui.core.procdisplay import start_wall_time
 
 HISTORY_POINTS = 240
 """Memory history kept per GPU, in samples (one minute at 4 Hz)."""
@@ -51,6 +54,10 @@ class PhaseSpan:
     note: str = ""
 
 
+FINAL = frozenset({"done", "skipped", "declined", "failed"})
+"""A step's statuses once it is over."""
+
+
 @dataclass(slots=True)
 class StepState:
     step: str
@@ -61,8 +68,13 @@ class StepState:
     signals: list[SignalSent] = field(default_factory=list)
     outcomes: list[SignalOutcome] = field(default_factory=list)
     started: float | None = None
+    """When the step began to act: the operator's answer (None until then, or when it asked nothing)."""
     elapsed_s: float | None = None
+    """The step's one duration, shown everywhere (tab, log, report, CLI): from the operator's answer to
+    the result when it asked (the time taken to decide is not the step's), else the whole step as its
+    result says; verify's is its verification's."""
     reason: str = ""
+    result: StepResult | None = None
 
 
 @dataclass(slots=True)
@@ -70,6 +82,99 @@ class CleanupState:
     plan: CleanupPlan
     steps: dict[str, StepState] = field(default_factory=dict)
     verification: Verification | None = None
+
+    @property
+    def clean(self) -> bool:
+        """The verdict: the last verification found every GPU in scope clean."""
+        return self.verification is not None and self.verification.clean
+
+    @property
+    def signalled(self) -> list[int]:
+        """Every pid a signal reached, in order."""
+        out: list[int] = []
+        for step in self.steps.values():
+            out += [s.pid for s in step.signals if s.outcome == "sent" and s.pid not in out]
+        return out
+
+    def _to_clean(self, times: list[float]) -> float | None:
+        v = self.verification
+        before = [t for t in times if v is not None and t <= v.t]
+        return round(v.t - max(before), 4) if v is not None and v.clean and before else None
+
+    @property
+    def consent_to_clean_s(self) -> float | None:
+        """From the last accepted consent to the verification that found the GPUs clean."""
+        steps = self.steps.values()
+        return self._to_clean([s.consent.t for s in steps if s.consent is not None and s.consent.accepted])
+
+    @property
+    def signal_to_clean_s(self) -> float | None:
+        """From the last signal delivered (or service stop command, at its consent) to the verification that
+        found the GPUs clean."""
+        times = [sig.t for s in self.steps.values() for sig in s.signals if sig.outcome == "sent"]
+        times += [s.consent.t for s in self.steps.values() if s.consent is not None and s.consent.accepted
+                  and any(o.signal == "stop" for o in s.outcomes) and not s.signals]
+        return self._to_clean(times)
+
+
+def level_failed(point: MacroPoint) -> bool:
+    """Every request of the level failed: it has no throughput or latency to show (never a zero)."""
+    m = point.metrics
+    return "completed" in m and not m["completed"] and bool(m.get("failed") or m.get("num_prompts"))
+
+
+def first_error(point: MacroPoint) -> str | None:
+    """The most frequent failure of a level (the load generator counts them by reason, most first)."""
+    failures = point.metrics.get("failures")
+    if isinstance(failures, dict) and failures:
+        return str(next(iter(failures)))
+    return None
+
+
+@dataclass(slots=True)
+class Sweep:
+    """One serving sweep: its points by concurrency (a later sweep is a new series, not a replacement)."""
+
+    start: float
+    title: str = ""
+    points: dict[int, MacroPoint] = field(default_factory=dict)
+    end: float | None = None
+    ok: bool | None = None
+    note: str = ""
+    phase: bool = False
+    """Its macro phase has started (a sweep is opened by its first progress, its phase start, or its first
+    point)."""
+    progress: MacroProgress | None = None
+    """The latest progress (None for a sweep recorded without: only its points and phase)."""
+
+    @property
+    def levels(self) -> list[int]:
+        """The planned levels (from its progress), else the levels it has points for."""
+        if self.progress is not None and self.progress.levels:
+            return list(self.progress.levels)
+        return sorted(self.points)
+
+    @property
+    def status(self) -> str:
+        """starting, running, cancelling, done, cancelled or failed; a sweep recorded without progress is
+        running until its phase ends, then done (ok) or cancelled."""
+        if self.progress is not None:
+            return self.progress.status
+        if self.end is None:
+            return "running"
+        return "done" if self.ok else "cancelled"
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("starting", "running", "cancelling")
+
+    @property
+    def point_list(self) -> list[MacroPoint]:
+        return [self.points[c] for c in sorted(self.points)]
+
+    @property
+    def failed_levels(self) -> list[MacroPoint]:
+        return [p for p in self.point_list if level_failed(p)]
 
 
 @dataclass(slots=True)
@@ -118,6 +223,11 @@ class SessionState:
     phases: list[PhaseSpan] = field(default_factory=list)
     cleanups: list[CleanupState] = field(default_factory=list)
     macro: dict[int, MacroPoint] = field(default_factory=dict)
+    """The latest point at each concurrency, whichever sweep it came from."""
+    sweeps: list[Sweep] = field(default_factory=list)
+    boot_time: float | None = None
+    """The host's boot time and clock ticks per second, from its samples (None: the agent did not say)."""
+    clock_ticks: int | None = None
     gemm: list[GemmRow] = field(default_factory=list)
     allreduce: list[AllReduceRow] = field(default_factory=list)
     topology: Topology | None = None
@@ -144,9 +254,20 @@ class SessionState:
     def micro(self) -> MicroRunState | None:
         return self.micro_runs[-1] if self.micro_runs else None
 
+    @property
+    def sweep(self) -> Sweep | None:
+        return self.sweeps[-1] if self.sweeps else None
+
     def single_stream_tok_s(self) -> float | None:
         point = self.macro.get(1)
-        return None if point is None else point.metrics.get("output_throughput")
+        if point is None or level_failed(point):
+            return None
+        return point.metrics.get("output_throughput")
+
+    def started_at(self, start_ticks: int | None) -> float | None:
+        """When a process started (unix seconds, the recording side's clock), from its start time in clock
+        ticks after boot; None when the host did not say when it booted."""
+        return start_wall_time(start_ticks, self.boot_time, self.clock_ticks)
 
 
 def _log(state: SessionState, t: float, level: str, source: str, message: str) -> None:
@@ -160,14 +281,22 @@ def _fold_sample(state: SessionState, ev: HostSample) -> None:
     state.sample_t = ev.t
     state.sample_source = ev.source
     state.agent_pid = ev.agent_pid
+    if ev.boot_time is not None and ev.clock_ticks:
+        state.boot_time, state.clock_ticks = ev.boot_time, ev.clock_ticks
     state.gpus = {g.index: g for g in ev.gpus}
     state.procs = ev.procs
-    for g in ev.gpus:
-        hist = state.mem_history.get(g.index)
+    record_memory(state, ev.t, [(g.index, g.mem_used_mib) for g in ev.gpus])
+
+
+def record_memory(state: SessionState, t: float, used: Iterable[tuple[int, float | None]]) -> None:
+    """A sample's mark on the memory history: (GPU, MiB used) at ``t``. The one history function: the fold
+    calls it for every sample, a replay's seek for the older samples it does not fold whole."""
+    for index, mib in used:
+        hist = state.mem_history.get(index)
         if hist is None:
-            hist = state.mem_history[g.index] = deque(maxlen=HISTORY_POINTS)
-        if g.mem_used_mib is not None:
-            hist.append((ev.t, g.mem_used_mib))
+            hist = state.mem_history[index] = deque(maxlen=HISTORY_POINTS)
+        if mib is not None:
+            hist.append((t, mib))
 
 
 def _step(state: SessionState, name: str) -> StepState | None:
@@ -180,91 +309,114 @@ def _step(state: SessionState, name: str) -> StepState | None:
     return step
 
 
+def _open_sweep(state: SessionState, t: float) -> Sweep:
+    sweep = state.sweep
+    if sweep is None or sweep.end is not None:
+        sweep = Sweep(t)
+        state.sweeps.append(sweep)
+    return sweep
+
+
+def _fold_step_result(state: SessionState, ev: StepResult) -> StepState | None:
+    step = _step(state, ev.step)
+    if step is None:
+        return None
+    step.status, step.reason, step.result = ev.status, ev.reason, ev
+    cleanup = state.cleanup
+    if step.consent is not None:
+        step.elapsed_s = max(ev.t - step.consent.t, 0.0)
+    elif ev.step == "verify" and cleanup is not None and cleanup.verification is not None:
+        step.elapsed_s = cleanup.verification.elapsed_s
+    else:
+        step.elapsed_s = ev.elapsed_s
+    if cleanup is not None and "verify" in cleanup.steps:
+        # verify asks nothing, so no event precedes its result: it runs once every step before it is over
+        names = list(cleanup.steps)
+        verify = cleanup.steps["verify"]
+        if verify.status == "pending" and cleanup.verification is None and all(
+                cleanup.steps[n].status in FINAL for n in names[: names.index("verify")]):
+            verify.status = "running"
+    return step
+
+
 def fold(state: SessionState, ev: Event) -> SessionState:
     state.events += 1
     if ev.t > state.clock:
         state.clock = ev.t
     if isinstance(ev, HostSample):
         _fold_sample(state, ev)
-    elif isinstance(ev, PhaseStart):
+        return state
+    if isinstance(ev, PhaseStart):
         state.phases.append(PhaseSpan(ev.phase, ev.title or ev.phase, ev.t))
-        _log(state, ev.t, "info", "phase", f"phase {ev.phase} started" + (f": {ev.title}" if ev.title else ""))
+        if ev.phase == "macro":
+            sweep = state.sweep
+            if sweep is None or sweep.end is not None or sweep.phase or sweep.points:
+                sweep = Sweep(ev.t)  # a sweep recorded without progress events
+                state.sweeps.append(sweep)
+            sweep.phase, sweep.title = True, ev.title
     elif isinstance(ev, PhaseEnd):
         for span in reversed(state.phases):
             if span.phase == ev.phase and span.end is None:
                 span.end, span.ok, span.note = ev.t, ev.ok, ev.note
                 break
-        outcome = "ended" if ev.ok else "FAILED"
-        _log(state, ev.t, "info" if ev.ok else "error", "phase",
-             f"phase {ev.phase} {outcome}" + (f": {ev.note}" if ev.note else ""))
+        if ev.phase == "macro" and state.sweep is not None and state.sweep.end is None:
+            sweep = state.sweep
+            sweep.end, sweep.ok, sweep.note = ev.t, ev.ok, ev.note
     elif isinstance(ev, CleanupPlan):
         state.cleanups.append(CleanupState(ev, {s: StepState(s) for s in ev.steps}))
-        _log(state, ev.t, "info", "cleanup",
-             f"cleanup plan for {ev.service or 'GPUs'} ({ev.manager}) on GPUs {ev.gpus}: {', '.join(ev.steps)}")
     elif isinstance(ev, StepPreview):
         step = _step(state, ev.step)
         if step is not None:
             step.preview, step.status = ev, "previewed"
-        _log(state, ev.t, "info", "cleanup",
-             f"{ev.step}: preview, {len(ev.targets)} to signal, {len(ev.spared)} left alone")
     elif isinstance(ev, Consent):
         step = _step(state, ev.step)
         if step is not None:
             step.consent = ev
             step.status = "confirmed" if ev.accepted else "declined"
             step.started = ev.t
-        who = f" by {ev.operator}" if ev.operator else ""
-        verdict = f"confirmed{who} for pids {ev.pids}" if ev.accepted else f"declined{who}"
-        _log(state, ev.t, "info" if ev.accepted else "warning", "cleanup", f"{ev.step}: {verdict}")
     elif isinstance(ev, SignalSent):
         step = _step(state, ev.step)
         if step is not None:
             step.signals.append(ev)
             step.status = "running"
-        level = "info" if ev.outcome == "sent" else "warning"
-        _log(state, ev.t, level, "signal", f"{ev.signal} -> pid {ev.pid}: {ev.outcome}"
-             + (f" ({ev.detail})" if ev.detail else ""))
     elif isinstance(ev, SignalOutcome):
         step = _step(state, ev.step)
         if step is not None:
             step.outcomes.append(ev)
-        level = "info" if ev.outcome == "exited" else "warning"
-        _log(state, ev.t, level, "signal",
-             f"pid {ev.pid} {ev.outcome} {ev.elapsed_s:.2f}s after {ev.signal}"
-             + (f" (state {ev.state})" if ev.state else ""))
     elif isinstance(ev, StepResult):
-        step = _step(state, ev.step)
-        if step is not None:
-            step.status, step.elapsed_s, step.reason = ev.status, ev.elapsed_s, ev.reason
-        level = "error" if ev.status == "failed" else "info"
-        _log(state, ev.t, level, "cleanup", f"{ev.step}: {ev.status} in {ev.elapsed_s:.2f}s"
-             + (f" ({ev.reason})" if ev.reason else ""))
+        _fold_step_result(state, ev)
     elif isinstance(ev, Verification):
         if state.cleanup is not None:
             state.cleanup.verification = ev
-        verdict = "CLEAN" if ev.clean else "NOT CLEAN"
-        _log(state, ev.t, "info" if ev.clean else "error", "verify",
-             f"verification: {verdict} after {ev.elapsed_s:.2f}s" + (f" ({ev.detail})" if ev.detail else ""))
+            verify = state.cleanup.steps.get("verify")
+            if verify is not None and verify.status == "running":
+                verify.status = "pending"  # the verdict is in; its result follows
     elif isinstance(ev, MacroPoint):
         state.macro[ev.concurrency] = ev
-        tok = ev.metrics.get("output_throughput")
-        tok_s = f"{tok:.0f} tok/s" if isinstance(tok, int | float) else "no throughput"
-        _log(state, ev.t, "info", "macro", f"concurrency {ev.concurrency}: {tok_s}")
+        _open_sweep(state, ev.t).points[ev.concurrency] = ev
+    elif isinstance(ev, MacroProgress):
+        sweep = state.sweep
+        if ev.status == "starting" or sweep is None:
+            sweep = Sweep(ev.t)
+            state.sweeps.append(sweep)
+        sweep.progress = ev
+        if ev.status in ("done", "cancelled", "failed") and sweep.end is None:
+            sweep.end, sweep.ok = ev.t, ev.status == "done"
+            sweep.note = sweep.note or ev.error
     elif isinstance(ev, GemmRow):
         state.gemm.append(ev)
+        return state
     elif isinstance(ev, AllReduceRow):
         state.allreduce.append(ev)
+        return state
     elif isinstance(ev, Topology | MicroPlan | MicroEnv | MicroProgress | MicroEnd):
         _fold_micro(state, ev)
     elif isinstance(ev, ConnectionState):
         state.host = ev.host or state.host
         state.connection, state.connection_detail = ev.state, ev.detail
-        gap = f", gap {ev.gap_s:.1f}s" if ev.gap_s else ""
-        level = "info" if ev.state in ("connecting", "connected", "closed") else "warning"
-        _log(state, ev.t, level, "connection", f"{ev.host}: {ev.state}{gap}"
-             + (f" ({ev.detail})" if ev.detail else ""))
-    elif isinstance(ev, LogLine):
-        _log(state, ev.t, ev.level, ev.source, ev.message)
+    text = describe(ev, state)
+    if text is not None:
+        _log(state, ev.t, level_of(ev), source_of(ev), text)
     return state
 
 
@@ -278,36 +430,19 @@ def _micro_run(state: SessionState, run_id: str) -> MicroRunState | None:
 def _fold_micro(state: SessionState, ev: Topology | MicroPlan | MicroEnv | MicroProgress | MicroEnd) -> None:
     if isinstance(ev, Topology):
         state.topology = ev
-        _log(state, ev.t, "info", "topology", f"{ev.host or 'host'}: {ev.summary or 'topology read'}"
-             + (f" ({ev.source})" if ev.source else ""))
-        for err in ev.errors:
-            _log(state, ev.t, "warning", "topology", err)
         return
     if isinstance(ev, MicroPlan):
         state.micro_runs.append(MicroRunState(ev))
-        what = ", ".join(f"{p} ({ev.totals.get(p, 0)} items)" for p in ev.parts)
-        _log(state, ev.t, "info", "micro", f"micro run {ev.run_id}: {what}"
-             + (" (simulated)" if ev.simulated else "") + (", GPU memory check overridden" if ev.forced else ""))
         return
     run = _micro_run(state, ev.run_id)
+    if run is None:
+        return
     if isinstance(ev, MicroProgress):
-        if run is not None:
-            run.progress[ev.part] = ev
+        run.progress[ev.part] = ev
     elif isinstance(ev, MicroEnv):
-        if run is not None:
-            run.env[ev.part] = ev
-        bw = f", copy {ev.mem_bw_gbps:.0f} GB/s" if ev.mem_bw_gbps else ""
-        backends = "; ".join(f"{k}: {v}" for k, v in ev.backends.items())
-        _log(state, ev.t, "info", "micro", f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw})"
-             + (f"; {backends}" if backends else ""))
+        run.env[ev.part] = ev
     elif isinstance(ev, MicroEnd):
-        if run is not None:
-            run.ends[ev.part] = ev
-        level = {"done": "info", "skipped": "info", "cancelled": "warning"}.get(ev.status, "error")
-        holders = "; ".join(f"pid {h.pid} {h.cmdline[:40]} ({h.mem_mib:.0f} MiB on GPUs {h.gpus})"
-                            for h in ev.holders)
-        _log(state, ev.t, level, "micro", f"{ev.part}: {ev.status} after {ev.elapsed_s:.1f}s, {ev.rows} rows"
-             + (f" ({ev.detail})" if ev.detail else "") + (f"; holders: {holders}" if holders else ""))
+        run.ends[ev.part] = ev
 
 
 def fold_all(events: list[Event] | tuple[Event, ...], state: SessionState | None = None) -> SessionState:

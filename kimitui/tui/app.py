@@ -9,6 +9,7 @@ are pumped into the session by workers.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -29,7 +30,7 @@ from kimitui.core.events import Event
 from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
 from kimitui.live_context import LiveContext
-from kimitui.tui.bench_runner import MacroController
+from kimitui.tui.bench_runner import TAB_LABEL, MacroController, tab_label
 from kimitui.tui.bench_view import BenchView
 from kimitui.tui.cleanup_view import CleanupView
 from kimitui.tui.commands import KimituiCommands
@@ -52,6 +53,8 @@ EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"
 VIEWS = ("dashboard", "bench", "cleanup", "micro")
 REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
                             "step", "to_end"})
+LIVE_ACTIONS = frozenset({"macro_sweep", "free_gpus", "restart_service"})
+"""Keys that act on a live host: a replay leaves them out of its footer (pressed, they say why not)."""
 COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 30
 
@@ -65,17 +68,19 @@ class KimituiApp(App[None]):
         Binding("M", "macro_sweep", "Sweep", key_display="M"),
         Binding("x", "cancel_macro_key", "Cancel sweep", show=False),
         Binding("x", "cancel_micro_key", "Cancel micro", show=False),
+        # The footer shows a pair of keys as one entry (+/- speed, n/p phase, d/b/c/u views): it fits 80
+        # columns; the help lists every key.
         Binding("space", "toggle_pause", "Pause"),
-        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
-        Binding("minus", "slower", "Slower", key_display="-"),
-        Binding("n", "next_phase", "Next"),
-        Binding("p", "prev_phase", "Prev"),
+        Binding("plus,equals_sign", "faster", "Speed", key_display="+/-"),
+        Binding("minus", "slower", "Slower", key_display="-", show=False),
+        Binding("n", "next_phase", "Phase", key_display="n/p"),
+        Binding("p", "prev_phase", "Prev", show=False),
         Binding("full_stop", "step", "Step", key_display="."),
         Binding("e,end", "to_end", "End", key_display="e"),
-        Binding("d", "show_view('dashboard')", "GPUs", show=False),
-        Binding("b", "show_view('bench')", "Bench"),
-        Binding("c", "show_view('cleanup')", "Cleanup"),
-        Binding("u", "show_view('micro')", "Micro"),
+        Binding("d", "show_view('dashboard')", "Views", key_display="d/b/c/u"),
+        Binding("b", "show_view('bench')", "Bench", show=False),
+        Binding("c", "show_view('cleanup')", "Cleanup", show=False),
+        Binding("u", "show_view('micro')", "Micro", show=False),
         Binding("K", "micro_run", "Micro run", key_display="K", show=False),
         Binding("F", "free_gpus", "Free GPUs", key_display="F"),
         Binding("R", "restart_service", "Restart service", key_display="R", show=False),
@@ -96,13 +101,20 @@ class KimituiApp(App[None]):
         live: LiveContext | None = None,
     ) -> None:
         super().__init__()
+        if player is not None:
+            bindings = self._bindings.key_to_bindings
+            for key, entries in bindings.items():
+                bindings[key] = [dataclasses.replace(b, show=False) if b.action in LIVE_ACTIONS else b
+                                 for b in entries]
         self.session = session
         self.live = live
         """The host behind a live session (for actions: cleanup, benchmarks); None in replay."""
         self.player = player
         self.host_label = host_label or (player.reader.header.host if player is not None else "")
         self.sources = list(sources or [])
-        self.run_path = run_path
+        recorder = getattr(session, "recorder", None)
+        self.run_path = run_path or (Path(recorder.path) if recorder is not None else None)
+        """The run file: the replayed one, or the one this live session records to (shown in the help)."""
         loaded = load_themes(themes_dir)
         for t in loaded.themes:
             self.register_theme(t)
@@ -118,6 +130,7 @@ class KimituiApp(App[None]):
         self.frames = 0
         """Redraws that found something new (for tests and the benchmark)."""
         self._drawn: dict[str, tuple[int, str]] = {}
+        self._tab_label = TAB_LABEL
         self._status_key: tuple[object, ...] | None = None
         self._colors: tuple[str, Colors] | None = None
         self._last_redraw = 0.0
@@ -194,7 +207,10 @@ class KimituiApp(App[None]):
         self._apply_compact(event.size.width, event.size.height)
 
     def _apply_compact(self, width: int, height: int) -> None:
-        self.screen.set_class(width < COMPACT_WIDTH or height < COMPACT_HEIGHT, "-compact")
+        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
+        self.screen_stack[0].set_class(compact, "-compact")
+        footer = self.screen_stack[0].query_one(Footer)
+        footer.show_command_palette = width >= COMPACT_WIDTH  # ^p is in the help; the keys need the room
 
     # -- drawing
 
@@ -209,6 +225,9 @@ class KimituiApp(App[None]):
         return self._tabs.active or "dashboard"
 
     def on_unmount(self) -> None:
+        run = self.macro.run
+        if run is not None and run.active:
+            run.cancel.set()  # the app is going away: stop the sweep the graceful way
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -260,6 +279,10 @@ class KimituiApp(App[None]):
         if key != self._status_key:
             self._status_key = key
             self._status.show(state, replay, live=bool(self.sources), host=self.host_label)
+            label = tab_label(state.sweep)
+            if label != self._tab_label:
+                self._tab_label = label
+                self._tabs.get_tab("bench").label = label
         view = self.active_view
         stamp = (self.session.version, self.theme)
         if self._drawn.get(view) == stamp:
@@ -279,7 +302,7 @@ class KimituiApp(App[None]):
             if self._bench is None:
                 self._mount_view(view)
             else:
-                self._bench.show(state, self.macro.run, live=self.live is not None)
+                self._bench.show(state, live=self.live is not None)
         elif view == "cleanup":
             if self._cleanup is None:
                 self._mount_view(view)
@@ -402,7 +425,8 @@ class KimituiApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(replay=self.player is not None))
+            self.push_screen(HelpScreen(replay=self.player is not None,
+                                        run_path=str(self.run_path) if self.run_path else None))
 
     # -- cleanup (live only): the dialog, the consent modals and the worker are in cleanup_runner.py
 

@@ -88,7 +88,14 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
     MacroDialog #dialog-buttons { height: 1; align-horizontal: right; margin-top: 1; }
     MacroDialog #dialog-buttons Button { margin-left: 2; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Cancel"),
+        # Priority: focus moves when the key is read, not after the field in hand has seen it, so what is
+        # typed fast after a tab lands in the next field (a key is forwarded to the field focused then).
+        Binding("tab", "app.focus_next", "Next field", show=False, priority=True),
+        Binding("shift+tab", "app.focus_previous", "Previous field", show=False, priority=True),
+    ]
+    AUTO_FOCUS = "#url"
 
     def __init__(self, url: str, previous: MacroConfig | None = None) -> None:
         super().__init__()

@@ -1,5 +1,6 @@
 """The head of the Benchmarks tab: the single-stream headline on its own, and the sweep panel (what ran
-or runs, progress per level and overall)."""
+or runs, progress per level and overall). Both are drawn from the fold alone (``state.sweep``), so a
+replay of a recorded sweep shows what the live run showed."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from textual.timer import Timer
 from textual.widgets import Digits, ProgressBar, Static
 
 from kimitui.core.events import MacroPoint
-from kimitui.core.state import SessionState
+from kimitui.core.state import SessionState, Sweep, first_error, level_failed
 from kimitui.tui import fmt
-from kimitui.tui.bench_runner import MacroRun, headline
+from kimitui.tui.bench_runner import headline
 
 
 class QuietProgressBar(ProgressBar):
@@ -35,9 +36,10 @@ def headline_text(value: float | None) -> str:
 
 
 def single_stream_content(points: list[MacroPoint]) -> Content:
-    """One line: the headline, the peak and where, the number of points."""
-    tok = headline(points)
-    peak = max(points, key=lambda p: p.metrics.get("output_throughput") or 0.0, default=None)
+    """One line: the headline, the peak and where, the number of points (a failed level has neither)."""
+    ok = [p for p in points if not level_failed(p)]
+    tok = headline(ok)
+    peak = max(ok, key=lambda p: p.metrics.get("output_throughput") or 0.0, default=None)
     parts: list[str | tuple[str, str]] = [("single stream ", "$text-muted"),
                                           (fmt.num(tok, "{:.1f}", " tok/s"), "bold $accent")]
     peak_tok = peak.metrics.get("output_throughput") if peak is not None else None
@@ -48,25 +50,58 @@ def single_stream_content(points: list[MacroPoint]) -> Content:
     return Content.assemble(*parts)
 
 
-def run_status(run: MacroRun) -> Content:
-    """What the sweep started here is doing, in one line."""
-    p = run.progress
-    levels = len(run.levels)
-    if run.status == "failed":
-        return Content.assemble(("failed: ", "bold $error"), run.error or "")
-    if run.status in ("done", "cancelled"):
-        done = run.finished_levels
-        word, style = (("done", "bold $success") if run.status == "done"
-                       else ("cancelled", "bold $warning"))
+def failures_text(sweep: Sweep) -> str:
+    """'c=1: 4 of 4 requests failed: HTTP 503: model loading; c=4: ...' for the sweep's failed levels."""
+    parts = []
+    for p in sweep.failed_levels:
+        m = p.metrics
+        error = first_error(p)
+        parts.append(f"c={p.concurrency}: {m.get('failed')} of {m.get('num_prompts')} requests failed"
+                     + (f": {error}" if error else ""))
+    return "; ".join(parts)
+
+
+def sweep_status(sweep: Sweep | None, live: bool) -> Content:
+    """What the latest sweep is doing or did, in one line."""
+    if sweep is None:
+        if live:
+            return Content.assemble(("no sweep yet: ", "$text-muted"), ("M", "bold $accent"),
+                                    (" runs one against the server", "$text-muted"))
+        return Content.assemble(("no macro sweep in this run", "$text-muted"))
+    status = sweep.status
+    p = sweep.progress
+    points = sweep.point_list
+    failed = sweep.failed_levels
+    parts: list[str | tuple[str, str]]
+    if status == "failed":
+        return Content.assemble(("failed: ", "bold $error"), (p.error if p is not None else "") or sweep.note)
+    if status in ("done", "cancelled") and points and len(failed) == len(points):
+        plural = "s" if len(points) > 1 else ""
+        return Content.assemble(("failed: ", "bold $error"), f"every request failed at {len(points)} level{plural}: ",
+                                (failures_text(sweep), "$error"))
+    if p is None:  # recorded without progress events: its phase and points
+        if status == "running":
+            return Content.assemble(("sweep running", "bold $success"), ("  (recorded)", "$text-muted"))
+        word, style = ("sweep done", "$success") if status == "done" else ("sweep stopped", "$warning")
+        parts = [(word, style), (f": {sweep.note}" if sweep.note else "", "$text-muted")]
+        if failed:
+            parts += ["  ", (f"{len(failed)} failed: {failures_text(sweep)}", "$error")]
+        return Content.assemble(*parts)
+    levels = len(sweep.levels)
+    if status in ("done", "cancelled"):
+        done = len(points)
+        word, style = (("done", "bold $success") if status == "done" else ("cancelled", "bold $warning"))
         kept = " (finished levels kept)" if done else ""
-        tail = f" after {done} of {levels} levels{kept}" if run.status == "cancelled" else f": {done} levels"
-        return Content.assemble((word, style), f"{tail} in {run.elapsed_s:.1f} s",
-                                ("   M runs another", "$text-muted"))
-    state = ("cancelling", "bold $warning") if run.status == "cancelling" else ("running", "bold $success")
-    if p is None:
+        tail = f" after {done} of {levels} levels{kept}" if status == "cancelled" else f": {done} levels"
+        parts = [(word, style), f"{tail} in {p.elapsed_s:.1f} s"]
+        if failed:
+            parts += [", ", (f"{len(failed)} failed ({failures_text(sweep)})", "bold $error")]
+        parts.append(("   M runs another", "$text-muted"))
+        return Content.assemble(*parts)
+    state = ("cancelling", "bold $warning") if status == "cancelling" else ("running", "bold $success")
+    if not p.stage:
         return Content.assemble(state, ("  asking the server for its model ...", "$text-muted"))
-    parts: list[str | tuple[str, str]] = [state, "  ", (f"c={p.concurrency}", "bold"),
-                                          (f"  level {p.level_index + 1}/{p.levels}", "$text-muted")]
+    parts = [state, "  ", (f"c={p.concurrency}", "bold"), (f"  level {p.level_index + 1}/{levels}", "$text-muted")]
     if p.stage == "warmup":
         parts.append(("  warm-up", "$warning"))
     else:
@@ -74,22 +109,25 @@ def run_status(run: MacroRun) -> Content:
         parts += [f"  {p.done}{total}", (" req", "$text-muted"), f"  {p.in_flight}", (" in flight", "$text-muted")]
         if p.failed:
             parts += ["  ", (f"{p.failed} failed", "bold $error")]
+    if failed:
+        parts += ["  ", (f"{len(failed)} level{'s' if len(failed) > 1 else ''} failed", "bold $error")]
     parts += [("  x cancels", "$text-muted")]
     return Content.assemble(*parts)
 
 
-def recorded_status(state: SessionState, live: bool) -> Content:
-    """No sweep started here: the last recorded macro phase, or how to start one."""
-    span = next((s for s in reversed(state.phases) if s.phase == "macro"), None)
-    if span is not None and span.end is None:
-        return Content.assemble(("sweep running", "bold $success"), ("  (recorded)", "$text-muted"))
-    if span is not None:
-        word, style = ("sweep done", "$success") if span.ok else ("sweep stopped", "$warning")
-        return Content.assemble((word, style), (f": {span.note}" if span.note else "", "$text-muted"))
-    if live:
-        return Content.assemble(("no sweep yet: ", "$text-muted"), ("M", "bold $accent"),
-                                (" runs one against the server", "$text-muted"))
-    return Content.assemble(("no macro sweep in this run", "$text-muted"))
+def progress_bars(sweep: Sweep) -> tuple[float, float, float, float] | None:
+    """(level total, level progress, overall total, overall progress), or None for a sweep recorded
+    without progress events."""
+    p = sweep.progress
+    if p is None:
+        return None
+    levels = len(sweep.levels) or 1
+    if sweep.status == "done":
+        return (1.0, 1.0, float(levels), float(levels))
+    if not p.stage:
+        return (1.0, 0.0, float(levels), 0.0)
+    level_total = float(p.total) if p.total else 1.0
+    return (level_total, p.level_fraction * level_total, float(levels), p.overall_fraction * levels)
 
 
 class HeadlineBox(Vertical):
@@ -114,7 +152,8 @@ class HeadlineBox(Vertical):
 
 
 class SweepPanel(Vertical):
-    """The sweep: a summary line, the status line, and (for a sweep started here) two progress bars."""
+    """The sweep: a summary line, the status line, and (for a sweep with progress events) two progress
+    bars."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="single-stream")
@@ -129,42 +168,15 @@ class SweepPanel(Vertical):
     def on_mount(self) -> None:
         self.border_title = "macro sweep"
         self._status: Content | None = None
-        self._bars: tuple[object, ...] | None = None
-        controller = getattr(self.app, "macro", None)
-        if controller is not None:
-            controller.panel = self
+        self._bars: tuple[float, float, float, float] | None = None
 
-    def on_unmount(self) -> None:
-        controller = getattr(self.app, "macro", None)
-        if controller is not None and controller.panel is self:
-            controller.panel = None
-            if controller.run is not None and controller.run.active:
-                controller.run.cancel.set()  # the app is going away: stop the sweep the graceful way
-
-    def show(self, state: SessionState, points: list[MacroPoint], run: MacroRun | None, live: bool) -> None:
+    def show(self, state: SessionState, points: list[MacroPoint], live: bool) -> None:
         self.query_one("#single-stream", Static).update(single_stream_content(points))
-        if run is None:
-            self._set_status(recorded_status(state, live))
-            self._show_bars(False)
-        else:
-            self.show_run(run)
-
-    def show_run(self, run: MacroRun | None) -> None:
-        """Status and progress of the sweep started here (called ~10 times a second while it runs)."""
-        if run is None:
-            return
-        self._set_status(run_status(run))
-        self._show_bars(True)
-        p = run.progress
-        levels = len(run.levels)
-        if run.status == "done":
-            bars: tuple[float, float, float, float] = (1, 1, levels, levels)
-        elif p is None:
-            bars = (1, 0, levels, 0)
-        else:
-            level_total = float(p.total) if p.total else 1.0
-            bars = (level_total, p.level_fraction * level_total, float(levels), p.overall_fraction * levels)
-        if bars == self._bars:
+        sweep = state.sweep
+        self._set_status(sweep_status(sweep, live))
+        bars = progress_bars(sweep) if sweep is not None else None
+        self._show_bars(bars is not None)
+        if bars is None or bars == self._bars:
             return
         self._bars = bars
         self.query_one("#level-progress", ProgressBar).update(total=bars[0], progress=bars[1])

@@ -3,10 +3,12 @@
 The sweep runs as a Textual worker in the app's own event loop (``run_sweep`` is a coroutine):
 ``publish`` is ``session.publish``, so each finished level is a ``MacroPoint`` event that is folded,
 recorded and drawn like any other (a cancelled sweep keeps its finished levels), and the live redraw
-cap applies. Progress (``LevelProgress``, about 10 a second) is not an event: it goes straight to the
-sweep panel of the Benchmarks tab when that panel is on screen, and to the tab's label when a level
-starts or ends. The UI shares the loop with the load generator: redraws are capped at 8 Hz and small,
-but for figures to publish, the headless ``kimitui bench macro`` has the loop to itself.
+cap applies. Progress is an event too: the load generator's ``LevelProgress`` (about 10 a second) is
+published as a ``MacroProgress`` when a level starts or ends and at most every ``PROGRESS_EVERY_S``
+between, and the sweep's start and end (with its status or error) are ``MacroProgress`` events. The
+sweep panel and the tab's label are drawn from the fold alone, so a replay of the run file shows the
+same panel. The UI shares the loop with the load generator: redraws are capped at 8 Hz and small, but
+for figures to publish, the headless ``kimitui bench macro`` has the loop to itself.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
-from kimitui.core.events import Event, MacroPoint
-from kimitui.core.state import SessionState
+from kimitui.core.events import Event, MacroPoint, MacroProgress
+from kimitui.core.state import SessionState, Sweep, level_failed
 
 if TYPE_CHECKING:
     # kimitui.bench.macro imports httpx: loaded when a sweep starts, not with the app (first frame)
@@ -30,6 +32,8 @@ NEEDS_LIVE = "benchmarks need a live host (kimitui demo, kimitui connect HOST)"
 TAB_LABEL = "Benchmarks"
 EXIT_GRACE_S = 3.0
 """On app exit, how long the worker waits for the cancelled sweep to publish its end."""
+PROGRESS_EVERY_S = 0.25
+"""While a level runs, its progress is published at most this often (a level's start and end at once)."""
 
 
 @dataclass(slots=True)
@@ -73,21 +77,14 @@ class MacroRun:
         return p.level_index + (1 if p.stage == "done" else 0)
 
 
-class SweepPanelLike(Protocol):
-    """What the controller needs of the panel that shows a run (kimitui.tui.bench_progress.SweepPanel)."""
-
-    def show_run(self, run: MacroRun | None) -> None: ...
-
-
 class MacroController:
-    """The app's macro sweep: at most one at a time. Created by the app; the sweep panel registers
-    itself as ``panel`` when it is mounted (the Benchmarks tab is mounted on first show)."""
+    """The app's macro sweep: at most one at a time. It draws nothing: it publishes."""
 
     def __init__(self, app: KimituiApp) -> None:
         self.app = app
         self.run: MacroRun | None = None
-        self.panel: SweepPanelLike | None = None
-        self._tab_label = TAB_LABEL
+        self._last_progress: tuple[float, tuple[object, ...]] | None = None
+        """When progress was last published (time.monotonic) and its level and stage."""
 
     @property
     def running(self) -> bool:
@@ -123,8 +120,9 @@ class MacroController:
             return
         run = MacroRun(config)
         self.run = run
+        self._last_progress = None
+        self._publish(MacroProgress(time.time(), status="starting", levels=run.levels))
         self.app.action_show_view("bench")
-        self._paint()
         self.app.run_worker(self._work(run), group="macro", name="macro sweep", exclusive=True,
                             exit_on_error=False)
 
@@ -138,7 +136,7 @@ class MacroController:
             run.status = "cancelling"
             run.cancel.set()
             self.app.notify("cancelling the sweep: finished levels are kept", title="macro sweep", timeout=4)
-            self._paint()
+            self._publish_progress(run, "cancelling")
         return True
 
     # -- the worker -----------------------------------------------------------------------------------
@@ -156,6 +154,7 @@ class MacroController:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(sweep, EXIT_GRACE_S)
             run.status, run.ended = "cancelled", time.monotonic()
+            self._publish_progress(run, "cancelled")
             raise
         except (ConfigError, MacroError) as exc:
             self._finish(run, "failed", error=str(exc))
@@ -167,6 +166,7 @@ class MacroController:
     def _finish(self, run: MacroRun, status: RunStatus, result: SweepResult | None = None,
                 error: str | None = None) -> None:
         run.status, run.result, run.error, run.ended = status, result, error, time.monotonic()
+        self._publish_progress(run, status, error or "")
         if status == "failed":
             self.app.notify(f"the sweep failed: {error}", title="macro sweep", severity="error", timeout=10)
         elif result is not None:
@@ -175,7 +175,6 @@ class MacroController:
             what = (f"cancelled after {len(result.levels)} of {len(run.levels)} levels" if status == "cancelled"
                     else f"{len(result.levels)} levels in {run.elapsed_s:.1f} s")
             self.app.notify(what + head, title="macro sweep", timeout=8)
-        self._paint()
 
     def _publish(self, event: Event) -> None:
         try:
@@ -188,29 +187,25 @@ class MacroController:
         if run is None:
             return
         run.progress = progress
-        self._paint()
+        now = time.monotonic()
+        where = (progress.level_index, progress.stage)
+        last = self._last_progress
+        if last is None or last[1] != where or now - last[0] >= PROGRESS_EVERY_S:
+            self._publish_progress(run, run.status)
 
-    # -- drawing --------------------------------------------------------------------------------------
-
-    def _paint(self) -> None:
-        """The panel (when mounted and on screen) and the tab label (when it changes)."""
-        if not self.app.is_running:
-            return
-        panel = self.panel
-        if panel is not None and self.app.active_view == "bench":
-            panel.show_run(self.run)
-        run = self.run
-        single = headline(run.points(self.app.session.state)) if run is not None else None
-        self._set_tab_label(tab_label(run, single))
-
-    def _set_tab_label(self, label: str) -> None:
-        if label == self._tab_label:
-            return
-        from textual.widgets import TabbedContent
-
-        tabs = self.app.screen_stack[0].query_one("#views", TabbedContent)
-        tabs.get_tab("bench").label = label
-        self._tab_label = label
+    def _publish_progress(self, run: MacroRun, status: str, error: str = "") -> None:
+        """The run as a MacroProgress event (recorded and folded: the panel draws it)."""
+        p = run.progress
+        self._last_progress = (time.monotonic(), (p.level_index, p.stage) if p is not None else None)
+        fields: dict[str, object] = {}
+        if p is not None:
+            fields = {"level_index": p.level_index, "concurrency": p.concurrency, "stage": p.stage, "done": p.done,
+                      "total": p.total, "failed": p.failed, "in_flight": p.in_flight,
+                      "level_fraction": round(p.level_fraction, 4)}
+        if status == "done":
+            fields.update(level_index=len(run.levels) - 1, stage="done", level_fraction=1.0, in_flight=0)
+        self._publish(MacroProgress(time.time(), status=status, levels=run.levels,  # type: ignore[arg-type]
+                                    elapsed_s=round(run.elapsed_s, 3), error=error, **fields))  # type: ignore[arg-type]
 
 
 def headline(points: list[MacroPoint]) -> float | None:
@@ -222,12 +217,21 @@ def headline(points: list[MacroPoint]) -> float | None:
     return None
 
 
-def tab_label(run: MacroRun | None, single: float | None) -> str:
+def sweep_headline(sweep: Sweep | None) -> float | None:
+    """The sweep's single-stream output tok/s (None when c=1 did not run, or every request of it failed)."""
+    if sweep is None:
+        return None
+    point = sweep.points.get(1)
+    return None if point is None or level_failed(point) else headline([point])
+
+
+def tab_label(sweep: Sweep | None) -> str:
     """The Benchmarks tab's label: plain, or the sweep's level and the headline while it runs."""
-    if run is None or not run.active:
+    if sweep is None or not sweep.active:
         return TAB_LABEL
-    p = run.progress
-    level = f"{p.level_index + 1}/{p.levels}" if p is not None else f"0/{len(run.levels)}"
+    p = sweep.progress
+    levels = len(sweep.levels)
+    level = f"{p.level_index + 1}/{levels}" if p is not None and p.stage else f"0/{levels}"
+    single = sweep_headline(sweep)
     head = f" · 1 stream {single:.1f} tok/s" if single is not None else ""
     return f"{TAB_LABEL} ▶ {level}{head}"
-

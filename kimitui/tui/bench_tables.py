@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint
-from kimitui.core.state import SessionState
+from kimitui.core.state import SessionState, first_error, level_failed
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 
@@ -26,17 +26,33 @@ def size_label(n: int) -> str:
     return f"{n} B"
 
 
+def requests_cell(p: MacroPoint) -> Text:
+    """'12/12' requests completed of those sent ('-' for a point recorded without the counts)."""
+    m = p.metrics
+    done, sent = m.get("completed"), m.get("num_prompts")
+    if not isinstance(done, int) or not isinstance(sent, int):
+        return _r(fmt.DASH)
+    return Text(f"{done}/{sent}", justify="right", style="bold red" if done < sent else "")
+
+
 def macro_cells(p: MacroPoint) -> list[Cell]:
+    error = first_error(p)
+    note = Text(error or "", style="red", no_wrap=True, overflow="ellipsis")
+    if level_failed(p):  # nothing was measured: no number, and no zero
+        return [_r(str(p.concurrency)), Text("FAILED", justify="right", style="bold red"), requests_cell(p),
+                *(_r(fmt.DASH) for _ in range(5)), note]
     tok = p.metrics.get("output_throughput")
     per_stream = tok / p.concurrency if isinstance(tok, int | float) and p.concurrency else None
     return [
         _r(str(p.concurrency)),
         _metric(p, "output_throughput", "{:.0f}"),
+        requests_cell(p),
         _r(fmt.num(per_stream, "{:.1f}")),
         _metric(p, "mean_ttft_ms", "{:.0f}"),
         _metric(p, "p99_ttft_ms", "{:.0f}"),
         _metric(p, "mean_tpot_ms", "{:.1f}"),
         _metric(p, "p99_tpot_ms", "{:.1f}"),
+        note,
     ]
 
 
@@ -74,11 +90,13 @@ class MacroTable(KeyedTable):
     COLUMNS = (
         ("concurrency", "Conc", 5),
         ("output_throughput", "Out tok/s", 9),
+        ("requests", "ok/sent", 7),
         ("per_stream", "tok/s/req", 9),
         ("mean_ttft_ms", "TTFT ms", 7),
         ("p99_ttft_ms", "p99 TTFT", 8),
         ("mean_tpot_ms", "TPOT ms", 7),
         ("p99_tpot_ms", "p99 TPOT", 8),
+        ("error", "first error", None),
     )
 
     def show(self, state: SessionState) -> None:

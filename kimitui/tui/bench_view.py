@@ -2,8 +2,10 @@
 against concurrency (output tok/s, median TTFT, median TPOT; plotext, imported on first show), the
 sweep's points, and the micro benchmark tables.
 
-While a sweep started from the dashboard runs (or after it), the plots, table and headline show that
-sweep's points, on an x axis of its planned levels, so the points fill in without the axis moving.
+The table and headline show the latest sweep; the plots show it and the sweeps before it (up to
+``SERIES``), each a series of its own, on an x axis of every planned level, so the points fill in without
+the axis moving. A level where every request failed is not a point (it is no zero): the table and the
+sweep panel say it failed and why.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
 from kimitui.core.events import MacroPoint
-from kimitui.core.state import SessionState
+from kimitui.core.state import SessionState, Sweep, level_failed
 from kimitui.tui.bench_progress import HeadlineBox, SweepPanel, single_stream_content
-from kimitui.tui.bench_runner import MacroRun, headline
+from kimitui.tui.bench_runner import sweep_headline
 from kimitui.tui.bench_tables import AllReduceTable, GemmTable, MacroTable
 
 if TYPE_CHECKING:
@@ -45,10 +47,14 @@ def nice_ticks(top: float, count: int = 5) -> list[float]:
     return [i * step for i in range(n + 1)]
 
 
+SERIES = 4
+"""Sweeps plotted at once (the latest and the ones before it)."""
+
+
 def plot_series(points: list[MacroPoint], keys: tuple[str, ...]) -> tuple[str | None, list[tuple[int, float]]]:
     """(metric key, [(concurrency, value)]) for the first key every point with completed requests has.
-    A level where every request failed has no latency: it is left out (not plotted as 0)."""
-    usable = [p for p in points if p.concurrency > 0 and p.metrics.get("completed", 1)]
+    A level where every request failed has no throughput or latency: it is left out (never plotted as 0)."""
+    usable = [p for p in points if p.concurrency > 0 and not level_failed(p) and p.metrics.get("completed", 1)]
     for key in keys:
         values = [(p.concurrency, p.metrics.get(key)) for p in usable]
         if values and all(isinstance(v, int | float) and math.isfinite(v) for _, v in values):
@@ -67,8 +73,11 @@ class BenchView(VerticalScroll):
         super().__init__(id=id)
         self.plots: dict[str, PlotextPlot] = {}
         self.plotted: dict[str, tuple[str | None, list[tuple[int, float]]]] = {}
-        """What each plot shows: (metric key, [(concurrency, value)]) (for tests and the screenshot)."""
+        """What each plot shows of the latest sweep: (metric key, [(concurrency, value)])."""
+        self.plotted_series: dict[str, list[list[tuple[int, float]]]] = {}
+        """Every series each plot shows, oldest sweep first."""
         self._plot_keys: dict[str, object] = {}
+        self._last_sweeps: list[Sweep] | None = None
 
     @property
     def plot(self) -> PlotextPlot | None:
@@ -101,50 +110,100 @@ class BenchView(VerticalScroll):
                 self.query_one(f"#{key}-box").mount(plot)
         return self.plots
 
-    def show(self, state: SessionState, run: MacroRun | None = None, live: bool = False) -> None:
-        points = run.points(state) if run is not None else state.macro_points
-        self.query_one(HeadlineBox).show(headline(points), measuring=run is not None and run.active)
-        self.query_one(SweepPanel).show(state, points, run, live)
+    def show(self, state: SessionState, live: bool = False) -> None:
+        sweep = state.sweep
+        points = sweep.point_list if sweep is not None else []
+        self.query_one(HeadlineBox).show(sweep_headline(sweep), measuring=sweep is not None and sweep.active)
+        self.query_one(SweepPanel).show(state, points, live)
         self.query_one(MacroTable).show_points(points)
         self.query_one(GemmTable).show(state)
         self.query_one(AllReduceTable).show(state)
-        self._draw_plots(points, run.levels if run is not None else None)
+        self._draw_plots(state.sweeps[-SERIES:])
 
-    def _draw_plots(self, points: list[MacroPoint], levels: list[int] | None) -> None:
+    def on_resize(self) -> None:
+        # the x ticks are chosen for the plot's width: a laid-out or resized plot is drawn again
+        if self._last_sweeps is not None:
+            self.call_after_refresh(self._draw_plots, self._last_sweeps)
+
+    def _draw_plots(self, sweeps: list[Sweep]) -> None:
+        self._last_sweeps = sweeps
         plots = self._ensure_plots()
+        levels = sorted({c for s in sweeps for c in s.levels})
         for key, title, metrics in PLOTS:
-            metric, series = plot_series(points, metrics)
-            axis = sorted(set(levels or []) | {c for c, _ in series})
-            stamp = (metric, tuple(series), tuple(axis))
+            metric: str | None = None
+            series: list[list[tuple[int, float]]] = []
+            for sweep in sweeps:
+                m, one = plot_series(sweep.point_list, metrics)
+                if sweep is sweeps[-1] or one:
+                    series.append(one)
+                metric = m or metric
+            latest = series[-1] if series else []
+            axis = sorted(set(levels) | {c for one in series for c, _ in one})
+            stamp = (metric, tuple(tuple(one) for one in series), tuple(axis), plots[key].size.width)
             box = self.query_one(f"#{key}-box")
             label = title if key == "throughput" else f"{title} ({stat_word(metric) or 'median'})"
+            if len(series) > 1:
+                label += f", {len(series)} sweeps"
             if box.border_title != label:
                 box.border_title = label
             if self._plot_keys.get(key) == stamp:
                 continue
             self._plot_keys[key] = stamp
-            self.plotted[key] = (metric, series)
+            self.plotted[key] = (metric, latest)
+            self.plotted_series[key] = series
             draw(plots[key], series, axis)
 
 
-def draw(plot: PlotextPlot, series: list[tuple[int, float]], axis: list[int]) -> None:
-    """A line over log2(concurrency), ticks at the levels, y from 0 to a round top."""
+SERIES_COLORS = ("green", "yellow", "magenta", "cyan")
+"""Oldest to newest: the latest sweep is drawn last, on top."""
+
+
+Y_AXIS_CELLS = 7
+"""The y axis' labels and line, left of the plot area (about: the x ticks are placed in what is left)."""
+
+
+def spaced_ticks(levels: list[int], lo: float, hi: float, width: int) -> list[int]:
+    """The levels whose labels fit side by side (a space between) on an axis ``width`` cells wide from
+    log2 ``lo`` to ``hi``, left to right. Chosen here, not by plotext: it drops overlapping labels in an
+    order that changes from run to run."""
+    kept: list[int] = []
+    end = -2.0
+    for c in levels:
+        label = str(c)
+        col = (math.log2(c) - lo) / (hi - lo) * (width - 1)
+        start = col - len(label) / 2
+        if start > end + 1:
+            kept.append(c)
+            end = start + len(label)
+    return kept
+
+
+def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[int]) -> None:
+    """A line per sweep over log2(concurrency), ticks at the levels, y from 0 to a round top."""
     plt = plot.plt
     plt.clear_figure()
     plt.xlabel("concurrency")
     if axis:
         xs_axis = [math.log2(c) for c in axis]
-        plt.xticks(xs_axis, [str(c) for c in axis])
         pad = max(0.25, (xs_axis[-1] - xs_axis[0]) * 0.04)
-        plt.xlim(xs_axis[0] - pad, xs_axis[-1] + pad)
-    if series:
-        xs = [math.log2(c) for c, _ in series]
-        ys = [v for _, v in series]
-        if len(series) > 1:
+        lo, hi = xs_axis[0] - pad, xs_axis[-1] + pad
+        ticks = spaced_ticks(axis, lo, hi, max(plot.size.width - Y_AXIS_CELLS, 8))
+        plt.xticks([math.log2(c) for c in ticks], [str(c) for c in ticks])
+        plt.xlim(lo, hi)
+    top = 0.0
+    for n, one in enumerate(series):
+        if not one:
+            continue
+        color = SERIES_COLORS[(n - len(series)) % len(SERIES_COLORS)]
+        xs = [math.log2(c) for c, _ in one]
+        ys = [v for _, v in one]
+        if len(one) > 1:
             # cell-aligned dots: a braille line is drawn at sub-cell positions, off the level markers
-            plt.plot(xs, ys, marker="dot")
-        plt.scatter(xs, ys, marker="●")
-        ticks = nice_ticks(max(ys))
+            plt.plot(xs, ys, marker="dot", color=color)
+        plt.scatter(xs, ys, marker="●", color=color, label=f"sweep {n + 1}" if len(series) > 1 else None)
+        top = max(top, *ys)
+    if top > 0:
+        ticks = nice_ticks(top)
         plt.yticks(ticks, [f"{v:g}" for v in ticks])
         plt.ylim(0, ticks[-1])
     plot.refresh()

@@ -19,6 +19,7 @@ from textual.widgets import Button, DataTable, Static
 
 from kimitui.cleanup.consent import ConsentDecision, is_optional
 from kimitui.core.events import ProcRef, StepPreview
+from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 
 STEP_TITLES = {
@@ -28,30 +29,67 @@ STEP_TITLES = {
     "reset": "GPU reset: no holder is left but the memory is not back",
     "restart": "restart the service and wait until it answers",
 }
+NO_ROWS = frozenset({"restart", "reset"})
+"""Steps that signal no process: their modal shows what they will do, not process tables."""
+ALREADY_RUNNING = "already running"
+"""The start of a restart preview whose service is up (kimitui.cleanup.steps.ALREADY_RUNNING)."""
 TICKED, UNTICKED, LOCKED = "[x]", "[ ]", " - "
-FIXED_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("start", "Start", 8), ("user", "User", 8),
-                 ("gpus", "GPUs", 4), ("mem", "Memory", 9), ("unit", "Unit", 12))
-"""Then one column of the command line over why (a row of two or three lines), as wide as what is left."""
+WIDE_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("start", "Start", 8), ("user", "User", 8),
+                ("gpus", "GPUs", 4), ("mem", "Memory", 9), ("unit", "Unit", 15))
+COMPACT_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("gpus", "GPUs", 4), ("mem", "Memory", 9))
+"""Then one column of the command over why (a row of two or three lines), as wide as what is left. Below
+COMPACT_WIDTH columns the start, user and unit go (they are in the audit log): the command and why stay."""
+COMPACT_WIDTH = 100
+MAX_WIDTH = 150
 WHY_LINES = 2
+CHROME_LINES = 9
+"""The modal's lines besides the action and the tables: border 2, title, two section lines, summary,
+keys, buttons, and one spare."""
 
 
 def what_lines(ref: ProcRef, width: int) -> list[str]:
-    """The command line on one line, why on up to WHY_LINES more (the last one cut with an ellipsis)."""
+    """The command's distinguishing part on one line, why on up to WHY_LINES more (the last one cut with an
+    ellipsis)."""
     why = textwrap.wrap(ref.reason or "-", width) or ["-"]
     if len(why) > WHY_LINES:
         why = [*why[: WHY_LINES - 1], fmt.shorten(" ".join(why[WHY_LINES - 1:]), width)]
-    return [fmt.shorten(fmt.short_command(ref.cmdline), width), *why]
+    return [fmt.shorten(fmt.command_gist(ref.cmdline), width), *why]
 
 
-def ref_cells(ref: ProcRef, tick: Text, why_style: str, width: int) -> tuple[list[str | Text], int]:
+def ref_cells(ref: ProcRef, tick: Text, why_style: str, width: int, compact: bool = False,
+              started: str = fmt.DASH) -> tuple[list[str | Text], int]:
     lines = what_lines(ref, width)
     what = Text(no_wrap=True, overflow="ellipsis")
     what.append(lines[0])
     for line in lines[1:]:
         what.append("\n" + line, style=why_style)
-    cells: list[str | Text] = [tick, str(ref.pid), fmt.num(ref.start_time), ref.user or "?", fmt.gpu_list(ref.gpus),
-                               Text(fmt.mem_mib(ref.mem_mib), justify="right"), fmt.shorten(ref.unit or "-", 12), what]
+    mem = Text(fmt.mem_mib(ref.mem_mib), justify="right")
+    if compact:
+        return [tick, str(ref.pid), fmt.gpu_list(ref.gpus), mem, what], len(lines)
+    cells: list[str | Text] = [tick, str(ref.pid), started, fmt.shorten(ref.user or "?", 8), fmt.gpu_list(ref.gpus),
+                               mem, fmt.shorten(fmt.unit_label(ref.unit), 15), what]
     return cells, len(lines)
+
+
+def what_width(screen_width: int, compact: bool) -> int:
+    """The command / why column's width: the modal's, less its border and padding (4), the other columns
+    with their padding (2 each), the column's own padding (2) and a scrollbar (2)."""
+    columns = COMPACT_COLUMNS if compact else WIDE_COLUMNS
+    fixed = sum(w for _, _, w in columns) + 2 * (len(columns) + 1) + 6
+    return max(min(screen_width, MAX_WIDTH) - fixed, 24)
+
+
+def table_heights(avail: int, need: tuple[int, int]) -> tuple[int, int]:
+    """Heights of the two tables (header line included) within ``avail`` lines: each as tall as its rows
+    when both fit; else shared in proportion, neither below 4 lines (its header and a row): the rows
+    scroll, the controls stay on screen."""
+    a, b = need
+    if a + b <= avail:
+        return a, b
+    if not a or not b:
+        return (max(min(a, avail), 4 if a else 0), max(min(b, avail), 4 if b else 0))
+    first = min(max(4, min(a, round(avail * a / (a + b)))), avail - min(b, 4))
+    return first, max(min(b, 4), min(b, avail - first))
 
 
 class ConsentScreen(ModalScreen[ConsentDecision]):
@@ -62,13 +100,12 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
         border: thick $warning; background: $surface; padding: 0 1;
     }
     ConsentScreen #consent-title { text-style: bold; color: $warning; }
-    ConsentScreen #consent-action { color: $text; margin-bottom: 1; }
+    ConsentScreen #consent-action { color: $text; }
     ConsentScreen .consent-section { color: $accent; text-style: bold; }
-    ConsentScreen DataTable { height: auto; max-height: 14; margin-bottom: 1; }
-    ConsentScreen #consent-spared { max-height: 10; }
+    ConsentScreen DataTable { height: auto; }
     ConsentScreen #consent-summary { height: auto; }
     ConsentScreen #consent-keys { color: $text-muted; height: auto; }
-    ConsentScreen #consent-buttons { height: auto; align-horizontal: right; }
+    ConsentScreen #consent-buttons { height: 1; align-horizontal: right; }
     ConsentScreen #consent-buttons Button { margin-left: 2; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -78,17 +115,23 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
         Binding("x", "cancel_cleanup", "Cancel the cleanup"),
     ]
 
-    def __init__(self, preview: StepPreview, operator: str, position: str = "") -> None:
+    def __init__(self, preview: StepPreview, operator: str, position: str = "",
+                 state: SessionState | None = None) -> None:
         super().__init__()
         self.preview = preview
         self.operator = operator
         self.position = position
         """e.g. 'step 2 of 3', shown in the title."""
+        self.state = state
+        """The session's state: when the host said when it booted, process start times read as times."""
+        self.rows = preview.step not in NO_ROWS or bool(preview.targets or preview.spared)
+        """Whether the step lists processes (a restart or reset does not)."""
         self.ticks: dict[int, bool] = {r.pid: True for r in preview.targets}
         for r in preview.spared:
             if is_optional(r) and r.pid not in self.ticks:
                 self.ticks[r.pid] = False
         self._refs = {r.pid: r for r in (*preview.spared, *preview.targets)}
+        self._need = (0, 0)
 
     # -- layout
 
@@ -96,46 +139,95 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
         p = self.preview
         with Vertical():
             title = f"Confirm {p.step}" + (f" ({self.position})" if self.position else "")
+            up = p.step == "restart" and p.action.startswith(ALREADY_RUNNING)
+            if up:
+                title += ": the service is ALREADY RUNNING"
             yield Static(title, id="consent-title")
-            yield Static(Text.assemble(STEP_TITLES.get(p.step, p.step), "\n", ("action: ", "dim"), p.action),
-                         id="consent-action")
-            yield Static(f"Would signal ({len(p.targets)})" + ("" if p.targets else ": none"),
-                         classes="consent-section")
-            targets: DataTable[str | Text] = DataTable(id="consent-targets", cursor_type="row", zebra_stripes=True)
-            targets.display = bool(p.targets)
-            yield targets
-            yield Static(f"Will not touch ({len(p.spared)})" + ("" if p.spared else ": none"),
-                         classes="consent-section")
-            spared: DataTable[str | Text] = DataTable(id="consent-spared", cursor_type="row", zebra_stripes=True)
-            spared.display = bool(p.spared)
-            yield spared
+            action = Text.assemble(STEP_TITLES.get(p.step, p.step), "\n", ("action: ", "dim"),
+                                   (p.action, "bold yellow" if up else ""))
+            yield Static(action, id="consent-action")
+            if self.rows:
+                yield Static(f"Would signal ({len(p.targets)})" + ("" if p.targets else ": none"),
+                             classes="consent-section")
+                targets: DataTable[str | Text] = DataTable(id="consent-targets", cursor_type="row",
+                                                           zebra_stripes=True)
+                targets.display = bool(p.targets)
+                yield targets
+                yield Static(f"Will not touch ({len(p.spared)})" + ("" if p.spared else ": none"),
+                             classes="consent-section")
+                spared: DataTable[str | Text] = DataTable(id="consent-spared", cursor_type="row", zebra_stripes=True)
+                spared.display = bool(p.spared)
+                yield spared
             yield Static(id="consent-summary")
-            yield Static("space tick / untick the row · tab the other table · enter confirm · esc decline · "
-                         "x cancel the whole cleanup · full command lines go to the audit log",
-                         id="consent-keys")
+            yield Static(self._keys(), id="consent-keys")
             with Horizontal(id="consent-buttons"):
-                yield Button("Decline (esc)", variant="default", id="consent-decline")
-                yield Button("Confirm (enter)", variant="error", id="consent-confirm")
+                yield Button("Decline (esc)", variant="default", id="consent-decline", compact=True)
+                yield Button("Confirm (enter)", variant="error", id="consent-confirm", compact=True)
+
+    def _keys(self) -> str:
+        if not self.rows:
+            tail = " · x cancel the cleanup" if self.preview.step == "reset" else ""
+            return f"enter confirm · esc decline{tail}"
+        return "space tick / untick · tab next table · enter confirm · esc decline · x cancel the cleanup"
+
+    @property
+    def compact(self) -> bool:
+        return self.app.size.width < COMPACT_WIDTH
 
     def on_mount(self) -> None:
-        # the modal's border and padding (4), the columns' padding (2 each), a scrollbar (2)
-        fixed = sum(w for _, _, w in FIXED_COLUMNS) + 2 * (len(FIXED_COLUMNS) + 1) + 6
-        width = max(min(self.app.size.width, 150) - fixed, 24)
-        for table_id, refs, why_style in (("#consent-targets", self.preview.targets, "bold"),
-                                          ("#consent-spared", self.preview.spared, "italic")):
-            table = self.query_one(table_id, DataTable)
-            for key, label, w in FIXED_COLUMNS:
-                table.add_column(label, key=key, width=w)
-            table.add_column("Command / why", key="what", width=width)
-            for ref in refs:
-                cells, height = ref_cells(ref, self._tick_mark(ref.pid), why_style, width)
-                table.add_row(*cells, key=str(ref.pid), height=height)
-        first = self.query_one("#consent-targets" if self.preview.targets else "#consent-spared", DataTable)
-        if first.display:
-            first.focus()
+        if self.rows:
+            self._fill_tables()
+            first = self.query_one("#consent-targets" if self.preview.targets else "#consent-spared", DataTable)
+            if first.display:
+                first.focus()
+            else:
+                self.query_one("#consent-confirm", Button).focus()
         else:
             self.query_one("#consent-confirm", Button).focus()
         self._show_summary()
+        self._fit()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _started(self, ref: ProcRef) -> str:
+        state = self.state
+        if state is None:
+            return fmt.DASH
+        return fmt.started(state.started_at(ref.start_time), state.clock)
+
+    def _fill_tables(self) -> None:
+        compact = self.compact
+        width = what_width(self.app.size.width, compact)
+        need = []
+        for table_id, refs, why_style in (("#consent-targets", self.preview.targets, "bold"),
+                                          ("#consent-spared", self.preview.spared, "italic")):
+            table = self.query_one(table_id, DataTable)
+            for key, label, w in (COMPACT_COLUMNS if compact else WIDE_COLUMNS):
+                table.add_column(label, key=key, width=w)
+            table.add_column("Command / why", key="what", width=width)
+            lines = 1
+            for ref in refs:
+                cells, height = ref_cells(ref, self._tick_mark(ref.pid), why_style, width, compact, self._started(ref))
+                table.add_row(*cells, key=str(ref.pid), height=height)
+                lines += height
+            need.append(lines if refs else 0)
+        self._need = (need[0], need[1])
+
+    def _fit(self) -> None:
+        """Give the tables what the screen has left once every control has its line."""
+        if not self.rows:
+            return
+        width = min(self.app.size.width, MAX_WIDTH) - 4
+        action = self.query_one("#consent-action", Static)
+        plain = action.render()
+        action_lines = sum(max(1, -(-len(line) // max(width, 1))) for line in str(plain).splitlines())
+        keys_lines = -(-len(self._keys()) // max(width, 1))
+        avail = max(self.app.size.height - CHROME_LINES - action_lines - keys_lines, 8)
+        heights = table_heights(avail, self._need)
+        for table_id, height in zip(("#consent-targets", "#consent-spared"), heights, strict=True):
+            table = self.query_one(table_id, DataTable)
+            table.styles.max_height = max(height, 1)
 
     def _tick_mark(self, pid: int) -> Text:
         """A Text, not a str: DataTable reads a str cell as markup, and '[x]' is a markup tag."""
@@ -149,6 +241,14 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
         spared = [pid for pid, on in self.ticks.items() if not on and pid in {r.pid for r in self.preview.targets}]
         added = [pid for pid in ticked if pid not in {r.pid for r in self.preview.targets}]
         text = Text()
+        if not self.rows:
+            what = {"restart": "will start the service and wait for it", "reset": "will reset the GPUs named above"}
+            if self.preview.step == "restart" and self.preview.action.startswith(ALREADY_RUNNING):
+                text.append("the service is up: esc declines; confirming starts it again, which fails", "bold yellow")
+            else:
+                text.append(what.get(self.preview.step, f"will run: {self.preview.action}"), "bold")
+            self.query_one("#consent-summary", Static).update(text)
+            return
         if ticked:
             text.append("will signal: ", "bold")
             text.append(" ".join(map(str, ticked)), "bold red")

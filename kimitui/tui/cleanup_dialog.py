@@ -56,15 +56,16 @@ class CleanupSetupScreen(ModalScreen[CleanupRequest | None]):
         width: 84; max-width: 100%; height: auto; max-height: 100%;
         border: round $accent; background: $surface; padding: 0 2;
     }
-    CleanupSetupScreen #setup-title { text-style: bold; color: $accent; margin-bottom: 1; }
+    CleanupSetupScreen #setup-title { text-style: bold; color: $accent; }
     CleanupSetupScreen .field-label { color: $text-muted; margin-top: 1; }
+    CleanupSetupScreen #setup-about { color: $text-muted; }
     CleanupSetupScreen Input { width: 100%; }
     CleanupSetupScreen #setup-row { height: auto; }
     CleanupSetupScreen #setup-row > Vertical { width: 1fr; height: auto; }
     CleanupSetupScreen Checkbox { margin-top: 1; }
     CleanupSetupScreen .field-hint { color: $text-muted; text-style: italic; padding: 0 1; }
     CleanupSetupScreen #setup-error { color: $error; height: auto; margin-top: 1; }
-    CleanupSetupScreen #setup-buttons { height: auto; margin-top: 1; align-horizontal: right; }
+    CleanupSetupScreen #setup-buttons { height: 1; margin-top: 1; align-horizontal: right; }
     CleanupSetupScreen #setup-buttons Button { margin-left: 2; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -87,27 +88,27 @@ class CleanupSetupScreen(ModalScreen[CleanupRequest | None]):
         with Vertical():
             yield Static(f"Free the GPUs on {self.host_label}", id="setup-title")
             yield Static("Each step (graceful stop, process kill, device kill) is previewed and asked for; "
-                         "then every GPU in scope is verified clean.", classes="field-label")
+                         "then every GPU in scope is verified clean.", id="setup-about")
             yield Label("Service (none: no service, free the GPUs of whatever holds them)", classes="field-label")
-            yield Input(self.default_service, placeholder=SERVICE_FORMS, id="setup-service")
+            yield Input(self.default_service, placeholder=SERVICE_FORMS, id="setup-service", compact=True)
             yield Static(SERVICE_FORMS, classes="field-hint")
             with Horizontal(id="setup-row"):
                 with Vertical():
                     yield Label("GPUs in scope (all, or e.g. 0,1)", classes="field-label")
-                    yield Input("all", id="setup-gpus")
+                    yield Input("all", id="setup-gpus", compact=True)
                     known = fmt.gpu_list(self.gpus) if self.gpus else "none seen yet"
                     yield Static(f"this host: GPU {known}", classes="field-hint")
                 with Vertical():
                     yield Label("Clean within (MiB of idle)", classes="field-label")
-                    yield Input(f"{DEFAULT_THRESHOLD_MIB:g}", id="setup-threshold", type="number")
+                    yield Input(f"{DEFAULT_THRESHOLD_MIB:g}", id="setup-threshold", type="number", compact=True)
                     yield Static("per GPU, above its idle baseline", classes="field-hint")
-            yield Checkbox("Allow other users' processes to be signalled", False, id="setup-others")
+            yield Checkbox("Allow other users' processes to be signalled", False, id="setup-others", compact=True)
             error = Static("", id="setup-error")
             error.display = False
             yield error
             with Horizontal(id="setup-buttons"):
-                yield Button("Cancel (esc)", id="setup-cancel")
-                yield Button("Preview first step (enter)", variant="warning", id="setup-start")
+                yield Button("Cancel (esc)", id="setup-cancel", compact=True)
+                yield Button("Preview first step (enter)", variant="warning", id="setup-start", compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#setup-service", Input).focus()

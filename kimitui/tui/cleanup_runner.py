@@ -84,7 +84,7 @@ class CleanupRunner:
 
         steps = [s for s in ("graceful", "process", "device") if s in STEPS]
         position = f"step {steps.index(preview.step) + 1} of {len(steps)}" if preview.step in steps else ""
-        self.modal = ConsentScreen(preview, self.operator, position)
+        self.modal = ConsentScreen(preview, self.operator, position, self.session.state)
         self.app.push_screen(self.modal, callback=done)
         try:
             return await fut
@@ -119,9 +119,11 @@ class CleanupRunner:
         try:
             try:
                 self.report = await ex.run()
-                clean = self.report.clean
-                if clean and self.report.consent_to_clean_s is not None:
-                    note = f"last consent -> clean {self.report.consent_to_clean_s:.3f}s"
+                # the verdict and its figures from the fold (the same the panel and a replay show)
+                cleanup = self.session.state.cleanup
+                clean = cleanup is not None and cleanup.clean
+                if clean and cleanup is not None and cleanup.consent_to_clean_s is not None:
+                    note = f"last consent -> clean {cleanup.consent_to_clean_s:.3f}s"
             except ViewTimeout as exc:
                 note = f"telemetry stalled: {exc}"
             except asyncio.CancelledError:

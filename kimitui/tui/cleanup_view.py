@@ -37,35 +37,22 @@ def signals_summary(step: StepState) -> str:
     return sent + (f" ({', '.join(detail)})" if detail else "")
 
 
-FINAL = frozenset({"done", "skipped", "declined", "failed"})
 MEM_SINCE_S = 3.0
 """The memory panel starts this long before the plan: the level the GPUs were at."""
 SIGNAL_LINES = 12
 
 
-def shown_status(cleanup: CleanupState, step: StepState) -> str:
-    """The step's status; verify (which asks nothing and so has no event before its result) reads
-    'running' once every step before it is over and no verdict is in."""
-    if step.status == "pending" and step.step == "verify" and cleanup.verification is None:
-        names = list(cleanup.steps)
-        if all(cleanup.steps[n].status in FINAL for n in names[: names.index("verify")]):
-            return "running"
-    return step.status
-
-
 def step_elapsed(step: StepState, now: float) -> str:
-    """How long the step acted: from the operator's answer to its result (the time the operator took to
-    decide is not counted), or its whole time when it asked nothing; counting while it runs."""
-    asked = step.consent.t - step.preview.t if step.consent is not None and step.preview is not None else 0.0
+    """The step's one duration (the fold's ``StepState.elapsed_s``), counting while it runs."""
     if step.elapsed_s is not None:
-        return fmt.num(max(step.elapsed_s - max(asked, 0.0), 0.0), "{:.2f}", " s")
+        return fmt.num(step.elapsed_s, "{:.2f}", " s")
     if step.status in ("confirmed", "running") and step.started is not None:
         return fmt.num(max(now - step.started, 0.0), "{:.1f}", " s…")
     return fmt.DASH
 
 
 def step_cells(step: StepState, colors: Colors, cleanup: CleanupState | None = None, now: float = 0.0) -> list[Cell]:
-    status = shown_status(cleanup, step) if cleanup is not None else step.status
+    status = step.status
     color = getattr(colors, STATUS_COLORS.get(status, "foreground"))
     preview = step.preview
     ticked = str(len(step.consent.pids)) if step.consent is not None and step.consent.accepted else \
@@ -111,8 +98,8 @@ def verdict_content(cleanup: CleanupState | None) -> Content:
         if g.holders:
             parts.append(f" holders {', '.join(map(str, g.holders))}")
     for h in v.holders_left:
-        parts.append((f"\n  left: pid {h.pid} {h.user or '-'} {fmt.shorten(h.cmdline, 40)}: {h.reason}",
-                      "$warning"))
+        command = fmt.shorten(fmt.command_gist(h.cmdline), 40)
+        parts.append((f"\n  left: pid {h.pid} {h.user or '-'} {command}: {h.reason}", "$warning"))
     return Content.assemble(*parts)
 
 

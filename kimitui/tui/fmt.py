@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from kimitui.procdisplay import short_command as short_command  # shared with the CLI's previews
+# shared with the CLI and the report
+from kimitui.core.procdisplay import command_gist as command_gist
+from kimitui.core.procdisplay import unit_label as unit_label
 
 DASH = "-"
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -103,6 +105,22 @@ def clock(t: float | None) -> str:
     if not t:
         return DASH
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def time_of_day(t: float | None) -> str:
+    """'08:05:36' (local time), '-' before any event."""
+    if not t:
+        return DASH
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def started(at: float | None, now: float) -> str:
+    """When a process started: its time of day within the last day, else its date; '-' when unknown."""
+    if at is None:
+        return DASH
+    if now - at < 86400:
+        return time.strftime("%H:%M:%S", time.localtime(at))
+    return time.strftime("%b %d", time.localtime(at))
 
 
 def speed(value: float) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.widgets.data_table import ColumnKey
 
 from kimitui.core.events import GpuSample
 from kimitui.core.state import SessionState
@@ -53,6 +54,27 @@ class GpuTable(KeyedTable):
         ("clock", "SM MHz", 6),
     )
 
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.name_width = NAME_WIDTH
+        self._last: tuple[SessionState, Colors] | None = None
+
+    def fitted_name_width(self) -> int:
+        """The name column takes what the other columns leave (at least NAME_WIDTH, at most a long name)."""
+        others = sum(w or 0 for key, _, w in self.COLUMNS if key != "name") + 2 * len(self.COLUMNS)
+        return max(NAME_WIDTH, min(self.size.width - others, 40))
+
+    def on_resize(self) -> None:
+        width = self.fitted_name_width()
+        if width != self.name_width:
+            self.name_width = width
+            self.columns[ColumnKey("name")].width = width
+            self._require_update_dimensions = True
+            if self._last is not None:
+                self.show(*self._last)
+            self.refresh()
+
     def show(self, state: SessionState, colors: Colors) -> None:
-        rows: list[Row] = [(str(i), gpu_cells(state.gpus[i], colors, NAME_WIDTH)) for i in sorted(state.gpus)]
+        self._last = (state, colors)
+        rows: list[Row] = [(str(i), gpu_cells(state.gpus[i], colors, self.name_width)) for i in sorted(state.gpus)]
         self.sync(rows)

@@ -30,12 +30,15 @@ KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
-def help_content(replay: bool) -> Content:
+def help_content(replay: bool, run_path: str | None = None) -> Content:
     parts: list[str | tuple[str, str]] = [("kimitui keys\n\n", "bold $accent")]
     for key, what in KEYS:
         parts += [(f"  {key:<10}", "bold $primary"), f" {what}\n"]
-    parts.append(("\nreplay mode: the run plays at its recorded pace\n" if replay
+    parts.append(("\nreplay mode: the run plays at its recorded pace; M, F and R need a live host\n" if replay
                   else "\nlive mode: replay keys do nothing\n", "$text-muted"))
+    if run_path:
+        parts += [("\nrun file ", "$text-muted"), (run_path, "bold"),
+                  ("\n" if replay else "\n(every event of this session is recorded there)\n", "$text-muted")]
     parts.append(("escape, q or F1 closes this screen", "$text-muted"))
     return Content.assemble(*parts)
 
@@ -44,7 +47,7 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: 64; height: auto; max-height: 90%; border: round $primary; background: $surface;
+        width: 76; max-width: 100%; height: auto; max-height: 90%; border: round $primary; background: $surface;
         padding: 1 2;
     }
     """
@@ -52,13 +55,14 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,q,f1,question_mark", "dismiss_help", "Close", show=True),
     ]
 
-    def __init__(self, replay: bool) -> None:
+    def __init__(self, replay: bool, run_path: str | None = None) -> None:
         super().__init__()
         self.replay = replay
+        self.run_path = run_path
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(help_content(self.replay), id="help-text")
+            yield Static(help_content(self.replay, self.run_path), id="help-text")
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

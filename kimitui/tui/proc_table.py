@@ -27,8 +27,8 @@ def kind_style(kind: str, colors: Colors) -> str:
 
 def proc_cells(p: ProcSample, colors: Colors) -> list[Cell]:
     mem = proc_mem_mib(p)
-    unit = p.unit or (f"container {p.container}" if p.container else "-")
-    shown = fmt.short_command(p.cmdline) if p.cmdline else "-"
+    unit = fmt.unit_label(p.unit, p.container)
+    shown = fmt.command_gist(p.cmdline) if p.cmdline else "-"
     command = Text(fmt.shorten(shown, COMMAND_WIDTH), no_wrap=True, overflow="ellipsis")
     if not p.visible:
         command = Text("(not visible here)", style=colors.muted)

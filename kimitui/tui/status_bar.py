@@ -20,9 +20,17 @@ CONNECTION_STYLES = {
 }
 
 
-def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "") -> Content:
+NARROW = 100
+"""Below this width the header drops the date and the event position (the controls stay)."""
+
+
+def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "",
+                   width: int = 120) -> Content:
     """The header as styled content; colours are theme variables, so a theme switch restyles it."""
-    parts: list[str | tuple[str, str]] = [(" kimitui ", "bold reverse $primary"), " "]
+    narrow = width < NARROW
+    clock = fmt.time_of_day if narrow else fmt.clock
+    parts: list[str | tuple[str, str]] = [] if narrow else [(" kimitui ", "bold reverse $primary")]
+    parts.append(" ")
     parts.append((state.host or host or "no host", "bold"))
     conn = state.connection
     if replay is not None and conn == "unknown":
@@ -30,24 +38,25 @@ def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, h
     parts += ["  ", (conn, CONNECTION_STYLES.get(conn, ""))]
     phase = state.phase
     if phase is not None:
-        parts += [("  phase ", "$text-muted"), (phase.phase, "bold $accent")]
+        parts += [("  " if narrow else "  phase ", "$text-muted"), (phase.phase, "bold $accent")]
     elif state.phases:
         parts += [("  after ", "$text-muted"), (state.phases[-1].phase, "$accent")]
     else:
         parts.append(("  no phase", "$text-muted"))
     parts.append("  ")
     if replay is not None:
-        parts.append(fmt.clock(replay.run_time))
-        parts.append(f"  {fmt.duration(replay.elapsed)}/{fmt.duration(replay.duration)}")
+        parts.append(clock(replay.run_time))
+        parts.append(f"  {fmt.duration(min(replay.elapsed, replay.duration))}/{fmt.duration(replay.duration)}")
         parts.append((f"  {fmt.speed(replay.speed)}", "bold"))
         if replay.finished:
             parts.append(("  END", "bold $success"))
         elif replay.paused:
             parts.append(("  PAUSED", "bold $warning"))
-        parts.append((f"  event {replay.position}/{replay.total}", "$text-muted"))
+        if not narrow:
+            parts.append((f"  event {replay.position}/{replay.total}", "$text-muted"))
     else:
-        parts.append(fmt.clock(state.clock))
-        if live:
+        parts.append(clock(state.clock))
+        if live and not narrow:
             parts.append((f"  events {state.events}", "$text-muted"))
     return Content.assemble(*parts)
 
@@ -59,6 +68,13 @@ class StatusBar(Static):
     StatusBar { height: 1; background: $panel; color: $foreground; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
+    _last: tuple[SessionState, ReplayInfo | None, bool, str] | None = None
+
     def show(self, state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "") -> None:
+        self._last = (state, replay, live, host)
         # One line whatever it says: no layout pass (that would repaint the whole screen).
-        self.update(status_content(state, replay, live, host), layout=False)
+        self.update(status_content(state, replay, live, host, self.size.width or 120), layout=False)
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.show(*self._last)

@@ -1,0 +1,225 @@
+"""Events in words: the one place an event becomes text, for the event log (the fold), the cleanup CLI's
+text output and the report.
+
+``describe(event, state)`` is one line; ``details(event)`` the lines a terminal shows under it (a
+preview's tables, a verification's GPUs). Given the state the event was folded into, a step's result
+reads with the step's one duration (the fold's ``StepState.elapsed_s``), so every place says the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kimitui.core.events import (
+    CleanupPlan,
+    ConnectionState,
+    Consent,
+    Event,
+    LogLine,
+    MacroPoint,
+    MacroProgress,
+    MicroEnd,
+    MicroEnv,
+    MicroPlan,
+    PhaseEnd,
+    PhaseStart,
+    ProcRef,
+    SignalOutcome,
+    SignalSent,
+    StepPreview,
+    StepResult,
+    Topology,
+    Verification,
+)
+from kimitui.core.procdisplay import DASH, clock_label, command_gist, unit_label
+
+if TYPE_CHECKING:
+    from kimitui.core.state import SessionState
+
+SOURCES: dict[type[Event], str] = {
+    PhaseStart: "phase", PhaseEnd: "phase", CleanupPlan: "cleanup", StepPreview: "cleanup", Consent: "cleanup",
+    SignalSent: "signal", SignalOutcome: "signal", StepResult: "cleanup", Verification: "verify",
+    MacroPoint: "macro", MacroProgress: "macro", ConnectionState: "connection",
+    Topology: "topology", MicroPlan: "micro", MicroEnv: "micro", MicroEnd: "micro",
+}
+
+
+def source_of(ev: Event) -> str:
+    return ev.source if isinstance(ev, LogLine) else SOURCES.get(type(ev), ev.type)
+
+
+def level_of(ev: Event) -> str:
+    """info, warning or error: how the event log colours the event."""
+    if isinstance(ev, LogLine):
+        return ev.level
+    if isinstance(ev, PhaseEnd):
+        return "info" if ev.ok else "error"
+    if isinstance(ev, Consent):
+        return "info" if ev.accepted else "warning"
+    if isinstance(ev, SignalSent):
+        return "info" if ev.outcome == "sent" else "warning"
+    if isinstance(ev, SignalOutcome):
+        return "info" if ev.outcome == "exited" else "warning"
+    if isinstance(ev, StepResult):
+        return "error" if ev.status == "failed" else "info"
+    if isinstance(ev, Verification):
+        return "info" if ev.clean else "error"
+    if isinstance(ev, MacroPoint):
+        return "error" if _level_failed(ev) else "info"
+    if isinstance(ev, MacroProgress):
+        return "error" if ev.status == "failed" else "info"
+    if isinstance(ev, ConnectionState):
+        return "info" if ev.state in ("connecting", "connected", "closed") else "warning"
+    if isinstance(ev, Topology):
+        return "warning" if ev.errors else "info"
+    if isinstance(ev, MicroEnd):
+        return {"done": "info", "skipped": "info", "cancelled": "warning"}.get(ev.status, "error")
+    return "info"
+
+
+def _level_failed(ev: MacroPoint) -> bool:
+    m = ev.metrics
+    return "completed" in m and not m["completed"] and bool(m.get("failed") or m.get("num_prompts"))
+
+
+def step_seconds(ev: StepResult, state: SessionState | None) -> float:
+    """The step's one duration: the fold's when the event was folded into ``state``, else the event's."""
+    if state is not None and state.cleanup is not None:
+        step = state.cleanup.steps.get(ev.step)
+        if step is not None and step.result is ev and step.elapsed_s is not None:
+            return step.elapsed_s
+    return ev.elapsed_s
+
+
+def describe(ev: Event, state: SessionState | None = None) -> str | None:
+    """One line for the event (None: an event with no words, a sample)."""
+    if isinstance(ev, PhaseStart):
+        return f"phase {ev.phase} started" + (f": {ev.title}" if ev.title else "")
+    if isinstance(ev, PhaseEnd):
+        return f"phase {ev.phase} {'ended' if ev.ok else 'FAILED'}" + (f": {ev.note}" if ev.note else "")
+    if isinstance(ev, CleanupPlan):
+        what = (f"{ev.service} ({ev.manager})" if ev.service
+                else "no service (none: free the GPUs of whatever holds them)")
+        return (f"cleanup plan for {what}"
+                + (f" on {ev.host}" if ev.host else "") + f", GPUs {','.join(map(str, ev.gpus)) or 'none'}: "
+                f"{', '.join(ev.steps)}; clean within {ev.clean_threshold_mib:g} MiB")
+    if isinstance(ev, StepPreview):
+        return f"{ev.step}: preview, {len(ev.targets)} to signal, {len(ev.spared)} left alone: {ev.action}"
+    if isinstance(ev, Consent):
+        who = f" by {ev.operator}" if ev.operator else ""
+        verdict = f"CONFIRMED{who}, pids {' '.join(map(str, ev.pids)) or 'none'}" if ev.accepted else f"declined{who}"
+        return f"{ev.step}: {verdict}" + (f" ({ev.note})" if ev.note else "")
+    if isinstance(ev, SignalSent):
+        return f"{ev.step}: {ev.signal} -> pid {ev.pid}: {ev.outcome}" + (f" ({ev.detail})" if ev.detail else "")
+    if isinstance(ev, SignalOutcome):
+        return (f"{ev.step}: pid {ev.pid} {ev.outcome} {ev.elapsed_s:.2f}s after {ev.signal}"
+                + (f" (state {ev.state})" if ev.state else ""))
+    if isinstance(ev, StepResult):
+        return (f"{ev.step}: {ev.status} in {step_seconds(ev, state):.2f}s"
+                + (f" ({ev.reason})" if ev.reason else ""))
+    if isinstance(ev, Verification):
+        return (f"verify: {'CLEAN' if ev.clean else 'NOT CLEAN'} after {ev.elapsed_s:.2f}s"
+                + (f" ({ev.detail})" if ev.detail else ""))
+    if isinstance(ev, MacroPoint):
+        m = ev.metrics
+        if _level_failed(ev):
+            failures = m.get("failures")
+            first = next(iter(failures), None) if isinstance(failures, dict) else None
+            return (f"concurrency {ev.concurrency}: FAILED, {m.get('failed')} of {m.get('num_prompts')} requests "
+                    f"failed (first: {first or 'no reason given'})")
+        tok = m.get("output_throughput")
+        return f"concurrency {ev.concurrency}: " + (f"{tok:.0f} tok/s" if isinstance(tok, int | float)
+                                                    else "no throughput")
+    if isinstance(ev, MacroProgress):
+        if ev.status == "failed":
+            return f"sweep failed: {ev.error}"
+        if ev.status in ("starting", "cancelling", "cancelled", "done"):
+            return f"sweep {ev.status}: levels {','.join(map(str, ev.levels))}" + (
+                f" ({ev.elapsed_s:.1f} s)" if ev.status in ("cancelled", "done") else "")
+        return None  # progress within a level: the panel shows it, the log would only repeat it
+    if isinstance(ev, Topology):
+        return (f"{ev.host or 'host'}: {ev.summary or 'topology read'}" + (f" ({ev.source})" if ev.source else "")
+                + ("; " + "; ".join(ev.errors) if ev.errors else ""))
+    if isinstance(ev, MicroPlan):
+        what = ", ".join(f"{p} ({ev.totals.get(p, 0)} items)" for p in ev.parts)
+        return (f"micro run {ev.run_id}: {what}" + (" (simulated)" if ev.simulated else "")
+                + (", GPU memory check overridden" if ev.forced else ""))
+    if isinstance(ev, MicroEnv):
+        bw = f", copy {ev.mem_bw_gbps:.0f} GB/s" if ev.mem_bw_gbps else ""
+        backends = "; ".join(f"{k}: {v}" for k, v in ev.backends.items())
+        return (f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw})"
+                + (f"; {backends}" if backends else ""))
+    if isinstance(ev, MicroEnd):
+        holders = "; ".join(f"pid {h.pid} {command_gist(h.cmdline)[:40]} ({h.mem_mib:.0f} MiB on GPUs {h.gpus})"
+                            for h in ev.holders)
+        return (f"{ev.part}: {ev.status} after {ev.elapsed_s:.1f}s, {ev.rows} rows"
+                + (f" ({ev.detail})" if ev.detail else "") + (f"; holders: {holders}" if holders else ""))
+    if isinstance(ev, ConnectionState):
+        gap = f", gap {ev.gap_s:.1f}s" if ev.gap_s else ""
+        return f"{ev.host}: {ev.state}{gap}" + (f" ({ev.detail})" if ev.detail else "")
+    if isinstance(ev, LogLine):
+        return ev.message
+    return None
+
+
+Started = Callable[[int | None], str]
+"""A process's start (clock ticks after boot) in words: a wall-clock time on the host's clock."""
+COMMAND_WIDTH = 64
+
+
+def unknown_start(_ticks: int | None) -> str:
+    return DASH
+
+
+def sample_started(state: SessionState | None) -> Started:
+    """Starts read with the boot time and tick rate of the host's latest sample, when it carries them."""
+    if state is None or state.boot_time is None or not state.clock_ticks:
+        return unknown_start
+    return lambda ticks: clock_label(state.started_at(ticks))
+
+
+def _ref_row(r: ProcRef, started: Started) -> list[str]:
+    command = command_gist(r.cmdline) if r.cmdline else "?"
+    if len(command) > COMMAND_WIDTH:
+        command = command[: COMMAND_WIDTH - 1] + "…"
+    return [str(r.pid), started(r.start_time), r.user or "?", ",".join(map(str, r.gpus)) or DASH,
+            f"{r.mem_mib:.0f}", unit_label(r.unit)[:24], command, r.reason]
+
+
+def preview_table(preview: StepPreview, started: Started = unknown_start) -> list[str]:
+    """What would be signalled and what is spared, with why: the lines a terminal shows under a preview."""
+    if not preview.targets and not preview.spared and preview.step == "graceful":
+        return []  # no service: the action says it all
+    head = ["PID", "STARTED", "USER", "GPUS", "MIB", "UNIT", "COMMAND", "WHY"]
+    lines = []
+    for title, refs in (("would signal", preview.targets), ("spared", preview.spared)):
+        if not refs:
+            lines.append(f"  {title}: none")
+            continue
+        rows = [head, *(_ref_row(r, started) for r in refs)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
+        lines.append(f"  {title}:")
+        for row in rows:
+            lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    return lines
+
+
+def preview_text(preview: StepPreview, started: Started = unknown_start) -> str:
+    """The preview as the operator reads it on a terminal: its action, then what would be signalled and what
+    is spared and why."""
+    return "\n".join([f"{preview.step}: {preview.action}", *preview_table(preview, started)])
+
+
+def details(ev: Event, started: Started = unknown_start) -> list[str]:
+    """The lines a terminal shows under the event's line (none for most events)."""
+    if isinstance(ev, StepPreview):
+        return preview_table(ev, started)
+    if isinstance(ev, Verification):
+        out = []
+        for g in ev.gpus:
+            used = "-" if g.used_mib is None else f"{g.used_mib:.0f}"
+            out.append(f"    GPU {g.index}: {used} MiB used (idle {g.baseline_mib:.0f}) {'ok' if g.clean else 'HELD'}"
+                       + (f" by {' '.join(map(str, g.holders))}" if g.holders else ""))
+        return out
+    return []

@@ -1,0 +1,117 @@
+"""Screenshot tests (pytest-textual-snapshot): the consent modal at 80x24, and the three views at fixed
+replay positions of the bundled run, at 120x40 and 80x24, so a layout change is seen, not guessed.
+
+A changed layout fails here with an HTML report of the difference; when the change is meant, accept it
+with ``pytest tests/test_snapshots.py --snapshot-update`` and look at the new SVGs under
+``tests/__snapshots__/`` before committing them. Times are shown in UTC here (the views use local time).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from textual.pilot import Pilot
+
+from kimitui.core.events import StepPreview
+from kimitui.core.replay import Player
+from kimitui.core.runfile import RunReader
+from kimitui.core.session import Session
+from kimitui.resources import bundled_sample_run
+from kimitui.tui.app import KimituiApp
+from kimitui.tui.bench_tables import MacroTable
+from kimitui.tui.bench_view import BenchView
+from kimitui.tui.cleanup_consent import ConsentScreen
+from kimitui.tui.cleanup_view import StepTable
+from kimitui.tui.event_log import EventLog
+from kimitui.tui.gpu_table import GpuTable
+
+SIZES = {"120x40": (120, 40), "80x24": (80, 24)}
+POLL_S = 0.05
+WAIT_S = 10.0
+
+
+def drawn(app: KimituiApp, view: str) -> bool:
+    """The view holds what its replay position has (its tables filled, its plots drawn)."""
+    if view == "bench":
+        found = app.query(BenchView)
+        return bool(found) and len(found.first().plotted) == 3 and bool(found.first().query_one(MacroTable).row_keys)
+    if view == "cleanup":
+        tables = app.query(StepTable)
+        return bool(tables) and bool(tables.first().row_keys)
+    return bool(app.query_one(GpuTable).row_keys) and bool(app.query_one(EventLog).shown)
+
+
+@pytest.fixture(autouse=True)
+def utc() -> Iterator[None]:
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+def paused_replay() -> tuple[KimituiApp, Player, RunReader]:
+    reader = RunReader(bundled_sample_run())
+    session = Session()
+    player = Player(reader, session, clock=lambda: 0.0)
+    return KimituiApp(session, player=player), player, reader
+
+
+def test_consent_modal_80x24(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """The graceful step of the bundled run: 9 rows to signal, 2 left alone; the rows scroll, the buttons
+    and keys stay on screen, each row shows pid, memory, the command's distinguishing part and why."""
+    app, player, reader = paused_replay()
+    preview = next(e for e in reader.events() if isinstance(e, StepPreview) and e.step == "graceful")
+
+    async def open_modal(pilot: Pilot[None]) -> None:
+        player.paused = True
+        player.seek_index(reader.index_at(preview.t))
+        app.redraw()
+        await pilot.app.push_screen(ConsentScreen(preview, "ana", "step 1 of 3", app.session.state))
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=open_modal)
+
+
+def phase_end(reader: RunReader, phase: str) -> int:
+    """Just past the end of the run's first ``phase``."""
+    key = f'"phase":"{phase}"'.encode()
+    return next(i for i in reader.indices_of("phase_end") if key in reader.raw(i).replace(b" ", b"")) + 1
+
+
+POSITIONS = {
+    # view: where in the bundled run it is shown
+    "dashboard": lambda reader: (next(i for i in reader.indices_of("phase_start")
+                                      if b'"cleanup"' in reader.raw(i)) + phase_end(reader, "cleanup")) // 2,
+    "bench": lambda reader: phase_end(reader, "macro"),
+    "cleanup": lambda reader: phase_end(reader, "cleanup"),
+}
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("view", list(POSITIONS))
+def test_view_at_a_fixed_replay_position(snap_compare, view: str, size: str) -> None:  # type: ignore[no-untyped-def]
+    """The dashboard in the middle of the cleanup, the Benchmarks tab after the sweep, the Cleanup tab after
+    the cleanup: at 120x40 and at 80x24."""
+    app, player, reader = paused_replay()
+
+    async def position(pilot: Pilot[None]) -> None:
+        player.paused = True
+        player.seek_index(POSITIONS[view](reader))
+        app.action_show_view(view)
+        app.redraw()
+        deadline = time.monotonic() + WAIT_S
+        while not drawn(app, view):  # a tab is mounted on first show, its plots drawn after
+            assert time.monotonic() < deadline, f"the {view} view was not drawn in {WAIT_S} s"
+            await pilot.pause(POLL_S)
+            app.redraw()
+        await pilot.pause(POLL_S)
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=position)

@@ -1,0 +1,113 @@
+"""Small terminals keep what matters (issue #8, item 5): at 80x24 the consent modal shows, for every row,
+pid, memory, the command's distinguishing part and why, with its buttons and keys on screen (the rows
+scroll, the controls stay); the F dialog's buttons are on screen; the Benchmarks tab keeps its plots."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable
+
+from kimitui.core.events import StepPreview
+from kimitui.core.runfile import RunReader
+from kimitui.core.session import Session
+from kimitui.resources import bundled_sample_run
+from kimitui.tui import fmt
+from kimitui.tui.app import KimituiApp
+from kimitui.tui.bench_view import BenchView
+from kimitui.tui.cleanup_consent import ConsentScreen, table_heights
+from kimitui.tui.cleanup_dialog import CleanupSetupScreen
+from tests.screen_text import screen_text
+from tests.test_tui import replay_app, wait_for
+
+SMALL = (80, 24)
+
+
+def bundled_preview(step: str) -> StepPreview:
+    return next(e for e in RunReader(bundled_sample_run()).events()
+                if isinstance(e, StepPreview) and e.step == step)
+
+
+def controls_on_screen(text: str) -> None:
+    assert "Decline (esc)" in text and "Confirm (enter)" in text, text
+    assert "enter confirm" in text and "esc decline" in text, text
+
+
+async def test_consent_modal_at_80x24_shows_every_row_and_keeps_its_controls() -> None:
+    preview = bundled_preview("graceful")  # 9 to signal, 2 left alone: more rows than fit
+    rows = [*preview.targets, *preview.spared]
+    assert len(rows) == 11
+    app = KimituiApp(Session())
+    async with app.run_test(size=SMALL) as pilot:
+        screen = ConsentScreen(preview, "ana", "step 1 of 3")
+        app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.is_attached and app.screen is screen, "the modal")
+        await pilot.pause()
+        seen: set[int] = set()
+        for table_id, refs in (("#consent-targets", preview.targets), ("#consent-spared", preview.spared)):
+            table = screen.query_one(table_id, DataTable)
+            table.focus()
+            for n, ref in enumerate(refs):
+                table.move_cursor(row=n)
+                await pilot.pause()
+                text = screen_text(app)
+                controls_on_screen(text)
+                line = next((ln for ln in text.splitlines() if f" {ref.pid} " in ln), None)
+                assert line is not None, (ref.pid, text)
+                assert fmt.mem_mib(ref.mem_mib) in line
+                gist = fmt.command_gist(ref.cmdline)
+                assert gist[:30] in line, (gist, line)
+                assert ref.reason[:20] in text, (ref.reason, text)
+                seen.add(ref.pid)
+        assert seen == {r.pid for r in rows}
+        # the buttons sit inside the screen, the rows scroll instead
+        assert screen.query_one("#consent-confirm").region.bottom <= SMALL[1]
+        assert screen.query_one("#consent-targets", DataTable).max_scroll_y > 0
+
+
+def test_table_heights_share_what_is_left() -> None:
+    assert table_heights(20, (7, 5)) == (7, 5)
+    first, second = table_heights(10, (19, 5))
+    assert first + second <= 10 and first >= 4 and second >= 4
+    assert table_heights(10, (19, 0)) == (10, 0)
+
+
+async def test_restart_modal_speaks_of_the_restart_not_a_cleanup() -> None:
+    app = KimituiApp(Session())
+    async with app.run_test(size=SMALL) as pilot:
+        preview = StepPreview(0.0, step="restart", action="already running: sim vllm has live processes, so a "
+                              "start would fail; decline, or free the GPUs first. Confirming tries anyway: start "
+                              "the simulated vllm service, then poll http://127.0.0.1:1/health until it answers 200")
+        screen = ConsentScreen(preview, "ana")
+        app.push_screen(screen)
+        await wait_for(pilot, lambda: app.screen is screen, "the modal")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "ALREADY RUNNING" in text.splitlines()[next(i for i, ln in enumerate(text.splitlines())
+                                                          if "Confirm restart" in ln)]
+        assert "Would signal" not in text and "cancel the whole cleanup" not in text and "cleanup" not in text
+        assert "SimHost" not in text
+        controls_on_screen(text)
+
+
+async def test_free_gpus_dialog_buttons_fit_80x24() -> None:
+    app = KimituiApp(Session())
+    async with app.run_test(size=SMALL) as pilot:
+        app.push_screen(CleanupSetupScreen("sim (8 simulated GPUs)", "sim:vllm", list(range(8))))
+        await wait_for(pilot, lambda: isinstance(app.screen, CleanupSetupScreen), "the dialog")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "Preview first step (enter)" in text and "Cancel (esc)" in text
+        assert app.screen.query_one("#setup-start").region.bottom <= SMALL[1]
+
+
+async def test_benchmarks_tab_keeps_its_plots_at_80x24() -> None:
+    app = replay_app(bundled_sample_run())
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.press("e", "b")
+        await wait_for(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        view = app.query_one(BenchView)
+        await wait_for(pilot, lambda: bool(view.plotted.get("throughput", (None, []))[1]), "the plot")
+        await pilot.pause()
+        for plot in view.plots.values():
+            assert plot.display and plot.size.height >= 8 and plot.size.width >= 20
+            assert plot.region.bottom <= SMALL[1]
+        assert "concurrency" in screen_text(app)
