@@ -108,6 +108,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=0.25, help="telemetry sampling interval, s (default 0.25)")
     p.add_argument("--audit-log", type=Path, help="append-only audit log (default $XDG_DATA_HOME/kimitui/audit.log)")
     p.add_argument("--operator", help="who consents, for the audit log (default the current user)")
+    p.add_argument("--remote-python", metavar="PATH",
+                   help="the python (3.8 or newer) that runs kimitui's agent on an SSH host (default python3)")
     return p
 
 
@@ -321,7 +323,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
         raise UsageError("--dry-run and --yes together: a dry run consents to nothing")
     consent, how = _consent(args, operator)
 
-    async with open_target(args.host, accept_new_host_key=args.accept_new_host_key) as opened:
+    async with open_target(args.host, accept_new_host_key=args.accept_new_host_key,
+                           remote_python=args.remote_python) as opened:
         host = opened.host
         if service is None and demo:
             service = SimService(health_url=f"{host.api_url}/health")  # type: ignore[attr-defined]
