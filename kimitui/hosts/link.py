@@ -305,6 +305,7 @@ class AgentLink:
             while True:
                 line = await up.channel.readline()
                 if not line:
+                    await up.channel.wait_exit(1.0)  # so the reason can name its exit status
                     break
                 self._dispatch(line)
         except HostError as exc:
@@ -316,15 +317,21 @@ class AgentLink:
 
     def _dispatch(self, line: bytes) -> None:
         kind = _line_type(line)
-        if kind in ("sample", "log") or kind not in ("reply", "worker_line", "worker_exit"):
+        msg: Any = None
+        if not kind:  # not the agent's compact form: parse it to know
+            with contextlib.suppress(ValueError):
+                msg = json.loads(line)
+            kind = str(msg.get("type", "")) if isinstance(msg, dict) else ""
+        if kind not in ("reply", "worker_line", "worker_exit"):  # samples, logs, anything else: telemetry's
             text = line.decode(errors="replace").rstrip("\n")
             for q in self._subscribers:
                 q.put_nowait(text)
             return
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            return
+        if msg is None:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                return
         if kind == "reply":
             pending = self._pending.pop(msg.get("id"), None)
             if pending is not None and not pending.future.done():
