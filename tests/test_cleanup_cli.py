@@ -22,6 +22,7 @@ from kimitui.cleanup.services import PidService, SimService, SupervisorService, 
 from kimitui.core.events import ProcRef, StepPreview, Verification, from_dict
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
+from kimitui.hosts.agent import start_time_of
 
 POLL_S = 0.05
 """Interval between checks of a condition waited on with a deadline."""
@@ -46,12 +47,8 @@ def of(events: list[dict[str, Any]], kind: str, **match: Any) -> list[dict[str, 
 
 
 def alive(pid: int, start_time: int | None = None) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            rest = fh.read().rpartition(")")[2].split()
-    except FileNotFoundError:
-        return False
-    return rest[0] not in ("Z", "X") and (start_time is None or int(rest[19]) == start_time)
+    start = start_time_of(pid)
+    return start is not None and (start_time is None or start == start_time)
 
 
 def sim_pids(events: list[dict[str, Any]], run_file: Path) -> set[tuple[int, int | None]]:

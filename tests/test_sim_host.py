@@ -135,7 +135,7 @@ async def test_process_tree(host: SimHost) -> None:
         assert f"VLLM::Worker_TP{rank}" in wargv
         assert Path(f"/proc/{pid}/comm").read_text().strip() == "VLLM::Worker_TP"
     # the whole service is one session led by the API server, apart from the test runner's
-    sessions = {int(Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()[3]) for p in [api, *workers]}
+    sessions = {st.session for p in [api, *workers] if (st := read_stat(p)) is not None}
     assert sessions == {api}
     assert {p.pid for p in host.service_tree()} == {api, *workers}
 
