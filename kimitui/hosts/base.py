@@ -114,6 +114,8 @@ class Channel(Protocol):
 StateCallback = Callable[[str, str], None]
 Sleep = Callable[[float], Awaitable[None]]
 
+NO_LIMIT_S = 7 * 86400.0
+"""A command's time limit when the caller sets none."""
 BACKOFF: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
 """Seconds before the 1st, 2nd, 3rd, ... attempt after failed ones (the last one repeats)."""
 
@@ -160,10 +162,10 @@ class Host(abc.ABC):
     async def run(self, argv: list[str], *, timeout: float | None = 30.0, stdin: bytes | None = None,
                   env: dict[str, str] | None = None) -> CommandResult:
         """Run a command (an argument list, never a shell string) to completion, in its own process group,
-        killed with its group on timeout (HostError)."""
+        killed with its group on timeout (HostError; None: no limit)."""
         if not argv:
             raise ValueError("empty command")
-        limit = 30.0 if timeout is None else timeout
+        limit = NO_LIMIT_S if timeout is None else timeout
         fields: dict[str, Any] = {"argv": [str(a) for a in argv], "timeout": limit}
         if stdin is not None:
             fields["stdin"] = base64.b64encode(stdin).decode("ascii")

@@ -387,8 +387,9 @@ class AgentLink:
         """Send one request (once) and wait for its reply."""
         await self.connect()
         up = self._up
-        if up is None:
-            raise OutcomeUnknown(f"{self.host.name}: connection lost before the {op} request was sent")
+        if up is None:  # dropped between the connect and now: not sent, so not unknown
+            raise HostError(f"{self.host.name}: {self._lost_reason or 'connection lost'}; the {op} request was "
+                            "not sent")
         rid = next(self._ids) if rid is None else rid
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = _Pending(op, fut)
