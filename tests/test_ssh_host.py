@@ -246,3 +246,14 @@ async def test_ssh_agent_is_used(server: SshServer, tmp_path: Path, monkeypatch:
     finally:
         agent.terminate()
         agent.wait(5)
+
+
+async def test_aes_gcm_is_preferred_unless_the_config_names_ciphers(server: SshServer, tmp_path: Path) -> None:
+    async with SshHost(server.alias, config_paths=[str(server.ssh_config)]) as h:
+        await h.run(["true"])
+        assert (await h._connection()).get_extra_info("send_cipher") == "aes128-gcm@openssh.com"
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(server.ssh_config.read_text().replace("Host gpubox\n", "Host gpubox\n    Ciphers aes256-ctr\n", 1))
+    async with SshHost(server.alias, config_paths=[str(cfg)]) as h:
+        await h.run(["true"])
+        assert (await h._connection()).get_extra_info("send_cipher") == "aes256-ctr"
