@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -137,6 +138,7 @@ async def main() -> None:
           f"agent start {start_s:.2f} s (once)")
     print(f"  fixed-sleep pipeline: {FIXED_SLEEPS_S:.3f} s; ratio (local / fixed sleeps): "
           f"{med_local / FIXED_SLEEPS_S:.3f}")
+    print(f"  load average after the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     diff = med_ssh - med_local
     print(f"  ssh - local: {diff:+.3f} s  (target within {SSH_TARGET_S} s: "
           f"{'meets' if abs(diff) <= SSH_TARGET_S else 'MISSES'})")

@@ -91,6 +91,8 @@ async def main() -> None:
     print(row("SSH on loopback, slow login shell", start_s, rtt))
     print(f"  one exec on the open SSH connection (login shell + `true`): {login:.3f} s "
           f"(the cost of each operation when every operation was an exec)")
+    print(f"  load average after the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (a p99 taken on a "
+          "busy machine is the scheduler's)")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,8 @@ class Worker:
     - ``lines()`` yields, in order, each line the worker writes on stdout: a line that parses as JSON as
       that value (normally a dict), any other line as ``{"text": LINE}``. It ends after the worker's last
       line, when it has exited: then ``returncode`` is set (negative: killed by that signal) and
-      ``stderr_tail`` holds the end of its stderr when it exited non-zero. Iterate it once.
+      ``stderr_tail`` holds the end of its stderr when it exited non-zero. Each line is yielded once (a
+      second ``lines()`` goes on where the first stopped).
     - ``wait()`` returns the exit status (lines not consumed are kept for ``lines()``).
     - ``cancel(grace)`` sends SIGTERM to the worker's process group, SIGKILL to it after ``grace`` seconds
       if the worker is still there, and returns the exit status (``cancelled`` is then True).
@@ -115,6 +116,7 @@ class Worker:
         self.cancelled = False
         self.stderr_tail = ""
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._ended = False
         self._done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
     def _line(self, msg: dict[str, Any]) -> None:
@@ -137,11 +139,13 @@ class Worker:
             self._done.exception()  # retrieved here: a worker nobody waits on is not an error
 
     async def lines(self) -> AsyncIterator[Any]:
-        while True:
+        while not self._ended:
             item = await self._queue.get()
             if item is _END:
+                self._ended = True
                 return
             if isinstance(item, WorkerLost):
+                self._queue.put_nowait(item)  # a later call raises it too
                 raise item
             yield item
 
