@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kimitui.hosts.agent import read_stat, start_time_of
-from kimitui.hosts.base import HostError, ProcId, RequestFailed
+from kimitui.hosts.base import HostError, OutcomeUnknown, ProcId, RequestFailed
 from kimitui.hosts.local import LocalHost
 from tests.pythons import agent_pythons, label, require
 from tests.test_agent_helpers import Children, children, make_sim_dir, pid_gone, wait_until  # noqa: F401
@@ -239,3 +239,20 @@ async def test_bad_requests_get_a_one_line_error_and_the_agent_goes_on(host: Loc
     warning = json.loads(await asyncio.wait_for(queue.get(), 5))
     assert warning["type"] == "log" and "bad request line" in warning["message"]
     assert (await host.request("ping"))["agent_pid"] == up.hello.pid  # same agent, still answering
+
+
+async def test_requests_in_flight_when_the_agent_dies_each_fail_as_unknown(host: LocalHost) -> None:
+    hello = await host.link.connect()
+    os.kill(hello.pid, signal.SIGSTOP)  # it reads nothing more: every request below stays in flight
+    calls = {op: asyncio.ensure_future(host.request(op, fields)) for op, fields in (
+        ("stat", {"pids": [1]}), ("scan", {}), ("signal", {"pid": os.getpid(), "start_time": 1, "sig": 0}))}
+    await asyncio.sleep(0.2)
+    assert not any(c.done() for c in calls.values())
+    os.kill(hello.pid, signal.SIGKILL)
+    for op, call in calls.items():
+        with pytest.raises(OutcomeUnknown) as err:
+            await call
+        msg = str(err.value)
+        assert f"the {op} request" in msg and "in flight" in msg and "outcome is unknown" in msg, msg
+        assert "\n" not in msg
+    assert (await host.request("ping"))["agent_pid"] != hello.pid  # the next request starts another agent
