@@ -257,3 +257,16 @@ async def test_aes_gcm_is_preferred_unless_the_config_names_ciphers(server: SshS
     async with SshHost(server.alias, config_paths=[str(cfg)]) as h:
         await h.run(["true"])
         assert (await h._connection()).get_extra_info("send_cipher") == "aes256-ctr"
+
+
+async def test_a_login_shell_that_prints_a_banner_is_skipped(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text('echo "Welcome to gpu-box (managed by ops)"\necho "{not the agent}"\n')
+    with sshd_server(extra_config=f"SetEnv HOME={home}\n") as server:
+        async with make_host(server) as h:
+            queue = h.link.subscribe()
+            assert (await h.run(["echo", "ok"])).stdout == "ok\n"
+            warning = json.loads(queue.get_nowait())
+    assert warning["type"] == "log" and warning["level"] == "warning"
+    assert "Welcome to gpu-box (managed by ops) / {not the agent}" in warning["message"]

@@ -275,19 +275,22 @@ class AgentLink:
         try:
             ch.write(agent_payload())
             await ch.drain()
-            line = await asyncio.wait_for(ch.readline(), self.host.first_line_s)
+            msg, chatter = await asyncio.wait_for(self._first_message(ch), self.host.first_line_s)
         except TimeoutError:
             await ch.close()
             raise HostError(f"{name}: the agent did not start within {self.host.first_line_s:g}s") from None
         except BaseException:
             await ch.close()
             raise
-        try:
-            msg = json.loads(line) if line.strip() else None
-        except ValueError:
-            msg = None
         if isinstance(msg, dict) and msg.get("type") == "hello":
-            return _Up(ch, AgentHello.from_dict(msg))
+            up = _Up(ch, AgentHello.from_dict(msg))
+            if chatter:  # a login shell that prints (a banner, conda's hooks): skipped, said once
+                text = _one_line(b" / ".join(chatter)[:160].decode(errors="replace"))
+                for q in self._subscribers:
+                    q.put_nowait(json.dumps({"t": time.time(), "type": "log", "level": "warning", "source": "agent",
+                                             "message": f"{name}: the login shell printed {text!r} before the "
+                                                        "agent started (ignored)"}))
+            return up
         rc = await ch.wait_exit(2.0)
         err = ch.stderr_tail().strip()
         await ch.close()
@@ -297,9 +300,24 @@ class AgentLink:
         if rc in (126, 127) or "not found" in err or "No such file" in err:
             raise HostFatal(f"{name}: no {python} on the host ({last or f'exit {rc}'}); the kimitui agent needs "
                             f"{NEEDED}: install one or name it with --remote-python PATH")
-        said = f"it printed {_one_line(line[:80].decode(errors='replace'))!r}" if line.strip() else "no hello"
+        said = f"it printed {_one_line(chatter[-1][:80].decode(errors='replace'))!r}" if chatter else "no hello"
         raise HostError(f"{name}: the agent failed to start with {python} ({said}; "
                         f"{last or f'exit status {rc}'})")
+
+    @staticmethod
+    async def _first_message(ch: Channel) -> tuple[Any, list[bytes]]:
+        """The agent's first line (hello, or fatal from the bootstrap), past anything the login shell printed
+        first: (its JSON, or None at the end of the channel; the lines skipped)."""
+        chatter: list[bytes] = []
+        while True:
+            line = await ch.readline()
+            msg: Any = None
+            if line.strip():
+                with contextlib.suppress(ValueError):
+                    msg = json.loads(line)
+            if not line or (isinstance(msg, dict) and msg.get("type") in ("hello", "fatal")) or len(chatter) >= 200:
+                return msg, chatter
+            chatter.append(line.strip())
 
     # --- reading ------------------------------------------------------------------------------------
 
