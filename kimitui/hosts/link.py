@@ -297,7 +297,7 @@ class AgentLink:
         if isinstance(msg, dict) and msg.get("type") == "fatal":
             raise HostFatal(f"{name}: {_one_line(msg.get('message'))}; name another with --remote-python PATH")
         last = _one_line(err.splitlines()[-1]) if err else ""
-        if rc in (126, 127) or "not found" in err or "No such file" in err:
+        if rc in (126, 127):  # the shell found no such program, or could not run it
             raise HostFatal(f"{name}: no {python} on the host ({last or f'exit {rc}'}); the kimitui agent needs "
                             f"{NEEDED}: install one or name it with --remote-python PATH")
         said = f"it printed {_one_line(chatter[-1][:80].decode(errors='replace'))!r}" if chatter else "no hello"
