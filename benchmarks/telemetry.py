@@ -78,8 +78,9 @@ def make_sim_dir(root: str, gpus: int = 8, holders: list[tuple[int, int]] | None
 
 
 def _start_time(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as fh:
-        return int(fh.read().rpartition(")")[2].split()[19])
+    start = load_agent().start_time_of(pid)
+    assert start is not None, f"pid {pid} is gone"
+    return int(start)
 
 
 def agent_cost(args: argparse.Namespace) -> None:
@@ -109,8 +110,7 @@ def agent_cost(args: argparse.Namespace) -> None:
         print(f"    per GPU: {statistics.median(t_src) / gpus * 1e6:.1f} us; scaled to 8 GPUs: "
               f"{statistics.median(t_src) / gpus * 8 * 1e6:.1f} us (target <= 1000 us)")
         prefix = os.path.join(tmp, "dev", "nvidia") if tmp else "/dev/nvidia"
-        argv = ["--interval", "0.5", "--dev-prefix", prefix, "--scan-interval", "1e9"]
-        sampler = agent.Sampler(source, agent.parse_args(argv + (["--sim-dir", tmp] if tmp else [])))
+        sampler = agent.Sampler(source, agent.source_config({"sim_dir": tmp, "dev_prefix": prefix}), 1e9)
         clock = [0.0]
 
         def delta_sample() -> None:

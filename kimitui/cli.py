@@ -18,6 +18,11 @@ def _add_theme(p: argparse.ArgumentParser, default: object = argparse.SUPPRESS) 
                         "command palette lists them)")
 
 
+def _add_remote_python(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--remote-python", metavar="PATH",
+                   help="the python (3.8 or newer) that runs kimitui's agent on an SSH host (default python3)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kimitui",
@@ -45,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="accept and remember the host key of a host not yet in known_hosts")
     p.add_argument("--interval", type=float, default=0.5)
+    _add_remote_python(p)
     _add_theme(p)
 
     p = sub.add_parser("watch", help="print live samples (headless)")
@@ -53,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=0.5)
     p.add_argument("--json", action="store_true", help="one JSON sample a line")
     p.add_argument("--accept-new-host-key", action="store_true")
+    _add_remote_python(p)
 
     from kimitui.bench import cli as bench_cli
 

@@ -24,7 +24,7 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
     from kimitui.tui.launch import exit_status
 
     async with open_target(target, accept_new_host_key=getattr(args, "accept_new_host_key", False),
-                           gpus=getattr(args, "gpus", 8)) as opened:
+                           gpus=getattr(args, "gpus", 8), remote_python=getattr(args, "remote_python", None)) as opened:
         session = new_session(opened, command)
         source = TelemetrySource(opened.host, check_interval(args.interval), **opened.telemetry_args)
         live = LiveContext(opened.host, opened.label, default_service=opened.meta.get("service"),
@@ -54,7 +54,8 @@ async def _watch(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     interval = check_interval(args.interval)
     if args.count < 0:
         raise TargetError("--count must be 0 (no limit) or more")
-    async with open_target(args.host, accept_new_host_key=args.accept_new_host_key) as opened:
+    async with open_target(args.host, accept_new_host_key=args.accept_new_host_key,
+                           remote_python=args.remote_python) as opened:
         session = new_session(opened, "watch")
         source = TelemetrySource(opened.host, interval, **opened.telemetry_args)
         samples, rc = 0, 0
@@ -104,7 +105,11 @@ def cmd_default(args: argparse.Namespace) -> int:
     from kimitui.hosts.local import LocalHost
     from kimitui.telemetry import probe_host
 
-    problem = asyncio.run(probe_host(LocalHost(name=socket.gethostname())))
+    async def probe() -> str | None:
+        async with LocalHost(name=socket.gethostname()) as host:
+            return await probe_host(host)
+
+    problem = asyncio.run(probe())
     args.interval = getattr(args, "interval", 0.5)
     if problem is None:
         return run_command(lambda: _dashboard("local", args, "local"))

@@ -39,8 +39,9 @@ def check_interval(value: float) -> float:
 
 @contextlib.asynccontextmanager
 async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: int = 8,
-                      check: bool = True) -> AsyncIterator[OpenedHost]:
-    """A host for ``local``, ``demo`` or an SSH target; ``check`` makes sure it has a driver first."""
+                      check: bool = True, remote_python: str | None = None) -> AsyncIterator[OpenedHost]:
+    """A host for ``local``, ``demo`` or an SSH target; ``check`` makes sure it has a driver first.
+    ``remote_python`` is the interpreter that runs the agent on an SSH host (default python3)."""
     from kimitui.telemetry import probe_host
 
     if target == "demo":
@@ -63,7 +64,7 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
         from kimitui.hosts.ssh import SshHost
 
         try:
-            host = SshHost(target, accept_new_host_key=accept_new_host_key)
+            host = SshHost(target, accept_new_host_key=accept_new_host_key, python=remote_python or "python3")
         except ValueError as exc:
             raise TargetError(str(exc)) from None
     try:

@@ -1,10 +1,11 @@
-"""Live telemetry: agent lines -> events, and the source that keeps one agent running on a host.
+"""Live telemetry: agent lines -> events, and the source that keeps a host's sample stream flowing.
 
-``TelemetrySource(host).events()`` starts the agent (kimitui/hosts/agent.py, sent over the channel and
-run by the host's own python3), turns each line into a HostSample / LogLine, and keeps it alive: when the
-stream ends, the host errors or lines stop coming, it reports ``lost``, waits (backoff) and restarts it,
-and reports ``connected`` with the gap (seconds without samples) once samples flow again. A host without a
-driver or without python3 ends in ``failed`` with one clear line, without a retry loop.
+``TelemetrySource(host).events()`` asks the host's agent (kimitui/hosts/agent.py, one per host, shared
+with the cleanup's requests) for a sample stream, turns each line into a HostSample / LogLine, and keeps
+it flowing: when the channel drops or lines stop coming, it reports ``lost``, reconnects through the
+host's link (the one layer that retries and backs off) and reports ``connected`` with the gap (seconds
+without samples) once samples flow again. A host without a driver, without a usable python, with a
+refused key or a name that does not resolve ends in ``failed`` with one clear line, without a retry loop.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,16 +26,16 @@ from kimitui.core.events import (
     LogLine,
     from_dict,
 )
-from kimitui.hosts.agent import agent_command, agent_payload
-from kimitui.hosts.base import Host, HostError
+from kimitui.hosts.base import Host, HostError, HostFatal, RequestFailed
+from kimitui.hosts.link import Lost
 
 Clock = Callable[[], float]
-MIN_PYTHON = (3, 7)
 
 
 @dataclass(frozen=True, slots=True)
-class AgentHello:
-    t: float
+class StreamInfo:
+    """What the agent said when the sample stream started."""
+
     agent_pid: int | None
     source: str
     driver: str | None
@@ -42,13 +43,7 @@ class AgentHello:
     gpus: int
 
 
-@dataclass(frozen=True, slots=True)
-class AgentFatal:
-    t: float
-    message: str
-
-
-AgentMessage = HostSample | LogLine | AgentHello | AgentFatal
+AgentMessage = HostSample | LogLine
 
 
 # --- one line -> one message --------------------------------------------------------------------------
@@ -88,8 +83,8 @@ def check_sample(data: dict[str, Any]) -> None:
 
 
 def parse_agent_line(line: str, host: str = "", clock: Clock = time.time) -> AgentMessage:
-    """One agent line -> a sample, a log line, the hello or the fatal message. Never raises: a malformed
-    or partial line becomes a one-line warning."""
+    """One agent line of the sample stream -> a sample or a log line. Never raises: a malformed or partial
+    line becomes a one-line warning."""
     try:
         data = json.loads(line)
         _check(isinstance(data, dict), "not a JSON object")
@@ -106,11 +101,6 @@ def parse_agent_line(line: str, host: str = "", clock: Clock = time.time) -> Age
             assert isinstance(event, LogLine)
             event.message = _one_line(event.message)
             return event
-        if kind == "hello":
-            return AgentHello(float(data.get("t") or clock()), data.get("agent_pid"), str(data.get("source")),
-                              data.get("driver"), str(data.get("python", "")), int(data.get("gpus") or 0))
-        if kind == "fatal":
-            return AgentFatal(float(data.get("t") or clock()), _one_line(str(data.get("message", "fatal"))))
         raise EventDecodeError(f"unexpected type {kind!r}")
     except json.JSONDecodeError as exc:
         reason = f"not JSON ({exc.msg} at column {exc.colno})"
@@ -131,30 +121,31 @@ class TelemetrySource:
     """An EventSource of one host's telemetry: ConnectionState, HostSample and LogLine events."""
 
     def __init__(self, host: Host, interval: float = 0.5, sim_dir: str | None = None,
-                 dev_prefix: str | None = None, clock: Clock = time.time,
-                 backoff: Sequence[float] = (0.5, 1, 2, 5, 10), *, stall_s: float | None = None,
-                 first_line_s: float = 30.0, scan_interval: float | None = None,
-                 agent_args: Sequence[str] = ()) -> None:
+                 dev_prefix: str | None = None, clock: Clock = time.time, *, stall_s: float | None = None,
+                 scan_interval: float | None = None, source_options: Mapping[str, Any] | None = None) -> None:
         self.host = host
         self.interval = max(0.1, interval)
         self.sim_dir, self.dev_prefix = sim_dir, dev_prefix
         self.clock = clock
-        self.backoff = tuple(backoff) or (1.0,)
         self.stall_s = stall_s if stall_s is not None else max(5.0, 10 * self.interval)
-        """Lines stop for this long while the stream stays open: treated as a lost connection."""
-        self.first_line_s = first_line_s
+        """Lines stop for this long while the channel stays open: the agent is restarted (a loss)."""
         self.scan_interval = scan_interval
-        self.agent_args = tuple(agent_args)
-        self.hello: AgentHello | None = None
+        self.source_options = dict(source_options or {})
+        """More of the agent's SOURCE fields: no_nvml, nvidia_smi, proc_root."""
+        self.info: StreamInfo | None = None
         self.last_sample_at: float | None = None
         self.samples = 0
         self._stop: asyncio.Event | None = None
         self._offset: float | None = None
         """This side's clock minus the agent's, as estimated from sample arrivals."""
 
-    def argv(self) -> list[str]:
-        return agent_command(host_python(self.host), self.interval, self.sim_dir, self.dev_prefix,
-                             scan_interval=self.scan_interval, extra=self.agent_args)
+    def request_fields(self) -> dict[str, Any]:
+        """The agent's ``sample`` request."""
+        fields: dict[str, Any] = {"interval": self.interval, **source_fields(self.sim_dir, self.dev_prefix,
+                                                                             self.source_options)}
+        if self.scan_interval is not None:
+            fields["scan_interval"] = self.scan_interval
+        return fields
 
     def _to_local_clock(self, sample: HostSample) -> None:
         """Put a sample on this side's clock, so it orders correctly against local events (cleanup steps,
@@ -168,7 +159,7 @@ class TelemetrySource:
             sample.boot_time += self._offset  # the host's boot on the same clock as the sample
 
     def stop(self) -> None:
-        """End events() at the next line or backoff wait (cancelling the consumer task ends it at once)."""
+        """End events() at the next line or reconnect wait (cancelling the consumer task ends it at once)."""
         if self._stop is not None:
             self._stop.set()
 
@@ -176,146 +167,156 @@ class TelemetrySource:
         return ConnectionState(self.clock(), host=self.host.name, state=state,  # type: ignore[arg-type]
                                detail=detail, gap_s=gap_s)
 
+    async def _unless_stopped(self, coro: Awaitable[Any]) -> tuple[bool, Any]:
+        """(True, result) or (False, None) when stop() came first (the call is then cancelled)."""
+        assert self._stop is not None
+        task = asyncio.ensure_future(coro)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if task.done():
+            return True, task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        return False, None
+
     async def events(self) -> AsyncIterator[Event]:
         self._stop = asyncio.Event()
-        retry = 0
+        link = self.host.link
+        attempt = 0
+        live = False  # samples flowed since the last "connected"
         yield self._state("connecting")
         while not self._stop.is_set():
-            outcome: list[str] = []
-            got_sample = False
-            run = self._one_run(outcome)
-            async with contextlib.aclosing(run):  # closing events() closes the stream: the agent ends
-                async for event in run:
-                    if isinstance(event, HostSample) and not got_sample:
-                        got_sample, retry = True, 0
+            queue = link.subscribe()
+            try:
+                try:
+                    ok, hello = await self._unless_stopped(link.connect())
+                    if not ok:
+                        break
+                    ok, reply = await self._unless_stopped(link.request("sample", self.request_fields(),
+                                                                        timeout=60.0))
+                    if not ok:
+                        break
+                except HostFatal as exc:
+                    yield self._state("failed", _one_line(str(exc)))
+                    return
+                except RequestFailed as exc:  # the agent runs, the driver does not: said once, not retried
+                    yield self._state("failed", _one_line(f"{self.host.name}: {exc}"))
+                    return
+                except HostError as exc:
+                    if live:
+                        live = False
+                        yield self._state("lost", _one_line(str(exc)))
+                    attempt += 1
+                    yield self._state("reconnecting", f"{_one_line(str(exc))}; attempt {attempt + 1} in "
+                                                      f"{link.next_delay():g}s")
+                    continue
+                self.info = StreamInfo(hello.pid, str(reply.get("source")), reply.get("driver"), hello.python,
+                                       int(reply.get("gpus") or 0))
+                yield LogLine(self.clock(), "info", "telemetry",
+                              f"{self.host.name}: agent pid {hello.pid}, {self.info.source}, driver "
+                              f"{self.info.driver}, {self.info.gpus} GPUs, python {hello.python}")
+                outcome: list[str] = []
+                async for event in self._pump(queue, outcome):
+                    if event is None:  # the first sample of this stream
+                        attempt, live = 0, True
                         gap = None if self.last_sample_at is None else self.clock() - self.last_sample_at
-                        yield self._state("connected", f"agent pid {event.agent_pid}, {event.source}", gap)
+                        yield self._state("connected", f"agent pid {hello.pid}, {self.info.source}", gap)
+                        continue
                     if isinstance(event, HostSample):
                         self.last_sample_at = self.clock()
                         self.samples += 1
                         self._to_local_clock(event)
                     yield event
-            kind, detail = outcome or ["lost", "stopped"]
-            if kind == "failed":
-                yield self._state("failed", detail)
-                return
-            if self._stop.is_set():
-                break
-            if kind == "no-output" and (reason := await python_problem(self.host)) is not None:
-                yield self._state("failed", reason)
-                return
-            delay = self.backoff[min(retry, len(self.backoff) - 1)]
-            retry += 1
-            if got_sample or self.last_sample_at is not None:
-                yield self._state("lost", detail)
-            yield self._state("reconnecting", f"{detail}; attempt {retry} in {delay:g}s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), delay)
+                if self._stop.is_set():
+                    break
+                detail = outcome[0] if outcome else "stopped"
+                if live:
+                    live = False
+                    yield self._state("lost", detail)
+                attempt += 1
+                yield self._state("reconnecting", f"{detail}; attempt {attempt + 1} in {link.next_delay():g}s")
+            finally:
+                link.unsubscribe(queue)
+        await self._stop_stream(link)
         yield self._state("closed", "stopped")
 
-    async def _one_run(self, outcome: list[str]) -> AsyncIterator[Event]:
-        """Run the agent once; yield its events; leave (kind, detail) in ``outcome``."""
+    async def _pump(self, queue: asyncio.Queue[Any], outcome: list[str]) -> AsyncIterator[Event | None]:
+        """This stream's events (None marks the first sample) until the channel drops, lines stop coming
+        (the agent is then restarted) or stop(); the reason is left in ``outcome``."""
         assert self._stop is not None
-        stream = self.host.stream(self.argv(), stdin=agent_payload())
-        lines = 0
-        try:
-            while not self._stop.is_set():
-                timeout = self.stall_s if lines else self.first_line_s
-                try:
-                    line = await asyncio.wait_for(anext(stream), timeout)
-                except StopAsyncIteration:
-                    outcome[:] = ["lost" if lines else "no-output",
-                                  "agent exited" if lines else "agent exited without output"]
-                    return
-                except TimeoutError:
-                    outcome[:] = ["lost", f"no data for {timeout:g}s"]
-                    return
-                except HostError as exc:
-                    outcome[:] = ["lost" if lines else "no-output", _one_line(str(exc))]
-                    return
-                except Exception as exc:  # a transport error of some other kind: still never a crash
-                    outcome[:] = ["lost" if lines else "no-output", _one_line(f"{type(exc).__name__}: {exc}")]
-                    return
-                lines += 1
-                if not line.strip():
-                    continue
-                msg = parse_agent_line(line, self.host.name, self.clock)
-                if isinstance(msg, AgentFatal):
-                    outcome[:] = ["failed", msg.message]
-                    return
-                if isinstance(msg, AgentHello):
-                    self.hello = msg
-                    yield LogLine(self.clock(), "info", "telemetry",
-                                  f"{self.host.name}: agent pid {msg.agent_pid}, {msg.source}, driver "
-                                  f"{msg.driver}, {msg.gpus} GPUs, python {msg.python}")
-                    continue
-                yield msg
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+        got = False
+        while not self._stop.is_set():
+            ok, item = await self._unless_stopped(_get(queue, self.stall_s))
+            if not ok:
+                return
+            if item is None:
+                outcome.append(f"no data for {self.stall_s:g}s")
+                await self.host.link.reset(f"no data for {self.stall_s:g}s")
+                return
+            if isinstance(item, Lost):
+                outcome.append(item.reason)
+                return
+            if not item.strip():
+                continue
+            msg = parse_agent_line(item, self.host.name, self.clock)
+            if isinstance(msg, HostSample) and not got:
+                got = True
+                yield None
+            yield msg
+
+    async def _stop_stream(self, link: Any) -> None:
+        """The stream is not wanted any more: the agent stops sampling (it stays, for other requests)."""
+        if link.up:
+            with contextlib.suppress(HostError, TimeoutError):
+                await asyncio.wait_for(link.request("sample_stop", {}, timeout=5.0), 6.0)
+
+
+async def _get(queue: asyncio.Queue[Any], timeout: float) -> Any:
+    """The next item, or None when none came in time."""
+    try:
+        return await asyncio.wait_for(queue.get(), timeout)
+    except TimeoutError:
+        return None
+
+
+def source_fields(sim_dir: str | None = None, dev_prefix: str | None = None,
+                  options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    fields: dict[str, Any] = {k: v for k, v in (options or {}).items() if v is not None}
+    if sim_dir is not None:
+        fields["sim_dir"] = sim_dir
+    if dev_prefix is not None:
+        fields["dev_prefix"] = dev_prefix
+    return fields
 
 
 # --- probes -------------------------------------------------------------------------------------------
 
-def host_python(host: Host) -> str:
-    """The python the agent runs under: the host's own ``python`` attribute (LocalHost: this one), else
-    ``python3`` from the host's PATH."""
-    return getattr(host, "python", None) or "python3"
-
-
-def _python_missing(host: Host, detail: str) -> str:
-    return (f"{host.name}: no {host_python(host)} on the host (the agent needs python3 >= "
-            f"{'.'.join(map(str, MIN_PYTHON))}): {_one_line(detail)}")
-
-
-async def python_problem(host: Host, timeout: float = 20.0) -> str | None:
-    """None when the host's python3 can run the agent, else the one-line reason."""
-    code = "import sys; print('%d.%d' % sys.version_info[:2])"
+async def probe_host(host: Host, *, sim_dir: str | None = None, dev_prefix: str | None = None,
+                     source_options: Mapping[str, Any] | None = None, timeout: float = 60.0) -> str | None:
+    """Can the host run the agent, and does it have an NVIDIA driver (or the given simulated one)? None =
+    yes, else the one-line reason (no driver, no usable python, refused key, unknown name), fit to show."""
     try:
-        res = await host.run([host_python(host), "-c", code], timeout=timeout)
+        await host.link.connect()
+        info = await host.link.request("probe", source_fields(sim_dir, dev_prefix, source_options),
+                                       timeout=timeout)
+    except RequestFailed as exc:
+        return _one_line(f"{host.name}: {exc}")
     except HostError as exc:
-        return _python_missing(host, str(exc)) if "not found" in str(exc) else None
-    if res.rc == 127 or "not found" in res.stderr.lower() or "no such file" in res.stderr.lower():
-        return _python_missing(host, res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "exit 127")
-    try:
-        version = tuple(int(x) for x in res.stdout.strip().split("."))
-    except ValueError:
-        return None  # python ran but said something odd: not a reason to give up on the host
-    if version < MIN_PYTHON:
-        return _python_missing(host, f"found python {res.stdout.strip()}")
+        return _one_line(str(exc))
+    if not info.get("gpus"):
+        return f"{host.name}: no NVIDIA GPU found (driver {info.get('driver')})"
     return None
 
 
-async def probe_host(host: Host, *, sim_dir: str | None = None, agent_args: Sequence[str] = (),
-                     timeout: float = 60.0) -> str | None:
-    """Does the host have an NVIDIA driver (or the given simulated one)? None = yes, else the one-line
-    reason (no driver, no python3, agent failure), fit to show as is."""
-    argv = agent_command(host_python(host), sim_dir=sim_dir, extra=("--probe", *agent_args))
-    try:
-        res = await host.run(argv, stdin=agent_payload(), timeout=timeout)
-    except HostError as exc:
-        return (await python_problem(host)) or _one_line(str(exc))
-    for line in res.stdout.splitlines():
-        msg = parse_agent_line(line, host.name) if line.strip() else None
-        if isinstance(msg, AgentHello):
-            return None if msg.gpus else f"{host.name}: no NVIDIA GPU found (driver {msg.driver})"
-        if isinstance(msg, AgentFatal):
-            return f"{host.name}: {msg.message}"
-    problem = await python_problem(host)
-    if problem is not None:
-        return problem
-    last = (res.stderr.strip().splitlines() or [f"exit status {res.rc}"])[-1]
-    return f"{host.name}: the agent failed to start: {_one_line(last)}"
-
-
 __all__ = [
-    "AgentFatal",
-    "AgentHello",
+    "StreamInfo",
     "TelemetrySource",
-    "agent_command",
-    "agent_payload",
     "check_sample",
     "parse_agent_line",
     "probe_host",
-    "python_problem",
+    "source_fields",
 ]

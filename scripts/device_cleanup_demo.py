@@ -12,8 +12,8 @@ What it does, in under 3 minutes:
   3. starts an NVML-only monitor (pynvml in a loop; device files open, not mapped) that must survive;
   4. keeps recording telemetry with the service up for --hold-s seconds;
   5. runs the cleanup headless (a "cleanup" phase in the run) with auto-consent for the --yes steps, the
-     view fed by the real agent (kimitui.telemetry on NVML; --view procfs uses the in-process /proc +
-     pynvml stand-in instead), then records --after-s seconds of idle telemetry;
+     view fed by the real agent (kimitui.telemetry on NVML; the scans, stats and signals are requests to
+     the same agent), then records --after-s seconds of idle telemetry;
   6. prints every step, the time from the last consent to verified clean, and checks the monitor lived.
 With OUT set, the session is recorded to $OUT/cleanup-demo.jsonl (a run file `kimitui replay` plays),
 the audit log goes to $OUT/audit.log and the figures to $OUT/cleanup-demo-report.json.
@@ -171,7 +171,6 @@ async def demo(args: argparse.Namespace) -> int:
         SampleFeed,
         auto_consent,
     )
-    from kimitui.cleanup.procview import LocalProcView, NvmlMemory
     from kimitui.core.events import PhaseEnd, PhaseStart
     from kimitui.core.session import Session
     from kimitui.hosts.local import LocalHost
@@ -199,6 +198,7 @@ async def demo(args: argparse.Namespace) -> int:
     spawned: list[subprocess.Popen[bytes]] = []
     t0 = time.monotonic()
     session = None
+    hosts: list[LocalHost] = []
     try:
         if out:
             from kimitui.core.runfile import RunWriter
@@ -210,18 +210,14 @@ async def demo(args: argparse.Namespace) -> int:
         else:
             session = Session()
         session.subscribe(printer(t0))
-        host = LocalHost(os.uname().nodename)
-        feed = None
-        source = None
-        if args.view == "agent":  # telemetry (and the recording) from before the service loads
-            from kimitui.telemetry import TelemetrySource
+        from kimitui.telemetry import TelemetrySource
 
-            source = TelemetrySource(host, interval=args.interval)
-            feed = SampleFeed()
-            feed.follow(source.events(), publish=session.publish)
-            view: object = feed
-        else:
-            view = LocalProcView(NvmlMemory(), host=host.name)
+        host = LocalHost(os.uname().nodename)
+        hosts.append(host)
+        # telemetry (and the recording) from before the service loads
+        source = TelemetrySource(host, interval=args.interval)
+        feed = SampleFeed()
+        feed.follow(source.events(), publish=session.publish)
         service = subprocess.Popen([sys.executable, str(HERE), "--role", "service", str(gpus), str(args.gib),
                                     str(workdir)], start_new_session=True)
         spawned.append(service)
@@ -234,17 +230,16 @@ async def demo(args: argparse.Namespace) -> int:
         print(f"service pid {service.pid} with workers {workers} ({args.gib} GiB each, worker 0 ignores SIGTERM), "
               f"monitor pid {monitor.pid}: ready in {took:.1f}s")
 
-        if feed is not None:
-            after = None
-            while True:  # until the agent sees every worker
-                s = await feed.latest(after=after, timeout=30)
-                if set(workers) <= {p.pid for p in s.procs}:
-                    break
-                after = time.monotonic()
-            kinds = {p.pid: p.kind for p in s.procs}
-            print(f"agent pid {s.agent_pid} ({s.source}) sees workers as {[kinds.get(w) for w in workers]}, "
-                  f"monitor as {kinds.get(monitor.pid)}")
-        if feed is not None and args.hold_s > 0:
+        after = None
+        while True:  # until the agent sees every worker
+            s = await feed.latest(after=after, timeout=30)
+            if set(workers) <= {p.pid for p in s.procs}:
+                break
+            after = time.monotonic()
+        kinds = {p.pid: p.kind for p in s.procs}
+        print(f"agent pid {s.agent_pid} ({s.source}) sees workers as {[kinds.get(w) for w in workers]}, "
+              f"monitor as {kinds.get(monitor.pid)}")
+        if args.hold_s > 0:
             print(f"service up: recording {args.hold_s:g}s of telemetry before the cleanup")
             await record_for(feed, args.hold_s)
         audit = AuditLog(Path(out) / "audit.log" if out else None)
@@ -252,7 +247,7 @@ async def demo(args: argparse.Namespace) -> int:
                                clean=CleanCriteria(threshold_mib=64, baselines=idle), operator=args.operator,
                                deadlines=Deadlines(graceful_s=3.0, term_grace_s=2.0, kill_s=5.0, verify_s=10.0,
                                                    poll_s=0.01))
-        ex = CleanupExecutor(host, target, view, auto_consent(args.yes.split(","), args.operator),
+        ex = CleanupExecutor(host, target, feed, auto_consent(args.yes.split(","), args.operator),
                              publish=session.publish, audit=audit)
         session.publish(PhaseStart(time.time(), phase="cleanup",
                                    title=f"free {gpus} GPU(s): {', '.join(args.yes.split(','))} auto-consented"))
@@ -264,13 +259,11 @@ async def demo(args: argparse.Namespace) -> int:
                                  + (f"; last signal -> clean {report.signal_to_clean_s:.3f}s"
                                     if report.signal_to_clean_s is not None else "")))
         audit.close()
-        if feed is not None and args.after_s > 0:
+        if args.after_s > 0:
             print(f"recording {args.after_s:g}s of idle telemetry after the cleanup")
             await record_for(feed, args.after_s)
-        if source is not None:
-            source.stop()
-        if feed is not None:
-            await feed.stop()
+        source.stop()
+        await feed.stop()
 
         beat_before = (workdir / "monitor.beat").read_text()
         await wait_for(lambda: (workdir / "monitor.beat").read_text() != beat_before, 5, "the monitor's next beat")
@@ -296,6 +289,8 @@ async def demo(args: argparse.Namespace) -> int:
             }, indent=1) + "\n")
         return 0 if report.clean and monitor_ok else 1
     finally:
+        for h in hosts:
+            await h.close()
         if session is not None:
             session.close()
         for p in spawned:
@@ -318,13 +313,12 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=0, help="GPUs to use (default all)")
     ap.add_argument("--gib", type=float, default=4.0, help="GiB each worker holds")
     ap.add_argument("--yes", default="graceful,process,device", help="steps consented to")
-    ap.add_argument("--view", choices=("agent", "procfs"), default="agent")
     ap.add_argument("--interval", type=float, default=0.1, help="agent sampling interval, s")
     ap.add_argument("--operator", default=os.environ.get("USER", "operator"))
     ap.add_argument("--hold-s", type=float, default=0.0,
-                    help="seconds of telemetry recorded with the service up, before the cleanup (agent view)")
+                    help="seconds of telemetry recorded with the service up, before the cleanup")
     ap.add_argument("--after-s", type=float, default=0.0,
-                    help="seconds of idle telemetry recorded after the cleanup (agent view)")
+                    help="seconds of idle telemetry recorded after the cleanup")
     args = ap.parse_args()
     if args.role:
         role, rest = args.role[0], args.role[1:]

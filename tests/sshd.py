@@ -20,11 +20,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kimitui.hosts.agent import read_stat, start_time_of
 
 POLL_S = 0.02
 """Interval between checks of a condition waited on with a deadline."""
@@ -62,13 +65,8 @@ def keygen(path: Path, comment: str) -> str:
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
     """(comm, ppid, start time) of a local pid, or None when gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    head, _, rest = text.rpartition(")")
-    fields = rest.split()
-    return head.partition(" (")[2], int(fields[1]), int(fields[19])
+    st = read_stat(pid)
+    return None if st is None else (st.comm, st.ppid, st.start_time)
 
 
 def descendants(root: int) -> list[int]:
@@ -236,12 +234,59 @@ Host {jump_alias}
 """
 
 
-def start_sshd(base: Path | None = None, *, timeout: float = 10.0, extra_config: str = "") -> SshServer:
+LOGIN_WORK = """\
+# What a GPU box's login shell does before it runs a command: pyenv, then python tooling that starts an
+# interpreter (conda/module/venv hooks do the same). Real work, no sleep; ROUNDS is calibrated by
+# slow_login_home() so the whole file costs about the asked-for seconds.
+export PYENV_ROOT="${{PYENV_ROOT:-{pyenv_root}}}"
+if [ -x "$PYENV_ROOT/bin/pyenv" ]; then
+    export PATH="$PYENV_ROOT/bin:$PATH"
+    eval "$(pyenv init -)"
+fi
+i=0
+while [ "$i" -lt {rounds} ]; do
+    {python} -I -S -c 'import json' >/dev/null 2>&1
+    i=$((i + 1))
+done
+"""
+
+
+def _bashrc_cost(home: Path) -> float:
+    t0 = time.monotonic()
+    subprocess.run(["bash", "-c", f". {home / '.bashrc'}"], env={"HOME": str(home), "PATH": os.environ["PATH"]},
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.monotonic() - t0
+
+
+def slow_login_home(d: Path, seconds: float) -> Path:
+    """A home folder whose ~/.bashrc (read by bash for every command sshd runs) costs about SECONDS of
+    real work, as a pyenv-managed GPU box's does: measured, then scaled by the number of interpreter
+    starts. Returns the folder (give it to the server with ``SetEnv HOME=...``)."""
+    home = d / "home"
+    home.mkdir(mode=0o700, exist_ok=True)
+    pyenv_root = os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))
+    python = sys.executable
+
+    def write(rounds: int) -> float:
+        (home / ".bashrc").write_text(LOGIN_WORK.format(pyenv_root=pyenv_root, rounds=rounds, python=python))
+        return min(_bashrc_cost(home) for _ in range(3))
+
+    base = write(0)
+    one = max(write(10) - base, 0.02) / 10
+    write(max(0, round((seconds - base) / one)))
+    return home
+
+
+def start_sshd(base: Path | None = None, *, timeout: float = 10.0, extra_config: str = "",
+               slow_login_s: float | None = None) -> SshServer:
     """Start a real sshd on a free loopback port; see the module docstring. EXTRA_CONFIG lines are
-    appended to sshd_config (e.g. "SetEnv HOME=/tmp/x" to time commands without the login dotfiles)."""
+    appended to sshd_config (e.g. "SetEnv HOME=/tmp/x" to time commands without the login dotfiles).
+    SLOW_LOGIN_S gives every session a login shell that costs about that long (slow_login_home)."""
     require_sshd()
     d = Path(tempfile.mkdtemp(prefix="kimitui-sshd-", dir=base))
     os.chmod(d, 0o700)
+    if slow_login_s is not None:
+        extra_config += f"SetEnv HOME={slow_login_home(d, slow_login_s)}\n"
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
     user = getpass.getuser()
@@ -278,8 +323,9 @@ def start_sshd(base: Path | None = None, *, timeout: float = 10.0, extra_config:
 
 
 @contextlib.contextmanager
-def sshd_server(base: Path | None = None, extra_config: str = "") -> Iterator[SshServer]:
-    server = start_sshd(base, extra_config=extra_config)
+def sshd_server(base: Path | None = None, extra_config: str = "",
+                slow_login_s: float | None = None) -> Iterator[SshServer]:
+    server = start_sshd(base, extra_config=extra_config, slow_login_s=slow_login_s)
     try:
         yield server
     finally:
@@ -302,11 +348,7 @@ async def until(pred: object, timeout: float, what: str, interval: float = 0.02)
 
 def alive(pid: int) -> bool:
     """True while PID exists and is not a zombie."""
-    st = Path(f"/proc/{pid}/stat")
-    try:
-        return st.read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
+    return start_time_of(pid) is not None
 
 
 def start_time(pid: int) -> int:

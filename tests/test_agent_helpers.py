@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from kimitui.hosts.agent import start_time_of
+
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 
@@ -36,8 +38,8 @@ sim, mode, gpus, mib = sys.argv[1], sys.argv[2], [int(g) for g in sys.argv[3].sp
 files = [open(os.path.join(sim, "dev", n), "r+b") for n in ["nvidia%d" % g for g in gpus] + ["nvidiactl", "nvidia-uvm"]]
 maps = [mmap.mmap(f.fileno(), 4096) for f in files] if mode in ("cuda", "stray") else []
 if mode == "cuda":
-    with open("/proc/self/stat") as fh:
-        start = int(fh.read().rpartition(")")[2].split()[19])
+    from kimitui.hosts.agent import start_time_of
+    start = start_time_of(os.getpid())
     tmp = os.path.join(sim, "holders", ".%d.tmp" % os.getpid())
     with open(tmp, "w") as fh:
         json.dump({"pid": os.getpid(), "start_time": start, "mem_mib": {str(g): mib for g in gpus}}, fh)
@@ -79,16 +81,13 @@ def children() -> Iterator[Children]:
 
 
 def start_time(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as fh:
-        return int(fh.read().rpartition(")")[2].split()[19])
+    start = start_time_of(pid)
+    assert start is not None, f"pid {pid} is gone"
+    return start
 
 
 def pid_gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+    return start_time_of(pid) is None
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 5.0, poll: float = 0.01) -> bool:

@@ -1,16 +1,18 @@
 """The agent end to end: run by a real python through the bootstrap, against a simulated driver whose
-memory is held by real child processes that really map (or only open) the device files."""
+memory is held by real child processes that really map (or only open) the device files; by hand (its
+--sample flags) and through the host's link."""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import json
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-from kimitui.hosts.agent import FATAL_EXIT, agent_command, agent_payload
+from kimitui.hosts.agent import agent_command, agent_payload
 from kimitui.hosts.local import LocalHost
 from tests.conftest import FIXTURES
 from tests.test_agent_helpers import (
@@ -32,12 +34,13 @@ async def test_sim_agent_memory_classes_and_release(tmp_path: Path, children: Ch
     holder = children.holder(sim, "cuda", "0", 1234.5)
     opener = children.holder(sim, "handle", "0,1")
     stray = children.holder(sim, "stray", "1")
-    argv = agent_command(sys.executable, interval=0.1, sim_dir=str(sim))
-    lines = LocalHost().stream(argv, stdin=agent_payload())
-    async with contextlib.aclosing(lines):
-        hello = await next_matching(lines, lambda d: True)
-        assert hello["type"] == "hello" and hello["source"] == "sim" and hello["gpus"] == 2
-        assert hello["driver"] == "sim-580"
+    host = LocalHost()
+    queue = host.link.subscribe()
+    lines = queue_lines(queue)
+    try:
+        info = await host.request("sample", {"sim_dir": str(sim), "interval": 0.1})
+        assert info == {"source": "sim", "driver": "sim-580", "gpus": 2}
+        hello = await host.link.connect()
         sample = await next_matching(lines, is_sample)
         assert list(sample)[:2] == ["t", "type"]
         g0, g1 = sample["gpus"]
@@ -53,7 +56,7 @@ async def test_sim_agent_memory_classes_and_release(tmp_path: Path, children: Ch
         s = procs[stray.pid]
         assert s["kind"] == "cuda" and s["flags"] == ["no-nvml-memory"]
         agent_pid = sample["agent_pid"]
-        assert agent_pid == hello["agent_pid"] and agent_pid not in procs
+        assert agent_pid == hello.pid and agent_pid not in procs
         assert isinstance(procs[holder.pid]["user"], str)
 
         holder.kill()
@@ -62,28 +65,36 @@ async def test_sim_agent_memory_classes_and_release(tmp_path: Path, children: Ch
         assert time.monotonic() - killed_at < 1.0
         assert holder.pid not in procs_by_pid(freed)  # its holder file is still there: stale, ignored
         assert (sim / "holders" / f"{holder.pid}.json").exists()
-    assert wait_until(lambda: pid_gone(agent_pid), 5.0), "agent left behind after the stream closed"
+    finally:
+        await host.close()
+    assert wait_until(lambda: pid_gone(agent_pid), 5.0), "agent left behind after the host closed"
+
+
+async def queue_lines(queue: asyncio.Queue[str]) -> AsyncIterator[str]:
+    while True:
+        yield await queue.get()
 
 
 def test_agent_exits_at_once_when_stdin_closes(tmp_path: Path) -> None:
     sim = make_sim_dir(tmp_path / "sim")
-    proc = subprocess.Popen(agent_command(sys.executable, interval=5.0, sim_dir=str(sim)),
+    proc = subprocess.Popen(agent_command(sys.executable, ("--sample", "--interval", "5", "--sim-dir", str(sim))),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(agent_payload())
     proc.stdin.flush()
     assert json.loads(proc.stdout.readline())["type"] == "hello"
-    assert json.loads(proc.stdout.readline())["seq"] == 1
+    first = [json.loads(proc.stdout.readline()) for _ in range(2)]  # the sample's reply and the first sample
+    assert sorted(d["type"] for d in first) == ["reply", "sample"]
     t0 = time.monotonic()
     proc.stdin.close()
     assert proc.wait(timeout=3) == 0
-    assert time.monotonic() - t0 < 2.0  # select() saw EOF; it did not sleep out the 5 s interval
+    assert time.monotonic() - t0 < 2.0  # it saw EOF at once; it did not sleep out the 5 s interval
 
 
 def test_agent_keeps_a_deadline_schedule(tmp_path: Path) -> None:
     sim = make_sim_dir(tmp_path / "sim")
-    res = subprocess.run(agent_command(sys.executable, interval=0.1, sim_dir=str(sim), extra=("--count", "6")),
-                         input=agent_payload(), capture_output=True, timeout=10, check=True)
+    argv = agent_command(sys.executable, ("--sample", "--interval", "0.1", "--sim-dir", str(sim), "--count", "6"))
+    res = subprocess.run(argv, input=agent_payload(), capture_output=True, timeout=10, check=True)
     ts = [json.loads(line)["t"] for line in res.stdout.splitlines() if b'"sample"' in line]
     assert len(ts) == 6
     for k, t in enumerate(ts):
@@ -91,13 +102,16 @@ def test_agent_keeps_a_deadline_schedule(tmp_path: Path) -> None:
     assert 0.09 <= (ts[-1] - ts[0]) / 5 <= 0.2
 
 
-def test_agent_reports_fatal_without_driver() -> None:
-    argv = agent_command(sys.executable, extra=("--no-nvml", "--nvidia-smi", "/nonexistent/nvidia-smi"))
-    res = subprocess.run(argv, input=agent_payload(), capture_output=True, timeout=10)
-    assert res.returncode == FATAL_EXIT
+def test_agent_without_driver_says_why_and_still_answers() -> None:
+    argv = agent_command(sys.executable, ("--sample", "--no-nvml", "--nvidia-smi", "/nonexistent/nvidia-smi"))
+    res = subprocess.run(argv, input=agent_payload() + b'{"id": 7, "op": "ping"}\n', capture_output=True,
+                         timeout=10)
+    assert res.returncode == 0
     lines = [json.loads(line) for line in res.stdout.splitlines()]
-    assert [d["type"] for d in lines] == ["fatal"]
-    assert lines[0]["message"] == "no NVIDIA driver on this host (NVML: disabled, nvidia-smi: not found)"
+    assert [d["type"] for d in lines] == ["hello", "reply", "reply"]
+    assert (lines[1]["ok"], lines[1]["kind"]) == (False, "nodriver")
+    assert lines[1]["error"] == "no NVIDIA driver on this host (NVML: disabled, nvidia-smi: not found)"
+    assert lines[2] == {**lines[2], "id": 7, "ok": True}  # no driver: the requests are still answered
 
 
 FAKE_SMI = """#!{python}
@@ -114,11 +128,12 @@ def test_agent_nvidia_smi_fallback_on_the_real_csv(tmp_path: Path) -> None:
     smi.chmod(0o755)
     empty_proc = tmp_path / "proc"
     empty_proc.mkdir()  # pid 557 of the capture is not visible here, as from a container
-    argv = agent_command(sys.executable, proc_root=str(empty_proc),
-                         extra=("--no-nvml", "--nvidia-smi", str(smi), "--count", "2"))
+    argv = agent_command(sys.executable, ("--sample", "--proc-root", str(empty_proc), "--no-nvml", "--nvidia-smi",
+                                          str(smi), "--count", "2"))
     res = subprocess.run(argv, input=agent_payload(), capture_output=True, timeout=20, check=True)
     lines = [json.loads(line) for line in res.stdout.splitlines()]
-    assert lines[0]["type"] == "hello" and lines[0]["driver"] == "580.159.04" and lines[0]["gpus"] == 2
+    assert lines[0]["type"] == "hello" and lines[1]["type"] == "reply"
+    assert lines[1]["result"] == {"source": "nvidia-smi", "driver": "580.159.04", "gpus": 2}
     sample = lines[-1]
     assert sample["source"] == "nvidia-smi" and sample["seq"] == 2
     g0 = sample["gpus"][0]

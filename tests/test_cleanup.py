@@ -89,6 +89,7 @@ class Rig:
         await self.feed.stop()
         self.session.close()
         self.audit.close()
+        await self.host.close()
 
     def of(self, kind: type) -> list:
         return [e for e in self.events if isinstance(e, kind)]

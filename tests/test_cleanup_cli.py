@@ -25,6 +25,7 @@ from kimitui.core.describe import preview_text as preview_table
 from kimitui.core.events import ProcRef, StepPreview, Verification, from_dict
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
+from kimitui.hosts.agent import start_time_of
 
 POLL_S = 0.05
 """Interval between checks of a condition waited on with a deadline."""
@@ -49,12 +50,8 @@ def of(events: list[dict[str, Any]], kind: str, **match: Any) -> list[dict[str, 
 
 
 def alive(pid: int, start_time: int | None = None) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            rest = fh.read().rpartition(")")[2].split()
-    except FileNotFoundError:
-        return False
-    return rest[0] not in ("Z", "X") and (start_time is None or int(rest[19]) == start_time)
+    start = start_time_of(pid)
+    return start is not None and (start_time is None or start == start_time)
 
 
 def sim_pids(events: list[dict[str, Any]], run_file: Path) -> set[tuple[int, int | None]]:
@@ -239,7 +236,7 @@ def test_service_none_is_previewed_as_such(tmp_path: Path) -> None:
     assert "no service (none)" in res.stderr
     text = run_cli(["--host", "demo", "--dry-run", "--service", "none"], tmp_path)
     assert "cleanup plan for no service (none: free the GPUs of whatever holds them)" in text.stdout
-    assert "graceful: no service (none chosen)" in text.stdout
+    assert "graceful: preview, 0 to signal, 0 left alone: no service (none chosen)" in text.stdout
 
 
 def test_without_service_off_the_demo_a_choice_is_required(tmp_path: Path) -> None:

@@ -1,17 +1,22 @@
-"""The same cleanup over real SSH on loopback: agent, process scans, pidfile reads and guarded signals all
-go through SshHost to a real sshd; the SSH session and sshd itself are never signalled, even when they
-look like GPU holders and are ticked; hostile service names reach the remote tools as literal arguments."""
+"""The same cleanup over real SSH on loopback: samples, process scans, pidfile reads and guarded signals
+are all requests to the one agent over one SshHost channel to a real sshd; the SSH session and sshd itself
+are never signalled, even when they look like GPU holders and are ticked; a connection that drops with a
+signal in flight makes its outcome unknown (never resent): the step looks again after the reconnect;
+hostile service names reach the remote tools as literal arguments."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from kimitui.cleanup import ConsentDecision, PidService
+from kimitui.cleanup import ConsentDecision, PidService, auto_consent
 from kimitui.core.events import SignalOutcome, SignalSent, StepPreview
+from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.ssh import SshHost
 from tests.sshd import SshServer, start_sshd
 from tests.test_cleanup import SHORT_VERIFY, Rig, results
@@ -87,3 +92,47 @@ async def test_hostile_service_names_do_nothing_over_ssh(sshd: SshServer, tmp_pa
         assert any("systemd" in s for s in said) and len(said) >= 4 * 9
     finally:
         await host.close()
+
+
+class DropDuringFirstTerm(SshHost):
+    """A real SSH host whose connection is cut while the first SIGTERM request is on its way: the sshd
+    processes are stopped before it is written and killed after, so it never reaches the agent."""
+
+    def __init__(self, server: SshServer) -> None:
+        super().__init__(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)])
+        self.server = server
+        self.dropped = False
+
+    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
+        if sig != signal.SIGTERM or self.dropped:
+            return await super().signal(proc, sig)
+        self.dropped = True
+        self.server.freeze_connections()
+        in_flight = asyncio.ensure_future(super().signal(proc, sig))
+        await asyncio.sleep(0.3)
+        self.server.drop_connections()
+        return await in_flight
+
+
+async def test_a_drop_with_a_signal_in_flight_is_unknown_then_looked_at_again(sim: SimDir, sshd: SshServer,
+                                                                            tmp_path: Path) -> None:
+    host = DropDuringFirstTerm(sshd)
+    holder = sim.start_holder(0, 20_000)
+    rig = Rig(sim, host, tmp_path)  # type: ignore[arg-type]
+    await rig.start()
+    try:
+        await rig.settled({holder})
+        ex = rig.executor(auto_consent(["process", "device"], "tester"))
+        ex.target.deadlines.term_grace_s = 0.5
+        report = await ex.run()
+        sent = [(s.signal, s.outcome) for s in rig.signals(holder)]
+        assert sent == [("SIGTERM", "unknown"), ("SIGKILL", "sent")], sent  # the SIGTERM was not resent
+        unknown = rig.signals(holder)[0]
+        assert "in flight" in unknown.detail and "outcome is unknown" in unknown.detail
+        outs = [(o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == holder]
+        assert outs == [("SIGTERM", "survived"), ("SIGKILL", "exited")]  # seen, after the reconnect
+        res = results(rig)["process"]
+        assert res.status == "done" and "outcome unknown" in res.reason and "looked again" in res.reason
+        assert report.clean and not alive(holder) and host.link.connects == 2
+    finally:
+        await rig.close()

@@ -33,12 +33,10 @@ RESERVED_MIB = 616.0
 
 
 def start_time(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            rest = fh.read().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return None if rest[0] in ("Z", "X") else int(rest[19])
+    """The start time of a live process (None: gone or a zombie), read by the agent's helper."""
+    from kimitui.hosts.agent import start_time_of
+
+    return start_time_of(pid)
 
 
 def _record(sim: Path) -> None:

@@ -17,6 +17,7 @@ from kimitui.core.events import ConnectionState, HostSample
 from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
+from kimitui.hosts.agent import start_time_of
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.ssh import SshHost
 from kimitui.telemetry import TelemetrySource
@@ -35,11 +36,7 @@ def run_cli(args: list[str], tmp_path: Path, timeout: float = 90, **env: str) ->
 
 
 def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return start_time_of(pid) is not None
 
 
 def test_watch_demo_prints_json_samples_records_them_and_leaves_nothing(tmp_path: Path) -> None:
@@ -95,6 +92,21 @@ def test_bad_interval_and_bad_target_are_one_line(tmp_path: Path) -> None:
     assert res.returncode == 2 and "Traceback" not in res.stderr
 
 
+def test_an_unresolvable_host_fails_at_once_in_one_line(tmp_path: Path) -> None:
+    for args in (["watch", "--host", "ssh://gpu-box.does-not-exist.invalid", "--count", "1"],
+                 ["connect", "gpu-box.does-not-exist.invalid"],
+                 ["cleanup", "--host", "ssh://gpu-box.does-not-exist.invalid", "--yes", "graceful"]):
+        t0 = time.monotonic()
+        res = run_cli(args, tmp_path)
+        took = time.monotonic() - t0
+        assert res.returncode == 2 and took < 5.0, (took, res.stderr)  # the interpreter's start included
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("kimitui: gpu-box.does-not-exist.invalid: cannot resolve "
+                                   "gpu-box.does-not-exist.invalid (")  # (the resolver's words)
+        assert lines[0].endswith("); check the name or its ~/.ssh/config entry")
+
+
 @pytest.fixture(scope="module")
 def sshd() -> Iterator[SshServer]:
     with sshd_server() as server:
@@ -128,8 +140,8 @@ async def test_telemetry_over_ssh_survives_a_dropped_connection(sim: SimHost, ss
     dropped mid-stream: the state goes lost, the source reconnects, samples resume, the gap is recorded."""
     host = SshHost(sshd.target, known_hosts=str(sshd.known_hosts), client_keys=[str(sshd.client_key)],
                    config_paths=[], close_grace=0.3)
-    source = TelemetrySource(host, interval=0.1, sim_dir=sim.sim_dir, dev_prefix=sim.dev_prefix,
-                             backoff=(0.2, 0.5))
+    host.backoff = (0.2, 0.5)
+    source = TelemetrySource(host, interval=0.1, sim_dir=sim.sim_dir, dev_prefix=sim.dev_prefix)
     path = tmp_path / "ssh-run.jsonl"
     session = Session(RunWriter(path, host=host.name))
     states: list[str] = []

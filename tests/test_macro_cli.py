@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kimitui.bench.cli import add_parser, cmd_bench
+from kimitui.hosts.agent import start_time_of
 from tests.conftest import ROOT
 
 POLL_S = 0.05
@@ -95,10 +96,8 @@ def _sim_processes_of(owner_pid: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            if mark in (entry / "environ").read_bytes():
-                stat = (entry / "stat").read_text().rpartition(")")[2].split()
-                if stat and stat[0] != "Z":
-                    found.append(int(entry.name))
+            if mark in (entry / "environ").read_bytes() and start_time_of(int(entry.name)) is not None:
+                found.append(int(entry.name))
         except (FileNotFoundError, PermissionError, ProcessLookupError):
             continue
     return found

@@ -10,13 +10,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from kimitui.bench.micro.runner import LineState, MicroConfig, MicroRunner, parse_worker_line
-from kimitui.bench.micro.workers import LocalWorker, LocalWorkers, group_members
 from kimitui.core.events import Event, GemmRow, LogLine, MicroEnd, MicroEnv, MicroPlan, MicroProgress
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import fold_all
+from kimitui.hosts import agent
 from kimitui.hosts.base import ProcId
+from kimitui.hosts.local import LocalHost
 from tests.conftest import ROOT
 
 TINY = ROOT / "tests" / "fixtures" / "micro" / "tiny-deepseek-config.json"
@@ -69,49 +71,65 @@ def tiny_config(**kw: object) -> MicroConfig:
     return cfg
 
 
-class Recording(LocalWorkers):
-    """The stand-in, keeping the workers it started (to look at their process groups afterwards)."""
+class Recording:
+    """A host whose workers are kept (to look at their process groups afterwards)."""
 
-    def __init__(self) -> None:
-        super().__init__(sys.executable)
-        self.started: list[LocalWorker] = []
+    def __init__(self, host: LocalHost) -> None:
+        self.host, self.name = host, host.name
+        self.started: list[Any] = []
 
-    async def start_worker(self, source: bytes, args: list[str], env: dict[str, str],
-                           python: str | None = None) -> LocalWorker:
-        w = await super().start_worker(source, args, env, python)
+    async def start_worker(self, *args: Any, **kw: Any) -> Any:
+        w = await self.host.start_worker(*args, **kw)
         self.started.append(w)
         return w
+
+    async def request(self, *args: Any, **kw: Any) -> Any:
+        return await self.host.request(*args, **kw)
+
+
+def group_members(pgid: int) -> list[ProcId]:
+    """Live processes of process group ``pgid`` (zombies excluded)."""
+    out = []
+    for name in os.listdir("/proc"):
+        st = agent.read_stat(int(name)) if name.isdigit() else None
+        if st is not None and st.pgrp == pgid and st.state not in ("Z", "X"):
+            out.append(ProcId(st.pid, st.start_time))
+    return out
 
 
 async def test_cancel_ends_every_rank() -> None:
     events: list[Event] = []
     cancel = asyncio.Event()
-    workers = Recording()
+    group: list[ProcId] = []
 
-    async def cancel_once_the_ranks_run() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            w = workers.started[-1] if len(workers.started) == 2 else None  # [0] is the topology worker
-            if w is not None and len(w.members()) == 3:  # the launcher forked both ranks
-                cancel.set()
-                return
-            await asyncio.sleep(POLL_S)
+    async with LocalHost() as host:
+        workers = Recording(host)
 
-    # a long sweep: it would run for minutes if the cancel did not end it
-    cfg = tiny_config(parts=["allreduce"], sweep_max=64 << 20, allreduce_args=["--iters", "200"])
-    t0 = time.monotonic()
-    watcher = asyncio.create_task(cancel_once_the_ranks_run())
-    res = await MicroRunner(workers, "local", cfg, events.append, cancel).run()
-    await watcher
-    assert time.monotonic() - t0 < 60
-    end = next(e for e in events if isinstance(e, MicroEnd))
-    assert end.status == "cancelled" and res.cancelled and not res.ok
-    worker = workers.started[-1]  # [0] is the topology worker
-    group = worker.group_at_cancel
-    assert len(group) == 3 and worker.leader in group  # the launcher and both ranks
-    assert worker.leader in {p for p, sig in worker.signalled if sig == "SIGTERM"}
-    assert group_members(worker.leader.pid, worker.leader.start_time) == []
-    assert all(_gone(p) for p in group)
+        async def cancel_once_the_ranks_run() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                w = workers.started[-1] if workers.started else None
+                members = group_members(w.pid) if w is not None and w.pid else []
+                if len(members) == 3:  # the launcher forked both ranks
+                    group.extend(members)
+                    cancel.set()
+                    return
+                await asyncio.sleep(POLL_S)
+
+        # a long sweep: it would run for minutes if the cancel did not end it
+        cfg = tiny_config(parts=["allreduce"], sweep_max=64 << 20, allreduce_args=["--iters", "200"])
+        t0 = time.monotonic()
+        watcher = asyncio.create_task(cancel_once_the_ranks_run())
+        res = await MicroRunner(workers, "local", cfg, events.append, cancel).run()
+        await watcher
+        assert time.monotonic() - t0 < 60
+        end = next(e for e in events if isinstance(e, MicroEnd))
+        assert end.status == "cancelled" and res.cancelled and not res.ok
+        worker = workers.started[-1]
+        assert worker.cancelled and worker.returncode is not None
+        assert len(group) == 3 and any(p.pid == worker.pid for p in group)  # the launcher and both ranks
+        assert group_members(worker.pid) == []
+        assert all(_gone(p) for p in group)
 
 
 def _gone(proc: ProcId) -> bool:
@@ -132,8 +150,8 @@ async def test_a_host_python_without_torch_fails_in_one_line(tmp_path: Path) -> 
     python.write_text(f"#!/bin/sh\nPYTHONPATH={stub} exec {sys.executable} \"$@\"\n")
     python.chmod(0o755)
     events: list[Event] = []
-    res = await MicroRunner(LocalWorkers(sys.executable), "local", tiny_config(python=str(python)),
-                            events.append).run()
+    async with LocalHost() as host:
+        res = await MicroRunner(host, "local", tiny_config(python=str(python)), events.append).run()
     ends = {e.part: e for e in events if isinstance(e, MicroEnd)}
     assert ends["gemm"].status == "failed" and "cannot import torch" in ends["gemm"].detail
     assert ends["allreduce"].status == "failed" and "cannot import torch" in ends["allreduce"].detail

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from kimitui.bench.micro.runner import MicroConfig, MicroRunner
-from kimitui.bench.micro.workers import worker_host_for
 from kimitui.cleanup.view import SampleFeed
 from kimitui.core.events import Event, HostSample, MicroEnd, MicroProgress, Topology
 from kimitui.core.runfile import RunReader
@@ -48,7 +47,7 @@ async def test_refuses_while_the_gpus_hold_memory_naming_the_holders() -> None:
         sample = await _until(feed, lambda s: {p.pid for p in workers.values()} <= {p.pid for p in s.procs})
         events: list[Event] = []
         cfg = MicroConfig(modelled="rtx-pro-6000", sim_dir=host.sim_dir, ms=[1])
-        res = await MicroRunner(worker_host_for(host), host.name, cfg, events.append).run(sample)
+        res = await MicroRunner(host, host.name, cfg, events.append).run(sample)
         source.stop()
         await feed.stop()
     end = next(e for e in events if isinstance(e, MicroEnd))
@@ -69,7 +68,7 @@ async def test_modelled_run_holds_simulated_memory_and_cancel_frees_every_gpu() 
         events: list[Event] = []
         cfg = MicroConfig(parts=["allreduce"], modelled="rtx-pro-6000", sim_dir=host.sim_dir, pace_s=0.05,
                           sweep_max=1 << 30)
-        runner = MicroRunner(worker_host_for(host), host.name, cfg, events.append, cancel)
+        runner = MicroRunner(host, host.name, cfg, events.append, cancel)
         task = asyncio.create_task(runner.run(idle))
         # every rank holds memory on its GPU: the telemetry shows the four of them
         held = await _until(feed, lambda s: all((g.mem_used_mib or 0) >= 1000 for g in s.gpus))

@@ -3,14 +3,12 @@ nvidia-smi XML fallback on a real capture, the simulated host's model, and the c
 
 from __future__ import annotations
 
-import json
-import sys
 from types import SimpleNamespace
 from typing import Any
 
-from kimitui.bench.micro.topology import format_topology, parse_topology, worker_source
-from kimitui.bench.micro.workers import LocalWorkers
+from kimitui.bench.micro.topology import format_topology, parse_topology
 from kimitui.hosts import agent
+from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.layout import create_layout, make_gpus
 from tests.conftest import FIXTURES
 
@@ -106,13 +104,10 @@ def test_bad_topology_data_is_an_error_line_not_a_crash() -> None:
     assert topo.errors == ["topology: GPU entry 1 is not an object"]
 
 
-async def test_the_topology_worker_runs_the_agent_section_alone(tmp_path: Any) -> None:
+async def test_the_agent_answers_a_topology_request(tmp_path: Any) -> None:
     layout = create_layout(make_gpus(2), parent=str(tmp_path))
-    worker = await LocalWorkers(sys.executable).start_worker(worker_source(), ["--sim-dir", str(layout.root)], {},
-                                                             None)
-    lines = [line async for line in worker.lines()]
-    assert worker.returncode == 0, worker.stderr_tail
-    data = json.loads(lines[-1])
-    assert data["type"] == "topology" and data["source"] == "modelled" and len(data["gpus"]) == 2
-    # the section imports nothing of kimitui: it is sent alone
-    assert "import kimitui" not in worker_source().decode() and "from kimitui" not in worker_source().decode()
+    async with LocalHost() as host:
+        data = await host.request("topology", {"sim_dir": str(layout.root)})
+    assert data["source"] == "modelled" and len(data["gpus"]) == 2
+    topo = parse_topology(data, "demo", 1.0)
+    assert topo.gpus[0].pcie_gen == 5 and topo.summary.startswith("2 x PCIe Gen5 x16")

@@ -3,23 +3,29 @@ tables share it), and its start as a wall-clock time read from the host (locally
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kimitui.cleanup.host_clock import host_started
+from kimitui.core.describe import Started, sample_started
 from kimitui.core.describe import preview_text as preview_table
-from kimitui.core.events import ProcRef, StepPreview
+from kimitui.core.events import HostSample, ProcRef, StepPreview
 from kimitui.core.procdisplay import clock_label, command_gist, unit_label
 from kimitui.core.runfile import RunReader
+from kimitui.core.state import SessionState, fold
+from kimitui.hosts import agent
 from kimitui.hosts.local import LocalHost
 from kimitui.resources import find_run
+from kimitui.telemetry import TelemetrySource
 from kimitui.tui import fmt
 from tests.sshd import SshServer, start_sshd
+from tests.test_agent_helpers import make_sim_dir
 
 
 def test_command_gist_keeps_the_module_script_and_arguments() -> None:
@@ -61,30 +67,44 @@ def seconds_of_day(label: str) -> int:
     return h * 3600 + m * 60 + s
 
 
-def start_ticks(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
-
-
-async def check_started_of_a_real_process(host: object) -> None:
+async def started_from_a_sample(host: Any, tmp_path: Path) -> tuple[Started, int, float]:
+    """A real process started now, and the start clock of one telemetry sample of ``host`` (the agent's
+    boot time and tick rate): (clock, the process's start ticks, when it was started)."""
     before = time.time()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        started = await host_started(host)  # type: ignore[arg-type]
-        label = started(start_ticks(child.pid))
-        expected = time.localtime(before)
-        want = expected.tm_hour * 3600 + expected.tm_min * 60 + expected.tm_sec
-        assert abs(seconds_of_day(label) - want) % 86400 <= 2, (label, time.strftime("%H:%M:%S", expected))
-        ref = ProcRef(child.pid, start_ticks(child.pid), "me", [0], 1.0, None, "/usr/bin/python3 -c x", "why")
-        assert f"  {label}  " in preview_table(StepPreview(0.0, step="device", action="SIGTERM", targets=[ref]),
-                                               started)
-        assert started(None) == "-"
+        st = agent.read_stat(child.pid)
+        assert st is not None
+        src = TelemetrySource(host, interval=0.1, sim_dir=str(make_sim_dir(tmp_path / "sim")))
+        sample = None
+        async with contextlib.aclosing(src.events()) as events:
+            async for ev in events:
+                if isinstance(ev, HostSample):
+                    sample = ev
+                    break
+        assert sample is not None and sample.boot_time is not None and sample.clock_ticks
+        state = SessionState()
+        fold(state, sample)
+        return sample_started(state), st.start_time, before
     finally:
         child.kill()
         child.wait()
 
 
-async def test_started_on_this_host() -> None:
-    await check_started_of_a_real_process(LocalHost("box"))
+def check_label(started: Started, ticks: int, before: float) -> None:
+    label = started(ticks)
+    expected = time.localtime(before)
+    want = expected.tm_hour * 3600 + expected.tm_min * 60 + expected.tm_sec
+    assert abs(seconds_of_day(label) - want) % 86400 <= 2, (label, time.strftime("%H:%M:%S", expected))
+    ref = ProcRef(1234, ticks, "me", [0], 1.0, None, "/usr/bin/python3 -c x", "why")
+    assert f"  {label}  " in preview_table(StepPreview(0.0, step="device", action="SIGTERM", targets=[ref]),
+                                           started)
+    assert started(None) == "-"
+
+
+async def test_started_on_this_host(tmp_path: Path) -> None:
+    async with LocalHost("box") as host:
+        check_label(*await started_from_a_sample(host, tmp_path))
 
 
 @pytest.fixture
@@ -96,11 +116,11 @@ def sshd(tmp_path: Path) -> Iterator[SshServer]:
         server.stop()
 
 
-async def test_started_over_ssh(sshd: SshServer) -> None:
+async def test_started_over_ssh(sshd: SshServer, tmp_path: Path) -> None:
     from kimitui.hosts.ssh import SshHost
 
     host = SshHost(sshd.target, known_hosts=str(sshd.known_hosts), client_keys=[str(sshd.client_key)])
-    try:
-        await check_started_of_a_real_process(host)  # /proc/stat read and getconf run through the SSH host
+    try:  # the boot time and tick rate come from the agent on the far side of the connection
+        check_label(*await started_from_a_sample(host, tmp_path))
     finally:
         await host.close()

@@ -18,11 +18,11 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from kimitui.hosts.agent import guarded_signal, read_stat
+from kimitui.hosts.agent import start_time_of as read_start_time
 from kimitui.hosts.base import ProcId
-from kimitui.hosts.local import signal_local
 from kimitui.hosts.sim import SimHost
 from kimitui.hosts.sim.layout import DEFAULT_GPU_NAME
-from kimitui.procfs import read_start_time, read_stat
 
 POLL_S = 0.01
 """Interval between checks of a condition waited on with a deadline."""
@@ -30,6 +30,11 @@ POLL_S = 0.01
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 DEADLINE_S = 10.0
+
+
+def signal_local(proc: ProcId, sig: int) -> str:
+    """The guarded signal the agent sends, called in-process (the test plays the host)."""
+    return guarded_signal(proc.pid, proc.start_time, sig)[0]
 
 
 async def wait_until(pred: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> float:
@@ -130,7 +135,7 @@ async def test_process_tree(host: SimHost) -> None:
         assert f"VLLM::Worker_TP{rank}" in wargv
         assert Path(f"/proc/{pid}/comm").read_text().strip() == "VLLM::Worker_TP"
     # the whole service is one session led by the API server, apart from the test runner's
-    sessions = {int(Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()[3]) for p in [api, *workers]}
+    sessions = {st.session for p in [api, *workers] if (st := read_stat(p)) is not None}
     assert sessions == {api}
     assert {p.pid for p in host.service_tree()} == {api, *workers}
 
@@ -205,7 +210,7 @@ async def test_sigterm_leaves_exactly_the_stuck_workers() -> None:
         api = h.service_proc
         assert api is not None
         workers = h.worker_holders()
-        assert signal_local(api, signal.SIGTERM).outcome == "sent"
+        assert signal_local(api, signal.SIGTERM) == "sent"
         await wait_until(lambda: not alive(api), "the API server to exit")
         await wait_until(lambda: not alive(workers[0]) and not alive(workers[1]), "good workers to exit")
         assert not Path(h.pidfile).exists()
@@ -218,9 +223,9 @@ async def test_sigterm_leaves_exactly_the_stuck_workers() -> None:
         # stuck workers still hold memory on the simulated driver's books
         assert sorted(h.worker_holders()) == [2, 3]
         # SIGTERM again does nothing to them; SIGKILL does
-        assert signal_local(workers[2], signal.SIGTERM).outcome == "sent"
+        assert signal_local(workers[2], signal.SIGTERM) == "sent"
         for gpu in (2, 3):
-            assert signal_local(workers[gpu], signal.SIGKILL).outcome == "sent"
+            assert signal_local(workers[gpu], signal.SIGKILL) == "sent"
         await wait_until(lambda: not alive(workers[2]) and not alive(workers[3]), "SIGKILL to take effect")
         assert h.worker_holders() == {}
         assert h.service_tree() == []
@@ -232,7 +237,7 @@ async def test_sigkill_of_api_server_and_restart() -> None:
         assert api is not None
         workers = h.worker_holders()
         port = h.port
-        assert signal_local(api, signal.SIGKILL).outcome == "sent"
+        assert signal_local(api, signal.SIGKILL) == "sent"
         # the kernel's parent-death signal (SIGTERM) ends the well-behaved workers, not the stuck one
         await wait_until(lambda: not alive(workers[0]) and not alive(workers[1]), "workers to follow")
         assert alive(workers[2])

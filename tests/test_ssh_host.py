@@ -1,9 +1,11 @@
-"""SshHost against a real OpenSSH server on loopback (tests/sshd.py): commands, streams, files, signals,
-host keys, ~/.ssh/config aliases, ProxyJump and the SSH agent."""
+"""SshHost against a real OpenSSH server on loopback (tests/sshd.py): one login and one agent for every
+operation, commands, files, guarded signals and the agent's refusals, workers, the remote python (too old,
+missing, picked with --remote-python), host keys, ~/.ssh/config aliases, ProxyJump and the SSH agent."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -15,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.hosts.base import HostError, ProcId
+from kimitui.hosts.base import HostError, HostFatal, ProcId
 from kimitui.hosts.ssh import SshHost
+from tests.pythons import agent_pythons, label, require, too_old_pythons
 from tests.sshd import SshServer, alive, require_sshd, sshd_server, start_time, until
 
 
@@ -26,10 +29,14 @@ def server() -> Iterator[SshServer]:
         yield s
 
 
+def make_host(server: SshServer, **kw: object) -> SshHost:
+    return SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
+                   config_paths=[], **kw)  # type: ignore[arg-type]
+
+
 @pytest.fixture
 async def host(server: SshServer) -> AsyncIterator[SshHost]:
-    h = SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
-                config_paths=[], close_grace=0.3)
+    h = make_host(server)
     try:
         yield h
     finally:
@@ -44,90 +51,43 @@ def test_sshd_is_installed() -> None:
     require_sshd()  # fails (never skips) with the install hint when OpenSSH is missing
 
 
-async def test_run_output_and_exit_status(host: SshHost) -> None:
+async def test_one_login_and_one_agent_for_everything(host: SshHost, server: SshServer, tmp_path: Path) -> None:
+    before = accepted_logins(server)
+    (tmp_path / "f").write_text("data")
+    calls = [host.run(["echo", str(i)]) for i in range(12)]
+    calls += [host.read_file(str(tmp_path / "f")), host.stat([1]), host.scan_processes(), host.request("ping")]
+    results = await asyncio.gather(*calls)
+    assert [r.stdout for r in results[:12]] == [f"{i}\n" for i in range(12)]
+    assert results[12] == b"data" and 1 in results[13] and results[15]["agent_pid"] == results[14]["self_pid"]
+    assert host.link.connects == 1 and host.link.attempts == 1
+    assert accepted_logins(server) == before + 1
+    hello = await host.link.connect()
+    agents = server.find_sessions("kimitui-agent")
+    assert agents == [hello.pid]  # the only process the session runs: the agent
+
+
+async def test_run_output_status_and_literal_arguments(host: SshHost, tmp_path: Path) -> None:
     res = await host.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
-    assert (res.rc, res.stdout, res.stderr) == (3, "out\n", "err\n")  # the pid marker line is not shown
-    ok = await host.run(["echo", "hello"])
-    assert ok.ok and ok.stdout == "hello\n"
-    killed = await host.run(["sh", "-c", "kill -KILL $$"])
-    assert killed.rc == -signal.SIGKILL
-    with pytest.raises(HostError, match="command not found: no-such-command-kimitui"):
-        await host.run(["no-such-command-kimitui", "x"])
-
-
-async def test_shell_metacharacters_arrive_literally(host: SshHost, tmp_path: Path) -> None:
+    assert (res.rc, res.stdout, res.stderr) == (3, "out\n", "err\n")
+    assert (await host.run(["sh", "-c", "kill -KILL $$"])).rc == -signal.SIGKILL
     canary = tmp_path / f"pwned-{uuid.uuid4().hex}"
     args = [f"x; touch {canary}", f"$(touch {canary})", f"`touch {canary}`", "a'b", 'q"q', "back\\slash",
             "*", "", "two\nlines", "--flag", "$HOME", f"| touch {canary}", "&& id"]
     res = await host.run(["python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *args])
-    import json
-
-    assert json.loads(res.stdout) == args
-    assert not canary.exists()
-
-
-async def test_stdin_and_eof_reach_the_remote(host: SshHost) -> None:
-    res = await host.run(["cat"], stdin=b"hello\x00world\n")  # cat ends only on EOF
-    assert res.stdout == "hello\x00world\n"
-    res = await host.run(["wc", "-c"], stdin=b"x" * 300_000)
-    assert res.stdout.strip() == "300000"
-    assert (await host.run(["cat"])).stdout == ""  # no stdin: EOF at once, no hang
-
-
-async def test_stream_lines_arrive_incrementally(host: SshHost, tmp_path: Path) -> None:
-    gate = tmp_path / "gate"
-    code = ("import os, sys, time\n"
-            "print('first', flush=True)\n"
-            f"while not os.path.exists({str(gate)!r}): time.sleep(0.01)\n"
-            "print('second', flush=True)\n")
-    got: list[str] = []
-    async for line in host.stream(["python3", "-c", code]):
-        got.append(line)
-        if line == "first":
-            assert not gate.exists()
-            gate.touch()  # the remote prints 'second' only after we saw 'first'
-    assert got == ["first", "second"]
-
-
-async def test_closing_stream_sends_eof_and_the_remote_exits(host: SshHost, tmp_path: Path) -> None:
-    done = tmp_path / "saw-eof"
-    code = ("import os, sys\n"
-            "print(os.getpid(), flush=True)\n"
-            "sys.stdin.read()\n"
-            f"open({str(done)!r}, 'w').write('eof')\n")
-    agen = host.stream(["python3", "-c", code], stdin=b"some input\n")
-    pid = int(await agen.__anext__())
-    assert alive(pid)
-    await agen.aclose()
-    await until(lambda: not alive(pid), 5, "remote process to exit after EOF")
-    assert done.read_text() == "eof"  # it ended because its stdin closed, not by a kill
-
-
-async def test_closing_stream_kills_a_command_that_ignores_stdin(host: SshHost) -> None:
-    agen = host.stream(["sh", "-c", "echo $$; exec sleep 60"])
-    pid = int(await agen.__anext__())
-    t0 = time.monotonic()
-    await agen.aclose()
-    await until(lambda: not alive(pid), 5, "sleep to be killed")
-    assert time.monotonic() - t0 < 3
+    assert json.loads(res.stdout) == args and not canary.exists()
+    assert (await host.run(["cat"], stdin=b"hello\x00world\n")).stdout == "hello\x00world\n"
+    with pytest.raises(HostError, match="command not found: no-such-command-kimitui"):
+        await host.run(["no-such-command-kimitui", "x"])
 
 
 async def test_run_timeout_kills_the_remote_command(host: SshHost, server: SshServer) -> None:
     token = f"kimitui-timeout-{uuid.uuid4().hex}"
-    code = f"import time\nprint('started', flush=True)\ntime.sleep(60)  # {token}"
     t0 = time.monotonic()
     with pytest.raises(HostError, match=r"timed out after 1\.0s") as err:
-        await host.run(["python3", "-c", code], timeout=1.0)
-    assert "\n" not in str(err.value)
-    assert time.monotonic() - t0 < 5
+        await host.run(["python3", "-c", f"import time\ntime.sleep(60)  # {token}"], timeout=1.0)
+    assert "\n" not in str(err.value) and time.monotonic() - t0 < 5
     await until(lambda: not server.find_sessions(token), 5, "timed-out command to be killed")
     assert (await host.run(["echo", "still usable"])).stdout == "still usable\n"
-    # and while it runs, the same token is visible: the search above is not vacuous
-    agen = host.stream(["python3", "-c", code])
-    assert await agen.__anext__() == "started"
-    assert server.find_sessions(token)
-    await agen.aclose()
-    await until(lambda: not server.find_sessions(token), 5, "stream command to be killed")
 
 
 async def test_read_file(host: SshHost, tmp_path: Path) -> None:
@@ -135,50 +95,72 @@ async def test_read_file(host: SshHost, tmp_path: Path) -> None:
     data = bytes(range(256)) * 3 + b"no newline"
     f.write_bytes(data)
     assert await host.read_file(str(f)) == data
-    assert (await host.read_file("/proc/self/stat")).startswith(b"")
     with pytest.raises(FileNotFoundError):
         await host.read_file(str(tmp_path / "absent"))
 
 
 async def test_signal_checks_start_time(host: SshHost) -> None:
-    agen = host.stream(["sh", "-c", "echo $$; exec sleep 60"])
+    proc = subprocess.Popen(["sleep", "60"])
     try:
-        pid = int(await agen.__anext__())
-        start = start_time(pid)
-        res = await host.signal(ProcId(pid, start + 1), signal.SIGTERM)
-        assert res.outcome == "mismatch"
-        assert alive(pid)
-        res = await host.signal(ProcId(pid, start), signal.SIGTERM)
-        assert res.outcome == "sent"
-        await until(lambda: not alive(pid), 5, "signalled process to exit")
-        assert (await host.signal(ProcId(pid, start), signal.SIGTERM)).outcome == "gone"
+        start = start_time(proc.pid)
+        res = await host.signal(ProcId(proc.pid, start + 1), signal.SIGTERM)
+        assert res.outcome == "mismatch" and alive(proc.pid)
+        assert (await host.signal(ProcId(proc.pid, start), signal.SIGTERM)).outcome == "sent"
+        assert proc.wait(5) == -signal.SIGTERM
+        assert (await host.signal(ProcId(proc.pid, start), signal.SIGTERM)).outcome == "gone"
     finally:
-        await agen.aclose()
+        proc.kill()
+        proc.wait()
 
 
-async def test_no_python3_is_one_clear_line(server: SshServer) -> None:
-    async with SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
-                       config_paths=[], python="python3-not-installed") as h:
-        with pytest.raises(HostError, match="no python3 on host") as err:
-            await h.signal(ProcId(1, 1), signal.SIGTERM)
-        assert "\n" not in str(err.value)
+async def test_the_agent_refuses_its_own_session(host: SshHost, server: SshServer) -> None:
+    """Asked directly (no cleanup policy in between), the agent refuses PID 1, itself, the sshd processes
+    carrying its session and the listening sshd; each is still running afterwards."""
+    session = await host.session_pids()
+    assert session[0].comm == "sshd" and session[0].pid in server.connection_pids()
+    assert server.pid in [p.pid for p in session]
+    hello = await host.link.connect()
+    targets = [(1, start_time(1)), (hello.pid, hello.start_time)] + [(p.pid, p.start_time) for p in session]
+    for pid, start in targets:
+        res = await host.request("signal", {"pid": pid, "start_time": start, "sig": int(signal.SIGKILL)})
+        assert res["outcome"] == "refused", (pid, res)
+    assert all(alive(p.pid) for p in session) and server.proc.poll() is None
+    assert (await host.request("ping"))["agent_pid"] == hello.pid
 
 
-async def test_session_pids_are_this_connections_sshd(host: SshHost, server: SshServer) -> None:
-    procs = await host.session_pids()
-    assert procs[0].comm == "sshd"
-    assert server.pid in [p.pid for p in procs]  # the listening sshd is protected too
-    for p in procs:
-        assert start_time(p.pid) == p.start_time
-    assert procs[0].pid in server.connection_pids()
+async def test_worker_over_ssh(host: SshHost) -> None:
+    src = (b"import json, sys, time\nfor a in sys.argv[1:]:\n    print(json.dumps({'arg': a}), flush=True)\n"
+           b"time.sleep(60)\n")
+    w = await host.start_worker(src, ["a", "b"])
+    lines = w.lines()
+    assert [await anext(lines), await anext(lines)] == [{"arg": "a"}, {"arg": "b"}]
+    assert await w.cancel(grace=2.0) == -signal.SIGTERM and w.cancelled
+    assert not alive(w.pid or 0)
 
 
-async def test_concurrent_calls_share_one_connection(host: SshHost, server: SshServer) -> None:
-    before = accepted_logins(server)
-    results = await asyncio.gather(*(host.run(["echo", str(i)]) for i in range(12)))
-    assert [r.stdout for r in results] == [f"{i}\n" for i in range(12)]
-    assert host.connects == 1
-    assert accepted_logins(server) == before + 1
+@pytest.mark.parametrize("python", agent_pythons(), ids=[label(p) for p in agent_pythons()])
+async def test_remote_python_picks_the_interpreter(server: SshServer, python: str) -> None:
+    async with make_host(server, python=require(python)) as h:
+        hello = await h.link.connect()
+        assert hello.executable == python
+        assert (await h.run(["echo", "ok"])).stdout == "ok\n"
+        assert (await h.signal(ProcId(1, start_time(1)), signal.SIGTERM)).outcome == "refused"
+
+
+async def test_a_missing_or_old_python_is_one_line_without_retry(server: SshServer) -> None:
+    async with make_host(server, python="python3-not-installed") as h:
+        with pytest.raises(HostFatal, match="no python3-not-installed on the host") as err:
+            await h.run(["true"])
+        msg = str(err.value)
+        assert "\n" not in msg and "python >= 3.8" in msg and "--remote-python" in msg
+        with pytest.raises(HostFatal):
+            await h.stat([1])
+        assert h.link.attempts == 1  # said once, not retried
+    for old in too_old_pythons():
+        async with make_host(server, python=old) as h:
+            with pytest.raises(HostFatal, match=r"is too old: the kimitui agent needs python >= 3\.8") as err:
+                await h.link.connect()
+            assert old in str(err.value) and "\n" not in str(err.value)
 
 
 async def test_unknown_host_key_is_refused_with_its_fingerprint(server: SshServer, tmp_path: Path) -> None:
@@ -194,7 +176,9 @@ async def test_unknown_host_key_is_refused_with_its_fingerprint(server: SshServe
         await h.run(["true"])
     msg = str(err.value)
     assert fp in msg and "--accept-new-host-key" in msg and "\n" not in msg
-    assert states[-1][0] == "failed" and h.backoff_log == []  # no retry on a key problem
+    with pytest.raises(HostError):
+        await h.run(["true"])
+    assert states[-1][0] == "failed" and h.link.attempts == 1 and h.link.backoff_log == []  # no retry
     assert empty.read_text() == ""
 
 
@@ -262,3 +246,27 @@ async def test_ssh_agent_is_used(server: SshServer, tmp_path: Path, monkeypatch:
     finally:
         agent.terminate()
         agent.wait(5)
+
+
+async def test_aes_gcm_is_preferred_unless_the_config_names_ciphers(server: SshServer, tmp_path: Path) -> None:
+    async with SshHost(server.alias, config_paths=[str(server.ssh_config)]) as h:
+        await h.run(["true"])
+        assert (await h._connection()).get_extra_info("send_cipher") == "aes128-gcm@openssh.com"
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(server.ssh_config.read_text().replace("Host gpubox\n", "Host gpubox\n    Ciphers aes256-ctr\n", 1))
+    async with SshHost(server.alias, config_paths=[str(cfg)]) as h:
+        await h.run(["true"])
+        assert (await h._connection()).get_extra_info("send_cipher") == "aes256-ctr"
+
+
+async def test_a_login_shell_that_prints_a_banner_is_skipped(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text('echo "Welcome to gpu-box (managed by ops)"\necho "{not the agent}"\n')
+    with sshd_server(extra_config=f"SetEnv HOME={home}\n") as server:
+        async with make_host(server) as h:
+            queue = h.link.subscribe()
+            assert (await h.run(["echo", "ok"])).stdout == "ok\n"
+            warning = json.loads(queue.get_nowait())
+    assert warning["type"] == "log" and warning["level"] == "warning"
+    assert "Welcome to gpu-box (managed by ops) / {not the agent}" in warning["message"]

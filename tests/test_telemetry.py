@@ -1,4 +1,4 @@
-"""Agent lines -> events, and TelemetrySource: reconnect, gap, fatal, stall, no python3, probe_host."""
+"""Agent lines -> events, and TelemetrySource: reconnect, gap, no driver, stall, no python, probe_host."""
 
 from __future__ import annotations
 
@@ -7,15 +7,14 @@ import contextlib
 import json
 import os
 import signal
-import sys
-from collections.abc import AsyncIterator
+import time
 from pathlib import Path
 from typing import Any
 
 from kimitui.core.events import ConnectionState, Event, GpuSample, HostSample, LogLine, ProcSample
-from kimitui.hosts.base import CommandResult, Host, HostError, ProcId, SignalResult
+from kimitui.hosts.base import Channel, Host, HostError
 from kimitui.hosts.local import LocalHost
-from kimitui.telemetry import AgentFatal, AgentHello, TelemetrySource, parse_agent_line, probe_host
+from kimitui.telemetry import TelemetrySource, parse_agent_line, probe_host
 from tests.test_agent_helpers import (
     Children,
     children,  # noqa: F401 (fixture)
@@ -50,12 +49,7 @@ def test_sample_line_becomes_a_typed_host_sample() -> None:
     assert ev.to_dict()["procs"][0]["gpu_mem_mib"] == {"0": 8148.0}  # round trip to the agent's shape
 
 
-def test_hello_fatal_and_agent_log_lines() -> None:
-    hello = parse_agent_line('{"t":1,"type":"hello","agent_pid":5,"source":"sim","driver":"sim-580",'
-                             '"python":"3.11.7","gpus":8}')
-    assert hello == AgentHello(1.0, 5, "sim", "sim-580", "3.11.7", 8)
-    fatal = parse_agent_line('{"t":2,"type":"fatal","message":"no NVIDIA driver on this host (x)"}')
-    assert fatal == AgentFatal(2.0, "no NVIDIA driver on this host (x)")
+def test_agent_log_lines() -> None:
     log = parse_agent_line('{"t":3,"type":"log","level":"error","source":"agent","message":"a\\nb"}')
     assert isinstance(log, LogLine) and (log.level, log.message) == ("error", "a b")
 
@@ -70,6 +64,7 @@ BAD_LINES = {
     "proc mem key": line(procs=[{**SAMPLE["procs"][0], "gpu_mem_mib": {"zero": 1.0}}]),
     "proc kind": line(procs=[{**SAMPLE["procs"][0], "kind": "weird"}]),
     "unknown type": '{"t":1,"type":"gossip"}',
+    "hello here": '{"t":1,"type":"hello","agent_pid":5}',
     "array": "[1, 2]",
 }
 
@@ -83,42 +78,85 @@ def test_malformed_or_partial_lines_become_one_line_warnings() -> None:
         assert len(ev.message) < 200, what
 
 
-# --- TelemetrySource with a scripted host ---------------------------------------------------------------
+# --- TelemetrySource with a scripted agent ------------------------------------------------------------
+
+HELLO = json.dumps({"t": 1, "type": "hello", "agent_pid": 900, "start_time": 5, "protocol": 2, "python": "3.12.3",
+                    "executable": "/usr/bin/python3", "host": "gpu-box", "user": "root", "uid": 0, "ancestors": []})
+NODRIVER = "NODRIVER"
+HANG = "HANG"
+
+
+class ScriptedChannel:
+    """Speaks the agent's protocol from a script: hello, a reply to each request, then the script's lines
+    for the sample stream; an exception item raises it (a transport failure), HANG stops answering, and
+    the end of the script is the end of the channel. NODRIVER answers the sample request as a host
+    without a driver does."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = script
+        self.out: asyncio.Queue[Any] = asyncio.Queue()
+        self.out.put_nowait(HELLO)
+        self.requests: list[dict[str, Any]] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        if data[:1].isdigit():  # the bootstrap's payload (length-prefixed source), not a request
+            return
+        for raw in data.splitlines():
+            req = json.loads(raw)
+            self.requests.append(req)
+            reply: dict[str, Any] = {"t": 2, "type": "reply", "id": req["id"], "ok": True, "result": {}}
+            if req["op"] == "sample":
+                if self.script == [NODRIVER]:
+                    reply.update(ok=False, error="no NVIDIA driver on this host (NVML: x)", kind="nodriver")
+                else:
+                    reply["result"] = {"source": "nvml", "driver": "580", "gpus": 1}
+                    self.out.put_nowait(json.dumps(reply))
+                    for item in self.script:
+                        self.out.put_nowait(item)
+                    self.out.put_nowait(EOFError())
+                    continue
+            self.out.put_nowait(json.dumps(reply))
+
+    async def drain(self) -> None:
+        if self.closed:
+            raise HostError("scripted: closed")
+
+    async def readline(self) -> bytes:
+        item = await self.out.get()
+        if isinstance(item, EOFError):
+            return b""
+        if isinstance(item, Exception):
+            raise item
+        if item == HANG:
+            await asyncio.Event().wait()
+        return (item + "\n").encode()
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        return 0
+
+    def stderr_tail(self) -> str:
+        return ""
+
+    def end_reason(self) -> str:
+        return "agent exited"
+
+    async def close(self) -> None:
+        self.closed = True
+
 
 class ScriptedHost(Host):
-    """stream() plays one script per call: a list of lines, ending in an exception, "HANG" or the end."""
+    """Each channel opened plays the next script (the last one repeats)."""
 
-    def __init__(self, scripts: list[list[Any]], run_result: CommandResult | Exception | None = None) -> None:
+    def __init__(self, scripts: list[list[Any]], backoff: tuple[float, ...] = (0.01,)) -> None:
         self.name = "scripted"
         self.scripts = scripts
-        self.calls = 0
-        self.closed = 0
-        self.run_result = run_result or CommandResult(0, "3.11\n", "")
+        self.backoff = backoff
+        self.channels: list[ScriptedChannel] = []
 
-    async def run(self, argv: list[str], *, timeout: float | None = 30.0,
-                  stdin: bytes | None = None) -> CommandResult:
-        if isinstance(self.run_result, Exception):
-            raise self.run_result
-        return self.run_result
-
-    async def stream(self, argv: list[str], *, stdin: bytes | None = None) -> AsyncIterator[str]:
-        script = self.scripts[min(self.calls, len(self.scripts) - 1)]
-        self.calls += 1
-        try:
-            for item in script:
-                if isinstance(item, Exception):
-                    raise item
-                if item == "HANG":
-                    await asyncio.Event().wait()
-                yield item
-        finally:
-            self.closed += 1
-
-    async def read_file(self, path: str) -> bytes:
-        raise FileNotFoundError(path)
-
-    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
-        return SignalResult("error")
+    async def open_channel(self, argv: list[str]) -> ScriptedChannel:  # type: ignore[override]
+        self.channels.append(ScriptedChannel(self.scripts[min(len(self.channels), len(self.scripts) - 1)]))
+        return self.channels[-1]
 
 
 class FakeClock:
@@ -150,13 +188,10 @@ def states(events: list[Event]) -> list[str]:
     return [e.state for e in events if isinstance(e, ConnectionState)]
 
 
-HELLO = '{"t":1,"type":"hello","agent_pid":900,"source":"nvml","driver":"580","python":"3.12","gpus":1}'
-
-
 async def test_bad_line_is_logged_and_samples_continue_then_reconnect_records_the_gap() -> None:
-    host = ScriptedHost([[HELLO, line(seq=1), "{garbage", line(seq=2)],  # then the stream ends
-                         [HELLO, line(seq=1)]])
-    src = TelemetrySource(host, clock=FakeClock(), backoff=(0.01,))
+    host = ScriptedHost([[line(seq=1), "{garbage", line(seq=2)],  # then the channel ends
+                         [line(seq=1)]])
+    src = TelemetrySource(host, clock=FakeClock())
     events = await collect(src, lambda e: isinstance(e, ConnectionState) and e.gap_s is not None)
     assert states(events) == ["connecting", "connected", "lost", "reconnecting", "connected"]
     samples = [e for e in events if isinstance(e, HostSample)]
@@ -167,50 +202,42 @@ async def test_bad_line_is_logged_and_samples_continue_then_reconnect_records_th
     assert lost.detail == "agent exited"
     first, resumed = [e for e in events if isinstance(e, ConnectionState) and e.state == "connected"]
     assert first.gap_s is None and resumed.gap_s is not None and resumed.gap_s > 0
-    assert host.calls == 2
+    assert len(host.channels) == 2
+    sample_req = next(r for r in host.channels[0].requests if r["op"] == "sample")
+    assert sample_req["interval"] == 0.5 and "id" in sample_req
 
 
-async def test_host_error_mid_stream_is_lost_with_its_detail() -> None:
-    host = ScriptedHost([[HELLO, line(seq=1), HostError("gpu-box: connection lost")], [HELLO, line(seq=1)]])
-    events = await collect(TelemetrySource(host, backoff=(0.01,)),
-                           lambda e: isinstance(e, ConnectionState) and e.gap_s is not None)
+async def test_transport_error_mid_stream_is_lost_with_its_detail() -> None:
+    host = ScriptedHost([[line(seq=1), HostError("connection to gpu-box lost: reset")], [line(seq=1), HANG]])
+    events = await collect(TelemetrySource(host), lambda e: isinstance(e, ConnectionState) and e.gap_s is not None)
     lost = next(e for e in events if isinstance(e, ConnectionState) and e.state == "lost")
-    assert lost.detail == "gpu-box: connection lost"
-    assert host.calls == 2 and host.closed == 2  # both streams closed: the second when events() closed
+    assert lost.detail == "connection to gpu-box lost: reset"
+    assert len(host.channels) == 2 and host.channels[0].closed is False  # it ended by itself
+    await host.close()
+    assert host.channels[1].closed
 
 
-async def test_fatal_no_driver_fails_once_without_retry() -> None:
-    host = ScriptedHost([['{"t":1,"type":"fatal","message":"no NVIDIA driver on this host (NVML: x)"}']])
-    events = await collect(TelemetrySource(host, backoff=(0.01,)), lambda e: False)
+async def test_no_driver_fails_once_without_retry() -> None:
+    host = ScriptedHost([[NODRIVER]])
+    events = await collect(TelemetrySource(host), lambda e: False)
     assert states(events) == ["connecting", "failed"]
-    assert events[-1].detail == "no NVIDIA driver on this host (NVML: x)"  # type: ignore[attr-defined]
-    assert host.calls == 1
+    assert events[-1].detail == "scripted: no NVIDIA driver on this host (NVML: x)"  # type: ignore[attr-defined]
+    assert len(host.channels) == 1
 
 
-async def test_host_without_python3_fails_with_one_clear_line() -> None:
-    missing = HostError("scripted: command not found: python3")
-    host = ScriptedHost([[missing]], run_result=missing)
-    events = await collect(TelemetrySource(host, backoff=(0.01,)), lambda e: False)
-    assert states(events) == ["connecting", "failed"]
-    detail = events[-1].detail  # type: ignore[attr-defined]
-    assert detail.startswith("scripted: no python3 on the host") and "\n" not in detail
-    over_ssh = ScriptedHost([[]], run_result=CommandResult(127, "", "bash: python3: command not found\n"))
-    events = await collect(TelemetrySource(over_ssh, backoff=(0.01,)), lambda e: False)
-    assert states(events)[-1] == "failed" and "python3: command not found" in events[-1].detail  # type: ignore
-
-
-async def test_stalled_stream_is_closed_and_retried() -> None:
-    host = ScriptedHost([[HELLO, line(seq=1), "HANG"], [HELLO, line(seq=1)]])
-    src = TelemetrySource(host, backoff=(0.01,), stall_s=0.2)
+async def test_stalled_stream_restarts_the_agent() -> None:
+    host = ScriptedHost([[line(seq=1), HANG], [line(seq=1)]])
+    src = TelemetrySource(host, stall_s=0.2)
     events = await collect(src, lambda e: isinstance(e, ConnectionState) and e.gap_s is not None)
     lost = next(e for e in events if isinstance(e, ConnectionState) and e.state == "lost")
     assert lost.detail == "no data for 0.2s"
-    assert host.closed >= 1  # the hung stream was closed, not leaked
+    assert host.channels[0].closed  # the hung channel was closed, not leaked
+    assert len(host.channels) == 2
 
 
 async def test_stop_ends_the_backoff_wait() -> None:
-    host = ScriptedHost([[HELLO, line(seq=1)]])
-    src = TelemetrySource(host, backoff=(30.0,))
+    host = ScriptedHost([[]], backoff=(30.0,))  # every agent ends at once: a quick death, so backoff applies
+    src = TelemetrySource(host)
     seen: list[Event] = []
 
     async def consume() -> None:
@@ -219,54 +246,70 @@ async def test_stop_ends_the_backoff_wait() -> None:
             if isinstance(ev, ConnectionState) and ev.state == "reconnecting":
                 src.stop()
 
-    await asyncio.wait_for(consume(), 5.0)  # not 30 s: the wait is on the stop event
-    assert states(seen)[-1] == "closed"
+    t0 = time.monotonic()
+    await asyncio.wait_for(consume(), 5.0)  # not 30 s: the wait is cut by the stop event
+    assert states(seen)[-1] == "closed" and time.monotonic() - t0 < 5.0
+    assert "in 30s" in next(e.detail for e in seen if isinstance(e, ConnectionState) and e.state == "reconnecting")
 
 
 # --- with the real agent --------------------------------------------------------------------------------
 
 class DroppingHost(LocalHost):
-    """A local host whose first stream drops after ``after`` lines, as an SSH channel does."""
+    """A local host whose first channel fails after ``after`` lines, as an SSH channel does when the
+    connection resets (the agent itself is left to notice its stdin closing)."""
 
     def __init__(self, after: int) -> None:
         super().__init__("dropping")
-        self.after, self.calls = after, 0
+        self.after, self.opened = after, 0
 
-    async def stream(self, argv: list[str], *, stdin: bytes | None = None) -> AsyncIterator[str]:
-        self.calls += 1
-        inner = super().stream(argv, stdin=stdin)
-        async with contextlib.aclosing(inner):
-            n = 0
-            async for text in inner:
-                yield text
-                n += 1
-                if self.calls == 1 and n >= self.after:
-                    raise HostError("dropping: connection reset by peer")
+    async def open_channel(self, argv: list[str]) -> Channel:
+        ch = await super().open_channel(argv)
+        self.opened += 1
+        if self.opened > 1:
+            return ch
+        after, inner_readline = self.after, ch.readline
+        count = [0]
+
+        async def readline() -> bytes:
+            if count[0] >= after:
+                await ch.close()
+                raise HostError("dropping: connection reset by peer")
+            count[0] += 1
+            return await inner_readline()
+
+        ch.readline = readline  # type: ignore[method-assign]
+        return ch
 
 
 async def test_real_agent_drop_reconnect_and_gap(tmp_path: Path, children: Children) -> None:  # noqa: F811
     sim = make_sim_dir(tmp_path / "sim")
     holder = children.holder(sim, "cuda", "1", 4096.0)
-    src = TelemetrySource(DroppingHost(after=3), interval=0.1, sim_dir=str(sim), backoff=(0.05,))
-    events = await collect(src, lambda e: isinstance(e, HostSample) and e.seq >= 2 and src.samples > 3)
-    assert states(events) == ["connecting", "connected", "lost", "reconnecting", "connected"]
-    lost = next(e for e in events if isinstance(e, ConnectionState) and e.state == "lost")
-    assert lost.detail == "dropping: connection reset by peer"
-    resumed = [e for e in events if isinstance(e, ConnectionState) and e.state == "connected"][1]
-    assert resumed.gap_s is not None and 0.05 <= resumed.gap_s < 5
-    samples = [e for e in events if isinstance(e, HostSample)]
-    first_agent, second_agent = samples[0].agent_pid, samples[-1].agent_pid
-    assert first_agent != second_agent
-    assert wait_until(lambda: pid_gone(first_agent), 5)  # the dropped agent saw its stdin close
-    last = samples[-1]
-    assert last.gpus[1].mem_used_mib == 4096.0 and last.procs[0].pid == holder.pid
-    assert last.procs[0].kind == "cuda" and last.host == "dropping"
-    assert wait_until(lambda: pid_gone(second_agent), 5)  # closing events() ends the agent too
+    host = DroppingHost(after=4)  # hello, the sample reply, then 2 samples
+    src = TelemetrySource(host, interval=0.1, sim_dir=str(sim))
+    try:
+        events = await collect(src, lambda e: isinstance(e, HostSample) and e.seq >= 2 and src.samples > 3)
+        assert states(events) == ["connecting", "connected", "lost", "reconnecting", "connected"]
+        lost = next(e for e in events if isinstance(e, ConnectionState) and e.state == "lost")
+        assert lost.detail == "dropping: connection reset by peer"
+        resumed = [e for e in events if isinstance(e, ConnectionState) and e.state == "connected"][1]
+        assert resumed.gap_s is not None and 0.05 <= resumed.gap_s < 5
+        samples = [e for e in events if isinstance(e, HostSample)]
+        first_agent, second_agent = samples[0].agent_pid, samples[-1].agent_pid
+        assert first_agent != second_agent
+        assert wait_until(lambda: pid_gone(first_agent), 5)  # the dropped agent saw its stdin close
+        last = samples[-1]
+        assert last.gpus[1].mem_used_mib == 4096.0 and last.procs[0].pid == holder.pid
+        assert last.procs[0].kind == "cuda" and last.host == "dropping"
+        assert not pid_gone(second_agent)  # the agent outlives the stream: it serves the host's other requests
+    finally:
+        await host.close()
+    assert wait_until(lambda: pid_gone(second_agent), 5)  # closing the host ends it
 
 
 async def test_real_agent_killed_is_lost_and_restarted(tmp_path: Path) -> None:
     sim = make_sim_dir(tmp_path / "sim")
-    src = TelemetrySource(LocalHost(), interval=0.1, sim_dir=str(sim), backoff=(0.05,))
+    host = LocalHost()
+    src = TelemetrySource(host, interval=0.1, sim_dir=str(sim))
     killed: list[int] = []
 
     def until(ev: Event) -> bool:
@@ -275,34 +318,39 @@ async def test_real_agent_killed_is_lost_and_restarted(tmp_path: Path) -> None:
             os.kill(ev.agent_pid or 0, signal.SIGKILL)
         return isinstance(ev, ConnectionState) and ev.gap_s is not None
 
-    events = await collect(src, until)
+    try:
+        events = await collect(src, until)
+    finally:
+        await host.close()
     assert "lost" in states(events)
     lost = next(e for e in events if isinstance(e, ConnectionState) and e.state == "lost")
-    assert lost.detail == "agent exited"
+    assert lost.detail == "agent exited (status -9)"
     assert states(events)[-1] == "connected" and pid_gone(killed[0])
 
 
-async def test_real_host_without_the_python_fails(tmp_path: Path) -> None:
-    host = LocalHost(python=str(tmp_path / "no-python3"))
-    events = await collect(TelemetrySource(host, backoff=(0.01,)), lambda e: False)
+async def test_real_host_without_the_python_fails_once(tmp_path: Path) -> None:
+    host = LocalHost("box", python=str(tmp_path / "no-python3"))
+    events = await collect(TelemetrySource(host), lambda e: False)
     assert states(events) == ["connecting", "failed"]
-    assert "no-python3 on the host" in events[-1].detail  # type: ignore[attr-defined]
+    detail = events[-1].detail  # type: ignore[attr-defined]
+    assert detail.startswith(f"box: no {tmp_path}/no-python3 on the host") and "python >= 3.8" in detail
+    assert "\n" not in detail and host.link.attempts == 1
 
 
 async def test_probe_host(tmp_path: Path) -> None:
     sim = make_sim_dir(tmp_path / "sim")
-    assert await probe_host(LocalHost(), sim_dir=str(sim)) is None
-    reason = await probe_host(LocalHost("box"), agent_args=("--no-nvml", "--nvidia-smi", "/nonexistent"))
+    async with LocalHost() as host:
+        assert await probe_host(host, sim_dir=str(sim)) is None
+    async with LocalHost("box") as host:
+        reason = await probe_host(host, source_options={"no_nvml": True, "nvidia_smi": "/nonexistent"})
     assert reason == "box: no NVIDIA driver on this host (NVML: disabled, nvidia-smi: not found)"
-    reason = await probe_host(LocalHost("box", python=str(tmp_path / "python3")))
+    async with LocalHost("box", python=str(tmp_path / "python3")) as host:
+        reason = await probe_host(host)
     assert reason is not None and reason.startswith("box: no ") and "on the host" in reason
-    assert sys.executable  # the agent ran under this interpreter above
 
 
 def test_samples_are_put_on_the_local_clock_despite_host_skew() -> None:
     """A host whose clock runs 100 s behind: its samples land on this side's timeline, in order."""
-    from kimitui.hosts.local import LocalHost
-
     now = [1000.0]
     source = TelemetrySource(LocalHost(), clock=lambda: now[0])
     placed = []

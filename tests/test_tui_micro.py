@@ -4,7 +4,6 @@ host that still holds its GPUs is refused and names the holders, then runs when 
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,11 +13,11 @@ from textual.pilot import Pilot
 from textual.widgets import Static, TabbedContent
 
 from kimitui.bench.micro.runner import MicroConfig, MicroRunner
-from kimitui.bench.micro.workers import LocalWorkers
 from kimitui.core.events import Event, PhaseEnd, PhaseStart
 from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
+from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.layout import create_layout, make_gpus
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.micro_view import MicroGemmTable, MicroView, NcclTable, ShapesTable
@@ -44,7 +43,11 @@ def micro_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = MicroConfig(modelled="rtx-pro-6000", sim_dir=str(layout.root), ms=[1, 8, 64], sweep_max=1 << 20,
                       burst_tokens=[1, 8], force=True, gpus=list(range(8)))
     events.append(PhaseStart(time.time(), phase="micro", title="micro"))
-    asyncio.run(MicroRunner(LocalWorkers(sys.executable), "kimi-node-01", cfg, events.append).run())
+    async def run() -> None:
+        async with LocalHost() as host:
+            await MicroRunner(host, "kimi-node-01", cfg, events.append).run()
+
+    asyncio.run(run())
     events.append(PhaseEnd(time.time(), phase="micro"))
     path = tmp / "micro.jsonl"
     with RunWriter(path, host="kimi-node-01") as w:

@@ -34,7 +34,6 @@ from typing import Any, TextIO
 
 from kimitui.cleanup.consent import ConsentCallback, auto_consent, current_operator
 from kimitui.cleanup.executor import CleanupExecutor
-from kimitui.cleanup.host_clock import host_started
 from kimitui.cleanup.plan import Deadlines
 from kimitui.cleanup.prompt import terminal_consent
 from kimitui.cleanup.services import ServiceManager, ServiceNotFound, SimService
@@ -108,6 +107,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=0.25, help="telemetry sampling interval, s (default 0.25)")
     p.add_argument("--audit-log", type=Path, help="append-only audit log (default $XDG_DATA_HOME/kimitui/audit.log)")
     p.add_argument("--operator", help="who consents, for the audit log (default the current user)")
+    p.add_argument("--remote-python", metavar="PATH",
+                   help="the python (3.8 or newer) that runs kimitui's agent on an SSH host (default python3)")
     return p
 
 
@@ -235,16 +236,20 @@ async def _cleanup(args: argparse.Namespace) -> int:
     if args.dry_run and args.yes:
         raise UsageError("--dry-run and --yes together: a dry run consents to nothing")
 
-    async with open_target(args.host, accept_new_host_key=args.accept_new_host_key) as opened:
+    async with open_target(args.host, accept_new_host_key=args.accept_new_host_key,
+                           remote_python=args.remote_python) as opened:
         host = opened.host
         if service is not None:
             try:  # before any step, before the session: a service the host does not have is an error
                 found = await service.locate(host)
             except ServiceNotFound as exc:
                 raise UsageError(str(exc)) from None
-        started = await host_started(host)
-        consent, how = _consent(args, operator, started)
         session = new_session(opened, "cleanup")
+
+        def started(ticks: int | None) -> str:  # on the host's clock, as its latest sample gives it
+            return sample_started(session.state)(ticks)
+
+        consent, how = _consent(args, operator, started)
         session.subscribe(printer(args.json, sys.stdout, session, started))
         print(f"kimitui cleanup on {opened.label}: {how}", file=sys.stderr)
         if service is None:

@@ -9,6 +9,7 @@ consent, every signal guarded, every wait a poll with a deadline, every event pu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import signal as signal_mod
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from kimitui.core.events import (
     StepResult,
     Verification,
 )
-from kimitui.hosts.base import Host, HostError, ProcId
+from kimitui.hosts.base import Host, HostError, OutcomeUnknown, ProcId
 
 Publish = Callable[[Event], None]
 Key = tuple[int, int | None]
@@ -102,7 +103,7 @@ class CleanupExecutor:
             self.audit.record(event, self.host_name, self.operator)
         if isinstance(event, SignalSent):
             self.report.signals.append(event)
-            if event.outcome == "sent":
+            if event.outcome in ("sent", "unknown"):
                 self.last_signal_mono = self.clock.monotonic()
         elif isinstance(event, SignalOutcome):
             self.report.outcomes.append(event)
@@ -310,6 +311,8 @@ class CleanupExecutor:
             try:
                 res = await self.host.signal(ProcId(c.pid, c.start_time), int(sig))
                 outcome, detail = res.outcome, res.detail
+            except OutcomeUnknown as exc:  # never resent: the waits that follow look again instead
+                outcome, detail = "unknown", str(exc)
             except HostError as exc:
                 outcome, detail = "error", str(exc)
         self.emit(SignalSent(self.now(), step=confirmed.step, pid=c.pid, start_time=c.start_time, signal=name,
@@ -318,45 +321,58 @@ class CleanupExecutor:
 
     async def signal_all(self, confirmed: Confirmed, cands: list[Candidate],
                          sig: signal_mod.Signals) -> list[Candidate]:
-        """Signal each concurrently; returns those the signal reached."""
+        """Signal each concurrently; returns those the signal reached or may have reached (outcome unknown:
+        the channel dropped with the request in flight), which the wait then looks at again."""
         outcomes = await asyncio.gather(*(self.signal(confirmed, c, sig) for c in cands))
         self.acted()
-        return [c for c, o in zip(cands, outcomes, strict=True) if o == "sent"]
+        return [c for c, o in zip(cands, outcomes, strict=True) if o in ("sent", "unknown")]
 
     async def wait_gone(self, step: str, cands: list[Candidate], signame: str, timeout: float,
                         final: bool) -> list[Candidate]:
-        """Poll until each has exited (publishing its exit time) or the deadline; returns survivors,
-        reported as survived, or as stuck (with their /proc state) when ``final``."""
+        """Poll until each has exited (publishing its exit time) or the deadline; returns the rest, reported
+        as survived, or as stuck (with their /proc state) when ``final``. When the host could not be asked
+        (the channel dropped), it waits for the host to be back and looks again; those it still cannot see
+        are reported as unknown, never guessed."""
         start = self.clock.monotonic()
         left = {key(c): c for c in cands}
         poll = self.target.deadlines.poll_s
+        blind = False  # the last look failed: the host is out of reach
         while left:
-            try:
-                stats = await self.procs.stat([c.pid for c in left.values()])
-            except HostError:
-                stats = None
-            if stats is not None:
-                elapsed = round(self.clock.monotonic() - start, 4)
-                for k, c in list(left.items()):
-                    st = stats.get(c.pid)
-                    if st is None or st[0] != c.start_time or st[1] in ("Z", "X"):
-                        del left[k]
-                        self.emit(SignalOutcome(self.now(), step=step, pid=c.pid, start_time=c.start_time,
-                                                signal=signame, outcome="exited", elapsed_s=elapsed))
-                    else:
-                        c.state = st[1]
+            blind = not await self._look(step, left, signame, start)
             now = self.clock.monotonic()
             if not left or now - start >= timeout:
                 break
             await asyncio.sleep(min(poll, timeout - (now - start)))
+        if left and blind:  # once more, after the reconnect: an outcome is seen, not assumed
+            with contextlib.suppress(TimeoutError):
+                blind = not await asyncio.wait_for(self._look(step, left, signame, start),
+                                                   self.target.deadlines.reconnect_s)
         elapsed = round(self.clock.monotonic() - start, 4)
         for k, c in left.items():
-            outcome = "stuck" if final else "survived"
-            if final:
+            outcome = "unknown" if blind else "stuck" if final else "survived"
+            if outcome == "stuck":
                 self.stuck[k] = c.state or "?"
             self.emit(SignalOutcome(self.now(), step=step, pid=c.pid, start_time=c.start_time, signal=signame,
                                     outcome=outcome, elapsed_s=elapsed, state=c.state))  # type: ignore[arg-type]
         return list(left.values())
+
+    async def _look(self, step: str, left: dict[Key, Candidate], signame: str, start: float) -> bool:
+        """Stat what is left; those gone are published as exited and removed. False when the host could
+        not be asked."""
+        try:
+            stats = await self.procs.stat([c.pid for c in left.values()])
+        except HostError:
+            return False
+        elapsed = round(self.clock.monotonic() - start, 4)
+        for k, c in list(left.items()):
+            st = stats.get(c.pid)
+            if st is None or st[0] != c.start_time or st[1] in ("Z", "X"):
+                del left[k]
+                self.emit(SignalOutcome(self.now(), step=step, pid=c.pid, start_time=c.start_time,
+                                        signal=signame, outcome="exited", elapsed_s=elapsed))
+            else:
+                c.state = st[1]
+        return True
 
     async def terminate(self, confirmed: Confirmed) -> list[Candidate]:
         """SIGTERM, poll for the grace period, SIGKILL the survivors, poll; returns the stuck."""

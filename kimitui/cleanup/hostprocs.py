@@ -1,18 +1,10 @@
-"""The process table of a host, through the Host interface: in-process for the local machine, one
-``python3 -c`` of proctable's own source for any other host (so one exec per scan, never per process)."""
+"""The process table of a host, through its agent (``scan`` and ``stat`` requests on the one channel)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from kimitui.cleanup import proctable
-from kimitui.hosts.base import Host, HostError
-
-_SOURCE = Path(proctable.__file__).read_text()
+from kimitui.hosts.base import Host
 
 
 @dataclass(slots=True)
@@ -28,7 +20,7 @@ class ProcInfo:
 
 @dataclass(slots=True)
 class ProcScan:
-    """Every process of the host at one moment, and who scanned (its pid and ancestors)."""
+    """Every process of the host at one moment, and who scanned (the agent's pid and its ancestors)."""
 
     procs: dict[int, ProcInfo]
     self_pid: int
@@ -59,33 +51,17 @@ class ProcScan:
 
 
 def is_local(host: Host) -> bool:
-    from kimitui.hosts.local import LocalHost
-
-    return isinstance(host, LocalHost) or bool(getattr(host, "is_local", False))
+    return bool(getattr(host, "is_local", False))
 
 
 class HostProcs:
     """Scan and stat processes on one host."""
 
-    def __init__(self, host: Host, python: str | None = None) -> None:
+    def __init__(self, host: Host) -> None:
         self.host = host
-        self.local = is_local(host)
-        self.python = python or getattr(host, "python", None) or "python3"
-
-    async def _remote(self, args: list[str]) -> dict[str, Any]:
-        res = await self.host.run([self.python, "-c", _SOURCE, *args], timeout=30.0)
-        if not res.ok:
-            raise HostError(f"{self.host.name}: process scan failed (rc {res.rc}): {res.stderr.strip()[:200]}")
-        try:
-            data = json.loads(res.stdout)
-        except json.JSONDecodeError as exc:
-            raise HostError(f"{self.host.name}: process scan printed no JSON: {res.stdout[:120]!r}") from exc
-        if not isinstance(data, dict):
-            raise HostError(f"{self.host.name}: process scan printed {type(data).__name__}")
-        return data
 
     async def scan(self) -> ProcScan:
-        data = await (asyncio.to_thread(proctable.scan) if self.local else self._remote(["scan"]))
+        data = await self.host.scan_processes()
         procs = {
             int(p["pid"]): ProcInfo(int(p["pid"]), int(p["ppid"]), str(p["state"]), int(p["start"]),
                                     p.get("uid"), p.get("user"), str(p.get("cmdline") or ""))
@@ -96,10 +72,4 @@ class HostProcs:
 
     async def stat(self, pids: list[int]) -> dict[int, tuple[int, str]]:
         """{pid: (start time, state)} for those still present; zombies are reported with state Z."""
-        if not pids:
-            return {}
-        if self.local:
-            data = proctable.stat(pids)
-        else:
-            data = await self._remote(["stat", *map(str, pids)])
-        return {int(k): (int(v[0]), str(v[1])) for k, v in data.get("procs", {}).items()}
+        return await self.host.stat(pids)

@@ -64,6 +64,9 @@ class Deadlines:
     command_s: float = 90.0
     sample_s: float = 5.0
     poll_s: float = 0.02
+    reconnect_s: float = 30.0
+    """After the channel dropped with signals in flight: how long a step waits for the host to be back
+    to look again (re-scan) before it reports the outcome as unknown."""
 
 
 @dataclass(slots=True)

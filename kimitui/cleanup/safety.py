@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from kimitui.cleanup import proctable
+from kimitui.hosts.agent import ancestry
 
 
 @dataclass(slots=True)
@@ -34,7 +34,7 @@ class Candidate:
 def local_protected() -> set[int]:
     """This process and its ancestors on the machine kimitui runs on."""
     me = os.getpid()
-    return {me, *proctable.ancestors(me)}
+    return {me, *(a.pid for a in ancestry(me))}
 
 
 @dataclass(slots=True)

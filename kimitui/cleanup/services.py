@@ -6,14 +6,15 @@ unit, container, program, pidfile or process; the manager's tool missing) is ``S
 line naming what was looked for. One that exists but is stopped is found, with no processes and ``why``
 saying so.
 
-Every command is an argument list run through ``host.run`` (a remote host quotes it with shlex.join),
-so a name holding shell metacharacters reaches the tool as one literal argument and does nothing else.
+Every command is an argument list run by the host's agent (``host.run``: no shell anywhere), so a name
+holding shell metacharacters reaches the tool as one literal argument and does nothing else.
 """
 
 from __future__ import annotations
 
 import abc
 import json
+import shlex
 import signal
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -305,13 +306,19 @@ class PidService(ServiceManager):
         return None
 
     def start_argv(self) -> list[str] | None:
+        return list(self.start_cmd) if self.start_cmd else None
+
+    def start_action(self) -> str | None:
         if not self.start_cmd:
             return None
-        launcher = ("import subprocess,sys\n"
-                    "log=open(sys.argv[1],'ab')\n"
-                    "subprocess.Popen(sys.argv[2:],stdin=subprocess.DEVNULL,stdout=log,stderr=log,"
-                    "start_new_session=True)\n")
-        return ["python3", "-c", launcher, self.log_path, *self.start_cmd]
+        return f"start {shlex.join(self.start_cmd)} detached (output to {self.log_path})"
+
+    async def start(self, host: Host, timeout: float = 90.0) -> CommandResult:
+        """Start the command detached on the host (its own session, so it outlives the cleanup)."""
+        if not self.start_cmd:
+            return CommandResult(2, "", f"{self.label}: no start command given")
+        proc = await host.spawn(self.start_cmd, log=self.log_path)
+        return CommandResult(0, f"started pid {proc.pid}", "")
 
     async def _pid(self, host: Host) -> tuple[int | None, str | None]:
         """The main pid, or why there is none to look at (the missing line)."""

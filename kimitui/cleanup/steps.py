@@ -3,19 +3,17 @@ builds a preview, asks consent, acts only on what was confirmed, and reports a S
 
 from __future__ import annotations
 
-import asyncio
 import signal as signal_mod
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kimitui.cleanup.consent import OPTIONAL
-from kimitui.cleanup.hostprocs import is_local
 from kimitui.cleanup.plan import cuda_holders, gpus_in_scope, holder_reason, out_of_scope_reason, proc_gpus
 from kimitui.cleanup.safety import Candidate
 from kimitui.cleanup.services import PidService
 from kimitui.cleanup.waits import poll_until
 from kimitui.core.events import GpuVerdict, HostSample, StepPreview, StepResult, Verification
-from kimitui.hosts.base import HostError
+from kimitui.hosts.base import HostError, OutcomeUnknown
 
 if TYPE_CHECKING:
     from kimitui.cleanup.executor import CleanupExecutor
@@ -70,11 +68,14 @@ async def graceful(ex: CleanupExecutor) -> StepResult:
     if not confirmed.procs:
         return ex.result("graceful", "skipped", "nothing confirmed", started)
     d = ex.target.deadlines
-    failure = ""
+    failure = note = ""
     ex.acted()
     if isinstance(svc, PidService):
         main = left[0][0]
-        if await ex.signal(confirmed, main, signal_mod.SIGTERM) not in ("sent", "gone"):
+        outcome = await ex.signal(confirmed, main, signal_mod.SIGTERM)
+        if outcome == "unknown":
+            note = f"; SIGTERM to main pid {main.pid}: {LOST_NOTE}"
+        elif outcome not in ("sent", "gone"):
             failure = f"main pid {main.pid} not signalled"
     else:
         ex.last_signal_mono = ex.clock.monotonic()
@@ -82,6 +83,8 @@ async def graceful(ex: CleanupExecutor) -> StepResult:
             res = await svc.stop(ex.host, timeout=d.command_s)
             if not res.ok:
                 failure = f"stop failed (rc {res.rc}): {(res.stderr or res.stdout).strip()[:200]}"
+        except OutcomeUnknown:
+            note = f"; the stop command: {LOST_NOTE}"
         except HostError as exc:
             failure = f"stop failed: {exc}"
     watched = [c for c, _ in targets if (c.pid, c.start_time) in confirmed.procs]
@@ -89,8 +92,12 @@ async def graceful(ex: CleanupExecutor) -> StepResult:
     ex.acted()
     if failure:
         return ex.result("graceful", "failed", failure, started)
+    unseen = unknown_outcomes(ex, "graceful")
+    if unseen:
+        return ex.result("graceful", "failed", f"outcome unknown for pid {unseen}: the connection was lost and the "
+                         "host was not back in time to look again", started)
     reason = f"{len(survivors)} of {len(watched)} processes left" if survivors else "every service process exited"
-    return ex.result("graceful", "done", reason, started)
+    return ex.result("graceful", "done", reason + note, started)
 
 
 # --- b. process kill ----------------------------------------------------------------------------------
@@ -176,11 +183,25 @@ async def _ask_and_terminate(ex: CleanupExecutor, step: str, targets: list[tuple
         return ex.result(step, "declined", "operator declined", started)
     if not confirmed.procs:
         return ex.result(step, "skipped", "nothing confirmed", started)
-    stuck = await ex.terminate(confirmed)
+    stuck = [c for c in await ex.terminate(confirmed) if (c.pid, c.start_time) in ex.stuck]
+    unseen = unknown_outcomes(ex, step)
+    if unseen:
+        return ex.result(step, "failed", f"outcome unknown for pid {unseen}: the connection was lost and the host "
+                         "was not back in time to look again", started)
     if stuck:
         return ex.result(step, "failed", "stuck after SIGKILL: " + ", ".join(
             f"{c.pid} (state {c.state})" for c in stuck), started)
-    return ex.result(step, "done", f"{len(confirmed.procs)} {noun} ended", started)
+    lost = sum(1 for s in ex.report.signals if s.step == step and s.outcome == "unknown")
+    note = f"; {lost} signal{'s' if lost > 1 else ''}: {LOST_NOTE}" if lost else ""
+    return ex.result(step, "done", f"{len(confirmed.procs)} {noun} ended{note}", started)
+
+
+LOST_NOTE = "outcome unknown (the connection dropped with it in flight; not resent), looked again after the reconnect"
+
+
+def unknown_outcomes(ex: CleanupExecutor, step: str) -> str:
+    """The pids of this step whose outcome could not be seen, as a list for a reason ('' when none)."""
+    return ", ".join(str(o.pid) for o in ex.report.outcomes if o.step == step and o.outcome == "unknown")
 
 
 # --- d. verify ----------------------------------------------------------------------------------------
@@ -273,33 +294,13 @@ async def reset(ex: CleanupExecutor) -> StepResult:
 
 # --- f. restart ---------------------------------------------------------------------------------------
 
-HEALTH_SNIPPET = (
-    "import sys,urllib.request\n"
-    "try:\n"
-    " r=urllib.request.urlopen(sys.argv[1],timeout=2)\n"
-    " print(r.status)\n"
-    "except Exception as e:\n"
-    " print('down',type(e).__name__)\n"
-)
-
-
 async def health_ok(ex: CleanupExecutor, url: str) -> bool:
-    if is_local(ex.host):
-        import urllib.request
-
-        def get() -> bool:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    return 200 <= r.status < 300
-            except Exception:
-                return False
-
-        return await asyncio.to_thread(get)
+    """GET the health endpoint from the host itself (through its agent): 2xx is up."""
     try:
-        res = await ex.host.run(["python3", "-c", HEALTH_SNIPPET, url], timeout=10)
+        status = await ex.host.http_get(url, timeout=2.0)
     except HostError:
         return False
-    return res.stdout.strip().isdigit() and 200 <= int(res.stdout.strip()) < 300
+    return status is not None and 200 <= status < 300
 
 
 ALREADY_RUNNING = "already running"

@@ -148,7 +148,8 @@ class SignalSent(Event):
     pid: int = 0
     start_time: int | None = None
     signal: str = ""
-    outcome: Literal["sent", "gone", "mismatch", "refused", "error"] = "sent"
+    outcome: Literal["sent", "gone", "mismatch", "refused", "error", "unknown"] = "sent"
+    """unknown: the channel dropped with the request in flight (it was not resent)."""
     detail: str = ""
     cmdline: str = ""
 
@@ -160,7 +161,8 @@ class SignalOutcome(Event):
     pid: int = 0
     start_time: int | None = None
     signal: str = ""
-    outcome: Literal["exited", "survived", "stuck"] = "exited"
+    outcome: Literal["exited", "survived", "stuck", "unknown"] = "exited"
+    """unknown: the host could not be asked again (the channel dropped and did not come back in time)."""
     elapsed_s: float = 0.0
     state: str | None = None
 

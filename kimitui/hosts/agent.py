@@ -1,41 +1,84 @@
-"""kimitui's host agent: one self-contained sampler run by the GPU host's own python3.
+"""kimitui's host agent: the one program that runs on a GPU host, on the host's own python3 (3.8 to 3.13).
 
-Stdlib plus pynvml where present; it never imports kimitui, because its source is sent over the channel
-and exec()ed there (see BOOTSTRAP and agent_command below, which run on the caller's side only).
+Stdlib plus pynvml where present; it never imports kimitui, because its source is sent over the channel and
+run there through BOOTSTRAP (the caller side, at the top of this file, never runs on the host). Locally,
+kimitui imports this module for the few /proc helpers it shares with the host side (read_stat,
+start_time_of, ancestry, guarded_signal): /proc/PID/stat is parsed here and nowhere else.
 
-Output: one JSON line per message on stdout, ``t`` and ``type`` first:
-  {"t", "type": "hello", agent_pid, source, driver, python, gpus}          once, first
-  {"t", "type": "sample", host, seq, gpus, procs, agent_pid, source}     every interval (HostSample shape)
-  {"t", "type": "log", level, source, message}                            a warning (LogLine shape)
-  {"t", "type": "fatal", message}                                         no driver: then exit 3
-The agent exits as soon as its stdin closes (EOF): that pipe is its liveness channel.
+One channel: requests come in on stdin, everything goes out on stdout, one JSON object a line, ``t`` and
+``type`` first. The agent exits when its stdin closes (the caller is gone), ending its workers first.
 
-Sources: NVML (pynvml), else nvidia-smi --query-* CSV, else the simulated driver (--sim-dir DIR: gpus.json,
-holders/<pid>.json, load.json, leaked.json). Every GPU process is enriched from /proc, and /proc/*/fd + /proc/*/maps
-are scanned for the device files: mapped = CUDA context ("cuda"), open but not mapped = "handle".
-Runs on python3 >= 3.7 (no walrus, no dataclasses: exec() of dataclasses needs a real module).
+Out (stdout):
+  hello        {agent_pid, start_time, protocol, python, executable, host, user, uid, ancestors}   once, first;
+               ancestors: [[pid, start time, ppid, comm], ...] from the parent up to (not including) PID 1
+  fatal        {message}                    only from BOOTSTRAP: this python is too old (exit 5)
+  reply        {id, ok: true, result} or {id, ok: false, error, kind}          one per request, any order
+  sample       {host, seq, gpus, procs, agent_pid, source}       while a sample stream runs (HostSample shape)
+  log          {level, source, message}     a warning of the agent's (LogLine shape)
+  worker_line  {worker, data} (a JSON line of the worker's stdout) or {worker, text} (any other line)
+  worker_exit  {worker, returncode, cancelled, stderr_tail}   after the worker's last line
+
+In (stdin): {"id": N, "op": OP, ...fields}. Error kinds: bad_request, not_found, permission, timeout,
+nodriver, error. Ops (a request is answered once and never repeated by the caller):
+  ping           -                                       -> {agent_pid}
+  probe          SOURCE                                  -> {source, driver, gpus} (nodriver: the reasons)
+  sample         SOURCE, interval, scan_interval, count  -> as probe; samples follow until sample_stop
+  sample_stop    -                                       -> {stopped}
+  scan           -                      -> {self_pid, uid, user, ancestors, procs: [{pid, ppid, state,
+                                            start, uid, user, cmdline}]}
+  stat           pids                   -> {procs: {"PID": [start time, state]}} (gone pids left out)
+  read_file      path, max_bytes        -> {data (base64), size}
+  signal         pid, start_time, sig   -> {outcome: sent|gone|mismatch|refused|error, detail}; refused
+                                           for PID 1, kernel threads, the agent and its ancestors
+  run            argv, timeout, stdin (base64), env, cwd   -> {rc, stdout, stderr}; in its own process
+                                           group, killed on timeout (kind timeout); not_found if no such command
+  spawn          argv, log, env, cwd    -> {pid, start_time}: detached (own session), output to log
+  http_get       url, timeout           -> {status (int or null), error}
+  worker_start   source, args, env, python, cwd  -> {worker, pid, python}; the worker id is the request id
+  worker_cancel  worker, grace          -> {signalled}: SIGTERM to its group, SIGKILL after grace
+SOURCE fields: sim_dir, dev_prefix, proc_root, nvidia_smi, no_nvml (NVML, else nvidia-smi --query-* CSV,
+else the simulated driver of --sim-dir DIR: gpus.json, holders/<pid>.json, load.json, leaked.json). Every
+GPU process is enriched from /proc, and /proc/*/fd + /proc/*/maps are scanned for the device files:
+mapped = CUDA context ("cuda"), open but not mapped = "handle".
+
+Python 3.8 compatible (tests run it under 3.8 and the newest python on the machine; vermin and ruff's
+per-file target check it): no zip(strict=), no os.pidfd_open or signal.pidfd_send_signal without the
+syscall fallback, nothing imported at module level beyond what a local helper import can afford.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pwd
 import re
-import select
-import socket
-import subprocess
+import signal
 import sys
+import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing is not imported at run time: local helpers import this module, so it stays light
+if TYPE_CHECKING:
+    from typing import Any
 
 MIB = 1048576.0
-FATAL_EXIT = 3
+PROTOCOL = 2
+MIN_PYTHON = (3, 8)
+OLD_PYTHON_EXIT = 5
 
 # --- caller side: how the agent is started on a host (never runs there) -----------------------------
 
-BOOTSTRAP = (
+_BOOTSTRAP = (
     "import os,sys\n"
+    "v=sys.version_info\n"
+    "if v<(%d,%d):\n"
+    " import json\n"
+    " sys.stdout.write(json.dumps({'t':0,'type':'fatal','message':'python %%d.%%d.%%d at %%s is too old: "
+    "the kimitui agent needs python >= %d.%d'%%(v[0],v[1],v[2],sys.executable)})+'\\n')\n"
+    " sys.stdout.flush()\n"
+    " sys.exit(%d)\n"
     "def rd(n):\n"
     " b=b''\n"
     " while len(b)<n:\n"
@@ -46,11 +89,24 @@ BOOTSTRAP = (
     "h=b''\n"
     "while not h.endswith(b'\\n'):h+=rd(1)\n"
     "src=rd(int(h))\n"
+    "import types\n"
+    "m=types.ModuleType('__main__')\n"
+    "m.__dict__['__builtins__']=__builtins__\n"
+    "sys.modules['__main__']=m\n"
     "sys.argv=['kimitui-agent']+sys.argv[1:]\n"
-    "exec(compile(src,'kimitui-agent','exec'),{'__name__':'__main__','__builtins__':__builtins__})\n"
+    "exec(compile(src,'kimitui-agent','exec'),m.__dict__)\n"
 )
-"""Run as ``python3 -u -c BOOTSTRAP ARGS``: reads ``<length>\\n<source>`` from stdin (unbuffered, so no
-byte past the source is consumed), then runs it; the rest of stdin stays open as the liveness channel."""
+
+
+def bootstrap(min_python: tuple[int, int] = MIN_PYTHON) -> str:
+    """Run as ``python3 -u -c BOOTSTRAP ARGS``: checks the python's version first (in syntax any python
+    parses, so a too-old one says so in one line), reads ``<length>\\n<source>`` from stdin (unbuffered, so
+    no byte past the source is consumed), then runs the source as the __main__ module; the rest of stdin
+    is the request channel."""
+    return _BOOTSTRAP % (min_python[0], min_python[1], min_python[0], min_python[1], OLD_PYTHON_EXIT)
+
+
+BOOTSTRAP = bootstrap()
 
 
 def agent_source() -> bytes:
@@ -64,50 +120,163 @@ def agent_payload() -> bytes:
     return b"%d\n" % len(src) + src
 
 
-def agent_command(python: str = "python3", interval: float = 0.5, sim_dir: str | None = None,
-                  dev_prefix: str | None = None, proc_root: str | None = None,
-                  scan_interval: float | None = None, extra: tuple[str, ...] = ()) -> list[str]:
+def agent_command(python: str = "python3", extra: tuple[str, ...] = (),
+                  min_python: tuple[int, int] = MIN_PYTHON) -> list[str]:
     """The argv that starts the agent through the bootstrap; send agent_payload() on its stdin."""
-    argv = [python, "-u", "-c", BOOTSTRAP, "--interval", repr(float(interval))]
-    if sim_dir is not None:
-        argv += ["--sim-dir", sim_dir]
-    if dev_prefix is not None:
-        argv += ["--dev-prefix", dev_prefix]
-    if proc_root is not None:
-        argv += ["--proc-root", proc_root]
-    if scan_interval is not None:
-        argv += ["--scan-interval", repr(float(scan_interval))]
-    return argv + list(extra)
+    return [python, "-u", "-c", bootstrap(min_python), *extra]
 
 
-# --- /proc parsers ------------------------------------------------------------------------------------
+# --- /proc: the one parser of /proc/PID/stat ------------------------------------------------------
 
-def parse_stat(text: str) -> tuple[str, int, int]:
-    """(state, ppid, start_time) of /proc/PID/stat; comm may hold ')' so split at the last one."""
-    fields = text.rpartition(")")[2].split()
-    return fields[0], int(fields[1]), int(fields[19])
+ProcStat = namedtuple("ProcStat", "pid comm state ppid pgrp session start_time")
+"""/proc/PID/stat fields 1-6 and 22 (start time: clock ticks after boot; with the pid, a process's identity)."""
+
+
+def parse_stat(text: str) -> ProcStat:
+    """Parse /proc/PID/stat; the command name may hold spaces and ')', so split at the last ')'."""
+    head, _, rest = text.rpartition(")")
+    pid_s, _, comm = head.partition(" (")
+    f = rest.split()
+    return ProcStat(int(pid_s), comm, f[0], int(f[1]), int(f[2]), int(f[3]), int(f[19]))
+
+
+def read_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:
+    """The process's stat, or None when it is gone (zombies are returned, state Z)."""
+    try:
+        with open(f"{proc_root}/{pid}/stat") as fh:
+            return parse_stat(fh.read())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def start_time_of(pid: int, proc_root: str = "/proc") -> int | None:
+    """The start time of a live process; None when it is gone or a zombie."""
+    st = read_stat(pid, proc_root)
+    return None if st is None or st.state in ("Z", "X") else st.start_time
+
+
+def ancestry(pid: int, proc_root: str = "/proc") -> list[ProcStat]:
+    """The ancestors of PID, its parent first, up to (not including) PID 1."""
+    out: list[ProcStat] = []
+    seen = {pid}
+    st = read_stat(pid, proc_root)
+    while st is not None and st.ppid > 1 and st.ppid not in seen:
+        seen.add(st.ppid)
+        st = read_stat(st.ppid, proc_root)
+        if st is not None:
+            out.append(st)
+    return out
 
 
 class StatReader:
-    """/proc/PID/stat as (state, ppid, start_time), read at most once per sample (tick() starts one):
-    the sim driver's liveness check and the process details share the read."""
+    """/proc/PID/stat, read at most once per sample (tick() starts one): the sim driver's liveness check
+    and the process details share the read."""
 
     def __init__(self, proc_root: str = "/proc") -> None:
         self.root = proc_root
-        self.memo: dict[int, tuple[str, int, int] | None] = {}
+        self.memo: dict[int, ProcStat | None] = {}
 
     def tick(self) -> None:
         self.memo = {}
 
-    def get(self, pid: int) -> tuple[str, int, int] | None:
+    def get(self, pid: int) -> ProcStat | None:
         if pid not in self.memo:
-            try:
-                with open(f"{self.root}/{pid}/stat") as fh:
-                    self.memo[pid] = parse_stat(fh.read())
-            except (OSError, ValueError, IndexError):
-                self.memo[pid] = None
+            self.memo[pid] = read_stat(pid, self.root)
         return self.memo[pid]
 
+
+# --- the guarded signal: pidfd first, then the start-time check, then the signal through the pidfd -----
+
+_PIDFD_SYSCALLS = {"x86_64": (434, 424), "aarch64": (434, 424), "arm64": (434, 424), "armv7l": (434, 424),
+                   "ppc64le": (434, 424), "s390x": (434, 424), "riscv64": (434, 424)}
+"""(pidfd_open, pidfd_send_signal) numbers for pythons without os.pidfd_open (3.8): the same on every
+architecture of the unified syscall table (kernel >= 5.3)."""
+_libc: Any = None
+
+
+def _syscall(*args: int) -> int:
+    global _libc
+    import ctypes
+
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.syscall.restype = ctypes.c_long
+    res = _libc.syscall(*[ctypes.c_long(a) for a in args])
+    if res < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(res)
+
+
+def _pidfd_open(pid: int) -> int | None:
+    """A pidfd for PID, None when this kernel or python has none (then kill() after the check)."""
+    fn = getattr(os, "pidfd_open", None)
+    nums = _PIDFD_SYSCALLS.get(os.uname().machine)
+    try:
+        if fn is not None:
+            return int(fn(pid))
+        if nums is None:
+            return None
+        return _syscall(nums[0], pid, 0)
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            raise ProcessLookupError(errno.ESRCH, "No such process") from None
+        if exc.errno in (errno.ENOSYS, errno.EPERM):  # an old kernel, or a seccomp filter that forbids it
+            return None
+        raise
+
+
+def _pidfd_send_signal(fd: int, sig: int) -> None:
+    fn = getattr(signal, "pidfd_send_signal", None)
+    if fn is not None:
+        fn(fd, sig)
+        return
+    try:
+        _syscall(_PIDFD_SYSCALLS[os.uname().machine][1], fd, sig, 0, 0)
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            raise ProcessLookupError(errno.ESRCH, "No such process") from None
+        if exc.errno == errno.EPERM:
+            raise PermissionError(errno.EPERM, "Operation not permitted") from None
+        raise
+
+
+def guarded_signal(pid: int, start_time: int, sig: int, proc_root: str = "/proc") -> tuple[str, str]:
+    """Signal the process only if (pid, start time) still match: ("sent" | "gone" | "mismatch" | "error",
+    detail). The pidfd is opened before the check, so a pid reused between the check and the signal is
+    never hit; where there is no pidfd the check is made right before kill()."""
+    try:
+        fd = _pidfd_open(pid)
+    except ProcessLookupError:
+        return "gone", ""
+    except OSError as exc:
+        return "error", exc.strerror or str(exc)
+    try:
+        st = read_stat(pid, proc_root)
+        if st is None:
+            return "gone", ""
+        if st.state in ("Z", "X"):
+            return "gone", "zombie"
+        if st.start_time != start_time:
+            return "mismatch", f"start time {st.start_time}, expected {start_time}"
+        try:
+            if fd is not None:
+                _pidfd_send_signal(fd, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            return "gone", ""
+        except PermissionError:
+            return "error", "permission denied"
+        except OSError as exc:
+            return "error", exc.strerror or str(exc)
+        return "sent", ""
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+# --- /proc parsers ------------------------------------------------------------------------------------
 
 def parse_status_uid(text: str) -> int | None:
     for line in text.splitlines():
@@ -208,7 +377,7 @@ def _csv_rows(text: str, fields: list[str]) -> list[dict[str, str]]:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(fields) or cells[0] == fields[0] or not cells[0][:1].isdigit():
             continue  # a header line (with units) or anything else that is not a data row
-        rows.append(dict(zip(fields, cells, strict=False)))
+        rows.append(dict(zip(fields, cells)))  # lengths checked above
     return rows
 
 
@@ -357,6 +526,8 @@ class SmiSource:
         self.count = len(first)
 
     def _query(self, arg: str, raise_error: bool = False) -> str | None:
+        import subprocess
+
         try:
             res = subprocess.run([self.binary, arg, "--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, timeout=10, text=True)
@@ -436,7 +607,7 @@ class SimSource:
             st = self.stat.get(int(holder["pid"]))
         except (KeyError, ValueError, TypeError):
             return False
-        return st is not None and st[0] not in ("Z", "X") and st[2] == holder.get("start_time")
+        return st is not None and st.state not in ("Z", "X") and st.start_time == holder.get("start_time")
 
     def sample(self) -> tuple[list[dict[str, Any]], ProcMem]:
         self.stat.tick()  # fresh liveness every sample: memory is freed the moment a holder exits
@@ -545,7 +716,7 @@ class HolderScan:
         else:
             for pid in list(self.holders):
                 st = self.stat.get(pid)
-                if st is None or st[0] in ("Z", "X"):  # exited (a zombie holds no files)
+                if st is None or st.state in ("Z", "X"):  # exited (a zombie holds no files)
                     del self.holders[pid]
             for pid in named - self.named:
                 self._keep(pid, self.scan_pid(pid))
@@ -572,7 +743,7 @@ class ProcDetails:
         st = self.stat.get(pid)
         if st is None:
             return None
-        state, ppid, start = st
+        state, ppid, start = st.state, st.ppid, st.start_time
         key = (pid, start)
         info = self.static.get(key)
         if info is None:
@@ -822,6 +993,8 @@ def collect_topology(sim_dir: str | None = None, nvidia_smi: str = "nvidia-smi",
                     pass
         except Exception as exc:
             reasons.append("NVML: %s" % (str(exc) or type(exc).__name__))
+    import subprocess
+
     try:
         out = subprocess.run([nvidia_smi, "-q", "-x"], capture_output=True, timeout=30)
         if out.returncode == 0:
@@ -834,30 +1007,100 @@ def collect_topology(sim_dir: str | None = None, nvidia_smi: str = "nvidia-smi",
     return {"source": "none", "gpus": [], "links": [], "p2p": [], "errors": reasons}
 
 
-# --- the sampler loop ---------------------------------------------------------------------------------
+
+# --- the process table (scan and stat requests) -------------------------------------------------------
+
+_USERS: dict[int, str] = {}
+
+
+def user_name(uid: int | None) -> str | None:
+    if uid is None:
+        return None
+    if uid not in _USERS:
+        try:
+            _USERS[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            _USERS[uid] = str(uid)
+    return _USERS[uid]
+
+
+def _read_uid(pid: int, proc_root: str) -> int | None:
+    try:
+        with open(f"{proc_root}/{pid}/status") as fh:
+            return parse_status_uid(fh.read())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_cmdline(pid: int, proc_root: str) -> str:
+    try:
+        with open(f"{proc_root}/{pid}/cmdline", "rb") as fh:
+            return parse_cmdline(fh.read())
+    except OSError:
+        return ""
+
+
+def process_table(proc_root: str = "/proc") -> dict[str, Any]:
+    """Every process (pid, ppid, start, state, uid, user, cmdline), and who is scanning: this process and
+    its ancestors (over SSH: the session's sshd processes and the listening sshd)."""
+    me = os.getpid()
+    procs = []
+    for name in os.listdir(proc_root):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        st = read_stat(pid, proc_root)
+        if st is None:
+            continue
+        uid = _read_uid(pid, proc_root)
+        procs.append({"pid": pid, "ppid": st.ppid, "state": st.state, "start": st.start_time, "uid": uid,
+                      "user": user_name(uid), "cmdline": _read_cmdline(pid, proc_root)})
+    return {"self_pid": me, "uid": os.getuid(), "user": user_name(os.getuid()),
+            "ancestors": [a.pid for a in ancestry(me, proc_root)], "procs": procs}
+
+
+# --- GPU sources and the sampler -----------------------------------------------------------------------
 
 def _text(v: Any) -> str | None:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
 
 def _err(exc: BaseException) -> str:
-    return (f"{type(exc).__name__}: {exc}").strip().rstrip(":")
+    return " ".join((f"{type(exc).__name__}: {exc}").split()).rstrip(":")
+
+
+_OUT = threading.Lock()
 
 
 def emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+    """Write one line to the channel (whole, whatever thread writes)."""
+    line = json.dumps(obj, separators=(",", ":")) + "\n"
+    with _OUT:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def log(level: str, message: str) -> None:
     emit({"t": time.time(), "type": "log", "level": level, "source": "agent", "message": message})
 
 
-def open_source(args: Any) -> Any:
-    if args.sim_dir:
-        return SimSource(args.sim_dir, StatReader(args.proc_root))
+SOURCE_FIELDS = ("sim_dir", "dev_prefix", "proc_root", "nvidia_smi", "no_nvml")
+
+
+def source_config(req: dict[str, Any]) -> dict[str, Any]:
+    cfg = {"sim_dir": req.get("sim_dir"), "dev_prefix": req.get("dev_prefix"),
+           "proc_root": req.get("proc_root") or "/proc", "nvidia_smi": req.get("nvidia_smi") or "nvidia-smi",
+           "no_nvml": bool(req.get("no_nvml"))}
+    if cfg["dev_prefix"] is None:
+        cfg["dev_prefix"] = os.path.join(cfg["sim_dir"], "dev", "nvidia") if cfg["sim_dir"] else "/dev/nvidia"
+    return cfg
+
+
+def open_source(cfg: dict[str, Any]) -> Any:
+    if cfg["sim_dir"]:
+        return SimSource(cfg["sim_dir"], StatReader(cfg["proc_root"]))
     reasons = []
-    if not args.no_nvml:
+    if not cfg["no_nvml"]:
         try:
             src = NvmlSource()
             if src.handles:
@@ -868,22 +1111,48 @@ def open_source(args: Any) -> Any:
     else:
         reasons.append("NVML: disabled")
     try:
-        return SmiSource(args.nvidia_smi)
+        return SmiSource(cfg["nvidia_smi"])
     except NoDriver as exc:
         reasons.append(f"nvidia-smi: {exc}")
     raise NoDriver("no NVIDIA driver on this host ({})".format(", ".join(reasons)))
 
 
+def boot_time(proc_root: str = "/proc") -> float | None:
+    """When the host booted (unix seconds, ``btime`` of /proc/stat): with the clock tick rate it turns a
+    process's start (ticks after boot) into a time of day."""
+    try:
+        with open(os.path.join(proc_root, "stat")) as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def source_info(source: Any) -> dict[str, Any]:
+    gpus = len(getattr(source, "handles", None) or getattr(source, "spec", None) or []) or getattr(
+        source, "count", 0)
+    return {"source": source.name, "driver": source.driver, "gpus": gpus}
+
+
 class Sampler:
-    def __init__(self, source: Any, args: Any) -> None:
-        self.source, self.args = source, args
+    def __init__(self, source: Any, cfg: dict[str, Any], scan_interval: float) -> None:
+        self.source = source
+        import socket
+
         self.pid = os.getpid()
         self.skip = {self.pid}
         self.host = socket.gethostname()
-        self.stat = getattr(source, "stat", None) or StatReader(args.proc_root)
-        self.scan = HolderScan(args.proc_root, args.dev_prefix, self.skip, args.scan_interval, self.stat)
-        self.details = ProcDetails(args.proc_root, self.stat)
+        self.stat = getattr(source, "stat", None) or StatReader(cfg["proc_root"])
+        self.scan = HolderScan(cfg["proc_root"], cfg["dev_prefix"], self.skip, scan_interval, self.stat)
+        self.details = ProcDetails(cfg["proc_root"], self.stat)
         self.seq = 0
+        self.boot_time = boot_time(cfg["proc_root"])
+        try:
+            self.clock_ticks: int | None = int(os.sysconf("SC_CLK_TCK"))
+        except (ValueError, OSError, AttributeError):
+            self.clock_ticks = None
 
     def sample(self, now: float) -> dict[str, Any]:
         t = time.time()
@@ -895,77 +1164,507 @@ class Sampler:
             self.details.forget_except(self.scan.known)
         self.seq += 1
         return {"t": t, "type": "sample", "host": self.host, "seq": self.seq, "gpus": gpus, "procs": procs,
-                "agent_pid": self.pid, "source": self.source.name}
+                "agent_pid": self.pid, "source": self.source.name, "boot_time": self.boot_time,
+                "clock_ticks": self.clock_ticks}
+
+
+class SampleStream(threading.Thread):
+    """Samples on a deadline schedule (a late sample skips the missed ticks and keeps the phase)."""
+
+    def __init__(self, source: Any, cfg: dict[str, Any], interval: float, scan_interval: float,
+                 count: int = 0) -> None:
+        threading.Thread.__init__(self, name="sampler", daemon=True)
+        self.sampler = Sampler(source, cfg, scan_interval)
+        self.interval, self.count = interval, count
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        deadline = time.monotonic()
+        while not self.stop.is_set():
+            try:
+                sample = self.sampler.sample(time.monotonic())
+                if self.stop.is_set():
+                    return
+                emit(sample)
+            except (BrokenPipeError, ValueError):  # the channel is gone (ValueError: stdout closed)
+                return
+            except Exception as exc:  # one bad sample is a log line, not the end of the stream
+                log("error", f"sample failed: {_err(exc)}")
+            if self.count and self.sampler.seq >= self.count:
+                return
+            deadline += self.interval
+            now = time.monotonic()
+            if deadline < now:
+                deadline += ((now - deadline) // self.interval + 1) * self.interval
+            self.stop.wait(deadline - now if deadline > now else 0)
+
+
+# --- workers: python started from source sent over the channel, streamed back line by line --------------
+
+class Worker:
+    """One worker: its own session and process group; stdout JSON lines go out tagged with its id."""
+
+    TAIL = 8192
+
+    def __init__(self, wid: int, proc: Any, workdir: str) -> None:
+        self.id, self.proc, self.workdir = wid, proc, workdir
+        self.lock = threading.Lock()
+        self.reaped = False
+        self.cancelled = False
+        self.exited = threading.Event()
+        self.stderr = bytearray()
+
+    def start(self) -> None:
+        self.out_thread = threading.Thread(target=self._stdout, daemon=True)
+        self.err_thread = threading.Thread(target=self._stderr, daemon=True)
+        self.out_thread.start()
+        self.err_thread.start()
+        threading.Thread(target=self._wait, daemon=True).start()
+
+    def _stdout(self) -> None:
+        for raw in iter(self.proc.stdout.readline, b""):
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            msg: dict[str, Any] = {"t": time.time(), "type": "worker_line", "worker": self.id}
+            try:
+                msg["data"] = json.loads(text)
+            except ValueError:
+                msg["text"] = text
+            try:
+                emit(msg)
+            except (BrokenPipeError, ValueError):
+                pass
+
+    def _stderr(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.proc.stderr.fileno(), 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return
+            self.stderr.extend(chunk)
+            if len(self.stderr) > 4 * self.TAIL:
+                del self.stderr[: len(self.stderr) - self.TAIL]
+
+    def _wait(self) -> None:
+        pid = self.proc.pid
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: its group id is still ours
+        except ChildProcessError:
+            pass
+        with self.lock:
+            _killpg(pid, signal.SIGKILL)  # what is left in its group (a child it started) goes with it
+            rc = self.proc.wait()
+            self.reaped = True
+        self.exited.set()
+        self.out_thread.join(5.0)
+        self.err_thread.join(5.0)
+        tail = bytes(self.stderr[-self.TAIL:]).decode("utf-8", "replace") if rc != 0 else ""
+        import shutil
+
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        try:
+            emit({"t": time.time(), "type": "worker_exit", "worker": self.id, "returncode": rc,
+                  "cancelled": self.cancelled, "stderr_tail": tail})
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def signal_group(self, sig: int) -> bool:
+        """Signal its process group while the worker is not reaped (the group id cannot be reused then)."""
+        with self.lock:
+            if self.reaped:
+                return False
+            return _killpg(self.proc.pid, sig)
+
+    def cancel(self, grace: float) -> bool:
+        self.cancelled = True
+        sent = self.signal_group(signal.SIGTERM)
+
+        def escalate() -> None:
+            if not self.exited.wait(grace):
+                self.signal_group(signal.SIGKILL)
+
+        threading.Thread(target=escalate, daemon=True).start()
+        return sent
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+# --- requests ---------------------------------------------------------------------------------------------
+
+class RequestError(Exception):
+    def __init__(self, message: str, kind: str = "error") -> None:
+        Exception.__init__(self, message)
+        self.kind = kind
+
+
+def _argv(req: dict[str, Any]) -> list[str]:
+    argv = req.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise RequestError("argv must be a non-empty list of strings", "bad_request")
+    return argv
+
+
+def _env(extra: Any) -> dict[str, str]:
+    env = dict(os.environ)
+    if extra:
+        if not isinstance(extra, dict):
+            raise RequestError("env must be an object of strings", "bad_request")
+        env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
+class Agent:
+    SLOW = ("run", "http_get", "spawn", "topology")
+    """Requests answered on a thread of their own (they wait on something else); the rest in turn."""
+
+    def __init__(self, args: Any) -> None:
+        self.args = args
+        self.pid = os.getpid()
+        self.stream: SampleStream | None = None
+        self.sources: dict[tuple[Any, ...], Any] = {}
+        self.workers: dict[int, Worker] = {}
+        self.running: dict[int, Any] = {}  # run requests' processes, killed if the caller goes away
+        self.lock = threading.Lock()
+
+    def hello(self) -> dict[str, Any]:
+        import socket
+
+        st = read_stat(self.pid)
+        v = sys.version_info
+        return {"t": time.time(), "type": "hello", "agent_pid": self.pid,
+                "start_time": st.start_time if st else None, "protocol": PROTOCOL,
+                "python": f"{v[0]}.{v[1]}.{v[2]}", "executable": sys.executable,
+                "host": socket.gethostname(), "user": user_name(os.getuid()), "uid": os.getuid(),
+                "ancestors": [[a.pid, a.start_time, a.ppid, a.comm] for a in ancestry(self.pid)]}
+
+    # -- dispatch --
+
+    def handle(self, line: bytes) -> None:
+        try:
+            req = json.loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            log("warning", f"bad request line (not JSON): {line[:80]!r}")
+            return
+        if not isinstance(req, dict):
+            log("warning", f"bad request line (not an object): {line[:80]!r}")
+            return
+        op = req.get("op")
+        fn = getattr(self, f"op_{op}", None) if isinstance(op, str) and op.isidentifier() else None
+        if fn is None:
+            self.reply(req.get("id"), None, f"unknown op {op!r}", "bad_request")
+        elif op in self.SLOW:
+            threading.Thread(target=self.answer, args=(fn, req), daemon=True).start()
+        else:
+            self.answer(fn, req)
+
+    def answer(self, fn: Any, req: dict[str, Any]) -> None:
+        try:
+            result = fn(req)
+        except RequestError as exc:
+            self.reply(req.get("id"), None, str(exc), exc.kind)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.reply(req.get("id"), None, f"bad request: {_err(exc)}", "bad_request")
+        except Exception as exc:
+            self.reply(req.get("id"), None, _err(exc), "error")
+        else:
+            self.reply(req.get("id"), result)
+
+    def reply(self, rid: Any, result: Any, error: str | None = None, kind: str = "error") -> None:
+        msg: dict[str, Any] = {"t": time.time(), "type": "reply", "id": rid, "ok": error is None}
+        if error is None:
+            msg["result"] = result
+        else:
+            msg["error"], msg["kind"] = " ".join(error.split()), kind
+        try:
+            emit(msg)
+        except (BrokenPipeError, ValueError):
+            pass
+
+    # -- telemetry --
+
+    def _source(self, req: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        cfg = source_config(req)
+        key = tuple(cfg[k] for k in SOURCE_FIELDS)
+        source = self.sources.get(key)
+        if source is None or isinstance(source, SimSource):  # a sim driver is re-read from its files
+            try:
+                source = open_source(cfg)
+            except NoDriver as exc:
+                raise RequestError(str(exc), "nodriver") from None
+            self.sources[key] = source
+        return source, cfg
+
+    def op_ping(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"agent_pid": self.pid}
+
+    def op_topology(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The interconnect (``collect_topology``): NVML, else nvidia-smi -q -x, else modelled (sim_dir)."""
+        return collect_topology(sim_dir=req.get("sim_dir") or None,
+                                nvidia_smi=str(req.get("nvidia_smi") or "nvidia-smi"))
+
+    def op_probe(self, req: dict[str, Any]) -> dict[str, Any]:
+        return source_info(self._source(req)[0])
+
+    def op_sample(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.op_sample_stop(req)
+        source, cfg = self._source(req)
+        asked = float(req.get("interval") or 0.5)
+        if asked < 0.1:
+            log("warning", f"interval {asked:.3f}s below the 0.1s minimum: using 0.1s")
+        interval = max(0.1, asked)
+        scan = float(req.get("scan_interval") or 2.0)
+        self.stream = SampleStream(source, cfg, interval, scan, int(req.get("count") or 0))
+        info = source_info(source)
+        self.stream.start()
+        return info
+
+    def op_sample_stop(self, req: dict[str, Any]) -> dict[str, Any]:
+        stream, self.stream = self.stream, None
+        if stream is None:
+            return {"stopped": False}
+        stream.stop.set()
+        stream.join(10.0)
+        return {"stopped": True}
+
+    # -- processes --
+
+    def op_scan(self, req: dict[str, Any]) -> dict[str, Any]:
+        return process_table()
+
+    def op_stat(self, req: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for pid in req["pids"]:
+            st = read_stat(int(pid))
+            if st is not None:
+                out[str(int(pid))] = [st.start_time, st.state]
+        return {"procs": out}
+
+    def refusal(self, pid: int) -> str | None:
+        """Why the agent will not signal this pid, whatever the caller says."""
+        if pid < 1:
+            return "not a process id"
+        if pid == 1:
+            return "PID 1 (init)"
+        if pid == self.pid:
+            return "the agent itself"
+        if pid in {a.pid for a in ancestry(self.pid)}:
+            return "an ancestor of the agent (its session: the shell, sshd or kimitui)"
+        st = read_stat(pid)
+        if pid == 2 or (st is not None and st.ppid == 2):
+            return "kernel thread"
+        return None
+
+    def op_signal(self, req: dict[str, Any]) -> dict[str, Any]:
+        pid, start, sig = int(req["pid"]), int(req["start_time"]), int(req["sig"])
+        why = self.refusal(pid)
+        if why is not None:
+            return {"outcome": "refused", "detail": why}
+        outcome, detail = guarded_signal(pid, start, sig)
+        return {"outcome": outcome, "detail": detail}
+
+    def op_read_file(self, req: dict[str, Any]) -> dict[str, Any]:
+        import base64
+
+        path, limit = str(req["path"]), int(req.get("max_bytes") or 16 << 20)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(limit + 1)
+        except FileNotFoundError:
+            raise RequestError(f"no such file: {path}", "not_found") from None
+        except PermissionError:
+            raise RequestError(f"permission denied: {path}", "permission") from None
+        except OSError as exc:
+            raise RequestError(f"cannot read {path}: {exc.strerror or exc}", "error") from None
+        if len(data) > limit:
+            raise RequestError(f"{path} is larger than {limit} bytes", "too_large")
+        return {"data": base64.b64encode(data).decode("ascii"), "size": len(data)}
+
+    # -- commands --
+
+    def _popen(self, argv: list[str], **kw: Any) -> Any:
+        import subprocess
+
+        try:
+            return subprocess.Popen(argv, start_new_session=True, **kw)
+        except FileNotFoundError:
+            raise RequestError(f"command not found: {argv[0]}", "not_found") from None
+        except PermissionError:
+            raise RequestError(f"permission denied: {argv[0]}", "permission") from None
+        except OSError as exc:
+            raise RequestError(f"cannot start {argv[0]}: {exc.strerror or exc}", "error") from None
+
+    def op_run(self, req: dict[str, Any]) -> dict[str, Any]:
+        import base64
+        import subprocess
+
+        argv, timeout = _argv(req), float(req.get("timeout") or 30.0)
+        stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+        proc = self._popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(req.get("env")),
+                           cwd=req.get("cwd") or None)
+        with self.lock:
+            self.running[proc.pid] = proc
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _killpg(proc.pid, signal.SIGKILL)  # not reaped yet: the group id is still the command's
+            proc.communicate()
+            raise RequestError(f"{argv[0]} timed out after {timeout:.1f}s", "timeout") from None
+        finally:
+            with self.lock:
+                self.running.pop(proc.pid, None)
+        return {"rc": proc.returncode, "stdout": out.decode("utf-8", "replace"),
+                "stderr": err.decode("utf-8", "replace")}
+
+    def op_spawn(self, req: dict[str, Any]) -> dict[str, Any]:
+        import subprocess
+
+        argv, log_path = _argv(req), str(req.get("log") or os.devnull)
+        try:
+            out = open(log_path, "ab")  # noqa: SIM115 (closed below, once the child has its copy)
+        except OSError as exc:
+            raise RequestError(f"cannot open log {log_path}: {exc.strerror or exc}", "error") from None
+        with out:
+            proc = self._popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=_env(req.get("env")),
+                               cwd=req.get("cwd") or None)
+        start = start_time_of(proc.pid)
+        threading.Thread(target=proc.wait, daemon=True).start()  # reaped when it exits, never signalled
+        return {"pid": proc.pid, "start_time": start}
+
+    def op_http_get(self, req: dict[str, Any]) -> dict[str, Any]:
+        import urllib.error
+        import urllib.request
+
+        url, timeout = str(req["url"]), float(req.get("timeout") or 2.0)
+        if not url.startswith(("http://", "https://")):
+            raise RequestError(f"not an http(s) URL: {url}", "bad_request")
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                return {"status": r.status, "error": None}
+        except urllib.error.HTTPError as exc:
+            return {"status": exc.code, "error": None}
+        except Exception as exc:
+            return {"status": None, "error": _err(exc)}
+
+    # -- workers --
+
+    def op_worker_start(self, req: dict[str, Any]) -> dict[str, Any]:
+        import subprocess
+        import tempfile
+
+        wid, source = int(req["id"]), req["source"]
+        args = [str(a) for a in req.get("args") or []]
+        python = str(req.get("python") or sys.executable)
+        if not isinstance(source, str):
+            raise RequestError("source must be a string", "bad_request")
+        if wid in self.workers:
+            raise RequestError(f"worker {wid} exists", "bad_request")
+        workdir = tempfile.mkdtemp(prefix="kimitui-worker-")
+        path = os.path.join(workdir, "worker.py")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(source)
+        env = _env(req.get("env"))
+        env["PYTHONUNBUFFERED"] = "1"
+        try:
+            proc = self._popen([python, "-u", path, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=env, cwd=req.get("cwd") or None)
+        except RequestError as exc:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)
+            if exc.kind == "not_found":
+                raise RequestError(f"worker python not found: {python}", "not_found") from None
+            raise
+        worker = Worker(wid, proc, workdir)
+        self.workers[wid] = worker
+        worker.start()
+        return {"worker": wid, "pid": proc.pid, "python": python}
+
+    def op_worker_cancel(self, req: dict[str, Any]) -> dict[str, Any]:
+        worker = self.workers.get(int(req["worker"]))
+        if worker is None:
+            raise RequestError(f"no worker {req['worker']}", "not_found")
+        return {"signalled": worker.cancel(float(req.get("grace") if req.get("grace") is not None else 5.0))}
+
+    # -- the end --
+
+    def shutdown(self, grace: float = 3.0) -> None:
+        """The caller is gone: stop sampling, end every worker and running command (SIGTERM, then SIGKILL)."""
+        if self.stream is not None:
+            self.stream.stop.set()
+        live = [w for w in self.workers.values() if not w.exited.is_set()]
+        for w in live:
+            w.cancel(grace)
+        with self.lock:
+            running = list(self.running.values())
+        for proc in running:
+            if proc.poll() is None:
+                _killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + grace + 2.0
+        for w in live:
+            w.exited.wait(max(0.0, deadline - time.monotonic()))
 
 
 def parse_args(argv: list[str]) -> Any:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="kimitui-agent")
+    ap = argparse.ArgumentParser(prog="kimitui-agent", description="Answers requests on stdin (see the module "
+                                 "docstring); --sample starts a sample stream at once.")
+    ap.add_argument("--sample", action="store_true", help="stream samples from the start")
     ap.add_argument("--interval", type=float, default=0.5)
-    ap.add_argument("--dev-prefix", default=None)
-    ap.add_argument("--sim-dir", default=None)
-    ap.add_argument("--proc-root", default="/proc")
     ap.add_argument("--scan-interval", type=float, default=2.0, help="seconds between full fd/maps scans")
+    ap.add_argument("--count", type=int, default=0, help="stop after N samples (0: until stdin closes)")
+    ap.add_argument("--sim-dir", default=None)
+    ap.add_argument("--dev-prefix", default=None)
+    ap.add_argument("--proc-root", default="/proc")
     ap.add_argument("--nvidia-smi", default="nvidia-smi")
     ap.add_argument("--no-nvml", action="store_true")
-    ap.add_argument("--count", type=int, default=0, help="stop after N samples (0: until stdin closes)")
-    ap.add_argument("--probe", action="store_true", help="print hello (or fatal) and exit")
-    args = ap.parse_args(argv)
-    if args.dev_prefix is None:
-        args.dev_prefix = os.path.join(args.sim_dir, "dev", "nvidia") if args.sim_dir else "/dev/nvidia"
-    return args
+    return ap.parse_args(argv)
+
+
+def read_requests(agent: Agent) -> None:
+    """Until stdin closes: one request a line."""
+    buf = b""
+    while True:
+        try:
+            data = os.read(0, 65536)
+        except InterruptedError:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            return
+        buf += data
+        while b"\n" in buf:
+            line, _, buf = buf.partition(b"\n")
+            if line.strip():
+                agent.handle(line)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        source = open_source(args)
-    except NoDriver as exc:
-        emit({"t": time.time(), "type": "fatal", "message": str(exc)})
-        return FATAL_EXIT
-    gpus = len(getattr(source, "handles", None) or getattr(source, "spec", None) or []) or getattr(
-        source, "count", 0)
-    emit({"t": time.time(), "type": "hello", "agent_pid": os.getpid(), "source": source.name,
-          "driver": source.driver, "python": ".".join(map(str, sys.version_info[:3])), "gpus": gpus})
-    if args.probe:
+    agent = Agent(args)
+    emit(agent.hello())
+    if args.sample:
+        req = {"id": 0, "op": "sample", "interval": args.interval, "scan_interval": args.scan_interval,
+               "count": args.count, "sim_dir": args.sim_dir, "dev_prefix": args.dev_prefix,
+               "proc_root": args.proc_root, "nvidia_smi": args.nvidia_smi, "no_nvml": args.no_nvml}
+        agent.answer(agent.op_sample, req)
+    if args.count and agent.stream is not None:
+        agent.stream.join()  # --count N runs its N samples whatever stdin does
         return 0
-    if args.interval < 0.1:
-        log("warning", f"interval {args.interval:.3f}s below the 0.1s minimum: using 0.1s")
-        args.interval = 0.1
-    sampler = Sampler(source, args)
-    deadline = time.monotonic()
-    stdin_open = True
-    while True:
-        try:
-            emit(sampler.sample(time.monotonic()))
-        except BrokenPipeError:
-            return 0
-        except Exception as exc:  # one bad sample is a log line, not the end of the agent
-            log("error", f"sample failed: {_err(exc)}")
-        if args.count and sampler.seq >= args.count:
-            return 0
-        deadline += args.interval
-        now = time.monotonic()
-        if deadline < now:  # late (suspended, slow nvidia-smi): skip the missed ticks, keep the phase
-            deadline += ((now - deadline) // args.interval + 1) * args.interval
-        while True:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                break
-            if not stdin_open:
-                time.sleep(wait)
-                continue
-            ready = select.select([0], [], [], wait)[0]
-            if ready:
-                try:
-                    data = os.read(0, 65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    if not args.count:
-                        return 0  # stdin closed: the caller is gone
-                    stdin_open = False  # --count N runs its N samples whatever stdin does
+    try:
+        read_requests(agent)
+    finally:
+        agent.shutdown()
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,15 +1,26 @@
-"""The one interface every host offers: run a command, stream its lines, read a file, signal a process.
+"""The one interface every host offers, and the one program that serves it on the host.
 
-Commands are argument lists, never shell strings; a remote host quotes them with shlex.join. A process
-is named by (pid, start time) so a signal can never reach a process that reused the pid.
+A host is reached through a transport (``open_channel``: a local subprocess, an SSH channel) that starts
+the agent (kimitui/hosts/agent.py) on the host's own python; every operation after that is a request on
+that one channel (``AgentLink``): the sample stream, process scans, stats, file reads, guarded signals,
+commands, detached starts, HTTP probes and benchmark workers. Local, SSH and simulated hosts differ only
+in the transport.
+
+A process is named by (pid, start time) so a signal can never reach a process that reused the pid, and a
+signal request is never resent: when the channel drops with one in flight, it fails with OutcomeUnknown.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+import asyncio
+import base64
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from kimitui.hosts.link import AgentLink, Worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,35 +50,201 @@ class SignalResult:
     detail: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SessionProcess:
+    """An ancestor of the agent on the host: over SSH the session's shell and sshd processes, locally
+    kimitui itself and its parents. The agent refuses to signal these; the cleanup protects them too."""
+
+    pid: int
+    start_time: int
+    ppid: int
+    comm: str
+
+    @property
+    def proc_id(self) -> ProcId:
+        return ProcId(self.pid, self.start_time)
+
+
 class HostError(Exception):
-    """The host could not be reached or a command could not be started there (one clear line)."""
+    """The host could not be reached or a request failed there (one clear line)."""
+
+
+class HostFatal(HostError):
+    """Another attempt cannot fix this (host key, authentication, a name that does not resolve, no usable
+    python on the host): the host stops retrying and says it once."""
+
+
+class OutcomeUnknown(HostError):
+    """The channel dropped (or stopped answering) with this request in flight: it may or may not have been
+    carried out. It is never resent; the caller looks again (re-scans) once the host is back."""
+
+
+class RequestFailed(HostError):
+    """The agent answered the request with an error; ``kind`` is its class (bad_request, not_found,
+    permission, timeout, nodriver, too_large, error)."""
+
+    def __init__(self, message: str, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Channel(Protocol):
+    """The agent's stdin and stdout on the host (what a transport opens)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None:
+        """Wait until what was written can be sent; HostError when the channel is gone."""
+
+    async def readline(self) -> bytes:
+        """One line with its newline; b"" at the end; HostError when the transport fails."""
+
+    async def close(self) -> None:
+        """End of input for the agent (it ends its workers and exits), then the channel is closed."""
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        """The agent's exit status once it has exited (None if it has not within the timeout)."""
+
+    def stderr_tail(self) -> str: ...
+
+    def end_reason(self) -> str:
+        """Why the channel ended, in a few words (a dropped connection, the agent's exit)."""
+
+
+StateCallback = Callable[[str, str], None]
+Sleep = Callable[[float], Awaitable[None]]
+
+NO_LIMIT_S = 7 * 86400.0
+"""A command's time limit when the caller sets none."""
+BACKOFF: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
+"""Seconds before the 1st, 2nd, 3rd, ... attempt after failed ones (the last one repeats)."""
 
 
 class Host(abc.ABC):
-    """A GPU host. Every method is async and safe to call concurrently."""
+    """A GPU host. Every method is async and safe to call concurrently; they share one agent."""
 
     name: str = "host"
+    python: str = "python3"
+    """The interpreter that runs the agent on the host (``--remote-python``)."""
+    is_local: bool = False
+    backoff: Sequence[float] = BACKOFF
+    first_line_s: float = 30.0
+    """How long the agent may take to say hello (a slow login shell, a cold python)."""
+    _link: AgentLink | None = None
+    _sleep: Sleep | None = None
 
     @abc.abstractmethod
-    async def run(self, argv: list[str], *, timeout: float | None = 30.0,
-                  stdin: bytes | None = None) -> CommandResult:
-        """Run a command to completion and return its exit status and output."""
+    async def open_channel(self, argv: list[str]) -> Channel:
+        """Start ARGV on the host with its stdin and stdout as a channel: one attempt (HostFatal when
+        another cannot help, HostError otherwise; retries are the link's)."""
 
-    @abc.abstractmethod
-    def stream(self, argv: list[str], *, stdin: bytes | None = None) -> AsyncIterator[str]:
-        """Run a command and yield its stdout lines (without newline) as they come. ``stdin`` is written
-        first and the pipe is left open; closing the iterator (aclose) closes stdin and ends the command."""
+    @property
+    def link(self) -> AgentLink:
+        if self._link is None:
+            from kimitui.hosts.link import AgentLink
 
-    @abc.abstractmethod
+            self._link = AgentLink(self, sleep=self._sleep or asyncio.sleep)
+        return self._link
+
+    def on_state(self, callback: StateCallback) -> Callable[[], None]:
+        """Call ``callback(state, detail)`` on every change of the agent channel's state (connecting,
+        reconnecting, connected, lost, failed); returns an unsubscriber."""
+        return self.link.on_state(callback)
+
+    async def request(self, op: str, fields: dict[str, Any] | None = None, *, timeout: float = 30.0) -> Any:
+        """One agent request (see the agent's docstring for its ops and fields): its result; RequestFailed
+        when the agent says no, OutcomeUnknown when no answer can come, HostError when the host is out of
+        reach. ``timeout`` is how long to wait for the reply."""
+        return await self.link.request(op, fields or {}, timeout=timeout)
+
+    # --- the operations -----------------------------------------------------------------------------
+
+    async def run(self, argv: list[str], *, timeout: float | None = 30.0, stdin: bytes | None = None,
+                  env: dict[str, str] | None = None) -> CommandResult:
+        """Run a command (an argument list, never a shell string) to completion, in its own process group,
+        killed with its group on timeout (HostError; None: no limit)."""
+        if not argv:
+            raise ValueError("empty command")
+        limit = NO_LIMIT_S if timeout is None else timeout
+        fields: dict[str, Any] = {"argv": [str(a) for a in argv], "timeout": limit}
+        if stdin is not None:
+            fields["stdin"] = base64.b64encode(stdin).decode("ascii")
+        if env:
+            fields["env"] = env
+        try:
+            res = await self.request("run", fields, timeout=limit + 15.0)
+        except RequestFailed as exc:
+            raise HostError(f"{self.name}: {exc}") from None
+        return CommandResult(int(res["rc"]), res["stdout"], res["stderr"])
+
     async def read_file(self, path: str) -> bytes:
-        """A file's bytes; raises FileNotFoundError when absent."""
+        """A file's bytes; FileNotFoundError / PermissionError as for a local file."""
+        try:
+            res = await self.request("read_file", {"path": path})
+        except RequestFailed as exc:
+            if exc.kind == "not_found":
+                raise FileNotFoundError(2, "No such file or directory", path) from None
+            if exc.kind == "permission":
+                raise PermissionError(13, "Permission denied", path) from None
+            raise HostError(f"{self.name}: {exc}") from None
+        return base64.b64decode(res["data"])
 
-    @abc.abstractmethod
     async def signal(self, proc: ProcId, sig: int) -> SignalResult:
-        """Send ``sig`` to the process only if (pid, start time) still match, checked right before."""
+        """Send ``sig`` only if (pid, start time) still match, checked by the agent right before (through a
+        pidfd). At most once: OutcomeUnknown when the channel drops with the request in flight."""
+        res = await self.request("signal", {"pid": proc.pid, "start_time": proc.start_time, "sig": int(sig)},
+                                 timeout=15.0)
+        return SignalResult(res["outcome"], res.get("detail") or "")
 
-    async def close(self) -> None:  # noqa: B027 (optional hook)
-        """Release the connection and anything started on the host."""
+    async def scan_processes(self) -> dict[str, Any]:
+        """The whole process table and who scans it (the agent's scan reply)."""
+        return await self.request("scan")  # type: ignore[no-any-return]
+
+    async def stat(self, pids: list[int]) -> dict[int, tuple[int, str]]:
+        """{pid: (start time, state)} for those still present; zombies are reported with state Z."""
+        if not pids:
+            return {}
+        res = await self.request("stat", {"pids": [int(p) for p in pids]})
+        return {int(k): (int(v[0]), str(v[1])) for k, v in res["procs"].items()}
+
+    async def spawn(self, argv: list[str], *, log: str | None = None, env: dict[str, str] | None = None,
+                    cwd: str | None = None) -> ProcId:
+        """Start a command detached (its own session, output appended to ``log``), as a service is."""
+        try:
+            res = await self.request("spawn", {"argv": [str(a) for a in argv], "log": log, "env": env, "cwd": cwd})
+        except RequestFailed as exc:
+            raise HostError(f"{self.name}: {exc}") from None
+        return ProcId(int(res["pid"]), int(res["start_time"] or -1))
+
+    async def http_get(self, url: str, timeout: float = 2.0) -> int | None:
+        """The status of GET URL fetched on the host (a service's health endpoint), or None."""
+        res = await self.request("http_get", {"url": url, "timeout": timeout}, timeout=timeout + 15.0)
+        return res["status"] if isinstance(res["status"], int) else None
+
+    async def start_worker(self, source: bytes | str, args: Sequence[str] = (), env: dict[str, str] | None = None,
+                           python: str | None = None, cwd: str | None = None) -> Worker:
+        """Start a Python worker on the host from SOURCE (sent over the channel; nothing is read from the
+        host's disk). See ``kimitui.hosts.link.Worker`` for the whole contract::
+
+            worker = await host.start_worker(SOURCE, ["--shape", "7168x1024"], {"CUDA_VISIBLE_DEVICES": "0"},
+                                             python="/usr/bin/python3")
+            async for obj in worker.lines():   # each JSON line the worker prints on stdout
+                ...
+            rc = worker.returncode             # set once lines() ends (or: rc = await worker.wait())
+            await worker.cancel()              # SIGTERM to its process group, SIGKILL after a grace
+        """
+        return await self.link.start_worker(source, list(args), dict(env or {}), python, cwd)
+
+    async def session_pids(self) -> list[SessionProcess]:
+        """The agent's ancestors (over SSH: the session's shell and sshd processes, and the listening
+        sshd), nearest first. The agent refuses to signal them; the cleanup protects them too."""
+        hello = await self.link.connect()
+        return list(hello.ancestors)
+
+    async def close(self) -> None:
+        """End the agent (its workers with it) and release the transport."""
+        if self._link is not None:
+            await self._link.close()
 
     async def __aenter__(self) -> Host:
         return self

@@ -1,96 +1,100 @@
-"""The machine kimitui runs on, through asyncio subprocesses."""
+"""The machine kimitui runs on: the agent is a child process on this machine's python (or the one named)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal as signal_mod
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-from kimitui.hosts.base import CommandResult, Host, HostError, ProcId, SignalResult
-from kimitui.procfs import read_start_time
+from kimitui.hosts.base import Channel, Host, HostError, HostFatal
+
+STDERR_TAIL = 16384
+
+
+class ProcessChannel:
+    """A child process's stdin and stdout as the agent's channel; its stderr kept (the tail) for errors."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, name: str) -> None:
+        self.proc, self.name = proc, name
+        self._err = bytearray()
+        self._err_task = asyncio.create_task(self._drain_stderr())
+
+    async def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        with contextlib.suppress(Exception):
+            while chunk := await self.proc.stderr.read(65536):
+                self._err.extend(chunk)
+                if len(self._err) > 4 * STDERR_TAIL:
+                    del self._err[: len(self._err) - STDERR_TAIL]
+
+    def write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        if self.proc.stdin.is_closing():
+            raise HostError(f"{self.name}: the agent's input is closed")
+        self.proc.stdin.write(data)
+
+    async def drain(self) -> None:
+        assert self.proc.stdin is not None
+        try:
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise HostError(f"{self.name}: the agent is gone ({exc.__class__.__name__})") from None
+
+    async def readline(self) -> bytes:
+        assert self.proc.stdout is not None
+        try:
+            return await self.proc.stdout.readline()
+        except (ValueError, asyncio.LimitOverrunError) as exc:
+            raise HostError(f"{self.name}: agent line too long: {exc}") from None
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.proc.wait(), timeout)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._err_task), 1.0)
+        return self.proc.returncode
+
+    def stderr_tail(self) -> str:
+        return bytes(self._err[-STDERR_TAIL:]).decode(errors="replace")
+
+    def end_reason(self) -> str:
+        rc = self.proc.returncode
+        last = (self.stderr_tail().strip().splitlines() or [""])[-1]
+        what = "agent exited" + (f" (status {rc})" if rc is not None else "")
+        return f"{what}: {last}" if last else what
+
+    async def close(self) -> None:
+        """EOF on its stdin (the agent ends its workers and exits), a grace, then SIGKILL."""
+        stdin = self.proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 8.0)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+        self._err_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._err_task
 
 
 class LocalHost(Host):
+    is_local = True
+
     def __init__(self, name: str = "local", python: str | None = None) -> None:
         self.name = name
         self.python = python or sys.executable
 
-    async def run(self, argv: list[str], *, timeout: float | None = 30.0,
-                  stdin: bytes | None = None) -> CommandResult:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        except FileNotFoundError as exc:
-            raise HostError(f"{self.name}: command not found: {argv[0]}") from exc
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise HostError(f"{self.name}: {argv[0]} timed out after {timeout:.1f}s") from None
-        return CommandResult(proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))
-
-    async def stream(self, argv: list[str], *, stdin: bytes | None = None) -> AsyncIterator[str]:
+    async def open_channel(self, argv: list[str]) -> Channel:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL, limit=16 * 1024 * 1024,
-            )
-        except FileNotFoundError as exc:
-            raise HostError(f"{self.name}: command not found: {argv[0]}") from exc
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            if stdin:
-                proc.stdin.write(stdin)
-                await proc.stdin.drain()
-            while line := await proc.stdout.readline():
-                yield line.decode(errors="replace").rstrip("\n")
-        finally:
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.close()
-            try:
-                await asyncio.wait_for(proc.wait(), 2.0)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-
-    async def read_file(self, path: str) -> bytes:
-        return await asyncio.to_thread(Path(path).read_bytes)
-
-    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
-        return signal_local(proc, sig)
-
-
-def signal_local(proc: ProcId, sig: int) -> SignalResult:
-    """pidfd first, then the start-time check, then the signal through the pidfd."""
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except ProcessLookupError:
-        return SignalResult("gone")
-    except OSError as exc:
-        return SignalResult("error", exc.strerror or str(exc))
-    try:
-        start = read_start_time(proc.pid)
-        if start is None:
-            return SignalResult("gone")
-        if start != proc.start_time:
-            return SignalResult("mismatch", f"start time {start}, expected {proc.start_time}")
-        try:
-            signal_mod.pidfd_send_signal(fd, sig)
-        except ProcessLookupError:
-            return SignalResult("gone")
-        except PermissionError:
-            return SignalResult("error", "permission denied")
-        return SignalResult("sent")
-    finally:
-        os.close(fd)
+                stderr=asyncio.subprocess.PIPE, limit=64 * 1024 * 1024)
+        except (FileNotFoundError, PermissionError) as exc:
+            raise HostFatal(f"{self.name}: no {argv[0]} on the host ({exc.strerror}); the kimitui agent needs "
+                            "python >= 3.8: install one or name it with --remote-python PATH") from None
+        except OSError as exc:
+            raise HostError(f"{self.name}: cannot start {argv[0]}: {exc}") from None
+        return ProcessChannel(proc, self.name)

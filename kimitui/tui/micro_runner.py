@@ -66,7 +66,6 @@ class MicroController:
             self.app.notify("a micro run is in progress: x on the Micro tab cancels it", title="micro", timeout=5)
             return
         from kimitui.bench.micro.runner import MicroConfig, MicroRunner
-        from kimitui.bench.micro.workers import worker_host_for
 
         state = self.app.session.state
         sample = HostSample(state.sample_t, host=state.host, gpus=list(state.gpus.values()), procs=list(state.procs)) \
@@ -78,7 +77,7 @@ class MicroController:
         for key, value in self.defaults.items():
             setattr(cfg, key, value)
         self.cancel_event = asyncio.Event()
-        runner = MicroRunner(worker_host_for(live.host), live.label, cfg, self.app.session.publish, self.cancel_event)
+        runner = MicroRunner(live.host, live.label, cfg, self.app.session.publish, self.cancel_event)
         self.task_running = True
         self.app.action_show_view("micro")
 

@@ -1,6 +1,6 @@
 """Seconds since this process started, for the first-frame measurement (no psutil).
 
-On Linux the start is read from /proc/self/stat (field 22, clock ticks after boot) against
+On Linux the start is this process's start time (clock ticks after boot, read by the agent's helper) against
 /proc/uptime, so the time spent before Python imported anything counts too; elsewhere the clock
 starts when this module is imported.
 """
@@ -12,14 +12,15 @@ import time
 
 
 def _start_perf() -> float:
+    from kimitui.hosts.agent import start_time_of  # the one /proc/PID/stat parser
+
     now = time.perf_counter()
     try:
-        with open("/proc/self/stat", encoding="ascii") as fh:
-            stat = fh.read()
+        start_ticks = start_time_of(os.getpid())
         with open("/proc/uptime", encoding="ascii") as fh:
             uptime = float(fh.read().split()[0])
-        fields = stat[stat.rindex(")") + 2 :].split()
-        start_ticks = int(fields[19])  # field 22 overall; fields after "(comm) " start at field 3
+        if start_ticks is None:
+            return now
         age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
         return now - max(age, 0.0)
     except (OSError, ValueError, IndexError):

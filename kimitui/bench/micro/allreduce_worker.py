@@ -3,8 +3,8 @@
 Self-contained (stdlib + torch), sent to the host and run by ITS python3 (3.8+); imports nothing of
 kimitui. The launcher stays stdlib-only and forks the ranks before any of them imports torch (so no CUDA
 state is ever forked); they meet through a FileStore in a temporary folder. Cancel: SIGTERM to the
-launcher's process group ends every rank; the launcher also ends them when it is signalled alone, when
-a rank fails, and (with --exit-on-stdin-eof) when the caller goes away; each rank dies with the launcher
+launcher's process group ends every rank (the host program does, on cancel and when its caller goes away);
+the launcher also ends them when it is signalled alone or a rank fails; each rank dies with the launcher
 (PR_SET_PDEATHSIG).
 
 JSON lines on stdout (rank 0 reports; any rank reports its own error):
@@ -30,7 +30,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -400,7 +399,6 @@ def parse_args(argv: list) -> argparse.Namespace:
     ap.add_argument("--sim-dir")
     ap.add_argument("--sim-mib", type=int, default=1090)
     ap.add_argument("--pace", type=float, default=0.0)
-    ap.add_argument("--exit-on-stdin-eof", action="store_true")
     args = ap.parse_args(argv)
     ints = lambda text: [int(x) for x in text.split(",") if x.strip()]  # noqa: E731
     args.tokens, args.burst_tokens, args.modes = ints(args.tokens), ints(args.burst_tokens), \
@@ -428,16 +426,6 @@ def main(argv: list | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     launcher.start()
-    if args.exit_on_stdin_eof:
-        def watch() -> None:
-            try:
-                while os.read(0, 65536):
-                    pass
-            except OSError:
-                pass
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        threading.Thread(target=watch, name="stdin-eof", daemon=True).start()
     try:
         code = launcher.wait()
     finally:

@@ -176,7 +176,6 @@ async def _micro(args: argparse.Namespace) -> int:
     from kimitui.bench.micro.runner import MicroRunner
     from kimitui.bench.micro.shapes import load_config, shapes_for
     from kimitui.bench.micro.tables import TextPrinter
-    from kimitui.bench.micro.workers import worker_host_for
     from kimitui.core.events import (
         AllReduceRow,
         Event,
@@ -233,7 +232,7 @@ async def _micro(args: argparse.Namespace) -> int:
                     sample = await feed.latest(after=time.monotonic(), timeout=30.0)
                 except ViewTimeout as exc:
                     raise TargetError(f"{opened.host.name}: no telemetry: {exc}") from None
-            runner = MicroRunner(worker_host_for(opened.host), opened.host.name, cfg, session.publish, cancel)
+            runner = MicroRunner(opened.host, opened.host.name, cfg, session.publish, cancel)
             session.publish(PhaseStart(time.time(), phase="micro", title="GEMM and all-reduce micro benchmarks"
                                        + (" (simulated)" if cfg.modelled else "")))
             result = await runner.run(sample)

@@ -55,20 +55,6 @@ def log(level: str, message: str) -> None:
     emit("log", level=level, message=message)
 
 
-def exit_when_stdin_closes() -> None:
-    """The caller's liveness channel: when our stdin reaches EOF the caller is gone, so stop at once."""
-
-    def watch() -> None:
-        try:
-            while os.read(0, 65536):
-                pass
-        except OSError:
-            pass
-        os._exit(143)
-
-    threading.Thread(target=watch, name="stdin-eof", daemon=True).start()
-
-
 def hold_simulated_memory(sim_dir: str, gpus: list, mib: int) -> list:
     """On the simulated host: hold ``mib`` on each GPU the way its driver counts it (a holder record with
     our (pid, start time)) and map the device files the way a CUDA context does. Returns what to keep."""
@@ -665,14 +651,11 @@ def parse_args(argv: list) -> argparse.Namespace:
     ap.add_argument("--sim-dir", help="modelled: hold memory on the simulated host's GPU")
     ap.add_argument("--sim-mib", type=int, default=2860)
     ap.add_argument("--pace", type=float, default=0.0, help="modelled: seconds per row")
-    ap.add_argument("--exit-on-stdin-eof", action="store_true")
     return ap.parse_args(argv)
 
 
 def main(argv: list | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.exit_on_stdin_eof:
-        exit_when_stdin_closes()
     t0 = time.time()
     emit("hello", part="gemm", pid=os.getpid(), python=".".join(map(str, sys.version_info[:3])),
          simulated=bool(args.modelled))

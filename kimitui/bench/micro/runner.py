@@ -20,9 +20,8 @@ from typing import Any
 
 from kimitui.bench.micro import allreduce_worker, gemm_worker
 from kimitui.bench.micro.shapes import ShapePlan, load_config, shapes_for
-from kimitui.bench.micro.topology import parse_topology_line
-from kimitui.bench.micro.topology import worker_source as topology_source
-from kimitui.bench.micro.workers import WorkerProcess
+from kimitui.bench.micro.topology import parse_topology
+from kimitui.bench.micro.workers import WorkerHost, WorkerProcess
 from kimitui.core.events import (
     AllReduceRow,
     Event,
@@ -163,12 +162,16 @@ class LineState:
     rows: int = 0
 
 
-def parse_worker_line(line: str, run_id: str, part: str, st: LineState, t: float) -> Event | None:
-    """One JSON line of a worker as an event (None for hello / done); a bad line is a warning, never lost."""
-    if not line.strip():
+def parse_worker_line(line: Any, run_id: str, part: str, st: LineState, t: float) -> Event | None:
+    """One line of a worker (its JSON text, or the value the host program already parsed; a line that was
+    no JSON arrives as ``{"text": ...}``) as an event (None for hello / done); a bad line is a warning, never
+    lost."""
+    if isinstance(line, dict) and set(line) == {"text"}:
+        line = str(line["text"])
+    if isinstance(line, str) and not line.strip():
         return None
     try:
-        data = json.loads(line)
+        data = json.loads(line) if isinstance(line, str) else line
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         kind = data.get("type")
@@ -200,7 +203,7 @@ def parse_worker_line(line: str, run_id: str, part: str, st: LineState, t: float
             return LogLine(t, "error", f"micro.{part}", str(data.get("message", "")))
         raise ValueError(f"unknown line type {kind!r}")
     except (ValueError, TypeError) as exc:
-        return LogLine(t, "warning", f"micro.{part}", f"bad worker line ({exc}): {line[:120]!r}")
+        return LogLine(t, "warning", f"micro.{part}", f"bad worker line ({exc}): {str(line)[:120]!r}")
 
 
 # --- the run -------------------------------------------------------------------------------------------
@@ -210,9 +213,9 @@ class MicroRunner:
     """One micro run on one host. ``cancel`` (an asyncio.Event) stops the worker in hand, kills its ranks,
     and ends the run (parts not started are cancelled too)."""
 
-    def __init__(self, workers: Any, host_name: str, cfg: MicroConfig, publish: Publish,
+    def __init__(self, host: WorkerHost, host_name: str, cfg: MicroConfig, publish: Publish,
                  cancel: asyncio.Event | None = None, clock: Callable[[], float] = time.time) -> None:
-        self.workers = workers
+        self.host = host
         self.host_name = host_name
         self.cfg = cfg
         self.publish = publish
@@ -263,8 +266,6 @@ class MicroRunner:
             out += ["--modelled", cfg.modelled, "--pace", repr(cfg.pace_s)]
             if cfg.sim_dir:
                 out += ["--sim-dir", cfg.sim_dir]
-        if getattr(self.workers, "stdin_liveness", False):
-            out.append("--exit-on-stdin-eof")
         return out
 
     def totals(self, plan: ShapePlan, scope: list[int]) -> dict[str, int]:
@@ -341,23 +342,13 @@ class MicroRunner:
         return end
 
     async def _topology(self) -> None:
-        args = ["--sim-dir", self.cfg.sim_dir] if self.cfg.sim_dir else []
-        lines: list[str] = []
+        fields = {"sim_dir": self.cfg.sim_dir} if self.cfg.sim_dir else {}
         try:
-            worker = await self.workers.start_worker(topology_source(), args, {}, self.cfg.python)
-            async with contextlib.aclosing(worker.lines()) as it:
-                async for line in it:
-                    lines.append(line)
+            data = await self.host.request("topology", fields, timeout=60.0)
         except Exception as exc:  # the topology is context, not a reason to stop the benchmarks
             self.publish(LogLine(self.clock(), "warning", "topology", f"topology not read: {exc}"))
             return
-        line = next((x for x in lines if x.lstrip().startswith("{")), "")
-        if not line:
-            tail = getattr(worker, "stderr_tail", "").strip().splitlines()
-            self.publish(LogLine(self.clock(), "warning", "topology", "topology worker printed nothing"
-                                 + (f": {tail[-1]}" if tail else "")))
-            return
-        topo = parse_topology_line(line, self.host_name, self.clock(), simulated=bool(self.cfg.modelled))
+        topo = parse_topology(data, self.host_name, self.clock(), simulated=bool(self.cfg.modelled))
         if self.cfg.cpu and not topo.gpus:
             topo.summary = "CPU path: no GPUs (gloo over shared memory)"
         self.result.topology = topo
@@ -368,7 +359,7 @@ class MicroRunner:
         st = LineState()
         env = {"PYTHONWARNINGS": "ignore", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
         try:
-            worker = await self.workers.start_worker(source, argv, env, self.cfg.python)
+            worker = await self.host.start_worker(source, argv, env, self.cfg.python)
         except Exception as exc:
             self._end(part, "failed", f"could not start the worker: {exc}", time.monotonic() - t0)
             return

@@ -1,57 +1,19 @@
-"""The interconnect on the caller's side: the topology worker's source (the agent's ``# --- topology ---``
-section, sent alone), and its JSON turned into a ``Topology`` event with a one-line summary ("8 x PCIe Gen5
-x16, no NVLink, P2P OK") and the link's bandwidth per direction, which the all-reduce view draws as the
-limit beside the measured busbw."""
+"""The interconnect on the caller's side: the agent's ``topology`` answer (its ``# --- topology ---``
+section: NVML, else nvidia-smi -q -x, else modelled on the simulated host) turned into a ``Topology``
+event with a one-line summary ("8 x PCIe Gen5 x16, no NVLink, P2P OK") and the link's bandwidth per
+direction, which the all-reduce view draws as the limit beside the measured busbw."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from kimitui.core.events import TopoGpu, Topology
 
-SECTION_START = "# --- topology "
-SECTION_END = "# --- the sampler loop "
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
 """Per link, per direction (NVLink 4 on Hopper: 18 links x 25 GB/s = 450 GB/s)."""
 PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 """Per lane, per direction, after line encoding (Gen5 x16: 63 GB/s)."""
-
-_WORKER_MAIN = '''
-
-def _topology_main():
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="kimitui-topology")
-    ap.add_argument("--sim-dir")
-    ap.add_argument("--nvidia-smi", default="nvidia-smi")
-    args = ap.parse_args(sys.argv[1:])
-    topo = collect_topology(args.sim_dir, args.nvidia_smi)
-    sys.stdout.write(json.dumps(dict({"type": "topology"}, **topo), separators=(",", ":")) + "\\n")
-    sys.stdout.flush()
-    return 0
-
-
-sys.exit(_topology_main())
-'''
-
-
-def agent_section() -> str:
-    """The agent's topology section: functions only, self-contained (stdlib, pynvml where present)."""
-    text = (Path(__file__).resolve().parents[2] / "hosts" / "agent.py").read_text()
-    start = text.index(SECTION_START)
-    return text[start:text.index(SECTION_END, start)]
-
-
-def worker_source() -> bytes:
-    """A worker program that prints the host's topology as one JSON line (until the host program answers
-    a topology request itself)."""
-    head = "from __future__ import annotations\n\nimport json\nimport os\nimport subprocess\nimport sys\n" \
-           "from typing import Any\n\n"
-    return (head + agent_section() + _WORKER_MAIN).encode()
-
 
 def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
@@ -139,14 +101,6 @@ def parse_topology(data: Any, host: str, t: float, simulated: bool = False) -> T
     return Topology(t, host=host, source=source, gpus=gpus, links=links_m, p2p=p2p,
                     summary=summarize(gpus, links_m, p2p, kind, gbps), link_kind=kind, link_gbps=gbps,
                     simulated=simulated or source == "modelled", errors=errors)
-
-
-def parse_topology_line(line: str, host: str, t: float, simulated: bool = False) -> Topology:
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return Topology(t, host=host, source="none", errors=[f"topology: not JSON ({exc.msg})"])
-    return parse_topology(data, host, t, simulated)
 
 
 def format_topology(topo: Topology) -> str:

@@ -17,6 +17,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 
+from kimitui.hosts.agent import start_time_of
 from kimitui.hosts.sim.layout import DEV_FILE_BYTES, SimLayout, write_atomic
 
 _PR_SET_NAME = 15
@@ -25,8 +26,9 @@ _PR_SET_PDEATHSIG = 1
 
 def own_start_time() -> int:
     """This process's start time in clock ticks after boot (/proc/self/stat field 22)."""
-    with open("/proc/self/stat") as fh:
-        return int(fh.read().rpartition(")")[2].split()[19])
+    start = start_time_of(os.getpid())
+    assert start is not None
+    return start
 
 
 @dataclass

@@ -23,8 +23,10 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from kimitui.hosts.agent import guarded_signal
+from kimitui.hosts.agent import start_time_of as read_start_time
 from kimitui.hosts.base import HostError, ProcId
-from kimitui.hosts.local import LocalHost, signal_local
+from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.layout import (
     DEFAULT_GPU_NAME,
@@ -39,7 +41,6 @@ from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_t
 from kimitui.hosts.sim.service import DEFAULT_WORKER_MEM_MIB, STUCK_RANKS_ENV
 from kimitui.hosts.sim.teardown import alive, kill_everything, session_members
 from kimitui.hosts.sim.watchdog import OWNER_ENV
-from kimitui.procfs import read_start_time
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[3])
 """The folder holding the kimitui package: the simulated processes import it from there."""
@@ -198,7 +199,7 @@ class SimHost(LocalHost):
         if proc is None:
             raise HostError(f"{self.name}: no service to stop")
         start = time.monotonic()
-        signal_local(proc, signal.SIGTERM)
+        guarded_signal(proc.pid, proc.start_time, signal.SIGTERM)
         deadline = start + timeout
         while alive(proc):
             self._reap()

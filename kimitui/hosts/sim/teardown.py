@@ -3,7 +3,7 @@
 Every process the sim starts leads its own session (the service: API server and workers; the monitor;
 the stray holder), and orphans keep their session when re-parented, so a /proc scan by session id finds
 them all. A session id is not reused while any member lives, and each kill goes through
-``signal_local`` with the (pid, start time) read in the same scan.
+the agent's ``guarded_signal`` with the (pid, start time) read in the same scan.
 """
 
 from __future__ import annotations
@@ -14,17 +14,8 @@ import signal
 import time
 from collections.abc import Iterable
 
+from kimitui.hosts.agent import guarded_signal, read_stat, start_time_of
 from kimitui.hosts.base import ProcId
-from kimitui.hosts.local import signal_local
-from kimitui.procfs import read_start_time
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
 
 
 def session_members(sessions: Iterable[int]) -> list[ProcId]:
@@ -36,16 +27,16 @@ def session_members(sessions: Iterable[int]) -> list[ProcId]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        fields = _stat_fields(int(entry))
-        if fields is None or fields[0] == "Z":
+        st = read_stat(int(entry))
+        if st is None or st.state in ("Z", "X"):
             continue
-        if int(fields[3]) in wanted:
-            found.append(ProcId(int(entry), int(fields[19])))
+        if st.session in wanted:
+            found.append(ProcId(st.pid, st.start_time))
     return found
 
 
 def alive(proc: ProcId) -> bool:
-    return read_start_time(proc.pid) == proc.start_time
+    return start_time_of(proc.pid) == proc.start_time
 
 
 async def kill_everything(sessions: Iterable[int], procs: Iterable[ProcId], *, timeout: float = 10.0,
@@ -62,5 +53,5 @@ async def kill_everything(sessions: Iterable[int], procs: Iterable[ProcId], *, t
         if time.monotonic() >= deadline:
             return sorted(targets, key=lambda p: p.pid)
         for proc in targets:
-            signal_local(proc, signal.SIGKILL)
+            guarded_signal(proc.pid, proc.start_time, signal.SIGKILL)
         await asyncio.sleep(poll_s)

@@ -9,16 +9,9 @@ from __future__ import annotations
 
 import os
 
+from kimitui.hosts.agent import start_time_of
+
 OWNER_ENV = "KIMITUI_SIM_OWNER"
-
-
-def _start_time(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rpartition(")")[2].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
 
 
 def owner_from_env() -> tuple[int, int] | None:
@@ -31,4 +24,4 @@ def owner_from_env() -> tuple[int, int] | None:
 
 def owner_alive(owner: tuple[int, int] | None) -> bool:
     """True when there is no owner to watch, or it still runs with the recorded start time."""
-    return owner is None or _start_time(owner[0]) == owner[1]
+    return owner is None or start_time_of(owner[0]) == owner[1]

@@ -1,0 +1,477 @@
+"""One agent per host, on one channel: requests with ids and their replies, the sample stream, workers.
+
+``AgentLink`` starts the agent through the host's transport (``Host.open_channel``), reads its hello,
+then demultiplexes what it writes: replies go to the request waiting on that id, samples and log lines to
+the subscribers (telemetry), worker lines to their ``Worker``. It is the one place that retries: each
+``connect()`` makes one attempt, after the backoff wait when the previous one failed; a failure another
+attempt cannot fix (HostFatal: host key, authentication, a name that does not resolve, no usable python)
+is remembered and repeated at once, never retried.
+
+When the channel drops, every request in flight fails with OutcomeUnknown (nothing is resent), the
+subscribers get a ``Lost`` item, and live workers end with WorkerLost; the next request or ``connect()``
+starts a new agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimitui.hosts.agent import MIN_PYTHON, agent_command, agent_payload
+from kimitui.hosts.base import (
+    Channel,
+    Host,
+    HostError,
+    HostFatal,
+    OutcomeUnknown,
+    RequestFailed,
+    SessionProcess,
+    Sleep,
+    StateCallback,
+)
+
+NEEDED = f"python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}"
+QUICK_DEATH_S = 5.0
+"""A channel that dies sooner than this after its hello counts as a failed attempt (backoff applies)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentHello:
+    pid: int
+    start_time: int | None
+    python: str
+    executable: str
+    host: str
+    user: str | None
+    ancestors: list[SessionProcess]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AgentHello:
+        return cls(int(d["agent_pid"]), d.get("start_time"), str(d.get("python", "")), str(d.get("executable", "")),
+                   str(d.get("host", "")), d.get("user"),
+                   [SessionProcess(int(a[0]), int(a[1]), int(a[2]), str(a[3])) for a in d.get("ancestors") or []])
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """What a subscriber's queue gets when the channel drops."""
+
+    reason: str
+
+
+class WorkerLost(OutcomeUnknown):
+    """The channel dropped while the worker ran: the agent ends its workers when its channel closes, but
+    what the worker did last is unknown."""
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _line_type(line: bytes) -> str:
+    """The ``type`` of an agent line, read without parsing it (every line starts {"t":...,"type":"X")."""
+    i = line.find(b'"type":"', 0, 64)
+    if i < 0:
+        return ""
+    j = line.find(b'"', i + 8, i + 40)
+    return line[i + 8:j].decode("ascii", "replace") if j > 0 else ""
+
+
+class Worker:
+    """A Python worker the agent runs on the host (``Host.start_worker``).
+
+    The contract (what the micro benchmarks code against):
+
+    - The SOURCE is sent over the channel and written by the agent to a private temporary file, run as
+      ``PYTHON -u FILE ARGS...`` (so it is a real ``__main__`` module: dataclasses and multiprocessing
+      "spawn" work) with the agent's environment plus ENV and PYTHONUNBUFFERED=1, in a session and process
+      group of its own, stdin from /dev/null. PYTHON defaults to the agent's interpreter; name the host's
+      python3 that has torch when it differs. A PYTHON that does not exist: HostError at start.
+    - ``lines()`` yields, in order, each line the worker writes on stdout: a line that parses as JSON as
+      that value (normally a dict), any other line as ``{"text": LINE}``. It ends after the worker's last
+      line, when it has exited: then ``returncode`` is set (negative: killed by that signal) and
+      ``stderr_tail`` holds the end of its stderr when it exited non-zero. Each line is yielded once (a
+      second ``lines()`` goes on where the first stopped).
+    - ``wait()`` returns the exit status (lines not consumed are kept for ``lines()``).
+    - ``cancel(grace)`` sends SIGTERM to the worker's process group, SIGKILL to it after ``grace`` seconds
+      if the worker is still there, and returns the exit status (``cancelled`` is then True).
+    - When the worker exits, whatever is left in its process group is killed; when the agent's channel
+      closes (kimitui exits or the connection drops) the agent ends every worker the same way.
+    - When the channel drops while it runs, ``lines()``, ``wait()`` and ``cancel()`` raise WorkerLost
+      (a HostError): its outcome is unknown and ``returncode`` stays None.
+    """
+
+    def __init__(self, link: AgentLink, wid: int) -> None:
+        self.link = link
+        self.id = wid
+        self.pid: int | None = None
+        self.python: str | None = None
+        self.returncode: int | None = None
+        self.cancelled = False
+        self.stderr_tail = ""
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._ended = False
+        self._done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def _line(self, msg: dict[str, Any]) -> None:
+        self._queue.put_nowait(msg["data"] if "data" in msg else {"text": msg.get("text", "")})
+
+    def _exit(self, msg: dict[str, Any]) -> None:
+        self.returncode = int(msg.get("returncode", -1))
+        self.cancelled = bool(msg.get("cancelled"))
+        self.stderr_tail = str(msg.get("stderr_tail") or "")
+        self._queue.put_nowait(_END)
+        if not self._done.done():
+            self._done.set_result(self.returncode)
+
+    def _lost(self, reason: str) -> None:
+        err = WorkerLost(f"{self.link.host.name}: worker {self.id} (pid {self.pid}): {reason}; its outcome is "
+                         "unknown (the agent ends its workers when its channel closes)")
+        self._queue.put_nowait(err)
+        if not self._done.done():
+            self._done.set_exception(err)
+            self._done.exception()  # retrieved here: a worker nobody waits on is not an error
+
+    async def lines(self) -> AsyncIterator[Any]:
+        while not self._ended:
+            item = await self._queue.get()
+            if item is _END:
+                self._ended = True
+                return
+            if isinstance(item, WorkerLost):
+                self._queue.put_nowait(item)  # a later call raises it too
+                raise item
+            yield item
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._done)
+
+    async def cancel(self, grace: float = 5.0) -> int:
+        if not self._done.done():
+            try:
+                await self.link.request("worker_cancel", {"worker": self.id, "grace": grace}, timeout=15.0)
+            except RequestFailed:
+                pass  # it exited meanwhile: its exit is on the way
+        return await asyncio.wait_for(self.wait(), grace + 15.0)
+
+
+_END = object()
+
+
+@dataclass
+class _Pending:
+    op: str
+    future: asyncio.Future[dict[str, Any]]
+
+
+@dataclass
+class _Up:
+    channel: Channel
+    hello: AgentHello
+    reader: asyncio.Task[None] | None = None
+    since: float = field(default_factory=time.monotonic)
+
+
+class AgentLink:
+    def __init__(self, host: Host, sleep: Sleep = asyncio.sleep) -> None:
+        self.host = host
+        self.sleep = sleep
+        self.fatal: str | None = None
+        self.attempts = 0
+        """Connection attempts so far."""
+        self.connects = 0
+        """Agents started so far (1 plus the reconnects)."""
+        self.backoff_log: list[float] = []
+        """Every wait before an attempt, in seconds."""
+        self.state: str | None = None
+        self._up: _Up | None = None
+        self._failures = 0
+        self._last_error = ""
+        self._lost_reason = ""
+        self._closed = False
+        self._lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._workers: dict[int, Worker] = {}
+        self._subscribers: list[asyncio.Queue[Any]] = []
+        self._callbacks: list[StateCallback] = []
+
+    # --- state --------------------------------------------------------------------------------------
+
+    @property
+    def up(self) -> bool:
+        return self._up is not None
+
+    @property
+    def hello(self) -> AgentHello | None:
+        return self._up.hello if self._up else None
+
+    def on_state(self, callback: StateCallback) -> Callable[[], None]:
+        self._callbacks.append(callback)
+        return lambda: self._callbacks.remove(callback) if callback in self._callbacks else None
+
+    def _emit(self, state: str, detail: str) -> None:
+        self.state = state
+        for cb in list(self._callbacks):
+            cb(state, detail)
+
+    def next_delay(self) -> float:
+        """The wait before the next attempt (0 when the last one did not fail)."""
+        if not self._failures:
+            return 0.0
+        b = tuple(self.host.backoff) or (1.0,)
+        return float(b[min(self._failures - 1, len(b) - 1)])
+
+    # --- connecting ---------------------------------------------------------------------------------
+
+    async def connect(self) -> AgentHello:
+        """The running agent's hello; starts one (one attempt, after the backoff wait) when none runs."""
+        if self._up is not None:
+            return self._up.hello
+        async with self._lock:
+            if self._up is not None:
+                return self._up.hello
+            if self._closed:
+                raise HostError(f"{self.host.name}: host is closed")
+            if self.fatal is not None:
+                raise HostFatal(self.fatal)
+            delay = self.next_delay()
+            if delay:
+                self.backoff_log.append(delay)
+                await self.sleep(delay)
+            self.attempts += 1
+            again = self.connects or self._failures
+            why = self._last_error if self._failures else self._lost_reason
+            self._emit("reconnecting" if again else "connecting",
+                       f"attempt {self.attempts}" + (f": {why}" if again and why else ""))
+            started = time.monotonic()
+            try:
+                up = await self._start()
+            except HostFatal as exc:
+                self.fatal = str(exc)
+                self._emit("failed", self.fatal)
+                raise
+            except HostError as exc:
+                self._failures += 1
+                self._last_error = str(exc)
+                raise
+            self._up = up
+            up.reader = asyncio.create_task(self._read(up))
+            self._failures = 0
+            self.connects += 1
+            self._emit("connected", f"{self.host.name}: agent pid {up.hello.pid}, python {up.hello.python}, "
+                                    f"in {time.monotonic() - started:.2f}s")
+            return up.hello
+
+    async def _start(self) -> _Up:
+        name, python = self.host.name, self.host.python
+        ch = await self.host.open_channel(agent_command(python))
+        try:
+            ch.write(agent_payload())
+            await ch.drain()
+            msg, chatter = await asyncio.wait_for(self._first_message(ch), self.host.first_line_s)
+        except TimeoutError:
+            await ch.close()
+            raise HostError(f"{name}: the agent did not start within {self.host.first_line_s:g}s") from None
+        except BaseException:
+            await ch.close()
+            raise
+        if isinstance(msg, dict) and msg.get("type") == "hello":
+            up = _Up(ch, AgentHello.from_dict(msg))
+            if chatter:  # a login shell that prints (a banner, conda's hooks): skipped, said once
+                text = _one_line(b" / ".join(chatter)[:160].decode(errors="replace"))
+                for q in self._subscribers:
+                    q.put_nowait(json.dumps({"t": time.time(), "type": "log", "level": "warning", "source": "agent",
+                                             "message": f"{name}: the login shell printed {text!r} before the "
+                                                        "agent started (ignored)"}))
+            return up
+        rc = await ch.wait_exit(2.0)
+        err = ch.stderr_tail().strip()
+        await ch.close()
+        if isinstance(msg, dict) and msg.get("type") == "fatal":
+            raise HostFatal(f"{name}: {_one_line(msg.get('message'))}; name another with --remote-python PATH")
+        last = _one_line(err.splitlines()[-1]) if err else ""
+        if rc in (126, 127):  # the shell found no such program, or could not run it
+            raise HostFatal(f"{name}: no {python} on the host ({last or f'exit {rc}'}); the kimitui agent needs "
+                            f"{NEEDED}: install one or name it with --remote-python PATH")
+        said = f"it printed {_one_line(chatter[-1][:80].decode(errors='replace'))!r}" if chatter else "no hello"
+        raise HostError(f"{name}: the agent failed to start with {python} ({said}; "
+                        f"{last or f'exit status {rc}'})")
+
+    @staticmethod
+    async def _first_message(ch: Channel) -> tuple[Any, list[bytes]]:
+        """The agent's first line (hello, or fatal from the bootstrap), past anything the login shell printed
+        first: (its JSON, or None at the end of the channel; the lines skipped)."""
+        chatter: list[bytes] = []
+        while True:
+            line = await ch.readline()
+            msg: Any = None
+            if line.strip():
+                with contextlib.suppress(ValueError):
+                    msg = json.loads(line)
+            if not line or (isinstance(msg, dict) and msg.get("type") in ("hello", "fatal")) or len(chatter) >= 200:
+                return msg, chatter
+            chatter.append(line.strip())
+
+    # --- reading ------------------------------------------------------------------------------------
+
+    async def _read(self, up: _Up) -> None:
+        reason = ""
+        try:
+            while True:
+                line = await up.channel.readline()
+                if not line:
+                    await up.channel.wait_exit(1.0)  # so the reason can name its exit status
+                    break
+                self._dispatch(line)
+        except HostError as exc:
+            reason = str(exc)
+        except Exception as exc:  # a transport error of another kind: still a loss, never a crash
+            reason = _one_line(f"{type(exc).__name__}: {exc}")
+        if self._up is up:
+            self._down(up, reason or up.channel.end_reason())
+
+    def _dispatch(self, line: bytes) -> None:
+        kind = _line_type(line)
+        msg: Any = None
+        if not kind:  # not the agent's compact form: parse it to know
+            with contextlib.suppress(ValueError):
+                msg = json.loads(line)
+            kind = str(msg.get("type", "")) if isinstance(msg, dict) else ""
+        if kind not in ("reply", "worker_line", "worker_exit"):  # samples, logs, anything else: telemetry's
+            text = line.decode(errors="replace").rstrip("\n")
+            for q in self._subscribers:
+                q.put_nowait(text)
+            return
+        if msg is None:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                return
+        if kind == "reply":
+            pending = self._pending.pop(msg.get("id"), None)
+            if pending is not None and not pending.future.done():
+                pending.future.set_result(msg)
+        elif kind == "worker_line":
+            worker = self._workers.get(msg.get("worker"))
+            if worker is not None:
+                worker._line(msg)
+        else:
+            worker = self._workers.pop(msg.get("worker"), None)
+            if worker is not None:
+                worker._exit(msg)
+
+    def _down(self, up: _Up, reason: str) -> None:
+        """The channel ended: fail what is in flight (outcome unknown), tell subscribers and workers."""
+        if self._up is not up:
+            return
+        self._up = None
+        reason = _one_line(reason) or "channel closed"
+        self._lost_reason = reason
+        if time.monotonic() - up.since < QUICK_DEATH_S:
+            self._failures += 1  # an agent that dies right after starting is not restarted in a tight loop
+            self._last_error = reason
+        pending, self._pending = self._pending, {}
+        for rid, p in pending.items():
+            if not p.future.done():
+                p.future.set_exception(OutcomeUnknown(
+                    f"{self.host.name}: connection lost with the {p.op} request (id {rid}) in flight ({reason}): "
+                    "its outcome is unknown"))
+                p.future.exception()
+        workers, self._workers = self._workers, {}
+        for w in workers.values():
+            w._lost(f"connection lost ({reason})")
+        for q in self._subscribers:
+            q.put_nowait(Lost(reason))
+        if not self._closed:
+            self._emit("lost", reason)
+
+    # --- requests -----------------------------------------------------------------------------------
+
+    def subscribe(self) -> asyncio.Queue[Any]:
+        """A queue of the agent's sample and log lines (str), and a Lost item whenever the channel drops."""
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        self._subscribers.append(q)
+        return q
+
+    def unsubscribe(self, q: asyncio.Queue[Any]) -> None:
+        with contextlib.suppress(ValueError):
+            self._subscribers.remove(q)
+
+    async def request(self, op: str, fields: dict[str, Any], *, timeout: float = 30.0,
+                      rid: int | None = None) -> Any:
+        """Send one request (once) and wait for its reply."""
+        await self.connect()
+        up = self._up
+        if up is None:  # dropped between the connect and now: not sent, so not unknown
+            raise HostError(f"{self.host.name}: {self._lost_reason or 'connection lost'}; the {op} request was "
+                            "not sent")
+        rid = next(self._ids) if rid is None else rid
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = _Pending(op, fut)
+        try:
+            try:
+                up.channel.write(json.dumps({"id": rid, "op": op, **fields}, separators=(",", ":")).encode()
+                                 + b"\n")
+                await up.channel.drain()
+            except HostError as exc:
+                raise OutcomeUnknown(f"{self.host.name}: the {op} request may not have reached the agent: {exc}; "
+                                     "its outcome is unknown") from None
+            try:
+                msg = await asyncio.wait_for(fut, timeout)
+            except TimeoutError:
+                raise OutcomeUnknown(f"{self.host.name}: no answer to the {op} request in {timeout:g}s: its "
+                                     "outcome is unknown") from None
+        finally:
+            self._pending.pop(rid, None)
+        if msg.get("ok"):
+            return msg.get("result")
+        raise RequestFailed(_one_line(msg.get("error") or "request failed"), str(msg.get("kind") or "error"))
+
+    async def start_worker(self, source: bytes | str, args: list[str], env: dict[str, str], python: str | None,
+                           cwd: str | None) -> Worker:
+        await self.connect()
+        text = source.decode("utf-8") if isinstance(source, bytes) else source
+        rid = next(self._ids)
+        worker = Worker(self, rid)
+        self._workers[rid] = worker  # before the request: its first lines may come before the reply is read
+        try:
+            res = await self.request("worker_start", {"source": text, "args": [str(a) for a in args],
+                                                      "env": {str(k): str(v) for k, v in env.items()},
+                                                      "python": python, "cwd": cwd}, timeout=60.0, rid=rid)
+        except RequestFailed as exc:
+            self._workers.pop(rid, None)
+            raise HostError(f"{self.host.name}: cannot start the worker: {exc}") from None
+        except BaseException:
+            self._workers.pop(rid, None)
+            raise
+        worker.pid, worker.python = int(res["pid"]), str(res["python"])
+        return worker
+
+    async def reset(self, reason: str) -> None:
+        """Drop the channel (the agent stopped answering): what is in flight fails, the next call restarts it."""
+        up = self._up
+        if up is not None:
+            self._down(up, reason)
+            await self._end(up)
+
+    async def close(self) -> None:
+        self._closed = True
+        up = self._up
+        if up is not None:
+            self._down(up, "host closed")
+            await self._end(up)
+
+    @staticmethod
+    async def _end(up: _Up) -> None:
+        await up.channel.close()
+        if up.reader is not None and up.reader is not asyncio.current_task():
+            up.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await up.reader
