@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 
@@ -64,7 +65,8 @@ async def test_streamed_completion_with_usage(client: httpx.AsyncClient) -> None
     assert len(text.split()) == 7
     usage = chunks[-1]
     assert usage["choices"] == []
-    assert usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    # the toy tokenizer: BOS, then a token per 4 characters of each word ("three" is two)
+    assert usage["usage"] == {"prompt_tokens": 7, "completion_tokens": 7, "total_tokens": 14}
     assert len({c["id"] for c in chunks}) == 1
 
 
@@ -93,11 +95,43 @@ async def test_chat_stream_and_plain(client: httpx.AsyncClient) -> None:
     assert out["usage"]["completion_tokens"] == 4 and out["usage"]["prompt_tokens"] > 2
 
 
+@pytest.mark.parametrize("text", ["", "hi", "one two three, four five!", "everything between us\nand 12345678",
+                                  " ".join(["which"] * 300)])
+async def test_tokenize_agrees_with_usage_and_counts_the_toy_way(client: httpx.AsyncClient, text: str) -> None:
+    """POST /tokenize (vLLM's shape) and usage.prompt_tokens count the same, completions and chat alike."""
+    tok = (await client.post("/tokenize", json={"model": MODEL, "prompt": text})).json()
+    assert set(tok) == {"count", "max_model_len", "tokens", "token_strs"}
+    assert tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 262_144
+    assert tok["tokens"][:1] == [1]  # BOS
+    pieces = re.findall(r"\w+|[^\w\s]", text)
+    assert tok["count"] == 1 + sum(-(-len(p) // 4) for p in pieces)
+    bare = (await client.post("/tokenize", json={"prompt": text, "add_special_tokens": False})).json()
+    assert bare["count"] == tok["count"] - 1
+    r = await client.post("/v1/completions", json={"model": MODEL, "prompt": text, "max_tokens": 1})
+    assert r.json()["usage"]["prompt_tokens"] == tok["count"]
+    messages = [{"role": "system", "content": "be kind"}, {"role": "user", "content": text}]
+    chat_tok = (await client.post("/tokenize", json={"model": MODEL, "messages": messages})).json()
+    # without BOS, plus "be kind", 3 per message, BOS and the generation prompt
+    assert chat_tok["count"] == tok["count"] - 1 + 2 + 3 + 3 + 3
+    r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": messages, "max_tokens": 1})
+    assert r.json()["usage"]["prompt_tokens"] == chat_tok["count"]
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    (b"not json", 400), (b'{"prompt": 5}', 400), (b'{"prompt": "x", "add_special_tokens": "yes"}', 400),
+    (b'{"prompt": "x", "model": "gpt-9"}', 404), (b'{"messages": []}', 400),
+])
+async def test_tokenize_bad_requests(client: httpx.AsyncClient, body: bytes, status: int) -> None:
+    r = await client.post("/tokenize", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status and r.json()["error"]["message"]
+    assert (await client.get("/tokenize")).status_code == 405
+
+
 async def test_plain_completion_default_max_tokens(client: httpx.AsyncClient) -> None:
     r = await client.post("/v1/completions", json={"prompt": "hi"})
     out = r.json()
     assert r.status_code == 200 and out["object"] == "text_completion"
-    assert out["usage"] == {"prompt_tokens": 1, "completion_tokens": 16, "total_tokens": 17}
+    assert out["usage"] == {"prompt_tokens": 2, "completion_tokens": 16, "total_tokens": 18}  # BOS + "hi"
 
 
 @pytest.mark.parametrize(("path", "body", "status"), [

@@ -21,6 +21,7 @@ from kimitui.core.events import (
     HostSample,
     LogLine,
     MacroPoint,
+    MacroRequests,
     PhaseEnd,
     PhaseStart,
     ProcSample,
@@ -76,6 +77,37 @@ class LogEntry:
 
 
 @dataclass(slots=True)
+class LevelRequests:
+    """The per-request distributions of one macro level (from its ``MacroRequests`` events), in ms."""
+
+    origin: float
+    total: int
+    received: int = 0
+    failed: int = 0
+    ttft_ms: list[float] = field(default_factory=list)
+    tpot_ms: list[float] = field(default_factory=list)
+    """Only requests with more than one output token (vLLM's TPOT)."""
+    input_tokens: list[int] = field(default_factory=list)
+
+
+def _fold_requests(state: SessionState, ev: MacroRequests) -> None:
+    level = state.macro_requests.get(ev.concurrency)
+    if level is None or level.origin != ev.origin:  # a new level (or a new sweep) at this concurrency
+        level = state.macro_requests[ev.concurrency] = LevelRequests(ev.origin, ev.total)
+    for r in ev.requests:
+        level.received += 1
+        chunks = r.get("chunk_ms") or []
+        if r.get("error") is not None or not chunks:
+            level.failed += 1
+            continue
+        level.ttft_ms.append(chunks[0])
+        level.input_tokens.append(r.get("in", 0))
+        out = r.get("out", 0)
+        if out > 1:
+            level.tpot_ms.append((chunks[-1] - chunks[0]) / (out - 1))
+
+
+@dataclass(slots=True)
 class SessionState:
     host: str = ""
     connection: str = "unknown"
@@ -92,6 +124,7 @@ class SessionState:
     phases: list[PhaseSpan] = field(default_factory=list)
     cleanups: list[CleanupState] = field(default_factory=list)
     macro: dict[int, MacroPoint] = field(default_factory=dict)
+    macro_requests: dict[int, LevelRequests] = field(default_factory=dict)
     gemm: list[GemmRow] = field(default_factory=list)
     allreduce: list[AllReduceRow] = field(default_factory=list)
     log: deque[LogEntry] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
@@ -218,6 +251,8 @@ def fold(state: SessionState, ev: Event) -> SessionState:
         tok = ev.metrics.get("output_throughput")
         tok_s = f"{tok:.0f} tok/s" if isinstance(tok, int | float) else "no throughput"
         _log(state, ev.t, "info", "macro", f"concurrency {ev.concurrency}: {tok_s}")
+    elif isinstance(ev, MacroRequests):
+        _fold_requests(state, ev)
     elif isinstance(ev, GemmRow):
         state.gemm.append(ev)
     elif isinstance(ev, AllReduceRow):
