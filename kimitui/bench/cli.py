@@ -66,9 +66,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="requests per level: a count, or Nx for N per concurrency slot (default 64)")
     p.add_argument("--duration", type=float, help="seconds per level instead of a request count")
     p.add_argument("--request-rate", type=float, help="Poisson arrivals, requests/s (default: as fast as allowed)")
+    p.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma-distributed gaps between arrivals (vLLM's): 1 Poisson (default), <1 burstier, "
+                        ">1 more regular; with --request-rate or a ramp-up")
+    p.add_argument("--ramp-up-strategy", choices=("linear", "exponential"),
+                   help="ramp the request rate from --ramp-up-start-rps to --ramp-up-end-rps over each level")
+    p.add_argument("--ramp-up-start-rps", type=float, help="request rate at the start of the ramp-up")
+    p.add_argument("--ramp-up-end-rps", type=float, help="request rate at the end of the ramp-up")
+    p.add_argument("--trace", type=Path, metavar="FILE.jsonl",
+                   help='replay arrivals: {"timestamp": seconds} a line (optional input_len, output_len); '
+                        "each level sends the trace, the level's concurrency at most at once")
     p.add_argument("--warmup", type=int, default=1, help="warm-up requests per level, not counted (default 1)")
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--input-len", type=int, default=128, help="synthetic prompt length in tokens (default 128)")
+    p.add_argument("--max-tokens", "--output-len", dest="max_tokens", type=int, default=128,
+                   help="output tokens per request (default 128)")
+    p.add_argument("--output-len-stddev", "--max-tokens-stddev", dest="max_tokens_stddev", type=float, default=0.0,
+                   help="spread of the output lengths: a normal draw per request (default 0)")
+    p.add_argument("--input-len", type=int, default=128,
+                   help="synthetic prompt length in tokens, exact where the server counts them (default 128)")
+    p.add_argument("--input-len-stddev", type=float, default=0.0,
+                   help="spread of the input lengths: a normal draw per request (default 0)")
+    p.add_argument("--percentiles", "--metric-percentiles", dest="percentiles", type=_arg("parse_percentiles"),
+                   default=None, help="percentiles reported for TTFT, TPOT, ITL, E2EL, e.g. 50,90,95,99,99.9 "
+                                      "(default 90,99)")
     p.add_argument("--dataset", type=Path, help='JSONL prompts: {"prompt": ...} or {"messages": [...]} a line')
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="do not send ignore_eos (for servers that reject it)")
@@ -83,24 +102,36 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "per chunk) or httpx")
     p.add_argument("--json", action="store_true", help="one JSON object per level (vLLM's key names)")
     p.add_argument("--output", type=Path, help="write the whole sweep as JSON to this file")
+    p.add_argument("--csv", type=Path, help="write the levels as CSV to this file (one row a level)")
+    p.add_argument("--requests-out", type=Path, metavar="FILE.jsonl",
+                   help="write every measured request (start, TTFT, chunk times, tokens, error) as JSON Lines")
     return bench
 
 
 def _config(args: argparse.Namespace) -> Any:
     import os
 
-    from kimitui.bench.macro import SLO, MacroConfig, Timeouts
-    from kimitui.bench.macro.config import DEFAULT_LEVELS
+    from kimitui.bench.macro import SLO, ConfigError, MacroConfig, RampUp, Timeouts
+    from kimitui.bench.macro.config import DEFAULT_LEVELS, PERCENTILES
 
     slo = _goodput(args.goodput)
     per_stream, requests = args.requests
+    ramp = None
+    if args.ramp_up_strategy is not None:
+        if args.ramp_up_start_rps is None or args.ramp_up_end_rps is None:
+            raise ConfigError("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps")
+        ramp = RampUp(args.ramp_up_strategy, args.ramp_up_start_rps, args.ramp_up_end_rps)
+    elif args.ramp_up_start_rps is not None or args.ramp_up_end_rps is not None:
+        raise ConfigError("--ramp-up-start-rps and --ramp-up-end-rps need --ramp-up-strategy")
     return MacroConfig(
         url=args.url or DEMO_PLACEHOLDER_URL, model=args.model, endpoint=args.endpoint,
         concurrency=args.concurrency or list(DEFAULT_LEVELS), requests=requests,
         requests_per_stream=per_stream,
         duration_s=args.duration, request_rate=args.request_rate, warmup=args.warmup,
         input_len=args.input_len, dataset=args.dataset, max_tokens=args.max_tokens,
-        ignore_eos=args.ignore_eos, seed=args.seed,
+        ignore_eos=args.ignore_eos, seed=args.seed, input_len_stddev=args.input_len_stddev,
+        max_tokens_stddev=args.max_tokens_stddev, percentiles=args.percentiles or PERCENTILES,
+        burstiness=args.burstiness, ramp_up=ramp, trace=args.trace,
         timeouts=Timeouts(connect_s=args.connect_timeout, read_s=args.read_timeout,
                           total_s=args.request_timeout),
         slo=SLO(ttft_ms=slo.get("ttft"), tpot_ms=slo.get("tpot"), e2el_ms=slo.get("e2el")),
@@ -113,11 +144,13 @@ def _clean(value: Any) -> Any:
 
 
 def format_level(concurrency: int, m: dict[str, Any]) -> str:
+    top = max(m.get("percentiles") or [99.0])
+    pk = f"p{int(top) if int(top) == top else top}"
     line = (f"c={concurrency:<4} {m['completed']:>5} ok {m['failed']:>4} failed  "
             f"out {m['output_throughput']:>9.1f} tok/s  req {m['request_throughput']:>7.2f}/s  "
-            f"TTFT {m['mean_ttft_ms']:>8.1f} ms (p99 {m['p99_ttft_ms']:.1f})  "
-            f"TPOT {m['mean_tpot_ms']:>7.2f} ms  ITL p99 {m['p99_itl_ms']:.2f} ms  "
-            f"reached {m['concurrency_reached']}")
+            f"TTFT {m['mean_ttft_ms']:>8.1f} ms ({pk} {m[f'{pk}_ttft_ms']:.1f})  "
+            f"TPOT {m['mean_tpot_ms']:>7.2f} ms  ITL {pk} {m[f'{pk}_itl_ms']:.2f} ms  "
+            f"in {m['mean_input_tokens']:.0f} tok  reached {m['concurrency_reached']}")
     if m.get("request_goodput") is not None:
         line += f"  goodput {m['request_goodput']:.2f}/s"
     if m["failures"]:
@@ -132,16 +165,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import asyncio
 
     from kimitui.bench.macro import ConfigError, MacroError, run_sweep
+    from kimitui.bench.macro.exports import RequestsOut, write_csv
     from kimitui.core.events import Event, LogLine, MacroPoint
 
     try:
         cfg = _config(args)
         cfg.validate()
+        requests_out = RequestsOut(args.requests_out) if args.requests_out else None
     except (ConfigError, argparse.ArgumentTypeError) as exc:
         print(f"kimitui bench macro: {exc}", file=sys.stderr)
         return 2
 
     def publish(ev: Event) -> None:
+        if requests_out is not None:
+            requests_out(ev)
         if isinstance(ev, MacroPoint):
             if args.json:
                 print(json.dumps({"concurrency": ev.concurrency,
@@ -184,11 +221,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except (ConfigError, MacroError, HostError, TargetError) as exc:
         print(f"kimitui bench macro: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if requests_out is not None:
+            requests_out.close()
     if not args.json and result.single_stream_tok_s is not None:
         print(f"single stream: {result.single_stream_tok_s:.1f} tok/s (output throughput at concurrency 1)")
-    if args.output:
-        args.output.write_text(result.to_json() + "\n")
-        print(f"sweep written to {args.output}", file=sys.stderr)
+    try:
+        if args.output:
+            args.output.write_text(result.to_json() + "\n")
+            print(f"sweep written to {args.output}", file=sys.stderr)
+        if args.csv:
+            write_csv(result, args.csv)
+            print(f"levels written to {args.csv}", file=sys.stderr)
+    except (OSError, ConfigError) as exc:
+        print(f"kimitui bench macro: {exc}", file=sys.stderr)
+        return 2
+    if requests_out is not None:
+        print(f"{requests_out.lines} requests written to {args.requests_out}", file=sys.stderr)
     return 130 if result.cancelled else 0
 
 

@@ -175,6 +175,7 @@ class DecodeScheduler:
                 last_batch = 0
                 self._wake.clear()
                 await self._wake.wait()
+                step_end = float("-inf")  # idle: the next step starts when the work arrives, not before
                 continue
             batch = len(self._running)
             if batch != last_batch and self._on_batch:
