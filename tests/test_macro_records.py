@@ -33,7 +33,7 @@ def run_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     async def sweep() -> None:
         async with SimOpenAIServer(batching=MODEL) as srv:
-            cfg = MacroConfig(url=srv.url, concurrency=[1, 4, 16], requests=250, max_tokens=12, input_len=64,
+            cfg = MacroConfig(url=srv.url, concurrency=[2, 8, 32], requests=250, max_tokens=12, input_len=64,
                               input_len_stddev=8, warmup=1, percentiles=(50.0, 90.0, 99.9))
             with RunWriter(path, host="sim") as writer:
                 await run_sweep(cfg, writer.append)
@@ -46,7 +46,7 @@ def test_records_recompute_every_level_exactly_from_the_run_file(run_file: Path)
     reader = RunReader(run_file)
     events = list(reader.events())
     points = [e for e in events if isinstance(e, MacroPoint)]
-    assert [p.concurrency for p in points] == [1, 4, 16]
+    assert [p.concurrency for p in points] == [2, 8, 32]
     for p in points:
         batches = [e for e in events if isinstance(e, MacroRequests) and e.concurrency == p.concurrency]
         assert len(batches) == 2  # 250 requests: 200 + 50 (RECORDS_PER_EVENT a batch)
@@ -74,7 +74,7 @@ def test_records_are_compact(run_file: Path) -> None:
 
 def test_the_fold_keeps_each_level_distribution_and_the_report_draws_it(run_file: Path) -> None:
     state = fold_all(list(RunReader(run_file).events()))
-    assert sorted(state.macro_requests) == [1, 4, 16]
+    assert sorted(state.macro_requests) == [2, 8, 32]
     for c, level in state.macro_requests.items():
         point = state.macro[c].metrics
         assert level.total == level.received == 250 and level.failed == 0
@@ -89,13 +89,13 @@ def test_the_fold_keeps_each_level_distribution_and_the_report_draws_it(run_file
         block = macro[macro.index(f"{name} per request at each level"):]
         opened = block.index("```text\n") + 8
         body = block[opened: block.index("\n```", opened)].splitlines()
-        assert [line.split()[0] for line in body] == ["c=1", "c=4", "c=16"]
+        assert [line.split()[0] for line in body] == ["c=2", "c=8", "c=32"]
         assert all("|" in line and "(n=250)" in line for line in body)
     # a level sent again (a second sweep at the same concurrency) replaces the first one's distribution
-    again = fold_all([MacroRequests(t=1.0, concurrency=4, origin=99.0, total=1,
+    again = fold_all([MacroRequests(t=1.0, concurrency=8, origin=99.0, total=1,
                                     requests=[{"start_ms": 0.0, "end_ms": 5.0, "chunk_ms": [1.0, 3.0],
                                                "in": 9, "out": 2}])], state)
-    assert again.macro_requests[4].ttft_ms == [1.0] and again.macro_requests[4].tpot_ms == [2.0]
+    assert again.macro_requests[8].ttft_ms == [1.0] and again.macro_requests[8].tpot_ms == [2.0]
 
 
 def test_trace_files_and_their_errors(tmp_path: Path) -> None:

@@ -11,11 +11,13 @@ the loop gets to them, and the client reports the wait as the server's latency. 
   It does not depend on the timer's granularity, only on the loop's backlog.
 
 With scheduled arrivals (rate, ramp-up, trace) the records also hold each request's lateness: how long
-after it could be sent (its scheduled time, or when a slot freed if later) it was sent.
+after it could be sent (its scheduled time, or when a slot freed if later) it was sent. Its floor is the
+event loop's timer granularity (about 1 ms: the poll's timeout is in whole milliseconds).
 
-``warnings`` turns the figures into sentences when they could distort the level's latencies: CPU at
-``CPU_WARN_PCT`` or more, or a lag / lateness p99 above ``LAG_WARN_MS`` and above ``LAG_WARN_FRACTION``
-of the level's median ITL (a 2 ms lag matters to a 5 ms ITL, much less to an 80 ms one).
+``warnings`` turns the figures into sentences when they could distort the level's figures: CPU at
+``CPU_WARN_PCT`` or more; a lag p99 above ``LAG_WARN_MS`` and above ``LAG_WARN_FRACTION`` of the level's
+median ITL (a 2 ms lag matters to a 5 ms ITL, much less to an 80 ms one); a lateness p99 above
+``LATE_WARN_MS`` and above ``LATE_WARN_FRACTION`` of the mean gap between scheduled arrivals.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ PROBE_INTERVAL_S = 0.01
 CPU_WARN_PCT = 90.0
 LAG_WARN_MS = 1.0
 LAG_WARN_FRACTION = 0.05
+LATE_WARN_MS = 2.0
+LATE_WARN_FRACTION = 0.05
 PROBE_KEYS = ("client_cpu_pct", "client_loop_lag_p99_ms", "client_loop_lag_max_ms")
 
 
@@ -93,7 +97,8 @@ def warnings(m: dict[str, Any]) -> list[str]:
         out.append(f"the client's event loop lagged {lag:.2f} ms at p99 (over {limit:.2f} ms): chunk arrival "
                    "times can be late by that much")
     late = m.get("client_send_late_p99_ms")
-    if isinstance(late, int | float) and late > limit:
-        out.append(f"the client sent scheduled requests {late:.2f} ms late at p99 (over {limit:.2f} ms): the "
-                   "arrival pattern the server saw is not the one asked for")
+    late_limit = max(LATE_WARN_MS, LATE_WARN_FRACTION * float(m.get("mean_arrival_gap_ms") or 0.0))
+    if isinstance(late, int | float) and late > late_limit:
+        out.append(f"the client sent scheduled requests {late:.2f} ms late at p99 (over {late_limit:.2f} ms): "
+                   "the arrival pattern the server saw is not the one asked for")
     return out

@@ -182,4 +182,6 @@ def client_figures(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[
     late = sorted(r.late_ms for r in records if r.late_ms is not None)
     out["client_send_late_p99_ms"] = percentile(late, 99) if late else None
     out["client_send_late_max_ms"] = late[-1] if late else None
+    sched = [r.sched_ms for r in records if r.sched_ms is not None]
+    out["mean_arrival_gap_ms"] = (max(sched) - min(sched)) / (len(sched) - 1) if len(sched) > 1 else None
     return out
