@@ -102,8 +102,14 @@ class Sent:
     """perf_counter from which it could be sent: its scheduled time or, if later, when a slot freed."""
 
 
+_SCALE = 1000.0 * 10**MS_DIGITS
+_UNIT = float(10**MS_DIGITS)
+
+
 def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, MS_DIGITS)
+    # k / 100.0 is the double nearest to the decimal k/100, so its repr has at most 2 decimals (and this is
+    # twice as fast as round(x, 2), which matters a little at a million chunks)
+    return round(seconds * _SCALE) / _UNIT
 
 
 def build(sent: Sequence[Sent], origin: float) -> list[RequestRecord]:
@@ -113,7 +119,8 @@ def build(sent: Sequence[Sent], origin: float) -> list[RequestRecord]:
         o = s.outcome
         t0 = o.t0
         out.append(RequestRecord(
-            start_ms=_ms(t0 - origin), end_ms=_ms(o.end - t0), chunk_ms=[_ms(t - t0) for t in o.times],
+            start_ms=_ms(t0 - origin), end_ms=_ms(o.end - t0),
+            chunk_ms=[round((t - t0) * _SCALE) / _UNIT for t in o.times],
             input_tokens=o.prompt_tokens, output_tokens=o.output_tokens if o.success else 0, error=o.error,
             input_from_usage=o.prompt_from_usage, usage_missing=o.usage_missing, target_input=s.target_input,
             max_tokens=s.max_tokens, sched_ms=None if s.sched is None else _ms(s.sched - origin),
