@@ -160,3 +160,18 @@ def test_the_toy_tokenizers_disagree_with_word_counts() -> None:
     assert toy_tokenizer.count_text(text) != len(CANDIDATES)
     assert count_prompt({"prompt": text}, chat=False) != len(CANDIDATES)
     assert asyncio.run(_Counter({}).count(text)) == len(CANDIDATES) + 1
+
+
+async def test_ttft_follows_the_prompt_length_on_the_sim() -> None:
+    """Why lengths matter: the simulated server prefills what its tokenizer counts (8,000 tok/s here)."""
+    model = BatchingModel.from_targets(single_stream_tps=1000, plateau_tps=16000, plateau_batch=16, prefill_tps=8000)
+    ttft = {}
+    async with SimOpenAIServer(batching=model) as srv:
+        for n in (16, 2048):
+            cfg = MacroConfig(url=srv.url, concurrency=[1], requests=3, input_len=n, max_tokens=2, warmup=0)
+            m = (await run_sweep(cfg, lambda e: None)).levels[0].metrics
+            assert m["mean_input_tokens"] == n
+            ttft[n] = m["mean_ttft_ms"]
+    # never sooner than one step plus the prefill of 2,048 tokens; far above a 16-token prompt's
+    assert ttft[2048] >= (model.step_time(1) + model.prefill_time(2048)) * 1000
+    assert ttft[2048] - ttft[16] > 0.8 * model.prefill_time(2048 - 16) * 1000

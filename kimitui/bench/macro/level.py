@@ -5,7 +5,8 @@ ends, until the level's count or duration is reached. Open loop (a request rate,
 dispatcher releases each request at its scheduled time (``arrivals``) and up to ``c`` of them run at
 once (vLLM's ``--max-concurrency``); a request that finds no free worker waits for one.
 
-While requests stream, the only per-request work besides the HTTP client's is keeping its outcome; the
+The measured requests' bodies are built before the level starts (``PREBUILD_MAX`` of them), so that
+while requests stream, the only per-request work besides the HTTP client's is keeping each outcome; the
 records and the summary are built when the level ends (``records``, ``metrics``).
 """
 
@@ -14,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import chain, islice
 from time import perf_counter
 from typing import Any, Literal
 
@@ -33,6 +36,8 @@ from kimitui.bench.macro.request import Gauge, RequestOutcome, stream_request
 from kimitui.bench.macro.transport import POOL_SHARD, headers, shard_sizes, ssl_context
 
 PROGRESS_INTERVAL_S = 0.1
+PREBUILD_MAX = 4096
+"""Measured requests built before a level starts; more are built as they are sent."""
 
 
 @dataclass(slots=True)
@@ -97,6 +102,17 @@ class _HttpxStream:
 Streamer = LeanClient | _HttpxStream
 Item = tuple[Planned, float | None]
 """A request to send and when it was due (None: closed loop)."""
+
+
+@dataclass(slots=True)
+class _Plan:
+    source: PromptSource
+    ready: deque[Planned]
+    """Closed loop: requests built ahead, sent in order."""
+    ahead: list[tuple[Arrival, Planned]] = field(default_factory=list)
+    """Open loop: the first arrivals with their requests built ahead..."""
+    arrivals: Iterator[Arrival] = field(default_factory=lambda: iter(()))
+    """...and the arrivals after them."""
 
 
 class Level:
@@ -174,9 +190,10 @@ class Level:
                         return None
                 self.stage = "run"
                 self._report()
+                plan = self._plan(self._source("run"))
                 self.probe.start()
                 try:
-                    ok = await self._until_cancel(self._measure(clients, self._source("run")), stopper)
+                    ok = await self._until_cancel(self._measure(clients, plan), stopper)
                 finally:
                     self.probe.stop()
                 if not ok:
@@ -227,12 +244,25 @@ class Level:
 
         await gather_all([one_worker(clients[j % len(clients)]) for j in range(min(self.c, self.cfg.warmup))])
 
-    async def _measure(self, clients: list[Streamer], source: PromptSource) -> None:
+    def _plan(self, source: PromptSource) -> _Plan:
+        """The measured requests, built before the level starts (up to ``PREBUILD_MAX``; the rest, in
+        duration mode or beyond that, as they are sent), with their arrival times in open loop."""
         cfg = self.cfg
-        workers = len(clients)
         if not cfg.open_loop:
+            n = min(self.total, PREBUILD_MAX) if self.total is not None else max(self.c * 4, 64)
+            return _Plan(source, deque(source.take() for _ in range(n)))
+        count = None if self.trace is not None else self.total
+        arrivals = schedule(cfg, count, cfg.seed + self.idx, self.trace)
+        ahead = [(a, source.take(a.input_len, a.output_len)) for a in islice(arrivals, PREBUILD_MAX)]
+        return _Plan(source, deque(), ahead, arrivals)
+
+    async def _measure(self, clients: list[Streamer], plan: _Plan) -> None:
+        workers = len(clients)
+        source = plan.source
+        if not self.cfg.open_loop:
             issued = 0
             total = self.total
+            ready = plan.ready
 
             async def next_item() -> Item | None:
                 nonlocal issued
@@ -242,27 +272,25 @@ class Level:
                 elif self.deadline is not None and perf_counter() >= self.deadline:
                     return None
                 issued += 1
-                return source.take(), None
+                return (ready.popleft() if ready else source.take()), None
 
             await gather_all([self._worker(clients[j % workers], next_item, source) for j in range(self.c)])
             return
         queue: asyncio.Queue[Item | None] = asyncio.Queue()
-        count = None if self.trace is not None else self.total
-        arrivals = schedule(cfg, count, cfg.seed + self.idx, self.trace)
-        dispatcher = asyncio.create_task(self._dispatch(queue, source, arrivals))
+        dispatcher = asyncio.create_task(self._dispatch(queue, plan))
         try:
             await gather_all([self._worker(clients[j % workers], queue.get, source) for j in range(self.c)])
         finally:
             dispatcher.cancel()
 
-    async def _dispatch(self, queue: asyncio.Queue[Item | None], source: PromptSource,
-                        arrivals: Iterator[Arrival]) -> None:
-        """Puts each request in the queue at its due time (requests are built ahead, off the schedule)."""
+    async def _dispatch(self, queue: asyncio.Queue[Item | None], plan: _Plan) -> None:
+        """Puts each request in the queue at its due time."""
         start = perf_counter()
         if self.cfg.duration_s is not None:
             self.deadline = start + self.cfg.duration_s
-        for a in arrivals:
-            planned = source.take(a.input_len, a.output_len)
+        source = plan.source
+        later = ((a, source.take(a.input_len, a.output_len)) for a in plan.arrivals)
+        for a, planned in chain(plan.ahead, later):
             due = start + a.offset
             delay = due - perf_counter()
             if delay > 0:

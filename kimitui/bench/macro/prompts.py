@@ -106,9 +106,7 @@ class PromptSource:
         self._next += 1
         assert self.lengths is not None
         k = self.lengths.words_for(target)
-        vocab = self.lengths.cal.words
-        pick = self._words.choice
-        text = prompt_text([pick(vocab) for _ in range(k)])
+        text = prompt_text(self._words.choices(self.lengths.cal.words, k=k))
         body = self.body(text, None, max_tokens)
         return Planned(json.dumps(body).encode(), self.lengths.predict(k), target, max_tokens, k)
 
