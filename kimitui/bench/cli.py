@@ -150,7 +150,7 @@ def format_level(concurrency: int, m: dict[str, Any]) -> str:
             f"out {m['output_throughput']:>9.1f} tok/s  req {m['request_throughput']:>7.2f}/s  "
             f"TTFT {m['mean_ttft_ms']:>8.1f} ms ({pk} {m[f'{pk}_ttft_ms']:.1f})  "
             f"TPOT {m['mean_tpot_ms']:>7.2f} ms  ITL {pk} {m[f'{pk}_itl_ms']:.2f} ms  "
-            f"in {m['mean_input_tokens']:.0f} tok  reached {m['concurrency_reached']}")
+            f"in {m['mean_input_tokens']:.0f}±{m['std_input_tokens']:.0f} tok  reached {m['concurrency_reached']}")
     if m.get("request_goodput") is not None:
         line += f"  goodput {m['request_goodput']:.2f}/s"
     if m["failures"]:
