@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,7 @@ def test_host_demo_starts_a_simulated_host_for_the_sweep_and_removes_it(tmp_path
     toks = [x["output_throughput"] for x in lines]
     # the simulated server batches: each doubling of the concurrency nearly doubles the throughput (the
     # model says 1.9x; a busy machine takes some of it), and the whole curve climbs
-    assert all(b > 1.2 * a for a, b in zip(toks, toks[1:], strict=False)) and toks[-1] > 5 * toks[0]
+    assert all(b > 1.2 * a for a, b in pairwise(toks)) and toks[-1] > 5 * toks[0]
     assert 25 < toks[0] < 50 * 1.05  # about 50 tok/s for one stream, as the reference host; never more
     assert all(x["mean_input_tokens"] == 32 and x["input_len_method"] == "tokenize" for x in lines)
     # the simulated host is gone: its directory and every process it started
@@ -164,7 +165,8 @@ def test_requests_out_csv_and_percentiles(server_url: str, tmp_path: Path,
     lines = [json.loads(x) for x in captured.out.splitlines()]
     assert "12 requests written to" in captured.err
     for x in lines:
-        assert {f"p{p}_{s}_ms" for p in ("50", "90", "95", "99", "99.9") for s in ("ttft", "tpot", "itl", "e2el")} <= set(x)
+        keys = {f"p{p}_{s}_ms" for p in ("50", "90", "95", "99", "99.9") for s in ("ttft", "tpot", "itl", "e2el")}
+        assert keys <= set(x)
         assert x["percentiles"] == [50, 90, 95, 99, 99.9] and x["mean_input_tokens"] == 40
     rows = [json.loads(x) for x in reqs.read_text().splitlines()]
     assert [r["concurrency"] for r in rows] == [1] * 6 + [3] * 6

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,7 @@ def test_ramp_and_gamma_schedules() -> None:
     assert ramp_rate(exp, 0.5) == pytest.approx(10.0)
     cfg = MacroConfig(url="http://x", ramp_up=ramp)
     offsets = [a.offset for a in schedule(cfg, 400, 7)]
-    gaps = [b - a for a, b in zip(offsets, offsets[1:], strict=False)]
+    gaps = [b - a for a, b in pairwise(offsets)]
     # the rate triples over the level: the last gaps are about a third of the first ones
     early, late = sum(gaps[:100]) / 100, sum(gaps[-100:]) / 100
     assert 2.0 < early / late < 4.5
@@ -129,8 +130,8 @@ def test_ramp_and_gamma_schedules() -> None:
     assert offsets[-1] == pytest.approx(200 / 50.0)  # rescaled as vLLM does
     bursty = MacroConfig(url="http://x", request_rate=50.0, burstiness=0.25)
     b_offsets = [a.offset for a in schedule(bursty, 200, 1)]
-    b_gaps = [y - x for x, y in zip(b_offsets, b_offsets[1:], strict=False)]
-    s_gaps = [y - x for x, y in zip(offsets, offsets[1:], strict=False)]
+    b_gaps = [y - x for x, y in pairwise(b_offsets)]
+    s_gaps = [y - x for x, y in pairwise(offsets)]
 
     def cv(v: list[float]) -> float:
         m = sum(v) / len(v)
