@@ -33,7 +33,9 @@ async def test_saturation_curve_rises_then_plateaus(client: str) -> None:
     tput = {c: m["output_throughput"] for c, m in by_c.items()}
     assert tput[1] == pytest.approx(100, rel=0.3)
     assert tput[4] == pytest.approx(CURVE.throughput(4), rel=0.3)
-    assert tput[16] > 8 * tput[1]  # batching pays
+    # batching pays: the model says 16x; the client and the server share this process and a busy
+    # machine's cores, so a generous share of it
+    assert tput[16] > 5 * tput[1]
     assert tput[32] == pytest.approx(tput[16], rel=0.25)  # and then it does not: the plateau
     assert tput[32] <= 1600 * 1.1
     # past the plateau the extra requests queue in the server: TTFT grows, TPOT does not
