@@ -5,10 +5,10 @@ the loop gets to them, and the client reports the wait as the server's latency. 
 
 - CPU: the process's CPU time over the level's wall time, in percent of one core (``time.process_time``;
   it includes anything else the process runs, such as the dashboard, or a server in the same process).
-- Event-loop lag: every ``PROBE_INTERVAL_S`` a timer callback queues another callback with ``call_soon``
-  and notes how long it waited to run. That is how long any event that became ready at that moment (a
-  socket with a chunk in it) waited for the loop: the work ahead of it in the ready queue, and the poll.
-  It does not depend on the timer's granularity, only on the loop's backlog.
+- Event-loop lag: about every ``PROBE_INTERVAL_S`` (jittered) a timer callback notes how late it runs.
+  A chunk that arrives while the loop is busy waits the same way: for the callback in progress and the
+  ones queued before it. An idle loop adds its poll's granularity (its timeout is in whole
+  milliseconds), so lags under about a millisecond say nothing; hence ``LAG_WARN_MS``.
 
 With scheduled arrivals (rate, ramp-up, trace) the records also hold each request's lateness: how long
 after it could be sent (its scheduled time, or when a slot freed if later) it was sent. Its floor is the
@@ -23,6 +23,7 @@ median ITL (a 2 ms lag matters to a 5 ms ITL, much less to an 80 ms one); a late
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from typing import Any
 
@@ -30,7 +31,7 @@ from kimitui.bench.macro.stats import percentile
 
 PROBE_INTERVAL_S = 0.01
 CPU_WARN_PCT = 90.0
-LAG_WARN_MS = 1.0
+LAG_WARN_MS = 2.0
 LAG_WARN_FRACTION = 0.05
 LATE_WARN_MS = 2.0
 LATE_WARN_FRACTION = 0.05
@@ -38,15 +39,16 @@ PROBE_KEYS = ("client_cpu_pct", "client_loop_lag_p99_ms", "client_loop_lag_max_m
 
 
 class LoopLagProbe:
-    """Samples the event loop's lag while started (see the module docstring); cheap: two callbacks per
-    ``PROBE_INTERVAL_S``."""
+    """Samples the event loop's lag while started (see the module docstring); cheap: one timer callback
+    per sample, at jittered intervals (seeded) so that the samples do not lock onto a periodic load."""
 
     def __init__(self, interval_s: float = PROBE_INTERVAL_S) -> None:
         self.interval_s = interval_s
         self.lags: list[float] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._stamp = 0.0
+        self._due = 0.0
+        self._rng = random.Random(0)
         self._cpu0 = self._wall0 = 0.0
         self.cpu_pct: float | None = None
 
@@ -54,7 +56,7 @@ class LoopLagProbe:
         self._loop = asyncio.get_running_loop()
         self.lags.clear()
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
-        self._timer = self._loop.call_later(self.interval_s, self._tick)
+        self._arm()
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -64,17 +66,16 @@ class LoopLagProbe:
         self.cpu_pct = 100.0 * (time.process_time() - self._cpu0) / wall if wall > 0 else None
         self._loop = None
 
+    def _arm(self) -> None:
+        assert self._loop is not None
+        self._due = self._loop.time() + self.interval_s * self._rng.uniform(0.5, 1.5)
+        self._timer = self._loop.call_at(self._due, self._tick)
+
     def _tick(self) -> None:
         if self._loop is None:
             return
-        self._stamp = time.perf_counter()
-        self._loop.call_soon(self._tock)
-
-    def _tock(self) -> None:
-        if self._loop is None:
-            return
-        self.lags.append(time.perf_counter() - self._stamp)
-        self._timer = self._loop.call_later(self.interval_s, self._tick)
+        self.lags.append(max(0.0, self._loop.time() - self._due))
+        self._arm()
 
     def figures(self) -> dict[str, float | None]:
         """``client_cpu_pct``, ``client_loop_lag_p99_ms``, ``client_loop_lag_max_ms`` (rounded to µs)."""
