@@ -146,7 +146,8 @@ class Calibration:
 
     def describe(self) -> str:
         if not self.exact:
-            return f"input lengths estimated at one token per word ({self.note or 'the server cannot count'})"
+            return (f"input lengths estimated at {self.tokens_per_word:.2f} tokens a word, then adjusted from "
+                    f"usage ({self.note or 'the server cannot count'})")
         via = "POST /tokenize" if self.method == "tokenize" else "usage.prompt_tokens of one-token requests"
         text = (f"input lengths exact, counted by the server ({via}): {self.overhead} tokens of template and "
                 f"anchor, {len(self.words)} one-token words; {self.counts} counts in {self.seconds:.2f} s")
