@@ -16,6 +16,12 @@
    does nothing but find the stamps (no HTTP parsing, no JSON, no accounting). What is left between this
    floor and a client's figure is that client's own cost; the floor itself is the event loop, the
    syscalls and the machine (CPU steal, other load).
+5. The per-request records (issue 14): while requests stream, the client only appends each chunk's
+   arrival time; the records, the level's summary and the run-file events are built when the level ends.
+   Their cost per chunk at that moment, and the run file's bytes per chunk.
+
+Each throughput line also gives the client process's CPU per chunk (its CPU time over the chunks of the
+sweep, warm-up and length calibration included): steadier than tok/s on a machine shared with others.
 
 Every figure is measured for each HTTP client (``--clients lean,httpx``): ``lean`` is the load generator's
 default (kimitui/bench/macro/http_stream.py), ``httpx`` its fallback.
@@ -86,8 +92,35 @@ async def level(url: str, c: int, requests: int, max_tokens: int, client: str = 
                 model: str | None = None) -> dict:
     cfg = MacroConfig(url=url, model=model, concurrency=[c], requests=requests, max_tokens=max_tokens,
                       input_len=16, warmup=c, client=client)  # type: ignore[arg-type]
+    cpu = time.process_time()
     result = await run_sweep(cfg, lambda e: None)
-    return result.levels[0].metrics
+    m = dict(result.levels[0].metrics)
+    m["sweep_cpu_s"] = time.process_time() - cpu
+    return m
+
+
+def records_cost(requests: int = 1024, chunks: int = 256) -> tuple[float, float]:
+    """(µs per chunk, run-file bytes per chunk) of building a level's records, its summary and its
+    MacroRequests events from finished requests (what happens once, when a level ends)."""
+    from kimitui.bench.macro import records
+    from kimitui.bench.macro.metrics import LevelContext, summarize
+    from kimitui.bench.macro.request import RequestOutcome
+    from kimitui.core.events import encode
+
+    sent = []
+    for i in range(requests):
+        t0 = 1000.0 + i * 0.01
+        times = [t0 + 0.05 + k * 0.0201 for k in range(chunks)]
+        out = RequestOutcome(t0=t0, end=times[-1] + 0.001, success=True, ttft=0.05, latency=times[-1] - t0,
+                             times=times, output_tokens=chunks, prompt_tokens=128, prompt_from_usage=True)
+        sent.append(records.Sent(out, 128, chunks))
+    t = time.perf_counter()
+    recs = records.build(sent, 1000.0)
+    summarize(recs, LevelContext(concurrency=64))
+    lines = [encode(ev) for ev in records.events(recs, t=time.time(), concurrency=64, level_index=0, origin=0.0)]
+    elapsed = time.perf_counter() - t
+    n = requests * chunks
+    return elapsed / n * 1e6, sum(len(x) + 1 for x in lines) / n
 
 
 def stamped_timings(url: str, c: int, requests: int, max_tokens: int,
@@ -215,9 +248,10 @@ def main() -> int:
                     m = asyncio.run(level(url, c, c * waves, max_tokens, client))
                     chunks = m["total_output_tokens"] / (4 if kind == "burst4" else 1)
                     rows.append((client, kind, c, m["output_throughput"]))
+                    cpu_us = m["sweep_cpu_s"] / (2 * chunks) * 1e6  # the warm-up streamed as many again
                     print(f"  {client:5} {kind:7} c={c:<4} {m['output_throughput']:>9,.0f} tok/s  "
-                          f"{chunks / m['duration']:>9,.0f} chunks/s  failed {m['failed']}  "
-                          f"reached {m['concurrency_reached']}", flush=True)
+                          f"{chunks / m['duration']:>9,.0f} chunks/s  client CPU {cpu_us:5.2f} µs/chunk  "
+                          f"failed {m['failed']}  reached {m['concurrency_reached']}", flush=True)
     interval = a.interval / 1000
     added: dict[str, tuple[float, float]] = {}
     for client in clients:
@@ -237,6 +271,9 @@ def main() -> int:
     floor_ms = _med_p99_ms(floor)
     print(f"  floor: a bare asyncio Protocol reading the same stamped server: one-way delay median "
           f"{floor_ms[0]:.3f} ms, p99 {floor_ms[1]:.3f} ms")
+    cost_us, size = records_cost()
+    print(f"  records at the level's end (1,024 requests of 256 chunks): {cost_us:.2f} µs/chunk to build records, "
+          f"summary and events; {size:.1f} run-file bytes/chunk")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     print()
     print(f"{'figure':56} {'measured':>12} {'target':>12}  verdict")

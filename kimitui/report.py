@@ -9,6 +9,7 @@ section says so when the run has nothing for it (a telemetry-only run, a cleanup
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,17 @@ from kimitui.core.events import (
 )
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import CleanupState, SessionState, StepState, Sweep, first_error, fold, level_failed
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), on sorted values."""
+    n = len(sorted_values)
+    if n == 0:
+        return 0.0
+    rank = (n - 1) * p / 100.0
+    lo = math.floor(rank)
+    hi = min(lo + 1, n - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
 
 # -- reading a run once -----------------------------------------------------------------------------------
 
@@ -318,6 +330,21 @@ def peak_point(points: list[MacroPoint]) -> MacroPoint | None:
     return max(scored, key=lambda p: p.metrics["output_throughput"]) if scored else None
 
 
+def _top_percentile(m: dict[str, Any]) -> str:
+    """The highest percentile a level reports, as its key spells it (vLLM's "p99", "p99.9")."""
+    ps = [p for p in m.get("percentiles") or [99] if isinstance(p, int | float)] or [99]
+    top = max(ps)
+    return f"p{int(top) if int(top) == top else top}"
+
+
+def _input_cell(m: dict[str, Any]) -> str:
+    mean, std, asked = m.get("mean_input_tokens"), m.get("std_input_tokens"), m.get("requested_input_len")
+    if not isinstance(mean, int | float):
+        return "n/a"
+    text = f"{mean:.1f} ±{std:.1f}" if isinstance(std, int | float) else f"{mean:.1f}"
+    return text + (f" ({asked:.0f})" if isinstance(asked, int | float) else "")
+
+
 def _macro(d: RunDigest) -> list[str]:
     lines = ["## Serving sweep (macro)", ""]
     sweeps = [s for s in d.state.sweeps if s.points]
@@ -327,7 +354,7 @@ def _macro(d: RunDigest) -> list[str]:
         if len(sweeps) > 1:
             lines += [f"### Sweep {n + 1}" + (f": {sweep.title}" if sweep.title else ""), ""]
         lines += _sweep(sweep)
-    return lines
+    return lines + _distributions(d)
 
 
 def _sweep(sweep: Sweep) -> list[str]:
@@ -346,22 +373,81 @@ def _sweep(sweep: Sweep) -> list[str]:
     failed = sweep.failed_levels
     if failed:
         head.append(f"{len(failed)} level(s) FAILED: every request failed")
+    pk = _top_percentile(points[0].metrics)
     lines = ["; ".join(head) + ".", "",
-             "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token).", ""]
+             "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token); "
+             "input tokens: achieved mean ± spread (asked).", ""]
     rows = []
     for p in points:
         m = p.metrics
         counts = f"{_num(m.get('completed'), 'd')}/{_num(m.get('failed'), 'd')}"
         if level_failed(p):
             rows.append([str(p.concurrency), counts, f"FAILED: {first_error(p) or 'no reason given'}",
-                         *(["n/a"] * 5), _num(m.get("duration"))])
+                         *(["n/a"] * 7), _num(m.get("duration"))])
             continue
         rows.append([str(p.concurrency), counts,
-                     _num(m.get("output_throughput")), _num(m.get("mean_ttft_ms")), _num(m.get("p99_ttft_ms")),
-                     _num(m.get("mean_tpot_ms")), _num(m.get("mean_itl_ms")), _num(m.get("mean_e2el_ms"), ".0f"),
-                     _num(m.get("duration"))])
-    return lines + table(["concurrency", "ok/failed", "output tok/s", "TTFT", "TTFT p99", "TPOT", "ITL", "E2EL",
-                          "duration s"], rows)
+                     _num(m.get("output_throughput")), _num(m.get("mean_ttft_ms")), _num(m.get(f"{pk}_ttft_ms")),
+                     _num(m.get("mean_tpot_ms")), _num(m.get(f"{pk}_tpot_ms")), _num(m.get("mean_itl_ms")),
+                     _num(m.get("mean_e2el_ms"), ".0f"), _input_cell(m), _num(m.get("duration"))])
+    lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT", f"TTFT {pk}", "TPOT", f"TPOT {pk}", "ITL",
+                    "E2EL", "input tok", "duration s"], rows)
+    methods = sorted({str(p.metrics["input_len_method"]) for p in points if "input_len_method" in p.metrics})
+    if methods:
+        lines += ["", "Input lengths: " + ", ".join(_METHODS.get(x, x) for x in methods) + "."]
+    client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in p.metrics.get("client_warnings") or []]
+    if client:
+        lines += ["", "The load generator may have distorted these figures:", "", *client]
+    return lines
+
+
+_METHODS = {"tokenize": "exact, counted by the server's /tokenize",
+            "usage": "exact, calibrated from the server's usage.prompt_tokens",
+            "estimated": "estimated (the server did not count them)", "dataset": "from the dataset"}
+BOX_WIDTH = 48
+
+
+def _box(values: list[float], lo: float, hi: float, log: bool) -> str:
+    """One text box plot on [lo, hi]: ``-`` from min to p25 and p75 to max, ``=`` p25 to p75, ``|`` median."""
+    def col(v: float) -> int:
+        if log:
+            v, a, b = math.log10(max(v, lo)), math.log10(lo), math.log10(hi)
+        else:
+            a, b = lo, hi
+        return min(BOX_WIDTH - 1, max(0, round((v - a) / (b - a) * (BOX_WIDTH - 1)))) if b > a else 0
+
+    s = sorted(values)
+    q = [col(percentile(s, p)) for p in (0, 25, 50, 75, 100)]
+    cells = [" "] * BOX_WIDTH
+    for i in range(q[0], q[4] + 1):
+        cells[i] = "-"
+    for i in range(q[1], q[3] + 1):
+        cells[i] = "="
+    cells[q[2]] = "|"
+    return "".join(cells)
+
+
+def _distributions(d: RunDigest) -> list[str]:
+    levels = d.state.macro_requests
+    if not levels:
+        return ["", "No per-request records in this run (distributions need them)."]
+    out: list[str] = []
+    for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms")):
+        series = {c: getattr(levels[c], key) for c in sorted(levels) if getattr(levels[c], key)}
+        if not series:
+            continue
+        lo = min(min(v) for v in series.values())
+        hi = max(max(v) for v in series.values())
+        log = lo > 0 and hi / lo >= 20
+        lo = lo if log else 0.0
+        scale = f"{'log scale, ' if log else ''}{lo:.3g} to {hi:.4g} ms"
+        out += ["", f"{name} per request at each level ({scale}; `-` min to max, `=` p25 to p75, `|` median):",
+                "", "```text"]
+        for c, values in series.items():
+            s = sorted(values)
+            out.append(f"c={c:<5}{_box(values, lo, hi, log)}  p50 {percentile(s, 50):.4g}  "
+                       f"p99 {percentile(s, 99):.4g}  max {s[-1]:.4g}  (n={len(s)})")
+        out.append("```")
+    return out
 
 
 def _micro_env(state: SessionState, part: str) -> list[str]:

@@ -1,9 +1,9 @@
 """Where kimitui's shipped data and the user's own files are.
 
-Shipped data (themes, bundled runs) is package data, found through importlib.resources relative to this
-module's own package, so it works from a wheel, a pipx install or a clone, and never through
-``kimitui.__file__`` (a folder named ``kimitui`` in the working directory can shadow that as a namespace
-package). User files follow the XDG base directories.
+Shipped data (themes, bundled runs) is package data, found through importlib.resources from the
+``kimitui.data`` module itself, so it works from a wheel, a pipx install or a clone, and never through
+``kimitui.__file__`` or the name ``kimitui`` (a folder named ``kimitui`` in the working directory can
+shadow that as a namespace package). User files follow the XDG base directories.
 """
 
 from __future__ import annotations
@@ -13,14 +13,18 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-_PACKAGE = __name__.rpartition(".")[0] or "kimitui"
+from kimitui import data as _data
+
 BUNDLED_RUN = "campaign-8x-rtx-pro-6000.jsonl.gz"
 """The run a new user replays when no file is given."""
 RUN_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
 def data_dir() -> Traversable:
-    return resources.files(_PACKAGE).joinpath("data")
+    # Anchored at the data package's module object, not at the name "kimitui": a folder named kimitui in
+    # the working directory (a clone) makes that name a namespace package whose files are the clone's
+    # top level, while the submodules still come from the installed package.
+    return resources.files(_data)
 
 
 def builtin_themes_dir() -> Path:

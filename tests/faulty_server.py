@@ -11,6 +11,10 @@ Modes (``Behavior.mode``):
   stall       after ``fail_after`` chunks, send nothing more (until the client gives up)
   error_event after ``fail_after`` chunks, a ``data: {"error": ...}`` event (vLLM's mid-stream error)
 
+It has no ``/tokenize`` (404, as servers other than vLLM): its ``usage.prompt_tokens`` comes from its own
+toy tokenizer (``count_prompt``, different from the simulated vLLM server's), so a client can only
+calibrate its prompt lengths from usage. ``Behavior.prompt_tokens`` fixes the count instead.
+
 Timing: the first token chunk goes ``first_delay_s`` after the request is read, chunk i at
 ``first_delay_s + i * interval_s`` (an absolute schedule, so gaps do not drift). ``barrier`` holds the
 first chunk until that many streams are open at once (or ``barrier_timeout_s``): the peak proves a
@@ -58,12 +62,34 @@ class Behavior:
     barrier_timeout_s: float = 5.0
     burst: bool = False
     yield_chunks: bool = False
-    prompt_tokens: int = 7
+    prompt_tokens: int | None = None
+    """usage.prompt_tokens; None: counted by ``count_prompt`` (the server has no ``/tokenize``)."""
     framing: str = "chunked"
     """chunked, length (Content-Length) or close (close-delimited); see the module docstring."""
     stamp: bool = False
     """Each token chunk carries "sent": perf_counter() at its write (CLOCK_MONOTONIC, shared by every
     process on Linux), so a client in another process can measure the one-way delay it adds."""
+
+
+SPECIAL_TOKENS = 2
+"""Tokens the server adds to every completion prompt (two, unlike the simulated vLLM server's one)."""
+
+
+def count_prompt(req: dict[str, Any], chat: bool) -> int:
+    """This server's own tokenizer, different from the simulated vLLM server's: a whitespace-separated
+    word of n characters is ceil(n / 2) tokens; a completion prompt gets ``SPECIAL_TOKENS`` more, a chat
+    prompt 4 per message and 3 for the template."""
+
+    def words(text: str) -> int:
+        return sum(-(-len(w) // 2) for w in text.split())
+
+    if chat:
+        msgs = req.get("messages") or []
+        return sum(words(str(m.get("content") or "")) + 4 for m in msgs if isinstance(m, dict)) + 3
+    prompt = req.get("prompt")
+    if isinstance(prompt, list):
+        return len(prompt)
+    return words(str(prompt or "")) + SPECIAL_TOKENS
 
 
 @dataclass
@@ -170,6 +196,7 @@ class FaultyServer:
             self._json(writer, b.status, b.body.encode())
             return True
         chat = path.endswith("chat/completions")
+        prompt_tokens = b.prompt_tokens if b.prompt_tokens is not None else count_prompt(req, chat)
         n = b.n_tokens if b.n_tokens is not None else int(req.get("max_tokens") or 16)
         chunked = b.mode != "truncate_eof" and b.framing == "chunked"
         length = b.framing == "length" and b.mode in ("ok", "no_usage")
@@ -180,7 +207,7 @@ class FaultyServer:
         self.stats.active += 1
         self.stats.peak_active = max(self.stats.peak_active, self.stats.active)
         try:
-            return await self._stream(reader, writer, chat, n, chunked) and (chunked or length)
+            return await self._stream(reader, writer, chat, n, chunked, prompt_tokens) and (chunked or length)
         finally:
             self.stats.active -= 1
 
@@ -206,7 +233,7 @@ class FaultyServer:
                 "choices": [{"index": 0, "text": text, "finish_reason": None}]}
 
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool, n: int,
-                      chunked: bool) -> bool:
+                      chunked: bool, prompt_tokens: int) -> bool:
         b = self.behavior
         frame = (lambda d: b"%x\r\n%s\r\n" % (len(d), d)) if chunked else (lambda d: d)
         k = max(1, b.tokens_per_chunk)
@@ -227,8 +254,8 @@ class FaultyServer:
             if b.mode != "no_usage":
                 frames.append(frame(self._event({"id": "x", "object": "text_completion", "model": "fake-model",
                                                  "choices": [], "usage": {
-                                                     "prompt_tokens": b.prompt_tokens, "completion_tokens": n,
-                                                     "total_tokens": n + b.prompt_tokens}})))
+                                                     "prompt_tokens": prompt_tokens, "completion_tokens": n,
+                                                     "total_tokens": n + prompt_tokens}})))
             frames.append(frame(self._event("[DONE]")))
             if chunked:
                 frames.append(b"0\r\n\r\n")

@@ -95,7 +95,8 @@ def test_bad_interval_and_bad_target_are_one_line(tmp_path: Path) -> None:
 def test_an_unresolvable_host_fails_at_once_in_one_line(tmp_path: Path) -> None:
     for args in (["watch", "--host", "ssh://gpu-box.does-not-exist.invalid", "--count", "1"],
                  ["connect", "gpu-box.does-not-exist.invalid"],
-                 ["cleanup", "--host", "ssh://gpu-box.does-not-exist.invalid", "--yes", "graceful"]):
+                 ["cleanup", "--host", "ssh://gpu-box.does-not-exist.invalid", "--service", "none",
+                  "--yes", "graceful"]):
         t0 = time.monotonic()
         res = run_cli(args, tmp_path)
         took = time.monotonic() - t0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections import Counter
 
 import pytest
 
@@ -25,7 +26,12 @@ async def _sweep(url: str, timeouts: Timeouts | None = None, **kw: object) -> tu
                       timeouts=timeouts or Timeouts(connect_s=2, read_s=2, total_s=5), **kw)  # type: ignore[arg-type]
     result = await run_sweep(cfg, events.append)
     assert len(result.levels) == 1
-    return result.levels[0].metrics, events
+    level = result.levels[0]
+    # every request has its record, failed ones with their reason (and the chunks that came before it)
+    assert len(level.records) == N
+    assert Counter(r.error for r in level.records if r.error) == Counter(level.metrics["failures"])
+    assert all(r.output_tokens == 0 and len(r.chunk_ms) <= 8 for r in level.records if r.error)
+    return level.metrics, events
 
 
 @pytest.mark.parametrize(("behavior", "reason"), [

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.bench.macro import MacroConfig, Timeouts, run_sweep
+from kimitui.bench.macro import LevelProgress, MacroConfig, Timeouts, run_sweep
 from kimitui.bench.macro.http_stream import LeanClient, _Conn, lean_unsupported
 from kimitui.bench.macro.request import Gauge, RequestOutcome, StreamAccount
 from kimitui.core.events import Event, LogLine, PhaseStart
@@ -108,9 +108,15 @@ async def test_framings_and_keep_alive_reuse(client: str, framing: str) -> None:
     async with FaultyServer(Behavior(framing=framing, n_tokens=6)) as srv:
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[2], requests=8, max_tokens=6, warmup=0,
                           client=client)  # type: ignore[arg-type]
-        m = (await run_sweep(cfg, lambda e: None)).levels[0].metrics
-        assert srv.stats.requests == 8
-        assert srv.stats.connections == (8 if framing == "close" else 2)
+        before: list[tuple[int, int]] = []  # (requests, connections) when the level starts (after calibration)
+
+        def progress(p: LevelProgress) -> None:
+            if not before:
+                before.append((srv.stats.requests, srv.stats.connections))
+
+        m = (await run_sweep(cfg, lambda e: None, progress)).levels[0].metrics
+        assert srv.stats.requests - before[0][0] == 8
+        assert srv.stats.connections - before[0][1] == (8 if framing == "close" else 2)
     assert m["completed"] == 8 and m["failed"] == 0 and m["total_output_tokens"] == 48
     assert m["usage_missing"] == 0 and m["mean_itl_ms"] >= 0
 

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from kimitui.bench.macro.config import SLO
-from kimitui.bench.macro.metrics import level_metrics, percentile, series_stats
-from kimitui.bench.macro.request import RequestOutcome
+from kimitui.bench.macro.metrics import LevelContext, percentile, series_stats, summarize
+from kimitui.bench.macro.records import RequestRecord
 from kimitui.bench.macro.sse import SSEDecoder
 
 
@@ -59,7 +59,7 @@ def test_percentile_and_std_match_numpy_definitions() -> None:
     assert percentile(values, 90) == pytest.approx(3.7)
     assert percentile(values, 99) == pytest.approx(3.97)
     assert percentile([5.0], 99) == 5.0
-    s = series_stats("ttft", [0.001, 0.002, 0.003, 0.004])
+    s = series_stats("ttft", [1.0, 2.0, 3.0, 4.0])
     assert s["mean_ttft_ms"] == pytest.approx(2.5)
     assert s["median_ttft_ms"] == pytest.approx(2.5)
     assert s["std_ttft_ms"] == pytest.approx(math.sqrt(1.25))  # population std, as numpy.std
@@ -68,22 +68,34 @@ def test_percentile_and_std_match_numpy_definitions() -> None:
     assert empty["mean_itl_ms"] == 0.0 and empty["p99_itl_ms"] == 0.0
 
 
-def _ok(t0: float, ttft: float, e2el: float, n: int, itl: list[float], prompt: int = 10) -> RequestOutcome:
-    return RequestOutcome(t0=t0, end=t0 + e2el, success=True, ttft=ttft, latency=e2el, itl=itl,
-                          output_tokens=n, prompt_tokens=prompt)
+def _ok(start: float, ttft: float, e2el: float, n: int, gaps: list[float], prompt: int = 10) -> RequestRecord:
+    """A successful request (times in ms): chunks at ttft, then after each gap (summing to e2el)."""
+    chunks = [ttft]
+    for g in gaps:
+        chunks.append(chunks[-1] + g)
+    assert chunks[-1] == pytest.approx(e2el)
+    return RequestRecord(start_ms=start, end_ms=e2el + 1, chunk_ms=chunks, input_tokens=prompt,
+                         output_tokens=n, target_input=prompt, max_tokens=n)
 
 
-def test_level_metrics_formulas() -> None:
-    outs = [
-        _ok(0.0, 0.1, 0.5, 5, [0.1, 0.1, 0.1, 0.1]),       # TPOT 0.1
-        _ok(0.2, 0.2, 0.2, 1, []),                         # one token: no TPOT (0 for goodput)
-        _ok(0.3, 0.05, 1.05, 11, [0.5, 0.5]),              # 2 chunks of several tokens: TPOT 0.1
-        RequestOutcome(t0=0.4, end=0.6, error="HTTP 500: boom"),
-        RequestOutcome(t0=0.5, end=0.7, error="HTTP 500: boom"),
-        RequestOutcome(t0=0.5, end=0.7, error="stream closed early (before [DONE])"),
+def _failed(start: float, end: float, error: str) -> RequestRecord:
+    return RequestRecord(start_ms=start, end_ms=end, error=error, input_tokens=10, max_tokens=5)
+
+
+def test_summary_formulas() -> None:
+    recs = [
+        _ok(0.0, 100, 500, 5, [100, 100, 100, 100]),        # TPOT 100
+        _ok(200, 200, 200, 1, []),                          # one token: no TPOT (0 for goodput)
+        _ok(300, 50, 1050, 11, [500, 500]),                 # 2 chunks of several tokens: TPOT 100
+        _failed(400, 200, "HTTP 500: boom"),
+        _failed(500, 200, "HTTP 500: boom"),
+        _failed(500, 200, "stream closed early (before [DONE])"),
     ]
-    m = level_metrics(outs, duration_s=2.0, max_concurrency=4, request_rate=None,
-                      slo=SLO(ttft_ms=150, tpot_ms=100), concurrency_reached=3)
+    recs[2].end_ms = 1700  # the last byte (1.999 s after the origin): the level's duration is 2.0 s
+    ctx = LevelContext(concurrency=4, slo=SLO(ttft_ms=150, tpot_ms=100), concurrency_reached=3,
+                       percentiles=(50.0, 99.9))
+    m = summarize(recs, ctx)
+    assert m["duration"] == pytest.approx(2.0)
     assert m["completed"] == 3 and m["failed"] == 3 and m["num_prompts"] == 6
     assert m["failures"] == {"HTTP 500: boom": 2, "stream closed early (before [DONE])": 1}
     assert m["total_output_tokens"] == 17 and m["total_input_tokens"] == 30
@@ -93,11 +105,28 @@ def test_level_metrics_formulas() -> None:
     assert m["mean_tpot_ms"] == pytest.approx(100.0)  # only n > 1
     assert m["mean_ttft_ms"] == pytest.approx((100 + 200 + 50) / 3)
     assert m["mean_e2el_ms"] == pytest.approx((500 + 200 + 1050) / 3)
-    assert m["mean_itl_ms"] == pytest.approx((0.4 + 1.0) / 6 * 1000)  # pooled per chunk gap
+    assert m["mean_itl_ms"] == pytest.approx((400 + 1000) / 6)  # pooled per chunk gap
+    # the percentiles asked for, in vLLM's key spelling, and no others
+    assert m["p50_ttft_ms"] == m["median_ttft_ms"] == 100 and "p99.9_itl_ms" in m and "p99_itl_ms" not in m
+    assert m["percentiles"] == [50.0, 99.9]
     # goodput: request 1 (ttft 100 <= 150, tpot 100 <= 100) and 3 (50, 100) pass; request 2's ttft fails
     assert m["request_goodput"] == pytest.approx(1.0)
     assert m["max_concurrency"] == 4 and m["request_rate"] == "inf" and m["concurrency_reached"] == 3
-    assert m["max_concurrent_requests"] == 3  # [0,.5) [.2,.4) [.3,1.35) overlap at .3
-    no_slo = level_metrics(outs, duration_s=2.0, max_concurrency=4, request_rate=5.0, slo=SLO(),
-                           concurrency_reached=3)
+    assert m["max_concurrent_requests"] == 3  # [0,500) [200,400) [300,1350) overlap at 300
+    assert m["mean_input_tokens"] == 10 and m["std_input_tokens"] == 0 and m["requested_input_len"] == 10
+    assert m["input_tokens_source"] == "usage"
+    assert m["mean_output_tokens"] == pytest.approx(17 / 3)
+    no_slo = summarize(recs, LevelContext(concurrency=4, request_rate=5.0, concurrency_reached=3))
     assert no_slo["request_goodput"] is None and no_slo["request_rate"] == 5.0
+    # the summary holds what it was computed with: the same records recompute it exactly
+    assert summarize(recs, LevelContext.from_metrics(m)) == m
+    assert summarize(recs, LevelContext.from_metrics(no_slo)) == no_slo
+
+
+def test_records_round_trip_through_json() -> None:
+    r = RequestRecord(start_ms=1.5, end_ms=20.25, chunk_ms=[3.0, 4.5], input_tokens=7, output_tokens=2,
+                      input_from_usage=False, target_input=8, max_tokens=2, sched_ms=1.0, late_ms=0.5)
+    assert RequestRecord.from_json(r.to_json()) == r
+    failed = RequestRecord(start_ms=0.0, end_ms=5.0, error="HTTP 500: x", max_tokens=3)
+    assert RequestRecord.from_json(failed.to_json()) == failed
+    assert set(failed.to_json()) == {"start_ms", "end_ms", "chunk_ms", "in", "out", "max_tokens", "error"}

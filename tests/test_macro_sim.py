@@ -8,8 +8,9 @@ from kimitui.bench.macro import MacroConfig, Timeouts, run_sweep
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import FaultPlan, SimOpenAIServer
 
-# 100 tok/s for one stream, 1600 tok/s from batch 16 on (the sim queues what does not fit)
-CURVE = BatchingModel.from_targets(single_stream_tps=100, plateau_tps=1600, plateau_batch=16)
+# 100 tok/s for one stream, 1600 tok/s from batch 16 on (the sim queues what does not fit); prefill so
+# fast that it does not show (the decode curve is what the first test is about)
+CURVE = BatchingModel.from_targets(single_stream_tps=100, plateau_tps=1600, plateau_batch=16, prefill_tps=1e9)
 
 
 @pytest.fixture(params=["lean", "httpx"])
@@ -30,15 +31,18 @@ async def test_saturation_curve_rises_then_plateaus(client: str) -> None:
         assert m["failed"] == 0 and m["usage_missing"] == 0, (c, m["failures"])
         assert m["total_output_tokens"] == m["completed"] * 24
     tput = {c: m["output_throughput"] for c, m in by_c.items()}
-    assert tput[1] == pytest.approx(100, rel=0.3)
-    assert tput[4] == pytest.approx(CURVE.throughput(4), rel=0.3)
-    assert tput[16] > 8 * tput[1]  # batching pays
-    assert tput[32] == pytest.approx(tput[16], rel=0.25)  # and then it does not: the plateau
-    assert tput[32] <= 1600 * 1.1
+    # never faster than the model (tokens cannot come sooner than its steps); how much slower depends on
+    # the machine (the client and the server share this process), so the shape is checked by ratios
+    for c, t in tput.items():
+        assert t < 1.05 * CURVE.throughput(c), c
+    assert tput[1] > 0.6 * 100
+    assert tput[4] > 2 * tput[1]  # batching pays (the model says 3.7x, then 16x)
+    assert tput[16] > 5 * tput[1]
+    assert tput[32] < 1.3 * tput[16]  # and then it does not: the plateau (doubling the streams adds ~nothing)
     # past the plateau the extra requests queue in the server: TTFT grows, TPOT does not
     assert by_c[32]["mean_ttft_ms"] > 3 * by_c[16]["mean_ttft_ms"]
-    assert by_c[32]["median_tpot_ms"] == pytest.approx(by_c[16]["median_tpot_ms"], rel=0.3)
-    assert by_c[1]["mean_tpot_ms"] == pytest.approx(10.0, rel=0.3)  # 1 / 100 tok/s
+    assert by_c[32]["median_tpot_ms"] < 1.5 * by_c[16]["median_tpot_ms"]
+    assert by_c[1]["mean_tpot_ms"] >= 10.0 * 0.95  # 1 / 100 tok/s at best
     assert by_c[32]["concurrency_reached"] == 32
 
 

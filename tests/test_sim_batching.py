@@ -88,3 +88,44 @@ async def test_cancelled_request_leaves_the_batch() -> None:
         assert a.produced < 1000
     finally:
         await sched.stop()
+
+
+async def test_prefill_takes_steps_in_chunks_and_delays_the_first_token() -> None:
+    # 20,000 prompt tokens at most 8,192 a step: the first token comes with the third step (no sleep
+    # decides this: the steps are counted)
+    model = BatchingModel.from_targets(single_stream_tps=1000, plateau_tps=8000, plateau_batch=16,
+                                       prefill_tps=1e9)
+    sched = DecodeScheduler(model)
+    sched.start()
+    try:
+        long = sched.submit(2, prompt_tokens=20_000)
+        short = sched.submit(1, prompt_tokens=10)  # waits behind the long prompt: the budget goes first come
+        assert await long.queue.get() == 0
+        assert sched.steps == 3
+        assert short.queue.qsize() == 1  # its 10 tokens fitted in the third step, beside the long prompt's rest
+    finally:
+        await sched.stop()
+
+
+async def test_prefill_time_grows_with_the_prompt() -> None:
+    # 2,000 tok/s of prefill: 1,000 prompt tokens add at least half a second before the first token
+    model = BatchingModel.from_targets(single_stream_tps=1000, plateau_tps=8000, plateau_batch=16, prefill_tps=2000)
+    assert model.prefill_time(1000) == pytest.approx(0.5)
+    assert BatchingModel.instant().prefill_time(10**6) == 0.0
+    sched = DecodeScheduler(model)
+    sched.start()
+    try:
+        waits = []
+        for prompt in (10, 1000):
+            t0 = time.perf_counter()
+            seq = sched.submit(1, prompt_tokens=prompt)
+            await seq.queue.get()
+            waits.append(time.perf_counter() - t0)
+    finally:
+        await sched.stop()
+    # never sooner than the model allows (a step, plus the prefill); later only by scheduling noise
+    assert waits[0] >= model.step_time(1) + model.prefill_time(10) - 1e-3
+    assert waits[1] >= model.step_time(1) + model.prefill_time(1000) - 1e-3
+    assert waits[1] - waits[0] > 0.4
+    with pytest.raises(ValueError):
+        BatchingModel.from_targets(prefill_tps=0)

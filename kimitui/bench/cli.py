@@ -69,9 +69,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "512 at c=128, as the dashboard's M dialog)")
     p.add_argument("--duration", type=float, help="seconds per level instead of a request count")
     p.add_argument("--request-rate", type=float, help="Poisson arrivals, requests/s (default: as fast as allowed)")
+    p.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma-distributed gaps between arrivals (vLLM's): 1 Poisson (default), <1 burstier, "
+                        ">1 more regular; with --request-rate or a ramp-up")
+    p.add_argument("--ramp-up-strategy", choices=("linear", "exponential"),
+                   help="ramp the request rate from --ramp-up-start-rps to --ramp-up-end-rps over each level")
+    p.add_argument("--ramp-up-start-rps", type=float, help="request rate at the start of the ramp-up")
+    p.add_argument("--ramp-up-end-rps", type=float, help="request rate at the end of the ramp-up")
+    p.add_argument("--trace", type=Path, metavar="FILE.jsonl",
+                   help='replay arrivals: {"timestamp": seconds} a line (optional input_len, output_len); '
+                        "each level sends the trace, the level's concurrency at most at once")
     p.add_argument("--warmup", type=int, default=1, help="warm-up requests per level, not counted (default 1)")
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--input-len", type=int, default=128, help="synthetic prompt length in tokens (default 128)")
+    p.add_argument("--max-tokens", "--output-len", dest="max_tokens", type=int, default=128,
+                   help="output tokens per request (default 128)")
+    p.add_argument("--output-len-stddev", "--max-tokens-stddev", dest="max_tokens_stddev", type=float, default=0.0,
+                   help="spread of the output lengths: a normal draw per request (default 0)")
+    p.add_argument("--input-len", type=int, default=128,
+                   help="synthetic prompt length in tokens, exact where the server counts them (default 128)")
+    p.add_argument("--input-len-stddev", type=float, default=0.0,
+                   help="spread of the input lengths: a normal draw per request (default 0)")
+    p.add_argument("--percentiles", "--metric-percentiles", dest="percentiles", type=_arg("parse_percentiles"),
+                   default=None, help="percentiles reported for TTFT, TPOT, ITL, E2EL, e.g. 50,90,95,99,99.9 "
+                                      "(default 90,99)")
     p.add_argument("--dataset", type=Path, help='JSONL prompts: {"prompt": ...} or {"messages": [...]} a line')
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="do not send ignore_eos (for servers that reject it)")
@@ -88,6 +107,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path,
                    help="the sweep as JSON in this file, rewritten as each level ends (\"finished\": false until "
                         "the command ends)")
+    p.add_argument("--csv", type=Path, help="write the levels as CSV to this file (one row a level)")
+    p.add_argument("--requests-out", type=Path, metavar="FILE.jsonl",
+                   help="write every measured request (start, TTFT, chunk times, tokens, error) as JSON Lines")
     # --- micro (kimitui/bench/micro/cli.py) -------------------------------------------------------------
     from kimitui.bench.micro import cli as micro_cli
 
@@ -99,18 +121,27 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _config(args: argparse.Namespace) -> Any:
     import os
 
-    from kimitui.bench.macro import SLO, MacroConfig, Timeouts
-    from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, parse_requests
+    from kimitui.bench.macro import SLO, ConfigError, MacroConfig, RampUp, Timeouts
+    from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, PERCENTILES, parse_requests
 
     slo = _goodput(args.goodput)
     per_stream, requests = args.requests or parse_requests(DEFAULT_REQUESTS)
+    ramp = None
+    if args.ramp_up_strategy is not None:
+        if args.ramp_up_start_rps is None or args.ramp_up_end_rps is None:
+            raise ConfigError("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps")
+        ramp = RampUp(args.ramp_up_strategy, args.ramp_up_start_rps, args.ramp_up_end_rps)
+    elif args.ramp_up_start_rps is not None or args.ramp_up_end_rps is not None:
+        raise ConfigError("--ramp-up-start-rps and --ramp-up-end-rps need --ramp-up-strategy")
     return MacroConfig(
         url=args.url or DEMO_PLACEHOLDER_URL, model=args.model, endpoint=args.endpoint,
         concurrency=args.concurrency or list(DEFAULT_LEVELS), requests=requests,
         requests_per_stream=per_stream,
         duration_s=args.duration, request_rate=args.request_rate, warmup=args.warmup,
         input_len=args.input_len, dataset=args.dataset, max_tokens=args.max_tokens,
-        ignore_eos=args.ignore_eos, seed=args.seed,
+        ignore_eos=args.ignore_eos, seed=args.seed, input_len_stddev=args.input_len_stddev,
+        max_tokens_stddev=args.max_tokens_stddev, percentiles=args.percentiles or PERCENTILES,
+        burstiness=args.burstiness, ramp_up=ramp, trace=args.trace,
         timeouts=Timeouts(connect_s=args.connect_timeout, read_s=args.read_timeout,
                           total_s=args.request_timeout),
         slo=SLO(ttft_ms=slo.get("ttft"), tpot_ms=slo.get("tpot"), e2el_ms=slo.get("e2el")),
@@ -131,12 +162,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import asyncio
 
     from kimitui.bench.macro import ConfigError, MacroError, SweepResult, discover_model, run_sweep
+    from kimitui.bench.macro.exports import RequestsOut, write_csv
     from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
     from kimitui.core.events import Event, LogLine, MacroPoint
 
     try:
         cfg = _config(args)
         cfg.validate()
+        if cfg.trace is not None:  # a bad trace is a usage error, before anything is recorded
+            from kimitui.bench.macro.arrivals import load_trace
+
+            load_trace(cfg.trace)
+        requests_out = RequestsOut(args.requests_out) if args.requests_out else None
     except (ConfigError, argparse.ArgumentTypeError) as exc:
         print(f"kimitui bench macro: {exc}", file=sys.stderr)
         return 2
@@ -146,6 +183,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     recorded: list[Path] = []
 
     def show(ev: Event) -> None:
+        if requests_out is not None:
+            requests_out(ev)
         if isinstance(ev, MacroPoint):
             progress.level_done(ev.concurrency, ev.metrics)
             print(json_level(ev.concurrency, ev.metrics) if args.json else format_level(ev.concurrency, ev.metrics),
@@ -214,10 +253,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except OSError as exc:  # --output cannot be written
         print(f"kimitui bench macro: --output {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    finally:
+        if requests_out is not None:
+            requests_out.close()
     if not args.json and result.single_stream_tok_s is not None:
         print(f"single stream: {result.single_stream_tok_s:.1f} tok/s (output throughput at concurrency 1)")
     if args.output:
         print(f"sweep written to {args.output}", file=sys.stderr)
+    if args.csv:
+        try:
+            write_csv(result, args.csv)
+        except (OSError, ConfigError) as exc:
+            print(f"kimitui bench macro: {exc}", file=sys.stderr)
+            return 2
+        print(f"levels written to {args.csv}", file=sys.stderr)
+    if requests_out is not None:
+        print(f"{requests_out.lines} requests written to {args.requests_out}", file=sys.stderr)
     if recorded:
         print(f"session recorded to {recorded[0]} (replay: kimitui replay {recorded[0]}; report: kimitui report "
               f"{recorded[0]})", file=sys.stderr)

@@ -32,11 +32,15 @@ def json_level(concurrency: int, metrics: dict[str, Any]) -> str:
 
 
 def format_level(concurrency: int, m: dict[str, Any]) -> str:
+    """One level as a line: throughput, TTFT / TPOT / ITL (mean and the highest percentile asked for), the
+    input tokens achieved, the concurrency reached, goodput and failures."""
+    top = max(m.get("percentiles") or [99.0])
+    pk = f"p{int(top) if int(top) == top else top}"
     line = (f"c={concurrency:<4} {m['completed']:>5} ok {m['failed']:>4} failed  "
             f"out {m['output_throughput']:>9.1f} tok/s  req {m['request_throughput']:>7.2f}/s  "
-            f"TTFT {m['mean_ttft_ms']:>8.1f} ms (p99 {m['p99_ttft_ms']:.1f})  "
-            f"TPOT {m['mean_tpot_ms']:>7.2f} ms  ITL p99 {m['p99_itl_ms']:.2f} ms  "
-            f"reached {m['concurrency_reached']}")
+            f"TTFT {m['mean_ttft_ms']:>8.1f} ms ({pk} {m[f'{pk}_ttft_ms']:.1f})  "
+            f"TPOT {m['mean_tpot_ms']:>7.2f} ms  ITL {pk} {m[f'{pk}_itl_ms']:.2f} ms  "
+            f"in {m['mean_input_tokens']:.0f}±{m['std_input_tokens']:.0f} tok  reached {m['concurrency_reached']}")
     if m.get("request_goodput") is not None:
         line += f"  goodput {m['request_goodput']:.2f}/s"
     if m["failures"]:

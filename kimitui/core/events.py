@@ -236,6 +236,30 @@ class MacroProgress(Event):
 
 
 @dataclass(slots=True)
+class MacroRequests(Event):
+    """A batch of one level's per-request records (``kimitui.bench.macro.records``), published when the
+    level ends, before its ``MacroPoint``: ``requests[k]`` is request ``first + k`` of ``total``, in
+    dispatch order. Each is an object: ``start_ms`` (after ``origin``, the level's first dispatch in unix
+    seconds), ``end_ms`` and ``chunk_ms`` (token chunk arrivals; after the request's start), ``in``,
+    ``out``, ``max_tokens``, and when they apply ``target_in``, ``error``, ``in_estimated``,
+    ``usage_missing``, ``sched_ms``, ``late_ms``."""
+
+    type: ClassVar[str] = "macro_requests"
+    concurrency: int = 0
+    level_index: int = 0
+    origin: float = 0.0
+    first: int = 0
+    total: int = 0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        # ``requests`` already holds plain JSON values: walking its thousands of floats one by one (the
+        # generic ``_plain``) would triple the cost of writing a level's records
+        return {"t": self.t, "type": self.type, "concurrency": self.concurrency, "level_index": self.level_index,
+                "origin": self.origin, "first": self.first, "total": self.total, "requests": self.requests}
+
+
+@dataclass(slots=True)
 class GemmRow(Event):
     type: ClassVar[str] = "gemm_row"
     name: str = ""
@@ -427,6 +451,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Verification,
         MacroPoint,
         MacroProgress,
+        MacroRequests,
         GemmRow,
         AllReduceRow,
         ConnectionState,

@@ -23,6 +23,7 @@ from kimitui.core.events import (
     HostSample,
     MacroPoint,
     MacroProgress,
+    MacroRequests,
     MicroEnd,
     MicroEnv,
     MicroPlan,
@@ -207,6 +208,37 @@ class LogEntry:
 
 
 @dataclass(slots=True)
+class LevelRequests:
+    """The per-request distributions of one macro level (from its ``MacroRequests`` events), in ms."""
+
+    origin: float
+    total: int
+    received: int = 0
+    failed: int = 0
+    ttft_ms: list[float] = field(default_factory=list)
+    tpot_ms: list[float] = field(default_factory=list)
+    """Only requests with more than one output token (vLLM's TPOT)."""
+    input_tokens: list[int] = field(default_factory=list)
+
+
+def _fold_requests(state: SessionState, ev: MacroRequests) -> None:
+    level = state.macro_requests.get(ev.concurrency)
+    if level is None or level.origin != ev.origin:  # a new level (or a new sweep) at this concurrency
+        level = state.macro_requests[ev.concurrency] = LevelRequests(ev.origin, ev.total)
+    for r in ev.requests:
+        level.received += 1
+        chunks = r.get("chunk_ms") or []
+        if r.get("error") is not None or not chunks:
+            level.failed += 1
+            continue
+        level.ttft_ms.append(chunks[0])
+        level.input_tokens.append(r.get("in", 0))
+        out = r.get("out", 0)
+        if out > 1:
+            level.tpot_ms.append((chunks[-1] - chunks[0]) / (out - 1))
+
+
+@dataclass(slots=True)
 class SessionState:
     host: str = ""
     connection: str = "unknown"
@@ -228,6 +260,7 @@ class SessionState:
     boot_time: float | None = None
     """The host's boot time and clock ticks per second, from its samples (None: the agent did not say)."""
     clock_ticks: int | None = None
+    macro_requests: dict[int, LevelRequests] = field(default_factory=dict)
     gemm: list[GemmRow] = field(default_factory=list)
     allreduce: list[AllReduceRow] = field(default_factory=list)
     topology: Topology | None = None
@@ -403,6 +436,8 @@ def fold(state: SessionState, ev: Event) -> SessionState:
         if ev.status in ("done", "cancelled", "failed") and sweep.end is None:
             sweep.end, sweep.ok = ev.t, ev.status == "done"
             sweep.note = sweep.note or ev.error
+    elif isinstance(ev, MacroRequests):
+        _fold_requests(state, ev)
     elif isinstance(ev, GemmRow):
         state.gemm.append(ev)
         return state

@@ -3,9 +3,9 @@
 Entry point: ``run_sweep(config, publish, progress=None, cancel=None) -> SweepResult``.
 """
 
-from kimitui.bench.macro.config import SLO, ConfigError, MacroConfig, Timeouts
+from kimitui.bench.macro.config import SLO, ConfigError, MacroConfig, RampUp, Timeouts
+from kimitui.bench.macro.level import LevelProgress
 from kimitui.bench.macro.sweep import (
-    LevelProgress,
     LevelResult,
     MacroError,
     SweepResult,
@@ -20,6 +20,7 @@ __all__ = [
     "LevelResult",
     "MacroConfig",
     "MacroError",
+    "RampUp",
     "SweepResult",
     "Timeouts",
     "discover_model",

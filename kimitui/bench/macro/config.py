@@ -10,6 +10,7 @@ from typing import Any, Literal
 Endpoint = Literal["completions", "chat"]
 Client = Literal["lean", "httpx"]
 CLIENTS: tuple[str, ...] = ("lean", "httpx")
+RampStrategy = Literal["linear", "exponential"]
 
 MAX_CONCURRENCY = 512
 DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -47,6 +48,16 @@ class SLO:
 
 
 @dataclass(slots=True)
+class RampUp:
+    """vLLM's ``--ramp-up-strategy``: the request rate goes from ``start_rps`` to ``end_rps`` over the level
+    (by request index when the level has a request count, by time in duration mode)."""
+
+    strategy: RampStrategy = "linear"
+    start_rps: float = 1.0
+    end_rps: float = 10.0
+
+
+@dataclass(slots=True)
 class MacroConfig:
     url: str
     """Base URL of the server, e.g. ``http://127.0.0.1:8000`` (a trailing ``/v1`` is accepted)."""
@@ -64,13 +75,30 @@ class MacroConfig:
     request_rate: float | None = None
     """Requests per second, Poisson arrivals (seeded), with the level as the concurrency cap; None: as fast
     as the level allows (vLLM's ``--request-rate inf``)."""
+    burstiness: float = 1.0
+    """vLLM's ``--burstiness``: the gaps between arrivals follow a gamma distribution of this shape (1:
+    Poisson; below 1 burstier, above 1 more regular). Needs a request rate or a ramp-up."""
+    ramp_up: RampUp | None = None
+    """A request rate that ramps up over each level (exclusive with ``request_rate`` and ``trace``)."""
+    trace: Path | None = None
+    """JSONL of arrivals, ``{"timestamp": seconds}`` a line (optionally ``input_len`` / ``output_len``):
+    each level replays it, its requests sent at those offsets from the first, up to the level's
+    concurrency at once."""
     warmup: int = 1
     """Warm-up requests before each level, at up to the level's concurrency; not counted."""
     input_len: int = 128
-    """Synthetic prompt length in tokens (approximate: one common English word is one token)."""
+    """Synthetic prompt length in tokens, hit exactly where the server can count them (see ``lengths``)."""
+    input_len_stddev: float = 0.0
+    """Spread of the synthetic prompt lengths: each request's length is drawn from a normal distribution
+    (seeded; at least 1)."""
     dataset: Path | None = None
     """JSONL with ``{"prompt": ...}`` or ``{"messages": [...]}`` per line, used instead of synthetic prompts."""
     max_tokens: int = 128
+    """Output length (vLLM's ``--output-len``): ``max_tokens`` of each request."""
+    max_tokens_stddev: float = 0.0
+    """Spread of the output lengths, as ``input_len_stddev``."""
+    percentiles: tuple[float, ...] = PERCENTILES
+    """Percentiles reported for TTFT, TPOT, ITL and E2EL (vLLM's ``--metric-percentiles``)."""
     ignore_eos: bool = True
     """Send ``ignore_eos`` (a vLLM extension) so every request yields ``max_tokens`` tokens."""
     temperature: float = 0.0
@@ -101,10 +129,31 @@ class MacroConfig:
             raise ConfigError("duration per level must be positive")
         if self.request_rate is not None and self.request_rate <= 0:
             raise ConfigError("request rate must be positive")
+        if not self.burstiness > 0:
+            raise ConfigError("burstiness must be positive")
+        if self.burstiness != 1.0 and self.request_rate is None and self.ramp_up is None:
+            raise ConfigError("burstiness shapes the gaps of a request rate: give --request-rate or a ramp-up")
+        arrivals = [name for name, on in (("a request rate", self.request_rate is not None),
+                                          ("a ramp-up", self.ramp_up is not None),
+                                          ("a trace", self.trace is not None)) if on]
+        if len(arrivals) > 1:
+            raise ConfigError(f"choose one arrival mode: {' and '.join(arrivals)} were both given")
+        if self.ramp_up is not None:
+            r = self.ramp_up
+            if r.strategy not in ("linear", "exponential"):
+                raise ConfigError(f"unknown ramp-up strategy {r.strategy!r} (linear or exponential)")
+            if not (r.start_rps > 0 and r.end_rps > 0):
+                raise ConfigError("ramp-up start and end rates must be positive")
         if self.max_tokens < 1 or self.input_len < 1 or self.warmup < 0:
             raise ConfigError("max_tokens and input_len must be at least 1, warmup at least 0")
+        if self.input_len_stddev < 0 or self.max_tokens_stddev < 0:
+            raise ConfigError("length spreads (standard deviations) cannot be negative")
+        if not self.percentiles or any(not 0 < p <= 100 for p in self.percentiles):
+            raise ConfigError("percentiles must be between 0 (excluded) and 100")
         if self.endpoint not in ("completions", "chat"):
             raise ConfigError(f"unknown endpoint {self.endpoint!r} (completions or chat)")
+        if self.dataset is not None and not self.dataset.is_file():
+            raise ConfigError(f"{self.dataset}: no such file (the --dataset of prompts)")
         if self.client not in CLIENTS:
             raise ConfigError(f"unknown client {self.client!r} (lean or httpx)")
 
@@ -129,9 +178,28 @@ class MacroConfig:
     def endpoint_path(self) -> str:
         return "/v1/completions" if self.endpoint == "completions" else "/v1/chat/completions"
 
+    @property
+    def open_loop(self) -> bool:
+        """Requests are sent on a schedule (rate, ramp-up, trace) rather than as soon as a slot frees."""
+        return self.request_rate is not None or self.ramp_up is not None or self.trace is not None
+
+    @property
+    def arrival_label(self) -> str:
+        if self.trace is not None:
+            return f"trace {self.trace.name}"
+        shape = "Poisson" if self.burstiness == 1.0 else f"gamma, burstiness {self.burstiness:g}"
+        if self.ramp_up is not None:
+            r = self.ramp_up
+            return f"{r.strategy} ramp-up {r.start_rps:g} to {r.end_rps:g} req/s ({shape})"
+        if self.request_rate is not None:
+            return f"{self.request_rate:g} req/s {shape}"
+        return "closed loop"
+
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["dataset"] = str(self.dataset) if self.dataset else None
+        out["trace"] = str(self.trace) if self.trace else None
+        out["percentiles"] = list(self.percentiles)
         out.pop("api_key", None)
         out.pop("headers", None)
         return out
@@ -162,6 +230,20 @@ def check_url(url: str) -> None:
         raise ConfigError(f"url {url!r} is not a valid URL: {exc}") from None
     if not parts.hostname:
         raise ConfigError(f"url {url!r} has no host")
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """``50,90,99.9`` -> (50.0, 90.0, 99.9): sorted, each above 0 and at most 100."""
+    try:
+        values = sorted({float(x) for x in text.replace(" ", "").split(",") if x})
+    except ValueError:
+        raise ConfigError(f"not a list of percentiles: {text!r}") from None
+    if not values:
+        raise ConfigError("no percentiles")
+    for p in values:
+        if not 0 < p <= 100:
+            raise ConfigError(f"percentile {p:g} is out of range (above 0, at most 100)")
+    return tuple(values)
 
 
 def parse_requests(text: str) -> tuple[int | None, int]:

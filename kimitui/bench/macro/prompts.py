@@ -1,4 +1,11 @@
-"""Request payloads: synthetic prompts of a given token length, or prompts from a JSONL file."""
+"""Request payloads: synthetic prompts of a target token length, or prompts from a JSONL file.
+
+Synthetic prompts are the calibration's anchor followed by random one-token words (``lengths``), drawn
+from a seeded stream per level and purpose (warm-up, measured), so every prompt differs from the others
+within its first few tokens (no prefix-cache hit between them, nor across levels) and a run repeats
+exactly with the same seed. Lengths: ``input_len`` / ``max_tokens``, or with a spread, a seeded normal
+draw per request (at least 1); a trace can give each request its own lengths.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from kimitui.bench.macro.config import ConfigError, MacroConfig
-
-# Short, common English words: each is one token in the BPE vocabularies of current LLMs when preceded by
-# a space, so a prompt of N of them is close to N tokens without a tokenizer on the client.
-_WORD_TEXT = (
-    "the of and to in is was for on that with as by at from his her it an are be this which or had not "
-    "but one all were they we can their has been more when who will no if out so said what up its about "
-    "into than them only some time new could these two may first then do any like my now over such our "
-    "man me even most made after also did many before must through back years where much your way well "
-    "down should because each just those people how too little state good very make world still own see "
-    "men work long get here between both life being under never day same another know while last might"
-)
-_WORDS = tuple(_WORD_TEXT.split())
+from kimitui.bench.macro.lengths import LengthModel, chat_messages, prompt_text
 
 
 @dataclass(slots=True)
 class Prompt:
-    """One request's input: ``text`` for /v1/completions, ``messages`` for /v1/chat/completions."""
+    """One request's input from a dataset: ``text`` for /v1/completions, ``messages`` for chat."""
 
     text: str | None
     messages: list[dict[str, Any]] | None
@@ -33,16 +29,18 @@ class Prompt:
     """The prompt length used when the server's usage does not report ``prompt_tokens``."""
 
 
-def synthetic_prompts(count: int, input_len: int, seed: int) -> list[Prompt]:
-    """Deterministic prompts of ``input_len`` words, each different from its first word on (so a prefix
-    cache cannot serve one from another)."""
-    rng = random.Random(seed)
-    out = []
-    n = len(_WORDS)
-    for i in range(count):
-        words = [str(i)] + [_WORDS[rng.randrange(n)] for _ in range(input_len - 1)]
-        out.append(Prompt(" ".join(words), None, input_len))
-    return out
+@dataclass(slots=True)
+class Planned:
+    """One request, ready to send."""
+
+    body: bytes
+    est_input: int
+    """The predicted prompt length (the server's usage replaces it when reported)."""
+    target_input: int | None
+    """The length asked for (None: a dataset prompt)."""
+    max_tokens: int
+    words: int = -1
+    """Words after the anchor of a synthetic prompt (-1: a dataset prompt)."""
 
 
 def _estimate_tokens(text: str) -> int:
@@ -51,7 +49,11 @@ def _estimate_tokens(text: str) -> int:
 
 def load_jsonl(path: Path) -> list[Prompt]:
     prompts: list[Prompt] = []
-    with path.open(encoding="utf-8") as fh:
+    try:
+        fh = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    with fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -71,32 +73,58 @@ def load_jsonl(path: Path) -> list[Prompt]:
     return prompts
 
 
-class PromptSource:
-    """Hands out request bodies in order, cycling through the prompts."""
+def draw_length(rng: random.Random, mean: int, stddev: float) -> int:
+    return mean if stddev <= 0 else max(1, round(rng.gauss(mean, stddev)))
 
-    def __init__(self, cfg: MacroConfig, model: str, count: int) -> None:
+
+class PromptSource:
+    """Hands out request bodies in order: synthetic prompts through ``lengths`` (a ``LengthModel``), or
+    the dataset's prompts cycled."""
+
+    def __init__(self, cfg: MacroConfig, model: str, lengths: LengthModel | None, stream: int,
+                 dataset: list[Prompt] | None = None) -> None:
         self.cfg = cfg
         self.model = model
-        self.prompts = load_jsonl(cfg.dataset) if cfg.dataset else synthetic_prompts(
-            max(1, count), cfg.input_len, cfg.seed)
+        self.lengths = lengths
+        self.dataset = dataset
+        self._words = random.Random(f"{cfg.seed}:words:{stream}")
+        self._sizes = random.Random(f"{cfg.seed}:lengths:{stream}")
         self._next = 0
 
-    def take(self) -> tuple[bytes, int]:
-        """The next request body (encoded JSON) and its estimated prompt length."""
-        prompt = self.prompts[self._next % len(self.prompts)]
+    def take(self, input_len: int | None = None, output_len: int | None = None) -> Planned:
+        """The next request; ``input_len`` / ``output_len`` override the configured lengths (a trace's)."""
+        cfg = self.cfg
+        target = input_len if input_len is not None else draw_length(self._sizes, cfg.input_len,
+                                                                      cfg.input_len_stddev)
+        max_tokens = output_len if output_len is not None else draw_length(self._sizes, cfg.max_tokens,
+                                                                           cfg.max_tokens_stddev)
+        if self.dataset is not None:
+            prompt = self.dataset[self._next % len(self.dataset)]
+            self._next += 1
+            body = self.body(prompt.text, prompt.messages, max_tokens)
+            return Planned(json.dumps(body).encode(), prompt.est_tokens, None, max_tokens)
         self._next += 1
-        return json.dumps(self.body(prompt)).encode(), prompt.est_tokens
+        assert self.lengths is not None
+        k = self.lengths.words_for(target)
+        text = prompt_text(self._words.choices(self.lengths.cal.words, k=k))
+        body = self.body(text, None, max_tokens)
+        return Planned(json.dumps(body).encode(), self.lengths.predict(k), target, max_tokens, k)
 
-    def body(self, prompt: Prompt) -> dict[str, Any]:
+    def observe(self, planned: Planned, prompt_tokens: int, from_usage: bool) -> None:
+        """A request came back: its prompt's length as the server counted it adjusts the next ones."""
+        if from_usage and planned.words >= 0 and self.lengths is not None:
+            self.lengths.observe(planned.words, prompt_tokens)
+
+    def body(self, text: str | None, messages: list[dict[str, Any]] | None, max_tokens: int) -> dict[str, Any]:
         cfg = self.cfg
         body: dict[str, Any] = {"model": self.model}
         if cfg.endpoint == "chat":
-            body["messages"] = prompt.messages or [{"role": "user", "content": prompt.text or ""}]
-            body["max_completion_tokens"] = cfg.max_tokens
+            body["messages"] = messages or chat_messages(text or "")
+            body["max_completion_tokens"] = max_tokens
         else:
-            body["prompt"] = prompt.text if prompt.text is not None else "\n".join(
-                str(m.get("content", "")) for m in prompt.messages or [])
-        body["max_tokens"] = cfg.max_tokens
+            body["prompt"] = text if text is not None else "\n".join(
+                str(m.get("content", "")) for m in messages or [])
+        body["max_tokens"] = max_tokens
         body["temperature"] = cfg.temperature
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

@@ -1,10 +1,11 @@
 """One streamed request, timed the way vLLM's benchmark times it.
 
 ``t0`` is taken by the caller once the concurrency slot is held. A *token chunk* is an SSE event whose
-``choices`` is non-empty (vLLM's rule: its role-only first chat chunk counts too). TTFT is the first
-token chunk's arrival minus ``t0``; E2EL the last token chunk's arrival minus ``t0``; ITL the gaps between
-successive token chunks. Arrival is the time the byte block that completed the event was read, taken
-once per block (events that arrive together share it). Output tokens come from ``usage.completion_tokens``;
+``choices`` is non-empty (vLLM's rule: its role-only first chat chunk counts too). Each token chunk's
+arrival is appended to ``times`` (the only per-chunk work besides parsing: one list append); TTFT is
+the first arrival minus ``t0``, E2EL the last minus ``t0``, ITL the gaps between successive arrivals.
+Arrival is the time the byte block that completed the event was read, taken once per block (events that
+arrive together share it). Output tokens come from ``usage.completion_tokens``;
 without a usage chunk the request still succeeds and counts its non-empty content chunks (a lower bound),
 flagged ``usage_missing``.
 """
@@ -54,11 +55,20 @@ class RequestOutcome:
     ttft: float = 0.0
     latency: float = 0.0
     """E2EL: last token chunk minus t0."""
-    itl: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    """perf_counter at the arrival of each token chunk."""
     output_tokens: int = 0
     prompt_tokens: int = 0
+    prompt_from_usage: bool = False
+    """``prompt_tokens`` is the server's ``usage.prompt_tokens`` (else the client's estimate)."""
     usage_missing: bool = False
     chunks: int = 0
+
+    @property
+    def itl(self) -> list[float]:
+        """The gaps between successive token chunks, in seconds."""
+        t = self.times
+        return [t[i] - t[i - 1] for i in range(1, len(t))]
 
 
 class Gauge:
@@ -163,15 +173,13 @@ class StreamAccount:
     stream ended properly and fills the outcome (TTFT, E2EL, token count).
     """
 
-    __slots__ = ("_chat", "_completion_tokens", "_content_chunks", "_first", "_have_first", "_last", "_out",
-                 "chunks", "decoder", "done", "usage_seen")
+    __slots__ = ("_chat", "_completion_tokens", "_content_chunks", "_out", "chunks", "decoder", "done",
+                 "usage_seen")
 
     def __init__(self, out: RequestOutcome, chat: bool) -> None:
         self._out = out
         self._chat = chat
         self.decoder = SSEDecoder()
-        self._first = self._last = 0.0
-        self._have_first = False
         self.done = False
         self.usage_seen = False
         self._completion_tokens = 0
@@ -184,9 +192,7 @@ class StreamAccount:
             return
         out = self._out
         chat = self._chat
-        itl_append = out.itl.append
-        have_first = self._have_first
-        last = self._last
+        arrived = out.times.append
         chunks = self.chunks
         content_chunks = self._content_chunks
         try:
@@ -201,12 +207,7 @@ class StreamAccount:
                     raise _Fail(f"malformed SSE: {_short(payload, 60)}") from None
                 if choices:
                     chunks += 1
-                    if have_first:
-                        itl_append(now - last)
-                    else:
-                        have_first = True
-                        self._first = now
-                    last = now
+                    arrived(now)
                     try:
                         c0 = choices[0]
                         text = c0["delta"].get("content") if chat else c0.get("text")
@@ -221,13 +222,12 @@ class StreamAccount:
                         self._completion_tokens = usage["completion_tokens"]
                     if isinstance(usage.get("prompt_tokens"), int):
                         out.prompt_tokens = usage["prompt_tokens"]
+                        out.prompt_from_usage = True
                 elif not choices and obj.get("error"):
                     err = obj["error"]
                     msg = err.get("message", err) if isinstance(err, dict) else err
                     raise _Fail(f"server error in stream: {_short(str(msg), 80)}")
         finally:
-            self._have_first = have_first
-            self._last = last
             self.chunks = chunks
             self._content_chunks = content_chunks
 
@@ -236,15 +236,16 @@ class StreamAccount:
             if payload == DONE:
                 self.done = True
         done = self.done or self.usage_seen
-        if not self._have_first:
+        times = self._out.times
+        if not times:
             raise _Fail("no token chunk before the end of the stream" if done
                         else "stream closed early (before [DONE])")
         if not done:
             raise _Fail("stream closed early (before [DONE])")
         out = self._out
         out.chunks = self.chunks
-        out.ttft = self._first - out.t0
-        out.latency = self._last - out.t0
+        out.ttft = times[0] - out.t0
+        out.latency = times[-1] - out.t0
         if self.usage_seen and self._completion_tokens:
             out.output_tokens = self._completion_tokens
         else:

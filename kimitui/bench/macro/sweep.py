@@ -1,38 +1,46 @@
-"""The concurrency sweep: warm up, run, measure and publish each level; cancel keeps finished levels.
+"""The concurrency sweep: prepare the prompts' lengths, then warm up, run, measure and publish each level;
+cancel keeps finished levels.
 
-``run_sweep`` is what a Textual worker (or the headless CLI) calls. It publishes ``PhaseStart``, one
-``MacroPoint`` per finished level (the moment the level ends), ``LogLine`` warnings (usage missing,
-failures, a concurrency not reached) and ``PhaseEnd``; it reports progress through ``progress`` at
-about 10 Hz; it returns the whole sweep.
+``run_sweep`` is what a Textual worker (or the headless CLI) calls. It publishes ``PhaseStart``, a
+``LogLine`` saying how the input lengths are obtained, then for each finished level (the moment it
+ends) its ``MacroRequests`` records and its ``MacroPoint`` summary, ``LogLine`` warnings (usage missing,
+failures, a concurrency not reached, a client that may have distorted the figures), and ``PhaseEnd``.
+It reports progress through ``progress`` at about 10 Hz; it returns the whole sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import random
-import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from time import perf_counter
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
+from kimitui.bench.macro import records as rec
+from kimitui.bench.macro.arrivals import Arrival, load_trace
 from kimitui.bench.macro.config import MacroConfig
-from kimitui.bench.macro.http_stream import LeanClient, lean_unsupported
-from kimitui.bench.macro.metrics import level_metrics
-from kimitui.bench.macro.prompts import PromptSource
-from kimitui.bench.macro.request import Gauge, RequestOutcome, stream_request
+from kimitui.bench.macro.http_stream import lean_unsupported
+from kimitui.bench.macro.lengths import (
+    Calibration,
+    CountError,
+    LengthModel,
+    TokenizeCounter,
+    UsageCounter,
+    calibrate,
+)
+from kimitui.bench.macro.level import Level, LevelProgress, LevelRun
+from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
+from kimitui.bench.macro.request import stream_request
+from kimitui.bench.macro.transport import headers, ssl_context
 from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
 
 PHASE = "macro"
 SOURCE = "macro"
-PROGRESS_INTERVAL_S = 0.1
-POOL_SHARD = 1
-"""Connections per httpx client: one client per worker (see ``shard_sizes``)."""
+
+__all__ = ["LevelProgress", "LevelResult", "MacroError", "SweepResult", "discover_model", "run_sweep"]
 
 
 class MacroError(Exception):
@@ -40,44 +48,10 @@ class MacroError(Exception):
 
 
 @dataclass(slots=True)
-class LevelProgress:
-    level_index: int
-    """0-based index of the level in ``levels``."""
-    levels: int
-    concurrency: int
-    stage: Literal["warmup", "run", "done"]
-    done: int
-    """Measured requests finished (successful or failed) in this level."""
-    total: int | None
-    """Requests in this level; None in duration mode (see ``elapsed_s`` / ``duration_s``)."""
-    failed: int
-    output_tokens: int
-    """Output tokens of the requests finished so far."""
-    in_flight: int
-    elapsed_s: float
-    duration_s: float | None
-
-    @property
-    def level_fraction(self) -> float:
-        if self.stage == "done":
-            return 1.0
-        if self.stage == "warmup":
-            return 0.0
-        if self.total:
-            return min(1.0, self.done / self.total)
-        if self.duration_s:
-            return min(1.0, self.elapsed_s / self.duration_s)
-        return 0.0
-
-    @property
-    def overall_fraction(self) -> float:
-        return (self.level_index + self.level_fraction) / max(1, self.levels)
-
-
-@dataclass(slots=True)
 class LevelResult:
     concurrency: int
     metrics: dict[str, Any]
+    records: list[rec.RequestRecord] = field(default_factory=list, repr=False)
 
 
 @dataclass(slots=True)
@@ -86,6 +60,8 @@ class SweepResult:
     model: str
     levels: list[LevelResult] = field(default_factory=list)
     cancelled: bool = False
+    lengths: Calibration | None = None
+    """How the synthetic prompts got their lengths (None: dataset prompts)."""
 
     @property
     def single_stream_tok_s(self) -> float | None:
@@ -100,6 +76,7 @@ class SweepResult:
             "backend": "openai-chat" if self.config.endpoint == "chat" else "openai",
             "model_id": self.model,
             "config": self.config.to_dict(),
+            "input_lengths": self.lengths.describe() if self.lengths is not None else "dataset prompts",
             "single_stream_tok_s": self.single_stream_tok_s,
             "cancelled": self.cancelled,
             "levels": [{"concurrency": lv.concurrency, **lv.metrics} for lv in self.levels],
@@ -114,7 +91,7 @@ async def discover_model(cfg: MacroConfig) -> str:
     url = cfg.base_url + "/v1/models"
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.timeouts.connect_s, read=cfg.timeouts.read_s),
-                                     headers=_headers(cfg)) as client:
+                                     headers=headers(cfg)) as client:
             resp = await client.get(url)
             if resp.status_code != 200:
                 raise MacroError(f"GET {url}: HTTP {resp.status_code}")
@@ -128,21 +105,33 @@ async def discover_model(cfg: MacroConfig) -> str:
         raise MacroError(f"GET {url}: not an OpenAI model list") from None
 
 
-def _headers(cfg: MacroConfig) -> dict[str, str]:
-    headers = dict(cfg.headers)
-    if cfg.api_key:
-        headers["authorization"] = f"Bearer {cfg.api_key}"
-    return headers
+async def prepare_lengths(cfg: MacroConfig, model: str) -> tuple[Calibration, list[str]]:
+    """Calibrate the synthetic prompts' lengths against the server (``lengths``): through ``/tokenize``
+    if it answers, else through the usage of one-token requests; if neither works, estimated lengths.
+    Returns the calibration and what the operator should be told."""
+    chat = cfg.endpoint == "chat"
+    notes: list[str] = []
+    timeout = httpx.Timeout(cfg.timeouts.connect_s, read=cfg.timeouts.read_s)
+    async with httpx.AsyncClient(timeout=timeout, headers=headers(cfg), verify=ssl_context(),
+                                 limits=httpx.Limits(max_connections=16)) as client:
+        try:
+            return await calibrate(TokenizeCounter(client, cfg.base_url, model, chat), cfg.input_len,
+                                   cfg.seed), notes
+        except CountError as exc:
+            notes.append(f"no usable /tokenize ({exc}): calibrating from usage.prompt_tokens")
+        url = cfg.base_url + cfg.endpoint_path
+        builder = PromptSource(cfg, model, None, stream=-1)
 
+        async def send(body: bytes) -> tuple[int | None, str | None]:
+            out = await stream_request(client, url, body, 0, chat, time.perf_counter(), cfg.timeouts.total_s)
+            return (out.prompt_tokens if out.prompt_from_usage else None), out.error
 
-_SSL: list[ssl.SSLContext] = []
-
-
-def _ssl_context() -> ssl.SSLContext:
-    """One verifying context for every client (building one costs tens of milliseconds)."""
-    if not _SSL:
-        _SSL.append(ssl.create_default_context())
-    return _SSL[0]
+        try:
+            return await calibrate(UsageCounter(send, lambda text: builder.body(text, None, 1)), cfg.input_len,
+                                   cfg.seed), notes
+        except CountError as exc:
+            notes.append(f"the server did not count the calibration prompts ({exc})")
+            return Calibration("estimated", note=str(exc)), notes
 
 
 def _now() -> float:
@@ -158,6 +147,8 @@ async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
     discovered and cannot be. Request failures never raise: they are counted in each level's metrics.
     """
     config.validate()
+    dataset: list[Prompt] | None = load_jsonl(config.dataset) if config.dataset else None
+    trace: list[Arrival] | None = load_trace(config.trace) if config.trace else None
     model = config.model or await discover_model(config)
     cancel = cancel or asyncio.Event()
     result = SweepResult(config=config, model=model)
@@ -167,26 +158,35 @@ async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
         client = "httpx"
     levels = list(config.concurrency)
     mode = (f"{config.duration_s:g}s per level" if config.duration_s is not None
-            else config.requests_label)
-    rate = f", {config.request_rate:g} req/s Poisson" if config.request_rate else ""
+            else f"trace of {len(trace)} requests per level" if trace is not None else config.requests_label)
+    arrival = "" if not config.open_loop else f", {config.arrival_label}"
     publish(PhaseStart(t=_now(), phase=PHASE,
                        title=f"serving sweep {model} at {config.base_url}: concurrency "
-                             f"{','.join(map(str, levels))}, {mode}{rate}, {client} client"))
+                             f"{','.join(map(str, levels))}, {mode}{arrival}, {client} client"))
     if fallback is not None:
         publish(LogLine(t=_now(), level="warning", source=SOURCE,
                         message=f"lean HTTP client not usable ({fallback}): using httpx"))
     try:
+        lengths: LengthModel | None = None
+        method = "dataset"
+        if dataset is None:
+            cal, notes = await prepare_lengths(config, model)
+            result.lengths = cal
+            lengths, method = LengthModel(cal), cal.method
+            for note in notes:
+                publish(LogLine(t=_now(), level="info", source=SOURCE, message=note))
+            publish(LogLine(t=_now(), level="info" if cal.exact else "warning", source=SOURCE,
+                            message=cal.describe()))
         for idx, c in enumerate(levels):
             if cancel.is_set():
                 break
-            level = _Level(config, model, c, idx, len(levels), progress, cancel, client)
-            metrics = await level.run()
-            if metrics is None:
+            level = Level(config, model, c, idx, len(levels), progress, cancel, client, lengths, method,
+                          dataset, trace)
+            run = await level.run()
+            if run is None:
                 break
-            result.levels.append(LevelResult(c, metrics))
-            publish(MacroPoint(t=_now(), concurrency=c, metrics=metrics))
-            for line in level.warnings(metrics):
-                publish(LogLine(t=_now(), level="warning", source=SOURCE, message=line))
+            _publish_level(publish, level, run)
+            result.levels.append(LevelResult(c, run.metrics, run.records))
     finally:
         result.cancelled = cancel.is_set() or len(result.levels) < len(levels)
         note = (f"cancelled after {len(result.levels)} of {len(levels)} levels" if result.cancelled
@@ -198,232 +198,10 @@ async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
     return result
 
 
-def shard_sizes(c: int, shard: int) -> list[int]:
-    """Pool sizes of the clients of a level: ``c`` connections in all, at most ``shard`` a client, and
-    worker ``j`` uses client ``j % len(sizes)`` (so each client has exactly as many workers as
-    connections). httpcore's pool scans every connection (and checks each for expiry) for every queued
-    request on each request and each release: quadratic in the pool size. Measured on 2 cores, 4 tokens
-    a chunk: one pool of 64 reached 16 streams at once and 19k tok/s; pools of 1 reached 64 and 27k tok/s
-    (256: 256 streams, 40k tok/s)."""
-    k = -(-c // shard)
-    return [c // k + (1 if i < c % k else 0) for i in range(k)]
-
-
-class _HttpxStream:
-    """The httpx client with the lean client's ``stream`` signature."""
-
-    __slots__ = ("client", "url")
-
-    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
-        self.client, self.url = client, url
-
-    async def stream(self, body: bytes, est_prompt_tokens: int, chat: bool, t0: float, total_timeout_s: float,
-                     gauge: Gauge | None = None) -> RequestOutcome:
-        return await stream_request(self.client, self.url, body, est_prompt_tokens, chat, t0, total_timeout_s,
-                                    gauge)
-
-
-Streamer = LeanClient | _HttpxStream
-
-
-class _Level:
-    """One concurrency level: ``c`` workers, each with its own client holding one connection."""
-
-    def __init__(self, cfg: MacroConfig, model: str, c: int, idx: int, levels: int,
-                 progress: Callable[[LevelProgress], None] | None, cancel: asyncio.Event,
-                 client: str = "lean") -> None:
-        self.cfg, self.model, self.c, self.idx, self.levels = cfg, model, c, idx, levels
-        self.client = client
-        self.progress_cb = progress
-        self.cancel = cancel
-        self.url = cfg.base_url + cfg.endpoint_path
-        self.chat = cfg.endpoint == "chat"
-        self.total = None if cfg.duration_s is not None else cfg.level_requests(c)
-        self.outcomes: list[RequestOutcome] = []
-        self.in_flight = self.done = self.failed = self.tokens = 0
-        self.gauge = Gauge()
-        self.first_dispatch: float | None = None
-        self.deadline: float | None = None
-        self.stage: Literal["warmup", "run", "done"] = "warmup"
-        self.started = perf_counter()
-        self.ssl = _ssl_context()
-
-    # -- progress ---------------------------------------------------------------------------------------
-    def snapshot(self) -> LevelProgress:
-        elapsed = perf_counter() - (self.first_dispatch or perf_counter())
-        return LevelProgress(self.idx, self.levels, self.c, self.stage, self.done, self.total, self.failed,
-                             self.tokens, self.in_flight, elapsed, self.cfg.duration_s)
-
-    def _report(self) -> None:
-        if self.progress_cb is not None:
-            self.progress_cb(self.snapshot())
-
-    async def _ticker(self) -> None:
-        while True:
-            await asyncio.sleep(PROGRESS_INTERVAL_S)
-            self._report()
-
-    # -- running ----------------------------------------------------------------------------------------
-    async def run(self) -> dict[str, Any] | None:
-        cfg = self.cfg
-        timeout = httpx.Timeout(connect=cfg.timeouts.connect_s, read=cfg.timeouts.read_s,
-                                write=cfg.timeouts.read_s, pool=None)
-        ticker = asyncio.create_task(self._ticker()) if self.progress_cb else None
-        stopper = asyncio.create_task(self.cancel.wait())
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                clients: list[Streamer]
-                if self.client == "httpx":
-                    clients = [_HttpxStream(await stack.enter_async_context(httpx.AsyncClient(
-                        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n), timeout=timeout,
-                        headers=_headers(cfg), verify=self.ssl)), self.url)
-                        for n in shard_sizes(self.c, POOL_SHARD)]
-                else:
-                    clients = [LeanClient(self.url, headers=_headers(cfg), connect_s=cfg.timeouts.connect_s,
-                                          read_s=cfg.timeouts.read_s, ssl_context=self.ssl)
-                               for _ in range(self.c)]
-                    for lean in clients:
-                        stack.callback(lean.close)
-                if cfg.warmup:
-                    warm = PromptSource(replace(cfg, seed=cfg.seed + 7919), self.model, cfg.warmup)
-                    ok = await self._until_cancel(self._warmup(clients, warm), stopper)
-                    if not ok:
-                        return None
-                self.stage = "run"
-                self._report()
-                count = self.total if self.total is not None else max(self.c * 4, 64)
-                source = PromptSource(cfg, self.model, count)
-                ok = await self._until_cancel(self._measure(clients, source), stopper)
-                if not ok:
-                    return None
-        finally:
-            stopper.cancel()
-            if ticker is not None:
-                ticker.cancel()
-        self.stage = "done"
-        self._report()
-        end = max((o.end for o in self.outcomes), default=self.first_dispatch or 0.0)
-        duration = end - self.first_dispatch if self.first_dispatch is not None else 0.0
-        return level_metrics(self.outcomes, duration_s=duration, max_concurrency=self.c,
-                             request_rate=cfg.request_rate, slo=cfg.slo, concurrency_reached=self.gauge.peak)
-
-    async def _until_cancel(self, coro: Any, stopper: asyncio.Task[Any]) -> bool:
-        """Run ``coro``; False (with the work cancelled) if the sweep is cancelled first."""
-        work = asyncio.ensure_future(coro)
-        await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if work.done():
-            work.result()
-            return True
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await work
-        return False
-
-    async def _warmup(self, clients: list[Streamer], source: PromptSource) -> None:
-        remaining = self.cfg.warmup
-
-        async def one_worker(client: Streamer) -> None:
-            nonlocal remaining
-            while remaining > 0:
-                remaining -= 1
-                body, est = source.take()
-                await client.stream(body, est, self.chat, perf_counter(), self.cfg.timeouts.total_s)
-
-        await _gather_all([one_worker(clients[j % len(clients)])
-                           for j in range(min(self.c, self.cfg.warmup))])
-
-    async def _measure(self, clients: list[Streamer], source: PromptSource) -> None:
-        cfg = self.cfg
-        if cfg.request_rate is None:
-            issued = 0
-            total = self.total
-
-            async def next_item() -> tuple[bytes, int] | None:
-                nonlocal issued
-                if total is not None:
-                    if issued >= total:
-                        return None
-                elif self.deadline is not None and perf_counter() >= self.deadline:
-                    return None
-                issued += 1
-                return source.take()
-
-            await _gather_all([self._worker(clients[j % len(clients)], next_item) for j in range(self.c)])
-            return
-        queue: asyncio.Queue[tuple[bytes, int] | None] = asyncio.Queue()
-        arrivals = asyncio.create_task(self._poisson(queue, source, cfg.request_rate))
-        try:
-            await _gather_all([self._worker(clients[j % len(clients)], queue.get) for j in range(self.c)])
-        finally:
-            arrivals.cancel()
-
-    async def _poisson(self, queue: asyncio.Queue[tuple[bytes, int] | None], source: PromptSource,
-                       rate: float) -> None:
-        """Arrivals with exponential gaps (seeded); the first arrives at once, as in vLLM."""
-        rng = random.Random(self.cfg.seed)
-        start = perf_counter()
-        if self.cfg.duration_s is not None:
-            self.deadline = start + self.cfg.duration_s
-        due = start
-        sent = 0
-        while True:
-            if self.total is not None and sent >= self.total:
-                break
-            if self.deadline is not None and due >= self.deadline:
-                break
-            delay = due - perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            queue.put_nowait(source.take())
-            sent += 1
-            due += rng.expovariate(rate)
-        for _ in range(self.c):
-            queue.put_nowait(None)
-
-    async def _worker(self, client: Streamer, next_item: Callable[[], Any]) -> None:
-        cfg = self.cfg
-        while True:
-            item = await next_item()
-            if item is None:
-                return
-            body, est = item
-            t0 = perf_counter()
-            if self.first_dispatch is None:
-                self.first_dispatch = t0
-                if cfg.duration_s is not None and self.deadline is None:
-                    self.deadline = t0 + cfg.duration_s
-            self.in_flight += 1
-            try:
-                out = await client.stream(body, est, self.chat, t0, cfg.timeouts.total_s, self.gauge)
-            finally:
-                self.in_flight -= 1
-            self.outcomes.append(out)
-            self.done += 1
-            if out.success:
-                self.tokens += out.output_tokens
-            else:
-                self.failed += 1
-
-    def warnings(self, m: dict[str, Any]) -> list[str]:
-        out = []
-        c = self.c
-        if m["usage_missing"]:
-            out.append(f"concurrency {c}: {m['usage_missing']} of {m['completed']} responses had no usage "
-                       "chunk; their output tokens were counted from content chunks (a lower bound)")
-        if m["failed"]:
-            reasons = "; ".join(f"{n} x {r}" for r, n in list(m["failures"].items())[:3])
-            out.append(f"concurrency {c}: {m['failed']} of {m['num_prompts']} requests failed ({reasons})")
-        if m["num_prompts"] >= c and self.gauge.peak < c:
-            out.append(f"concurrency {c}: only {self.gauge.peak} responses were streaming at once")
-        return out
-
-
-async def _gather_all(coros: list[Any]) -> None:
-    """Run all; if one raises, cancel the rest and re-raise (no orphan tasks)."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+def _publish_level(publish: Callable[[Event], None], level: Level, run: LevelRun) -> None:
+    t = _now()
+    for ev in rec.events(run.records, t=t, concurrency=level.c, level_index=level.idx, origin=run.origin_wall):
+        publish(ev)
+    publish(MacroPoint(t=t, concurrency=level.c, metrics=run.metrics))
+    for line in level.warnings(run.metrics):
+        publish(LogLine(t=_now(), level="warning", source=SOURCE, message=line))

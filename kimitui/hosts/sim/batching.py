@@ -6,6 +6,13 @@ takes ``base_s + per_seq_s * batch`` seconds. At most ``max_batch`` requests run
 with concurrency and flattens at ``max_batch``. The defaults follow the reference host
 (8 x RTX PRO 6000, TP=8): 50 tok/s for one stream, a plateau of 1536 tok/s at concurrency 128.
 
+Prefill: a request's prompt is processed in the steps after it is admitted, at most
+``prefill_chunk`` prompt tokens a step over all requests (vLLM's chunked prefill and its
+``max_num_batched_tokens``), each prompt token adding ``1 / prefill_tps`` seconds to its step; a
+request's first token comes at the end of the step that finishes its prompt. So TTFT grows with the
+prompt length counted by the toy tokenizer, the same count as ``usage.prompt_tokens``. The prefill rate
+is a simulated figure (8,000 tok/s by default), not a measurement.
+
 ``BatchingModel.instant()`` (step time 0) streams every token with no delay: the server for measuring a
 load generator's own ceiling.
 """
@@ -21,6 +28,8 @@ from dataclasses import dataclass
 REFERENCE_SINGLE_STREAM_TPS = 50.0
 REFERENCE_PLATEAU_TPS = 1536.0
 REFERENCE_PLATEAU_BATCH = 128
+REFERENCE_PREFILL_TPS = 8000.0
+PREFILL_CHUNK = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +37,16 @@ class BatchingModel:
     base_s: float
     per_seq_s: float
     max_batch: int
+    prefill_tps: float = REFERENCE_PREFILL_TPS
+    """Prompt tokens prefilled per second (inf: prefill is free)."""
+    prefill_chunk: int = PREFILL_CHUNK
+    """Most prompt tokens prefilled in one step."""
 
     @classmethod
     def from_targets(cls, *, single_stream_tps: float = REFERENCE_SINGLE_STREAM_TPS,
                      plateau_tps: float = REFERENCE_PLATEAU_TPS,
-                     plateau_batch: int = REFERENCE_PLATEAU_BATCH) -> BatchingModel:
+                     plateau_batch: int = REFERENCE_PLATEAU_BATCH,
+                     prefill_tps: float = REFERENCE_PREFILL_TPS) -> BatchingModel:
         """The model whose throughput is ``single_stream_tps`` at batch 1 and ``plateau_tps`` at
         ``plateau_batch`` (and stays there beyond it)."""
         if plateau_batch < 2:
@@ -42,11 +56,17 @@ class BatchingModel:
         per_seq = (tp - t1) / (plateau_batch - 1)
         if per_seq < 0:
             raise ValueError("the plateau must be reached by batching: plateau_tps/plateau_batch <= single")
-        return cls(base_s=t1 - per_seq, per_seq_s=per_seq, max_batch=plateau_batch)
+        if not prefill_tps > 0:
+            raise ValueError("prefill_tps must be positive")
+        return cls(base_s=t1 - per_seq, per_seq_s=per_seq, max_batch=plateau_batch, prefill_tps=prefill_tps)
 
     @classmethod
     def instant(cls, max_batch: int = 1 << 20) -> BatchingModel:
-        return cls(base_s=0.0, per_seq_s=0.0, max_batch=max_batch)
+        return cls(base_s=0.0, per_seq_s=0.0, max_batch=max_batch, prefill_tps=float("inf"))
+
+    def prefill_time(self, tokens: int) -> float:
+        """Seconds that prefilling ``tokens`` prompt tokens adds to a step."""
+        return tokens / self.prefill_tps
 
     @property
     def is_instant(self) -> bool:
@@ -66,10 +86,11 @@ class BatchingModel:
 class Sequence:
     """One running request as the scheduler sees it: tokens are pushed to its queue as steps end."""
 
-    __slots__ = ("done", "max_tokens", "produced", "queue")
+    __slots__ = ("done", "max_tokens", "prefill_left", "produced", "queue")
 
-    def __init__(self, max_tokens: int) -> None:
+    def __init__(self, max_tokens: int, prompt_tokens: int = 0) -> None:
         self.max_tokens = max_tokens
+        self.prefill_left = prompt_tokens
         self.produced = 0
         self.queue: asyncio.Queue[int] = asyncio.Queue()
         self.done = False
@@ -109,8 +130,8 @@ class DecodeScheduler:
                 await self._task
             self._task = None
 
-    def submit(self, max_tokens: int) -> Sequence:
-        seq = Sequence(max_tokens)
+    def submit(self, max_tokens: int, prompt_tokens: int = 0) -> Sequence:
+        seq = Sequence(max_tokens, prompt_tokens)
         self._waiting.append(seq)
         self._wake.set()
         return seq
@@ -128,6 +149,21 @@ class DecodeScheduler:
             self._running.extend(self._waiting[:room])
             del self._waiting[:room]
 
+    def _plan_prefill(self) -> int:
+        """Prompt tokens prefilled in the coming step (first come, first served, up to the chunk);
+        takes them off the sequences' ``prefill_left``."""
+        budget = self.model.prefill_chunk
+        total = 0
+        for seq in self._running:
+            if budget <= 0:
+                break
+            if seq.prefill_left > 0 and not seq.done:
+                n = min(seq.prefill_left, budget)
+                seq.prefill_left -= n
+                budget -= n
+                total += n
+        return total
+
     async def _loop(self) -> None:
         last_batch = -1
         step_end = float("-inf")
@@ -139,6 +175,7 @@ class DecodeScheduler:
                 last_batch = 0
                 self._wake.clear()
                 await self._wake.wait()
+                step_end = float("-inf")  # idle: the next step starts when the work arrives, not before
                 continue
             batch = len(self._running)
             if batch != last_batch and self._on_batch:
@@ -147,14 +184,15 @@ class DecodeScheduler:
             # Steps follow each other back to back: the time spent handing tokens out between two steps
             # belongs to the next step, so throughput does not drift below the model's figure.
             now = self._clock()
-            step = self.model.step_time(batch)
+            prefilled = self._plan_prefill()
+            step = self.model.step_time(batch) + (self.model.prefill_time(prefilled) if prefilled else 0.0)
             start = step_end if 0.0 <= now - step_end < step else now
             step_end = start + step
             while (left := step_end - self._clock()) > 0:
                 await asyncio.sleep(left)
             self.steps += 1
             for seq in self._running:
-                if seq.done:
+                if seq.done or seq.prefill_left > 0:
                     continue
                 seq.queue.put_nowait(seq.produced)
                 seq.produced += 1

@@ -2,10 +2,11 @@
 
 Shapes follow vLLM's OpenAI-compatible server: streamed chunks as ``data: {...}\\n\\n`` ending with
 ``data: [DONE]``; with ``stream_options.include_usage`` a last chunk with empty ``choices`` and
-``usage``; chat streams send the ``role`` delta with the first token. Token counting is simulated: a
-prompt counts one token per whitespace-separated word (a list of token ids counts exactly), and each
-generated token is one word, so the text of a completion has as many words as ``completion_tokens``.
-The simulated model always generates ``max_tokens`` tokens (finish_reason ``length``).
+``usage``; chat streams send the ``role`` delta with the first token. Prompts are tokenized by the toy
+tokenizer (``toy_tokenizer``; a list of token ids counts exactly), the same one ``POST /tokenize``
+answers with; each generated token is one word, so the text of a completion has as many words as
+``completion_tokens``. The simulated model always generates ``max_tokens`` tokens (finish_reason
+``length``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from kimitui.hosts.sim import toy_tokenizer
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 DEFAULT_CHAT_MAX_TOKENS = 256
@@ -38,10 +41,6 @@ class ApiError(Exception):
                 "message": str(self), "type": self.kind, "code": self.status}
 
 
-def count_words(text: str) -> int:
-    return len(text.split())
-
-
 @dataclass(slots=True)
 class GenRequest:
     kind: Kind
@@ -63,53 +62,94 @@ def _int_field(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def _prompt_tokens(prompt: object) -> int:
+def _prompt_ids(prompt: object, add_special_tokens: bool = True) -> list[int]:
     if isinstance(prompt, str):
-        return count_words(prompt)
+        return toy_tokenizer.encode_prompt(prompt, add_special_tokens)
     if isinstance(prompt, list) and prompt:
         if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return len(prompt)
+            return list(prompt)
         if len(prompt) == 1:
-            return _prompt_tokens(prompt[0])
+            return _prompt_ids(prompt[0], add_special_tokens)
         raise ApiError(400, "only one prompt per request is supported by the simulated server")
     raise ApiError(400, "'prompt' must be a string or a list of token ids")
 
 
-def _message_tokens(messages: object) -> int:
+def _messages(messages: object) -> list[tuple[str, str]]:
+    """(role, text) pairs of a chat request (the text parts of a content list joined)."""
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list")
-    total = 0
+    out = []
     for msg in messages:
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
             raise ApiError(400, "each message needs a 'role'")
         content = msg.get("content")
         if isinstance(content, str):
-            total += count_words(content)
+            text = content
         elif isinstance(content, list):
+            parts = []
             for part in content:
                 if not isinstance(part, dict):
                     raise ApiError(400, "message content parts must be objects")
                 if isinstance(part.get("text"), str):
-                    total += count_words(part["text"])
-        elif content is not None:
+                    parts.append(part["text"])
+            text = " ".join(parts)
+        elif content is None:
+            text = ""
+        else:
             raise ApiError(400, "message 'content' must be a string or a list of parts")
-        total += 3  # the chat template's role markers
-    return total + 3
+        out.append((msg["role"], text))
+    return out
 
 
-def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len: int) -> GenRequest:
-    """Validate a /v1/completions or /v1/chat/completions body the way vLLM does (400 / 404)."""
+def _bool_field(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise ApiError(400, f"'{name}' must be a boolean")
+    return value
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object")
+    return body
+
+
+def _check_model(body: dict[str, Any], served_model: str) -> None:
     model = body.get("model", served_model)
-    if model != served_model:
+    if model is not None and model != served_model:
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
-    prompt_tokens = _prompt_tokens(body.get("prompt")) if kind == "completion" else \
-        _message_tokens(body.get("messages"))
+
+
+def tokenize(raw: bytes, *, served_model: str, max_model_len: int) -> dict[str, Any]:
+    """``POST /tokenize`` as vLLM answers it: ``{"model", "prompt"}`` (``add_special_tokens`` defaults to
+    true) or ``{"model", "messages"}`` (``add_generation_prompt`` defaults to true) ->
+    ``{"count", "max_model_len", "tokens", "token_strs"}``."""
+    body = _json_object(raw)
+    _check_model(body, served_model)
+    if "messages" in body:
+        ids = toy_tokenizer.encode_chat(_messages(body["messages"]),
+                                        _bool_field(body, "add_generation_prompt", True))
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise ApiError(400, "'prompt' must be a string")
+        ids = toy_tokenizer.encode_prompt(prompt, _bool_field(body, "add_special_tokens", True))
+    return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": None}
+
+
+def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len: int) -> GenRequest:
+    """Validate a /v1/completions or /v1/chat/completions body the way vLLM does (400 / 404)."""
+    body = _json_object(raw)
+    _check_model(body, served_model)
+    if kind == "completion":
+        prompt_tokens = len(_prompt_ids(body.get("prompt"), _bool_field(body, "add_special_tokens", True)))
+    else:
+        prompt_tokens = len(toy_tokenizer.encode_chat(_messages(body.get("messages")),
+                                                      _bool_field(body, "add_generation_prompt", True)))
     max_tokens = _int_field(body, "max_tokens")
     if kind == "chat" and max_tokens is None:
         max_tokens = _int_field(body, "max_completion_tokens")

@@ -1,8 +1,9 @@
 """The simulated vLLM OpenAI-compatible HTTP server: routes, streaming, batching, fault injection.
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streamed SSE or one JSON body),
-``GET /v1/models``, ``GET /health`` (503 until ``ready()`` says so). Unknown paths answer 404, a known
-path with the wrong method 405, a bad body 400 with an OpenAI-style error.
+``GET /v1/models``, ``GET /health`` (503 until ``ready()`` says so), ``POST /tokenize`` (vLLM's, with the
+toy tokenizer that also counts ``usage.prompt_tokens`` and the prefill cost). Unknown paths answer 404, a
+known path with the wrong method 405, a bad body 400 with an OpenAI-style error.
 
 Faults, for load-generator tests, are chosen per server (``FaultPlan``: a mode applied to every Nth
 generation request) or per request with the ``X-Sim-Fault: MODE`` header:
@@ -25,7 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimitui.hosts.sim.batching import BatchingModel, DecodeScheduler
+from kimitui.hosts.sim.batching import REFERENCE_PREFILL_TPS, BatchingModel, DecodeScheduler
 from kimitui.hosts.sim.http11 import HttpServer, Request, Responder
 from kimitui.hosts.sim.layout import write_atomic
 from kimitui.hosts.sim.openai_protocol import (
@@ -35,6 +36,7 @@ from kimitui.hosts.sim.openai_protocol import (
     full_response,
     models_list,
     parse_generation,
+    tokenize,
 )
 
 DEFAULT_MODEL = "moonshotai/Kimi-K2.5"
@@ -79,6 +81,7 @@ class OpenAIApp:
         self.scheduler = DecodeScheduler(self.batching, on_batch=on_batch)
         self.created = int(time.time())
         self.generation_requests = 0
+        self.tokenize_requests = 0
 
     def start(self) -> None:
         self.scheduler.start()
@@ -89,7 +92,7 @@ class OpenAIApp:
     async def handle(self, request: Request, out: Responder) -> None:
         path = request.path.split("?", 1)[0]
         routes = {"/health": "GET", "/v1/models": "GET", "/v1/completions": "POST",
-                  "/v1/chat/completions": "POST"}
+                  "/v1/chat/completions": "POST", "/tokenize": "POST"}
         if path not in routes:
             await out.send_json(404, {"detail": "Not Found"})
             return
@@ -100,6 +103,14 @@ class OpenAIApp:
             await out.send(200 if self._ready() else 503, b"", "text/plain")
         elif path == "/v1/models":
             await out.send_json(200, models_list(self.model, self.max_model_len, self.created))
+        elif path == "/tokenize":
+            try:
+                answer = tokenize(request.body, served_model=self.model, max_model_len=self.max_model_len)
+            except ApiError as exc:
+                await out.send_json(exc.status, exc.body())
+                return
+            self.tokenize_requests += 1
+            await out.send_json(200, answer)
         else:
             await self._generate("completion" if path == "/v1/completions" else "chat", request, out)
 
@@ -135,7 +146,7 @@ class OpenAIApp:
             for start in range(0, req.max_tokens, INSTANT_TOKENS_PER_WRITE):
                 yield list(range(start, min(start + INSTANT_TOKENS_PER_WRITE, req.max_tokens)))
             return
-        seq = self.scheduler.submit(req.max_tokens)
+        seq = self.scheduler.submit(req.max_tokens, req.prompt_tokens)
         try:
             got = 0
             while got < req.max_tokens:
@@ -237,6 +248,8 @@ def add_batching_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--single-stream-tps", type=float, default=50.0)
     parser.add_argument("--plateau-tps", type=float, default=1536.0)
     parser.add_argument("--plateau-batch", type=int, default=128)
+    parser.add_argument("--prefill-tps", type=float, default=REFERENCE_PREFILL_TPS,
+                        help="prompt tokens prefilled per second (TTFT grows with the prompt)")
     parser.add_argument("--instant", action="store_true", help="no decode delay (client ceiling tests)")
 
 
@@ -244,7 +257,7 @@ def batching_from_args(ns: argparse.Namespace) -> BatchingModel:
     if ns.instant:
         return BatchingModel.instant()
     return BatchingModel.from_targets(single_stream_tps=ns.single_stream_tps, plateau_tps=ns.plateau_tps,
-                                      plateau_batch=ns.plateau_batch)
+                                      plateau_batch=ns.plateau_batch, prefill_tps=ns.prefill_tps)
 
 
 def batching_to_args(model: BatchingModel) -> list[str]:
@@ -254,7 +267,7 @@ def batching_to_args(model: BatchingModel) -> list[str]:
     single = 1.0 / model.step_time(1)
     plateau = model.throughput(model.max_batch)
     return ["--single-stream-tps", repr(single), "--plateau-tps", repr(plateau),
-            "--plateau-batch", str(model.max_batch)]
+            "--plateau-batch", str(model.max_batch), "--prefill-tps", repr(model.prefill_tps)]
 
 
 async def _serve_forever(ns: argparse.Namespace) -> None:

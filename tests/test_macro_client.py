@@ -1,0 +1,82 @@
+"""Knowing when the load generator is the bottleneck (bench/macro/client_health.py): its event loop's
+lag, its CPU, its lateness on a schedule, and the warnings in the summary and the log."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kimitui.bench.macro import MacroConfig, run_sweep
+from kimitui.bench.macro.client_health import LoopLagProbe, warnings
+from kimitui.core.events import Event, LogLine, MacroPoint
+from tests.faulty_server import Behavior, FaultyServer
+
+HOG_S, HOG_EVERY_S = 0.004, 0.006
+
+
+def _start_hog(loop: asyncio.AbstractEventLoop, stop: list[bool]) -> None:
+    """Keeps the event loop busy 4 ms out of every 10 (computing, as a saturated client would)."""
+
+    def hog() -> None:
+        if stop:
+            return
+        end = time.perf_counter() + HOG_S
+        while time.perf_counter() < end:
+            pass
+        loop.call_later(HOG_EVERY_S, hog)
+
+    loop.call_soon(hog)
+
+
+async def test_a_busy_event_loop_is_measured_and_reported() -> None:
+    events: list[Event] = []
+    stop: list[bool] = []
+    async with FaultyServer(Behavior(interval_s=0.002, n_tokens=40)) as srv:
+        cfg = MacroConfig(url=srv.url, model="m", concurrency=[2], requests=16, max_tokens=40, warmup=0)
+        _start_hog(asyncio.get_running_loop(), stop)
+        try:
+            result = await run_sweep(cfg, events.append)
+        finally:
+            stop.append(True)
+    m = result.levels[0].metrics
+    # a timer that fell due while the hog ran waited up to 4 ms for it
+    assert 2.0 < m["client_loop_lag_p99_ms"] <= m["client_loop_lag_max_ms"]
+    assert m["client_cpu_pct"] > 30  # the hog alone is 40% of a core
+    assert any("event loop lagged" in w for w in m["client_warnings"])
+    assert m["client_send_late_p99_ms"] is None  # closed loop: nothing was scheduled
+    logged = [e.message for e in events if isinstance(e, LogLine) and e.level == "warning"]
+    assert any(w.startswith("concurrency 2: the client's event loop lagged") for w in logged)
+    point = next(e for e in events if isinstance(e, MacroPoint))
+    assert point.metrics["client_warnings"] == m["client_warnings"]  # in the JSON as well
+
+
+async def test_probe_samples_only_while_started() -> None:
+    probe = LoopLagProbe(interval_s=0.001)
+    probe.start()
+    deadline = time.perf_counter() + 5
+    while len(probe.lags) < 5:
+        assert time.perf_counter() < deadline
+        await asyncio.sleep(0.001)
+    probe.stop()
+    n = len(probe.lags)
+    figures = probe.figures()
+    assert figures["client_cpu_pct"] is not None and figures["client_loop_lag_max_ms"] is not None
+    assert figures["client_loop_lag_p99_ms"] <= figures["client_loop_lag_max_ms"]
+    await asyncio.sleep(0.01)
+    assert len(probe.lags) == n
+
+
+def test_warning_thresholds_follow_the_level() -> None:
+    quiet = {"client_cpu_pct": 35.0, "client_loop_lag_p99_ms": 1.4, "client_send_late_p99_ms": 0.9,
+             "median_itl_ms": 20.0, "mean_arrival_gap_ms": 50.0}
+    assert warnings(quiet) == []  # an idle loop's poll granularity is not lag
+    # 3 ms of lag: over the 2 ms floor and 5% of a 20 ms ITL, but not 5% of an 80 ms one
+    assert len(warnings({**quiet, "client_loop_lag_p99_ms": 3.0})) == 1
+    assert warnings({**quiet, "client_loop_lag_p99_ms": 3.0, "median_itl_ms": 80.0}) == []
+    assert "90% of a core" not in " ".join(warnings({**quiet, "client_cpu_pct": 95.0}))
+    assert "95% of a core" in " ".join(warnings({**quiet, "client_cpu_pct": 95.0}))
+    # lateness: over 2 ms and 5% of the mean gap between arrivals (2.5 ms of 50 ms)
+    assert "late" in " ".join(warnings({**quiet, "client_send_late_p99_ms": 3.0}))
+    assert warnings({**quiet, "client_send_late_p99_ms": 3.0, "mean_arrival_gap_ms": 100.0}) == []
+    assert warnings({**quiet, "client_send_late_p99_ms": 1.9, "mean_arrival_gap_ms": 1.0}) == []
+    assert warnings({}) == []
