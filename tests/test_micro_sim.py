@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from kimitui.bench.micro.runner import MicroConfig, MicroRunner
-from kimitui.cleanup.view import SampleFeed
+from kimitui.cleanup.sample_feed import SampleFeed
 from kimitui.core.events import Event, HostSample, MicroEnd, MicroProgress, Topology
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session

@@ -12,7 +12,7 @@ from pathlib import Path
 from textual.widgets import ProgressBar
 
 from kimitui.cleanup.cli import printer
-from kimitui.cleanup.view import SampleFeed, ViewTimeout
+from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
 from kimitui.core.describe import describe
 from kimitui.core.events import CleanupPlan, HostSample, MacroProgress, StepResult
 from kimitui.core.replay import Player

@@ -1,10 +1,7 @@
 """``kimitui bench macro``: the serving sweep, headless. Each level prints as soon as it ends; progress goes
 to stderr; the sweep is recorded to a run file like every live session (replay and report read it), and
 ``--output`` is rewritten whole as each level ends.
-
-Wiring into kimitui/cli.py: ``from kimitui.bench import cli as bench_cli`` with the imports (this module
-imports only the standard library at load time), then two lines: ``bench_cli.add_parser(sub)`` in
-``build_parser`` after the other subcommands, and ``handlers["bench"] = bench_cli.cmd_bench`` in ``main``.
+This module imports only the standard library at load time (the benchmark's own modules pull httpx in).
 """
 
 from __future__ import annotations
@@ -273,16 +270,3 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"session recorded to {recorded[0]} (replay: kimitui replay {recorded[0]}; report: kimitui report "
               f"{recorded[0]})", file=sys.stderr)
     return 130 if result.cancelled else 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (``python -m kimitui.bench.cli macro ...``) until kimitui/cli.py wires it."""
-    parser = argparse.ArgumentParser(prog="kimitui")
-    sub = parser.add_subparsers(dest="command")
-    add_parser(sub)
-    args = parser.parse_args(["bench", *(argv if argv is not None else sys.argv[1:])])
-    return cmd_bench(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

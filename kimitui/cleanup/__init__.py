@@ -8,8 +8,8 @@ from kimitui.cleanup.audit import AuditLog, default_audit_path
 from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, auto_consent, decline_all, is_optional
 from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
 from kimitui.cleanup.plan import STEPS, CleanCriteria, CleanupTarget, Deadlines
+from kimitui.cleanup.sample_feed import ProcessView, SampleFeed, ViewTimeout
 from kimitui.cleanup.services import DockerService, PidService, ServiceManager, SupervisorService, SystemdService
-from kimitui.cleanup.view import ProcessView, SampleFeed, ViewTimeout
 
 __all__ = [
     "STEPS",

@@ -15,10 +15,6 @@ The session is recorded and every preview, consent, signal and outcome goes to t
 status: 0 when every GPU in scope ended clean (and, with --restart, the service answered), 1 when not,
 2 for a usage or target error (one line), 130 when interrupted (Ctrl-C, SIGTERM: the phase is closed
 and recorded, the host torn down).
-
-Wiring into kimitui/cli.py, like bench: ``cleanup_cli.add_parser(sub)`` in ``build_parser`` and
-``"cleanup": cleanup_cli.cmd_cleanup`` among the handlers. Imports only the standard library (and the
-stdlib-only cleanup core) at load time.
 """
 
 from __future__ import annotations
@@ -54,7 +50,7 @@ from kimitui.core.state import CleanupState, SessionState
 CONSENT_STEPS = ("graceful", "process", "device", "verify", "reset", "restart")
 """Names --yes takes. ``verify`` only reads (it always runs); naming it is allowed for clarity."""
 
-EVENT_TYPES = frozenset({"phase_start", "phase_end", "cleanup_plan", "step_preview", "consent", "signal",
+PRINTED_TYPES = frozenset({"phase_start", "phase_end", "cleanup_plan", "step_preview", "consent", "signal",
                          "signal_outcome", "step_result", "verification"})
 """What --json prints (samples, connection states and log lines go to the run file only)."""
 
@@ -163,7 +159,7 @@ def printer(as_json: bool, out: TextIO, session: Session | None = None,
     t0: list[float] = []
 
     def show(ev: Event) -> None:
-        if ev.type not in EVENT_TYPES:
+        if ev.type not in PRINTED_TYPES:
             return
         if as_json:
             out.write(json.dumps(ev.to_dict(), separators=(",", ":"), ensure_ascii=False) + "\n")
@@ -222,7 +218,7 @@ def _service(args: argparse.Namespace) -> ServiceManager | None:
 
 async def _cleanup(args: argparse.Namespace) -> int:
     from kimitui.cleanup.audit import AuditLog
-    from kimitui.cleanup.view import SampleFeed, ViewTimeout
+    from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
     from kimitui.targets import TargetError, new_session, open_target
     from kimitui.telemetry import TelemetrySource
 

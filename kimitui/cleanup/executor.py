@@ -22,8 +22,8 @@ from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, current_op
 from kimitui.cleanup.hostprocs import HostProcs, ProcScan, is_local
 from kimitui.cleanup.plan import STEPS, CleanupTarget, proc_gpus
 from kimitui.cleanup.safety import Candidate, SafetyPolicy, local_protected
+from kimitui.cleanup.sample_feed import ProcessView
 from kimitui.cleanup.services import ServiceProcs
-from kimitui.cleanup.view import ProcessView
 from kimitui.cleanup.waits import Clock, SystemClock
 from kimitui.core.events import (
     CleanupPlan,

@@ -41,12 +41,12 @@ class CommandResult:
         return self.rc == 0
 
 
-SignalOutcome = Literal["sent", "gone", "mismatch", "refused", "error"]
+SignalDelivery = Literal["sent", "gone", "mismatch", "refused", "error"]
 
 
 @dataclass(slots=True)
 class SignalResult:
-    outcome: SignalOutcome
+    outcome: SignalDelivery
     detail: str = ""
 
 

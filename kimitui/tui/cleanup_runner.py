@@ -20,9 +20,9 @@ from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentDecision, current_operator
 from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
 from kimitui.cleanup.plan import STEPS, Deadlines
+from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
 from kimitui.cleanup.services import ServiceManager, service_missing
 from kimitui.cleanup.setup import UsageError, build_target, default_deadlines, parse_service
-from kimitui.cleanup.view import SampleFeed, ViewTimeout
 from kimitui.core.events import CleanupPlan, LogLine, PhaseEnd, PhaseStart, StepPreview, StepResult
 from kimitui.core.session import Session
 from kimitui.live_context import LiveContext

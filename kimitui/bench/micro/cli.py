@@ -219,7 +219,7 @@ async def _micro(args: argparse.Namespace) -> int:
         try:
             sample = None
             if not cfg.cpu:
-                from kimitui.cleanup.view import SampleFeed, ViewTimeout
+                from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
                 from kimitui.telemetry import TelemetrySource
 
                 source = TelemetrySource(opened.host, args.interval, **opened.telemetry_args)
