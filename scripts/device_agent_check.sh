@@ -64,10 +64,10 @@ say "holder pid $HOLDER (torch), monitor pid $MONITOR (NVML only)"
 
 # 1. the agent run directly; stdin is a pipe that closes after ~1.8 s, so it exits on its own (liveness)
 T0=$(date +%s.%N)
-sleep 1.8 | timeout 20 $PY -u "$AGENT" --interval 0.5 > "$OUT/agent-direct.jsonl"
+sleep 1.8 | timeout 20 $PY -u "$AGENT" --sample --interval 0.5 > "$OUT/agent-direct.jsonl"
 say "agent direct: rc $? after $(since "$T0") s, $(grep -c '"sample"' "$OUT/agent-direct.jsonl") samples"
 # 2. the nvidia-smi fallback
-sleep 1.2 | timeout 30 $PY -u "$AGENT" --interval 0.5 --no-nvml > "$OUT/agent-smi.jsonl"
+sleep 1.2 | timeout 30 $PY -u "$AGENT" --sample --interval 0.5 --no-nvml > "$OUT/agent-smi.jsonl"
 say "agent nvidia-smi fallback: rc $?, $(grep -c '"sample"' "$OUT/agent-smi.jsonl") samples"
 nvidia-smi --query-gpu=index,uuid,memory.used,memory.reserved,memory.total,utilization.gpu,temperature.gpu,power.draw,clocks.current.sm \
   --format=csv > "$OUT/query-gpu.csv" 2>&1
@@ -79,7 +79,8 @@ cat > "$WORK/bootstrap.py" <<'EOF'
 import importlib.util, subprocess, sys, time, json
 spec = importlib.util.spec_from_file_location("agent", sys.argv[1]); agent = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(agent)
-p = subprocess.Popen(agent.agent_command("python3", 0.5), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+p = subprocess.Popen(agent.agent_command("python3", ("--sample", "--interval", "0.5")), stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE)
 p.stdin.write(agent.agent_payload()); p.stdin.flush()
 lines = [p.stdout.readline().decode() for _ in range(4)]
 t0 = time.monotonic(); p.stdin.close(); rc = p.wait(timeout=10)
@@ -149,7 +150,7 @@ timeout 60 $PY "$ROOT/benchmarks/telemetry.py" --only agent-cost --samples 2000 
 
 # 6. kill the holder while an agent samples at 10 Hz; time until nvidia-smi and the agent see the memory back
 say ""
-(sleep 12 | $PY -u "$AGENT" --interval 0.1 > "$OUT/agent-release.jsonl") &
+(sleep 12 | $PY -u "$AGENT" --sample --interval 0.1 > "$OUT/agent-release.jsonl") &
 RELEASE_AGENT=$!; STARTED+=("$RELEASE_AGENT")
 wait_for "$OUT/agent-release.jsonl" '"sample"' 10
 KILL_T=$(date +%s.%N)

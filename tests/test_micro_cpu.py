@@ -64,6 +64,34 @@ def test_bench_micro_cpu_path_end_to_end(tmp_path: Path) -> None:
     assert "moe (2 of 8)" in report.stdout and "honest only near M=1" in report.stdout
 
 
+def test_ctrl_c_at_the_terminal_cancels_every_rank(tmp_path: Path) -> None:
+    """SIGINT to the whole foreground process group, as a terminal's Ctrl-C sends it: kimitui cancels the
+    run (its host agent, in a session of its own, is not interrupted mid-request), every rank ends."""
+    import signal
+
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
+    argv = [sys.executable, "-m", "kimitui.cli", "bench", "micro", "--host", "local", "--json", "--allreduce",
+            *CPU_ARGS[:-8], "--sweep-max", "64M", "--burst-tokens", "1"]
+    proc = subprocess.Popen([*argv, "--iters", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 90
+        for line in proc.stdout:  # the first all-reduce row: the ranks run
+            if '"allreduce_row"' in line or time.monotonic() > deadline:
+                break
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    ends = [json.loads(x) for x in rest.splitlines() if '"micro_end"' in x]
+    assert proc.returncode == 130 and [e["status"] for e in ends] == ["cancelled"], err[-1500:]
+    assert "connection lost" not in err and "unknown" not in err
+    assert group_members(proc.pid) == []  # kimitui's group: nothing of it left
+
+
 def tiny_config(**kw: object) -> MicroConfig:
     cfg = MicroConfig(config_path=TINY, tp=2, device="cpu", ms=[1, 4], burst_tokens=[1], sweep_max=4096)
     for k, v in kw.items():

@@ -89,9 +89,11 @@ class LocalHost(Host):
 
     async def open_channel(self, argv: list[str]) -> Channel:
         try:
+            # a session of its own: a Ctrl-C at the terminal reaches kimitui, which cancels what runs and
+            # then closes the agent's stdin; the agent is not interrupted in the middle of a request
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, limit=64 * 1024 * 1024)
+                stderr=asyncio.subprocess.PIPE, limit=64 * 1024 * 1024, start_new_session=True)
         except (FileNotFoundError, PermissionError) as exc:
             raise HostFatal(f"{self.name}: no {argv[0]} on the host ({exc.strerror}); the kimitui agent needs "
                             "python >= 3.8: install one or name it with --remote-python PATH") from None

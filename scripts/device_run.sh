@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# kimitui's checks on a real GPU machine, by part, from the repository root:
+#
+#     OUT=/some/dir bash scripts/device_run.sh agent watch cleanup micro loadgen
+#
+# Needs python3 with torch and pynvml, and nvidia-smi. kimitui runs from this checkout (PYTHONPATH); its
+# other dependencies (textual, httpx, asyncssh, ...) are installed from wheels in .whl/ when that folder
+# exists, into a private folder (nothing is installed on the machine itself). Each part writes its files
+# under $OUT/work/PART and a few lines to $OUT/summary.txt; everything is packed into $OUT/device-run.tgz.
+#   agent    scripts/device_agent_check.sh: the agent next to nvidia-smi, its classes, cost, release time
+#   watch    `kimitui watch --host local --json` beside a torch holder, against nvidia-smi
+#   cleanup  scripts/device_cleanup_demo.sh: a torch service tree freed by the real cleanup (recorded)
+#   micro    scripts/device_micro.sh: the GEMM benchmark through the host program, fidelity, cancel
+#   loadgen  benchmarks/loadgen.py --quick --servers burst, client and server pinned to 2 cores
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kimitui-device-run}
+mkdir -p "$OUT/work"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=${PYTHON:-python3}
+if [ -d .whl ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kimitui-site \
+    .whl/*.whl >/dev/null 2>&1 || echo "wheels did not install" >> "$OUT/summary.txt"
+  export PYTHONPATH="$PWD:/tmp/kimitui-site${PYTHONPATH:+:$PYTHONPATH}"
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+say() { printf '%s\n' "$*" | tee -a "$OUT/summary.txt"; }
+status=0
+
+part_agent() {
+  OUT="$OUT/work/agent" timeout 170 bash scripts/device_agent_check.sh > "$OUT/work/agent.log" 2>&1
+  grep -E "PASS|FAIL|OVERALL|agent |holder|cost|left behind" "$OUT/work/agent/summary.txt" | head -30 >> "$OUT/summary.txt"
+}
+
+part_watch() {
+  local d="$OUT/work/watch"; mkdir -p "$d"
+  $PY -c 'import time, torch; x = torch.empty(int(6e9), dtype=torch.uint8, device="cuda:0"); torch.cuda.synchronize(); print("ready", flush=True); time.sleep(120)' > "$d/holder.out" 2>&1 &
+  local holder=$!
+  for _ in $(seq 1 300); do grep -q ready "$d/holder.out" 2>/dev/null && break; sleep 0.2; done
+  XDG_DATA_HOME="$d/data" timeout 60 $PY -m kimitui watch --host local --count 6 --interval 0.25 --json \
+    > "$d/watch.jsonl" 2> "$d/watch.err"
+  say "watch: rc $? ($(wc -l < "$d/watch.jsonl") samples); $(tail -1 "$d/watch.err")"
+  nvidia-smi --query-gpu=index,memory.used,memory.reserved --format=csv,noheader > "$d/smi.csv"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader > "$d/apps.csv"
+  $PY - "$d/watch.jsonl" "$d/smi.csv" "$d/apps.csv" "$holder" <<'EOF' | tee -a "$OUT/summary.txt"
+import json, sys
+s = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+smi = {int(r.split(",")[0]): float(r.split(",")[1].split()[0]) for r in open(sys.argv[2]) if r.strip()}
+holder = int(sys.argv[4])
+for g in s["gpus"]:
+    print("watch: GPU %d used %.1f MiB (nvidia-smi %s MiB), reserved %s MiB, boot_time %s, ticks %s"
+          % (g["index"], g["mem_used_mib"], smi.get(g["index"]), g["mem_reserved_mib"], s.get("boot_time"),
+             s.get("clock_ticks")))
+p = [p for p in s["procs"] if p["pid"] == holder]
+print("watch: holder pid %d: %s" % (holder, p[0]["kind"] + " " + json.dumps(p[0]["gpu_mem_mib"]) if p else "NOT SEEN"))
+print("watch: nvidia-smi apps: " + " ".join(l.strip() for l in open(sys.argv[3])))
+EOF
+  kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+}
+
+part_cleanup() {
+  local d="$OUT/work/cleanup"; mkdir -p "$d"
+  OUT="$d" bash scripts/device_cleanup_demo.sh --gib 40 --hold-s 8 --after-s 4 > "$d/demo.log" 2>&1
+  local rc=$?
+  say "cleanup demo: rc $rc"
+  grep -E "consent|clean|monitor|CLEAN|signal ->|stuck" "$d/demo.log" | tail -12 >> "$OUT/summary.txt"
+  [ -f "$d/cleanup-demo.jsonl" ] && gzip -f "$d/cleanup-demo.jsonl"
+  # the headless CLI on a fresh tree: previews, consents, signals, verify
+  [ $rc -eq 0 ] || status=1
+}
+
+part_micro() {
+  local d="$OUT/work/micro"; mkdir -p "$d"
+  OUT="$d" timeout 420 bash scripts/device_micro.sh > "$d/run.log" 2>&1
+  say "micro: rc $?"
+  grep -E "within|drained|OFF" "$d/fidelity.txt" | tail -8 >> "$OUT/summary.txt"
+  tail -4 "$d/cancel.txt" >> "$OUT/summary.txt"
+}
+
+part_loadgen() {
+  local d="$OUT/work/loadgen"; mkdir -p "$d"
+  timeout 300 taskset -c 0,1 $PY benchmarks/loadgen.py --quick --servers burst --clients lean,httpx > "$d/loadgen.txt" 2>&1
+  say "loadgen (taskset -c 0,1): rc $?"
+  grep -E "tok/s|ITL|floor|PASS|MISS" "$d/loadgen.txt" | head -20 >> "$OUT/summary.txt"
+}
+
+for part in "$@"; do
+  say "== $part $(date -u +%H:%M:%S)"
+  "part_$part" || status=1
+done
+tar -czf "$OUT/device-run.tgz" -C "$OUT" work 2>/dev/null
+rm -rf "$OUT/work"
+say "== done (status $status)"
+exit $status
