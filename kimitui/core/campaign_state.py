@@ -57,8 +57,10 @@ class CampaignState:
 
     @property
     def next_phase(self) -> CampaignPhase | None:
-        """The first phase not started (nor skipped) yet."""
-        return next((p for p in self.phases.values() if p.status == "pending" and p.name not in self.skips), None)
+        """The first phase still to run: not started (or cut off by a stop, to run again), nor skipped."""
+        return next((p for p in self.phases.values()
+                     if p.status in ("pending", "cut off") and p.name not in self.skips
+                     and (p.status == "pending" or any(p.name in r.todo for r in self.resumes))), None)
 
     @property
     def active(self) -> bool:
