@@ -112,10 +112,10 @@ async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
         raise
     except Exception as exc:
         why = str(exc) if not isinstance(exc, (OSError, RuntimeError)) or str(exc) else type(exc).__name__
-        progress.emit("failed", why)
         if not started[0]:
             publish(PhaseStart(now(), phase="macro", title=f"serving sweep at {cfg.url}"))
             publish(PhaseEnd(now(), phase="macro", ok=False, note=f"could not start: {why}"))
+        progress.emit("failed", why)
         raise
     progress.emit("cancelled" if result.cancelled else "done")
     return result
