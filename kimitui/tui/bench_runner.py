@@ -7,8 +7,9 @@ cap applies. Progress is an event too: the load generator's ``LevelProgress`` (a
 published as a ``MacroProgress`` when a level starts or ends and at most every
 ``kimitui.campaign.phases.PROGRESS_EVERY_S`` between (the campaign's macro phase: one code path), and the
 sweep's start and end (with its status or error) are ``MacroProgress`` events. The sweep panel and the
-tab's label are drawn from the fold alone, so a replay of the run file shows the same panel. The UI shares the loop with the load generator: redraws are capped at 8 Hz and small, but
-for figures to publish, the headless ``kimitui bench macro`` has the loop to itself.
+tab's label are drawn from the fold alone, so a replay of the run file shows the same panel. The UI
+shares the loop with the load generator: redraws are capped at 8 Hz and small, but for figures to
+publish, the headless ``kimitui bench macro`` has the loop to itself.
 """
 
 from __future__ import annotations
