@@ -97,6 +97,10 @@ class Campaign:
         self.api_url = (cfg.api_url or target.api_url).rstrip("/")
         self.service = self._service()
 
+    def set_ask(self, ask: ConsentCallback | None) -> None:
+        """Who answers a consent left at "ask" (the dashboard's modal)."""
+        self.consent = policy_consent(self.cfg.consent, ask, self.operator, lambda: self.aborting or self._offering)
+
     # --- what the campaign works with -------------------------------------------------------------------
 
     def _service(self) -> ServiceManager | None:
@@ -231,9 +235,9 @@ class Campaign:
             if status == "done":
                 probe_ = self.state.probe
                 note = "drift after the restart" if probe_ is not None and probe_.drift else "every phase over"
-        except asyncio.CancelledError:
-            status, note = "aborted", "interrupted: kimitui was stopped"
-            self.publish(CampaignEnd(time.time(), status="aborted", note=note))  # type: ignore[arg-type]
+        except asyncio.CancelledError:  # kimitui stopped at once: no end, the campaign can be resumed
+            self._log(f"kimitui stopped during {PHASE_TITLES.get(self.current or '', 'the campaign')}: the "
+                      "campaign can be resumed (kimitui campaign FILE --resume RUN)", "warning")
             self.finished = True
             raise
         end = CampaignEnd(time.time(), status=status, note=note)  # type: ignore[arg-type]
@@ -257,6 +261,9 @@ class Campaign:
         m = self.cfg.macro
         done = self.resume.macro_done if self.resume is not None else set()
         levels = [lv for lv in m.concurrency if lv not in done]
+        if not levels:
+            self._log("Phase 1: every level has a point already")
+            return True
         per_stream, count = parse_requests(m.requests)
         cfg = MacroConfig(url=self.api_url, model=m.model or None, endpoint=m.endpoint,  # type: ignore[arg-type]
                           concurrency=levels, requests=count, requests_per_stream=per_stream,

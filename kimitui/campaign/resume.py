@@ -110,9 +110,13 @@ def plan_resume(path: Path, phases: list[str]) -> ResumePlan:
     for run in state.micro_runs:
         if run.plan.t >= since:
             out.micro_parts_done |= {p for p, e in run.ends.items() if e.status in ("done", "skipped")}
+    started = [p for p in c.phases.values() if p.start is not None]
+    last = max(started, key=lambda p: p.start or 0.0).name if started else None
     for name in c.plan.phases:
         status = c.phases[name].status
-        if status in ("done", "failed", "skipped"):
+        if status == "failed" and name == last:  # stopped (kimitui quit, Ctrl-C twice) after it ended not ok
+            out.notes[name] = "ended not ok when kimitui stopped: run again for what is missing"
+        elif status in ("done", "failed", "skipped"):
             out.done.append(name)
             continue
         if status == "running":
@@ -120,7 +124,7 @@ def plan_resume(path: Path, phases: list[str]) -> ResumePlan:
         if name == "macro":
             left = [lv for lv in levels if lv not in out.macro_done]
             kept = sorted(out.macro_done & set(levels))
-            if not left and status == "running":
+            if not left and status in ("running", "failed"):
                 out.notes[name] = f"every level had finished ({', '.join(map(str, kept))})"
                 out.done.append(name)
                 continue
