@@ -309,6 +309,7 @@ class Campaign:
         cfg = MicroConfig(parts=parts, tp=mi.tp, ms=self.cfg.micro_ms(), backends=list(mi.backends),
                           gpus=parse_gpus(self.cfg.cleanup.gpus), sweep_max=mi.sweep_max_bytes, force=mi.force,
                           skip={k: list(v) for k, v in (self.resume.micro_done if self.resume else {}).items()})
+        cfg.burst_tokens = list(cfg.ms)  # the 122-burst at every M the budget divides
         if self.target.simulated:
             cfg.modelled, cfg.sim_dir, cfg.pace_s = "rtx-pro-6000", self.target.sim_dir, mi.pace_s
         try:
