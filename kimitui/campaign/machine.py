@@ -16,6 +16,7 @@ abort does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -236,9 +237,10 @@ class Campaign:
                 probe_ = self.state.probe
                 note = "drift after the restart" if probe_ is not None and probe_.drift else "every phase over"
         except asyncio.CancelledError:  # kimitui stopped at once: no end, the campaign can be resumed
-            self._log(f"kimitui stopped during {PHASE_TITLES.get(self.current or '', 'the campaign')}: the "
-                      "campaign can be resumed (kimitui campaign FILE --resume RUN)", "warning")
             self.finished = True
+            with contextlib.suppress(ValueError):  # the run file may be closed already (the app exiting)
+                self._log(f"kimitui stopped during {PHASE_TITLES.get(self.current or '', 'the campaign')}: the "
+                          "campaign can be resumed (kimitui campaign FILE --resume RUN)", "warning")
             raise
         end = CampaignEnd(time.time(), status=status, note=note)  # type: ignore[arg-type]
         self.publish(end)
