@@ -2,9 +2,10 @@
 crash; ``--init [PATH]`` writes a commented example. ``kimitui demo --campaign`` runs the embedded default
 on the simulated host.
 
-Exit status: 0 when every phase ran and the post-restart check found no drift, 1 when the campaign failed,
-was aborted or the check flagged a drift, 2 for a usage error (a bad file, a consent a headless run would
-have to ask, a run that cannot be resumed), 130 when interrupted twice (the second Ctrl-C stops at once).
+Exit status: 0 when every phase ran and ended ok (the post-restart check found no drift), 1 when the
+campaign failed, was aborted, a phase ended not ok or the check flagged a drift, 2 for a usage error (a bad
+file, a consent a headless run would have to ask, a run that cannot be resumed), 130 when interrupted twice
+(the second Ctrl-C stops at once: the campaign can be resumed).
 """
 
 from __future__ import annotations
@@ -192,7 +193,8 @@ def _status(machine: Any) -> int:
     if end is None or end.status != "done":
         return 1
     probe = machine.state.probe
-    return 1 if probe is not None and probe.drift else 0
+    failed = any(p.status == "failed" for p in c.phases.values()) if c is not None else True
+    return 1 if failed or (probe is not None and probe.drift) else 0
 
 
 async def _headless(machine: Any, session: Any, source: Any, feed: Any, args: argparse.Namespace) -> int:

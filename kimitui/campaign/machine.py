@@ -235,7 +235,10 @@ class Campaign:
                 await self._offer_restart()
             if status == "done":
                 probe_ = self.state.probe
-                note = "drift after the restart" if probe_ is not None and probe_.drift else "every phase over"
+                c = self.state.campaign
+                failed = [PHASE_TITLES.get(n, n) for n, p in (c.phases.items() if c else ()) if p.status == "failed"]
+                note = ("drift after the restart" if probe_ is not None and probe_.drift else
+                        f"every phase over; not ok: {', '.join(failed)}" if failed else "every phase over")
         except asyncio.CancelledError:  # kimitui stopped at once: no end, the campaign can be resumed
             self.finished = True
             with contextlib.suppress(ValueError):  # the run file may be closed already (the app exiting)
