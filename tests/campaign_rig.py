@@ -76,6 +76,7 @@ class Rig:
     session: Session
     machine: Campaign
     path: Path
+    source: TelemetrySource
     events: list[Event] = field(default_factory=list)
 
     def of(self, cls: type) -> list[Any]:
@@ -84,20 +85,26 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def campaign_rig(cfg: CampaignConfig, tmp_path: Path, *, gpus: int = 2, stuck: int = 1,
-                       batching: BatchingModel | None = None) -> AsyncIterator[Rig]:
+                       batching: BatchingModel | None = None, app_pumps: bool = False) -> AsyncIterator[Rig]:
+    """``app_pumps``: the telemetry is left for a dashboard to pump (``rig.source`` in its sources), as
+    ``kimitui campaign`` does; the feed then reads the session."""
     async with SimHost(gpus=gpus, stuck_workers=stuck, nvml_monitor=True, load_time=0.05, name="demo",
                        batching=batching) as host:
         path = tmp_path / "run.jsonl"
         session = Session(RunWriter(path, host="demo", meta={"command": "campaign"}))
         source = TelemetrySource(host, 0.2, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix, scan_interval=0.2)
         feed = SampleFeed()
-        feed.follow(source.events(), publish=session.publish)
+        if app_pumps:
+            session.subscribe(feed.push)
+        else:
+            feed.follow(source.events(), publish=session.publish)
         try:
-            await feed.latest(timeout=15)
+            if not app_pumps:
+                await feed.latest(timeout=15)
             target = CampaignHost(host, "demo", simulated=True, sim_dir=host.sim_dir, api_url=host.api_url)
             machine = Campaign(cfg, session, target, feed, operator="tester", headless=True,
                                audit_factory=lambda: AuditLog(tmp_path / "audit.log"))
-            rig = Rig(host, session, machine, path)
+            rig = Rig(host, session, machine, path, source)
             session.subscribe(rig.events.append)
             yield rig
         finally:
