@@ -251,7 +251,9 @@ def _verdict(row: BudgetRow | None, ar_count: int, state: SessionState, link: st
                 f"{(row.allreduce_ms or 0.0) / ar_count * 1000:.0f} us at {size_b / 1e6:.2f} MB"
                 + (f", over {link}" if link else "") + ")")
     kernel = "Marlin" if not any(s.startswith("moe") for s in stand_ins) else "a stand-in for Marlin"
-    text = (f"At the plateau ({row.tok_s:.0f} tok/s at concurrency {row.m}) a decode step takes {t:.1f} ms: "
+    steady = row.m / t * 1000.0
+    text = (f"At the plateau ({row.tok_s:.0f} tok/s measured at concurrency {row.m}; {row.m} / TPOT = "
+            f"{steady:.0f} tok/s while decoding) a decode step takes {t:.1f} ms: "
             f"GEMMs {row.gemm_ms:.1f} ms ({_pct(row.gemm_ms, t)}; the INT4 routed experts on {kernel} "
             f"{row.int4_gemm_ms or 0.0:.1f} ms, the bf16 GEMMs {row.bf16_gemm_ms or 0.0:.1f} ms), {ar_words}, "
             f"the rest {row.rest_ms:.1f} ms ({_pct(row.rest_ms, t)}). Throughput is bound by {BOUND_WORDS[bound]}")

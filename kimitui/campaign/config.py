@@ -287,8 +287,8 @@ abort_restart = "yes"
 
 [macro]
 concurrency = [1, 8, 32, 128]
-requests = "1x"
-max_tokens = 48
+requests = "2x"
+max_tokens = 64
 input_len = 32
 warmup = 0
 
