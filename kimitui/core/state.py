@@ -162,6 +162,8 @@ class Sweep:
         """starting, running, cancelling, done, cancelled or failed; a sweep recorded without progress is
         running until its phase ends, then done (ok) or cancelled."""
         if self.progress is not None:
+            if self.end is not None and self.progress.status in ("starting", "running", "cancelling"):
+                return "done" if self.ok else "cancelled"  # its phase ended: the last progress is behind
             return self.progress.status
         if self.end is None:
             return "running"

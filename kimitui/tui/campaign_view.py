@@ -76,7 +76,7 @@ def bars_content(state: SessionState, width: int) -> Content:
     if budget is None:
         return Content.assemble(("No decode-step budget yet: Phase 3 of a campaign computes it from Phase 1's "
                                  "TPOT and Phase 2's GEMMs and all-reduces.", "$text-muted"))
-    bar_w = max(width - 30, 10)
+    bar_w = max(width - 44, 10)  # the label (28), " ◀ plateau" (10), padding and the scrollbar
     parts: list[str | tuple[str, str]] = [("where a decode step's time goes, per concurrency M", "bold $accent")]
     for r in budget.rows:
         tok = fmt.num(r.tok_s, "{:.0f}", " tok/s")
@@ -143,7 +143,7 @@ class AnalysisView(VerticalScroll):
         yield Static(id="analysis-checks")
 
     def show(self, state: SessionState) -> None:
-        width = self.size.width or 100
+        width = self.size.width or self.app.size.width  # 0 until the first layout
         for wid, content in (("analysis-bars", bars_content(state, width)),
                              ("analysis-verdict", verdict_content(state)), ("analysis-table", table_content(state)),
                              ("analysis-checks", checks_content(state))):
