@@ -180,3 +180,26 @@ def test_a_bad_file_is_one_line_and_runs_nothing(tmp_path: Path, edit: dict[str,
 def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
     with pytest.raises(CampaignConfigError, match=r"no such campaign file.*--init"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_ctrl_c_aborts_a_headless_campaign_and_the_restart_is_offered(tmp_path: Path) -> None:
+    from kimitui.core.campaign_events import CampaignControl, CampaignEnd
+    from kimitui.core.events import Consent, PhaseStart
+
+    proc = start(tmp_path, write_campaign(tmp_path, **{"graceful_s = 1": "graceful_s = 4"}))
+    try:  # in the transition's graceful wait (it runs to its deadline): Ctrl-C
+        run = wait_in_run(tmp_path, proc, '"step":"graceful","accepted":true')
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=WAIT_S) == 1
+    finally:
+        if proc.poll() is None:
+            kill_9(proc)
+    assert "aborting the campaign" in (proc.stderr.read() if proc.stderr else "")
+    events = list(RunReader(run).events())
+    (ctl,) = [e for e in events if isinstance(e, CampaignControl)]
+    assert ctl.action == "abort" and ctl.phase == "cleanup" and "Ctrl-C" in ctl.note
+    assert not any(isinstance(e, PhaseStart) and e.phase == "micro" for e in events)
+    restart = [e for e in events if isinstance(e, Consent) and e.step == "restart"]
+    assert restart and restart[0].accepted and "abort_restart = yes" in restart[0].note
+    (end,) = [e for e in events if isinstance(e, CampaignEnd)]
+    assert end.status == "aborted"
