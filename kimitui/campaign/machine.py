@@ -90,6 +90,8 @@ class Campaign:
         self._offering = False
         self.paused = False
         self.current: str | None = None
+        self._last = ""
+        """The phase last started (said when kimitui stops in it)."""
         self.finished = False
         self._cancel = asyncio.Event()
         """Set on abort: the phase in hand stops the graceful way."""
@@ -215,7 +217,7 @@ class Campaign:
                     break
                 if action == "skip":
                     continue
-                self.current = name
+                self.current = self._last = name
                 try:
                     ok = await self._run_phase(name)
                 finally:
@@ -242,7 +244,7 @@ class Campaign:
         except asyncio.CancelledError:  # kimitui stopped at once: no end, the campaign can be resumed
             self.finished = True
             with contextlib.suppress(ValueError):  # the run file may be closed already (the app exiting)
-                self._log(f"kimitui stopped during {PHASE_TITLES.get(self.current or '', 'the campaign')}: the "
+                self._log(f"kimitui stopped during {PHASE_TITLES.get(self._last, 'the campaign')}: the "
                           "campaign can be resumed (kimitui campaign FILE --resume RUN)", "warning")
             raise
         end = CampaignEnd(time.time(), status=status, note=note)  # type: ignore[arg-type]
