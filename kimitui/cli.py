@@ -43,7 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="start the simulated 8-GPU host and open the dashboard on it")
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--interval", type=float, default=0.5, help="sampling interval in seconds (0.1 to 10)")
+    p.add_argument("--campaign", action="store_true",
+                   help="run the whole built-in campaign on the simulated host (macro, the transition, micro, the "
+                        "analysis, the restart, the check), in the dashboard or --headless")
+    p.add_argument("--resume", type=Path, metavar="RUN", help="with --campaign: go on with the campaign in RUN")
     _add_theme(p)
+    from kimitui.campaign import cli as campaign_cli
+
+    campaign_cli.add_run_options(p, theme=False)
+    campaign_cli.add_parser(sub)
 
     p = sub.add_parser("connect", help="open the dashboard on a GPU host over SSH")
     p.add_argument("target", help="[user@]host[:port] or an alias from ~/.ssh/config")
@@ -110,15 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from kimitui.bench import cli as bench_cli
     from kimitui.bench.micro import cli as micro_cli
+    from kimitui.campaign import cli as campaign_cli
     from kimitui.cleanup import cli as cleanup_cli
     from kimitui.core.runfile import RunFileError
 
     handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench,
-                "cleanup": cleanup_cli.cmd_cleanup, "shapes": micro_cli.cmd_shapes}
+                "cleanup": cleanup_cli.cmd_cleanup, "shapes": micro_cli.cmd_shapes,
+                "campaign": campaign_cli.cmd_campaign}
     try:
         from kimitui import live_commands
 
         handlers.update(live_commands.HANDLERS)
+        if args.command == "demo" and args.campaign:
+            handlers["demo"] = campaign_cli.cmd_demo_campaign
         command = args.command or "default"
         handler = handlers.get(command)
         if handler is None:

@@ -1,5 +1,6 @@
-"""A recorded run as a Markdown report: phases, GPU memory around each cleanup step, signals, the
-verification verdict and the benchmark tables.
+"""A recorded run as a Markdown report: phases, the campaign (kimitui.campaign.report: its phases, GPU
+memory through the transition, the drain, the decode-step budget and verdict, the post-restart check), GPU
+memory around each cleanup step, signals, the verification verdict and the benchmark tables.
 
 Only the non-sample events are decoded in full (folded with the same ``fold`` the dashboard uses); of
 the samples, only the few nearest each cleanup step are decoded, so a long run reports quickly. Every
@@ -28,6 +29,7 @@ from kimitui.core.events import (
 )
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import CleanupState, SessionState, StepState, Sweep, first_error, fold, level_failed
+from kimitui.report_format import fmt_duration, table
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -106,16 +108,6 @@ def digest(reader: RunReader) -> RunDigest:
 # -- formatting -----------------------------------------------------------------------------------------
 
 
-def fmt_duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    m, s = divmod(round(seconds), 60)
-    if m < 60:
-        return f"{m}m {s:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h {m:02d}m {s:02d}s"
-
-
 def fmt_time(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -138,19 +130,6 @@ def fmt_bytes(n: int) -> str:
 
 def _num(v: Any, spec: str = ".1f") -> str:
     return format(v, spec) if isinstance(v, int | float) and not isinstance(v, bool) else "n/a"
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def table(head: list[str], rows: list[list[Any]], align: str = "") -> list[str]:
-    """A Markdown table; ``align`` gives one of l/r per column (default: first left, rest right)."""
-    align = align or "l" + "r" * (len(head) - 1)
-    marks = [":---" if a == "l" else "---:" for a in align]
-    out = ["| " + " | ".join(head) + " |", "| " + " | ".join(marks) + " |"]
-    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return out
 
 
 def short(text: str, width: int = 60) -> str:
@@ -350,11 +329,13 @@ def _macro(d: RunDigest) -> list[str]:
     sweeps = [s for s in d.state.sweeps if s.points]
     if not sweeps:
         return [*lines, "No macro benchmark points in this run."]
+    from kimitui.campaign.report import throughput_plot
+
     for n, sweep in enumerate(sweeps):
         if len(sweeps) > 1:
             lines += [f"### Sweep {n + 1}" + (f": {sweep.title}" if sweep.title else ""), ""]
         lines += _sweep(sweep)
-    return lines + _distributions(d)
+    return lines + throughput_plot(d.state.macro_points) + _distributions(d)
 
 
 def _sweep(sweep: Sweep) -> list[str]:
@@ -541,8 +522,17 @@ def _warnings(reader: RunReader) -> list[str]:
 
 def render_report(reader: RunReader) -> str:
     """The whole run as Markdown."""
+    from kimitui.campaign import report as campaign
+
     d = digest(reader)
-    sections = [_header(d), _phases(d), _cleanup(d), _macro(d), _gemm(d.state), _allreduce(d.state)]
+
+    def sample_at(t: float, after: bool) -> HostSample | None:
+        return d.sample_at_or_after(t) if after else d.sample_at_or_before(t)
+
+    sections = [_header(d), _phases(d), campaign.campaign_section(d.state, reader.end_time),
+                campaign.transition_memory(d.state, sample_at), campaign.drain_section(d.state), _cleanup(d),
+                _macro(d), _gemm(d.state), _allreduce(d.state), campaign.budget_section(d.state),
+                campaign.check_section(d.state)]
     body = [line for s in sections for line in ([*s, ""])]
     body += _warnings(reader)
     out: list[str] = []

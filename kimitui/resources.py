@@ -15,8 +15,9 @@ from pathlib import Path
 
 from kimitui import data as _data
 
-BUNDLED_RUN = "campaign-8x-rtx-pro-6000.jsonl.gz"
-"""The run a new user replays when no file is given."""
+BUNDLED_RUN = "campaign-demo-8x-rtx-pro-6000.jsonl.gz"
+"""The run a new user replays when no file is given: `kimitui demo --campaign --headless`, recorded
+(scripts/record_sample_run.py)."""
 RUN_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 

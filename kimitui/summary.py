@@ -59,6 +59,16 @@ def summarize(reader: RunReader) -> str:
         out.append(_line("micro", f"{len(s.gemm)} GEMM rows, {len(s.allreduce)} all-reduce rows"))
     else:
         out.append(_line("micro", "no GEMM or all-reduce rows in this run"))
+    if s.budget is not None:
+        b = s.budget
+        where = f" at concurrency {b.plateau_m}" if b.plateau_m is not None else ""
+        out.append(_line("budget", f"bound by {b.bound}{where}" if b.bound else "no verdict"))
+    if s.campaign is not None:
+        c = s.campaign
+        end = f"{c.end.status}: {c.end.note}" if c.end is not None else "not ended (resumable)"
+        probe = s.probe
+        drift = "" if probe is None else "; post-restart DRIFT" if probe.drift else "; post-restart within the margin"
+        out.append(_line("campaign", f"{c.plan.name or 'campaign'}: {end}{drift}"))
 
     if reader.warnings:
         out.append(_line("warnings", f"{len(reader.warnings)}"))

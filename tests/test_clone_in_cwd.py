@@ -27,5 +27,6 @@ def test_replay_summary_runs_from_a_folder_holding_a_clone_named_kimitui(tmp_pat
     done = subprocess.run([sys.executable, "-m", "kimitui", "replay", "--summary"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("kimitui run campaign-8x-rtx-pro-6000.jsonl.gz") and "Traceback" not in done.stderr
-    assert "macro     peak 1536 tok/s at concurrency 128" in done.stdout
+    assert done.stdout.startswith("kimitui run campaign-demo-8x-rtx-pro-6000.jsonl.gz")
+    assert "Traceback" not in done.stderr
+    assert "tok/s at concurrency 128" in done.stdout and "budget    bound by gemm" in done.stdout

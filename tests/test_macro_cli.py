@@ -191,7 +191,7 @@ def test_the_cli_and_the_dialog_default_to_the_same_request_count(server_url: st
 def test_the_sweep_is_recorded_and_replays_and_reports(server_url: str, data_home: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     from kimitui.cli import main
-    from kimitui.core.events import MacroPoint, PhaseEnd, PhaseStart
+    from kimitui.core.events import MacroPoint, MacroProgress, PhaseEnd, PhaseStart
     from kimitui.core.runfile import RunReader
 
     assert _run(["--url", server_url, "--concurrency", "1,4", "--requests", "4", "--max-tokens", "8", "--json"]) == 0
@@ -201,9 +201,11 @@ def test_the_sweep_is_recorded_and_replays_and_reports(server_url: str, data_hom
     reader = RunReader(run)
     events = list(reader.events())
     assert reader.header.meta["command"] == "bench macro" and reader.header.meta["url"] == server_url
-    assert isinstance(events[0], PhaseStart) and events[0].phase == "macro"
+    assert isinstance(events[0], MacroProgress) and events[0].status == "starting"  # the panel's, recorded
+    assert isinstance(events[1], PhaseStart) and events[1].phase == "macro"
     assert [e.concurrency for e in events if isinstance(e, MacroPoint)] == [1, 4]
-    assert isinstance(events[-1], PhaseEnd) and events[-1].ok
+    assert isinstance(events[-2], PhaseEnd) and events[-2].ok
+    assert isinstance(events[-1], MacroProgress) and events[-1].status == "done"
     assert main(["replay", "--summary", str(run)]) == 0
     assert "peak" in capsys.readouterr().out
     assert main(["report", str(run)]) == 0

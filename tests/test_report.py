@@ -12,11 +12,16 @@ from kimitui.core.events import ConnectionState, Event, HostSample, LogLine, Mac
 from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.state import SessionState, fold_all
 from kimitui.report import render_report
-from kimitui.samplegen import campaign_events
+from kimitui.report_format import fmt_duration
 from kimitui.summary import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "kimitui" / "data" / "sample_runs" / "campaign-8x-rtx-pro-6000.jsonl.gz"
+SAMPLE = ROOT / "kimitui" / "data" / "sample_runs" / "campaign-demo-8x-rtx-pro-6000.jsonl.gz"
+
+
+def campaign_events() -> list[Event]:
+    """The bundled campaign (a recording of kimitui demo --campaign --headless)."""
+    return list(RunReader(SAMPLE).events())
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +36,30 @@ def _section(text: str, heading: str) -> str:
 
 
 def test_report_header_and_phase_timeline(report):
-    assert report.startswith("# kimitui run report: campaign-8x-rtx-pro-6000.jsonl.gz")
-    assert "- Host: kimi-node-01" in report
-    assert "- Created: 2026-12-01 08:00:00 UTC" in report
-    assert "- Duration: 5m 36s" in report
+    reader = RunReader(SAMPLE)
+    assert report.startswith("# kimitui run report: campaign-demo-8x-rtx-pro-6000.jsonl.gz")
+    assert "- Host: demo" in report and "- command: campaign" in report
+    assert f"- Duration: {fmt_duration(reader.end_time - reader.start_time)}" in report
     phases = _section(report, "## Phases")
     rows = [line for line in phases.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert [r.split(" | ")[0].strip("| ") for r in rows] == ["macro", "cleanup", "micro", "analysis", "restore"]
+    assert [r.split(" | ")[0].strip("| ") for r in rows] == ["macro", "cleanup", "micro", "analysis", "restart",
+                                                             "check"]
     assert all(" | ok | " in r for r in rows)
+
+
+def test_report_campaign_budget_and_check(report, folded):
+    _, state = folded
+    budget, probe = state.budget, state.probe
+    assert budget is not None and probe is not None and budget.plateau_m == 128 and budget.bound == "gemm"
+    section = _section(report, "## Phase 3: where a decode step's time goes")
+    assert f"**Verdict:** {budget.verdict}" in section and "| 128 (plateau) |" in section
+    assert "M=128  " in section and "# all-reduce (122 per step)" in section
+    check = _section(report, "## Post-restart check")
+    assert "within the margin" in check and f"{probe.tok_s:.1f} tok/s" in check
+    campaign = _section(report, "## Campaign")
+    assert "Result: **DONE**: every phase over." in campaign and "| transition | done |" in campaign
+    memory = _section(report, "## GPU memory through the transition")
+    assert "| GPU | start | drain | graceful | process | device | verify | reset | end |" in memory
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +86,10 @@ def test_report_memory_around_each_cleanup_step(report, folded):
     assert cleanup is not None
     totals = {i: g.mem_total_mib for i, g in state.gpus.items()}
     names = list(cleanup.steps)
-    for k, name in enumerate(names[:-1]):
+    asked = [n for n in names[:-1] if cleanup.steps[n].consent is not None]
+    assert asked == ["graceful", "process"]
+    for name in asked:
+        k = names.index(name)
         step = cleanup.steps[name]
         section = report[report.index(f"### Step {name}"): report.index(f"### Step {names[k + 1]}")]
         assert step.consent is not None and step.result is not None
@@ -90,8 +114,9 @@ def test_report_signals_and_verdict(report, folded):
     rows = [line for line in signals.splitlines() if line.startswith("| +")]
     sent = [s for step in cleanup.steps.values() for s in step.signals]
     assert len(rows) == len(sent)
-    survived = [o for o in cleanup.steps["graceful"].outcomes if o.outcome == "survived"]
-    assert sum("| survived (S) |" in r for r in rows if "| graceful |" in r) == len(survived)
+    survived = [o for o in cleanup.steps["process"].outcomes if o.outcome == "survived" and o.signal == "SIGTERM"]
+    assert len(survived) == 2  # the stuck workers ignore SIGTERM
+    assert sum("| SIGTERM |" in r and "| survived (S) |" in r for r in rows if "| process |" in r) == len(survived)
     killed = [s for s in sent if s.signal == "SIGKILL"]
     assert sum("| SIGKILL |" in r and "| exited |" in r for r in rows) == len(killed)
     verification = _section(report, "### Verification")
@@ -112,7 +137,7 @@ def test_report_benchmark_tables(report, folded):
     for row in state.gemm:
         assert f"| {row.name} | {row.m} | {row.n} x {row.k} | {row.dtype} |" in gemm
     allreduce = _section(report, "## All-reduce (micro)")
-    assert len([line for line in allreduce.splitlines() if line.startswith("| ") and line[2].isdigit()]) == \
+    assert len([line for line in allreduce.splitlines() if line.startswith("| ") and "| bfloat16 |" in line]) == \
         len(state.allreduce)
     assert "None: every line of the run was read." in _section(report, "## Warnings")
 
@@ -132,13 +157,16 @@ def test_summary_on_the_sample_run(folded):
     _, state = folded
     text = summarize(RunReader(SAMPLE))
     lines = dict(line.split(None, 1) for line in text.splitlines()[1:] if not line.startswith(" "))
-    assert lines["host"] == "kimi-node-01"
-    assert lines["duration"] == "5m 36s"
-    assert lines["events"].startswith("799 (sample 667,")
+    reader = RunReader(SAMPLE)
+    assert lines["host"] == "demo"
+    assert lines["duration"] == fmt_duration(reader.end_time - reader.start_time)
+    assert lines["events"].startswith(f"{len(reader)} (")
     span = next(p for p in state.phases if p.phase == "cleanup")
     assert span.end is not None and f"cleanup {span.end - span.start:.1f} s ok" in lines["phases"]
     assert lines["cleanup"].startswith("CLEAN")
-    assert "graceful done, process done, device done, verify done" in lines["cleanup"]
+    assert "graceful done, process done, device skipped, verify done" in lines["cleanup"]
+    assert lines["budget"] == "bound by gemm at concurrency 128"
+    assert lines["campaign"].endswith("done: every phase over; post-restart within the margin")
     single = state.single_stream_tok_s()
     peak = max(state.macro.values(), key=lambda p: p.metrics["output_throughput"])
     assert single is not None
@@ -149,7 +177,7 @@ def test_summary_on_the_sample_run(folded):
 
 def _telemetry_only(tmp_path: Path) -> RunReader:
     events = [e for e in campaign_events() if isinstance(e, HostSample | ConnectionState | LogLine)][:200]
-    path = write_run(tmp_path / "telemetry.jsonl", events, host="kimi-node-01")
+    path = write_run(tmp_path / "telemetry.jsonl", events, host="demo")
     return RunReader(path)
 
 
@@ -179,7 +207,10 @@ def test_cleanup_without_samples_and_warnings_reported(tmp_path):
     reader = RunReader(path)
     text = render_report(reader)
     assert "- Samples: none (no telemetry)" in text
-    assert text.count("No samples in this run, so no memory comparison.") == 4
+    cleanup = fold_all(events).cleanup
+    assert cleanup is not None
+    with_result = sum(1 for step in cleanup.steps.values() if step.result is not None)
+    assert text.count("No samples in this run, so no memory comparison.") == with_result
     assert "**CLEAN**" in text
     warnings = _section(text, "## Warnings")
     assert "last line is torn" in warnings

@@ -5,6 +5,16 @@ from pathlib import Path
 
 import pytest
 
+from kimitui.core.campaign_events import (
+    BudgetRow,
+    CampaignControl,
+    CampaignEnd,
+    CampaignPlan,
+    CampaignResume,
+    DecodeBudget,
+    DrainProgress,
+    ProbeResult,
+)
 from kimitui.core.events import (
     EVENT_TYPES,
     AllReduceRow,
@@ -80,6 +90,20 @@ def every_event() -> list:
         MicroProgress(t=6.4, run_id="r1", part="gemm", item="o_proj", done=1, total=1),
         MicroEnd(t=6.5, run_id="r1", part="gemm", status="refused", holders=[ref]),
         LogLine(t=7.0, level="warning", source="test", message="hello ✓"),
+        CampaignPlan(t=7.1, name="c", file="c.toml", host="box", service="sim:vllm", phases=["macro", "cleanup"],
+                     consent={"graceful": "yes"}, settings={"macro": {"concurrency": [1, 8]}}, headless=True),
+        CampaignControl(t=7.2, action="skip", phase="micro", operator="alice"),
+        CampaignResume(t=7.3, done=["macro"], cut_off=["cleanup"], todo=["cleanup"], notes={"macro": "kept"},
+                       dropped_bytes=12),
+        DrainProgress(t=7.4, status="waiting", running=3, waiting=1, url="http://x/metrics", elapsed_s=1.5,
+                      deadline_s=20.0),
+        DecodeBudget(t=7.5, rows=[BudgetRow(m=1, tpot_ms=20.0, tok_s=50.0, allreduce_ms=2.3, int4_gemm_ms=1.7,
+                                            bf16_gemm_ms=1.1, rest_ms=14.9, notes=["n"])],
+                     bound="rest", plateau_m=1, plateau_tok_s=50.0, verdict="v", assumptions=["a"],
+                     stand_ins=["s"], link="PCIe", missing=[]),
+        ProbeResult(t=7.6, requests=3, tok_s=49.0, ttft_ms=36.0, baseline_tok_s=50.0, baseline_ttft_ms=35.0,
+                    tok_s_change_pct=-2.0, ttft_change_pct=2.9, drift=False),
+        CampaignEnd(t=7.7, status="done", note="ok"),
     ]
 
 
@@ -116,11 +140,40 @@ def test_writer_appends_and_reader_indexes(tmp_path: Path) -> None:
         assert len(RunReader(path)) == len(every_event())
     r = RunReader(path)
     assert r.header.version == FORMAT_VERSION and r.header.host == "box" and r.header.meta == {"k": 1}
-    assert r.types[0] == "sample" and r.types[-1] == "log"
+    assert r.types[0] == "sample" and r.types[-1] == "campaign_end"
     assert list(r.events()) == every_event()
     assert r.index_at(2.25) == 4
     assert r.indices_of("phase_start", "phase_end") == [1, 9]
     assert r.warnings == []
+
+
+def test_reopen_cuts_a_torn_last_line_and_appends(tmp_path: Path) -> None:
+    """A campaign resumed after a kill -9: the event in hand was half written; the writer cuts it off and
+    what follows is read whole, no line skipped."""
+    events = every_event()
+    path = write_run(tmp_path / "run.jsonl", events[:5], host="box", meta={"command": "campaign"})
+    whole = path.read_bytes()
+    path.write_bytes(whole + encode(events[5]).encode()[:17])  # torn: no newline
+    w, dropped = RunWriter.reopen(path)
+    assert dropped == 17 and w.header.host == "box" and w.header.meta == {"command": "campaign"}
+    with w:
+        for ev in events[5:]:
+            w.append(ev)
+    r = RunReader(path)
+    assert r.warnings == [] and list(r.events()) == events
+
+
+def test_reopen_refuses_what_it_cannot_append_to(tmp_path: Path) -> None:
+    with pytest.raises(RunFileError, match="no such run file"):
+        RunWriter.reopen(tmp_path / "none.jsonl")
+    gz = write_run(tmp_path / "run.jsonl.gz", every_event()[:2], compress=True)
+    with pytest.raises(RunFileError, match="compressed run cannot be appended"):
+        RunWriter.reopen(gz)
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"format":"something-else"}\n')
+    with pytest.raises(RunFileError, match="not a kimitui run"):
+        RunWriter.reopen(other)
+    assert other.read_text() == '{"format":"something-else"}\n'
 
 
 def test_writer_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Screenshot tests (pytest-textual-snapshot): the consent modal at 80x24, and the three views at fixed
+"""Screenshot tests (pytest-textual-snapshot): the consent modal at 80x24, and the four views at fixed
 replay positions of the bundled run, at 120x40 and 80x24, so a layout change is seen, not guessed.
 
 A changed layout fails here with an HTML report of the difference; when the change is meant, accept it
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from kimitui.core.events import StepPreview
 from kimitui.core.replay import Player
@@ -23,6 +24,7 @@ from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.bench_tables import MacroTable
 from kimitui.tui.bench_view import BenchView
+from kimitui.tui.campaign_view import AnalysisView
 from kimitui.tui.cleanup_consent import ConsentScreen
 from kimitui.tui.cleanup_view import StepTable
 from kimitui.tui.event_log import EventLog
@@ -41,6 +43,9 @@ def drawn(app: KimituiApp, view: str) -> bool:
     if view == "cleanup":
         tables = app.query(StepTable)
         return bool(tables) and bool(tables.first().row_keys)
+    if view == "analysis":
+        found = app.query(AnalysisView)
+        return bool(found) and "plateau" in str(found.first().query_one("#analysis-bars", Static).render())
     return bool(app.query_one(GpuTable).row_keys) and bool(app.query_one(EventLog).shown)
 
 
@@ -65,7 +70,7 @@ def paused_replay() -> tuple[KimituiApp, Player, RunReader]:
 
 
 def test_consent_modal_80x24(snap_compare) -> None:  # type: ignore[no-untyped-def]
-    """The graceful step of the bundled run: 9 rows to signal, 2 left alone; the rows scroll, the buttons
+    """The graceful step of the bundled run: the API server and its 8 workers to signal; the rows scroll, the buttons
     and keys stay on screen, each row shows pid, memory, the command's distinguishing part and why."""
     app, player, reader = paused_replay()
     preview = next(e for e in reader.events() if isinstance(e, StepPreview) and e.step == "graceful")
@@ -92,6 +97,7 @@ POSITIONS = {
                                       if b'"cleanup"' in reader.raw(i)) + phase_end(reader, "cleanup")) // 2,
     "bench": lambda reader: phase_end(reader, "macro"),
     "cleanup": lambda reader: phase_end(reader, "cleanup"),
+    "analysis": lambda reader: phase_end(reader, "analysis"),
 }
 
 
@@ -99,7 +105,7 @@ POSITIONS = {
 @pytest.mark.parametrize("view", list(POSITIONS))
 def test_view_at_a_fixed_replay_position(snap_compare, view: str, size: str) -> None:  # type: ignore[no-untyped-def]
     """The dashboard in the middle of the cleanup, the Benchmarks tab after the sweep, the Cleanup tab after
-    the cleanup: at 120x40 and at 80x24."""
+    the cleanup, the Analysis tab after Phase 3: at 120x40 and at 80x24."""
     app, player, reader = paused_replay()
 
     async def position(pilot: Pilot[None]) -> None:

@@ -158,9 +158,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 2
     import asyncio
 
-    from kimitui.bench.macro import ConfigError, MacroError, SweepResult, discover_model, run_sweep
+    from kimitui.bench.macro import ConfigError, MacroError, SweepResult, discover_model
     from kimitui.bench.macro.exports import RequestsOut, write_csv
     from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
+    from kimitui.campaign.phases import macro_phase
     from kimitui.core.events import Event, LogLine, MacroPoint
 
     try:
@@ -206,7 +207,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if args.output:
                 output.append(OutputFile(args.output, cfg, cfg.model))
                 output[0].write(output[0].partial, finished=False)
-            return await run_sweep(cfg, session.publish, progress=progress.update, cancel=cancel)
+            # the campaign's macro phase: the sweep with its progress recorded (a replay shows the panel)
+            return await macro_phase(session.publish, cfg, cancel, on_progress=progress.update)
         finally:
             progress.clear()
             session.close()

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from kimitui.campaign.transition import cleanup_phase
 from kimitui.cleanup.consent import ConsentCallback, auto_consent, current_operator
-from kimitui.cleanup.executor import CleanupExecutor
 from kimitui.cleanup.plan import Deadlines
 from kimitui.cleanup.prompt import terminal_consent
 from kimitui.cleanup.services import ServiceManager, ServiceNotFound, SimService
@@ -42,12 +42,12 @@ from kimitui.cleanup.setup import (
     parse_service,
 )
 from kimitui.core.describe import COMMAND_WIDTH, Started, describe, details, sample_started, unknown_start
-from kimitui.core.events import Event, HostSample, LogLine, MacroProgress, PhaseEnd, PhaseStart
+from kimitui.core.events import Event, HostSample, LogLine, MacroProgress
 from kimitui.core.procdisplay import command_gist
 from kimitui.core.session import Session
 from kimitui.core.state import CleanupState, SessionState
 
-CONSENT_STEPS = ("graceful", "process", "device", "verify", "reset", "restart")
+CONSENT_STEPS = ("drain", "graceful", "process", "device", "verify", "reset", "restart")
 """Names --yes takes. ``verify`` only reads (it always runs); naming it is allowed for clarity."""
 
 PRINTED_TYPES = frozenset({"phase_start", "phase_end", "cleanup_plan", "step_preview", "consent", "signal",
@@ -97,6 +97,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--restart", action="store_true",
                    help="once the GPUs are verified clean, start the service again and wait for its health")
     p.add_argument("--health-url", help="the service's health endpoint, polled after --restart")
+    p.add_argument("--metrics-url",
+                   help="the server's Prometheus /metrics (vLLM's): before the graceful stop the requests running and "
+                        "waiting there are previewed and, with consent (drain), waited for (default on demo: the "
+                        "simulated server's; elsewhere no drain step)")
+    p.add_argument("--drain-s", type=float, help="how long the drain waits for the requests to finish, s (default 120)")
     p.add_argument("--graceful-s", type=float, help="graceful stop deadline, s (default 30; 3 on demo)")
     p.add_argument("--term-grace-s", type=float, help="SIGTERM to SIGKILL grace, s (default 5; 2 on demo)")
     p.add_argument("--verify-s", type=float, help="how long verify polls for clean GPUs, s (default 10)")
@@ -179,7 +184,8 @@ def printer(as_json: bool, out: TextIO, session: Session | None = None,
 
 def _deadlines(args: argparse.Namespace, demo: bool) -> Deadlines:
     d = default_deadlines(demo)
-    for opt, attr in (("graceful_s", "graceful_s"), ("term_grace_s", "term_grace_s"), ("verify_s", "verify_s")):
+    for opt, attr in (("graceful_s", "graceful_s"), ("term_grace_s", "term_grace_s"), ("verify_s", "verify_s"),
+                      ("drain_s", "drain_s")):
         value = getattr(args, opt)
         if value is not None:
             if not 0 <= value <= 3600:
@@ -268,39 +274,29 @@ async def _cleanup(args: argparse.Namespace) -> int:
             target = build_target(host.name, service, gpus, args.threshold_mib, deadlines,
                                   args.allow_other_users, operator)
             target.nvidia_smi = args.nvidia_smi
-            ex = CleanupExecutor(host, target, feed, consent, publish=session.publish, audit=audit)
+            api_url = opened.meta.get("api_url") if demo else None
+            if service is not None:
+                target.metrics_url = args.metrics_url or (f"{api_url}/metrics" if api_url else None)
             title = f"{service.label if service else 'no service (none)'} on {host.name}" + (
                 " (dry run)" if args.dry_run else "")
-            session.publish(PhaseStart(time.time(), phase="cleanup", title=title))
-            note = ""
-            try:
-                await ex.run()
-                folded = session.state.cleanup  # the verdict and its figures from the fold, as a replay has them
-                clean = folded is not None and folded.clean
-                if clean and folded is not None and folded.consent_to_clean_s is not None:
-                    note = f"last consent -> clean {folded.consent_to_clean_s:.3f}s"
-                if args.restart and clean:
-                    res = await ex.restart()
-                    clean = res.status in ("done", "skipped")
-                    note = (f"{note}; " if note else "") + f"restart {res.status}: {res.reason}"
-                elif args.restart:
+            try:  # the campaign's transition phase: its start, each step, its end
+                out = await cleanup_phase(host, target, feed, consent, session.publish, title, audit=audit,
+                                          restart=args.restart)
+                ex, clean = out.executor, out.clean
+                if args.restart and out.restart is None and not out.clean:
                     print("kimitui: restart not run: the GPUs are not clean", file=sys.stderr)
-            except ViewTimeout as exc:
-                note = f"telemetry stalled: {exc}"
-                print(f"kimitui: {host.name}: {note}; the GPUs were not verified clean", file=sys.stderr)
-            except ServiceNotFound as exc:  # gone between the look-up and the plan
-                note = str(exc)
-                print(f"kimitui: {exc}", file=sys.stderr)
+                if out.note.startswith("not clean; telemetry stalled"):
+                    print(f"kimitui: {host.name}: {out.note.partition('; ')[2]}; the GPUs were not verified clean",
+                          file=sys.stderr)
             except asyncio.CancelledError:  # Ctrl-C (or SIGTERM): the phase is closed, then the host torn down
                 task = asyncio.current_task()
                 if task is not None:
                     task.uncancel()  # handled here: the teardown's own waits and deadlines run as usual
                 interrupted, clean = True, False
-                note = "interrupted"
-            session.publish(PhaseEnd(time.time(), phase="cleanup", ok=clean,
-                                     note=("clean" if clean else "not clean") + (f"; {note}" if note else "")))
+                ex = None
             signalled = set(session.state.cleanup.signalled) if session.state.cleanup else set()
-            final = summary(session.state.cleanup, clean, untouched(feed.current, ex.scope, signalled),
+            scope = ex.scope if ex is not None else []
+            final = summary(session.state.cleanup, clean, untouched(feed.current, scope, signalled),
                             session.recorder.path, audit.path)
         finally:
             source.stop()

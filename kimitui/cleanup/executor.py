@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimitui.cleanup import steps
+from kimitui.cleanup import drain, steps
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, current_operator, is_optional
 from kimitui.cleanup.hostprocs import HostProcs, ProcScan, is_local
@@ -397,11 +397,14 @@ class CleanupExecutor:
         self.scope = self.target.scope(sample)
         self.emit(CleanupPlan(self.now(), host=self.host_name, service=svc.name if svc else "",
                               manager=svc.kind if svc else "none", gpus=list(self.scope),
-                              steps=[s for s in STEPS if s in steps_wanted],
+                              steps=[s for s in STEPS if s in steps_wanted
+                                     and (s != "drain" or self.target.metrics_url)],
                               clean_threshold_mib=self.target.clean.threshold_mib))
         scan = await self.scan()
         self.protect_agent(scan, sample)
         await self.service_left(scan, sample)  # first sight of the tree, kept for later steps
+        if "drain" in steps_wanted and self.target.metrics_url:
+            await drain.drain(self)
         for name in ("graceful", "process", "device"):
             if name in steps_wanted:
                 await steps.STEP_FUNCS[name](self)

@@ -25,8 +25,9 @@ __all__ = [
     "SystemdService",
 ]
 
-STEPS = ("graceful", "process", "device", "verify", "reset")
-"""The escalation, in order. ``restart`` is run on its own (after the micro phase)."""
+STEPS = ("drain", "graceful", "process", "device", "verify", "reset")
+"""The escalation, in order. ``drain`` runs only where the target names the server's metrics URL;
+``restart`` is run on its own (after the micro phase)."""
 
 V1_RESERVED_ALLOWANCE_MIB = 1024.0
 """Where the driver gives no reserved figure (NVML v1), 'used' includes the reserved memory (616 MiB on
@@ -64,6 +65,8 @@ class Deadlines:
     command_s: float = 90.0
     sample_s: float = 5.0
     poll_s: float = 0.02
+    drain_s: float = 120.0
+    """How long the drain step may wait for the server's running and waiting requests to finish."""
     reconnect_s: float = 30.0
     """After the channel dropped with signals in flight: how long a step waits for the host to be back
     to look again (re-scan) before it reports the outcome as unknown."""
@@ -80,6 +83,9 @@ class CleanupTarget:
     deadlines: Deadlines = field(default_factory=Deadlines)
     allow_other_users: bool = False
     operator: str = ""
+    metrics_url: str | None = None
+    """The server's Prometheus ``/metrics`` (vLLM's): where the drain step reads the requests in flight
+    (None: no drain step)."""
     nvidia_smi: str = "nvidia-smi"
     """The GPU reset's tool, run on the host (step e); a path where it is not on the host's PATH."""
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kimitui.core.campaign_events import CAMPAIGN_EVENT_TYPES
+from kimitui.core.campaign_words import SOURCE as CAMPAIGN_SOURCE
+from kimitui.core.campaign_words import campaign_level, campaign_line
 from kimitui.core.events import (
     CleanupPlan,
     ConnectionState,
@@ -45,6 +48,9 @@ SOURCES: dict[type[Event], str] = {
 }
 
 
+SOURCES.update(dict.fromkeys(CAMPAIGN_EVENT_TYPES, CAMPAIGN_SOURCE))
+
+
 def source_of(ev: Event) -> str:
     return ev.source if isinstance(ev, LogLine) else SOURCES.get(type(ev), ev.type)
 
@@ -75,7 +81,7 @@ def level_of(ev: Event) -> str:
         return "warning" if ev.errors else "info"
     if isinstance(ev, MicroEnd):
         return {"done": "info", "skipped": "info", "cancelled": "warning"}.get(ev.status, "error")
-    return "info"
+    return campaign_level(ev) or "info"
 
 
 def _level_failed(ev: MacroPoint) -> bool:
@@ -160,7 +166,7 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
         return f"{ev.host}: {ev.state}{gap}" + (f" ({ev.detail})" if ev.detail else "")
     if isinstance(ev, LogLine):
         return ev.message
-    return None
+    return campaign_line(ev)
 
 
 Started = Callable[[int | None], str]

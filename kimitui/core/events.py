@@ -530,3 +530,7 @@ def decode(line: str | bytes) -> Event:
         raise EventDecodeError("not a JSON object")
     return from_dict(data)
 
+
+
+# The campaign's events live in their own module; importing it registers them above (EVENT_TYPES, _NESTED).
+from kimitui.core import campaign_events as _campaign_events  # noqa: E402, F401

@@ -75,6 +75,40 @@ class RunWriter:
         self._fh.flush()
         self.count = 0
 
+    @classmethod
+    def reopen(cls, path: str | Path) -> tuple[RunWriter, int]:
+        """Go on writing an existing run file (a campaign resumed after a crash): its header is checked as a
+        reader checks it, and a torn last line (the event in hand when the writer died) is cut off first, so
+        what follows starts on a line of its own. Returns the writer and the bytes cut off. A compressed run
+        cannot be appended to."""
+        p = Path(path)
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(4)
+                fh.seek(0)
+                if head[:2] == b"\x1f\x8b" or head == b"\x28\xb5\x2f\xfd":
+                    raise RunFileError(f"{p}: a compressed run cannot be appended to (resume from the plain .jsonl)")
+                first = fh.readline()
+                header = parse_header_line(first, p)
+                size = fh.seek(0, os.SEEK_END)
+                tail = min(size, 1 << 20)
+                fh.seek(size - tail)
+                chunk = fh.read(tail)
+        except FileNotFoundError as exc:
+            raise RunFileError(f"{p}: no such run file") from exc
+        except IsADirectoryError as exc:
+            raise RunFileError(f"{p}: is a directory, not a run file") from exc
+        except PermissionError as exc:
+            raise RunFileError(f"{p}: permission denied") from exc
+        keep = size - tail + chunk.rfind(b"\n") + 1 if b"\n" in chunk else len(first)
+        dropped = size - keep
+        if dropped:
+            os.truncate(p, keep)
+        self = cls.__new__(cls)
+        self.path, self.header, self.count = p, header, 0
+        self._fh = open(p, "a", encoding="utf-8")  # noqa: SIM115 (kept open: streaming)
+        return self, dropped
+
     def append(self, event: Event) -> None:
         self._fh.write(encode(event) + "\n")
         self._fh.flush()
@@ -128,6 +162,27 @@ def _gunzip_partial(path: Path) -> bytes:
         return b""
 
 
+def parse_header_line(first: bytes, path: Path) -> RunHeader:
+    """A run's first line as its header; RunFileError when it is none, or of a version not read here."""
+    if not first.strip():
+        raise RunFileError(f"{path}: empty file, not a kimitui run")
+    try:
+        head = json.loads(first)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunFileError(f"{path}: first line is not a kimitui run header") from exc
+    if not isinstance(head, dict) or head.get("format") != FORMAT_NAME:
+        raise RunFileError(f"{path}: not a kimitui run (format is {head.get('format')!r})"
+                           if isinstance(head, dict) else f"{path}: not a kimitui run")
+    version = head.get("version")
+    if version != FORMAT_VERSION:
+        raise RunFileError(
+            f"{path}: run format version {version!r} is not supported "
+            f"(this kimitui reads version {FORMAT_VERSION}); upgrade kimitui to open it"
+        )
+    return RunHeader(version, float(head.get("created", 0.0)), str(head.get("host", "")),
+                     dict(head.get("meta") or {}))
+
+
 class RunReader:
     """An opened run: header plus an index of its events, decoded lazily.
 
@@ -162,23 +217,9 @@ class RunReader:
         if not data or data.isspace():  # not data.strip(): no copy of a large run
             raise RunFileError(f"{self.path}: empty file, not a kimitui run")
         end = data.find(b"\n")
-        first = data[: end if end >= 0 else len(data)]
-        try:
-            head = json.loads(first)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RunFileError(f"{self.path}: first line is not a kimitui run header") from exc
-        if not isinstance(head, dict) or head.get("format") != FORMAT_NAME:
-            raise RunFileError(f"{self.path}: not a kimitui run (format is {head.get('format')!r})"
-                               if isinstance(head, dict) else f"{self.path}: not a kimitui run")
-        version = head.get("version")
-        if version != FORMAT_VERSION:
-            raise RunFileError(
-                f"{self.path}: run format version {version!r} is not supported "
-                f"(this kimitui reads version {FORMAT_VERSION}); upgrade kimitui to open it"
-            )
+        header = parse_header_line(data[: end if end >= 0 else len(data)], self.path)
         self._body_start = end + 1 if end >= 0 else len(data)
-        return RunHeader(version, float(head.get("created", 0.0)), str(head.get("host", "")),
-                         dict(head.get("meta") or {}))
+        return header
 
     def _index(self) -> None:
         data = self._data

@@ -11,6 +11,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kimitui.core.campaign_events import CAMPAIGN_EVENT_TYPES, DecodeBudget, DrainProgress, ProbeResult
+from kimitui.core.campaign_state import CampaignFold, CampaignState, fold_campaign
 from kimitui.core.describe import describe, level_of, source_of
 from kimitui.core.events import (
     AllReduceRow,
@@ -160,6 +162,8 @@ class Sweep:
         """starting, running, cancelling, done, cancelled or failed; a sweep recorded without progress is
         running until its phase ends, then done (ok) or cancelled."""
         if self.progress is not None:
+            if self.end is not None and self.progress.status in ("starting", "running", "cancelling"):
+                return "done" if self.ok else "cancelled"  # its phase ended: the last progress is behind
             return self.progress.status
         if self.end is None:
             return "running"
@@ -266,6 +270,24 @@ class SessionState:
     topology: Topology | None = None
     micro_runs: list[MicroRunState] = field(default_factory=list)
     log: deque[LogEntry] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    campaigns: CampaignFold = field(default_factory=CampaignFold)
+    """The latest campaign (kimitui.core.campaign_state), its drain, budget and probe."""
+
+    @property
+    def campaign(self) -> CampaignState | None:
+        return self.campaigns.campaign
+
+    @property
+    def drain(self) -> DrainProgress | None:
+        return self.campaigns.drain
+
+    @property
+    def budget(self) -> DecodeBudget | None:
+        return self.campaigns.budget
+
+    @property
+    def probe(self) -> ProbeResult | None:
+        return self.campaigns.probe
 
     @property
     def phase(self) -> PhaseSpan | None:
@@ -387,6 +409,7 @@ def fold(state: SessionState, ev: Event) -> SessionState:
                 sweep = Sweep(ev.t)  # a sweep recorded without progress events
                 state.sweeps.append(sweep)
             sweep.phase, sweep.title = True, ev.title
+        fold_campaign(state.campaigns, ev)
     elif isinstance(ev, PhaseEnd):
         for span in reversed(state.phases):
             if span.phase == ev.phase and span.end is None:
@@ -395,6 +418,9 @@ def fold(state: SessionState, ev: Event) -> SessionState:
         if ev.phase == "macro" and state.sweep is not None and state.sweep.end is None:
             sweep = state.sweep
             sweep.end, sweep.ok, sweep.note = ev.t, ev.ok, ev.note
+        fold_campaign(state.campaigns, ev)
+    elif isinstance(ev, CAMPAIGN_EVENT_TYPES):
+        fold_campaign(state.campaigns, ev)
     elif isinstance(ev, CleanupPlan):
         state.cleanups.append(CleanupState(ev, {s: StepState(s) for s in ev.steps}))
     elif isinstance(ev, StepPreview):

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
@@ -32,6 +32,7 @@ from kimitui.core.session import EventSource, Session
 from kimitui.live_context import LiveContext
 from kimitui.tui.bench_runner import TAB_LABEL, MacroController, tab_label
 from kimitui.tui.bench_view import BenchView
+from kimitui.tui.campaign_view import AnalysisView, CampaignStrip
 from kimitui.tui.cleanup_view import CleanupView
 from kimitui.tui.commands import KimituiCommands
 from kimitui.tui.event_log import EventLog
@@ -47,13 +48,18 @@ from kimitui.tui.replay_info import ReplayInfo
 from kimitui.tui.status_bar import StatusBar
 from kimitui.tui.themes import load_themes, resolve_theme
 
+if TYPE_CHECKING:
+    from kimitui.tui.campaign_runner import CampaignRunner
+
 TICK_HZ = 20.0
 REDRAW_HZ = 8.0
 EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"
-VIEWS = ("dashboard", "bench", "cleanup", "micro")
+VIEWS = ("dashboard", "bench", "cleanup", "micro", "analysis")
 REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
                             "step", "to_end"})
 LIVE_ACTIONS = frozenset({"macro_sweep", "free_gpus", "restart_service"})
+CAMPAIGN_ACTIONS = frozenset({"campaign_pause", "campaign_skip", "campaign_abort"})
+"""Keys of a campaign run in the dashboard (kimitui campaign FILE): shown only then."""
 """Keys that act on a live host: a replay leaves them out of its footer (pressed, they say why not)."""
 COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 30
@@ -81,6 +87,10 @@ class KimituiApp(App[None]):
         Binding("b", "show_view('bench')", "Bench", show=False),
         Binding("c", "show_view('cleanup')", "Cleanup", show=False),
         Binding("u", "show_view('micro')", "Micro", show=False),
+        Binding("a", "show_view('analysis')", "Analysis", show=False),
+        Binding("P", "campaign_pause", "Pause campaign", key_display="P/S/A"),
+        Binding("S", "campaign_skip", "Skip next phase", show=False),
+        Binding("A", "campaign_abort", "Abort campaign", show=False),
         Binding("K", "micro_run", "Micro run", key_display="K", show=False),
         Binding("F", "free_gpus", "Free GPUs", key_display="F"),
         Binding("R", "restart_service", "Restart service", key_display="R", show=False),
@@ -144,11 +154,14 @@ class KimituiApp(App[None]):
         """The macro sweep started from the dashboard (live only): dialog, worker, progress, cancel."""
         self.micro = MicroController(self)
         """The micro benchmarks started from the dashboard (live only): worker, cancel, override."""
+        self.campaign: CampaignRunner | None = None
+        """The campaign this dashboard runs (kimitui campaign FILE), started when the app mounts."""
 
     # -- layout
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
+        yield CampaignStrip(id="campaign-strip")
         with TabbedContent(initial="dashboard", id="views"):
             with TabPane("Dashboard", id="dashboard"):
                 with Horizontal(id="gpu-row"):
@@ -160,12 +173,14 @@ class KimituiApp(App[None]):
             yield TabPane("Benchmarks", id="bench")
             yield TabPane("Cleanup", id="cleanup")
             yield TabPane("Micro", id="micro")
+            yield TabPane("Analysis", id="analysis")
         yield Footer()
 
     def on_mount(self) -> None:
         # Kept as references: while a modal screen (help, palette) is on top, app.query_one would
         # search that screen, not the dashboard.
         self._status = self.query_one(StatusBar)
+        self._strip = self.query_one(CampaignStrip)
         self._tabs = self.query_one("#views", TabbedContent)
         self._gpu_table = self.query_one(GpuTable)
         self._mem_history = self.query_one(MemoryHistory)
@@ -175,6 +190,7 @@ class KimituiApp(App[None]):
         self._bench: BenchView | None = None
         self._cleanup: CleanupView | None = None
         self._micro: MicroView | None = None
+        self._analysis: AnalysisView | None = None
         self._mounting: set[str] = set()
         self.query_one("#gpu-row").border_title = "GPUs"
         self.query_one("#proc-table").border_title = "Processes"
@@ -195,6 +211,8 @@ class KimituiApp(App[None]):
                                    self.set_interval(1 / REDRAW_HZ, self.redraw, name="redraw")]
         else:
             self._unsubscribe = self.session.subscribe(self._on_event)
+        if self.campaign is not None:
+            self.campaign.start()
         self.redraw()
         if os.environ.get(EXIT_AFTER_FIRST_FRAME_ENV) == "1":
             self.call_after_refresh(self._first_frame_drawn)
@@ -279,6 +297,7 @@ class KimituiApp(App[None]):
         if key != self._status_key:
             self._status_key = key
             self._status.show(state, replay, live=bool(self.sources), host=self.host_label)
+            self._strip.show(state, live=self.campaign is not None and self.campaign.running)
             label = tab_label(state.sweep)
             if label != self._tab_label:
                 self._tab_label = label
@@ -313,6 +332,11 @@ class KimituiApp(App[None]):
                 self._mount_view(view)
             else:
                 self._micro.show(state)
+        elif view == "analysis":
+            if self._analysis is None:
+                self._mount_view(view)
+            else:
+                self._analysis.show(state)
 
     def _mount_view(self, view: str) -> None:
         """Mount a view on first show, then draw it (until then it counts as not drawn)."""
@@ -322,14 +346,17 @@ class KimituiApp(App[None]):
         self._mounting.add(view)
 
         async def mount() -> None:
-            widget: BenchView | CleanupView | MicroView = (
+            widget: BenchView | CleanupView | MicroView | AnalysisView = (
                 BenchView(id="bench-view") if view == "bench" else
-                MicroView(id="micro-view") if view == "micro" else CleanupView(id="cleanup-view"))
+                MicroView(id="micro-view") if view == "micro" else
+                AnalysisView(id="analysis-view") if view == "analysis" else CleanupView(id="cleanup-view"))
             await self._panes[view].mount(widget)
             if isinstance(widget, BenchView):
                 self._bench = widget
             elif isinstance(widget, MicroView):
                 self._micro = widget
+            elif isinstance(widget, AnalysisView):
+                self._analysis = widget
             else:
                 self._cleanup = widget
             self.redraw()
@@ -343,7 +370,30 @@ class KimituiApp(App[None]):
     # -- actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in CAMPAIGN_ACTIONS:
+            return self.campaign is not None
         return not (action in REPLAY_ACTIONS and self.player is None)
+
+    def campaign_busy(self) -> bool:
+        """A campaign runs here: F, M, K and R say so instead of starting on the host beside it."""
+        from kimitui.tui.campaign_runner import RUNNING
+
+        if self.campaign is not None and self.campaign.running:
+            self.notify(RUNNING, title="campaign", severity="warning", timeout=6)
+            return True
+        return False
+
+    def action_campaign_pause(self) -> None:
+        if self.campaign is not None:
+            self.campaign.toggle_pause()
+
+    def action_campaign_skip(self) -> None:
+        if self.campaign is not None:
+            self.campaign.skip_next()
+
+    def action_campaign_abort(self) -> None:
+        if self.campaign is not None:
+            self.campaign.abort()
 
     def _after_control(self) -> None:
         self._sync_replay_timers()
@@ -393,7 +443,8 @@ class KimituiApp(App[None]):
             self._after_control()
 
     def action_macro_sweep(self) -> None:
-        self.macro.open_dialog()
+        if not self.campaign_busy():
+            self.macro.open_dialog()
 
     def action_cancel_macro(self) -> None:
         self.macro.cancel()
@@ -404,7 +455,8 @@ class KimituiApp(App[None]):
         self.macro.cancel()
 
     def action_micro_run(self) -> None:
-        self.micro.start()
+        if not self.campaign_busy():
+            self.micro.start()
 
     def action_cancel_micro_key(self) -> None:
         if self.active_view != "micro" or not self.micro.running:
@@ -433,7 +485,8 @@ class KimituiApp(App[None]):
     def action_free_gpus(self) -> None:
         from kimitui.tui.cleanup_runner import free_gpus
 
-        free_gpus(self)
+        if not self.campaign_busy():
+            free_gpus(self)
 
     def action_cancel_cleanup(self) -> None:
         from kimitui.tui.cleanup_runner import cancel_cleanup
@@ -443,7 +496,8 @@ class KimituiApp(App[None]):
     def action_restart_service(self) -> None:
         from kimitui.tui.cleanup_runner import restart_service
 
-        restart_service(self)
+        if not self.campaign_busy():
+            restart_service(self)
 
 
 def print_first_frame(app: KimituiApp) -> None:

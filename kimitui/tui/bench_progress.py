@@ -96,7 +96,8 @@ def sweep_status(sweep: Sweep | None, live: bool) -> Content:
         parts = [(word, style), f"{tail} in {p.elapsed_s:.1f} s"]
         if failed:
             parts += [", ", (f"{len(failed)} failed ({failures_text(sweep)})", "bold $error")]
-        parts.append(("   M runs another", "$text-muted"))
+        if live:
+            parts.append(("   M runs another", "$text-muted"))
         return Content.assemble(*parts)
     state = ("cancelling", "bold $warning") if status == "cancelling" else ("running", "bold $success")
     if not p.stage:

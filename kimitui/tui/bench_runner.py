@@ -4,11 +4,12 @@ The sweep runs as a Textual worker in the app's own event loop (``run_sweep`` is
 ``publish`` is ``session.publish``, so each finished level is a ``MacroPoint`` event that is folded,
 recorded and drawn like any other (a cancelled sweep keeps its finished levels), and the live redraw
 cap applies. Progress is an event too: the load generator's ``LevelProgress`` (about 10 a second) is
-published as a ``MacroProgress`` when a level starts or ends and at most every ``PROGRESS_EVERY_S``
-between, and the sweep's start and end (with its status or error) are ``MacroProgress`` events. The
-sweep panel and the tab's label are drawn from the fold alone, so a replay of the run file shows the
-same panel. The UI shares the loop with the load generator: redraws are capped at 8 Hz and small, but
-for figures to publish, the headless ``kimitui bench macro`` has the loop to itself.
+published as a ``MacroProgress`` when a level starts or ends and at most every
+``kimitui.campaign.phases.PROGRESS_EVERY_S`` between (the campaign's macro phase: one code path), and the
+sweep's start and end (with its status or error) are ``MacroProgress`` events. The sweep panel and the
+tab's label are drawn from the fold alone, so a replay of the run file shows the same panel. The UI
+shares the loop with the load generator: redraws are capped at 8 Hz and small, but for figures to
+publish, the headless ``kimitui bench macro`` has the loop to itself.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from kimitui.core.events import Event, MacroPoint, MacroProgress
+from kimitui.core.events import Event, MacroPoint
 from kimitui.core.state import SessionState, Sweep, level_failed
 
 if TYPE_CHECKING:
     # kimitui.bench.macro imports httpx: loaded when a sweep starts, not with the app (first frame)
     from kimitui.bench.macro import LevelProgress, MacroConfig, SweepResult
+    from kimitui.campaign.phases import SweepProgress
     from kimitui.tui.app import KimituiApp
 
 RunStatus = Literal["running", "cancelling", "done", "cancelled", "failed"]
@@ -32,8 +34,6 @@ NEEDS_LIVE = "benchmarks need a live host (kimitui demo, kimitui connect HOST)"
 TAB_LABEL = "Benchmarks"
 EXIT_GRACE_S = 3.0
 """On app exit, how long the worker waits for the cancelled sweep to publish its end."""
-PROGRESS_EVERY_S = 0.25
-"""While a level runs, its progress is published at most this often (a level's start and end at once)."""
 
 
 @dataclass(slots=True)
@@ -50,6 +50,8 @@ class MacroRun:
     """Events of this sweep are stamped at or after this (time.time), earlier sweeps' points before it."""
     ended: float | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    recorder: SweepProgress | None = None
+    """Publishes the sweep's progress as MacroProgress events (the campaign's macro phase does the same)."""
 
     def points(self, state: SessionState) -> list[MacroPoint]:
         """This sweep's points (the state keeps earlier sweeps' points at other concurrencies)."""
@@ -83,8 +85,6 @@ class MacroController:
     def __init__(self, app: KimituiApp) -> None:
         self.app = app
         self.run: MacroRun | None = None
-        self._last_progress: tuple[float, tuple[object, ...]] | None = None
-        """When progress was last published (time.monotonic) and its level and stage."""
 
     @property
     def running(self) -> bool:
@@ -118,10 +118,12 @@ class MacroController:
         except ConfigError as exc:
             self.app.notify(str(exc), title="macro sweep", severity="error")
             return
+        from kimitui.campaign.phases import SweepProgress
+
         run = MacroRun(config)
+        run.recorder = SweepProgress(self._publish, run.levels)
+        run.recorder.start()
         self.run = run
-        self._last_progress = None
-        self._publish(MacroProgress(time.time(), status="starting", levels=run.levels))
         self.app.action_show_view("bench")
         self.app.run_worker(self._work(run), group="macro", name="macro sweep", exclusive=True,
                             exit_on_error=False)
@@ -136,15 +138,21 @@ class MacroController:
             run.status = "cancelling"
             run.cancel.set()
             self.app.notify("cancelling the sweep: finished levels are kept", title="macro sweep", timeout=4)
-            self._publish_progress(run, "cancelling")
+            if run.recorder is not None:
+                run.recorder.emit("cancelling")
         return True
 
     # -- the worker -----------------------------------------------------------------------------------
 
     async def _work(self, run: MacroRun) -> None:
-        from kimitui.bench.macro import ConfigError, MacroError, run_sweep
+        from kimitui.bench.macro import ConfigError, MacroError
+        from kimitui.campaign.phases import macro_phase
 
-        sweep = asyncio.ensure_future(run_sweep(run.config, self._publish, self._on_progress, run.cancel))
+        def seen(p: LevelProgress) -> None:
+            run.progress = p
+
+        sweep = asyncio.ensure_future(macro_phase(self._publish, run.config, run.cancel, on_progress=seen,
+                                                  progress=run.recorder))
         try:
             result = await asyncio.shield(sweep)
         except asyncio.CancelledError:
@@ -154,7 +162,6 @@ class MacroController:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(sweep, EXIT_GRACE_S)
             run.status, run.ended = "cancelled", time.monotonic()
-            self._publish_progress(run, "cancelled")
             raise
         except (ConfigError, MacroError) as exc:
             self._finish(run, "failed", error=str(exc))
@@ -165,8 +172,8 @@ class MacroController:
 
     def _finish(self, run: MacroRun, status: RunStatus, result: SweepResult | None = None,
                 error: str | None = None) -> None:
+        """The sweep's end as the app says it (its MacroProgress end is the campaign phase's)."""
         run.status, run.result, run.error, run.ended = status, result, error, time.monotonic()
-        self._publish_progress(run, status, error or "")
         if status == "failed":
             self.app.notify(f"the sweep failed: {error}", title="macro sweep", severity="error", timeout=10)
         elif result is not None:
@@ -181,31 +188,6 @@ class MacroController:
             self.app.session.publish(event)
         except ValueError:  # the run file was closed under an exiting app: nothing left to draw either
             pass
-
-    def _on_progress(self, progress: LevelProgress) -> None:
-        run = self.run
-        if run is None:
-            return
-        run.progress = progress
-        now = time.monotonic()
-        where = (progress.level_index, progress.stage)
-        last = self._last_progress
-        if last is None or last[1] != where or now - last[0] >= PROGRESS_EVERY_S:
-            self._publish_progress(run, run.status)
-
-    def _publish_progress(self, run: MacroRun, status: str, error: str = "") -> None:
-        """The run as a MacroProgress event (recorded and folded: the panel draws it)."""
-        p = run.progress
-        self._last_progress = (time.monotonic(), (p.level_index, p.stage) if p is not None else None)
-        fields: dict[str, object] = {}
-        if p is not None:
-            fields = {"level_index": p.level_index, "concurrency": p.concurrency, "stage": p.stage, "done": p.done,
-                      "total": p.total, "failed": p.failed, "in_flight": p.in_flight,
-                      "level_fraction": round(p.level_fraction, 4)}
-        if status == "done":
-            fields.update(level_index=len(run.levels) - 1, stage="done", level_fraction=1.0, in_flight=0)
-        self._publish(MacroProgress(time.time(), status=status, levels=run.levels,  # type: ignore[arg-type]
-                                    elapsed_s=round(run.elapsed_s, 3), error=error, **fields))  # type: ignore[arg-type]
 
 
 def headline(points: list[MacroPoint]) -> float | None:

@@ -16,14 +16,15 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kimitui.campaign.transition import cleanup_phase, restart_phase
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentDecision, current_operator
-from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
+from kimitui.cleanup.executor import CleanupReport
 from kimitui.cleanup.plan import STEPS, Deadlines
-from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
+from kimitui.cleanup.sample_feed import SampleFeed
 from kimitui.cleanup.services import ServiceManager, service_missing
 from kimitui.cleanup.setup import UsageError, build_target, default_deadlines, parse_service
-from kimitui.core.events import CleanupPlan, LogLine, PhaseEnd, PhaseStart, StepPreview, StepResult
+from kimitui.core.events import LogLine, StepPreview, StepResult
 from kimitui.core.session import Session
 from kimitui.live_context import LiveContext
 from kimitui.tui.cleanup_consent import ConsentScreen
@@ -57,6 +58,8 @@ class CleanupRunner:
         self.operator = operator or current_operator()
         self.target = build_target(live.host.name, request.service, request.gpus, request.threshold_mib,
                                    deadlines, request.allow_other_users, self.operator)
+        if request.service is not None and live.api_url:  # the drain step reads the server's requests there
+            self.target.metrics_url = f"{live.api_url.rstrip('/')}/metrics"
         self.audit_factory = audit_factory
         self.cancelled = False
         self.finished = False
@@ -109,34 +112,24 @@ class CleanupRunner:
     # -- the worker
 
     async def run(self) -> CleanupReport | None:
+        """The campaign's transition phase with this runner's consent (the modals)."""
         feed = SampleFeed()
         unsubscribe = self.session.subscribe(feed.push)
         audit = self.audit_factory()
-        ex = CleanupExecutor(self.live.host, self.target, feed, self.consent, publish=self.session.publish,
-                             audit=audit)
-        self.session.publish(PhaseStart(time.time(), phase="cleanup", title=self.title))
-        clean, note = False, ""
+        clean = False
+
+        def cancelled() -> str:
+            return "cancelled by the operator" if self.cancelled else ""
+
         try:
-            try:
-                self.report = await ex.run()
-                # the verdict and its figures from the fold (the same the panel and a replay show)
-                cleanup = self.session.state.cleanup
-                clean = cleanup is not None and cleanup.clean
-                if clean and cleanup is not None and cleanup.consent_to_clean_s is not None:
-                    note = f"last consent -> clean {cleanup.consent_to_clean_s:.3f}s"
-            except ViewTimeout as exc:
-                note = f"telemetry stalled: {exc}"
-            except asyncio.CancelledError:
-                note = "interrupted (the dashboard closed)"
-                raise
-            except Exception as exc:  # the dashboard stays up; the run file says what happened
-                note = f"error: {type(exc).__name__}: {exc}"
+            out = await cleanup_phase(self.live.host, self.target, feed, self.consent, self.session.publish,
+                                      self.title, audit=audit, note_prefix=cancelled)
+            self.report, clean, self.note = out.report, out.clean, out.note
+        except asyncio.CancelledError:
+            self.note = "not clean; interrupted (the dashboard closed)"
+            raise
         finally:
             self.finished = True
-            if self.cancelled:
-                note = "cancelled by the operator" + (f"; {note}" if note else "")
-            self.note = ("clean" if clean else "not clean") + (f"; {note}" if note else "")
-            self.session.publish(PhaseEnd(time.time(), phase="cleanup", ok=clean, note=self.note))
             unsubscribe()
             audit.close()
         self.app.notify(f"GPUs {'CLEAN' if clean else 'NOT clean'}: {self.note}", title="cleanup",
@@ -144,33 +137,21 @@ class CleanupRunner:
         return self.report
 
     async def restart(self) -> StepResult | None:
-        """Step f on its own: preview (service, start command, health URL) in a consent modal, start, poll
-        the health endpoint. Its events join the latest cleanup in the panel (or a plan of its own)."""
-        svc = self.request.service
-        assert svc is not None
+        """Step f on its own (the campaign's restart phase): preview (service, start command, health URL) in a
+        consent modal, start, poll the health endpoint. Its events join the latest cleanup in the panel (or a
+        plan of its own)."""
         audit = self.audit_factory()
-        ex = CleanupExecutor(self.live.host, self.target, SampleFeed(), self.consent, publish=self.session.publish,
-                             audit=audit)
-        if self.session.state.cleanup is None:  # the panel follows the latest cleanup: give it one
-            self.session.publish(CleanupPlan(time.time(), host=self.live.host.name, service=svc.name,
-                                             manager=svc.kind, gpus=sorted(self.session.state.gpus),
-                                             steps=["restart"], clean_threshold_mib=self.request.threshold_mib))
-        self.session.publish(PhaseStart(time.time(), phase="restart", title=f"restart {svc.label} on "
-                                                                             f"{self.live.host.name}"))
-        result: StepResult | None = None
         try:
-            try:
-                result = await ex.restart()
-                self.note = f"{result.status}: {result.reason}"
-            except asyncio.CancelledError:
-                self.note = "interrupted (the dashboard closed)"
-                raise
-            except Exception as exc:
-                self.note = f"error: {type(exc).__name__}: {exc}"
+            result, self.note = await restart_phase(
+                self.live.host, self.target, self.consent, self.session.publish,
+                f"restart {self.request.service.label if self.request.service else 'no service'} on "
+                f"{self.live.host.name}", audit=audit, plan_first=self.session.state.cleanup is None,
+                gpus=sorted(self.session.state.gpus))
+        except asyncio.CancelledError:
+            self.note = "interrupted (the dashboard closed)"
+            raise
         finally:
             self.finished = True
-            self.session.publish(PhaseEnd(time.time(), phase="restart",
-                                          ok=result is not None and result.status == "done", note=self.note))
             audit.close()
         ok = result is not None and result.status == "done"
         self.app.notify(f"restart {self.note}", title="restart", severity="information" if ok else "error",

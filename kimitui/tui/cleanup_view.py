@@ -134,7 +134,12 @@ def memory_content(state: SessionState, width: int) -> Content:
     threshold = cleanup.plan.clean_threshold_mib
     spark_w = max(width - 13, 6)
     parts: list[str | tuple[str, str]] = [("GPU memory since the plan", "$text-muted")]
-    for index in cleanup.plan.gpus or sorted(state.gpus):
+    gpus = cleanup.plan.gpus or sorted(state.gpus)
+    times = [t for t, _ in state.mem_history.get(gpus[0], ()) if t >= since] if gpus else []
+    marks = fmt.phase_marks(times, [(p.start, p.phase) for p in state.phases], spark_w)
+    if marks:
+        parts += ["\n", ("ph ", "$text-muted"), (marks, "bold $accent")]
+    for index in gpus:
         points = [used for t, used in state.mem_history.get(index, ()) if t >= since]
         gpu = state.gpus.get(index)
         total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(points, default=0.0)

@@ -144,3 +144,30 @@ def gpu_list(indices: Sequence[int]) -> str:
 
 def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+PHASE_LETTERS = {"macro": "M", "cleanup": "C", "micro": "U", "analysis": "A", "restart": "R", "check": "K"}
+"""A phase's mark on the time-based views (the help lists them)."""
+
+
+def phase_marks(times: Sequence[float], starts: Sequence[tuple[float, str]], width: int) -> str:
+    """A line as wide as a sparkline of ``times`` (``sparkline``'s columns, right-aligned the same way)
+    with each phase's letter at the column of its start; '' when no start falls within the points."""
+    n = len(times)
+    if width <= 0 or n == 0:
+        return ""
+    import bisect
+
+    cells = [" "] * width
+    shown = min(n, width)
+    step = n / width if n > width else 1.0
+    hit = False
+    for t, phase in starts:
+        if t < times[0] or t > times[-1] + (times[-1] - times[0]) / max(n - 1, 1):
+            continue  # before the window, or after its last point and the next
+        i = min(bisect.bisect_left(times, t), n - 1)
+        col = int(i / step) if n > width else i
+        col = width - shown + min(col, shown - 1)
+        cells[col] = PHASE_LETTERS.get(phase, phase[:1].upper() or "?")
+        hit = True
+    return "".join(cells) if hit else ""

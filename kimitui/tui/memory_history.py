@@ -18,8 +18,15 @@ def history_content(state: SessionState, width: int) -> Content:
     spark_w = max(width - label_w - value_w - 2, 4)
     # One assemble of every line's parts (the same text and spans as joining a Content a line, at
     # a fraction of the cost: this runs at every sample).
-    parts: list[str | tuple[str, str]] = [("memory history (GiB)", "$text-muted")]
-    for index in sorted(state.gpus.keys() | state.mem_history.keys()):
+    indices = sorted(state.gpus.keys() | state.mem_history.keys())
+    times = [t for t, _ in state.mem_history.get(indices[0], ())] if indices else []
+    marks = fmt.phase_marks(times, [(p.start, p.phase) for p in state.phases], spark_w)
+    if marks:  # the phases that started within the history, each at its column (the help lists the letters)
+        parts: list[str | tuple[str, str]] = [("ph".ljust(label_w), "$text-muted"), (marks, "bold $accent"),
+                                              (" GiB".rjust(value_w + 1), "$text-muted")]
+    else:
+        parts = [("memory history (GiB)", "$text-muted")]
+    for index in indices:
         points = list(map(_used, state.mem_history.get(index, ())))
         gpu = state.gpus.get(index)
         total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(points, default=0.0)

@@ -9,7 +9,6 @@ and offers to run anyway, in a modal that says what that means.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
@@ -18,7 +17,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from kimitui.core.events import HostSample, PhaseEnd, PhaseStart
+from kimitui.core.events import HostSample
 
 if TYPE_CHECKING:
     from kimitui.tui.app import KimituiApp
@@ -65,7 +64,8 @@ class MicroController:
         if self.running:
             self.app.notify("a micro run is in progress: x on the Micro tab cancels it", title="micro", timeout=5)
             return
-        from kimitui.bench.micro.runner import MicroConfig, MicroRunner
+        from kimitui.bench.micro.runner import MicroConfig
+        from kimitui.campaign.phases import micro_phase
 
         state = self.app.session.state
         sample = HostSample(state.sample_t, host=state.host, gpus=list(state.gpus.values()), procs=list(state.procs)) \
@@ -76,29 +76,20 @@ class MicroController:
             cfg.modelled, cfg.sim_dir, cfg.pace_s = "rtx-pro-6000", sim_dir, 0.05
         for key, value in self.defaults.items():
             setattr(cfg, key, value)
-        self.cancel_event = asyncio.Event()
-        runner = MicroRunner(live.host, live.label, cfg, self.app.session.publish, self.cancel_event)
+        cancel = self.cancel_event = asyncio.Event()
         self.task_running = True
         self.app.action_show_view("micro")
 
         async def run() -> None:
-            publish = self.app.session.publish
-            publish(PhaseStart(time.time(), phase="micro", title="GEMM and all-reduce micro benchmarks"
-                               + (" (simulated)" if cfg.modelled else "")))
-            ok, note = False, ""
-            try:
-                res = await runner.run(sample)
-                ok = res.ok
-                note = ", ".join(f"{p.part} {p.status}" for p in res.parts.values())
+            try:  # the campaign's micro phase: its start, the runner, its end
+                res = await micro_phase(self.app.session.publish, live.host, live.label, cfg, sample, cancel)
                 if res.refused or any(p.status == "refused" for p in res.parts.values()):
                     detail = next(iter(res.parts.values())).detail if res.parts else "the GPUs hold memory"
                     self.app.push_screen(OverrideScreen(detail), callback=self._override)
             except Exception as exc:  # a run that cannot start is a notification, never a crash
-                note = str(exc)
                 self.app.notify(f"micro run failed: {exc}", title="micro", severity="error", timeout=10)
             finally:
                 self.task_running = False
-                publish(PhaseEnd(time.time(), phase="micro", ok=ok, note=note))
 
         self.app.run_worker(run(), group="micro", name="micro run", exit_on_error=False)
 

@@ -123,7 +123,8 @@ def modelled_rank(rank: int, args: argparse.Namespace, release: int) -> int:
          notes=["modelled figures, not measured (REFERENCE: PCIe Gen5 NCCL ~24 us up to 64 KB, busbw 37-41 GB/s)"])
     sizes = sizes_for(args)
     modes = [m for m in args.modes if m in ("eager", "graph")]
-    total = len(sizes) * len(modes) + len(args.burst_tokens)
+    skip = set(args.skip)
+    total = len(sizes) * len(modes) + len(args.burst_tokens) - len(skip)
     done = 0
 
     def time_us(size: int, mode: str) -> float:
@@ -132,12 +133,16 @@ def modelled_rank(rank: int, args: argparse.Namespace, release: int) -> int:
 
     for size, tokens in sizes:
         for mode in modes:
+            if f"{mode}|{size}" in skip:
+                continue
             emit("progress", item=f"{size} B {mode}", done=done, total=total)
             if args.pace:
                 time.sleep(args.pace)  # a modelled run takes time like a real one: progress is visible
             emit("row", **row(args, size, tokens, mode, time_us(size, mode), 0, simulated=True))
             done += 1
     for m in args.burst_tokens:
+        if f"burst|{m}" in skip:
+            continue
         emit("progress", item=f"burst of {args.burst} at M={m}", done=done, total=total)
         if args.pace:
             time.sleep(args.pace)
@@ -225,7 +230,8 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
     if lead and "graph" in args.modes and not cuda:
         log("info", f"graph mode needs CUDA: eager only with {args.backend}")
     burst_mode = "graph" if cuda else "eager"
-    total = len(sizes) * len(modes) + len(args.burst_tokens)
+    skip = set(args.skip)
+    total = len(sizes) * len(modes) + len(args.burst_tokens) - len(skip)
     done = 0
     elems = max(s for s, _ in sizes) // DTYPE_BYTES[args.dtype]
     buf = torch.zeros(elems, dtype=dtype, device=device)
@@ -239,6 +245,8 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
         wrong = int((x != n).sum().item())
         x.zero_()
         for mode in modes:
+            if f"{mode}|{size}" in skip:  # a resumed run has it
+                continue
             if lead:
                 emit("progress", item=f"{size} B {mode}", done=done, total=total)
             for _ in range(args.warmup):
@@ -255,6 +263,8 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
             done += 1
     hidden_el = args.hidden
     for m in args.burst_tokens:
+        if f"burst|{m}" in skip:
+            continue
         if lead:
             emit("progress", item=f"burst of {args.burst} at M={m}", done=done, total=total)
         bufs = [torch.zeros(m * hidden_el, dtype=dtype, device=device) for _ in range(args.burst)]
@@ -399,6 +409,8 @@ def parse_args(argv: list) -> argparse.Namespace:
     ap.add_argument("--sim-dir")
     ap.add_argument("--sim-mib", type=int, default=1090)
     ap.add_argument("--pace", type=float, default=0.0)
+    ap.add_argument("--skip", type=json.loads, default=[],
+                    help="JSON list of rows not to measure (MODE|BYTES, burst|M): a resumed run has them")
     args = ap.parse_args(argv)
     ints = lambda text: [int(x) for x in text.split(",") if x.strip()]  # noqa: E731
     args.tokens, args.burst_tokens, args.modes = ints(args.tokens), ints(args.burst_tokens), \

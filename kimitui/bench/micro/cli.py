@@ -146,25 +146,20 @@ def _config(args: argparse.Namespace) -> Any:
 async def free_demo_gpus(opened: Any, feed: Any, publish: Any) -> bool:
     """The simulated host's vLLM holds its GPUs, as a real one does before the micro phase: free them with
     the real cleanup (every step consented: the simulated host and all on it belong to this command)."""
-    import time
 
+    from kimitui.campaign.transition import cleanup_phase
     from kimitui.cleanup.consent import auto_consent
-    from kimitui.cleanup.executor import CleanupExecutor
     from kimitui.cleanup.services import SimService
     from kimitui.cleanup.setup import build_target, default_deadlines
-    from kimitui.core.events import PhaseEnd, PhaseStart
 
     host = opened.host
     service = SimService(health_url=f"{getattr(host, 'api_url', '')}/health")
     target = build_target(host.name, service, None, 64.0, default_deadlines(True), False, "kimitui-demo")
-    ex = CleanupExecutor(host, target, feed, auto_consent(("graceful", "process", "device"), "kimitui-demo"),
-                         publish=publish)
     print("demo: freeing the simulated GPUs first (the cleanup, every step consented: the host is simulated)",
           file=sys.stderr)
-    publish(PhaseStart(time.time(), phase="cleanup", title="free the simulated GPUs for the micro phase"))
-    report = await ex.run()
-    publish(PhaseEnd(time.time(), phase="cleanup", ok=report.clean, note="clean" if report.clean else "not clean"))
-    return report.clean
+    out = await cleanup_phase(host, target, feed, auto_consent(("graceful", "process", "device"), "kimitui-demo"),
+                              publish, "free the simulated GPUs for the micro phase")
+    return out.clean
 
 
 async def _micro(args: argparse.Namespace) -> int:
@@ -173,9 +168,9 @@ async def _micro(args: argparse.Namespace) -> int:
     import signal
     import time
 
-    from kimitui.bench.micro.runner import MicroRunner
     from kimitui.bench.micro.shapes import load_config, shapes_for
     from kimitui.bench.micro.tables import TextPrinter
+    from kimitui.campaign.phases import micro_phase
     from kimitui.core.events import (
         AllReduceRow,
         Event,
@@ -183,8 +178,6 @@ async def _micro(args: argparse.Namespace) -> int:
         MicroEnd,
         MicroEnv,
         MicroPlan,
-        PhaseEnd,
-        PhaseStart,
         Topology,
     )
     from kimitui.targets import TargetError, new_session, open_target
@@ -232,12 +225,7 @@ async def _micro(args: argparse.Namespace) -> int:
                     sample = await feed.latest(after=time.monotonic(), timeout=30.0)
                 except ViewTimeout as exc:
                     raise TargetError(f"{opened.host.name}: no telemetry: {exc}") from None
-            runner = MicroRunner(opened.host, opened.host.name, cfg, session.publish, cancel)
-            session.publish(PhaseStart(time.time(), phase="micro", title="GEMM and all-reduce micro benchmarks"
-                                       + (" (simulated)" if cfg.modelled else "")))
-            result = await runner.run(sample)
-            note = ", ".join(f"{p.part} {p.status}" for p in result.parts.values())
-            session.publish(PhaseEnd(time.time(), phase="micro", ok=result.ok, note=note))
+            result = await micro_phase(session.publish, opened.host, opened.host.name, cfg, sample, cancel)
         finally:
             if source is not None:
                 source.stop()

@@ -126,6 +126,11 @@ def plan_items(shapes: list, backends: list) -> tuple:
     return items, skipped
 
 
+def row_key(name: str, m: int, backend: str) -> str:
+    """A row's identity for ``--skip`` (rows a resumed campaign already has)."""
+    return f"{name}|{m}|{backend}"
+
+
 def expected_experts(experts: int, topk: int, m: int) -> float:
     """Distinct experts M tokens touch when each picks ``topk`` of ``experts`` uniformly."""
     return experts * (1.0 - (1.0 - topk / float(experts)) ** m)
@@ -170,7 +175,9 @@ def run_modelled(args: argparse.Namespace, items: list, ms: list) -> int:
          notes=["modelled figures, not measured: bandwidth {:g} GB/s, bf16 {:g} TFLOP/s".format(model["bw"],
                                                                                        model["bf16_tflops"])])
     keep = hold_simulated_memory(args.sim_dir, [args.gpu], args.sim_mib) if args.sim_dir else []
-    rows = [(it, b, m) for it in items for b in it["backends"] if b != "torch-int4" for m in ms]
+    skip = set(args.skip)
+    rows = [(it, b, m) for it in items for b in it["backends"] if b != "torch-int4" for m in ms
+            if row_key(it["name"], m, b) not in skip]
     done = 0
     for it, backend, m in rows:
         emit("progress", item=f"{it['name']} M={m} {backend}", done=done, total=len(rows))
@@ -595,9 +602,12 @@ def run_torch(args: argparse.Namespace, items: list, ms: list) -> int:
         notes.append(f"marlin {bench.marlin.why}: torch-int4 stands in for it, honest only near M=1")
     emit("env", torch=torch.__version__, device=name, backends=backends, mem_bw_gbps=round(bw, 1),
          datasheet_gbps=sheet, l2_mb=l2, simulated=False, notes=notes)
+    skip = set(args.skip)
     for it in items:
         it["backends"] = [b for b in it["backends"] if b != "marlin" or bench.marlin.ok]
-    total = sum(len(it["backends"]) * len(ms) for it in items)
+        # a resumed run: the Ms whose every row is measured already are not measured again
+        it["ms"] = [m for m in ms if any(row_key(it["name"], m, b) not in skip for b in it["backends"])]
+    total = sum(len(it["backends"]) * len(it["ms"]) for it in items)
     state = {"done": 0}
     stand_in = "" if bench.marlin.ok else f"stands in for marlin ({bench.marlin.why}); "
 
@@ -617,12 +627,14 @@ def run_torch(args: argparse.Namespace, items: list, ms: list) -> int:
         state["done"] += 1
 
     for it in items:
+        if not it["ms"]:
+            continue
         emit("progress", item=it["name"], done=state["done"], total=total)
         try:
             if it["kind"] == "moe":
-                bench.moe(it, ms, it["backends"], report)
+                bench.moe(it, it["ms"], it["backends"], report)
             else:
-                bench.dense(it, ms, it["backends"], report)
+                bench.dense(it, it["ms"], it["backends"], report)
         except Exception as exc:  # one shape failing (out of memory, a kernel's limit) is a log line
             log("error", "{}: {}: {}".format(it["name"], type(exc).__name__, str(exc).splitlines()[0][:300]
                                          if str(exc) else ""))
@@ -651,6 +663,8 @@ def parse_args(argv: list) -> argparse.Namespace:
     ap.add_argument("--sim-dir", help="modelled: hold memory on the simulated host's GPU")
     ap.add_argument("--sim-mib", type=int, default=2860)
     ap.add_argument("--pace", type=float, default=0.0, help="modelled: seconds per row")
+    ap.add_argument("--skip", type=json.loads, default=[],
+                    help="JSON list of rows not to measure (name|M|backend): a resumed run has them")
     return ap.parse_args(argv)
 
 

@@ -76,6 +76,9 @@ class MicroConfig:
     python: str | None = None
     gemm_args: list[str] = field(default_factory=list)
     allreduce_args: list[str] = field(default_factory=list)
+    skip: dict[str, list[str]] = field(default_factory=dict)
+    """Part -> rows not to measure again (a resumed campaign has them): gemm ``name|M|backend``,
+    allreduce ``MODE|BYTES`` and ``burst|M``."""
 
     @property
     def cpu(self) -> bool:
@@ -245,6 +248,8 @@ class MicroRunner:
                 "--device", cfg.device, "--gpu", str(scope[0])]
         if cfg.cpu:
             argv += ["--rotate-mb", "0"]
+        if cfg.skip.get("gemm"):
+            argv += ["--skip", json.dumps(cfg.skip["gemm"], separators=(",", ":"))]
         return argv + self._common() + cfg.gemm_args
 
     def allreduce_argv(self, plan: ShapePlan, scope: list[int]) -> list[str]:
@@ -258,6 +263,8 @@ class MicroRunner:
                 "--sweep-max", str(cfg.sweep_max), "--modes", ",".join(cfg.modes),
                 "--burst", str(plan.step_allreduces.count_per_step or 122),
                 "--burst-tokens", ",".join(map(str, cfg.burst_tokens))]
+        if cfg.skip.get("allreduce"):
+            argv += ["--skip", json.dumps(cfg.skip["allreduce"], separators=(",", ":"))]
         return argv + self._common() + cfg.allreduce_args
 
     def _common(self) -> list[str]:
@@ -275,11 +282,12 @@ class MicroRunner:
             if cfg.cpu or cfg.modelled:  # no Marlin on a CPU; the model has no tinygemm
                 drop = "marlin" if cfg.cpu else "torch-int4"
                 items = [dict(i, backends=[b for b in i["backends"] if b != drop]) for i in items]
-            out["gemm"] = sum(len(i["backends"]) for i in items) * len(cfg.ms)
+            out["gemm"] = max(0, sum(len(i["backends"]) for i in items) * len(cfg.ms) - len(cfg.skip.get("gemm", ())))
         if "allreduce" in cfg.parts:
             ns = allreduce_worker.parse_args(self.allreduce_argv(plan, scope))
             modes = [m for m in ns.modes if m == "eager" or (m == "graph" and not cfg.cpu)]
-            out["allreduce"] = len(allreduce_worker.sizes_for(ns)) * len(modes) + len(ns.burst_tokens)
+            out["allreduce"] = max(0, len(allreduce_worker.sizes_for(ns)) * len(modes) + len(ns.burst_tokens)
+                                   - len(cfg.skip.get("allreduce", ())))
         return out
 
     # -- running ----------------------------------------------------------------------------------------

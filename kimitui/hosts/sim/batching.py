@@ -119,6 +119,12 @@ class DecodeScheduler:
     def queued(self) -> int:
         return len(self._waiting)
 
+    @property
+    def in_flight(self) -> tuple[int, int]:
+        """(running, waiting) requests now, as vLLM's ``num_requests_running`` / ``num_requests_waiting``
+        count them: those in the batch (their prefill included) and those waiting for a slot."""
+        return sum(1 for s in self._running if not s.done), sum(1 for s in self._waiting if not s.done)
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="sim-decode-loop")

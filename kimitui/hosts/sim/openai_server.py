@@ -2,7 +2,9 @@
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streamed SSE or one JSON body),
 ``GET /v1/models``, ``GET /health`` (503 until ``ready()`` says so), ``POST /tokenize`` (vLLM's, with the
-toy tokenizer that also counts ``usage.prompt_tokens`` and the prefill cost). Unknown paths answer 404, a
+toy tokenizer that also counts ``usage.prompt_tokens`` and the prefill cost), ``GET /metrics`` (vLLM's
+Prometheus text: ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` count the requests in
+flight now). Unknown paths answer 404, a
 known path with the wrong method 405, a bad body 400 with an OpenAI-style error.
 
 Faults, for load-generator tests, are chosen per server (``FaultPlan``: a mode applied to every Nth
@@ -92,7 +94,7 @@ class OpenAIApp:
     async def handle(self, request: Request, out: Responder) -> None:
         path = request.path.split("?", 1)[0]
         routes = {"/health": "GET", "/v1/models": "GET", "/v1/completions": "POST",
-                  "/v1/chat/completions": "POST", "/tokenize": "POST"}
+                  "/v1/chat/completions": "POST", "/tokenize": "POST", "/metrics": "GET"}
         if path not in routes:
             await out.send_json(404, {"detail": "Not Found"})
             return
@@ -101,6 +103,8 @@ class OpenAIApp:
             return
         if path == "/health":
             await out.send(200 if self._ready() else 503, b"", "text/plain")
+        elif path == "/metrics":
+            await out.send(200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/v1/models":
             await out.send_json(200, models_list(self.model, self.max_model_len, self.created))
         elif path == "/tokenize":
@@ -113,6 +117,16 @@ class OpenAIApp:
             await out.send_json(200, answer)
         else:
             await self._generate("completion" if path == "/v1/completions" else "chat", request, out)
+
+    def metrics_text(self) -> str:
+        """vLLM's gauges in the Prometheus text format, from the requests really in flight."""
+        running, waiting = self.scheduler.in_flight
+        labels = f'{{engine="0",model_name="{self.model}"}}'
+        return "".join(
+            f"# HELP vllm:{name} {help_}\n# TYPE vllm:{name} {kind}\nvllm:{name}{labels} {value}\n"
+            for name, kind, help_, value in (
+                ("num_requests_running", "gauge", "Number of requests in model execution batches.", float(running)),
+                ("num_requests_waiting", "gauge", "Number of requests waiting to be processed.", float(waiting))))
 
     async def _generate(self, kind: str, request: Request, out: Responder) -> None:
         try:

@@ -1,0 +1,268 @@
+"""Phase 3: where a decode step's time goes, a pure function of the folded state (the report, the
+dashboard and a replay all show the same).
+
+For each measured concurrency M (a macro level with a TPOT), one decode step of a batch of M takes the
+TPOT measured at that concurrency. Of it, the micro benchmarks account for:
+
+- all-reduce: 2 per layer (after o_proj, after the MLP / MoE output) x 61 layers = 122 all-reduces of
+  M x 7168 x 2 bytes: the measured CUDA-graph burst of 122 at that M where there is one, else 122 x one
+  all-reduce (graph, else eager);
+- GEMMs: each per-GPU GEMM at M tokens x its calls per token (61 for the attention projections, 60 for
+  the MoE and the shared expert, 1 for the dense MLP and the lm_head); the routed experts through the
+  fused MoE row (the experts M tokens touch), with Marlin where it was measured, else a stand-in (said);
+- the rest, TPOT minus both: attention, routing, sampling, scheduling (not measured).
+
+The verdict names the largest share at the plateau (the lowest concurrency within 5 % of the highest
+output tok/s), with its assumptions stated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kimitui.core.campaign_events import BudgetRow, DecodeBudget
+from kimitui.core.events import AllReduceRow, GemmRow
+from kimitui.core.state import SessionState, level_failed
+
+PLATEAU_WITHIN = 0.05
+"""A level within this fraction of the highest output tok/s is on the plateau."""
+ALLREDUCES_PER_LAYER = 2
+BOUND_WORDS = {"allreduce": "the all-reduce", "gemm": "the GEMMs",
+               "rest": "the rest: attention, routing, sampling, scheduling (not measured)"}
+
+
+@dataclass(slots=True)
+class Shape:
+    name: str
+    dtype: str
+    calls: int
+    experts: int
+
+
+def _shapes(state: SessionState) -> list[Shape]:
+    for run in reversed(state.micro_runs):
+        if run.plan.gemms:
+            return [Shape(str(g.get("name")), str(g.get("dtype", "bf16")), int(g.get("calls_per_token") or 0),
+                          int(g.get("experts") or 0)) for g in run.plan.gemms]
+    return []
+
+
+def _interpolate(series: dict[int, float], m: int) -> tuple[float | None, str]:
+    """The value at m: measured, or linear between the nearest measured Ms on each side (else None)."""
+    if m in series:
+        return series[m], "measured"
+    below = [k for k in series if k < m]
+    above = [k for k in series if k > m]
+    if not below or not above:
+        return None, "not measured"
+    lo, hi = max(below), min(above)
+    return series[lo] + (series[hi] - series[lo]) * (m - lo) / (hi - lo), f"interpolated from M={lo} and M={hi}"
+
+
+def _gemm_series(rows: Iterable[GemmRow]) -> dict[tuple[str, str], dict[int, float]]:
+    """(row name, backend) -> {M: time us}; the latest row wins (a resumed campaign may measure twice)."""
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for r in rows:
+        if r.time_us > 0 and r.correct is not False:
+            out.setdefault((r.name, r.backend or r.kernel), {})[r.m] = r.time_us
+    return out
+
+
+INT4_ORDER = (("marlin", ""), ("torch-int4", "torch-int4 (tinygemm) stands in for Marlin"),
+              ("bf16", "bf16 torch.mm on the dequantized weights stands in for Marlin"))
+
+
+def _pick(series: dict[tuple[str, str], dict[int, float]], row: str, quantized: bool
+          ) -> tuple[dict[int, float] | None, str, str]:
+    """The series a GEMM is counted with: (times by M, backend, stand-in note or '')."""
+    order = INT4_ORDER if quantized else (("bf16", ""),)
+    for backend, stand_in in order:
+        s = series.get((row, backend))
+        if s:
+            return s, backend, stand_in
+    return None, "", ""
+
+
+def _allreduce_series(rows: Iterable[AllReduceRow], count: int) -> tuple[dict[int, float], dict[int, str]]:
+    """M -> ms of ``count`` all-reduces, and how it was obtained."""
+    best: dict[int, tuple[int, float, str]] = {}
+    for r in rows:
+        if r.tokens is None or r.time_us <= 0:
+            continue
+        if r.burst > 1 and r.burst_us:
+            rank, ms, how = 3, r.burst_us / r.burst * count / 1000.0, f"measured burst of {r.burst} ({r.mode})"
+        else:
+            rank = 2 if r.mode == "graph" else 1
+            ms, how = r.time_us * count / 1000.0, f"{count} x one all-reduce ({r.mode})"
+        if r.tokens not in best or rank >= best[r.tokens][0]:
+            best[r.tokens] = (rank, ms, how)
+    return {m: v[1] for m, v in best.items()}, {m: v[2] for m, v in best.items()}
+
+
+def _tpot(metrics: dict[str, object]) -> float | None:
+    for key in ("median_tpot_ms", "mean_tpot_ms"):
+        v = metrics.get(key)
+        if isinstance(v, int | float) and v > 0:
+            return float(v)
+    return None
+
+
+def _share(part: float | None, total: float | None) -> float | None:
+    return None if part is None or not total else part / total
+
+
+def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
+    """The budget per measured concurrency, the bound at the plateau and the verdict."""
+    missing: list[str] = []
+    points = [p for p in state.macro_points if not level_failed(p)]
+    shapes = _shapes(state)
+    if not points:
+        missing.append("no macro level with a TPOT: Phase 1 measured nothing to divide")
+    if not shapes or not state.gemm:
+        missing.append("no GEMM rows: Phase 2 measured no GEMM")
+    series = _gemm_series(state.gemm)
+    o_proj = next((s for s in shapes if s.name == "o_proj"), None)
+    layers = o_proj.calls if o_proj is not None else max((s.calls for s in shapes), default=0)
+    tp = next((run.plan.tp for run in reversed(state.micro_runs) if run.plan.tp), 0)
+    ar_count = ALLREDUCES_PER_LAYER * layers if tp > 1 else 0
+    ar_ms, ar_how = _allreduce_series(state.allreduce, ar_count)
+    if ar_count and not ar_ms:
+        missing.append("no all-reduce rows at decode-step sizes: Phase 2 measured no all-reduce")
+    stand_ins: set[str] = set()
+    counted: list[tuple[Shape, str, dict[int, float] | None, str]] = []
+    moe = [s for s in shapes if s.experts]
+    fused = next((name for name, _ in series if name.startswith("moe (")), None)
+    for s in shapes:
+        quantized = s.dtype.startswith("int")
+        if s.experts:
+            continue
+        found, backend, stand_in = _pick(series, s.name, quantized)
+        counted.append((s, backend, found, stand_in))
+    if moe:
+        calls = moe[0].calls
+        quantized = moe[0].dtype.startswith("int")
+        found, backend, stand_in = _pick(series, fused, quantized) if fused else (None, "", "")
+        counted.append((Shape(fused or "moe", moe[0].dtype, calls, moe[0].experts), backend, found, stand_in))
+    for s, _backend, found, stand_in in counted:
+        if stand_in:
+            stand_ins.add(f"{s.name}: {stand_in}")
+        if found is None and shapes:
+            missing.append(f"{s.name}: no row at any M (left in the rest)")
+    rows: list[BudgetRow] = []
+    for p in points:
+        m = p.concurrency
+        notes: list[str] = []
+        tpot = _tpot(p.metrics)
+        tok = p.metrics.get("output_throughput")
+        ar, how = _interpolate(ar_ms, m) if ar_count else (0.0, "tensor parallel 1: no all-reduce")
+        if ar is None:
+            notes.append(f"all-reduce at M={m}: not measured")
+        elif m in ar_how:
+            how = ar_how[m]
+        if ar_count and ar is not None:
+            notes.append(f"all-reduce: {how}")
+        int4 = bf16 = 0.0 if counted else None
+        for s, _backend, found, _stand_in in counted:
+            if found is None:
+                continue
+            us, got = _interpolate(found, m)
+            if us is None:
+                notes.append(f"{s.name} at M={m}: not measured (left in the rest)")
+                continue
+            if got != "measured":
+                notes.append(f"{s.name}: {got}")
+            ms = us * s.calls / 1000.0
+            if s.dtype.startswith("int"):
+                int4 = (int4 or 0.0) + ms
+            else:
+                bf16 = (bf16 or 0.0) + ms
+        measured = (ar or 0.0) + (int4 or 0.0) + (bf16 or 0.0)
+        rest = tpot - measured if tpot is not None else None
+        if rest is not None and rest < 0:
+            notes.append(f"the measured parts exceed the TPOT by {-rest:.1f} ms (stand-ins, or the micro "
+                         "figures overstate)")
+        rows.append(BudgetRow(m=m, tpot_ms=tpot, tok_s=float(tok) if isinstance(tok, int | float) else None,
+                              allreduce_ms=None if ar is None else round(ar, 4),
+                              int4_gemm_ms=None if int4 is None else round(int4, 4),
+                              bf16_gemm_ms=None if bf16 is None else round(bf16, 4),
+                              rest_ms=None if rest is None else round(rest, 4), notes=notes))
+    plateau = _plateau(rows)
+    link = _link(state)
+    assumptions = _assumptions(state, ar_count, layers, link, fused)
+    bound, verdict = _verdict(plateau, ar_count, state, link, stand_ins)
+    return DecodeBudget(t, rows=rows, bound=bound, plateau_m=plateau.m if plateau else None,  # type: ignore[arg-type]
+                        plateau_tok_s=plateau.tok_s if plateau else None, verdict=verdict,
+                        assumptions=assumptions, stand_ins=sorted(stand_ins), link=link, missing=missing)
+
+
+def _plateau(rows: list[BudgetRow]) -> BudgetRow | None:
+    scored = [r for r in rows if r.tok_s is not None and r.tpot_ms is not None]
+    if not scored:
+        return None
+    top = max(r.tok_s or 0.0 for r in scored)
+    return min((r for r in scored if (r.tok_s or 0.0) >= top * (1 - PLATEAU_WITHIN)), key=lambda r: r.m)
+
+
+def _link(state: SessionState) -> str:
+    topo = state.topology
+    if topo is None:
+        return ""
+    limit = f", {topo.link_gbps:g} GB/s per direction" if topo.link_gbps else ""
+    sim = " (modelled: the simulated host)" if topo.simulated else f" ({topo.source})" if topo.source else ""
+    return f"{topo.link_kind or 'link unknown'}{limit}{sim}"
+
+
+def _assumptions(state: SessionState, ar_count: int, layers: int, link: str, fused: str | None) -> list[str]:
+    out = ["TPOT at concurrency M is one decode step of a batch of M (closed loop; the first token, prefill, is "
+           "not in TPOT)"]
+    if ar_count:
+        out.append(f"{ar_count} all-reduces per step ({ALLREDUCES_PER_LAYER} per layer x {layers} layers); the "
+                   "embedding all-reduce and the logits gather are not counted")
+    out.append("GEMMs: each per-GPU shape at M tokens x its calls per token over the layers, lm_head once")
+    if fused:
+        out.append(f"routed experts: the fused MoE row ({fused}): the experts M tokens touch, both weights")
+    if link:
+        out.append(f"link limit: {link}")
+    if any(r.simulated for r in state.gemm) or any(r.simulated for r in state.allreduce):
+        out.append("micro figures are modelled (the simulated host), not measured")
+    return out
+
+
+def _pct(part: float | None, total: float | None) -> str:
+    s = _share(part, total)
+    return "n/a" if s is None else f"{s:.0%}"
+
+
+def _verdict(row: BudgetRow | None, ar_count: int, state: SessionState, link: str,
+             stand_ins: set[str]) -> tuple[str, str]:
+    if row is None or row.tpot_ms is None:
+        return "", "no verdict: no macro level with both a throughput and a TPOT"
+    parts = {"allreduce": row.allreduce_ms, "gemm": row.gemm_ms, "rest": row.rest_ms}
+    known = {k: v for k, v in parts.items() if v is not None}
+    if "gemm" not in known or (ar_count and "allreduce" not in known):
+        return "", (f"no verdict at the plateau (concurrency {row.m}): the micro benchmarks measured nothing at "
+                    f"M={row.m}")
+    bound = max(known, key=lambda k: known[k] or 0.0)
+    t = row.tpot_ms
+    size_b = row.m * 7168 * 2
+    ar_words = ("no all-reduce (TP=1)" if not ar_count else
+                f"all-reduce {row.allreduce_ms:.1f} ms ({_pct(row.allreduce_ms, t)}: {ar_count} x "
+                f"{(row.allreduce_ms or 0.0) / ar_count * 1000:.0f} us at {size_b / 1e6:.2f} MB"
+                + (f", over {link}" if link else "") + ")")
+    kernel = "Marlin" if not any(s.startswith("moe") for s in stand_ins) else "a stand-in for Marlin"
+    steady = row.m / t * 1000.0
+    text = (f"At the plateau ({row.tok_s:.0f} tok/s measured at concurrency {row.m}; {row.m} / TPOT = "
+            f"{steady:.0f} tok/s while decoding) a decode step takes {t:.1f} ms: "
+            f"GEMMs {row.gemm_ms:.1f} ms ({_pct(row.gemm_ms, t)}; the INT4 routed experts on {kernel} "
+            f"{row.int4_gemm_ms or 0.0:.1f} ms, the bf16 GEMMs {row.bf16_gemm_ms or 0.0:.1f} ms), {ar_words}, "
+            f"the rest {row.rest_ms:.1f} ms ({_pct(row.rest_ms, t)}). Throughput is bound by {BOUND_WORDS[bound]}")
+    if bound == "gemm":
+        heavy = "the Marlin MoE GEMMs" if (row.int4_gemm_ms or 0) >= (row.bf16_gemm_ms or 0) else "the bf16 GEMMs"
+        text += f", mostly {heavy}"
+    text += "."
+    if ar_count and bound != "allreduce":
+        text += f" The all-reduce is not the bound: {_pct(row.allreduce_ms, t)} of the step."
+    if stand_ins:
+        text += " Stand-ins: " + "; ".join(sorted(stand_ins)) + "."
+    return bound, text

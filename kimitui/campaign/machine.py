@@ -1,0 +1,372 @@
+"""The campaign as one state machine of async workers: Phase 1 macro -> the transition (the cleanup
+escalation, each step previewed and consented) -> Phase 2 micro -> Phase 3 analysis -> the restart (health
+waited for) -> the post-restart check.
+
+Between phases the operator can pause (the campaign waits before the next phase), skip the next phase, or
+abort (the phase in hand stops the graceful way: a sweep keeps its finished levels, a cleanup declines its
+remaining steps, a micro run ends its ranks; then the service's restart is offered). Every control is an
+event before it acts, so a replay shows the same campaign.
+
+When a phase fails: a macro or micro phase that fails leaves the rest to run (the analysis says what is
+missing); a transition that does not free the GPUs ends the campaign (Phase 2 would measure beside another
+process), as does a restart that does not come back (nothing to probe); both offer the restart, as an
+abort does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kimitui.campaign import phases, probe, transition
+from kimitui.campaign.config import CampaignConfig
+from kimitui.campaign.resume import ResumePlan
+from kimitui.cleanup.audit import AuditLog
+from kimitui.cleanup.consent import ConsentCallback, ConsentDecision
+from kimitui.cleanup.plan import CleanupTarget, Deadlines
+from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
+from kimitui.cleanup.services import ServiceManager
+from kimitui.cleanup.setup import UsageError, build_target, parse_gpus, parse_service
+from kimitui.core.campaign_events import CampaignControl, CampaignEnd, CampaignPlan
+from kimitui.core.campaign_state import PHASE_TITLES
+from kimitui.core.events import Event, LogLine, StepPreview
+from kimitui.core.session import Session
+from kimitui.hosts.base import Host
+
+
+@dataclass(slots=True)
+class CampaignHost:
+    """The host a campaign runs on, opened (``kimitui.targets.open_target``)."""
+
+    host: Host
+    label: str
+    simulated: bool = False
+    sim_dir: str | None = None
+    api_url: str = ""
+    """The simulated host's server (a real host's comes from the campaign file)."""
+
+
+def policy_consent(policy: dict[str, str], ask: ConsentCallback | None, operator: str,
+                   aborting: Callable[[], bool]) -> ConsentCallback:
+    """Consent from the campaign's policy: ``yes`` and ``no`` answer at once (recorded as the file's),
+    ``ask`` asks (the dashboard's modal). While aborting only the restart offer is answered (by
+    ``abort_restart``); every other step is declined."""
+
+    async def decide(preview: StepPreview) -> ConsentDecision:
+        key = "abort_restart" if preview.step == "restart" and aborting() else preview.step
+        if aborting() and key != "abort_restart":
+            return ConsentDecision(False, None, operator, "campaign aborted: the remaining steps are declined")
+        answer = policy.get(key, "ask")
+        if answer == "yes":
+            return ConsentDecision(True, None, operator, f"campaign policy: {key} = yes")
+        if answer == "no":
+            return ConsentDecision(False, None, operator, f"campaign policy: {key} = no")
+        if ask is None:
+            return ConsentDecision(False, None, operator, f"campaign policy: {key} = ask, and no one to ask")
+        return await ask(preview)
+
+    return decide
+
+
+class Campaign:
+    def __init__(self, cfg: CampaignConfig, session: Session, target: CampaignHost, feed: SampleFeed,
+                 ask: ConsentCallback | None = None, operator: str = "", headless: bool = False,
+                 audit_factory: Callable[[], AuditLog] = AuditLog, resume: ResumePlan | None = None,
+                 dropped_bytes: int = 0) -> None:
+        self.cfg = cfg
+        self.session = session
+        self.target = target
+        self.feed = feed
+        self.operator = operator or cfg.operator
+        self.headless = headless
+        self.audit_factory = audit_factory
+        self.resume = resume
+        self.dropped_bytes = dropped_bytes
+        self.consent = policy_consent(cfg.consent, ask, self.operator, lambda: self.aborting or self._offering)
+        self.aborting = False
+        self._offering = False
+        self.paused = False
+        self.current: str | None = None
+        self._last = ""
+        """The phase last started (said when kimitui stops in it)."""
+        self.finished = False
+        self._cancel = asyncio.Event()
+        """Set on abort: the phase in hand stops the graceful way."""
+        self._wake = asyncio.Event()
+        self._cleanup_target: CleanupTarget | None = None
+        self.api_url = (cfg.api_url or target.api_url).rstrip("/")
+        self.service = self._service()
+
+    def set_ask(self, ask: ConsentCallback | None) -> None:
+        """Who answers a consent left at "ask" (the dashboard's modal)."""
+        self.consent = policy_consent(self.cfg.consent, ask, self.operator, lambda: self.aborting or self._offering)
+
+    # --- what the campaign works with -------------------------------------------------------------------
+
+    def _service(self) -> ServiceManager | None:
+        spec = self.cfg.service or ("sim:vllm" if self.target.simulated else "none")
+        health = self.cfg.health_url or None
+        if health is None and self.api_url and not spec.startswith("sim:"):
+            health = f"{self.api_url}/health"
+        try:
+            return parse_service(spec, health)
+        except UsageError as exc:
+            raise UsageError(f"{self.cfg.file}: [service] spec: {exc}") from None
+
+    def publish(self, event: Event) -> None:
+        self.session.publish(event)
+
+    @property
+    def state(self):  # type: ignore[no-untyped-def]
+        return self.session.state
+
+    def _log(self, message: str, level: str = "info") -> None:
+        self.publish(LogLine(time.time(), level=level, source="campaign", message=message))  # type: ignore[arg-type]
+
+    def cleanup_target(self) -> CleanupTarget:
+        c = self.cfg.cleanup
+        deadlines = Deadlines(graceful_s=c.graceful_s, term_grace_s=c.term_grace_s, verify_s=c.verify_s,
+                              drain_s=c.drain_s, health_s=self.cfg.restart.health_s)
+        target = build_target(self.target.host.name, self.service, parse_gpus(c.gpus), c.threshold_mib, deadlines,
+                              c.allow_other_users, self.operator)
+        if self.service is not None and self.api_url:
+            target.metrics_url = self.cfg.metrics_url or f"{self.api_url}/metrics"
+        self._cleanup_target = target
+        return target
+
+    # --- the operator's controls (the dashboard's keys; Ctrl-C headless) --------------------------------
+
+    def _next(self) -> str | None:
+        c = self.state.campaign
+        nxt = c.next_phase if c is not None else None
+        return nxt.name if nxt is not None and nxt.name != self.current else None
+
+    def toggle_pause(self) -> bool:
+        """Pause before the next phase, or go on; returns whether the campaign is now paused."""
+        if self.finished or self.aborting:
+            return self.paused
+        if self.paused:
+            self.paused = False
+            self.publish(CampaignControl(time.time(), action="resume", operator=self.operator))
+        else:
+            self.paused = True
+            self.publish(CampaignControl(time.time(), action="pause", phase=self._next() or "",
+                                         operator=self.operator))
+        self._wake.set()
+        return self.paused
+
+    def skip_next(self) -> str | None:
+        """Skip the next phase not started yet; returns its name (None: nothing left to skip)."""
+        if self.finished or self.aborting:
+            return None
+        name = self._next()
+        if name is not None:
+            self.publish(CampaignControl(time.time(), action="skip", phase=name, operator=self.operator))
+            self._wake.set()
+        return name
+
+    def abort(self, note: str = "") -> None:
+        """Stop the phase in hand the graceful way, then offer the restart and end the campaign."""
+        if self.finished or self.aborting:
+            return
+        self.aborting = True
+        self.publish(CampaignControl(time.time(), action="abort", phase=self.current or self._next() or "",
+                                     operator=self.operator, note=note))
+        self._cancel.set()
+        t = self._cleanup_target
+        if t is not None:  # a drain stops waiting at its next look; verify takes one look
+            t.deadlines.drain_s = 0.0
+            t.deadlines.verify_s = 0.0
+        self._wake.set()
+
+    async def _gate(self, name: str) -> str:
+        """Before a phase: run, skip or abort (waits while paused)."""
+        while True:
+            c = self.state.campaign
+            if self.aborting:
+                return "abort"
+            if c is not None and name in c.skips:
+                return "skip"
+            if not self.paused:
+                return "run"
+            self._wake.clear()
+            await self._wake.wait()
+
+    # --- the run ------------------------------------------------------------------------------------------
+
+    async def run(self) -> CampaignEnd:
+        cfg = self.cfg
+        if self.resume is not None:
+            for ev in self.resume.closing(time.time(), self.dropped_bytes, self.operator):
+                self.publish(ev)
+            todo = list(self.resume.todo)
+        else:
+            self.publish(CampaignPlan(time.time(), name=cfg.name, file=cfg.file, host=self.target.label,
+                                      service=self.service.label if self.service else "none", api_url=self.api_url,
+                                      health_url=cfg.health_url, phases=list(cfg.phases), consent=dict(cfg.consent),
+                                      settings=cfg.settings(), headless=self.headless, operator=self.operator))
+            todo = list(cfg.phases)
+        status, note = "done", ""
+        try:
+            for name in todo:
+                action = await self._gate(name)
+                if action == "abort":
+                    break
+                if action == "skip":
+                    continue
+                self.current = self._last = name
+                try:
+                    ok = await self._run_phase(name)
+                finally:
+                    self.current = None
+                if self.aborting:
+                    break
+                if name == "cleanup" and not ok:
+                    status, note = "failed", "the transition did not free the GPUs: Phase 2 would measure beside " \
+                                             "another process"
+                    break
+                if name == "restart" and not ok:
+                    status, note = "failed", "the service did not come back"
+                    break
+            if self.aborting:
+                status, note = "aborted", "aborted by the operator"
+            if status != "done":
+                await self._offer_restart()
+            if status == "done":
+                probe_ = self.state.probe
+                c = self.state.campaign
+                failed = [PHASE_TITLES.get(n, n) for n, p in (c.phases.items() if c else ()) if p.status == "failed"]
+                note = ("drift after the restart" if probe_ is not None and probe_.drift else
+                        f"every phase over; not ok: {', '.join(failed)}" if failed else "every phase over")
+        except asyncio.CancelledError:  # kimitui stopped at once: no end, the campaign can be resumed
+            self.finished = True
+            with contextlib.suppress(ValueError):  # the run file may be closed already (the app exiting)
+                self._log(f"kimitui stopped during {PHASE_TITLES.get(self._last, 'the campaign')}: the "
+                          "campaign can be resumed (kimitui campaign FILE --resume RUN)", "warning")
+            raise
+        end = CampaignEnd(time.time(), status=status, note=note)  # type: ignore[arg-type]
+        self.publish(end)
+        self.finished = True
+        return end
+
+    async def _run_phase(self, name: str) -> bool:
+        run = {"macro": self._macro, "cleanup": self._cleanup, "micro": self._micro, "analysis": self._analysis,
+               "restart": self._restart, "check": self._check}[name]
+        return await run()
+
+    def _phase_ok(self, name: str) -> bool:
+        c = self.state.campaign
+        return c is not None and name in c.phases and c.phases[name].status == "done"
+
+    async def _macro(self) -> bool:
+        from kimitui.bench.macro import ConfigError, MacroConfig, MacroError
+        from kimitui.bench.macro.config import parse_requests
+
+        m = self.cfg.macro
+        done = self.resume.macro_done if self.resume is not None else set()
+        levels = [lv for lv in m.concurrency if lv not in done]
+        if not levels:
+            self._log("Phase 1: every level has a point already")
+            return True
+        per_stream, count = parse_requests(m.requests)
+        cfg = MacroConfig(url=self.api_url, model=m.model or None, endpoint=m.endpoint,  # type: ignore[arg-type]
+                          concurrency=levels, requests=count, requests_per_stream=per_stream,
+                          max_tokens=m.max_tokens, input_len=m.input_len, warmup=m.warmup)
+        try:
+            await phases.macro_phase(self.publish, cfg, self._cancel)
+        except (ConfigError, MacroError) as exc:
+            self._log(f"Phase 1 could not run: {exc}", "error")
+        return self._phase_ok("macro")
+
+    async def _cleanup(self) -> bool:
+        target = self.cleanup_target()
+        svc = self.service
+        title = f"transition: free the GPUs of {svc.label if svc else 'whatever holds them (no service)'} on " \
+                f"{self.target.host.name}"
+        audit = self.audit_factory()
+        try:
+            out = await transition.cleanup_phase(self.target.host, target, self.feed, self.consent, self.publish,
+                                                 title, audit=audit)
+        finally:
+            audit.close()
+        return out.clean
+
+    async def _micro(self) -> bool:
+        from kimitui.bench.micro.runner import MicroConfig, MicroError, gpu_holders
+
+        mi = self.cfg.micro
+        try:
+            sample = await self.feed.latest(timeout=30.0)
+        except ViewTimeout as exc:
+            sample = None
+            self._log(f"no telemetry before Phase 2: {exc}", "warning")
+        scope = parse_gpus(self.cfg.cleanup.gpus) or (sorted(g.index for g in sample.gpus) if sample else [])
+        if sample is not None and not mi.force and "cleanup" in self.cfg.phases:
+            busy, holders = gpu_holders(sample, scope, 256.0)
+            if busy or holders:
+                self._log("the GPUs hold memory again before Phase 2 ("
+                          + ("; ".join(busy) or f"{len(holders)} holders") + "): the transition runs again", "warning")
+                if not await self._cleanup():
+                    return False
+                sample = await self.feed.latest(after=time.monotonic(), timeout=30.0)
+        parts = [p for p in mi.parts if self.resume is None or p not in self.resume.micro_parts_done]
+        cfg = MicroConfig(parts=parts, tp=mi.tp, ms=self.cfg.micro_ms(), backends=list(mi.backends),
+                          gpus=parse_gpus(self.cfg.cleanup.gpus), sweep_max=mi.sweep_max_bytes, force=mi.force,
+                          skip={k: list(v) for k, v in (self.resume.micro_done if self.resume else {}).items()})
+        cfg.burst_tokens = list(cfg.ms)  # the 122-burst at every M the budget divides
+        if self.target.simulated:
+            cfg.modelled, cfg.sim_dir, cfg.pace_s = "rtx-pro-6000", self.target.sim_dir, mi.pace_s
+        try:
+            await phases.micro_phase(self.publish, self.target.host, self.target.label, cfg, sample, self._cancel)
+        except MicroError as exc:
+            self._log(f"Phase 2 could not run: {exc}", "error")
+        return self._phase_ok("micro")
+
+    async def _analysis(self) -> bool:
+        await phases.analysis_phase(self.publish, self.state)
+        return self._phase_ok("analysis")
+
+    async def _restart(self, offered: bool = False) -> bool:
+        target = self._cleanup_target or self.cleanup_target()
+        svc = self.service
+        what = svc.label if svc else "no service"
+        title = (f"restart {what} on {self.target.host.name}" + (" (offered after the campaign stopped)"
+                                                                  if offered else ""))
+        audit = self.audit_factory()
+        try:
+            await transition.restart_phase(self.target.host, target, self.consent, self.publish, title, audit=audit,
+                                           skip_if_running=True)
+        finally:
+            audit.close()
+        return self._phase_ok("restart")
+
+    async def _offer_restart(self) -> None:
+        """After an abort or a failed transition: the service's restart, offered (``abort_restart``) when this
+        campaign's transition ran and the service has not been started since."""
+        c = self.state.campaign
+        if c is None or self.service is None:
+            return
+        ran = "cleanup" in c.phases and c.phases["cleanup"].runs > 0
+        restarted = "restart" in c.phases and c.phases["restart"].status == "done"
+        if ran and not restarted:
+            self._offering = True
+            try:
+                await self._restart(offered=True)
+            finally:
+                self._offering = False
+
+    async def _check(self) -> bool:
+        m, k = self.cfg.macro, self.cfg.check
+        baseline = self.state.macro.get(1)
+        await probe.check_phase(self.publish, self.api_url, baseline, requests=k.requests,
+                                max_tokens=k.max_tokens or m.max_tokens, input_len=m.input_len, endpoint=m.endpoint,
+                                model=m.model or None, margin_pct=k.margin_pct, ttft_margin_pct=k.ttft_margin_pct,
+                                cancel=self._cancel)
+        return self._phase_ok("check")
+
+
+def phase_words(name: str) -> str:
+    return PHASE_TITLES.get(name, name)

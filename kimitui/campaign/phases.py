@@ -1,0 +1,169 @@
+"""The campaign's phases as workers, each the one code path that sequences its phase: its PhaseStart, its
+steps, its PhaseEnd (also when it fails, is cancelled or cannot start). The campaign machine, the cleanup
+CLI, ``kimitui bench macro`` / ``bench micro`` and the dashboard's F, M, K and R actions all call these.
+
+- ``macro_phase``: the serving sweep (``run_sweep`` publishes the macro phase's start and end), its
+  progress published as ``MacroProgress`` events for the panel (live and replayed alike);
+- ``cleanup_phase`` and ``restart_phase`` (``kimitui.campaign.transition``): the escalation and the restart;
+- ``micro_phase``: the GEMM and all-reduce benchmarks;
+- ``analysis_phase``: the decode-step budget and its verdict (``kimitui.campaign.analysis``);
+- ``check_phase`` (``kimitui.campaign.probe``): the post-restart probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kimitui.core.events import Event, HostSample, LogLine, MacroProgress, PhaseEnd, PhaseStart
+
+if TYPE_CHECKING:
+    from kimitui.bench.macro import LevelProgress, MacroConfig, SweepResult
+    from kimitui.bench.micro.runner import MicroConfig, MicroResult
+    from kimitui.bench.micro.workers import WorkerHost
+    from kimitui.core.campaign_events import DecodeBudget
+    from kimitui.core.state import SessionState
+
+Publish = Callable[[Event], None]
+PROGRESS_EVERY_S = 0.25
+"""While a level runs, its progress is published at most this often (a level's start and end at once)."""
+
+
+def now() -> float:
+    return time.time()
+
+
+# --- Phase 1: macro ------------------------------------------------------------------------------------
+
+
+class SweepProgress:
+    """A sweep's progress as ``MacroProgress`` events: its start, each level's start and end, at most
+    every ``PROGRESS_EVERY_S`` while a level runs, and its end (status, error)."""
+
+    def __init__(self, publish: Publish, levels: list[int]) -> None:
+        self.publish = publish
+        self.levels = levels
+        self.latest: LevelProgress | None = None
+        self.started = time.monotonic()
+        self._last: tuple[float, tuple[object, ...] | None] | None = None
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def finished_levels(self) -> int:
+        p = self.latest
+        return 0 if p is None else p.level_index + (1 if p.stage == "done" else 0)
+
+    def start(self) -> None:
+        self.publish(MacroProgress(now(), status="starting", levels=list(self.levels)))
+
+    def update(self, progress: LevelProgress, status: str = "running") -> None:
+        self.latest = progress
+        where = (progress.level_index, progress.stage)
+        last = self._last
+        if last is None or last[1] != where or time.monotonic() - last[0] >= PROGRESS_EVERY_S:
+            self.emit(status)
+
+    def emit(self, status: str, error: str = "") -> None:
+        p = self.latest
+        self._last = (time.monotonic(), (p.level_index, p.stage) if p is not None else None)
+        fields: dict[str, object] = {}
+        if p is not None:
+            fields = {"level_index": p.level_index, "concurrency": p.concurrency, "stage": p.stage, "done": p.done,
+                      "total": p.total, "failed": p.failed, "in_flight": p.in_flight,
+                      "level_fraction": round(p.level_fraction, 4)}
+        if status == "done":
+            fields.update(level_index=len(self.levels) - 1, stage="done", level_fraction=1.0, in_flight=0)
+        self.publish(MacroProgress(now(), status=status, levels=list(self.levels),  # type: ignore[arg-type]
+                                   elapsed_s=round(self.elapsed_s, 3), error=error, **fields))  # type: ignore[arg-type]
+
+
+async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
+                      on_progress: Callable[[LevelProgress], None] | None = None,
+                      progress: SweepProgress | None = None) -> SweepResult:
+    """The serving sweep with its progress recorded. A sweep that cannot start (the server does not
+    answer, a bad configuration) still has a macro phase in the record, ended not ok with why; the error is
+    raised again for the caller to say."""
+    from kimitui.bench.macro import run_sweep
+
+    progress = progress or SweepProgress(publish, list(cfg.concurrency))
+    if progress.latest is None:
+        progress.start()
+    started = [False]
+
+    def forward(ev: Event) -> None:
+        if isinstance(ev, PhaseStart):
+            started[0] = True
+        publish(ev)
+
+    def level(p: LevelProgress) -> None:
+        progress.update(p, "cancelling" if cancel.is_set() else "running")
+        if on_progress is not None:
+            on_progress(p)
+
+    try:
+        result = await run_sweep(cfg, forward, progress=level, cancel=cancel)
+    except asyncio.CancelledError:
+        progress.emit("cancelled")
+        raise
+    except Exception as exc:
+        why = str(exc) if not isinstance(exc, (OSError, RuntimeError)) or str(exc) else type(exc).__name__
+        if not started[0]:
+            publish(PhaseStart(now(), phase="macro", title=f"serving sweep at {cfg.url}"))
+            publish(PhaseEnd(now(), phase="macro", ok=False, note=f"could not start: {why}"))
+        progress.emit("failed", why)
+        raise
+    progress.emit("cancelled" if result.cancelled else "done")
+    return result
+
+
+# --- Phase 2: micro ------------------------------------------------------------------------------------
+
+
+async def micro_phase(publish: Publish, host: WorkerHost, host_name: str, cfg: MicroConfig,
+                      sample: HostSample | None, cancel: asyncio.Event) -> MicroResult:
+    """The micro benchmarks as a phase (a refusal, the GPUs holding memory, ends it not ok with why)."""
+    from kimitui.bench.micro.runner import MicroRunner
+
+    runner = MicroRunner(host, host_name, cfg, publish, cancel)
+    publish(PhaseStart(now(), phase="micro", title="GEMM and all-reduce micro benchmarks"
+                       + (" (simulated)" if cfg.modelled else "")))
+    ok, note = False, ""
+    try:
+        result = await runner.run(sample)
+        ok = result.ok
+        note = ", ".join(f"{p.part} {p.status}" for p in result.parts.values())
+        if result.refused or any(p.status == "refused" for p in result.parts.values()):
+            note = "refused: " + (next(iter(result.parts.values())).detail if result.parts else "GPUs in use")
+        return result
+    except asyncio.CancelledError:
+        note = "interrupted"
+        raise
+    except Exception as exc:
+        note = f"could not run: {exc}"
+        raise
+    finally:
+        publish(PhaseEnd(now(), phase="micro", ok=ok, note=note))
+
+
+# --- Phase 3: analysis ---------------------------------------------------------------------------------
+
+
+async def analysis_phase(publish: Publish, state: SessionState) -> DecodeBudget:
+    """Where a decode step's time goes, from what the fold holds (a pure function of it), published."""
+    from kimitui.campaign.analysis import decode_budget
+
+    publish(PhaseStart(now(), phase="analysis", title="where a decode step's time goes"))
+    budget = decode_budget(state, now())
+    publish(budget)
+    for line in budget.missing:
+        publish(LogLine(now(), level="warning", source="analysis", message=line))
+    ok = bool(budget.bound)
+    publish(PhaseEnd(now(), phase="analysis", ok=ok,
+                     note=f"bound by {budget.bound}" if ok else "no verdict: " + ("; ".join(budget.missing)
+                                                                                   or "nothing to compare")))
+    return budget

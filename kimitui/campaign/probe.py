@@ -1,0 +1,93 @@
+"""The post-restart check: a short single-stream probe (concurrency 1, a few requests, Phase 1's prompt
+and output lengths) compared with Phase 1's single-stream figures; a drift beyond the margin is flagged
+(the service may not come back the same: another build, a changed flag, a GPU at a lower clock).
+
+The probe's requests go through the macro load generator; its figures are published as one
+``ProbeResult`` (the probe's own requests are not a sweep of the campaign, so they are not recorded as one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from kimitui.campaign.phases import Publish, now
+from kimitui.core.campaign_events import ProbeResult
+from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
+from kimitui.core.state import level_failed
+
+
+def _num(metrics: dict[str, object], *keys: str) -> float | None:
+    for key in keys:
+        v = metrics.get(key)
+        if isinstance(v, int | float) and v == v:  # not NaN
+            return float(v)
+    return None
+
+
+def _change(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else round((value - base) / base * 100.0, 2)
+
+
+def compare(metrics: dict[str, object] | None, baseline: MacroPoint | None, margin_pct: float,
+            ttft_margin_pct: float, t: float, note: str = "") -> ProbeResult:
+    """The probe's level against Phase 1's single-stream point: drift when tok/s moved more than
+    ``margin_pct`` either way, or TTFT rose more than ``ttft_margin_pct``."""
+    m = metrics or {}
+    tok = _num(m, "output_throughput") if m.get("completed") else None
+    ttft = _num(m, "median_ttft_ms", "mean_ttft_ms") if m.get("completed") else None
+    base_ok = baseline is not None and not level_failed(baseline)
+    base_tok = _num(baseline.metrics, "output_throughput") if base_ok and baseline else None
+    base_ttft = _num(baseline.metrics, "median_ttft_ms", "mean_ttft_ms") if base_ok and baseline else None
+    d_tok, d_ttft = _change(tok, base_tok), _change(ttft, base_ttft)
+    drift = (d_tok is not None and abs(d_tok) > margin_pct) or (d_ttft is not None and d_ttft > ttft_margin_pct)
+    if tok is None:
+        note = note or "no request of the probe completed"
+    elif base_tok is None:
+        note = note or "no Phase 1 single-stream figure to compare with"
+    return ProbeResult(t, requests=int(m.get("num_prompts") or m.get("completed") or 0),
+                       failed=int(m.get("failed") or 0), tok_s=tok, ttft_ms=ttft, baseline_tok_s=base_tok,
+                       baseline_ttft_ms=base_ttft, tok_s_change_pct=d_tok, ttft_change_pct=d_ttft,
+                       margin_pct=margin_pct, ttft_margin_pct=ttft_margin_pct, drift=drift, note=note)
+
+
+async def check_phase(publish: Publish, url: str, baseline: MacroPoint | None, *, requests: int, max_tokens: int,
+                      input_len: int, endpoint: str, model: str | None, margin_pct: float,
+                      ttft_margin_pct: float, cancel: asyncio.Event) -> ProbeResult:
+    from kimitui.bench.macro import MacroConfig, run_sweep
+
+    publish(PhaseStart(now(), phase="check", title=f"post-restart probe: {requests} single-stream requests "
+                                                   f"against Phase 1's figures"))
+    result: ProbeResult | None = None
+
+    def keep(ev: Event) -> None:  # the probe's warnings, said as the check's
+        if isinstance(ev, LogLine):
+            publish(dataclasses.replace(ev, source="check"))
+
+    try:
+        cfg = MacroConfig(url=url, model=model or None, endpoint=endpoint, concurrency=[1],  # type: ignore[arg-type]
+                          requests=requests, max_tokens=max_tokens, input_len=input_len, warmup=0)
+        try:
+            sweep = await run_sweep(cfg, keep, cancel=cancel)
+            metrics = sweep.levels[0].metrics if sweep.levels else None
+            result = compare(metrics, baseline, margin_pct, ttft_margin_pct, now(),
+                             "" if sweep.levels else "cancelled before it finished")
+        except Exception as exc:  # the server does not answer: that is the check's finding
+            result = compare(None, baseline, margin_pct, ttft_margin_pct, now(), f"the probe failed: {exc}")
+        publish(result)
+        return result
+    finally:
+        ok = result is not None and result.tok_s is not None and not result.drift
+        if result is None:
+            note = "interrupted"
+        elif result.drift:
+            note = (f"DRIFT: tok/s {result.tok_s_change_pct:+.1f}%, TTFT "
+                    + ("n/a" if result.ttft_change_pct is None else f"{result.ttft_change_pct:+.1f}%")
+                    + " against Phase 1")
+        elif result.tok_s is None:
+            note = result.note
+        else:
+            note = (f"{result.tok_s:.1f} tok/s"
+                    + (f", {result.tok_s_change_pct:+.1f}% against Phase 1" if result.tok_s_change_pct is not None
+                       else f" ({result.note})"))
+        publish(PhaseEnd(now(), phase="check", ok=ok, note=note))

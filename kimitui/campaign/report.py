@@ -1,0 +1,168 @@
+"""The campaign's sections of ``kimitui report``: the campaign (plan, consent policy, phases, controls,
+resumes, end), GPU memory through the transition, the drain, tok/s against concurrency as a text plot, the
+decode-step budget and its verdict, and the post-restart check. All from the fold (the same the dashboard
+shows); memory from the samples the caller reads (``sample_at``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kimitui.campaign.budget_text import SEGMENTS, bar_text
+from kimitui.core.campaign_state import PHASE_TITLES
+from kimitui.core.campaign_words import drain_words, phase_title, probe_words
+from kimitui.core.events import HostSample, MacroPoint
+from kimitui.core.state import SessionState, level_failed
+from kimitui.report_format import fmt_duration, table
+
+SampleAt = Callable[[float, bool], HostSample | None]
+"""(t, after) -> the sample at or before t (after=False) or at or after t (after=True)."""
+PLOT_WIDTH = 50
+
+
+def campaign_section(state: SessionState, end_time: float) -> list[str]:
+    c = state.campaign
+    if c is None:
+        return []
+    p = c.plan
+    lines = ["## Campaign", "", f"**{p.name or 'campaign'}**" + (f" (`{p.file}`)" if p.file else "")
+             + f" on {p.host or 'the host'}; service {p.service or 'none'}"
+             + (f", API {p.api_url}" if p.api_url else "") + (" (headless)" if p.headless else "") + ".", ""]
+    if c.end is not None:
+        lines += [f"Result: **{c.end.status.upper()}**" + (f": {c.end.note}" if c.end.note else "") + ".", ""]
+    else:
+        lines += ["Result: **not ended** (kimitui stopped during the campaign: `kimitui campaign FILE --resume RUN` "
+                  "goes on from its first unfinished phase).", ""]
+    rows = []
+    for name, ph in c.phases.items():
+        dur = "n/a" if ph.start is None else fmt_duration((ph.end if ph.end is not None else end_time) - ph.start)
+        status = "skipped" if name in c.skips and ph.status == "pending" else ph.status
+        rows.append([phase_title(name), status, dur, str(ph.runs), ph.note or "-"])
+    lines += [*table(["phase", "status", "duration", "runs", "note"], rows, "llrrl"), ""]
+    policy = ", ".join(f"{k} {v}" for k, v in p.consent.items())
+    lines += [f"Consent policy: {policy or 'none given'}.", ""]
+    for ctl in c.controls:
+        who = f" by {ctl.operator}" if ctl.operator else ""
+        lines.append(f"- {ctl.action} {phase_title(ctl.phase) if ctl.phase else ''}{who}"
+                     + (f": {ctl.note}" if ctl.note else ""))
+    for r in c.resumes:
+        notes = "; ".join(f"{phase_title(k)}: {v}" for k, v in r.notes.items())
+        lines.append(f"- resumed: cut off {', '.join(map(phase_title, r.cut_off)) or 'nothing'}; ran again "
+                     f"{', '.join(map(phase_title, r.todo)) or 'nothing'}" + (f" ({notes})" if notes else "")
+                     + (f"; a torn last line of {r.dropped_bytes} bytes was cut off" if r.dropped_bytes else ""))
+    if c.controls or c.resumes:
+        lines.append("")
+    return lines
+
+
+def transition_memory(state: SessionState, sample_at: SampleAt) -> list[str]:
+    """Per GPU: its used memory at the transition's start, after each step, and at its end (GiB)."""
+    span = next((s for s in state.phases if s.phase == "cleanup"), None)
+    if state.campaign is not None:
+        span = next((s for s in state.phases if s.phase == "cleanup" and s.start >= state.campaign.plan.t), span)
+    if span is None:
+        return []
+    cleanup = next((c for c in state.cleanups if c.plan.t >= span.start), None)
+    marks: list[tuple[str, float, bool]] = [("start", span.start, False)]
+    if cleanup is not None:
+        marks += [(s.step, s.result.t, True) for s in cleanup.steps.values() if s.result is not None
+                  and (span.end is None or s.result.t <= span.end)]
+    if span.end is not None:
+        marks.append(("end", span.end, True))
+    samples = [(label, sample_at(t, after)) for label, t, after in marks]
+    samples = [(label, s) for label, s in samples if s is not None]
+    if not samples:
+        return ["## GPU memory through the transition", "", "No samples in this run."]
+    gpus = sorted({g.index for _, s in samples if s is not None for g in s.gpus})
+    rows = []
+    for i in gpus:
+        row = [str(i)]
+        for _, s in samples:
+            g = next((g for g in s.gpus if g.index == i), None) if s is not None else None
+            row.append("n/a" if g is None or g.mem_used_mib is None else f"{g.mem_used_mib / 1024:.1f}")
+        rows.append(row)
+    return ["## GPU memory through the transition", "",
+            "Used memory per GPU in GiB: at the transition's start, in the first sample after each step's result, "
+            "at its end.", "",
+            *table(["GPU", *[label for label, _ in samples]], rows), ""]
+
+
+def drain_section(state: SessionState) -> list[str]:
+    d = state.drain
+    if d is None:
+        return []
+    return ["## Drain before the graceful stop", "", drain_words(d).removeprefix("drain: ").capitalize() + ".", ""]
+
+
+def throughput_plot(points: list[MacroPoint]) -> list[str]:
+    """Output tok/s against concurrency as a text bar chart (one bar a level, scaled to the highest)."""
+    scored = [(p.concurrency, p.metrics.get("output_throughput")) for p in points if not level_failed(p)]
+    scored = [(c, float(v)) for c, v in scored if isinstance(v, int | float)]
+    if not scored:
+        return []
+    top = max(v for _, v in scored) or 1.0
+    lines = ["", "Output tok/s against concurrency:", "", "```text"]
+    for c, v in scored:
+        n = round(v / top * PLOT_WIDTH)
+        lines.append(f"c={c:<5}{'█' * n}{' ' * (PLOT_WIDTH - n)} {v:7.0f}")
+    return [*lines, "```"]
+
+
+def budget_section(state: SessionState) -> list[str]:
+    lines = ["## Phase 3: where a decode step's time goes", ""]
+    budget = state.budget
+    computed = ""
+    if budget is None:
+        if not state.macro or not state.gemm:
+            return [*lines, "No budget: the run has no analysis phase, and not both the macro points and the GEMM "
+                            "rows to compute one."]
+        from kimitui.campaign.analysis import decode_budget
+
+        budget = decode_budget(state)
+        computed = " (computed by the report: the run has no analysis phase)"
+    lines += [f"**Verdict{computed}:** {budget.verdict or 'none'}", ""]
+    if budget.rows:
+        rows = []
+        for r in budget.rows:
+            t = r.tpot_ms
+
+            def cell(v: float | None, t: float | None = t) -> str:
+                return "n/a" if v is None else f"{v:.2f}" + (f" ({v / t:.0%})" if t else "")
+
+            rows.append([str(r.m) + (" (plateau)" if r.m == budget.plateau_m else ""),
+                         "n/a" if r.tok_s is None else f"{r.tok_s:.0f}", "n/a" if t is None else f"{t:.2f}",
+                         cell(r.allreduce_ms), cell(r.int4_gemm_ms), cell(r.bf16_gemm_ms), cell(r.rest_ms)])
+        lines += ["ms per decode step at concurrency M (share of the TPOT); the rest is attention, routing, "
+                  "sampling, scheduling (not measured).", "",
+                  *table(["M", "tok/s", "TPOT", "all-reduce", "INT4 GEMMs", "bf16 GEMMs", "rest"], rows), "",
+                  "```text",
+                  *[f"M={r.m:<5}{bar_text(r, PLOT_WIDTH)}" for r in budget.rows],
+                  "",
+                  *[f"{char} {what}" for _, char, what in SEGMENTS], "```", ""]
+    if budget.assumptions:
+        lines += ["Assumptions:", "", *[f"- {a}" for a in budget.assumptions], ""]
+    if budget.stand_ins:
+        lines += ["Stand-ins (not the production kernel):", "", *[f"- {s}" for s in budget.stand_ins], ""]
+    if budget.missing:
+        lines += ["Not in the budget:", "", *[f"- {m}" for m in budget.missing], ""]
+    for r in budget.rows:
+        if r.notes:
+            lines.append(f"- M={r.m}: " + "; ".join(r.notes))
+    return lines
+
+
+def check_section(state: SessionState) -> list[str]:
+    p = state.probe
+    if p is None:
+        c = state.campaign
+        if c is not None and "check" in c.phases:
+            return ["## Post-restart check", "", f"Not run ({c.phases['check'].status})."]
+        return []
+    verdict = "**DRIFT**" if p.drift else "within the margin"
+    lines = ["## Post-restart check", "", f"{probe_words(p).removeprefix('post-restart probe: ')}.", "",
+             f"Verdict: {verdict} (tok/s within ±{p.margin_pct:g}%, TTFT at most +{p.ttft_margin_pct:g}% of Phase 1's "
+             f"single stream; {p.requests} requests, {p.failed} failed).", ""]
+    return lines
+
+
+def titles() -> dict[str, str]:
+    return dict(PHASE_TITLES)

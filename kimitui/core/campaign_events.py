@@ -1,0 +1,173 @@
+"""The campaign's events: its plan, the operator's pause / skip / abort, a resume, its end, the drain of
+the server's requests before the graceful stop, the decode-step budget and its verdict (Phase 3), and the
+post-restart probe. Registered with the other events in ``kimitui.core.events`` (``EVENT_TYPES``).
+
+Every campaign view and the report draw these from the fold (``kimitui.core.campaign_state``), so a
+replay shows the same. An event is a value: built once, never changed (``dataclasses.replace`` makes a
+changed copy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from kimitui.core.events import _NESTED, EVENT_TYPES, Event
+
+_FROZEN: bool = Event.__dataclass_params__.frozen  # type: ignore[attr-defined]
+"""Events are declared as their base is (a frozen base cannot have mutable subclasses, nor the reverse)."""
+
+CAMPAIGN_PHASES: tuple[str, ...] = ("macro", "cleanup", "micro", "analysis", "restart", "check")
+"""The campaign's phases in order, by the names their PhaseStart / PhaseEnd events carry: Phase 1 macro,
+the transition (the cleanup escalation), Phase 2 micro, Phase 3 analysis, the restart and the
+post-restart check."""
+
+CUT_OFF = "cut off"
+"""How a resumed campaign's PhaseEnd note starts for a phase kimitui stopped in (a crash, a kill -9)."""
+
+
+@dataclass(slots=True, frozen=_FROZEN)
+class CampaignPlan(Event):
+    """A campaign starts: what it will do, as its file says."""
+
+    type: ClassVar[str] = "campaign_plan"
+    name: str = ""
+    file: str = ""
+    host: str = ""
+    service: str = ""
+    api_url: str = ""
+    health_url: str = ""
+    phases: list[str] = field(default_factory=list)
+    """The phases it runs, in order (a subset of ``CAMPAIGN_PHASES``)."""
+    consent: dict[str, str] = field(default_factory=dict)
+    """Step -> ask, yes or no: the consent policy (the file's, with the command line's answers)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Each phase's settings, as plain values (for the record and the report)."""
+    headless: bool = False
+    operator: str = ""
+
+
+@dataclass(slots=True, frozen=_FROZEN)
+class CampaignControl(Event):
+    """The operator between phases: pause (the campaign stops before ``phase``), resume, skip ``phase``,
+    or abort (the phase in hand is stopped the graceful way, then the service restart is offered)."""
+
+    type: ClassVar[str] = "campaign_control"
+    action: Literal["pause", "resume", "skip", "abort"] = "pause"
+    phase: str = ""
+    """The phase it applies to: the next one (pause, skip), the one in hand (abort)."""
+    operator: str = ""
+    note: str = ""
+
+
+@dataclass(slots=True, frozen=_FROZEN)
+class CampaignResume(Event):
+    """``kimitui campaign FILE --resume RUN``: kimitui stopped (a crash, a kill -9) and the campaign goes on
+    in the same run file from its first unfinished phase."""
+
+    type: ClassVar[str] = "campaign_resume"
+    done: list[str] = field(default_factory=list)
+    """Phases over before the stop (not run again)."""
+    cut_off: list[str] = field(default_factory=list)
+    """Phases kimitui stopped in (each closed by a PhaseEnd whose note starts with "cut off")."""
+    todo: list[str] = field(default_factory=list)
+    """Phases still to run, in order."""
+    notes: dict[str, str] = field(default_factory=dict)
+    """Per phase, what is kept and what is left (macro levels, micro rows)."""
+    dropped_bytes: int = 0
+    """A torn last line (the event in hand at the stop) removed before appending."""
+    operator: str = ""
+
+
+@dataclass(slots=True, frozen=_FROZEN)
+class CampaignEnd(Event):
+    type: ClassVar[str] = "campaign_end"
+    status: Literal["done", "aborted", "failed"] = "done"
+    note: str = ""
+
+
+@dataclass(slots=True, frozen=_FROZEN)
+class DrainProgress(Event):
+    """The server's requests before the graceful stop, from its Prometheus ``/metrics``
+    (``vllm:num_requests_running``, ``vllm:num_requests_waiting``): read at the preview, then while the
+    drain waits (when the counts change), and at its end."""
+
+    type: ClassVar[str] = "drain_progress"
+    status: Literal["read", "waiting", "drained", "deadline", "unreadable", "stopped"] = "read"
+    running: int | None = None
+    waiting: int | None = None
+    url: str = ""
+    elapsed_s: float = 0.0
+    deadline_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class BudgetRow:
+    """Where one decode step's time goes at concurrency ``m`` (ms)."""
+
+    m: int
+    tpot_ms: float | None
+    """The measured TPOT (median) at that concurrency: one decode step of a batch of ``m``."""
+    tok_s: float | None
+    allreduce_ms: float | None
+    """122 x all-reduce(M) (the measured burst where there is one)."""
+    int4_gemm_ms: float | None
+    """The INT4 GEMMs (routed experts: Marlin, or its stand-in) x calls per token."""
+    bf16_gemm_ms: float | None
+    """The bf16 GEMMs (attention projections, shared expert, dense MLP, lm_head) x calls per token."""
+    rest_ms: float | None
+    """TPOT minus the measured parts: attention, routing, sampling, scheduling (not measured)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gemm_ms(self) -> float | None:
+        if self.int4_gemm_ms is None and self.bf16_gemm_ms is None:
+            return None
+        return (self.int4_gemm_ms or 0.0) + (self.bf16_gemm_ms or 0.0)
+
+
+@dataclass(slots=True, frozen=_FROZEN)
+class DecodeBudget(Event):
+    """Phase 3: the decode-step budget per measured concurrency and the verdict on what bounds
+    throughput, with its assumptions (computed by ``kimitui.campaign.analysis`` from the fold)."""
+
+    type: ClassVar[str] = "decode_budget"
+    rows: list[BudgetRow] = field(default_factory=list)
+    bound: Literal["allreduce", "gemm", "rest", ""] = ""
+    """What takes the largest share of a step at the plateau ("" when it could not be judged)."""
+    plateau_m: int | None = None
+    plateau_tok_s: float | None = None
+    verdict: str = ""
+    assumptions: list[str] = field(default_factory=list)
+    stand_ins: list[str] = field(default_factory=list)
+    """GEMMs measured with another kernel than production's (torch-int4 or bf16 for Marlin)."""
+    link: str = ""
+    """The interconnect and its limit, as the topology read gave them."""
+    missing: list[str] = field(default_factory=list)
+    """What the budget could not use (no macro point, no micro row at an M)."""
+
+
+@dataclass(slots=True, frozen=_FROZEN)
+class ProbeResult(Event):
+    """The post-restart check: a short single-stream probe against Phase 1's single-stream figures."""
+
+    type: ClassVar[str] = "probe_result"
+    requests: int = 0
+    failed: int = 0
+    tok_s: float | None = None
+    ttft_ms: float | None = None
+    baseline_tok_s: float | None = None
+    baseline_ttft_ms: float | None = None
+    tok_s_change_pct: float | None = None
+    ttft_change_pct: float | None = None
+    margin_pct: float = 10.0
+    ttft_margin_pct: float = 25.0
+    drift: bool = False
+    note: str = ""
+
+
+CAMPAIGN_EVENT_TYPES: tuple[type[Event], ...] = (CampaignPlan, CampaignControl, CampaignResume, CampaignEnd,
+                                                   DrainProgress, DecodeBudget, ProbeResult)
+EVENT_TYPES.update({cls.type: cls for cls in CAMPAIGN_EVENT_TYPES})
+_NESTED[("decode_budget", "rows")] = BudgetRow

@@ -1,0 +1,28 @@
+"""Markdown pieces the report's sections share (kimitui.report, kimitui.campaign.report)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    m, s = divmod(round(seconds), 60)
+    if m < 60:
+        return f"{m}m {s:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m {s:02d}s"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(head: list[str], rows: list[list[Any]], align: str = "") -> list[str]:
+    """A Markdown table; ``align`` gives one of l/r per column (default: first left, rest right)."""
+    align = align or "l" + "r" * (len(head) - 1)
+    marks = [":---" if a == "l" else "---:" for a in align]
+    out = ["| " + " | ".join(head) + " |", "| " + " | ".join(marks) + " |"]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out

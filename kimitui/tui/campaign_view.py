@@ -1,0 +1,150 @@
+"""The campaign on screen, from the fold only: a one-line strip under the header (each phase's state, what
+comes next, the keys) and the Analysis tab (the decode-step budget as stacked bars per M, the verdict and
+its assumptions, the drain and the post-restart probe)."""
+
+from __future__ import annotations
+
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widgets import Static
+
+from kimitui.campaign.budget_text import SEGMENTS, budget_lines, stacked_bar
+from kimitui.core.campaign_state import PHASE_TITLES, CampaignState
+from kimitui.core.campaign_words import drain_words, probe_words
+from kimitui.core.state import SessionState
+from kimitui.tui import fmt
+
+MARKS = {"done": ("✓", "$success"), "failed": ("✗", "bold $error"), "running": ("▶", "bold $accent"),
+         "skipped": ("⤼", "$text-muted"), "cut off": ("✂", "$warning"), "pending": ("·", "$text-muted")}
+SHORT = {"macro": "macro", "cleanup": "transition", "micro": "micro", "analysis": "analysis", "restart": "restart",
+         "check": "check"}
+SEGMENT_STYLES = {"allreduce": "$error", "int4": "$warning", "bf16": "$primary", "rest": "$text-muted"}
+
+
+def strip_content(state: SessionState, live: bool, width: int = 120) -> Content:
+    c = state.campaign
+    if c is None:
+        return Content("")
+    parts: list[str | tuple[str, str]] = [(" campaign ", "bold reverse $secondary"), " "]
+    for name, phase in c.phases.items():
+        status = "skipped" if name in c.skips and phase.status == "pending" else phase.status
+        mark, style = MARKS.get(status, ("?", ""))
+        label = SHORT.get(name, name)
+        parts += [(f"{mark} ", style), (label, style if status != "pending" else "$text-muted")]
+        if status == "running" and phase.start is not None:
+            parts.append((f" {fmt.duration(state.clock - phase.start)}", "$text-muted"))
+        parts.append("  ")
+    parts += _where(c, live, state)
+    return Content.assemble(*parts)
+
+
+def _where(c: CampaignState, live: bool, state: SessionState) -> list[str | tuple[str, str]]:
+    if c.end is not None:
+        style = "bold $success" if c.end.status == "done" else "bold $error"
+        probe = state.probe
+        tail = "; DRIFT after the restart" if probe is not None and probe.drift and c.end.status == "done" else ""
+        return [(c.end.status.upper() if c.end.status != "done" else "done", style), (tail, "bold $warning")]
+    out: list[str | tuple[str, str]] = []
+    nxt = c.next_phase
+    if c.aborting:
+        out.append(("ABORTING", "bold $error"))
+    elif c.paused:
+        out += [("PAUSED", "bold $warning"), (f" before {PHASE_TITLES.get(nxt.name, nxt.name)}" if nxt else "",
+                                              "$warning")]
+    elif nxt is not None:
+        out.append((f"next: {PHASE_TITLES.get(nxt.name, nxt.name)}", "$text-muted"))
+    if live:
+        out.append(("   P pause/go on · S skip next · A abort", "$text-muted"))
+    return out
+
+
+class CampaignStrip(Static):
+    DEFAULT_CSS = """
+    CampaignStrip { height: 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; display: none; }
+    CampaignStrip.-shown { display: block; }
+    """
+
+    def show(self, state: SessionState, live: bool) -> None:
+        shown = state.campaign is not None
+        self.set_class(shown, "-shown")
+        if shown:
+            self.update(strip_content(state, live, self.size.width or 120), layout=False)
+
+
+def bars_content(state: SessionState, width: int) -> Content:
+    budget = state.budget
+    if budget is None:
+        return Content.assemble(("No decode-step budget yet: Phase 3 of a campaign computes it from Phase 1's "
+                                 "TPOT and Phase 2's GEMMs and all-reduces.", "$text-muted"))
+    bar_w = max(width - 44, 10)  # the label (28), " ◀ plateau" (10), padding and the scrollbar
+    parts: list[str | tuple[str, str]] = [("where a decode step's time goes, per concurrency M", "bold $accent")]
+    for r in budget.rows:
+        tok = fmt.num(r.tok_s, "{:.0f}", " tok/s")
+        tpot = fmt.num(r.tpot_ms, "{:.1f}", " ms")
+        plateau = " ◀ plateau" if r.m == budget.plateau_m else ""
+        parts += ["\n", (f"M={r.m:<4}", "bold"), f" {tok:>10} {tpot:>9} "]
+        for key, cells in stacked_bar(r, bar_w):
+            char = next(c for k, c, _ in SEGMENTS if k == key)
+            parts.append((char * cells, SEGMENT_STYLES[key]))
+        parts.append((plateau, "bold $accent"))
+    parts.append("\n")
+    for key, char, what in SEGMENTS:
+        parts += ["\n  ", (char * 3, SEGMENT_STYLES[key]), f" {what}"]
+    return Content.assemble(*parts)
+
+
+def verdict_content(state: SessionState) -> Content:
+    budget = state.budget
+    if budget is None:
+        return Content("")
+    style = "bold $success" if budget.bound else "bold $warning"
+    parts: list[str | tuple[str, str]] = [("Verdict: ", "bold"), (budget.verdict or "none", style)]
+    if budget.assumptions:
+        parts += [("\n\nAssumptions", "bold $accent")]
+        parts += [f"\n  - {a}" for a in budget.assumptions]
+    if budget.missing:
+        parts += [("\n\nNot in the budget", "bold $warning")]
+        parts += [f"\n  - {m}" for m in budget.missing]
+    return Content.assemble(*parts)
+
+
+def table_content(state: SessionState) -> Content:
+    budget = state.budget
+    if budget is None or not budget.rows:
+        return Content("")
+    return Content("\n".join(budget_lines(budget, 0)).rstrip())
+
+
+def checks_content(state: SessionState) -> Content:
+    parts: list[str | tuple[str, str]] = []
+    if state.drain is not None:
+        d = state.drain
+        style = "$warning" if d.status in ("deadline", "unreadable", "stopped") else ""
+        parts += [("Drain before the graceful stop: ", "bold"), (drain_words(d).removeprefix("drain: "), style)]
+    if state.probe is not None:
+        p = state.probe
+        if parts:
+            parts.append("\n")
+        parts += [("After the restart: ", "bold"),
+                  (probe_words(p).removeprefix("post-restart probe: "), "bold $error" if p.drift else "$success")]
+    return Content.assemble(*parts)
+
+
+class AnalysisView(VerticalScroll):
+    DEFAULT_CSS = """
+    AnalysisView { height: 1fr; }
+    AnalysisView > Static { height: auto; padding: 0 1; margin-bottom: 1; }
+    """
+
+    def compose(self):  # type: ignore[no-untyped-def]
+        yield Static(id="analysis-bars")
+        yield Static(id="analysis-verdict")
+        yield Static(id="analysis-table")
+        yield Static(id="analysis-checks")
+
+    def show(self, state: SessionState) -> None:
+        width = self.size.width or self.app.size.width  # 0 until the first layout
+        for wid, content in (("analysis-bars", bars_content(state, width)),
+                             ("analysis-verdict", verdict_content(state)), ("analysis-table", table_content(state)),
+                             ("analysis-checks", checks_content(state))):
+            self.query_one(f"#{wid}", Static).update(content)

@@ -1,0 +1,205 @@
+"""``kimitui campaign`` as a user runs it (a real process on the simulated host): the whole campaign
+headless, its report, resume after kimitui is killed (kill -9) in Phase 1 and during the transition, and
+the file's errors and --init."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kimitui.campaign.config import INIT_TEXT, CampaignConfigError, load_config
+from kimitui.core.campaign_events import CampaignResume
+from kimitui.core.events import MacroPoint, PhaseEnd
+from kimitui.core.replay import state_at
+from kimitui.core.runfile import RunReader
+from tests.campaign_rig import POLL_S, SMALL
+
+ROOT = Path(__file__).resolve().parent.parent
+WAIT_S = 120.0
+
+
+def write_campaign(tmp_path: Path, text: str = SMALL, **replace: str) -> Path:
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path = tmp_path / "campaign.toml"
+    path.write_text(text)
+    return path
+
+
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+
+
+def kimitui(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kimitui", *args], capture_output=True, text=True,
+                          env=env(tmp_path), timeout=WAIT_S, cwd=tmp_path)
+
+
+def the_run(tmp_path: Path) -> Path:
+    (run,) = (tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl")
+    return run
+
+
+def test_the_whole_campaign_headless_then_its_report(tmp_path: Path) -> None:
+    done = kimitui(tmp_path, "campaign", str(write_campaign(tmp_path)), "--headless")
+    assert done.returncode == 0, done.stderr
+    assert "phase macro started" in done.stdout and "decode-step budget: At the plateau" in done.stdout
+    assert "campaign done: every phase over" in done.stdout and "Traceback" not in done.stderr
+    run = the_run(tmp_path)
+    reader = RunReader(run)
+    assert reader.header.meta["command"] == "campaign" and reader.warnings == []
+    c = state_at(reader, len(reader)).campaign
+    assert c is not None and [p.status for p in c.phases.values()] == ["done"] * 6
+    report = kimitui(tmp_path, "report", str(run)).stdout
+    for heading in ("## Campaign", "## GPU memory through the transition", "## Drain before the graceful stop",
+                    "## Phase 3: where a decode step's time goes", "## Post-restart check",
+                    "Output tok/s against concurrency:"):
+        assert heading in report, heading
+    assert "**Verdict:** At the plateau" in report and "| 4 (plateau) |" in report
+    audit = [json.loads(line) for line in (tmp_path / "data" / "kimitui" / "audit.log").read_text().splitlines()]
+    assert {a["event"] for a in audit} >= {"step_preview", "consent", "signal", "step_result"}
+
+
+def wait_in_run(tmp_path: Path, proc: subprocess.Popen[str], marker: str) -> Path:
+    """Poll the run file until a line holds ``marker`` (the process still running)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        assert proc.poll() is None, f"kimitui ended early: {proc.stderr.read() if proc.stderr else ''}"
+        runs = list((tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl"))
+        if runs and marker in runs[0].read_text():
+            return runs[0]
+        assert time.monotonic() < deadline, f"no {marker} in the run"
+        time.sleep(POLL_S)
+
+
+def kill_9(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def start(tmp_path: Path, path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "kimitui", "campaign", str(path), "--headless"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env(tmp_path),
+                            cwd=tmp_path)
+
+
+def test_resume_after_a_kill_in_phase_1_redoes_no_finished_level(tmp_path: Path) -> None:
+    path = write_campaign(tmp_path, **{"concurrency = [1, 4]": "concurrency = [1, 2, 4]",
+                                       "max_tokens = 12": "max_tokens = 40"})
+    proc = start(tmp_path, path)
+    try:
+        run = wait_in_run(tmp_path, proc, '"type":"macro_point"')
+    finally:
+        kill_9(proc)
+    before = [e.concurrency for e in RunReader(run).events() if isinstance(e, MacroPoint)]
+    assert before and before[0] == 1 and len(before) < 3
+    done = kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
+    assert done.returncode == 0, done.stderr
+    assert f"resuming the campaign recorded in {run}" in done.stderr
+    reader = RunReader(run)
+    assert reader.warnings == [], "the torn line, if any, was cut off before appending"
+    events = list(reader.events())
+    counts = Counter(e.concurrency for e in events if isinstance(e, MacroPoint))
+    assert counts == {1: 1, 2: 1, 4: 1}, "every level once: those finished before the kill were not redone"
+    (resume,) = [e for e in events if isinstance(e, CampaignResume)]
+    assert resume.cut_off == ["macro"] and resume.todo[0] == "macro" and not resume.done
+    assert f"levels {', '.join(map(str, before))} kept" in resume.notes["macro"]
+    cut = [e for e in events if isinstance(e, PhaseEnd) and e.phase == "macro" and e.note.startswith("cut off")]
+    assert len(cut) == 1 and not cut[0].ok
+    c = state_at(reader, len(reader)).campaign
+    assert c is not None and c.end is not None and c.end.status == "done"
+    assert c.phases["macro"].runs == 2 and all(p.status == "done" for p in c.phases.values())
+    report = kimitui(tmp_path, "report", str(run)).stdout
+    assert "- resumed: cut off Phase 1 macro" in report
+
+
+def test_resume_after_a_kill_during_the_transition(tmp_path: Path) -> None:
+    path = write_campaign(tmp_path, **{"graceful_s = 1": "graceful_s = 20"})
+    proc = start(tmp_path, path)
+    try:  # the graceful stop waits for the stuck worker: kimitui is killed in that wait
+        run = wait_in_run(tmp_path, proc, '"step":"graceful","accepted":true')
+    finally:
+        kill_9(proc)
+    points = sum(1 for e in RunReader(run).events() if isinstance(e, MacroPoint))
+    assert points == 2
+    path.write_text(path.read_text().replace("graceful_s = 20", "graceful_s = 1"))
+    done = kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
+    assert done.returncode == 0, done.stderr
+    events = list(RunReader(run).events())
+    assert sum(1 for e in events if isinstance(e, MacroPoint)) == 2, "Phase 1 was over: not run again"
+    (resume,) = [e for e in events if isinstance(e, CampaignResume)]
+    assert resume.done == ["macro"] and resume.cut_off == ["cleanup"]
+    assert resume.todo == ["cleanup", "micro", "analysis", "restart", "check"]
+    ends = [e for e in events if isinstance(e, PhaseEnd) and e.phase == "cleanup"]
+    assert ends[0].note.startswith("cut off") and ends[-1].ok
+    c = state_at(RunReader(run), len(events)).campaign
+    assert c is not None and c.end is not None and c.end.status == "done"
+
+
+def test_a_finished_campaign_is_not_resumed(tmp_path: Path) -> None:
+    path = write_campaign(tmp_path, **{'[campaign]\n': '[campaign]\nphases = ["analysis"]\n'})
+    done = kimitui(tmp_path, "campaign", str(path), "--headless")
+    assert done.returncode == 1  # nothing measured: no verdict, the analysis ended not ok
+    assert "campaign done: every phase over; not ok: Phase 3 analysis" in done.stdout
+    run = the_run(tmp_path)
+    again = kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
+    assert again.returncode == 2 and "the campaign already ended (done" in again.stderr
+
+
+def test_init_writes_an_example_that_loads(tmp_path: Path) -> None:
+    done = kimitui(tmp_path, "campaign", "--init")
+    assert done.returncode == 0 and (tmp_path / "campaign.toml").read_text() == INIT_TEXT
+    cfg = load_config(tmp_path / "campaign.toml")
+    assert cfg.host == "ssh://ops@gpu-node-01" and cfg.consent["graceful"] == "ask"
+    again = kimitui(tmp_path, "campaign", "--init")
+    assert again.returncode == 2 and "exists: not overwritten" in again.stderr
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"concurrency = [1, 4]": "concurency = [1, 4]"}, "[macro] unknown key 'concurency'"),
+    ({'graceful = "yes"': 'graceful = "sure"'}, "[consent] graceful = 'sure': ask, yes or no"),
+    ({"max_tokens = 12": 'max_tokens = "12"'}, "[macro] max_tokens: expected a whole number"),
+    ({'[campaign]\n': '[campaign]\nphases = ["micro", "macro"]\n'}, "phases must be in order"),
+    ({'graceful = "yes"': 'graceful = "ask"'}, "consent graceful is 'ask', and a headless campaign cannot ask"),
+])
+def test_a_bad_file_is_one_line_and_runs_nothing(tmp_path: Path, edit: dict[str, str], message: str) -> None:
+    done = kimitui(tmp_path, "campaign", str(write_campaign(tmp_path, **edit)), "--headless")
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "data" / "kimitui" / "runs").exists()
+
+
+def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(CampaignConfigError, match=r"no such campaign file.*--init"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_ctrl_c_aborts_a_headless_campaign_and_the_restart_is_offered(tmp_path: Path) -> None:
+    from kimitui.core.campaign_events import CampaignControl, CampaignEnd
+    from kimitui.core.events import Consent, PhaseStart
+
+    proc = start(tmp_path, write_campaign(tmp_path, **{"graceful_s = 1": "graceful_s = 4"}))
+    try:  # in the transition's graceful wait (it runs to its deadline): Ctrl-C
+        run = wait_in_run(tmp_path, proc, '"step":"graceful","accepted":true')
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=WAIT_S) == 1
+    finally:
+        if proc.poll() is None:
+            kill_9(proc)
+    assert "aborting the campaign" in (proc.stderr.read() if proc.stderr else "")
+    events = list(RunReader(run).events())
+    (ctl,) = [e for e in events if isinstance(e, CampaignControl)]
+    assert ctl.action == "abort" and ctl.phase == "cleanup" and "Ctrl-C" in ctl.note
+    assert not any(isinstance(e, PhaseStart) and e.phase == "micro" for e in events)
+    restart = [e for e in events if isinstance(e, Consent) and e.step == "restart"]
+    assert restart and restart[0].accepted and "abort_restart = yes" in restart[0].note
+    (end,) = [e for e in events if isinstance(e, CampaignEnd)]
+    assert end.status == "aborted"

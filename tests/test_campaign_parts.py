@@ -1,0 +1,170 @@
+"""The campaign's parts on their own: the server's /metrics (the simulated server's, from its real requests
+in flight; the parser on vLLM's text), the decode-step budget's arithmetic, stand-ins and verdict, the
+probe's drift margins, the budget bars and the phase marks of the memory views, the campaign file."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from kimitui.campaign.analysis import decode_budget
+from kimitui.campaign.budget_text import stacked_bar
+from kimitui.campaign.config import DEMO_TEXT, demo_config
+from kimitui.campaign.probe import compare
+from kimitui.cleanup.drain import MetricsError, parse_in_flight, read_in_flight
+from kimitui.core.campaign_events import BudgetRow
+from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, MicroPlan, Topology
+from kimitui.core.state import SessionState, fold
+from kimitui.hosts.sim.batching import BatchingModel
+from kimitui.hosts.sim.openai_server import SimOpenAIServer
+from kimitui.tui.fmt import phase_marks
+
+POLL_S = 0.02
+
+VLLM_METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="moonshotai/Kimi-K2.5"} 3.0
+vllm:num_requests_running{engine="1",model_name="moonshotai/Kimi-K2.5"} 2.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="moonshotai/Kimi-K2.5"} 4.0
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="moonshotai/Kimi-K2.5"} 123456.0
+"""
+
+
+def test_the_metrics_parser_sums_the_engines() -> None:
+    got = parse_in_flight(VLLM_METRICS)
+    assert (got.running, got.waiting) == (5, 4)
+    with pytest.raises(MetricsError, match="neither vllm:num_requests_running"):
+        parse_in_flight("# TYPE up gauge\nup 1\n")
+
+
+async def test_the_simulated_server_counts_its_requests_in_flight() -> None:
+    model = BatchingModel(base_s=0.05, per_seq_s=0.0, max_batch=2)
+    async with SimOpenAIServer(batching=model) as server:
+        assert await read_in_flight(f"{server.url}/metrics") == parse_in_flight("vllm:num_requests_running 0\n")
+
+        async def one() -> int:
+            async with httpx.AsyncClient(timeout=30) as client:
+                r = await client.post(f"{server.url}/v1/completions",
+                                      json={"model": "moonshotai/Kimi-K2.5", "prompt": "hi", "max_tokens": 40,
+                                                "ignore_eos": True})
+                return r.status_code
+
+        tasks = [asyncio.ensure_future(one()) for _ in range(3)]
+        deadline = time.monotonic() + 10
+        while (seen := await read_in_flight(f"{server.url}/metrics")).total < 3:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(POLL_S)
+        assert (seen.running, seen.waiting) == (2, 1)  # two in the batch, one waiting for a slot
+        assert await asyncio.gather(*tasks) == [200, 200, 200]
+        after = await read_in_flight(f"{server.url}/metrics")
+        assert (after.running, after.waiting) == (0, 0)
+        async with httpx.AsyncClient() as client:
+            text = (await client.get(f"{server.url}/metrics")).text
+        assert "# TYPE vllm:num_requests_running gauge" in text and 'model_name="moonshotai/Kimi-K2.5"' in text
+
+
+def _plan(t: float) -> MicroPlan:
+    gemms = [{"name": "o_proj", "dtype": "bf16", "calls_per_token": 61, "experts": 0},
+             {"name": "lm_head", "dtype": "bf16", "calls_per_token": 1, "experts": 0},
+             {"name": "moe_w13", "dtype": "int4-g32", "calls_per_token": 60, "experts": 384},
+             {"name": "moe_w2", "dtype": "int4-g32", "calls_per_token": 60, "experts": 384}]
+    return MicroPlan(t, run_id="r", tp=8, parts=["gemm", "allreduce"], gemms=gemms)
+
+
+def _state(moe_backend: str = "marlin", ar_us: float = 20.0) -> SessionState:
+    s = SessionState()
+    events = [MacroPoint(1.0, concurrency=c, metrics={"completed": 4, "output_throughput": tok,
+                                                      "median_tpot_ms": tpot})
+              for c, tok, tpot in ((1, 50.0, 20.0), (3, 140.0, 21.0), (4, 180.0, 22.0))]
+    events.append(_plan(2.0))
+    events.append(Topology(2.1, link_kind="PCIe", link_gbps=63.0, source="nvml"))
+    for m, o, head, moe in ((1, 10.0, 100.0, 30.0), (4, 12.0, 110.0, 90.0)):
+        events += [GemmRow(3.0, name="o_proj", m=m, backend="bf16", time_us=o),
+                   GemmRow(3.0, name="lm_head", m=m, backend="bf16", time_us=head),
+                   GemmRow(3.0, name="moe (8 of 384)", m=m, backend=moe_backend, time_us=moe)]
+        events.append(AllReduceRow(3.0, size_bytes=m * 14336, tokens=m, ranks=8, time_us=ar_us * (1 + m / 10),
+                                   mode="graph"))
+    for e in events:
+        fold(s, e)
+    return s
+
+
+def test_the_budget_multiplies_each_row_by_its_count() -> None:
+    b = decode_budget(_state())
+    r1 = b.rows[0]
+    assert r1.m == 1 and r1.tpot_ms == 20.0
+    assert r1.allreduce_ms == pytest.approx(122 * 22.0 / 1000)  # 2 per layer x 61 (o_proj's calls)
+    assert r1.bf16_gemm_ms == pytest.approx((10.0 * 61 + 100.0) / 1000)
+    assert r1.int4_gemm_ms == pytest.approx(30.0 * 60 / 1000)
+    assert r1.rest_ms == pytest.approx(20.0 - r1.allreduce_ms - r1.bf16_gemm_ms - r1.int4_gemm_ms)
+    r3 = b.rows[1]  # M=3 was not measured: between M=1 and M=4, linearly, and said so
+    assert r3.int4_gemm_ms == pytest.approx((30.0 + (90.0 - 30.0) * 2 / 3) * 60 / 1000)
+    assert any("interpolated from M=1 and M=4" in n for n in r3.notes)
+    assert b.plateau_m == 4 and b.bound == "rest" and b.stand_ins == []
+    assert "At the plateau (180 tok/s measured at concurrency 4; 4 / TPOT = 182 tok/s while decoding)" in b.verdict
+    assert "PCIe, 63 GB/s per direction (nvml)" in b.link
+
+
+def test_a_stand_in_for_marlin_is_named_and_a_heavy_allreduce_is_the_bound() -> None:
+    b = decode_budget(_state(moe_backend="torch-int4", ar_us=120.0))
+    assert b.stand_ins == ["moe (8 of 384): torch-int4 (tinygemm) stands in for Marlin"]
+    assert b.bound == "allreduce" and "Throughput is bound by the all-reduce" in b.verdict
+    assert "a stand-in for Marlin" in b.verdict and "Stand-ins:" in b.verdict
+
+
+def test_no_micro_rows_no_verdict() -> None:
+    s = SessionState()
+    fold(s, MacroPoint(1.0, concurrency=1, metrics={"completed": 1, "output_throughput": 50.0,
+                                                    "median_tpot_ms": 20.0}))
+    b = decode_budget(s)
+    assert b.bound == "" and b.missing and "no GEMM rows" in b.missing[0]
+
+
+def test_the_probe_margins() -> None:
+    base = MacroPoint(1.0, concurrency=1, metrics={"completed": 4, "output_throughput": 50.0,
+                                                   "median_ttft_ms": 40.0})
+
+    def probe(tok: float, ttft: float):  # type: ignore[no-untyped-def]
+        return compare({"completed": 3, "num_prompts": 3, "failed": 0, "output_throughput": tok,
+                        "median_ttft_ms": ttft}, base, 10.0, 25.0, 2.0)
+
+    assert not probe(46.0, 48.0).drift  # -8 %, +20 %: within
+    assert probe(44.0, 40.0).drift and probe(44.0, 40.0).tok_s_change_pct == -12.0
+    assert probe(56.0, 40.0).drift  # faster is a drift too: not the same service
+    assert probe(50.0, 51.0).drift and not probe(50.0, 30.0).drift  # only a slower first token
+    none = compare(None, base, 10.0, 25.0, 2.0, "the probe failed: refused")
+    assert none.tok_s is None and not none.drift and none.note == "the probe failed: refused"
+
+
+def test_stacked_bars_fill_their_width() -> None:
+    row = BudgetRow(m=8, tpot_ms=30.0, tok_s=260.0, allreduce_ms=3.3, int4_gemm_ms=11.0, bf16_gemm_ms=4.0,
+                    rest_ms=11.7)
+    for width in (10, 37, 50):
+        bar = stacked_bar(row, width)
+        assert sum(n for _, n in bar) == width and [k for k, _ in bar] == ["allreduce", "int4", "bf16", "rest"]
+    over = BudgetRow(m=1, tpot_ms=5.0, tok_s=1.0, allreduce_ms=3.0, int4_gemm_ms=3.0, bf16_gemm_ms=None,
+                     rest_ms=-1.0)
+    assert stacked_bar(over, 10) == [("allreduce", 5), ("int4", 5)]
+
+
+def test_phase_marks_sit_where_the_phases_began() -> None:
+    times = [float(t) for t in range(10)]
+    line = phase_marks(times, [(3.0, "macro"), (7.2, "cleanup"), (-5.0, "micro")], 12)
+    assert line == "     M    C  "[:12] and len(line) == 12
+    assert phase_marks(times, [(50.0, "macro")], 12) == ""
+    many = [float(t) for t in range(100)]
+    assert phase_marks(many, [(0.0, "micro"), (99.0, "restart")], 10) == "U        R"
+
+
+def test_the_demo_campaign_reaches_the_plateau_level() -> None:
+    cfg = demo_config()
+    assert cfg.host == "demo" and 128 in cfg.macro.concurrency and set(cfg.micro_ms()) >= set(cfg.macro.concurrency)
+    assert all(v in ("yes", "no") for v in cfg.consent.values()), "the demo runs headless without a flag"
+    assert "[consent]" in DEMO_TEXT

@@ -1,0 +1,76 @@
+"""``kimitui campaign FILE`` in the dashboard: the strip follows the phases, a consent left at "ask" comes up
+in the F action's modal, A aborts, and F / M / K / R refuse while the campaign runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.pilot import Pilot
+
+from kimitui.core.campaign_events import CampaignControl
+from kimitui.core.events import Consent, PhaseStart
+from kimitui.live_context import LiveContext
+from kimitui.tui.app import KimituiApp
+from kimitui.tui.campaign_runner import RUNNING, CampaignRunner
+from kimitui.tui.campaign_view import CampaignStrip, strip_content
+from kimitui.tui.cleanup_consent import ConsentScreen
+from tests.campaign_rig import POLL_S, Rig, campaign_rig, small_config
+
+SIZE = (120, 40)
+WAIT_S = 90.0
+
+
+async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(POLL_S)
+
+
+def app_for(rig: Rig) -> KimituiApp:
+    live = LiveContext(rig.host, "demo", default_service="sim:vllm", api_url=rig.host.api_url, simulated=True)
+    app = KimituiApp(rig.session, host_label="demo", live=live, sources=[rig.source])
+    app.campaign = CampaignRunner(app, rig.machine)
+    return app
+
+
+async def test_the_dashboard_runs_the_campaign_and_asks_in_the_modal(tmp_path: Path) -> None:
+    cfg = small_config(["cleanup", "micro", "analysis"], consent={"graceful": "ask"})
+    async with campaign_rig(cfg, tmp_path, app_pumps=True) as rig:
+        app = app_for(rig)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, ConsentScreen), "the graceful consent modal")
+            assert isinstance(app.screen, ConsentScreen) and app.screen.preview.step == "graceful"
+            strip = str(app.query_one(CampaignStrip).render())
+            assert "▶ transition" in strip and "next: Phase 2 micro" in strip and "P pause" in strip
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: rig.machine.finished, "the campaign's end")
+            strip = str(strip_content(app.session.state, live=False))
+            # no Phase 1 in this campaign: no TPOT to divide, so the analysis ends without a verdict
+            assert "✓ transition  ✓ micro  ✗ analysis  done" in strip
+            await pilot.press("a")
+            await wait_for(pilot, lambda: app._analysis is not None, "the Analysis tab")
+    graceful = next(c for c in rig.of(Consent) if c.step == "graceful")
+    assert graceful.accepted and graceful.note == "confirmed in the dashboard"
+    process = next(c for c in rig.of(Consent) if c.step == "process")
+    assert process.note == "campaign policy: process = yes"
+
+
+async def test_a_aborts_the_campaign_from_the_dashboard(tmp_path: Path) -> None:
+    cfg = small_config(["macro", "cleanup", "micro"], macro={"concurrency": [1, 2, 4], "max_tokens": 60})
+    async with campaign_rig(cfg, tmp_path, app_pumps=True) as rig:
+        app = app_for(rig)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: any(isinstance(e, PhaseStart) for e in rig.events), "Phase 1")
+            for key in "MF":
+                await pilot.press(key)
+            assert sum(RUNNING in n.message for n in app._notifications) == 2, "refused while the campaign runs"
+            await pilot.press("A")
+            await wait_for(pilot, lambda: rig.machine.finished, "the abort")
+    (ctl,) = rig.of(CampaignControl)
+    assert ctl.action == "abort" and ctl.phase == "macro"
+    c = rig.session.state.campaign
+    assert c is not None and c.end is not None and c.end.status == "aborted"
+    assert c.phases["cleanup"].status == "pending", "nothing after the abort ran; no restart was due"
