@@ -12,6 +12,7 @@
 #   cleanup  scripts/device_cleanup_demo.sh: a torch service tree freed by the real cleanup (recorded)
 #   micro    scripts/device_micro.sh: the GEMM benchmark through the host program, fidelity, cancel
 #   loadgen  benchmarks/loadgen.py --quick --servers burst, client and server pinned to 2 cores
+#   campaign scripts/device_campaign.sh: the whole campaign headless against a stand-in for vLLM
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kimitui-device-run}
@@ -83,6 +84,13 @@ part_loadgen() {
   timeout 300 taskset -c 0,1 $PY benchmarks/loadgen.py --quick --servers burst --clients lean,httpx > "$d/loadgen.txt" 2>&1
   say "loadgen (taskset -c 0,1): rc $?"
   grep -E "tok/s|ITL|floor|PASS|MISS" "$d/loadgen.txt" | head -20 >> "$OUT/summary.txt"
+}
+
+part_campaign() {
+  local d="$OUT/work/campaign"; mkdir -p "$d"
+  OUT="$d" timeout 560 bash scripts/device_campaign.sh > "$d/run.log" 2>&1
+  say "campaign: rc $?"
+  cat "$d/campaign.txt" >> "$OUT/summary.txt"
 }
 
 for part in "$@"; do
