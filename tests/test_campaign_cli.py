@@ -103,7 +103,7 @@ def test_resume_after_a_kill_in_phase_1_redoes_no_finished_level(tmp_path: Path)
     before = [e.concurrency for e in RunReader(run).events() if isinstance(e, MacroPoint)]
     assert before and before[0] == 1 and len(before) < 3
     done = kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     assert f"resuming the campaign recorded in {run}" in done.stderr
     reader = RunReader(run)
     assert reader.warnings == [], "the torn line, if any, was cut off before appending"
