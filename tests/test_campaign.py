@@ -18,7 +18,7 @@ from kimitui.core.campaign_events import (
     DrainProgress,
     ProbeResult,
 )
-from kimitui.core.events import Consent, Event, MacroPoint, PhaseEnd, PhaseStart, StepPreview, StepResult
+from kimitui.core.events import Consent, Event, LogLine, MacroPoint, PhaseEnd, PhaseStart, StepPreview, StepResult
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
 from kimitui.hosts.sim.batching import BatchingModel
@@ -275,3 +275,16 @@ def test_campaign_end_is_folded() -> None:
               CampaignEnd(4.0, status="done")]:
         fold(s, e)
     assert s.campaign is not None and s.campaign.end is not None and s.campaign.phases["macro"].status == "done"
+
+
+async def test_a_one_gpu_host_is_told_at_the_start_that_phase_3_will_have_no_verdict(tmp_path: Path) -> None:
+    # as on the lent one-GPU H200 (docs/device-runs/campaign-1xh200): the all-reduce cannot run there
+    cfg = small_config(["macro", "cleanup", "micro", "analysis"], macro={"concurrency": [1]})
+    async with campaign_rig(cfg, tmp_path, gpus=1, stuck=0) as rig:
+        end = await rig.machine.run()
+    first_phase = next(i for i, e in enumerate(rig.events) if isinstance(e, PhaseStart))
+    warned = [e for e in rig.events[:first_phase] if isinstance(e, LogLine) and e.level == "warning"]
+    assert len(warned) == 1 and "1 GPU in scope: Phase 2's all-reduce needs 2 or more" in warned[0].message
+    analysis = [e for e in rig.of(PhaseEnd) if e.phase == "analysis"][-1]
+    assert not analysis.ok and "no all-reduce" in analysis.note
+    assert end.status == "done" and end.note == "every phase over; not ok: Phase 3 analysis"

@@ -209,6 +209,7 @@ class Campaign:
                                       health_url=cfg.health_url, phases=list(cfg.phases), consent=dict(cfg.consent),
                                       settings=cfg.settings(), headless=self.headless, operator=self.operator))
             todo = list(cfg.phases)
+            await self._preflight()
         status, note = "done", ""
         try:
             for name in todo:
@@ -251,6 +252,20 @@ class Campaign:
         self.publish(end)
         self.finished = True
         return end
+
+    async def _preflight(self) -> None:
+        """Say at the start what the host cannot give, rather than at Phase 3: an all-reduce on one GPU."""
+        cfg = self.cfg
+        if not {"micro", "analysis"} <= set(cfg.phases) or "allreduce" not in cfg.micro.parts:
+            return
+        try:
+            sample = await self.feed.latest(timeout=10.0)
+        except ViewTimeout:
+            return
+        scope = parse_gpus(cfg.cleanup.gpus) or [g.index for g in sample.gpus]
+        if len(scope) < 2:
+            self._log(f"{self.target.label} has {len(scope)} GPU in scope: Phase 2's all-reduce needs 2 or more, "
+                      "so Phase 3 will give the GEMM shares but no verdict", "warning")
 
     async def _run_phase(self, name: str) -> bool:
         run = {"macro": self._macro, "cleanup": self._cleanup, "micro": self._micro, "analysis": self._analysis,
