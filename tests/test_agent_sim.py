@@ -14,8 +14,7 @@ from pathlib import Path
 
 from kimitui.hosts.agent import agent_command, agent_payload
 from kimitui.hosts.local import LocalHost
-from tests.conftest import FIXTURES
-from tests.test_agent_helpers import (
+from tests.agent_helpers import (
     Children,
     children,  # noqa: F401 (fixture)
     make_sim_dir,
@@ -25,6 +24,7 @@ from tests.test_agent_helpers import (
     start_time,
     wait_until,
 )
+from tests.conftest import FIXTURES
 
 is_sample = lambda d: d["type"] == "sample"  # noqa: E731
 

@@ -15,8 +15,8 @@ from kimitui.hosts.agent import read_stat
 from kimitui.hosts.base import HostError
 from kimitui.hosts.link import WorkerLost
 from kimitui.hosts.local import LocalHost
+from tests.agent_helpers import pid_gone, wait_until
 from tests.pythons import agent_pythons, label, require
-from tests.test_agent_helpers import pid_gone, wait_until
 
 PYTHONS = agent_pythons()
 

@@ -34,7 +34,7 @@ from kimitui.core.session import Session
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.local import LocalHost
 from kimitui.telemetry import TelemetrySource
-from tests.test_cleanup_support import SimDir, alive, make_sim, start_time
+from tests.cleanup_support import SimDir, alive, make_sim, start_time
 
 FAST = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=3.0, sample_s=10.0, poll_s=0.01)
 SHORT_VERIFY = Deadlines(graceful_s=0.5, term_grace_s=0.3, kill_s=0.5, verify_s=0.5, sample_s=10.0, poll_s=0.01)

@@ -28,8 +28,8 @@ from kimitui.cleanup.services import ServiceNotFound
 from kimitui.core.events import SignalOutcome, StepPreview, StepResult
 from kimitui.hosts.base import CommandResult, Host, HostError
 from kimitui.hosts.local import LocalHost
+from tests.cleanup_support import HERE, SimDir, alive, make_sim
 from tests.test_cleanup import FAST, Rig, results
-from tests.test_cleanup_support import HERE, SimDir, alive, make_sim
 
 VENV_BIN = Path(sys.executable).parent
 

@@ -203,3 +203,15 @@ def test_headless_commands_load_no_ui(argv: list[str]) -> None:
                          cwd=ROOT, timeout=120)
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded == [], f"kimitui {' '.join(argv)} loaded {loaded}"
+
+
+def test_every_file_named_test_holds_tests() -> None:
+    """Helpers shared by test modules are named for what they are (agent_helpers.py), not test_*.py."""
+    empty = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        if not any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test_")
+                   for n in ast.walk(tree)):
+            empty.append(path.name)
+    assert len(list((ROOT / "tests").glob("test_*.py"))) > 10
+    assert empty == []
