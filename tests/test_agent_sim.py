@@ -87,8 +87,9 @@ def test_agent_exits_at_once_when_stdin_closes(tmp_path: Path) -> None:
     assert sorted(d["type"] for d in first) == ["reply", "sample"]
     t0 = time.monotonic()
     proc.stdin.close()
-    assert proc.wait(timeout=3) == 0
-    assert time.monotonic() - t0 < 2.0  # it saw EOF at once; it did not sleep out the 5 s interval
+    assert proc.wait(timeout=10) == 0
+    # it saw EOF at once: it did not sleep out the 5 s interval (the bound that tells the two apart)
+    assert time.monotonic() - t0 < 5.0
 
 
 def test_agent_keeps_a_deadline_schedule(tmp_path: Path) -> None:
