@@ -238,7 +238,10 @@ async def test_a_drain_past_its_deadline_says_what_the_stop_cuts_off(tmp_path: P
 
 
 async def test_the_probe_flags_a_service_that_came_back_slower(tmp_path: Path) -> None:
-    cfg = small_config(["macro", "cleanup", "restart", "check"], macro={"concurrency": [1]})
+    # the default margin (10 %), not the test campaign's wide one: the model halves the speed, and Phase 1's
+    # figure on a busy machine is below the model's, so the drop measured can be well under half
+    cfg = small_config(["macro", "cleanup", "restart", "check"], macro={"concurrency": [1]},
+                       check={"margin_pct": 10.0})
     async with campaign_rig(cfg, tmp_path) as rig:
 
         def slower_on_restart(ev: Event) -> None:  # the service comes back with half the single-stream speed
