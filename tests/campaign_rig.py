@@ -57,10 +57,10 @@ sweep_max_bytes = 16384
 health_s = 30
 [check]
 requests = 2
-# the simulated service's single-stream figures move with the load of a busy 2-core machine (TTFT is a few
-# ms, so tens of percent): margins wide enough for that, still far inside the halved speed of the drift test
+# Wide margins: the probe and Phase 1 each measure a 20 ms TTFT and 50 tok/s on a machine whose load
+# changes between them (a busy 2-core machine adds tens of ms to a TTFT). The drift tests set their own.
 margin_pct = 40
-ttft_margin_pct = 400
+ttft_margin_pct = 300
 """
 
 

@@ -21,8 +21,8 @@ import pytest
 from kimitui.hosts.agent import read_stat, start_time_of
 from kimitui.hosts.base import HostError, OutcomeUnknown, ProcId, RequestFailed
 from kimitui.hosts.local import LocalHost
+from tests.agent_helpers import Children, children, make_sim_dir, pid_gone, wait_until  # noqa: F401
 from tests.pythons import agent_pythons, label, require
-from tests.test_agent_helpers import Children, children, make_sim_dir, pid_gone, wait_until  # noqa: F401
 
 PYTHONS = agent_pythons()
 

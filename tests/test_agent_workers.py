@@ -15,8 +15,8 @@ from kimitui.hosts.agent import read_stat
 from kimitui.hosts.base import HostError
 from kimitui.hosts.link import WorkerLost
 from kimitui.hosts.local import LocalHost
+from tests.agent_helpers import pid_gone, wait_until
 from tests.pythons import agent_pythons, label, require
-from tests.test_agent_helpers import pid_gone, wait_until
 
 PYTHONS = agent_pythons()
 
@@ -84,8 +84,8 @@ async def test_cancel_terms_then_kills_the_whole_group(host: LocalHost) -> None:
     lines = polite.lines()
     child = (await anext(lines))["child"]
     t0 = time.monotonic()
-    assert await polite.cancel(grace=5.0) == -15  # ended by SIGTERM, well before the grace
-    assert time.monotonic() - t0 < 4.0 and polite.cancelled
+    assert await polite.cancel(grace=5.0) == -15  # ended by SIGTERM, before the grace ran out
+    assert time.monotonic() - t0 < 5.0 and polite.cancelled  # no SIGKILL came after the grace
     assert wait_until(lambda: pid_gone(child), 5), "its child (same group, ignores SIGTERM) was left"
     assert [x async for x in lines] == []
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from kimitui.core.campaign_events import (
     CampaignControl,
@@ -237,7 +238,10 @@ async def test_a_drain_past_its_deadline_says_what_the_stop_cuts_off(tmp_path: P
 
 
 async def test_the_probe_flags_a_service_that_came_back_slower(tmp_path: Path) -> None:
-    cfg = small_config(["macro", "cleanup", "restart", "check"], macro={"concurrency": [1]})
+    # the default margin (10 %), not the test campaign's wide one: the model halves the speed, and Phase 1's
+    # figure on a busy machine is below the model's, so the drop measured can be well under half
+    cfg = small_config(["macro", "cleanup", "restart", "check"], macro={"concurrency": [1]},
+                       check={"margin_pct": 10.0})
     async with campaign_rig(cfg, tmp_path) as rig:
 
         def slower_on_restart(ev: Event) -> None:  # the service comes back with half the single-stream speed
@@ -247,7 +251,12 @@ async def test_the_probe_flags_a_service_that_came_back_slower(tmp_path: Path) -
         rig.session.subscribe(slower_on_restart)
         end = await rig.machine.run()
     (probe,) = rig.of(ProbeResult)
-    assert probe.drift and probe.tok_s_change_pct is not None and probe.tok_s_change_pct < -30
+    # The restarted service cannot stream faster than its model's 25 tok/s (causal); Phase 1's figure, measured
+    # in the same run, is the model's 50 tok/s or less on a busy machine, so the drop is checked against
+    # that figure and the margin, not against the models' halving.
+    assert probe.baseline_tok_s is not None and probe.tok_s is not None and probe.tok_s < 1.05 * 25.0
+    assert probe.tok_s_change_pct == pytest.approx(100 * (probe.tok_s / probe.baseline_tok_s - 1), abs=0.01)
+    assert probe.drift and probe.tok_s_change_pct is not None and probe.tok_s_change_pct < -probe.margin_pct
     check_end = [e for e in rig.of(PhaseEnd) if e.phase == "check"][-1]
     assert not check_end.ok and check_end.note.startswith("DRIFT: tok/s -")
     assert end.status == "done" and end.note == "drift after the restart"

@@ -24,10 +24,10 @@ from kimitui.core.events import CleanupPlan, Consent, SignalSent, StepPreview, S
 from kimitui.hosts.base import CommandResult
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.host import SimHost
+from tests.cleanup_support import SimDir, alive, make_sim
 from tests.sshd import SshServer, start_sshd
 from tests.test_cleanup import Rig, results
 from tests.test_cleanup_services import VENV_BIN, ToolHost
-from tests.test_cleanup_support import SimDir, alive, make_sim
 
 POLL_S = 0.02
 """Interval between checks of a condition waited on with a deadline."""

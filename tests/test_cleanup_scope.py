@@ -20,8 +20,8 @@ import pytest
 from kimitui.cleanup import ConsentDecision, auto_consent
 from kimitui.core.events import Consent, StepPreview, Verification
 from kimitui.hosts.local import LocalHost
+from tests.cleanup_support import SimDir, alive, make_sim
 from tests.test_cleanup import FAST, SHORT_VERIFY, Rig, results
-from tests.test_cleanup_support import SimDir, alive, make_sim
 
 
 @pytest.fixture

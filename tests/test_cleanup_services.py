@@ -28,8 +28,8 @@ from kimitui.cleanup.services import ServiceNotFound
 from kimitui.core.events import SignalOutcome, StepPreview, StepResult
 from kimitui.hosts.base import CommandResult, Host, HostError
 from kimitui.hosts.local import LocalHost
+from tests.cleanup_support import HERE, SimDir, alive, make_sim
 from tests.test_cleanup import FAST, Rig, results
-from tests.test_cleanup_support import HERE, SimDir, alive, make_sim
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -80,6 +80,9 @@ def supervisord(tmp_path: Path, sim: SimDir) -> Iterator[Path]:
     proc = subprocess.Popen([str(VENV_BIN / "supervisord"), "-c", str(conf)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        # supervisorctl can talk to it once its socket is there (on a busy machine, a while after the start)
+        sim.wait(lambda: (d / "supervisor.sock").exists() or proc.poll() is not None, what="supervisord's socket")
+        assert proc.poll() is None, (d / "supervisord.log").read_text() if (d / "supervisord.log").exists() else ""
         yield conf
     finally:
         proc.terminate()
@@ -262,7 +265,8 @@ async def test_hostile_service_names_do_nothing_locally(tmp_path: Path, supervis
     marker = tmp_path / "pwned"
     said = await exercise_hostile(LocalHost(), marker, str(supervisord))
     assert not marker.exists()
-    assert any("no such process" in s.lower() or "error" in s.lower() for s in said if s.startswith("supervisor"))
+    supervisor = [s for s in said if s.startswith("supervisor")]
+    assert any("no such process" in s.lower() or "error" in s.lower() for s in supervisor), supervisor
 
 
 async def test_hostile_service_name_in_a_full_run(rig: Rig, tmp_path: Path) -> None:

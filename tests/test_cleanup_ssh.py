@@ -18,10 +18,10 @@ from kimitui.cleanup import ConsentDecision, PidService, auto_consent
 from kimitui.core.events import SignalOutcome, SignalSent, StepPreview
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.ssh import SshHost
+from tests.cleanup_support import SimDir, alive, make_sim, start_time
 from tests.sshd import SshServer, start_sshd
 from tests.test_cleanup import SHORT_VERIFY, Rig, results
 from tests.test_cleanup_services import exercise_hostile
-from tests.test_cleanup_support import SimDir, alive, make_sim, start_time
 
 
 @pytest.fixture

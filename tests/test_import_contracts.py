@@ -4,7 +4,9 @@ functions included), and as what the headless commands really load when they run
 - the core (kimitui.core) imports nothing else of kimitui;
 - nothing outside kimitui.tui imports textual (or textual_plotext);
 - bench/ and cleanup/ import neither kimitui.tui nor kimitui.hosts.sim;
-- the host agent imports nothing of kimitui (it is sent to the GPU host alone).
+- the host agent imports nothing of kimitui (it is sent to the GPU host alone);
+- the cleanup steps reach the executor only through kimitui.cleanup.context.StepContext, and assign none of
+  its fields.
 """
 
 from __future__ import annotations
@@ -92,6 +94,60 @@ def test_the_agent_is_self_contained() -> None:
     assert offenders("kimitui.hosts.agent", ("kimitui",)) == []
 
 
+CLEANUP_STEPS = ["kimitui.cleanup.steps", "kimitui.cleanup.drain"]
+"""They reach the executor through kimitui.cleanup.context.StepContext only."""
+
+
+def field_writes(path: Path) -> list[str]:
+    """Every assignment to an attribute of a function's parameter (``ex.x = ...``, ``ex.x.y += ...``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+        for node in ast.walk(fn):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+            for t in targets:
+                base = t
+                while isinstance(base, ast.Attribute | ast.Subscript):
+                    base = base.value
+                if t is not base and isinstance(base, ast.Name) and base.id in params:
+                    out.append(f"{path.name}:{node.lineno} {fn.name}: {ast.unparse(t)}")
+    return out
+
+
+@pytest.mark.parametrize("module", CLEANUP_STEPS)
+def test_the_cleanup_steps_see_the_executor_only_through_its_interface(module: str) -> None:
+    assert offenders(module, ("kimitui.cleanup.executor",)) == []
+    assert "kimitui.cleanup.context.StepContext" in GRAPH[module]
+    assert field_writes(ROOT / (module.replace(".", "/") + ".py")) == []
+
+
+def test_the_field_write_finder_sees_one(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("async def step(ex, n):\n    ex.last_signal_mono = n\n    ex.report.clean += 1\n"
+                     "    local = ex.report\n    local.clean = 2\n")
+    assert [w.split(" ", 1)[1] for w in field_writes(probe)] == [
+        "step: ex.last_signal_mono", "step: ex.report.clean"]
+
+
+def test_the_executor_implements_the_step_interface() -> None:
+    from kimitui.cleanup.context import StepContext
+    from kimitui.cleanup.executor import CleanupExecutor
+    from kimitui.cleanup.plan import CleanupTarget
+    from kimitui.hosts.local import LocalHost
+
+    async def never(_preview: object) -> None:
+        raise AssertionError("not asked")
+
+    ex = CleanupExecutor(LocalHost(), CleanupTarget(host="contract"), None, never)  # type: ignore[arg-type]
+    # runtime_checkable: every member (the properties too: plain attributes on the executor) is present
+    assert isinstance(ex, StepContext)
+    assert not isinstance(object(), StepContext)
+
+
 HOST_PROGRAMS = ["kimitui.hosts.agent", "kimitui.bench.micro.gemm_worker", "kimitui.bench.micro.allreduce_worker"]
 """Sent to the GPU host and run by its own python3: stdlib, plus torch / vLLM / pynvml where present."""
 
@@ -147,3 +203,15 @@ def test_headless_commands_load_no_ui(argv: list[str]) -> None:
                          cwd=ROOT, timeout=120)
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded == [], f"kimitui {' '.join(argv)} loaded {loaded}"
+
+
+def test_every_file_named_test_holds_tests() -> None:
+    """Helpers shared by test modules are named for what they are (agent_helpers.py), not test_*.py."""
+    empty = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        if not any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test_")
+                   for n in ast.walk(tree)):
+            empty.append(path.name)
+    assert len(list((ROOT / "tests").glob("test_*.py"))) > 10
+    assert empty == []

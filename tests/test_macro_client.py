@@ -14,15 +14,18 @@ from tests.faulty_server import Behavior, FaultyServer
 HOG_S, HOG_EVERY_S = 0.004, 0.006
 
 
-def _start_hog(loop: asyncio.AbstractEventLoop, stop: list[bool]) -> None:
-    """Keeps the event loop busy 4 ms out of every 10 (computing, as a saturated client would)."""
+def _start_hog(loop: asyncio.AbstractEventLoop, stop: list[bool], cpu: list[float]) -> None:
+    """Keeps the event loop busy 4 ms out of every 10 (computing, as a saturated client would); adds the CPU
+    time it really got to ``cpu[0]`` (on a busy machine, less than the 4 ms of wall time it spins)."""
 
     def hog() -> None:
         if stop:
             return
+        c0 = time.thread_time()
         end = time.perf_counter() + HOG_S
         while time.perf_counter() < end:
             pass
+        cpu[0] += time.thread_time() - c0
         loop.call_later(HOG_EVERY_S, hog)
 
     loop.call_soon(hog)
@@ -33,15 +36,22 @@ async def test_a_busy_event_loop_is_measured_and_reported() -> None:
     stop: list[bool] = []
     async with FaultyServer(Behavior(interval_s=0.002, n_tokens=40)) as srv:
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[2], requests=16, max_tokens=40, warmup=0)
-        _start_hog(asyncio.get_running_loop(), stop)
+        hog_cpu = [0.0]
+        wall0 = time.perf_counter()
+        _start_hog(asyncio.get_running_loop(), stop, hog_cpu)
         try:
             result = await run_sweep(cfg, events.append)
         finally:
             stop.append(True)
+        hog_share = 100 * hog_cpu[0] / (time.perf_counter() - wall0)
     m = result.levels[0].metrics
-    # a timer that fell due while the hog ran waited up to 4 ms for it
+    # a timer that fell due while the hog ran waited up to 4 ms for it (more on a busy machine, never less)
     assert 2.0 < m["client_loop_lag_p99_ms"] <= m["client_loop_lag_max_ms"]
-    assert m["client_cpu_pct"] > 30  # the hog alone is 40% of a core
+    # The process's CPU share in the level includes the hog's. The hog's share is measured in the same run
+    # (at most 40% of a core; less when the machine is busy and the hog, spinning on the
+    # wall clock, is descheduled), over the whole sweep: the level is most of it, the hog runs evenly.
+    assert hog_share > 1  # it ran (the lag above says so too)
+    assert m["client_cpu_pct"] > 0.75 * hog_share, (m["client_cpu_pct"], hog_share)
     assert any("event loop lagged" in w for w in m["client_warnings"])
     assert m["client_send_late_p99_ms"] is None  # closed loop: nothing was scheduled
     logged = [e.message for e in events if isinstance(e, LogLine) and e.level == "warning"]

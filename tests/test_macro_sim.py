@@ -55,9 +55,13 @@ async def test_saturation_curve_rises_then_plateaus(client: str) -> None:
 ])
 async def test_sim_faults_are_counted_with_reasons(mode: str, reason: str, client: str) -> None:
     fast = BatchingModel.from_targets(single_stream_tps=2000, plateau_tps=16000, plateau_batch=16)
+    # The read timeout tells a hung stream from a healthy one, whose chunks come under a millisecond apart:
+    # 1 s for the hang (each hung request waits it out), 5 s otherwise. A busy machine can stall a healthy
+    # stream for a few hundred ms, which a 0.3 s timeout counted as a failure.
+    read_s = 1.0 if mode == "hang" else 5.0
     async with SimOpenAIServer(batching=fast, faults=FaultPlan(mode, every=2)) as srv:
         cfg = MacroConfig(url=srv.url, concurrency=[4], requests=8, max_tokens=8, warmup=0,
-                          timeouts=Timeouts(connect_s=2, read_s=0.3, total_s=5), client=client)
+                          timeouts=Timeouts(connect_s=2, read_s=read_s, total_s=10), client=client)
         m = (await run_sweep(cfg, lambda e: None)).levels[0].metrics
     assert m["completed"] == 4 and m["failed"] == 4
     assert sum(m["failures"].values()) == 4

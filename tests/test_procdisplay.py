@@ -24,8 +24,8 @@ from kimitui.hosts.local import LocalHost
 from kimitui.resources import find_run
 from kimitui.telemetry import TelemetrySource
 from kimitui.tui import fmt
+from tests.agent_helpers import make_sim_dir
 from tests.sshd import SshServer, start_sshd
-from tests.test_agent_helpers import make_sim_dir
 
 
 def test_command_gist_keeps_the_module_script_and_arguments() -> None:

@@ -35,29 +35,35 @@ def _section(text: str, heading: str) -> str:
     return text[start: nxt if nxt >= 0 else len(text)]
 
 
-def test_report_header_and_phase_timeline(report):
+def test_report_header_and_phase_timeline(report, folded):
+    _, state = folded
     reader = RunReader(SAMPLE)
-    assert report.startswith("# kimitui run report: campaign-demo-8x-rtx-pro-6000.jsonl.gz")
-    assert "- Host: demo" in report and "- command: campaign" in report
+    assert report.startswith(f"# kimitui run report: {SAMPLE.name}")
+    assert f"- Host: {reader.header.host}" in report and reader.header.host
+    assert reader.header.meta and all(f"- {k}: {v}" in report for k, v in reader.header.meta.items())
     assert f"- Duration: {fmt_duration(reader.end_time - reader.start_time)}" in report
     phases = _section(report, "## Phases")
     rows = [line for line in phases.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert [r.split(" | ")[0].strip("| ") for r in rows] == ["macro", "cleanup", "micro", "analysis", "restart",
-                                                             "check"]
-    assert all(" | ok | " in r for r in rows)
+    assert len(state.phases) > 1
+    assert [r.split(" | ")[0].strip("| ") for r in rows] == [p.phase for p in state.phases]
+    for r, p in zip(rows, state.phases, strict=True):
+        assert f" | {fmt_duration(p.end - p.start)} | {'ok' if p.ok else 'FAILED'} | " in r  # type: ignore[operator]
 
 
 def test_report_campaign_budget_and_check(report, folded):
     _, state = folded
-    budget, probe = state.budget, state.probe
-    assert budget is not None and probe is not None and budget.plateau_m == 128 and budget.bound == "gemm"
+    budget, probe, campaign_state = state.budget, state.probe, state.campaign
+    assert budget is not None and probe is not None and campaign_state is not None and campaign_state.end
+    assert budget.plateau_m is not None and budget.bound
     section = _section(report, "## Phase 3: where a decode step's time goes")
-    assert f"**Verdict:** {budget.verdict}" in section and "| 128 (plateau) |" in section
-    assert "M=128  " in section and "# all-reduce (122 per step)" in section
+    assert f"**Verdict:** {budget.verdict}" in section and f"| {budget.plateau_m} (plateau) |" in section
+    assert all(f"M={r.m:<5}" in section for r in budget.rows) and "# all-reduce (122 per step)" in section
     check = _section(report, "## Post-restart check")
-    assert "within the margin" in check and f"{probe.tok_s:.1f} tok/s" in check
+    assert ("**DRIFT**" if probe.drift else "within the margin") in check and f"{probe.tok_s:.1f} tok/s" in check
     campaign = _section(report, "## Campaign")
-    assert "Result: **DONE**: every phase over." in campaign and "| transition | done |" in campaign
+    end = campaign_state.end
+    assert f"Result: **{end.status.upper()}**: {end.note}." in campaign
+    assert f"| transition | {campaign_state.phases['cleanup'].status} |" in campaign
     memory = _section(report, "## GPU memory through the transition")
     assert "| GPU | start | drain | graceful | process | device | verify | reset | end |" in memory
 
@@ -87,7 +93,7 @@ def test_report_memory_around_each_cleanup_step(report, folded):
     totals = {i: g.mem_total_mib for i, g in state.gpus.items()}
     names = list(cleanup.steps)
     asked = [n for n in names[:-1] if cleanup.steps[n].consent is not None]
-    assert asked == ["graceful", "process"]
+    assert "graceful" in asked  # looked at below
     for name in asked:
         k = names.index(name)
         step = cleanup.steps[name]
@@ -115,7 +121,7 @@ def test_report_signals_and_verdict(report, folded):
     sent = [s for step in cleanup.steps.values() for s in step.signals]
     assert len(rows) == len(sent)
     survived = [o for o in cleanup.steps["process"].outcomes if o.outcome == "survived" and o.signal == "SIGTERM"]
-    assert len(survived) == 2  # the stuck workers ignore SIGTERM
+    assert survived  # the stuck workers ignore SIGTERM
     assert sum("| SIGTERM |" in r and "| survived (S) |" in r for r in rows if "| process |" in r) == len(survived)
     killed = [s for s in sent if s.signal == "SIGKILL"]
     assert sum("| SIGKILL |" in r and "| exited |" in r for r in rows) == len(killed)
@@ -158,15 +164,19 @@ def test_summary_on_the_sample_run(folded):
     text = summarize(RunReader(SAMPLE))
     lines = dict(line.split(None, 1) for line in text.splitlines()[1:] if not line.startswith(" "))
     reader = RunReader(SAMPLE)
-    assert lines["host"] == "demo"
+    assert lines["host"] == reader.header.host
     assert lines["duration"] == fmt_duration(reader.end_time - reader.start_time)
     assert lines["events"].startswith(f"{len(reader)} (")
     span = next(p for p in state.phases if p.phase == "cleanup")
     assert span.end is not None and f"cleanup {span.end - span.start:.1f} s ok" in lines["phases"]
-    assert lines["cleanup"].startswith("CLEAN")
-    assert "graceful done, process done, device skipped, verify done" in lines["cleanup"]
-    assert lines["budget"] == "bound by gemm at concurrency 128"
-    assert lines["campaign"].endswith("done: every phase over; post-restart within the margin")
+    cleanup, budget, campaign, probe = state.cleanup, state.budget, state.campaign, state.probe
+    assert cleanup is not None and cleanup.verification is not None
+    assert lines["cleanup"].startswith("CLEAN" if cleanup.verification.clean else "NOT CLEAN")
+    assert ", ".join(f"{n} {st.status}" for n, st in cleanup.steps.items()) in lines["cleanup"]
+    assert budget is not None and lines["budget"] == f"bound by {budget.bound} at concurrency {budget.plateau_m}"
+    assert campaign is not None and campaign.end is not None and probe is not None
+    assert lines["campaign"].endswith(f"{campaign.end.status}: {campaign.end.note}; post-restart "
+                                      + ("DRIFT" if probe.drift else "within the margin"))
     single = state.single_stream_tok_s()
     peak = max(state.macro.values(), key=lambda p: p.metrics["output_throughput"])
     assert single is not None

@@ -62,10 +62,16 @@ async def test_decode_loop_delivers_the_model_throughput() -> None:
         await sched.stop()
     assert got1 == [list(range(50))]
     assert all(g == list(range(24)) for g in got128)
-    # never faster than the model; slower only by scheduling noise on a busy shared machine
-    assert 0.6 * 250 < tps1 < 1.03 * 250
-    assert 0.6 * 7680 < tps128 < 1.03 * 7680
-    assert 0.6 * 7680 < tps256 < 1.03 * 7680  # 256 submitted, 128 running: the plateau
+    # never faster than the model: steps follow each other back to back, none ends early (causal)
+    assert tps1 < 1.03 * 250 and tps128 < 1.03 * 7680 and tps256 < 1.03 * 7680
+    # How much slower depends on the machine: a step that starts late is not made up for, and a busy
+    # machine delays a 4 ms step proportionally more than a 17 ms one. So the shape is checked by ratios
+    # measured in the same run: batching pays (the model says 30.7x) ...
+    assert tps128 > 10 * tps1
+    # ... and beyond the full batch it does not: 256 submitted, 128 running, the plateau
+    assert 0.5 * tps128 < tps256
+    # not wildly off: even 30 ms of lateness on each 17 ms step of batch 128 keeps a third of the figure
+    assert tps128 > 0.3 * 7680
     assert max(batches) == 128 and batches[-1] == 0
 
 
@@ -126,6 +132,8 @@ async def test_prefill_time_grows_with_the_prompt() -> None:
     # never sooner than the model allows (a step, plus the prefill); later only by scheduling noise
     assert waits[0] >= model.step_time(1) + model.prefill_time(10) - 1e-3
     assert waits[1] >= model.step_time(1) + model.prefill_time(1000) - 1e-3
-    assert waits[1] - waits[0] > 0.4
+    # the short prompt's wait is a step and a few microseconds of prefill: far below the long one's half
+    # second (the model says 80x), even with a busy machine's lateness on it
+    assert waits[0] < waits[1] / 2
     with pytest.raises(ValueError):
         BatchingModel.from_targets(prefill_tps=0)

@@ -221,8 +221,9 @@ async def test_instant_mode_streams_fast() -> None:
         total = sum(await asyncio.gather(*(_stream_tokens(c, 2000) for _ in range(8))))
         rate = total / (time.perf_counter() - t0)
     assert total == 16_000
-    # far beyond what the stepped reference model could stream to 8 clients (8 / step_time(8) per second)
-    assert rate > 10 * BatchingModel.from_targets().throughput(8)
+    # beyond what the stepped reference model could ever stream to 8 clients (8 / step_time(8) per second:
+    # a stepped server is never faster than its model, see the test above), with room for a busy machine
+    assert rate > 2 * BatchingModel.from_targets().throughput(8)
 
 
 async def _fault_response(fault: str, stream: bool = True, timeout: float = 5.0) -> tuple[int | None, str, str | None]:

@@ -15,7 +15,7 @@ from kimitui.core.events import ConnectionState, Event, GpuSample, HostSample, L
 from kimitui.hosts.base import Channel, Host, HostError
 from kimitui.hosts.local import LocalHost
 from kimitui.telemetry import TelemetrySource, parse_agent_line, probe_host
-from tests.test_agent_helpers import (
+from tests.agent_helpers import (
     Children,
     children,  # noqa: F401 (fixture)
     make_sim_dir,

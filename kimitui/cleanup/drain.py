@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from kimitui.cleanup.context import StepContext
 from kimitui.core.campaign_events import DrainProgress
 from kimitui.core.events import StepResult
-
-if TYPE_CHECKING:
-    from kimitui.cleanup.executor import CleanupExecutor
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -69,7 +66,7 @@ async def read_in_flight(url: str, timeout: float = READ_TIMEOUT_S) -> InFlight:
     return parse_in_flight(resp.text)
 
 
-async def drain(ex: CleanupExecutor) -> StepResult:
+async def drain(ex: StepContext) -> StepResult:
     """Preview the requests in flight; on consent, wait for them to finish until the deadline."""
     started = ex.clock.monotonic()
     url = ex.target.metrics_url or ""

@@ -19,6 +19,7 @@ from typing import Any
 from kimitui.cleanup import drain, steps
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, current_operator, is_optional
+from kimitui.cleanup.context import Confirmed, Key, StepContext, key
 from kimitui.cleanup.hostprocs import HostProcs, ProcScan, is_local
 from kimitui.cleanup.plan import STEPS, CleanupTarget, proc_gpus
 from kimitui.cleanup.safety import Candidate, SafetyPolicy, local_protected
@@ -41,11 +42,6 @@ from kimitui.core.events import (
 from kimitui.hosts.base import Host, HostError, OutcomeUnknown, ProcId
 
 Publish = Callable[[Event], None]
-Key = tuple[int, int | None]
-
-
-def key(c: Candidate) -> Key:
-    return (c.pid, c.start_time)
 
 
 @dataclass(slots=True)
@@ -61,15 +57,9 @@ class CleanupReport:
     outcomes: list[SignalOutcome] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class Confirmed:
-    """What the operator confirmed for one step: only these (pid, start time) may be signalled."""
-
-    step: str
-    procs: dict[Key, Candidate] = field(default_factory=dict)
-
-
 class CleanupExecutor:
+    """Runs the escalation; the steps see it as a StepContext (kimitui.cleanup.context)."""
+
     def __init__(self, host: Host, target: CleanupTarget, view: ProcessView, consent: ConsentCallback,
                  publish: Publish | None = None, audit: AuditLog | None = None, clock: Clock | None = None,
                  procs: HostProcs | None = None) -> None:
@@ -119,10 +109,39 @@ class CleanupExecutor:
         self.emit(res)
         return res
 
+    def signals(self, step: str) -> list[SignalSent]:
+        return [s for s in self.report.signals if s.step == step]
+
+    def outcomes(self, step: str) -> list[SignalOutcome]:
+        return [o for o in self.report.outcomes if o.step == step]
+
+    @property
+    def verification(self) -> Verification | None:
+        return self.report.verification
+
+    def record_verification(self, v: Verification) -> None:
+        self.report.verification = v
+        if not v.clean:
+            return
+        now = self.clock.monotonic()
+        if self.last_consent_mono is not None:
+            self.report.consent_to_clean_s = round(now - self.last_consent_mono, 4)
+        if self.last_signal_mono is not None:
+            self.report.signal_to_clean_s = round(now - self.last_signal_mono, 4)
+
     # --- what is there ------------------------------------------------------------------------------
 
     def acted(self) -> None:
         self.acted_at = self.clock.monotonic()
+
+    def note_stop_issued(self) -> None:
+        self.last_signal_mono = self.clock.monotonic()
+
+    def refusal(self, c: Candidate) -> str | None:
+        return self.safety.refusal(c)
+
+    def stuck_state(self, c: Candidate) -> str | None:
+        return self.stuck.get(key(c))
 
     async def sample(self, after: float | None = None) -> HostSample:
         """The latest sample; one taken after the cleanup's last action (or after ``after``)."""
@@ -418,3 +437,7 @@ class CleanupExecutor:
 
     async def restart(self) -> StepResult:
         return await steps.restart(self)
+
+
+_IMPLEMENTS: type[StepContext] = CleanupExecutor
+"""The executor is what the steps take (checked by a type checker; tests/test_cleanup.py checks it at run time)."""

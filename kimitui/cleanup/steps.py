@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import signal as signal_mod
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from kimitui.cleanup.consent import OPTIONAL
+from kimitui.cleanup.context import StepContext
 from kimitui.cleanup.plan import cuda_holders, gpus_in_scope, holder_reason, out_of_scope_reason, proc_gpus
 from kimitui.cleanup.safety import Candidate
 from kimitui.cleanup.services import PidService
 from kimitui.cleanup.waits import poll_until
 from kimitui.core.events import GpuVerdict, HostSample, StepPreview, StepResult, Verification
 from kimitui.hosts.base import HostError, OutcomeUnknown
-
-if TYPE_CHECKING:
-    from kimitui.cleanup.executor import CleanupExecutor
-
 
 NO_SERVICE_ACTION = ("no service (none chosen): nothing is stopped gracefully; the process and device steps "
                      "free the GPUs in scope of whatever holds them, each previewed")
@@ -27,15 +23,15 @@ def gpu_list(gpus: list[int]) -> str:
     return ",".join(map(str, gpus)) if gpus else "none"
 
 
-def split_safe(ex: CleanupExecutor, cands: list[tuple[Candidate, str]]) -> tuple[list[tuple[Candidate, str]],
+def split_safe(ex: StepContext, cands: list[tuple[Candidate, str]]) -> tuple[list[tuple[Candidate, str]],
                                                                                    list[tuple[Candidate, str]]]:
     targets, spared = [], []
     for c, why in cands:
-        refusal = ex.safety.refusal(c)
+        refusal = ex.refusal(c)
         if refusal is not None:
             spared.append((c, f"protected: {refusal}"))
-        elif (c.pid, c.start_time) in ex.stuck:
-            spared.append((c, f"stuck in state {ex.stuck[(c.pid, c.start_time)]} after SIGKILL: not retried"))
+        elif (stuck := ex.stuck_state(c)) is not None:
+            spared.append((c, f"stuck in state {stuck} after SIGKILL: not retried"))
         else:
             targets.append((c, why))
     return targets, spared
@@ -43,7 +39,7 @@ def split_safe(ex: CleanupExecutor, cands: list[tuple[Candidate, str]]) -> tuple
 
 # --- a. graceful stop ---------------------------------------------------------------------------------
 
-async def graceful(ex: CleanupExecutor) -> StepResult:
+async def graceful(ex: StepContext) -> StepResult:
     started = ex.clock.monotonic()
     svc = ex.target.service
     if svc is None:  # chosen on purpose (service "none"): said in the preview, not assumed
@@ -78,7 +74,7 @@ async def graceful(ex: CleanupExecutor) -> StepResult:
         elif outcome not in ("sent", "gone"):
             failure = f"main pid {main.pid} not signalled"
     else:
-        ex.last_signal_mono = ex.clock.monotonic()
+        ex.note_stop_issued()
         try:
             res = await svc.stop(ex.host, timeout=d.command_s)
             if not res.ok:
@@ -102,7 +98,7 @@ async def graceful(ex: CleanupExecutor) -> StepResult:
 
 # --- b. process kill ----------------------------------------------------------------------------------
 
-async def process(ex: CleanupExecutor) -> StepResult:
+async def process(ex: StepContext) -> StepResult:
     started = ex.clock.monotonic()
     sample = await ex.sample()
     scan = await ex.scan()
@@ -140,7 +136,7 @@ async def process(ex: CleanupExecutor) -> StepResult:
 
 # --- c. device kill -----------------------------------------------------------------------------------
 
-async def device(ex: CleanupExecutor) -> StepResult:
+async def device(ex: StepContext) -> StepResult:
     started = ex.clock.monotonic()
     sample = await ex.sample()
     scan = await ex.scan()
@@ -166,7 +162,7 @@ async def device(ex: CleanupExecutor) -> StepResult:
         if not (proc_gpus(p) & scope) or p.kind != "handle":
             continue
         c = ex.from_sample(p)
-        refusal = ex.safety.refusal(c)
+        refusal = ex.refusal(c)
         if refusal is not None:
             spared.append((c, f"protected: {refusal}"))
         else:
@@ -174,7 +170,7 @@ async def device(ex: CleanupExecutor) -> StepResult:
     return await _ask_and_terminate(ex, "device", targets, spared, "holders", started)
 
 
-async def _ask_and_terminate(ex: CleanupExecutor, step: str, targets: list[tuple[Candidate, str]],
+async def _ask_and_terminate(ex: StepContext, step: str, targets: list[tuple[Candidate, str]],
                              spared: list[tuple[Candidate, str]], noun: str,
                              started: float) -> StepResult:
     """The end both kill steps share: preview and consent, SIGTERM then SIGKILL, and the step's result."""
@@ -183,7 +179,7 @@ async def _ask_and_terminate(ex: CleanupExecutor, step: str, targets: list[tuple
         return ex.result(step, "declined", "operator declined", started)
     if not confirmed.procs:
         return ex.result(step, "skipped", "nothing confirmed", started)
-    stuck = [c for c in await ex.terminate(confirmed) if (c.pid, c.start_time) in ex.stuck]
+    stuck = [c for c in await ex.terminate(confirmed) if ex.stuck_state(c) is not None]
     unseen = unknown_outcomes(ex, step)
     if unseen:
         return ex.result(step, "failed", f"outcome unknown for pid {unseen}: the connection was lost and the host "
@@ -191,7 +187,7 @@ async def _ask_and_terminate(ex: CleanupExecutor, step: str, targets: list[tuple
     if stuck:
         return ex.result(step, "failed", "stuck after SIGKILL: " + ", ".join(
             f"{c.pid} (state {c.state})" for c in stuck), started)
-    lost = sum(1 for s in ex.report.signals if s.step == step and s.outcome == "unknown")
+    lost = sum(1 for s in ex.signals(step) if s.outcome == "unknown")
     note = f"; {lost} signal{'s' if lost > 1 else ''}: {LOST_NOTE}" if lost else ""
     return ex.result(step, "done", f"{len(confirmed.procs)} {noun} ended{note}", started)
 
@@ -199,14 +195,14 @@ async def _ask_and_terminate(ex: CleanupExecutor, step: str, targets: list[tuple
 LOST_NOTE = "outcome unknown (the connection dropped with it in flight; not resent), looked again after the reconnect"
 
 
-def unknown_outcomes(ex: CleanupExecutor, step: str) -> str:
+def unknown_outcomes(ex: StepContext, step: str) -> str:
     """The pids of this step whose outcome could not be seen, as a list for a reason ('' when none)."""
-    return ", ".join(str(o.pid) for o in ex.report.outcomes if o.step == step and o.outcome == "unknown")
+    return ", ".join(str(o.pid) for o in ex.outcomes(step) if o.outcome == "unknown")
 
 
 # --- d. verify ----------------------------------------------------------------------------------------
 
-def judge(ex: CleanupExecutor, sample: HostSample, elapsed: float) -> Verification:
+def judge(ex: StepContext, sample: HostSample, elapsed: float) -> Verification:
     holders = cuda_holders(sample, ex.scope)
     verdicts = []
     by_index = {g.index: g for g in sample.gpus}
@@ -227,7 +223,7 @@ def judge(ex: CleanupExecutor, sample: HostSample, elapsed: float) -> Verificati
                         elapsed_s=round(elapsed, 4), detail=detail)
 
 
-async def verify(ex: CleanupExecutor) -> Verification:
+async def verify(ex: StepContext) -> Verification:
     started = ex.clock.monotonic()
     last: list[Verification] = []
     after: list[float | None] = [ex.acted_at]
@@ -242,11 +238,7 @@ async def verify(ex: CleanupExecutor) -> Verification:
     v = last[-1]
     v.elapsed_s = round(waited.elapsed_s, 4)
     v.t = ex.now()
-    ex.report.verification = v
-    if v.clean and ex.last_consent_mono is not None:
-        ex.report.consent_to_clean_s = round(ex.clock.monotonic() - ex.last_consent_mono, 4)
-    if v.clean and ex.last_signal_mono is not None:
-        ex.report.signal_to_clean_s = round(ex.clock.monotonic() - ex.last_signal_mono, 4)
+    ex.record_verification(v)
     ex.emit(v)
     ex.result("verify", "done" if v.clean else "failed", v.detail or "every GPU in scope clean", started)
     return v
@@ -254,9 +246,9 @@ async def verify(ex: CleanupExecutor) -> Verification:
 
 # --- e. GPU reset -------------------------------------------------------------------------------------
 
-async def reset(ex: CleanupExecutor) -> StepResult:
+async def reset(ex: StepContext) -> StepResult:
     started = ex.clock.monotonic()
-    v = ex.report.verification
+    v = ex.verification
     if v is None or v.clean:
         return ex.result("reset", "skipped", "GPUs clean: no reset needed", started)
     if v.holders_left:
@@ -294,7 +286,7 @@ async def reset(ex: CleanupExecutor) -> StepResult:
 
 # --- f. restart ---------------------------------------------------------------------------------------
 
-async def health_ok(ex: CleanupExecutor, url: str) -> bool:
+async def health_ok(ex: StepContext, url: str) -> bool:
     """GET the health endpoint from the host itself (through its agent): 2xx is up."""
     try:
         status = await ex.host.http_get(url, timeout=2.0)
@@ -307,7 +299,7 @@ ALREADY_RUNNING = "already running"
 """How a restart preview starts when the service is up: starting it again would fail."""
 
 
-async def restart(ex: CleanupExecutor) -> StepResult:
+async def restart(ex: StepContext) -> StepResult:
     started = ex.clock.monotonic()
     svc = ex.target.service
     if svc is None:
@@ -348,6 +340,6 @@ async def restart(ex: CleanupExecutor) -> StepResult:
     return ex.result("restart", "done", f"{url} answered 200" if url else "service active", started)
 
 
-STEP_FUNCS: dict[str, Callable[[CleanupExecutor], Awaitable[object]]] = {
+STEP_FUNCS: dict[str, Callable[[StepContext], Awaitable[object]]] = {
     "graceful": graceful, "process": process, "device": device, "verify": verify, "reset": reset,
 }
