@@ -20,7 +20,6 @@ from kimitui.core.describe import describe
 from kimitui.core.events import (
     AllReduceRow,
     ConnectionState,
-    EventDecodeError,
     HostSample,
     MacroPoint,
     SignalOutcome,
@@ -74,11 +73,7 @@ class RunDigest:
         return self._sample(k) if k >= 0 else None
 
     def _sample(self, k: int) -> HostSample | None:
-        try:
-            ev = self.reader.event(self.sample_idx[k])
-        except EventDecodeError as exc:
-            self.reader.warnings.append(f"{self.reader.path.name}: event {self.sample_idx[k]} skipped: {exc}")
-            return None
+        ev = self.reader.decoded(self.sample_idx[k])
         return ev if isinstance(ev, HostSample) else None
 
 
@@ -88,10 +83,8 @@ def digest(reader: RunReader) -> RunDigest:
     d = RunDigest(reader, state, Counter(reader.types), sample_idx, [reader.times[i] for i in sample_idx])
     others = [i for i, ty in enumerate(reader.types) if ty != "sample"]
     for i in others:
-        try:
-            ev = reader.event(i)
-        except EventDecodeError as exc:
-            reader.warnings.append(f"{reader.path.name}: event {i} skipped: {exc}")
+        ev = reader.decoded(i)
+        if ev is None:
             continue
         fold(state, ev)
         if isinstance(ev, StepResult) and state.cleanups:
@@ -109,11 +102,17 @@ def digest(reader: RunReader) -> RunDigest:
 
 
 def fmt_time(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # beyond the years datetime holds
+        return f"{t:g} (not a date)"
 
 
 def fmt_offset(t: float, origin: float) -> str:
-    m, s = divmod(max(0.0, t - origin), 60)
+    offset = max(0.0, t - origin)
+    if not math.isfinite(offset):
+        return "+?"
+    m, s = divmod(offset, 60)
     return f"+{int(m):d}:{s:04.1f}"
 
 
@@ -503,6 +502,7 @@ def _allreduce(state: SessionState) -> list[str]:
     for r in rows_in:
         if r.burst == 1:
             singles.setdefault((r.run_id, r.size_bytes), {})[r.mode] = r
+    singles = {key: m for key, m in singles.items() if "eager" in m or "graph" in m}  # nccl-tests' two groups
     if singles:
         lines += ["", "In nccl-tests' columns (torch.distributed works in place: the two groups are eager and CUDA "
                   "graph):", "", "```", NCCL_HEAD,

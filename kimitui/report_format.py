@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
 def fmt_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):  # the difference of two far-apart times in a hand-edited run
+        return "n/a"
     if seconds < 60:
         return f"{seconds:.1f} s"
     m, s = divmod(round(seconds), 60)

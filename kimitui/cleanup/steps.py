@@ -3,6 +3,7 @@ builds a preview, asks consent, acts only on what was confirmed, and reports a S
 
 from __future__ import annotations
 
+import dataclasses
 import signal as signal_mod
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -239,9 +240,7 @@ async def verify(ex: CleanupExecutor) -> Verification:
         return last[-1].clean
 
     waited = await poll_until(check, ex.target.deadlines.verify_s, ex.target.deadlines.poll_s, ex.clock)
-    v = last[-1]
-    v.elapsed_s = round(waited.elapsed_s, 4)
-    v.t = ex.now()
+    v = dataclasses.replace(last[-1], t=ex.now(), elapsed_s=round(waited.elapsed_s, 4))
     ex.report.verification = v
     if v.clean and ex.last_consent_mono is not None:
         ex.report.consent_to_clean_s = round(ex.clock.monotonic() - ex.last_consent_mono, 4)

@@ -7,6 +7,7 @@ is the empty state), so a 4 Hz stream of large samples costs no copies.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -225,6 +226,16 @@ class LevelRequests:
     input_tokens: list[int] = field(default_factory=list)
 
 
+def _number(value: object) -> float | None:
+    """A per-request record's number (its records are plain JSON, not checked when decoded: thousands of
+    them): None for anything but a finite int or float."""
+    if type(value) is float:
+        return value if math.isfinite(value) else None
+    if type(value) is int and abs(value) < 2**1023:
+        return float(value)
+    return None
+
+
 def _fold_requests(state: SessionState, ev: MacroRequests) -> None:
     level = state.macro_requests.get(ev.concurrency)
     if level is None or level.origin != ev.origin:  # a new level (or a new sweep) at this concurrency
@@ -232,14 +243,19 @@ def _fold_requests(state: SessionState, ev: MacroRequests) -> None:
     for r in ev.requests:
         level.received += 1
         chunks = r.get("chunk_ms") or []
-        if r.get("error") is not None or not chunks:
+        if r.get("error") is not None or not chunks or not isinstance(chunks, list):
             level.failed += 1
             continue
-        level.ttft_ms.append(chunks[0])
-        level.input_tokens.append(r.get("in", 0))
-        out = r.get("out", 0)
-        if out > 1:
-            level.tpot_ms.append((chunks[-1] - chunks[0]) / (out - 1))
+        first, last = _number(chunks[0]), _number(chunks[-1])
+        if first is None or last is None:  # a malformed record: no time to show
+            continue
+        level.ttft_ms.append(first)
+        tokens_in = r.get("in", 0)
+        level.input_tokens.append(tokens_in if type(tokens_in) is int else 0)
+        out = _number(r.get("out", 0))
+        tpot = (last - first) / (out - 1) if out is not None and out > 1 else math.nan
+        if math.isfinite(tpot):
+            level.tpot_ms.append(tpot)
 
 
 @dataclass(slots=True)
