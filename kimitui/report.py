@@ -28,6 +28,7 @@ from kimitui.core.events import (
 )
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import CleanupState, SessionState, StepState, Sweep, first_error, fold, level_failed
+from kimitui.core.typed import finite
 from kimitui.report_format import fmt_duration, table
 
 
@@ -128,7 +129,12 @@ def fmt_bytes(n: int) -> str:
 
 
 def _num(v: Any, spec: str = ".1f") -> str:
-    return format(v, spec) if isinstance(v, int | float) and not isinstance(v, bool) else "n/a"
+    """A number of plain JSON (a level's metrics) or an optional field, as ``spec`` says; "n/a" for anything
+    else (None, NaN, a string, a count that is no integer)."""
+    if spec.endswith("d"):
+        return format(v, spec) if type(v) is int else "n/a"
+    x = finite(v)
+    return "n/a" if x is None else format(x, spec)
 
 
 def short(text: str, width: int = 60) -> str:
@@ -304,23 +310,28 @@ def _verification(c: CleanupState) -> list[str]:
 
 
 def peak_point(points: list[MacroPoint]) -> MacroPoint | None:
-    scored = [p for p in points if isinstance(p.metrics.get("output_throughput"), int | float) and not level_failed(p)]
-    return max(scored, key=lambda p: p.metrics["output_throughput"]) if scored else None
+    """The level of the highest output tok/s (a failed level, or one without the figure, is none)."""
+    scored = [(tok, p) for p in points if (tok := p.metric("output_throughput")) is not None and not level_failed(p)]
+    return max(scored, key=lambda s: s[0])[1] if scored else None
 
 
-def _top_percentile(m: dict[str, Any]) -> str:
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _top_percentile(p: MacroPoint) -> str:
     """The highest percentile a level reports, as its key spells it (vLLM's "p99", "p99.9")."""
-    ps = [p for p in m.get("percentiles") or [99] if isinstance(p, int | float)] or [99]
-    top = max(ps)
+    ps = [v for v in map(finite, _listed(p.metrics.get("percentiles"))) if v is not None and 0 < v <= 100]
+    top = max(ps, default=99.0)
     return f"p{int(top) if int(top) == top else top}"
 
 
-def _input_cell(m: dict[str, Any]) -> str:
-    mean, std, asked = m.get("mean_input_tokens"), m.get("std_input_tokens"), m.get("requested_input_len")
-    if not isinstance(mean, int | float):
+def _input_cell(p: MacroPoint) -> str:
+    mean, std, asked = p.metric("mean_input_tokens"), p.metric("std_input_tokens"), p.metric("requested_input_len")
+    if mean is None:
         return "n/a"
-    text = f"{mean:.1f} ±{std:.1f}" if isinstance(std, int | float) else f"{mean:.1f}"
-    return text + (f" ({asked:.0f})" if isinstance(asked, int | float) else "")
+    text = f"{mean:.1f} ±{std:.1f}" if std is not None else f"{mean:.1f}"
+    return text + (f" ({asked:.0f})" if asked is not None else "")
 
 
 def _macro(d: RunDigest) -> list[str]:
@@ -342,18 +353,20 @@ def _sweep(sweep: Sweep) -> list[str]:
     single = points[0] if points and points[0].concurrency == 1 and not level_failed(points[0]) else None
     peak = peak_point(points)
     head = []
-    if single is not None and isinstance(single.metrics.get("output_throughput"), int | float):
-        tpot = single.metrics.get("mean_tpot_ms")
-        head.append(f"Single stream: **{single.metrics['output_throughput']:.1f} output tok/s**"
-                    + (f" (TPOT {tpot:.1f} ms)" if isinstance(tpot, int | float) else ""))
+    single_tok = single.metric("output_throughput") if single is not None else None
+    if single is not None and single_tok is not None:
+        tpot = single.metric("mean_tpot_ms")
+        head.append(f"Single stream: **{single_tok:.1f} output tok/s**"
+                    + (f" (TPOT {tpot:.1f} ms)" if tpot is not None else ""))
     else:
         head.append("Single stream: not measured (no concurrency 1 point with a completed request)")
     if peak is not None:
-        head.append(f"peak **{peak.metrics['output_throughput']:.0f} tok/s** at concurrency {peak.concurrency}")
+        head.append(f"peak **{_num(peak.metrics['output_throughput'], '.0f')} tok/s** at concurrency "
+                    f"{peak.concurrency}")
     failed = sweep.failed_levels
     if failed:
         head.append(f"{len(failed)} level(s) FAILED: every request failed")
-    pk = _top_percentile(points[0].metrics)
+    pk = _top_percentile(points[0])
     lines = ["; ".join(head) + ".", "",
              "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token); "
              "input tokens: achieved mean ± spread (asked).", ""]
@@ -368,13 +381,13 @@ def _sweep(sweep: Sweep) -> list[str]:
         rows.append([str(p.concurrency), counts,
                      _num(m.get("output_throughput")), _num(m.get("mean_ttft_ms")), _num(m.get(f"{pk}_ttft_ms")),
                      _num(m.get("mean_tpot_ms")), _num(m.get(f"{pk}_tpot_ms")), _num(m.get("mean_itl_ms")),
-                     _num(m.get("mean_e2el_ms"), ".0f"), _input_cell(m), _num(m.get("duration"))])
+                     _num(m.get("mean_e2el_ms"), ".0f"), _input_cell(p), _num(m.get("duration"))])
     lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT", f"TTFT {pk}", "TPOT", f"TPOT {pk}", "ITL",
                     "E2EL", "input tok", "duration s"], rows)
     methods = sorted({str(p.metrics["input_len_method"]) for p in points if "input_len_method" in p.metrics})
     if methods:
         lines += ["", "Input lengths: " + ", ".join(_METHODS.get(x, x) for x in methods) + "."]
-    client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in p.metrics.get("client_warnings") or []]
+    client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in _listed(p.metrics.get("client_warnings"))]
     if client:
         lines += ["", "The load generator may have distorted these figures:", "", *client]
     return lines

@@ -51,7 +51,7 @@ def summarize(reader: RunReader) -> str:
     if peak is not None:
         single = s.single_stream_tok_s()
         tail = f"; single stream {single:.0f} tok/s" if isinstance(single, int | float) else ""
-        out.append(_line("macro", f"peak {peak.metrics['output_throughput']:.0f} tok/s at concurrency "
+        out.append(_line("macro", f"peak {peak.metric('output_throughput') or 0.0:.0f} tok/s at concurrency "
                           f"{peak.concurrency}{tail} ({len(s.macro)} points)"))
     else:
         out.append(_line("macro", "no benchmark points in this run"))

@@ -15,12 +15,15 @@ from typing import Any
 from kimitui.resources import bundled_sample_run
 
 SLICE_SAMPLES_EVERY = 12
-"""The slice keeps every 12th sample (6 of 72), and of the events many of a type have, every third."""
+"""The slice keeps every 12th sample (6 of 72), and of the events many of a type have, every fifth."""
 SLICE_REQUESTS = 12
 """And the first 12 per-request records of each macro_requests event (the whole run has thousands)."""
 
-HUGE: tuple[Any, ...] = (1e308, -1e308, 2**70, -(2**70), -1, 0, -0.0, 5e-324, 10**400, float("nan"),
-                         float("inf"), float("-inf"), 2**63, -(2**63) - 1)
+HUGE_INTS: tuple[int, ...] = (2**70, -(2**70), -1, 0, 2**63, -(2**63) - 1, 10**300)
+HUGE_FLOATS: tuple[float, ...] = (1e308, -1e308, -1.0, 0.0, -0.0, 5e-324, 1.7976931348623157e308)
+HUGE: tuple[Any, ...] = (*HUGE_INTS, *HUGE_FLOATS, 10**400, float("nan"), float("inf"), float("-inf"))
+"""Numbers at the edges: most of the same type as the number they replace (well-typed, so they reach the
+fold), some beyond what a float holds or not finite (refused when decoded)."""
 UNICODE: tuple[str, ...] = (
     "\u202eRTL override\u202c", "שלום עולם", "مرحبا", "emoji 🎉👩‍👩‍👧‍👦🏳️‍🌈", "\x00nul\x01\x1b[31mred\x1b[0m",
     "tab\tnew\nline\rcr", "\u200bzero\u200dwidth\ufeff", "e\u0301\u0301\u0301 combining", "\ud800 lone surrogate",
@@ -50,7 +53,7 @@ def load_bundled() -> Run:
 
 
 def slice_of(run: Run) -> Run:
-    """A smaller run with every event type of the whole: every third event of the types with many, all
+    """A smaller run with every event type of the whole: every fifth event of the types with many, all
     of the others, every 12th sample, macro_requests cut to their first records."""
     keep_lines: list[bytes] = []
     keep: list[dict[str, Any]] = []
@@ -60,7 +63,7 @@ def slice_of(run: Run) -> Run:
         if p["type"] == "sample":
             if n % SLICE_SAMPLES_EVERY:
                 continue
-        elif n % 3 and p["type"] in ("micro_progress", "macro_progress", "gemm_row", "allreduce_row",
+        elif n % 5 and p["type"] in ("micro_progress", "macro_progress", "gemm_row", "allreduce_row",
                                     "signal_outcome", "log"):
             continue
         if p["type"] == "macro_requests":
@@ -80,8 +83,8 @@ def _dumps(obj: Any, ascii_only: bool = True) -> bytes:
 
 
 def _spot(obj: Any, rng: random.Random) -> tuple[Any, Any]:
-    """A random (container, key) inside a parsed line: a random walk down from the top."""
-    container, key = obj, rng.choice(list(obj))
+    """A random (container, key) inside a parsed line (or a list in it): a random walk down from the top."""
+    container, key = obj, rng.randrange(len(obj)) if isinstance(obj, list) else rng.choice(list(obj))
     while True:
         value = container[key]
         if not isinstance(value, dict | list) or not value or rng.random() < 0.3:
@@ -120,7 +123,13 @@ def _drop(obj: dict[str, Any], rng: random.Random) -> str:
 
 def _huge(obj: dict[str, Any], rng: random.Random) -> str:
     container, key = _leaf(obj, rng, _is_number)
-    container[key] = rng.choice(HUGE)
+    old, roll = container[key], rng.random()
+    if roll < 0.7 and type(old) is int:
+        container[key] = rng.choice(HUGE_INTS)
+    elif roll < 0.7 and type(old) is float:
+        container[key] = rng.choice(HUGE_FLOATS)
+    else:
+        container[key] = rng.choice(HUGE)
     return f"{key!r} -> {container[key]!r:.40}"
 
 
@@ -155,8 +164,26 @@ def _empty(obj: dict[str, Any], rng: random.Random) -> str:
     return f"{key!r} emptied"
 
 
+ANY_ZONES = {"macro_point": "metrics", "macro_requests": "requests", "campaign_plan": "settings",
+             "micro_plan": "gemms"}
+"""Fields of plain JSON (``dict[str, Any]``: vLLM's result keys, per-request records, settings), which
+decoding does not check inside: their readers must take any value."""
+ODD: tuple[Any, ...] = (*HUGE, *OTHER_TYPES, *UNICODE[:6])
+
+
+def _any_zone(obj: dict[str, Any], rng: random.Random) -> str:
+    zone = ANY_ZONES.get(obj.get("type", ""))
+    value = obj.get(zone) if zone else None
+    if not value or not isinstance(value, dict | list):
+        return _retype(obj, rng)
+    container, key = _spot(value, rng)
+    container[key] = copy.deepcopy(rng.choice(ODD))
+    return f"{zone}: {key!r} -> {container[key]!r:.40}"
+
+
 LINE_MUTATIONS: tuple[Callable[[dict[str, Any], random.Random], str], ...] = (
-    _retype, _retype, _retype, _drop, _drop, _huge, _huge, _unicode, _unicode, _time, _empty)
+    _retype, _retype, _retype, _drop, _drop, _huge, _huge, _unicode, _unicode, _time, _empty, _any_zone,
+    _any_zone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +214,8 @@ def mutate(run: Run, rng: random.Random) -> Mutant:
         roll = rng.random()
         i = rng.randrange(len(lines))
         if roll < 0.72:
+            if rng.random() < 0.15:  # a line with plain JSON inside, most of the time
+                i = rng.choice([k for k, p in enumerate(run.parsed[: len(lines)]) if p["type"] in ANY_ZONES] or [i])
             obj = objs[i] if objs[i] is not None else _parse(lines[i])
             if obj is None:
                 continue
@@ -231,7 +260,7 @@ def mutate(run: Run, rng: random.Random) -> Mutant:
     data = header + b"\n" + b"\n".join(lines) + b"\n"
     may_refuse = False
     if rng.random() < 0.08:  # a run cut short: anywhere after the header, now and then inside it
-        cut = rng.randrange(len(header) + 1 if rng.random() < 0.9 else 0, len(data))
+        cut = rng.randrange(len(header) + 1, len(data)) if rng.random() < 0.9 else rng.randrange(len(header))
         data = data[:cut]
         may_refuse = cut < len(header)
         whats.append(f"truncated at byte {cut}")

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
-from kimitui.core.typed import NON_FINITE, FieldTypeError, build
+from kimitui.core.typed import NON_FINITE, FieldTypeError, build, finite
 
 ProcKind = Literal["cuda", "handle", "unknown"]
 """How a process holds a GPU: a CUDA context (device files mapped), a handle only (open, not mapped,
@@ -204,6 +204,11 @@ class MacroPoint(Event):
     type: ClassVar[str] = "macro_point"
     concurrency: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    """Plain JSON, not checked when decoded (its keys are open-ended): read its numbers with ``metric``."""
+
+    def metric(self, key: str) -> float | None:
+        """A metric as a finite float; None when it is missing or no number (NaN, a string, a list, ...)."""
+        return finite(self.metrics.get(key))
 
 
 @dataclass(frozen=True, slots=True)

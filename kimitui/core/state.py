@@ -42,6 +42,7 @@ from kimitui.core.events import (
     Verification,
 )
 from kimitui.core.procdisplay import start_wall_time
+from kimitui.core.typed import finite
 
 HISTORY_POINTS = 240
 """Memory history kept per GPU, in samples (one minute at 4 Hz)."""
@@ -226,16 +227,6 @@ class LevelRequests:
     input_tokens: list[int] = field(default_factory=list)
 
 
-def _number(value: object) -> float | None:
-    """A per-request record's number (its records are plain JSON, not checked when decoded: thousands of
-    them): None for anything but a finite int or float."""
-    if type(value) is float:
-        return value if math.isfinite(value) else None
-    if type(value) is int and abs(value) < 2**1023:
-        return float(value)
-    return None
-
-
 def _fold_requests(state: SessionState, ev: MacroRequests) -> None:
     level = state.macro_requests.get(ev.concurrency)
     if level is None or level.origin != ev.origin:  # a new level (or a new sweep) at this concurrency
@@ -246,13 +237,13 @@ def _fold_requests(state: SessionState, ev: MacroRequests) -> None:
         if r.get("error") is not None or not chunks or not isinstance(chunks, list):
             level.failed += 1
             continue
-        first, last = _number(chunks[0]), _number(chunks[-1])
+        first, last = finite(chunks[0]), finite(chunks[-1])  # plain JSON, not checked when decoded
         if first is None or last is None:  # a malformed record: no time to show
             continue
         level.ttft_ms.append(first)
         tokens_in = r.get("in", 0)
         level.input_tokens.append(tokens_in if type(tokens_in) is int else 0)
-        out = _number(r.get("out", 0))
+        out = finite(r.get("out", 0))
         tpot = (last - first) / (out - 1) if out is not None and out > 1 else math.nan
         if math.isfinite(tpot):
             level.tpot_ms.append(tpot)
@@ -333,7 +324,7 @@ class SessionState:
         point = self.macro.get(1)
         if point is None or level_failed(point):
             return None
-        return point.metrics.get("output_throughput")
+        return point.metric("output_throughput")
 
     def started_at(self, start_ticks: int | None) -> float | None:
         """When a process started (unix seconds, the recording side's clock), from its start time in clock

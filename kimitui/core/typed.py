@@ -366,6 +366,21 @@ def _path(where: list[str]) -> str:
     return out
 
 
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number a float holds (an int or a float, not a bool), else
+    None: for the plain JSON inside events (``Any``: vLLM's metrics, per-request records), which decoding
+    does not look into, so whoever reads a number there takes any value."""
+    kind = type(value)
+    if kind is float:
+        return value if value - value == 0.0 else None
+    if kind is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    return None
+
+
 def build(cls: type[T], data: Mapping[str, Any]) -> T:
     """An instance of the dataclass ``cls`` from a JSON object, every field checked (``FieldTypeError``)."""
     try:
