@@ -29,7 +29,7 @@ from kimitui.core.events import (
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import CleanupState, SessionState, StepState, Sweep, first_error, fold, level_failed
 from kimitui.core.typed import finite
-from kimitui.report_format import fmt_duration, table
+from kimitui.report_format import fmt_duration, table, writable
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -552,4 +552,4 @@ def render_report(reader: RunReader) -> str:
     for line in body:
         if line or (out and out[-1]):
             out.append(line)
-    return "\n".join(out).rstrip() + "\n"
+    return writable("\n".join(out).rstrip() + "\n")

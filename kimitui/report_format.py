@@ -18,6 +18,12 @@ def fmt_duration(seconds: float) -> str:
     return f"{h}h {m:02d}m {s:02d}s"
 
 
+def writable(text: str) -> str:
+    """``text`` with any lone surrogate escaped (``\\ud800``), so it can be written as UTF-8: JSON's
+    ``\\ud800`` escapes make them, in the plain JSON inside events that decoding does not look into."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kimitui.core.runfile import RunReader
 from kimitui.report import digest, fmt_duration, fmt_time, peak_point
+from kimitui.report_format import writable
 
 _W = 10
 
@@ -75,4 +76,4 @@ def summarize(reader: RunReader) -> str:
         out += [f"  - {w}" for w in reader.warnings]
     else:
         out.append(_line("warnings", "none"))
-    return "\n".join(out) + "\n"
+    return writable("\n".join(out) + "\n")

@@ -99,6 +99,7 @@ def test_a_thousand_mutations_of_the_bundled_run_are_read_folded_replayed_summar
             assert sum(f": line {reader.line_of(i)} skipped: " in w for w in reader.warnings) == 1, where
         assert all(f"- {w}" in report for w in reader.warnings), where  # nothing skipped silently
         assert "\nwarnings  " in summary and report.endswith("\n"), where
+        assert summary.encode("utf-8") and report.encode("utf-8"), where  # printable, whatever the run held
         warned += bool(reader.warnings)
     elapsed = time.monotonic() - started
     # the mutations do reach the checks: many runs have lines skipped, few mutants lose their header
@@ -178,7 +179,7 @@ def test_an_event_stamped_beyond_any_date_is_folded_and_reported(bundled: Run, t
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -1, 10**400, 2**70, 1e308, "12", [], {}, None, True,
-                                   "\u202e\x1b[31m"], ids=lambda v: f"{v!r:.12}")
+                                   "\u202e\x1b[31m", "\ud800"], ids=lambda v: f"{v!r:.12}")
 def test_plain_json_inside_events_takes_any_value(bundled: Run, tmp_path: Path, value: object) -> None:
     """vLLM's metrics, the per-request records, a campaign's settings and a micro plan's shapes are plain
     JSON that decoding does not look into: every key of them set to one odd value, the run still folds,
@@ -196,3 +197,4 @@ def test_plain_json_inside_events_takes_any_value(bundled: Run, tmp_path: Path, 
                               separators=(",", ":")).encode()
     reader, summary, report = exercise(_write(tmp_path / "run.jsonl", bundled, lines))
     assert reader.warnings == [] and "## Serving sweep (macro)" in report and "macro     " in summary
+    assert summary.encode("utf-8") and report.encode("utf-8")
