@@ -2,6 +2,11 @@
 
 Each event serialises to one JSON object whose first two keys are always ``t`` (unix seconds) and
 ``type`` (the registry name below), so a run file can be indexed without decoding every line.
+
+An event is a value: a frozen dataclass (the records inside one too), built once and never changed
+(``dataclasses.replace`` makes a changed copy), so the fold, a replay's seeks and every view can share it.
+Decoding checks every field against its annotation (``kimitui.core.typed``): a line of the wrong shape is
+refused whole, with the event type and the field named, rather than becoming an event the fold trips on.
 """
 
 from __future__ import annotations
