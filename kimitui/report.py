@@ -20,7 +20,6 @@ from kimitui.core.describe import describe
 from kimitui.core.events import (
     AllReduceRow,
     ConnectionState,
-    EventDecodeError,
     HostSample,
     MacroPoint,
     SignalOutcome,
@@ -29,7 +28,8 @@ from kimitui.core.events import (
 )
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import CleanupState, SessionState, StepState, Sweep, first_error, fold, level_failed
-from kimitui.report_format import fmt_duration, table
+from kimitui.core.typed import finite
+from kimitui.report_format import fmt_duration, table, writable
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -74,11 +74,7 @@ class RunDigest:
         return self._sample(k) if k >= 0 else None
 
     def _sample(self, k: int) -> HostSample | None:
-        try:
-            ev = self.reader.event(self.sample_idx[k])
-        except EventDecodeError as exc:
-            self.reader.warnings.append(f"{self.reader.path.name}: event {self.sample_idx[k]} skipped: {exc}")
-            return None
+        ev = self.reader.decoded(self.sample_idx[k])
         return ev if isinstance(ev, HostSample) else None
 
 
@@ -88,10 +84,8 @@ def digest(reader: RunReader) -> RunDigest:
     d = RunDigest(reader, state, Counter(reader.types), sample_idx, [reader.times[i] for i in sample_idx])
     others = [i for i, ty in enumerate(reader.types) if ty != "sample"]
     for i in others:
-        try:
-            ev = reader.event(i)
-        except EventDecodeError as exc:
-            reader.warnings.append(f"{reader.path.name}: event {i} skipped: {exc}")
+        ev = reader.decoded(i)
+        if ev is None:
             continue
         fold(state, ev)
         if isinstance(ev, StepResult) and state.cleanups:
@@ -109,11 +103,17 @@ def digest(reader: RunReader) -> RunDigest:
 
 
 def fmt_time(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # beyond the years datetime holds
+        return f"{t:g} (not a date)"
 
 
 def fmt_offset(t: float, origin: float) -> str:
-    m, s = divmod(max(0.0, t - origin), 60)
+    offset = max(0.0, t - origin)
+    if not math.isfinite(offset):
+        return "+?"
+    m, s = divmod(offset, 60)
     return f"+{int(m):d}:{s:04.1f}"
 
 
@@ -129,7 +129,12 @@ def fmt_bytes(n: int) -> str:
 
 
 def _num(v: Any, spec: str = ".1f") -> str:
-    return format(v, spec) if isinstance(v, int | float) and not isinstance(v, bool) else "n/a"
+    """A number of plain JSON (a level's metrics) or an optional field, as ``spec`` says; "n/a" for anything
+    else (None, NaN, a string, a count that is no integer)."""
+    if spec.endswith("d"):
+        return format(v, spec) if type(v) is int else "n/a"
+    x = finite(v)
+    return "n/a" if x is None else format(x, spec)
 
 
 def short(text: str, width: int = 60) -> str:
@@ -305,23 +310,28 @@ def _verification(c: CleanupState) -> list[str]:
 
 
 def peak_point(points: list[MacroPoint]) -> MacroPoint | None:
-    scored = [p for p in points if isinstance(p.metrics.get("output_throughput"), int | float) and not level_failed(p)]
-    return max(scored, key=lambda p: p.metrics["output_throughput"]) if scored else None
+    """The level of the highest output tok/s (a failed level, or one without the figure, is none)."""
+    scored = [(tok, p) for p in points if (tok := p.metric("output_throughput")) is not None and not level_failed(p)]
+    return max(scored, key=lambda s: s[0])[1] if scored else None
 
 
-def _top_percentile(m: dict[str, Any]) -> str:
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _top_percentile(p: MacroPoint) -> str:
     """The highest percentile a level reports, as its key spells it (vLLM's "p99", "p99.9")."""
-    ps = [p for p in m.get("percentiles") or [99] if isinstance(p, int | float)] or [99]
-    top = max(ps)
+    ps = [v for v in map(finite, _listed(p.metrics.get("percentiles"))) if v is not None and 0 < v <= 100]
+    top = max(ps, default=99.0)
     return f"p{int(top) if int(top) == top else top}"
 
 
-def _input_cell(m: dict[str, Any]) -> str:
-    mean, std, asked = m.get("mean_input_tokens"), m.get("std_input_tokens"), m.get("requested_input_len")
-    if not isinstance(mean, int | float):
+def _input_cell(p: MacroPoint) -> str:
+    mean, std, asked = p.metric("mean_input_tokens"), p.metric("std_input_tokens"), p.metric("requested_input_len")
+    if mean is None:
         return "n/a"
-    text = f"{mean:.1f} ±{std:.1f}" if isinstance(std, int | float) else f"{mean:.1f}"
-    return text + (f" ({asked:.0f})" if isinstance(asked, int | float) else "")
+    text = f"{mean:.1f} ±{std:.1f}" if std is not None else f"{mean:.1f}"
+    return text + (f" ({asked:.0f})" if asked is not None else "")
 
 
 def _macro(d: RunDigest) -> list[str]:
@@ -343,18 +353,20 @@ def _sweep(sweep: Sweep) -> list[str]:
     single = points[0] if points and points[0].concurrency == 1 and not level_failed(points[0]) else None
     peak = peak_point(points)
     head = []
-    if single is not None and isinstance(single.metrics.get("output_throughput"), int | float):
-        tpot = single.metrics.get("mean_tpot_ms")
-        head.append(f"Single stream: **{single.metrics['output_throughput']:.1f} output tok/s**"
-                    + (f" (TPOT {tpot:.1f} ms)" if isinstance(tpot, int | float) else ""))
+    single_tok = single.metric("output_throughput") if single is not None else None
+    if single is not None and single_tok is not None:
+        tpot = single.metric("mean_tpot_ms")
+        head.append(f"Single stream: **{single_tok:.1f} output tok/s**"
+                    + (f" (TPOT {tpot:.1f} ms)" if tpot is not None else ""))
     else:
         head.append("Single stream: not measured (no concurrency 1 point with a completed request)")
     if peak is not None:
-        head.append(f"peak **{peak.metrics['output_throughput']:.0f} tok/s** at concurrency {peak.concurrency}")
+        head.append(f"peak **{_num(peak.metrics['output_throughput'], '.0f')} tok/s** at concurrency "
+                    f"{peak.concurrency}")
     failed = sweep.failed_levels
     if failed:
         head.append(f"{len(failed)} level(s) FAILED: every request failed")
-    pk = _top_percentile(points[0].metrics)
+    pk = _top_percentile(points[0])
     lines = ["; ".join(head) + ".", "",
              "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token); "
              "input tokens: achieved mean ± spread (asked).", ""]
@@ -369,13 +381,13 @@ def _sweep(sweep: Sweep) -> list[str]:
         rows.append([str(p.concurrency), counts,
                      _num(m.get("output_throughput")), _num(m.get("mean_ttft_ms")), _num(m.get(f"{pk}_ttft_ms")),
                      _num(m.get("mean_tpot_ms")), _num(m.get(f"{pk}_tpot_ms")), _num(m.get("mean_itl_ms")),
-                     _num(m.get("mean_e2el_ms"), ".0f"), _input_cell(m), _num(m.get("duration"))])
+                     _num(m.get("mean_e2el_ms"), ".0f"), _input_cell(p), _num(m.get("duration"))])
     lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT", f"TTFT {pk}", "TPOT", f"TPOT {pk}", "ITL",
                     "E2EL", "input tok", "duration s"], rows)
     methods = sorted({str(p.metrics["input_len_method"]) for p in points if "input_len_method" in p.metrics})
     if methods:
         lines += ["", "Input lengths: " + ", ".join(_METHODS.get(x, x) for x in methods) + "."]
-    client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in p.metrics.get("client_warnings") or []]
+    client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in _listed(p.metrics.get("client_warnings"))]
     if client:
         lines += ["", "The load generator may have distorted these figures:", "", *client]
     return lines
@@ -503,6 +515,7 @@ def _allreduce(state: SessionState) -> list[str]:
     for r in rows_in:
         if r.burst == 1:
             singles.setdefault((r.run_id, r.size_bytes), {})[r.mode] = r
+    singles = {key: m for key, m in singles.items() if "eager" in m or "graph" in m}  # nccl-tests' two groups
     if singles:
         lines += ["", "In nccl-tests' columns (torch.distributed works in place: the two groups are eager and CUDA "
                   "graph):", "", "```", NCCL_HEAD,
@@ -539,4 +552,4 @@ def render_report(reader: RunReader) -> str:
     for line in body:
         if line or (out and out[-1]):
             out.append(line)
-    return "\n".join(out).rstrip() + "\n"
+    return writable("\n".join(out).rstrip() + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kimitui.core.runfile import RunReader
 from kimitui.report import digest, fmt_duration, fmt_time, peak_point
+from kimitui.report_format import writable
 
 _W = 10
 
@@ -51,7 +52,7 @@ def summarize(reader: RunReader) -> str:
     if peak is not None:
         single = s.single_stream_tok_s()
         tail = f"; single stream {single:.0f} tok/s" if isinstance(single, int | float) else ""
-        out.append(_line("macro", f"peak {peak.metrics['output_throughput']:.0f} tok/s at concurrency "
+        out.append(_line("macro", f"peak {peak.metric('output_throughput') or 0.0:.0f} tok/s at concurrency "
                           f"{peak.concurrency}{tail} ({len(s.macro)} points)"))
     else:
         out.append(_line("macro", "no benchmark points in this run"))
@@ -75,4 +76,4 @@ def summarize(reader: RunReader) -> str:
         out += [f"  - {w}" for w in reader.warnings]
     else:
         out.append(_line("warnings", "none"))
-    return "\n".join(out) + "\n"
+    return writable("\n".join(out) + "\n")

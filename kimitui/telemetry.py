@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -91,16 +92,13 @@ def parse_agent_line(line: str, host: str = "", clock: Clock = time.time) -> Age
         kind = data.get("type")
         if kind == "sample":
             check_sample(data)
-            event = from_dict(data)
+            event = from_dict({**data, "host": host} if host else data)
             assert isinstance(event, HostSample)
-            if host:
-                event.host = host
             return event
         if kind == "log":
             event = from_dict(data)
             assert isinstance(event, LogLine)
-            event.message = _one_line(event.message)
-            return event
+            return dataclasses.replace(event, message=_one_line(event.message))
         raise EventDecodeError(f"unexpected type {kind!r}")
     except json.JSONDecodeError as exc:
         reason = f"not JSON ({exc.msg} at column {exc.colno})"
@@ -147,16 +145,16 @@ class TelemetrySource:
             fields["scan_interval"] = self.scan_interval
         return fields
 
-    def _to_local_clock(self, sample: HostSample) -> None:
+    def _to_local_clock(self, sample: HostSample) -> HostSample:
         """Put a sample on this side's clock, so it orders correctly against local events (cleanup steps,
         benchmark points) in the run: the host's clock may be skewed. The offset is the smallest
         (arrival - sample time) seen, i.e. the skew plus the fastest delivery; it only ever shrinks."""
         offset = self.last_sample_at - sample.t if self.last_sample_at is not None else 0.0
         if self._offset is None or offset < self._offset:
             self._offset = offset
-        sample.t += self._offset
-        if sample.boot_time is not None:
-            sample.boot_time += self._offset  # the host's boot on the same clock as the sample
+        # the host's boot on the same clock as the sample
+        boot = None if sample.boot_time is None else sample.boot_time + self._offset
+        return dataclasses.replace(sample, t=sample.t + self._offset, boot_time=boot)
 
     def stop(self) -> None:
         """End events() at the next line or reconnect wait (cancelling the consumer task ends it at once)."""
@@ -229,7 +227,7 @@ class TelemetrySource:
                     if isinstance(event, HostSample):
                         self.last_sample_at = self.clock()
                         self.samples += 1
-                        self._to_local_clock(event)
+                        event = self._to_local_clock(event)
                     yield event
                 if self._stop.is_set():
                     break

@@ -383,16 +383,18 @@ async def test_survivor_of_sigkill_is_reported_stuck_once(sim: SimDir, tmp_path:
 
 
 def test_clean_criteria_baselines() -> None:
+    from dataclasses import replace
+
     c = CleanCriteria(threshold_mib=64)
     v2 = GpuSample(0, "u", "n", mem_used_mib=60, mem_reserved_mib=616)
     assert c.gpu_clean(v2)
-    v2.mem_used_mib = 65
+    v2 = replace(v2, mem_used_mib=65)
     assert not c.gpu_clean(v2)
     v1 = GpuSample(1, "u", "n", mem_used_mib=616, mem_reserved_mib=None)  # NVML v1: used includes reserved
     assert c.gpu_clean(v1)
     c.baselines[1] = 500.0
     assert not c.gpu_clean(v1)
-    v1.mem_used_mib = 560
+    v1 = replace(v1, mem_used_mib=560)
     assert c.gpu_clean(v1)
     assert not c.gpu_clean(GpuSample(2, "u", "n", mem_used_mib=None))
 

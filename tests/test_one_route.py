@@ -130,8 +130,9 @@ def test_the_host_boot_time_moves_with_the_sample_clock() -> None:
     now[0] = 900.0 + 100.0
     source.last_sample_at = now[0]
     sample = HostSample(t=900.0, host="h", seq=1, boot_time=100.0, clock_ticks=100)
-    source._to_local_clock(sample)
-    assert sample.t == 1000.0 and sample.boot_time == 200.0
+    placed = source._to_local_clock(sample)
+    assert placed.t == 1000.0 and placed.boot_time == 200.0
+    assert sample.t == 900.0, "the event the agent sent stays as it was (an event is a value)"
 
 
 def test_an_agent_sample_carries_the_boot_time_through_to_the_fold() -> None:

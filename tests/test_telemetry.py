@@ -359,7 +359,6 @@ def test_samples_are_put_on_the_local_clock_despite_host_skew() -> None:
         now[0] = agent_t + 100.0 + latency
         source.last_sample_at = now[0]
         sample = HostSample(t=agent_t, host="h", seq=k)
-        source._to_local_clock(sample)
-        placed.append(sample.t)
+        placed.append(source._to_local_clock(sample).t)
     assert placed == sorted(placed)
     assert all(abs(t - (900.0 + 0.5 * k + 100.004)) < 0.03 for k, t in enumerate(placed))

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kimitui.core.campaign_events import BudgetRow, DecodeBudget
-from kimitui.core.events import AllReduceRow, GemmRow
+from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint
 from kimitui.core.state import SessionState, level_failed
 
 PLATEAU_WITHIN = 0.05
@@ -100,11 +100,11 @@ def _allreduce_series(rows: Iterable[AllReduceRow], count: int) -> tuple[dict[in
     return {m: v[1] for m, v in best.items()}, {m: v[2] for m, v in best.items()}
 
 
-def _tpot(metrics: dict[str, object]) -> float | None:
+def _tpot(point: MacroPoint) -> float | None:
     for key in ("median_tpot_ms", "mean_tpot_ms"):
-        v = metrics.get(key)
-        if isinstance(v, int | float) and v > 0:
-            return float(v)
+        v = point.metric(key)
+        if v is not None and v > 0:
+            return v
     return None
 
 
@@ -153,8 +153,8 @@ def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
     for p in points:
         m = p.concurrency
         notes: list[str] = []
-        tpot = _tpot(p.metrics)
-        tok = p.metrics.get("output_throughput")
+        tpot = _tpot(p)
+        tok = p.metric("output_throughput")
         ar, how = _interpolate(ar_ms, m) if ar_count else (0.0, "tensor parallel 1: no all-reduce")
         if ar is None:
             notes.append(f"all-reduce at M={m}: not measured")
@@ -182,7 +182,7 @@ def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
         if rest is not None and rest < 0:
             notes.append(f"the measured parts exceed the TPOT by {-rest:.1f} ms (stand-ins, or the micro "
                          "figures overstate)")
-        rows.append(BudgetRow(m=m, tpot_ms=tpot, tok_s=float(tok) if isinstance(tok, int | float) else None,
+        rows.append(BudgetRow(m=m, tpot_ms=tpot, tok_s=tok,
                               allreduce_ms=None if ar is None else round(ar, 4),
                               int4_gemm_ms=None if int4 is None else round(int4, 4),
                               bf16_gemm_ms=None if bf16 is None else round(bf16, 4),

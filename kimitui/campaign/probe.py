@@ -15,13 +15,14 @@ from kimitui.campaign.phases import Publish, now
 from kimitui.core.campaign_events import ProbeResult
 from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
 from kimitui.core.state import level_failed
+from kimitui.core.typed import finite
 
 
 def _num(metrics: dict[str, object], *keys: str) -> float | None:
     for key in keys:
-        v = metrics.get(key)
-        if isinstance(v, int | float) and v == v:  # not NaN
-            return float(v)
+        v = finite(metrics.get(key))
+        if v is not None:
+            return v
     return None
 
 

@@ -3,6 +3,7 @@ builds a preview, asks consent, acts only on what was confirmed, and reports a S
 
 from __future__ import annotations
 
+import dataclasses
 import signal as signal_mod
 from collections.abc import Awaitable, Callable
 
@@ -235,9 +236,7 @@ async def verify(ex: StepContext) -> Verification:
         return last[-1].clean
 
     waited = await poll_until(check, ex.target.deadlines.verify_s, ex.target.deadlines.poll_s, ex.clock)
-    v = last[-1]
-    v.elapsed_s = round(waited.elapsed_s, 4)
-    v.t = ex.now()
+    v = dataclasses.replace(last[-1], t=ex.now(), elapsed_s=round(waited.elapsed_s, 4))
     ex.record_verification(v)
     ex.emit(v)
     ex.result("verify", "done" if v.clean else "failed", v.detail or "every GPU in scope clean", started)

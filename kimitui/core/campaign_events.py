@@ -12,10 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from kimitui.core.events import _NESTED, EVENT_TYPES, Event
-
-_FROZEN: bool = Event.__dataclass_params__.frozen  # type: ignore[attr-defined]
-"""Events are declared as their base is (a frozen base cannot have mutable subclasses, nor the reverse)."""
+from kimitui.core.events import EVENT_TYPES, Event
 
 CAMPAIGN_PHASES: tuple[str, ...] = ("macro", "cleanup", "micro", "analysis", "restart", "check")
 """The campaign's phases in order, by the names their PhaseStart / PhaseEnd events carry: Phase 1 macro,
@@ -26,7 +23,7 @@ CUT_OFF = "cut off"
 """How a resumed campaign's PhaseEnd note starts for a phase kimitui stopped in (a crash, a kill -9)."""
 
 
-@dataclass(slots=True, frozen=_FROZEN)
+@dataclass(frozen=True, slots=True)
 class CampaignPlan(Event):
     """A campaign starts: what it will do, as its file says."""
 
@@ -47,7 +44,7 @@ class CampaignPlan(Event):
     operator: str = ""
 
 
-@dataclass(slots=True, frozen=_FROZEN)
+@dataclass(frozen=True, slots=True)
 class CampaignControl(Event):
     """The operator between phases: pause (the campaign stops before ``phase``), resume, skip ``phase``,
     or abort (the phase in hand is stopped the graceful way, then the service restart is offered)."""
@@ -60,7 +57,7 @@ class CampaignControl(Event):
     note: str = ""
 
 
-@dataclass(slots=True, frozen=_FROZEN)
+@dataclass(frozen=True, slots=True)
 class CampaignResume(Event):
     """``kimitui campaign FILE --resume RUN``: kimitui stopped (a crash, a kill -9) and the campaign goes on
     in the same run file from its first unfinished phase."""
@@ -79,14 +76,14 @@ class CampaignResume(Event):
     operator: str = ""
 
 
-@dataclass(slots=True, frozen=_FROZEN)
+@dataclass(frozen=True, slots=True)
 class CampaignEnd(Event):
     type: ClassVar[str] = "campaign_end"
     status: Literal["done", "aborted", "failed"] = "done"
     note: str = ""
 
 
-@dataclass(slots=True, frozen=_FROZEN)
+@dataclass(frozen=True, slots=True)
 class DrainProgress(Event):
     """The server's requests before the graceful stop, from its Prometheus ``/metrics``
     (``vllm:num_requests_running``, ``vllm:num_requests_waiting``): read at the preview, then while the
@@ -102,7 +99,7 @@ class DrainProgress(Event):
     detail: str = ""
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(frozen=True, slots=True)
 class BudgetRow:
     """Where one decode step's time goes at concurrency ``m`` (ms)."""
 
@@ -127,7 +124,7 @@ class BudgetRow:
         return (self.int4_gemm_ms or 0.0) + (self.bf16_gemm_ms or 0.0)
 
 
-@dataclass(slots=True, frozen=_FROZEN)
+@dataclass(frozen=True, slots=True)
 class DecodeBudget(Event):
     """Phase 3: the decode-step budget per measured concurrency and the verdict on what bounds
     throughput, with its assumptions (computed by ``kimitui.campaign.analysis`` from the fold)."""
@@ -148,7 +145,7 @@ class DecodeBudget(Event):
     """What the budget could not use (no macro point, no micro row at an M)."""
 
 
-@dataclass(slots=True, frozen=_FROZEN)
+@dataclass(frozen=True, slots=True)
 class ProbeResult(Event):
     """The post-restart check: a short single-stream probe against Phase 1's single-stream figures."""
 
@@ -170,4 +167,3 @@ class ProbeResult(Event):
 CAMPAIGN_EVENT_TYPES: tuple[type[Event], ...] = (CampaignPlan, CampaignControl, CampaignResume, CampaignEnd,
                                                    DrainProgress, DecodeBudget, ProbeResult)
 EVENT_TYPES.update({cls.type: cls for cls in CAMPAIGN_EVENT_TYPES})
-_NESTED[("decode_budget", "rows")] = BudgetRow

@@ -134,9 +134,8 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
             first = next(iter(failures), None) if isinstance(failures, dict) else None
             return (f"concurrency {ev.concurrency}: FAILED, {m.get('failed')} of {m.get('num_prompts')} requests "
                     f"failed (first: {first or 'no reason given'})")
-        tok = m.get("output_throughput")
-        return f"concurrency {ev.concurrency}: " + (f"{tok:.0f} tok/s" if isinstance(tok, int | float)
-                                                    else "no throughput")
+        tok = ev.metric("output_throughput")
+        return f"concurrency {ev.concurrency}: " + (f"{tok:.0f} tok/s" if tok is not None else "no throughput")
     if isinstance(ev, MacroProgress):
         if ev.status == "failed":
             return f"sweep failed: {ev.error}"

@@ -2,6 +2,11 @@
 
 Each event serialises to one JSON object whose first two keys are always ``t`` (unix seconds) and
 ``type`` (the registry name below), so a run file can be indexed without decoding every line.
+
+An event is a value: a frozen dataclass (the records inside one too), built once and never changed
+(``dataclasses.replace`` makes a changed copy), so the fold, a replay's seeks and every view can share it.
+Decoding checks every field against its annotation (``kimitui.core.typed``): a line of the wrong shape is
+refused whole, with the event type and the field named, rather than becoming an event the fold trips on.
 """
 
 from __future__ import annotations
@@ -9,14 +14,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
+
+from kimitui.core.typed import NON_FINITE, FieldTypeError, build, finite
 
 ProcKind = Literal["cuda", "handle", "unknown"]
 """How a process holds a GPU: a CUDA context (device files mapped), a handle only (open, not mapped,
 like an NVML monitor), or unknown (NVML lists memory for a PID that is not visible here)."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     index: int
     uuid: str
@@ -31,7 +38,7 @@ class GpuSample:
     error: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ProcSample:
     pid: int
     start_time: int | None = None
@@ -50,7 +57,7 @@ class ProcSample:
     flags: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ProcRef:
     """A process as a preview lists it: who, and why it is (or is not) included."""
 
@@ -65,7 +72,7 @@ class ProcRef:
     kind: ProcKind = "unknown"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """Base of every event. ``t`` is unix time in seconds."""
 
@@ -80,7 +87,7 @@ class Event:
         return out
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class HostSample(Event):
     type: ClassVar[str] = "sample"
     host: str = ""
@@ -96,14 +103,14 @@ class HostSample(Event):
     """The host's clock ticks per second (os.sysconf("SC_CLK_TCK"), 100 on Linux)."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PhaseStart(Event):
     type: ClassVar[str] = "phase_start"
     phase: str = ""
     title: str = ""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PhaseEnd(Event):
     type: ClassVar[str] = "phase_end"
     phase: str = ""
@@ -111,7 +118,7 @@ class PhaseEnd(Event):
     note: str = ""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CleanupPlan(Event):
     type: ClassVar[str] = "cleanup_plan"
     host: str = ""
@@ -122,7 +129,7 @@ class CleanupPlan(Event):
     clean_threshold_mib: float = 0.0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class StepPreview(Event):
     type: ClassVar[str] = "step_preview"
     step: str = ""
@@ -131,7 +138,7 @@ class StepPreview(Event):
     spared: list[ProcRef] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Consent(Event):
     type: ClassVar[str] = "consent"
     step: str = ""
@@ -141,7 +148,7 @@ class Consent(Event):
     note: str = ""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SignalSent(Event):
     type: ClassVar[str] = "signal"
     step: str = ""
@@ -154,7 +161,7 @@ class SignalSent(Event):
     cmdline: str = ""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SignalOutcome(Event):
     type: ClassVar[str] = "signal_outcome"
     step: str = ""
@@ -167,7 +174,7 @@ class SignalOutcome(Event):
     state: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class StepResult(Event):
     type: ClassVar[str] = "step_result"
     step: str = ""
@@ -176,7 +183,7 @@ class StepResult(Event):
     elapsed_s: float = 0.0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class GpuVerdict:
     index: int
     used_mib: float | None
@@ -185,7 +192,7 @@ class GpuVerdict:
     holders: list[int] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Verification(Event):
     type: ClassVar[str] = "verification"
     clean: bool = False
@@ -195,16 +202,21 @@ class Verification(Event):
     detail: str = ""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MacroPoint(Event):
     """One concurrency level of a serving sweep; ``metrics`` uses vLLM's result key names."""
 
     type: ClassVar[str] = "macro_point"
     concurrency: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    """Plain JSON, not checked when decoded (its keys are open-ended): read its numbers with ``metric``."""
+
+    def metric(self, key: str) -> float | None:
+        """A metric as a finite float; None when it is missing or no number (NaN, a string, a list, ...)."""
+        return finite(self.metrics.get(key))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MacroProgress(Event):
     """Where a serving sweep is, for its panel (live and replayed alike): published when the sweep starts,
     when a level starts or ends, at most ``PROGRESS_EVERY_S`` apart while a level runs, and when the sweep
@@ -235,7 +247,7 @@ class MacroProgress(Event):
         return (self.level_index + self.level_fraction) / max(1, len(self.levels))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MacroRequests(Event):
     """A batch of one level's per-request records (``kimitui.bench.macro.records``), published when the
     level ends, before its ``MacroPoint``: ``requests[k]`` is request ``first + k`` of ``total``, in
@@ -259,7 +271,7 @@ class MacroRequests(Event):
                 "origin": self.origin, "first": self.first, "total": self.total, "requests": self.requests}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class GemmRow(Event):
     type: ClassVar[str] = "gemm_row"
     name: str = ""
@@ -272,7 +284,8 @@ class GemmRow(Event):
     tflops: float = 0.0
     gbps: float = 0.0
     roofline_us: float | None = None
-    rel_err: float | None = None
+    rel_err: Annotated[float | None, NON_FINITE] = None
+    """Mean |out - ref| / mean |ref|: NaN or infinite when the kernel's output is (a broken kernel), kept so."""
     # micro runner (kimitui.bench.micro): which backend, how many bytes the roofline counts, and why
     backend: str = ""
     """marlin, torch-int4 or bf16 (what the row measured; ``kernel`` names the op)."""
@@ -286,7 +299,7 @@ class GemmRow(Event):
     simulated: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class AllReduceRow(Event):
     type: ClassVar[str] = "allreduce_row"
     size_bytes: int = 0
@@ -307,7 +320,7 @@ class AllReduceRow(Event):
     simulated: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ConnectionState(Event):
     type: ClassVar[str] = "connection"
     host: str = ""
@@ -316,7 +329,7 @@ class ConnectionState(Event):
     gap_s: float | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class LogLine(Event):
     type: ClassVar[str] = "log"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -327,7 +340,7 @@ class LogLine(Event):
 # --- micro benchmarks (kimitui.bench.micro) -------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TopoGpu:
     index: int
     name: str = ""
@@ -344,7 +357,7 @@ class TopoGpu:
     cpu_affinity: str = ""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Topology(Event):
     """The interconnect, as ``nvidia-smi topo -m`` shows it (read from NVML)."""
 
@@ -366,7 +379,7 @@ class Topology(Event):
     errors: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MicroPlan(Event):
     """A micro run starts: what it will measure."""
 
@@ -391,7 +404,7 @@ class MicroPlan(Event):
     """Started with the GPU-memory check overridden."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MicroEnv(Event):
     """What a worker found on the host: its torch, device, backends (used or why not), memory bandwidth."""
 
@@ -412,7 +425,7 @@ class MicroEnv(Event):
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MicroProgress(Event):
     type: ClassVar[str] = "micro_progress"
     run_id: str = ""
@@ -422,7 +435,7 @@ class MicroProgress(Event):
     total: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MicroEnd(Event):
     type: ClassVar[str] = "micro_end"
     run_id: str = ""
@@ -464,18 +477,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
     )
 }
 
-_NESTED: dict[tuple[str, str], type] = {
-    ("sample", "gpus"): GpuSample,
-    ("sample", "procs"): ProcSample,
-    ("step_preview", "targets"): ProcRef,
-    ("step_preview", "spared"): ProcRef,
-    ("verification", "gpus"): GpuVerdict,
-    ("verification", "holders_left"): ProcRef,
-    ("topology", "gpus"): TopoGpu,
-    ("micro_end", "holders"): ProcRef,
-}
-
-
 class EventDecodeError(ValueError):
     """A line that is not a valid event."""
 
@@ -490,29 +491,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {k: v for k, v in data.items() if k in names}
-    if cls is ProcSample and "gpu_mem_mib" in kwargs:
-        kwargs["gpu_mem_mib"] = {int(k): v for k, v in kwargs["gpu_mem_mib"].items()}
-    return cls(**kwargs)
-
-
 def from_dict(data: dict[str, Any]) -> Event:
-    """Build an event from its JSON object; unknown keys are ignored (forward compatible)."""
+    """Build an event from its JSON object, every field checked against its annotation
+    (``kimitui.core.typed``); unknown keys are ignored (forward compatible). EventDecodeError names the
+    event type and the field."""
+    name = data.get("type")
+    cls = EVENT_TYPES.get(name) if type(name) is str else None
+    if cls is None:
+        shown = repr(name) if len(repr(name)) <= 40 else repr(name)[:37] + "..."
+        raise EventDecodeError(f"unknown or missing event type {shown}")
     try:
-        name = data["type"]
-        cls = EVENT_TYPES[name]
-    except KeyError as exc:
-        raise EventDecodeError(f"unknown or missing event type {data.get('type')!r}") from exc
-    fields = dict(data)
-    fields.pop("type", None)
-    for (ev, key), nested in _NESTED.items():
-        if ev == name and isinstance(fields.get(key), list):
-            fields[key] = [_build(nested, item) for item in fields[key]]
-    try:
-        return _build(cls, fields)
-    except (TypeError, ValueError, AttributeError) as exc:
+        return build(cls, data)
+    except FieldTypeError as exc:
         raise EventDecodeError(f"bad {name} event: {exc}") from exc
 
 
@@ -526,11 +516,17 @@ def decode(line: str | bytes) -> Event:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         raise EventDecodeError(f"not JSON: {exc.msg} at column {exc.colno}") from exc
+    except UnicodeDecodeError as exc:
+        raise EventDecodeError(f"not UTF-8 at byte {exc.start}") from exc
+    except ValueError as exc:  # an integer of more than 4300 digits (sys.set_int_max_str_digits)
+        raise EventDecodeError(f"not readable JSON: {str(exc).split(';')[0]}") from exc
+    except RecursionError as exc:
+        raise EventDecodeError("not readable JSON: nested too deep") from exc
     if not isinstance(data, dict):
         raise EventDecodeError("not a JSON object")
     return from_dict(data)
 
 
 
-# The campaign's events live in their own module; importing it registers them above (EVENT_TYPES, _NESTED).
+# The campaign's events live in their own module; importing it registers them above (EVENT_TYPES).
 from kimitui.core import campaign_events as _campaign_events  # noqa: E402, F401

@@ -14,10 +14,11 @@ import json
 import time
 from collections.abc import Callable
 
-from kimitui.core.events import EventDecodeError
+from kimitui.core.events import HostSample
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.core.state import HISTORY_POINTS, SessionState, fold, record_memory
+from kimitui.core.typed import compile_type
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 PHASE_TYPES = ("phase_start", "phase_end")
@@ -35,25 +36,38 @@ def state_at(reader: RunReader, position: int, *, _index: tuple[list[int], list[
     last_sample = window[-1] if window else -1
     for i in heapq.merge(others[:k], window):
         if i == last_sample or reader.types[i] != "sample":
-            try:
-                fold(state, reader.event(i))
-            except EventDecodeError as exc:
-                reader.warnings.append(f"{reader.path.name}: event {i} skipped: {exc}")
+            ev = reader.decoded(i)
+            if ev is not None:
+                fold(state, ev)
         else:
             _fold_history_only(state, reader, i)
     state.events = position
     return state
 
 
+_TIME, _ = compile_type(float)
+_INDEX, _ = compile_type(int)
+_MIB, _ = compile_type(float | None)
+"""The checks of the fields a sample's memory history reads (``HostSample.t``, ``GpuSample.index`` and
+``mem_used_mib``), without building its GPUs: a seek reads hundreds of samples."""
+
+
 def _fold_history_only(state: SessionState, reader: RunReader, i: int) -> None:
-    """What an older sample leaves in the state once newer samples followed: its memory points."""
+    """What an older sample leaves in the state once newer samples followed: its memory points. (Only the
+    fields read are checked, so a sample malformed elsewhere, in its process list say, leaves its memory
+    points here where a fold from the start skips it whole.)"""
+    if i in reader.skipped:
+        return
     try:
         data = _sample_head(reader.raw(i))
-        t = float(data["t"])
-        record_memory(state, t, [(int(g["index"]), g.get("mem_used_mib")) for g in data.get("gpus", ())])
-    except (ValueError, KeyError, TypeError) as exc:
-        reader.warnings.append(f"{reader.path.name}: event {i} skipped: {exc}")
-        return
+        t = _TIME(data["t"])
+        used = [(_INDEX(g["index"]), _MIB(g.get("mem_used_mib"))) for g in data.get("gpus", ())]
+    except (ValueError, LookupError, TypeError, AttributeError, RecursionError):  # not JSON, not UTF-8,
+        ev = reader.decoded(i)  # a field of the wrong type: the whole line, so the warning says why (once)
+        if not isinstance(ev, HostSample):
+            return
+        t, used = ev.t, [(g.index, g.mem_used_mib) for g in ev.gpus]
+    record_memory(state, t, used)
     if t > state.clock:
         state.clock = t
 
@@ -137,12 +151,9 @@ class Player:
     def _publish_until(self, stop: int) -> int:
         n = 0
         while self.position < stop:
-            i = self.position
+            event = self.reader.decoded(self.position)
             self.position += 1
-            try:
-                event = self.reader.event(i)
-            except EventDecodeError as exc:
-                self.reader.warnings.append(f"{self.reader.path.name}: event {i} skipped: {exc}")
+            if event is None:
                 continue
             self.session.publish(event)
             n += 1

@@ -2,7 +2,9 @@
 
 Writing appends and flushes per event and fsyncs at phase boundaries. Reading builds a light index
 (time, type, byte offset) without decoding events, so a long run opens fast and any event can be
-decoded on demand; a torn last line is skipped with a warning, an unknown version is refused.
+decoded on demand; a torn last line is skipped with a warning, an unknown version is refused. A line
+that is no valid event (not JSON, an unknown type, a field of the wrong type) is skipped with a warning
+naming its line: at open when its start does not look like an event's, else when it is first decoded.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kimitui.core.events import EVENT_TYPES, Event, EventDecodeError, PhaseEnd, PhaseStart, decode, encode
+from kimitui.core.typed import FieldTypeError, build
 
 FORMAT_NAME = "kimitui-run"
 FORMAT_VERSION = 1
@@ -32,20 +35,22 @@ _PREFIX = re.compile(rb'\{"t":(-?[0-9.eE+-]+),"type":"([a-z_]+)"')
 
 
 def _number(text: bytes) -> float | None:
+    """The time a line's prefix gives; None when it is no finite number (the line is then decoded whole)."""
     try:
-        return float(text)
+        t = float(text)
     except ValueError:
         return None
+    return t if t - t == 0.0 else None
 
 
 class RunFileError(Exception):
     """A run file that cannot be read at all (not a run file, unknown version, unreadable)."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RunHeader:
     version: int
-    created: float
+    created: float = 0.0
     host: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -162,31 +167,43 @@ def _gunzip_partial(path: Path) -> bytes:
         return b""
 
 
-def parse_header_line(first: bytes, path: Path) -> RunHeader:
-    """A run's first line as its header; RunFileError when it is none, or of a version not read here."""
+def parse_header_line(first: bytes, path: Path, warnings: list[str] | None = None) -> RunHeader:
+    """A run's first line as its header; RunFileError when it is none, or of a version not read here. A
+    field of the wrong type (``created``, ``host``, ``meta``) is left at its default, with a warning in
+    ``warnings`` (the events are still the run's)."""
     if not first.strip():
         raise RunFileError(f"{path}: empty file, not a kimitui run")
     try:
         head = json.loads(first)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, an integer of over 4300 digits
         raise RunFileError(f"{path}: first line is not a kimitui run header") from exc
     if not isinstance(head, dict) or head.get("format") != FORMAT_NAME:
         raise RunFileError(f"{path}: not a kimitui run (format is {head.get('format')!r})"
                            if isinstance(head, dict) else f"{path}: not a kimitui run")
     version = head.get("version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise RunFileError(
             f"{path}: run format version {version!r} is not supported "
             f"(this kimitui reads version {FORMAT_VERSION}); upgrade kimitui to open it"
         )
-    return RunHeader(version, float(head.get("created", 0.0)), str(head.get("host", "")),
-                     dict(head.get("meta") or {}))
+    fields: dict[str, Any] = {"version": version}
+    for key in ("created", "host", "meta"):
+        if key not in head:
+            continue
+        try:
+            fields[key] = getattr(build(RunHeader, {"version": version, key: head[key]}), key)
+        except FieldTypeError as exc:
+            if warnings is not None:
+                warnings.append(f"{path.name}: header {exc}; left out")
+    return RunHeader(**fields)
 
 
 class RunReader:
     """An opened run: header plus an index of its events, decoded lazily.
 
-    ``warnings`` lists one line for every line that was skipped (torn or malformed).
+    ``warnings`` lists one line for every line that was skipped (torn or malformed), naming the line. A
+    line whose start looks like an event's is indexed without decoding, so one whose fields are wrong is
+    found when it is first decoded: ``decoded(i)`` then warns once and gives None.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -207,7 +224,10 @@ class RunReader:
         self.times = array("d")
         self._offsets = array("q")
         self._ends = array("q")
+        self._lines = array("q")
         self.types: list[str] = []
+        self.skipped: dict[int, str] = {}
+        """Events of the index that did not decode: index -> why (each warned about once)."""
         self._index()
 
     # -- opening
@@ -217,7 +237,7 @@ class RunReader:
         if not data or data.isspace():  # not data.strip(): no copy of a large run
             raise RunFileError(f"{self.path}: empty file, not a kimitui run")
         end = data.find(b"\n")
-        header = parse_header_line(data[: end if end >= 0 else len(data)], self.path)
+        header = parse_header_line(data[: end if end >= 0 else len(data)], self.path, self.warnings)
         self._body_start = end + 1 if end >= 0 else len(data)
         return header
 
@@ -243,6 +263,7 @@ class RunReader:
                     self.types.append(ty)
                     self._offsets.append(pos)
                     self._ends.append(end)
+                    self._lines.append(lineno)
                 else:
                     self._index_slow(data[pos:end], pos, end, lineno, torn)
             pos = end + 1
@@ -275,6 +296,7 @@ class RunReader:
         self.types.append(ev.type)
         self._offsets.append(start)
         self._ends.append(end)
+        self._lines.append(lineno)
 
     # -- access
 
@@ -284,15 +306,37 @@ class RunReader:
     def raw(self, i: int) -> bytes:
         return self._data[self._offsets[i] : self._ends[i]]
 
+    def line_of(self, i: int) -> int:
+        """The line of the file event ``i`` is on (the header is line 1)."""
+        return self._lines[i]
+
     def event(self, i: int) -> Event:
+        """Event ``i``, decoded; EventDecodeError when its line is no valid event."""
         return decode(self.raw(i))
 
+    def decoded(self, i: int) -> Event | None:
+        """Event ``i``, or None when its line is no valid event: skipped, with one warning naming the line
+        (however often it is asked for again: a replay's seeks decode the same events many times)."""
+        if i in self.skipped:
+            return None
+        try:
+            return decode(self.raw(i))
+        except EventDecodeError as exc:
+            self.skip(i, str(exc))
+            return None
+
+    def skip(self, i: int, reason: str) -> None:
+        """Mark event ``i`` as not readable (warned about once)."""
+        if i not in self.skipped:
+            self.skipped[i] = reason
+            self.warnings.append(f"{self.path.name}: line {self._lines[i]} skipped: {reason}")
+
     def events(self, start: int = 0, stop: int | None = None) -> Iterator[Event]:
+        """Every readable event of [start, stop), in order; a line that is not one is skipped with a warning."""
         for i in range(start, len(self) if stop is None else stop):
-            try:
-                yield self.event(i)
-            except EventDecodeError as exc:
-                self.warnings.append(f"{self.path.name}: event {i} skipped: {exc}")
+            ev = self.decoded(i)
+            if ev is not None:
+                yield ev
 
     def index_at(self, t: float) -> int:
         """Number of events with time <= t (the position just after t)."""

@@ -7,6 +7,7 @@ is the empty state), so a 4 Hz stream of large samples costs no copies.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from kimitui.core.events import (
     Verification,
 )
 from kimitui.core.procdisplay import start_wall_time
+from kimitui.core.typed import finite
 
 HISTORY_POINTS = 240
 """Memory history kept per GPU, in samples (one minute at 4 Hz)."""
@@ -232,14 +234,19 @@ def _fold_requests(state: SessionState, ev: MacroRequests) -> None:
     for r in ev.requests:
         level.received += 1
         chunks = r.get("chunk_ms") or []
-        if r.get("error") is not None or not chunks:
+        if r.get("error") is not None or not chunks or not isinstance(chunks, list):
             level.failed += 1
             continue
-        level.ttft_ms.append(chunks[0])
-        level.input_tokens.append(r.get("in", 0))
-        out = r.get("out", 0)
-        if out > 1:
-            level.tpot_ms.append((chunks[-1] - chunks[0]) / (out - 1))
+        first, last = finite(chunks[0]), finite(chunks[-1])  # plain JSON, not checked when decoded
+        if first is None or last is None:  # a malformed record: no time to show
+            continue
+        level.ttft_ms.append(first)
+        tokens_in = r.get("in", 0)
+        level.input_tokens.append(tokens_in if type(tokens_in) is int else 0)
+        out = finite(r.get("out", 0))
+        tpot = (last - first) / (out - 1) if out is not None and out > 1 else math.nan
+        if math.isfinite(tpot):
+            level.tpot_ms.append(tpot)
 
 
 @dataclass(slots=True)
@@ -317,7 +324,7 @@ class SessionState:
         point = self.macro.get(1)
         if point is None or level_failed(point):
             return None
-        return point.metrics.get("output_throughput")
+        return point.metric("output_throughput")
 
     def started_at(self, start_ticks: int | None) -> float | None:
         """When a process started (unix seconds, the recording side's clock), from its start time in clock

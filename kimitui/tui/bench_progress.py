@@ -39,10 +39,10 @@ def single_stream_content(points: list[MacroPoint]) -> Content:
     """One line: the headline, the peak and where, the number of points (a failed level has neither)."""
     ok = [p for p in points if not level_failed(p)]
     tok = headline(ok)
-    peak = max(ok, key=lambda p: p.metrics.get("output_throughput") or 0.0, default=None)
+    peak = max(ok, key=lambda p: p.metric("output_throughput") or 0.0, default=None)
     parts: list[str | tuple[str, str]] = [("single stream ", "$text-muted"),
                                           (fmt.num(tok, "{:.1f}", " tok/s"), "bold $accent")]
-    peak_tok = peak.metrics.get("output_throughput") if peak is not None else None
+    peak_tok = peak.metric("output_throughput") if peak is not None else None
     if peak is not None and peak_tok:
         parts += [("   peak ", "$text-muted"), (f"{peak_tok:.0f} tok/s", "bold"),
                   (f" at c={peak.concurrency}", "$text-muted")]

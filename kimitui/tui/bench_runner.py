@@ -194,8 +194,7 @@ def headline(points: list[MacroPoint]) -> float | None:
     """Output tok/s at concurrency 1, if that level is among ``points``."""
     for p in points:
         if p.concurrency == 1:
-            value = p.metrics.get("output_throughput")
-            return float(value) if isinstance(value, int | float) else None
+            return p.metric("output_throughput")
     return None
 
 

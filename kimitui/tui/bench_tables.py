@@ -15,8 +15,7 @@ def _r(value: str) -> Text:
 
 
 def _metric(point: MacroPoint, key: str, spec: str = "{:.1f}") -> Text:
-    value = point.metrics.get(key)
-    return _r(fmt.num(value if isinstance(value, int | float) else None, spec))
+    return _r(fmt.num(point.metric(key), spec))
 
 
 def size_label(n: int) -> str:
@@ -41,8 +40,8 @@ def macro_cells(p: MacroPoint) -> list[Cell]:
     if level_failed(p):  # nothing was measured: no number, and no zero
         return [_r(str(p.concurrency)), Text("FAILED", justify="right", style="bold red"), requests_cell(p),
                 *(_r(fmt.DASH) for _ in range(5)), note]
-    tok = p.metrics.get("output_throughput")
-    per_stream = tok / p.concurrency if isinstance(tok, int | float) and p.concurrency else None
+    tok = p.metric("output_throughput")
+    per_stream = tok / p.concurrency if tok is not None and p.concurrency else None
     return [
         _r(str(p.concurrency)),
         _metric(p, "output_throughput", "{:.0f}"),

@@ -56,9 +56,9 @@ def plot_series(points: list[MacroPoint], keys: tuple[str, ...]) -> tuple[str | 
     A level where every request failed has no throughput or latency: it is left out (never plotted as 0)."""
     usable = [p for p in points if p.concurrency > 0 and not level_failed(p) and p.metrics.get("completed", 1)]
     for key in keys:
-        values = [(p.concurrency, p.metrics.get(key)) for p in usable]
-        if values and all(isinstance(v, int | float) and math.isfinite(v) for _, v in values):
-            return key, [(c, float(v)) for c, v in values if isinstance(v, int | float)]
+        values = [(p.concurrency, p.metric(key)) for p in usable]
+        if values and all(v is not None for _, v in values):
+            return key, [(c, v) for c, v in values if v is not None]
     return None, []
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 import uuid
@@ -358,7 +359,7 @@ class MicroRunner:
             return
         topo = parse_topology(data, self.host_name, self.clock(), simulated=bool(self.cfg.modelled))
         if self.cfg.cpu and not topo.gpus:
-            topo.summary = "CPU path: no GPUs (gloo over shared memory)"
+            topo = dataclasses.replace(topo, summary="CPU path: no GPUs (gloo over shared memory)")
         self.result.topology = topo
         self.publish(topo)
 
