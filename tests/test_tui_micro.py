@@ -123,7 +123,9 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
             await wait_for(pilot, lambda: not app.micro.running, "the run to end")
             ends = [e for e in run().ends.values() if isinstance(e, MicroEnd)]
             assert [e.status for e in ends] == ["cancelled", "cancelled"]
-            assert "cancelled" in str(app.screen_stack[0].query_one("#micro-status", Static).render())
+            # the view shows it at its next redraw (drawn at most REDRAW_HZ times a second)
+            status = app.screen_stack[0].query_one("#micro-status", Static)
+            await wait_for(pilot, lambda: "cancelled" in str(status.render()), "the status to say cancelled")
             source.stop()
 
 
