@@ -237,3 +237,32 @@ def test_memory_history_lines_and_colours() -> None:
     assert list(content.spans) == [
         Span(0, 20, "$text-muted"), Span(21, 24, "$text-muted"), Span(24, 27, "$success"),
         Span(27, 28, "$warning"), Span(28, 29, "$error"), Span(36, 39, "$text-muted"), Span(39, 44, "$success")]
+
+
+async def test_fraction_bar_draws_what_progress_bar_draws() -> None:
+    from textual.containers import Horizontal
+    from textual.widgets import ProgressBar
+
+    from kimitui.tui.bench_progress import FractionBar, FractionFill
+
+    class Bars(App[None]):
+        CSS = "Horizontal { height: 1; width: 57; } ProgressBar { width: 1fr; } ProgressBar Bar { width: 1fr; }"
+
+        def compose(self) -> ComposeResult:
+            with Horizontal():
+                yield ProgressBar(total=1, show_eta=False)
+            with Horizontal():
+                yield FractionBar()
+
+    app = Bars()
+    async with app.run_test(size=(80, 4)) as pilot:
+        theirs, ours = app.query_one(ProgressBar), app.query_one(FractionBar)
+        for total, progress in ((1.0, 0.0), (7.0, 1.0), (3.0, 1.5), (40.0, 39.0), (40.0, 39.9), (3.0, 3.0), (0.0, 0.0)):
+            theirs.update(total=total, progress=progress)
+            ours.update(total=total, progress=progress)
+            await pilot.pause()
+            assert ours.percentage == theirs.percentage
+            bar, fill = theirs.query_one("#bar").render(), ours.query_one(FractionFill).render()
+            assert ours.query_one(FractionFill).size == theirs.query_one("#bar").size
+            assert vars(fill) == vars(bar), (total, progress)  # range and styles
+            assert str(ours.query_one("Label").render()) == str(theirs.query_one("#percentage").render())
