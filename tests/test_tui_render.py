@@ -121,6 +121,40 @@ async def test_tables_draw_what_a_datatable_with_the_same_rows_draws() -> None:
         assert checked == 3 and scrolled_x == 1  # the process table is wider than its 100 columns
 
 
+async def test_cells_render_as_datatable_renders_them() -> None:
+    """render_cell (inlined, with a shortcut for a one-line Text that fits) against the renderables
+    DataTable renders a cell with, at many widths, plain and under a cursor's styles."""
+    from rich.padding import Padding
+    from rich.style import Style
+    from textual.renderables.styled import Styled
+    from textual.strip import Strip
+
+    app = Tables()
+    async with app.run_test(size=(100, 30)):
+        console, options = app.console, app.console_options
+        cells = [c for k in range(12) for c in odd_cells(k)]
+        cells += [c for i in range(8) for c in gpu_cells(gpu(i, 90000.0 + i), COLORS, NAME_WIDTH)]
+        cells += [c for k in range(9) for c in proc_cells(proc(k), COLORS)]
+        cells += [Text("x", style="on red", justify=j) for j in ("left", "center", "right", "default", "full")]
+        cells += [Text("  pad  ", justify=j, style="underline") for j in ("left", "center", "right")]
+        row = Style(color="#e0e0e0", bgcolor="#1e1e1e", meta={"row": 3, "column": 1})
+        cursor = Style(color="#000000", bgcolor="#ffa62b", bold=True)
+        cursor_post = Style.from_color(cursor.color) + Style.from_color(bgcolor=cursor.bgcolor)
+        looks = [(row, Style()), (row + cursor, cursor_post)]
+        checked = 0
+        for cell in map(keyed_table.as_text, cells):
+            for width in (1, 2, 3, 4, 5, 9, 13, 30):
+                for style, post in looks:
+                    ours = Strip(keyed_table.render_cell(console, options, cell, width, style, post))
+                    theirs = Strip(console.render_lines(
+                        Styled(Padding(cell, (0, 1)), pre_style=style, post_style=post),
+                        options.update_dimensions(width, 1).update(no_wrap=True))[0])
+                    assert ours.cell_length == width
+                    assert list(ours.simplify()) == list(theirs.simplify()), (cell, width)
+                    checked += 1
+        assert checked > 2000
+
+
 async def test_incremental_sync_draws_what_a_fresh_table_draws() -> None:
     app = Tables()
     async with app.run_test(size=(110, 30)) as pilot:
@@ -266,3 +300,35 @@ async def test_fraction_bar_draws_what_progress_bar_draws() -> None:
             assert ours.query_one(FractionFill).size == theirs.query_one("#bar").size
             assert vars(fill) == vars(bar), (total, progress)  # range and styles
             assert str(ours.query_one("Label").render()) == str(theirs.query_one("#percentage").render())
+
+
+async def test_memory_history_repaints_only_the_lines_that_changed() -> None:
+    from textual.widgets import Static
+
+    from kimitui.core.events import HostSample
+    from kimitui.core.state import SessionState, fold
+    from kimitui.tui.memory_history import MemoryHistory
+
+    class History(App[None]):
+        CSS = "MemoryHistory { width: 34; }"
+
+        def compose(self) -> ComposeResult:
+            yield MemoryHistory()
+
+    state = SessionState()
+    app = History()
+    async with app.run_test(size=(60, 12)) as pilot:
+        history = app.query_one(MemoryHistory)
+        for seq, used in enumerate((10000.0, 50000.0, 60000.0)):
+            # GPU 0 moves; GPU 1 reports no memory, its line stays as it is
+            fold(state, HostSample(t=1000.0 + seq, host="h", seq=seq, procs=[],
+                                   gpus=[gpu(0, used), GpuSample(1, "u1", "n", mem_used_mib=None, mem_total_mib=None)]))
+            history.show(state)
+            await pilot.pause()
+            lines = list(history.query(Static))
+            if seq == 1:
+                before = [line.visual for line in lines]
+        after = [line.visual for line in lines]
+        assert [str(line.visual).split()[-1] for line in lines[1:]] == ["58.6", "-"]
+        assert after[0] is before[0] and after[2] is before[2]  # the header and GPU 1: not drawn again
+        assert after[1] is not before[1]

@@ -104,34 +104,48 @@ def same_cell(a: Cell, b: Cell) -> bool:
 
 def render_cell(console: Console, options: ConsoleOptions, cell: Text, width: int, style: Style,
                 post_style: Style) -> list[Segment]:
-    """One line of a cell, as DataTable renders it (``Styled(Padding(cell, (0, 1)), style, post_style)``
-    through ``Console.render_lines`` at the column's width, one line high, no wrapping): for a cell
-    with room for content, the same Text.wrap and Text.render, then the same steps as Padding, Styled
-    and render_lines, inlined (a third of the time)."""
+    """One line of a cell, as DataTable renders it: ``Styled(Padding(cell, (0, 1)), style, post_style)``
+    through ``Console.render_lines`` at the column's width, one line high, no wrapping. The steps of
+    those renderables are inlined (a third of the time); a one-line Text that fits its column (most
+    cells) skips the wrapping and cropping too."""
     inner = width - 2 * CELL_PADDING
     if inner < 1:
         lines = console.render_lines(
             Styled(Padding(cell, (0, CELL_PADDING)), pre_style=style, post_style=post_style),
             options.update_dimensions(width, 1).update(no_wrap=True))
         return lines[0] if lines else [Segment(" " * width)]
-    # Text.__rich_console__ with DataTable's options (width, one line, no_wrap)
-    tab_size = console.tab_size if cell.tab_size is None else cell.tab_size
-    wrapped = cell.wrap(console, inner, justify=cell.justify or options.justify or "default",
-                        overflow=cell.overflow or options.overflow or "fold", tab_size=tab_size or 8,
-                        no_wrap=True if cell.no_wrap is None else cell.no_wrap)
-    segments = list(Text("\n").join(wrapped).render(console, end=cell.end))
-    # Padding(cell, (0, pad)): its inner Console.render_lines (padded, first line only), then the
-    # padding either side, in its style ("none", the null style)
     null = Style.null()
-    text_line = next(Segment.split_and_crop_lines(segments, inner, include_new_lines=False, pad=True,
+    plain = cell.plain
+    justify = cell.justify or options.justify or "default"
+    if (cell.end in ("\n", "") and "\n" not in plain and "\t" not in plain
+            and cell.cell_len <= inner):
+        # What Text.wrap does to one line that fits (Lines.justify), then its render as one joined line
+        line = cell.copy()
+        if justify == "left":
+            line.pad_right(inner - line.cell_len)
+        elif justify == "center":
+            line.rstrip()
+            line.pad_left((inner - line.cell_len) // 2)
+            line.pad_right(inner - line.cell_len)
+        elif justify == "right":
+            line.rstrip()
+            line.pad_left(inner - line.cell_len)
+        text_line = list(Text("\n").join([line]).render(console))
+        if line.cell_len < inner:
+            text_line.append(Segment(" " * (inner - line.cell_len), null))
+    else:
+        # Text.__rich_console__ with DataTable's options (width, one line, no_wrap)
+        tab_size = console.tab_size if cell.tab_size is None else cell.tab_size
+        wrapped = cell.wrap(console, inner, justify=justify, overflow=cell.overflow or options.overflow or "fold",
+                            tab_size=tab_size or 8, no_wrap=True if cell.no_wrap is None else cell.no_wrap)
+        segments = list(Text("\n").join(wrapped).render(console, end=cell.end))
+        # Padding(cell, (0, pad)): its inner Console.render_lines (padded, first line only)
+        first = next(Segment.split_and_crop_lines(segments, inner, include_new_lines=False, pad=True,
                                                   style=null), None)
-    if text_line is None:
-        text_line = [Segment(" " * inner, null)]
+        text_line = first if first is not None else [Segment(" " * inner, null)]
+    # the padding either side, in its style ("none", the null style); Styled(pre_style=style, post_style)
     side = Segment(" " * CELL_PADDING, null)
-    # Styled(pre_style=style, post_style), then Console.render_lines at the column's width
-    styled = Segment.apply_style([side, *text_line, side, Segment.line()], style=style, post_style=post_style)
-    line = next(Segment.split_and_crop_lines(styled, width, include_new_lines=False, pad=True), None)
-    return line if line is not None else [Segment(" " * width)]
+    return list(Segment.apply_style([side, *text_line, side], style=style, post_style=post_style))
 
 
 class KeyedTable(ScrollView, can_focus=True):
