@@ -10,6 +10,9 @@ Figures (each a function registered in FIGURES; add yours the same way):
                time from the agent taking a sample to the fold having it.
   dashboard-cpu  the dashboard's CPU use while a live source feeds it 8 GPUs and 64 processes at 2 Hz,
                measured as this process's CPU time over --duration seconds (Textual headless, 120x40).
+  table-cpu    the GPU table's cost a frame: 8 GPU rows with new figures every frame (Textual headless,
+               120x40), drawn by KeyedTable (kimitui's Line API table) and by a plain DataTable fed the
+               same cells through update_cell; CPU time of this process per frame, each table in its own app.
 Targets (issue 3): <= 1 ms per 8-GPU sample; latency <= 50 ms beyond the interval; dashboard <= 3% of a core.
 """
 
@@ -244,10 +247,87 @@ def dashboard_cpu(args: argparse.Namespace) -> None:
           f"{cpu / wall * 100:.2f}% of one core (target <= 3%)")
 
 
+def table_cpu(args: argparse.Namespace) -> None:
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))
+    from textual.app import App, ComposeResult
+    from textual.widgets import DataTable
+
+    from kimitui.core.events import GpuSample
+    from kimitui.tui.gpu_table import GpuTable, gpu_cells
+    from kimitui.tui.palette import Colors
+
+    frames = max(50, min(args.samples, 600))
+    colors = Colors(primary="#0178D4", accent="#ffa62b", success="#4EBF71", warning="#ffa62b", error="#ba3c5b",
+                    muted="#808080", foreground="#e0e0e0")
+
+    def rows(seq: int) -> list[tuple[str, list[object]]]:
+        gpus = [GpuSample(i, f"GPU-{i}", "NVIDIA RTX PRO 6000", mem_used_mib=90000.0 + (seq * 37 + i) % 900,
+                          mem_total_mib=97887.0, util_pct=float((seq + i) % 100), temp_c=60.0,
+                          power_w=300.0 + seq % 50, sm_clock_mhz=2100.0) for i in range(8)]
+        return [(str(g.index), gpu_cells(g, colors, 18)) for g in gpus]  # type: ignore[misc]
+
+    class Tables(App[None]):
+        def __init__(self, plain: bool) -> None:
+            super().__init__()
+            self.plain = plain
+
+        def compose(self) -> ComposeResult:
+            if self.plain:
+                table: DataTable[object] = DataTable(zebra_stripes=True, cursor_type="row", show_cursor=False)
+                for key, label, width in GpuTable.COLUMNS:
+                    table.add_column(label, key=key, width=width)
+                yield table
+            else:
+                yield GpuTable()
+
+    async def run(plain: bool, idle: bool = False) -> float:
+        app = Tables(plain)
+        async with app.run_test(size=(120, 40)) as pilot:
+            keys = [c[0] for c in GpuTable.COLUMNS]
+            shown: dict[str, list[object]] = {}
+
+            def feed(seq: int) -> None:
+                if idle and seq >= 20:
+                    return
+                if not plain:
+                    app.query_one(GpuTable).sync(rows(seq))  # type: ignore[arg-type]
+                    return
+                table = app.query_one(DataTable)
+                for key, cells in rows(seq):
+                    old = shown.get(key)
+                    if old is None:
+                        table.add_row(*cells, key=key)
+                    else:
+                        for column, cell, before in zip(keys, cells, old, strict=True):
+                            if cell != before:
+                                table.update_cell(key, column, cell)
+                    shown[key] = cells
+
+            for seq in range(20):  # warm
+                feed(seq)
+                await pilot.pause()
+            cpu0 = time.process_time()
+            for seq in range(20, 20 + frames):
+                feed(seq)
+                await pilot.pause()
+            return (time.process_time() - cpu0) / frames
+
+    keyed = asyncio.run(run(plain=False))
+    plain = asyncio.run(run(plain=True))
+    idle = asyncio.run(run(plain=False, idle=True))
+    print(f"  {frames} frames of 8 GPU rows with new figures (headless 120x40), CPU a frame, less the")
+    print(f"  {idle * 1e3:.2f} ms of a frame with nothing new (the test pilot's own cost):")
+    print(f"  KeyedTable (Line API)         {(keyed - idle) * 1e3:6.2f} ms")
+    print(f"  DataTable + update_cell       {(plain - idle) * 1e3:6.2f} ms  ({(plain - idle) / (keyed - idle):.1f}x)")
+
+
 FIGURES: dict[str, Callable[[argparse.Namespace], None]] = {
     "agent-cost": agent_cost,
     "ssh-latency": ssh_latency,
     "dashboard-cpu": dashboard_cpu,
+    "table-cpu": table_cpu,
 }
 
 

@@ -269,3 +269,18 @@ async def test_proxy_in_the_environment_falls_back_to_httpx(monkeypatch: pytest.
     assert any(isinstance(e, LogLine) and "lean HTTP client not usable" in e.message for e in events)
     (failure,) = m["failures"]
     assert failure.startswith("connect error")
+
+
+async def test_the_httpx_fallback_finds_sniffio_installed() -> None:
+    """sniffio is a declared dependency: httpcore's ``import sniffio`` for each lock and event of a request
+    is a look-up, not a failing search of sys.path, and nothing stands in for the module."""
+    import importlib.util
+    import sys
+
+    import httpx
+
+    async with FaultyServer(Behavior(n_tokens=3)) as srv, httpx.AsyncClient() as http:
+        response = await http.get(srv.url + "/v1/models")
+        assert response.status_code in (200, 404)
+    assert importlib.util.find_spec("sniffio") is not None
+    assert sys.modules.get("sniffio") is not None  # httpcore imported the real module

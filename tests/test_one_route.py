@@ -9,8 +9,6 @@ import io
 import time
 from pathlib import Path
 
-from textual.widgets import ProgressBar
-
 from kimitui.cleanup.cli import printer
 from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
 from kimitui.core.describe import describe
@@ -25,6 +23,7 @@ from kimitui.live_context import LiveContext
 from kimitui.resources import bundled_runs
 from kimitui.telemetry import TelemetrySource
 from kimitui.tui.app import KimituiApp
+from kimitui.tui.bench_progress import FractionBar
 from kimitui.tui.bench_view import BenchView
 from tests.test_tui import FakeClock, wait_for
 from tests.test_tui_bench import FAST, open_dialog, text_of
@@ -36,7 +35,7 @@ POLL_S = 0.05
 def panel(app: KimituiApp) -> dict[str, object]:
     """What the sweep panel and the tab show: its two lines, its bars, the table and the plot."""
     view = app.screen_stack[0].query_one(BenchView)
-    bars = {bar.id: (bar.progress, bar.total) for bar in view.query(ProgressBar)}
+    bars = {bar.id: (bar.progress, bar.total) for bar in view.query(FractionBar)}
     rows = view.query_one("#macro-table")
     return {"single": text_of(app, "#single-stream"), "status": text_of(app, "#sweep-status"), "bars": bars,
             "rows": [[rows.cell_text(k, c) for c in ("concurrency", "output_throughput", "requests")]  # type: ignore[attr-defined]

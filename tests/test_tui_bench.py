@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from textual.pilot import Pilot
-from textual.widgets import Digits, Input, ProgressBar, Static, TabbedContent
+from textual.widgets import Digits, Input, Static, TabbedContent
 
 from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader
@@ -19,7 +19,7 @@ from kimitui.live_context import LiveContext
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.bench_dialog import MacroDialog, parse_form
-from kimitui.tui.bench_progress import headline_text
+from kimitui.tui.bench_progress import FractionBar, headline_text
 from kimitui.tui.bench_tables import MacroTable
 from kimitui.tui.bench_view import BenchView
 
@@ -92,7 +92,7 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
             labels: set[str] = set()
 
             def sample() -> None:
-                bars = app.screen_stack[0].query(ProgressBar)
+                bars = app.screen_stack[0].query(FractionBar)
                 for bar in bars:
                     if bar.id == "overall-progress":
                         overall_seen.append(bar.progress)
@@ -132,7 +132,7 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
             metric, series = view.plotted["tpot"]
             assert metric == "median_tpot_ms" and all(v > 0 for _, v in series)
             assert view.query_one("#ttft-box").border_title == "TTFT ms (median)"
-            bars = {bar.id: bar for bar in view.query(ProgressBar)}
+            bars = {bar.id: bar for bar in view.query(FractionBar)}
             assert bars["overall-progress"].progress == 3 and bars["overall-progress"].total == 3
             assert bars["level-progress"].percentage == 1.0
             for plot in view.plots.values():

@@ -123,8 +123,8 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
             await wait_for(pilot, lambda: not app.micro.running, "the run to end")
             ends = [e for e in run().ends.values() if isinstance(e, MicroEnd)]
             assert [e.status for e in ends] == ["cancelled", "cancelled"]
+            # the view shows it at its next redraw (drawn at most REDRAW_HZ times a second)
             status = app.screen_stack[0].query_one("#micro-status", Static)
-            # the view redraws on its next refresh, after the run's end was folded
             await wait_for(pilot, lambda: "cancelled" in str(status.render()), "the status to say cancelled")
             source.stop()
 

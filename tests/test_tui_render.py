@@ -1,16 +1,17 @@
-"""The dashboard's tables draw what DataTable draws: KeyedTable's own cell rendering and caches give
-the same segments as DataTable's, for every kind of cell the views make, and a table synced
-incrementally draws exactly what a table built from scratch with the same rows draws."""
+"""The dashboard's tables draw what DataTable draws: KeyedTable (a Line API widget with its own caches)
+gives the same segments as a DataTable with the same rows, for every kind of cell the views make, with
+and without focus, scrolled, with a cursor; a table synced incrementally draws exactly what a table
+built from scratch with the same rows draws, and renders again only the cells that changed."""
 
 from __future__ import annotations
 
-from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.widgets import DataTable
 
 from kimitui.core.events import GpuSample, ProcSample
+from kimitui.tui import keyed_table
 from kimitui.tui.gpu_table import NAME_WIDTH, GpuTable, gpu_cells
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors
@@ -22,6 +23,10 @@ COLORS = Colors(primary="#0178D4", accent="#ffa62b", success="#4EBF71", warning=
 
 class Table(KeyedTable):
     COLUMNS = (("a", "A", 6), ("b", "B", 12), ("c", "C", None), ("d", "D", 1), ("e", "E", 3))
+
+
+class CursorTable(Table):
+    CURSOR = True
 
 
 def odd_cells(k: int) -> list[Cell]:
@@ -53,6 +58,8 @@ def proc(k: int) -> ProcSample:
 
 
 class Tables(App[None]):
+    CSS = "KeyedTable, DataTable { height: 9; width: 100; }"
+
     def compose(self) -> ComposeResult:
         yield Table(id="t1")
         yield Table(id="t2")
@@ -60,39 +67,97 @@ class Tables(App[None]):
         yield ProcTable(id="procs")
 
 
-def draw(table: KeyedTable) -> list[object]:
+def draw(table: KeyedTable | DataTable[Cell]) -> list[object]:
     return [list(strip) for strip in table.render_lines(Region(0, 0, table.size.width, table.size.height))]
 
 
-async def test_cells_render_as_datatable_renders_them() -> None:
+def twin(table: KeyedTable) -> DataTable[Cell]:
+    """A DataTable with the table's columns, rows, cursor and scroll position."""
+    data: DataTable[Cell] = DataTable(zebra_stripes=True, cursor_type="row", show_cursor=table.show_cursor)
+    for column in table.columns:
+        data.add_column(column.label, key=column.key, width=column.width)
+    return data
+
+
+async def test_tables_draw_what_a_datatable_with_the_same_rows_draws() -> None:
     app = Tables()
-    async with app.run_test(size=(100, 30)) as pilot:
-        t1 = app.query_one("#t1", Table)
-        gpus = app.query_one(GpuTable)
-        procs = app.query_one(ProcTable)
-        t1.sync([(str(k), odd_cells(k)) for k in range(12)])
-        gpus.sync([(str(i), gpu_cells(gpu(i, 90000.0 + i), COLORS, NAME_WIDTH)) for i in range(8)])
-        procs.sync([(str(k), proc_cells(proc(k), COLORS)) for k in range(9)])
-        await pilot.pause()
-        base = Style(color="#e0e0e0", bgcolor="#1e1e1e")
+    async with app.run_test(size=(110, 60)) as pilot:
+        odd = CursorTable(id="odd")
+        await app.mount(odd)
+        rows: dict[str, list[Row]] = {
+            "odd": [(str(k), odd_cells(k)) for k in range(12)],
+            "gpus": [(str(i), gpu_cells(gpu(i, 90000.0 + i), COLORS, NAME_WIDTH)) for i in range(8)],
+            "procs": [(str(k), proc_cells(proc(k), COLORS)) for k in range(9)],
+        }
+        checked = scrolled_x = 0
+        for table_id, table_rows in rows.items():
+            ours = app.query_one(f"#{table_id}", KeyedTable)
+            theirs = twin(ours)
+            await app.mount(theirs)
+            ours.sync(table_rows)
+            for key, cells in table_rows:
+                theirs.add_row(*cells, key=key)
+            await pilot.pause()
+            assert ours.size == theirs.size
+            assert draw(ours) == draw(theirs), table_id
+            for table in (ours, theirs):  # the cursor on another row, scrolled, focused
+                table.move_cursor(row=4)
+            await pilot.pause()
+            for table in (ours, theirs):
+                table.scroll_to(x=5, y=2, animate=False, immediate=True)
+            await pilot.pause()
+            assert (ours.scroll_offset, ours.cursor_row) == (theirs.scroll_offset, theirs.cursor_row), table_id
+            scrolled_x += ours.scroll_x > 0
+            assert draw(ours) == draw(theirs), table_id
+            focused = []
+            for table in (ours, theirs):  # one at a time
+                table.focus()
+                await pilot.pause()
+                focused.append(draw(table))
+            assert focused[0] == focused[1] != draw(ours), table_id
+            checked += 1
+            app.set_focus(None)
+            await theirs.remove()
+        assert checked == 3 and scrolled_x == 1  # the process table is wider than its 100 columns
+
+
+async def test_cells_render_as_datatable_renders_them() -> None:
+    """render_cell (inlined, with a shortcut for a one-line Text that fits) against the renderables
+    DataTable renders a cell with, at many widths, plain and under a cursor's styles."""
+    from rich.padding import Padding
+    from rich.style import Style
+    from textual.renderables.styled import Styled
+    from textual.strip import Strip
+
+    app = Tables()
+    async with app.run_test(size=(100, 30)):
+        console, options = app.console, app.console_options
+        cells = [c for k in range(12) for c in odd_cells(k)]
+        cells += [c for i in range(8) for c in gpu_cells(gpu(i, 90000.0 + i), COLORS, NAME_WIDTH)]
+        cells += [c for k in range(9) for c in proc_cells(proc(k), COLORS)]
+        cells += [Text("x", style="on red", justify=j) for j in ("left", "center", "right", "default", "full")]
+        cells += [Text("  pad  ", justify=j, style="underline") for j in ("left", "center", "right")]
+        row = Style(color="#e0e0e0", bgcolor="#1e1e1e", meta={"row": 3, "column": 1})
+        cursor = Style(color="#000000", bgcolor="#ffa62b", bold=True)
+        cursor_post = Style.from_color(cursor.color) + Style.from_color(bgcolor=cursor.bgcolor)
+        looks = [(row, Style()), (row + cursor, cursor_post)]
         checked = 0
-        for table in (t1, gpus, procs):
-            for row in range(table.row_count):
-                for column in range(len(table.columns)):
-                    for width in (1, 2, 3, 5, 9, 30):
-                        for cursor, hover in ((False, False), (True, False), (False, True)):
-                            ours = table._render_text_cell(row, column, base, width, cursor, hover)
-                            table._cell_render_cache.clear()  # DataTable's: not keyed on the width
-                            theirs = DataTable._render_cell(table, row, column, base, width, cursor, hover)
-                            if ours is not None:
-                                assert ours == theirs, (table.id, row, column, width, cursor, hover)
-                                checked += 1
-        assert checked > 1000
+        for cell in map(keyed_table.as_text, cells):
+            for width in (1, 2, 3, 4, 5, 9, 13, 30):
+                for style, post in looks:
+                    ours = Strip(keyed_table.render_cell(console, options, cell, width, style, post))
+                    theirs = Strip(console.render_lines(
+                        Styled(Padding(cell, (0, 1)), pre_style=style, post_style=post),
+                        options.update_dimensions(width, 1).update(no_wrap=True))[0])
+                    assert ours.cell_length == width
+                    assert list(ours.simplify()) == list(theirs.simplify()), (cell, width)
+                    checked += 1
+        assert checked > 2000
 
 
 async def test_incremental_sync_draws_what_a_fresh_table_draws() -> None:
     app = Tables()
-    async with app.run_test(size=(100, 30)) as pilot:
+    async with app.run_test(size=(110, 30)) as pilot:
         t1, t2 = app.query_one("#t1", Table), app.query_one("#t2", Table)
         app.set_focus(None)  # focus restyles a table's header: keep both alike
         rows: list[Row] = [(str(k), odd_cells(k)) for k in range(12)]
@@ -101,20 +166,67 @@ async def test_incremental_sync_draws_what_a_fresh_table_draws() -> None:
         draw(t1)  # fill the caches with the first values
         changed: list[Row] = [(key, [*cells[:2], Text(f"new {key}", style="red"), *cells[3:]]) if int(key) % 3 == 0
                               else (key, cells) for key, cells in rows]
-        t1.sync(changed)
+        rendered: list[str] = []
+        render_cell = keyed_table.render_cell
+
+        def counting(*args: object) -> object:
+            rendered.append(args[2].plain)  # type: ignore[attr-defined]
+            return render_cell(*args)  # type: ignore[arg-type]
+
+        keyed_table.render_cell = counting  # type: ignore[assignment]
+        try:
+            t1.sync(changed)
+            await pilot.pause()
+            draw(t1)
+        finally:
+            keyed_table.render_cell = render_cell
+        # only the changed cells were rendered again (the rows are 1 header + 8 visible)
+        assert sorted(rendered) == ["new 0", "new 3", "new 6"]
         t2.sync(changed)
         await pilot.pause()
-        assert t1._update_count > 0
         assert draw(t1) == draw(t2)
-        # a cursor and hover moved, a cell updated outside sync: still the same as a fresh table
+        # a cell restyled with the same characters is a change too (a theme switch recolours cells)
+        t1.update_cell("4", "a", Text("4", justify="right", style="red"))
+        assert draw(t1) != draw(t2)
+        # a cursor and a cell updated outside sync: still the same as a fresh table
         t1.update_cell("4", "a", Text("upd"))
         t2.update_cell("4", "a", Text("upd"))
         for table in (t1, t2):
             table.show_cursor = True
             table.move_cursor(row=4)
+            table.refresh()
         await pilot.pause()
         assert draw(t1) == draw(t2)
         assert "upd" in "".join(seg.text for seg in draw(t1)[5])  # type: ignore[attr-defined]
+
+
+async def test_keys_and_clicks_move_the_cursor_or_scroll() -> None:
+    app = Tables()
+    async with app.run_test(size=(110, 40)) as pilot:
+        procs, t1 = app.query_one(ProcTable), app.query_one("#t1", Table)
+        procs.sync([(str(k), proc_cells(proc(k), COLORS)) for k in range(30)])
+        t1.sync([(str(k), odd_cells(k)) for k in range(30)])
+        await pilot.pause()
+        visible = procs.scrollable_content_region.height - 1  # under the header (and over a scrollbar)
+        procs.focus()
+        for _ in range(visible + 2):
+            await pilot.press("down")
+        assert procs.cursor_row == visible + 2
+        assert procs.scroll_y == 3  # the cursor's row is the last one shown
+        await pilot.press("home")
+        assert (procs.cursor_row, procs.scroll_y) == (0, 0)
+        await pilot.press("end")
+        assert (procs.cursor_row, procs.scroll_y) == (29, 30 - visible)
+        await pilot.click(procs, offset=(5, 2))  # the second row shown
+        assert procs.cursor_row == 30 - visible + 1
+        # a rebuild (another order) keeps the cursor on its row and the scroll position
+        key = procs.row_keys[procs.cursor_row]
+        procs.sync([(str(k), proc_cells(proc(k), COLORS)) for k in reversed(range(30))])
+        assert procs.row_keys[procs.cursor_row] == key and procs.scroll_y == 30 - visible
+        # without a cursor the keys scroll
+        t1.focus()
+        await pilot.press("down", "down")
+        assert t1.scroll_y == 2 and t1.cursor_row == 0
 
 
 async def test_live_events_redraw_once_per_burst_and_nothing_between() -> None:
@@ -159,3 +271,64 @@ def test_memory_history_lines_and_colours() -> None:
     assert list(content.spans) == [
         Span(0, 20, "$text-muted"), Span(21, 24, "$text-muted"), Span(24, 27, "$success"),
         Span(27, 28, "$warning"), Span(28, 29, "$error"), Span(36, 39, "$text-muted"), Span(39, 44, "$success")]
+
+
+async def test_fraction_bar_draws_what_progress_bar_draws() -> None:
+    from textual.containers import Horizontal
+    from textual.widgets import ProgressBar
+
+    from kimitui.tui.bench_progress import FractionBar, FractionFill
+
+    class Bars(App[None]):
+        CSS = "Horizontal { height: 1; width: 57; } ProgressBar { width: 1fr; } ProgressBar Bar { width: 1fr; }"
+
+        def compose(self) -> ComposeResult:
+            with Horizontal():
+                yield ProgressBar(total=1, show_eta=False)
+            with Horizontal():
+                yield FractionBar()
+
+    app = Bars()
+    async with app.run_test(size=(80, 4)) as pilot:
+        theirs, ours = app.query_one(ProgressBar), app.query_one(FractionBar)
+        for total, progress in ((1.0, 0.0), (7.0, 1.0), (3.0, 1.5), (40.0, 39.0), (40.0, 39.9), (3.0, 3.0), (0.0, 0.0)):
+            theirs.update(total=total, progress=progress)
+            ours.update(total=total, progress=progress)
+            await pilot.pause()
+            assert ours.percentage == theirs.percentage
+            bar, fill = theirs.query_one("#bar").render(), ours.query_one(FractionFill).render()
+            assert ours.query_one(FractionFill).size == theirs.query_one("#bar").size
+            assert vars(fill) == vars(bar), (total, progress)  # range and styles
+            assert str(ours.query_one("Label").render()) == str(theirs.query_one("#percentage").render())
+
+
+async def test_memory_history_repaints_only_the_lines_that_changed() -> None:
+    from textual.widgets import Static
+
+    from kimitui.core.events import HostSample
+    from kimitui.core.state import SessionState, fold
+    from kimitui.tui.memory_history import MemoryHistory
+
+    class History(App[None]):
+        CSS = "MemoryHistory { width: 34; }"
+
+        def compose(self) -> ComposeResult:
+            yield MemoryHistory()
+
+    state = SessionState()
+    app = History()
+    async with app.run_test(size=(60, 12)) as pilot:
+        history = app.query_one(MemoryHistory)
+        for seq, used in enumerate((10000.0, 50000.0, 60000.0)):
+            # GPU 0 moves; GPU 1 reports no memory, its line stays as it is
+            fold(state, HostSample(t=1000.0 + seq, host="h", seq=seq, procs=[],
+                                   gpus=[gpu(0, used), GpuSample(1, "u1", "n", mem_used_mib=None, mem_total_mib=None)]))
+            history.show(state)
+            await pilot.pause()
+            lines = list(history.query(Static))
+            if seq == 1:
+                before = [line.visual for line in lines]
+        after = [line.visual for line in lines]
+        assert [str(line.visual).split()[-1] for line in lines[1:]] == ["58.6", "-"]
+        assert after[0] is before[0] and after[2] is before[2]  # the header and GPU 1: not drawn again
+        assert after[1] is not before[1]

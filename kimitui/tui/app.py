@@ -9,7 +9,6 @@ are pumped into the session by workers.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import threading
@@ -97,6 +96,11 @@ class KimituiApp(App[None]):
         Binding("x", "cancel_cleanup", "Cancel cleanup", show=False),
         Binding("f1,question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
+        # A replay hides the live keys above (check_action); pressed, the key falls through to these
+        # hidden ones, which run the same action: it says why not.
+        Binding("M", "in_replay('macro_sweep')", show=False),
+        Binding("F", "in_replay('free_gpus')", show=False),
+        Binding("R", "in_replay('restart_service')", show=False),
     ]
 
     def __init__(
@@ -111,11 +115,6 @@ class KimituiApp(App[None]):
         live: LiveContext | None = None,
     ) -> None:
         super().__init__()
-        if player is not None:
-            bindings = self._bindings.key_to_bindings
-            for key, entries in bindings.items():
-                bindings[key] = [dataclasses.replace(b, show=False) if b.action in LIVE_ACTIONS else b
-                                 for b in entries]
         self.session = session
         self.live = live
         """The host behind a live session (for actions: cleanup, benchmarks); None in replay."""
@@ -372,7 +371,16 @@ class KimituiApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in CAMPAIGN_ACTIONS:
             return self.campaign is not None
+        if action in LIVE_ACTIONS:  # False: not in a replay's footer, and the key goes to in_replay
+            return self.player is None
+        if action == "in_replay":
+            return self.player is not None
         return not (action in REPLAY_ACTIONS and self.player is None)
+
+    def action_in_replay(self, action: str) -> None:
+        """A live key pressed in a replay: its action, which says what it needs."""
+        if action in LIVE_ACTIONS:
+            getattr(self, f"action_{action}")()
 
     def campaign_busy(self) -> bool:
         """A campaign runs here: F, M, K and R say so instead of starting on the host beside it."""

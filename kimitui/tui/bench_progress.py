@@ -4,13 +4,16 @@ replay of a recorded sweep shows what the live run showed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
-from textual.app import ComposeResult
+from rich.style import Style
+from textual.app import ComposeResult, RenderResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.timer import Timer
-from textual.widgets import Digits, ProgressBar, Static
+from textual.reactive import reactive
+from textual.renderables.bar import Bar as BarRenderable
+from textual.widget import Widget
+from textual.widgets import Digits, Label, Static
 
 from kimitui.core.events import MacroPoint
 from kimitui.core.state import SessionState, Sweep, first_error, level_failed
@@ -18,15 +21,55 @@ from kimitui.tui import fmt
 from kimitui.tui.bench_runner import headline
 
 
-class QuietProgressBar(ProgressBar):
-    """A ProgressBar without its once-a-second ETA refresh (no ETA is shown): it repaints only when
-    it is fed, so an idle Benchmarks tab costs nothing."""
+class FractionFill(Widget):
+    """The bar of a FractionBar: Textual's bar renderable (ProgressBar's look), filled to the fraction."""
 
-    def set_interval(self, interval: float, callback: Any = None, **kwargs: Any) -> Timer:
-        timer = super().set_interval(interval, callback, **kwargs)
-        if callback == self.update:
-            timer.stop()
-        return timer
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"fraction-fill--bar", "fraction-fill--complete"}
+    DEFAULT_CSS = """
+    FractionFill { width: 1fr; height: 1; }
+    FractionFill > .fraction-fill--bar { color: $primary; background: $surface; }
+    FractionFill > .fraction-fill--complete { color: $success; background: $surface; }
+    """
+
+    fraction: reactive[float] = reactive(0.0)
+
+    def render(self) -> RenderResult:
+        width = self.size.width
+        # to the half cell the bar can show (a smaller step would repaint the same bar)
+        filled = int(self.fraction * width * 2) / 2 if width else 0.0
+        style = self.get_component_rich_style("fraction-fill--bar" if self.fraction < 1 else "fraction-fill--complete")
+        return BarRenderable(highlight_range=(0, filled), highlight_style=Style.from_color(style.color),
+                             background_style=Style.from_color(style.bgcolor))
+
+
+class FractionBar(Horizontal):
+    """Progress drawn from the fold: a bar and its percentage, as ProgressBar draws them, repainted only
+    when fed (ProgressBar also refreshes its ETA once a second, shown or not)."""
+
+    DEFAULT_CSS = """
+    FractionBar { width: 1fr; height: 1; }
+    FractionBar > Label { width: 5; content-align-horizontal: right; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.total = 1.0
+        self.progress = 0.0
+
+    @property
+    def percentage(self) -> float:
+        """The fraction done, 0 to 1 (a total of 0 is done)."""
+        return min(max(self.progress / self.total, 0.0), 1.0) if self.total else 1.0
+
+    def compose(self) -> ComposeResult:
+        yield FractionFill()
+        yield Label("0%")
+
+    def update(self, *, total: float, progress: float) -> None:
+        self.total, self.progress = total, progress
+        fraction = self.percentage
+        self.query_one(FractionFill).fraction = fraction
+        self.query_one(Label).update(f"{round(fraction * 100)}%")
 
 
 def headline_text(value: float | None) -> str:
@@ -161,10 +204,10 @@ class SweepPanel(Vertical):
         yield Static(id="sweep-status")
         with Horizontal(id="level-row", classes="progress-row"):
             yield Static("level", classes="progress-label")
-            yield QuietProgressBar(total=1, show_eta=False, id="level-progress")
+            yield FractionBar(id="level-progress")
         with Horizontal(id="overall-row", classes="progress-row"):
             yield Static("overall", classes="progress-label")
-            yield QuietProgressBar(total=1, show_eta=False, id="overall-progress")
+            yield FractionBar(id="overall-progress")
 
     def on_mount(self) -> None:
         self.border_title = "macro sweep"
@@ -180,8 +223,8 @@ class SweepPanel(Vertical):
         if bars is None or bars == self._bars:
             return
         self._bars = bars
-        self.query_one("#level-progress", ProgressBar).update(total=bars[0], progress=bars[1])
-        self.query_one("#overall-progress", ProgressBar).update(total=bars[2], progress=bars[3])
+        self.query_one("#level-progress", FractionBar).update(total=bars[0], progress=bars[1])
+        self.query_one("#overall-progress", FractionBar).update(total=bars[2], progress=bars[3])
 
     def _set_status(self, content: Content) -> None:
         if content != self._status:

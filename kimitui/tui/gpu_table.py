@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets.data_table import ColumnKey
 
 from kimitui.core.events import GpuSample
 from kimitui.core.state import SessionState
@@ -68,11 +67,9 @@ class GpuTable(KeyedTable):
         width = self.fitted_name_width()
         if width != self.name_width:
             self.name_width = width
-            self.columns[ColumnKey("name")].width = width
-            self._require_update_dimensions = True
+            self.set_column_width("name", width)
             if self._last is not None:
                 self.show(*self._last)
-            self.refresh()
 
     def show(self, state: SessionState, colors: Colors) -> None:
         self._last = (state, colors)

@@ -1,273 +1,478 @@
-"""A DataTable that is synced to a list of keyed rows: unchanged cells are left alone, so a redraw
-of a large table costs only what changed, and the scroll position and cursor survive a rebuild."""
+"""A table of keyed rows on Textual's Line API: a ScrollView whose ``render_line`` returns one Strip per
+line, from public Textual and Rich API only.
+
+Drawing costs only what changed. Each cell keeps its rendered segments until its own value changes, and
+each row keeps its line until one of its cells, its place, the cursor, the width or the look (the
+component styles) changes; ``sync`` repaints only the lines of rows that changed. So a live table with a
+few new values a frame renders those cells and no others, and a table that did not change is not drawn.
+
+It draws what a DataTable with zebra stripes and a row cursor draws: the same component styles (under
+``keyed-table--*`` names), the same cell rendering and the same segments (tests/test_tui_render.py holds
+the two to that). The scroll position and the cursor's row survive a rebuild.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import count
+from dataclasses import dataclass, field
+from typing import ClassVar, Self
 
+from rich.console import Console, ConsoleOptions
+from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.cache import LRUCache
-from textual.color import Color
-from textual.css.styles import RenderStyles
+from textual import events
 from textual.geometry import Region, Size
+from textual.render import measure
+from textual.renderables.styled import Styled
+from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import DataTable
-from textual.widgets.data_table import Column, ColumnKey, RowKey
 
 Cell = str | Text
 Row = tuple[str, Sequence[Cell]]
 
-SegmentLines = list[list[Segment]]
-
-_stamps = count(1)
-"""Cell stamps: a new one every time a cell's value is set, unique across tables."""
-HEADER_STAMP = 0
-"""The header's stamp: the labels are set once, on mount."""
+CELL_PADDING = 1
+"""Blank cells either side of a cell's content (DataTable's default)."""
+HEADER = -1
+"""The header's row index (DataTable's numbering: the meta of its segments says row -1)."""
 
 
-class _FrameRenderStyles(RenderStyles):
-    """Component styles for one frame: the Rich style (a walk over every ancestor's styles) is
-    computed once, not once a line."""
-
-    _frame_rich_style: Style | None = None
+@dataclass(slots=True)
+class Column:
+    key: str
+    label: Text
+    width: int | None
+    """Content width in cells; None: as wide as the widest cell or the label."""
+    content_width: int = 0
+    """The widest cell or the label (what an auto-width column is as wide as)."""
 
     @property
-    def rich_style(self) -> Style:
-        if self._frame_rich_style is None:
-            self._frame_rich_style = super().rich_style
-        return self._frame_rich_style
+    def render_width(self) -> int:
+        return 2 * CELL_PADDING + (self.content_width if self.width is None else self.width)
 
 
-class KeyedTable(DataTable[Cell]):
-    """Columns are declared by subclasses in ``COLUMNS`` as (key, label, width or None).
+@dataclass(frozen=True, slots=True)
+class Look:
+    """The styles a frame is drawn with, from the widget's CSS and component classes."""
 
-    Drawing costs only what changed. DataTable forgets every rendered cell whenever any cell changes
-    (its render caches are keyed on a table-wide update count), so a live table with a few new values
-    a frame would render every visible cell through Rich again each frame. This table also caches
-    rendered cells by a stamp that changes only with the cell's own value. And while it renders a
-    frame, it computes its CSS-derived styles (which walk every ancestor's styles) once, not once per
-    line.
+    base: Style
+    header: Style
+    even: Style
+    odd: Style
+    cursor: Style
+    cursor_post: Style
+    """Applied after a cursor cell's own styles: the cursor's colours win (DataTable's "css" priority)."""
+
+
+@dataclass(slots=True)
+class _Line:
+    """One row (or the header): its cells, and what was rendered from them."""
+
+    cells: Sequence[Cell]
+    """As last given to ``sync`` (a row given as the very same sequence is skipped)."""
+    texts: list[Text]
+    widths: list[int]
+    """Measured content width of each cell (what an auto-width column fits)."""
+    segments: list[list[Segment] | None] = field(default_factory=list)
+    """Each cell's rendered segments (None: to render), valid for ``rendered_for``."""
+    rendered_for: tuple[object, ...] = ()
+    strip: Strip | None = None
+    strip_for: tuple[int, int] = (-1, -1)
+    """(width, scroll_x) the strip was cut for."""
+
+
+def as_text(cell: Cell) -> Text:
+    """A cell as DataTable reads it: a str is markup (one line); a Text is drawn as it is."""
+    if isinstance(cell, Text):
+        return cell
+    text = Text.from_markup(cell, end="")
+    text.no_wrap = True
+    return text
+
+
+def same_cell(a: Cell, b: Cell) -> bool:
+    """Whether two cells draw the same (Text's == compares only the characters and spans)."""
+    if a is b:
+        return True
+    if isinstance(a, Text) and isinstance(b, Text):
+        return (a.plain == b.plain and a.style == b.style and a.spans == b.spans and a.justify == b.justify
+                and a.overflow == b.overflow and a.no_wrap == b.no_wrap and a.end == b.end
+                and a.tab_size == b.tab_size)
+    return type(a) is type(b) and a == b
+
+
+def render_cell(console: Console, options: ConsoleOptions, cell: Text, width: int, style: Style,
+                post_style: Style) -> list[Segment]:
+    """One line of a cell, as DataTable renders it: ``Styled(Padding(cell, (0, 1)), style, post_style)``
+    through ``Console.render_lines`` at the column's width, one line high, no wrapping. The steps of
+    those renderables are inlined (a third of the time); a one-line Text that fits its column (most
+    cells) skips the wrapping and cropping too."""
+    inner = width - 2 * CELL_PADDING
+    if inner < 1:
+        lines = console.render_lines(
+            Styled(Padding(cell, (0, CELL_PADDING)), pre_style=style, post_style=post_style),
+            options.update_dimensions(width, 1).update(no_wrap=True))
+        return lines[0] if lines else [Segment(" " * width)]
+    null = Style.null()
+    plain = cell.plain
+    justify = cell.justify or options.justify or "default"
+    if (cell.end in ("\n", "") and "\n" not in plain and "\t" not in plain
+            and cell.cell_len <= inner):
+        # What Text.wrap does to one line that fits (Lines.justify), then its render as one joined line
+        line = cell.copy()
+        if justify == "left":
+            line.pad_right(inner - line.cell_len)
+        elif justify == "center":
+            line.rstrip()
+            line.pad_left((inner - line.cell_len) // 2)
+            line.pad_right(inner - line.cell_len)
+        elif justify == "right":
+            line.rstrip()
+            line.pad_left(inner - line.cell_len)
+        text_line = list(Text("\n").join([line]).render(console))
+        if line.cell_len < inner:
+            text_line.append(Segment(" " * (inner - line.cell_len), null))
+    else:
+        # Text.__rich_console__ with DataTable's options (width, one line, no_wrap)
+        tab_size = console.tab_size if cell.tab_size is None else cell.tab_size
+        wrapped = cell.wrap(console, inner, justify=justify, overflow=cell.overflow or options.overflow or "fold",
+                            tab_size=tab_size or 8, no_wrap=True if cell.no_wrap is None else cell.no_wrap)
+        segments = list(Text("\n").join(wrapped).render(console, end=cell.end))
+        # Padding(cell, (0, pad)): its inner Console.render_lines (padded, first line only)
+        first = next(Segment.split_and_crop_lines(segments, inner, include_new_lines=False, pad=True,
+                                                  style=null), None)
+        text_line = first if first is not None else [Segment(" " * inner, null)]
+    # the padding either side, in its style ("none", the null style); Styled(pre_style=style, post_style)
+    side = Segment(" " * CELL_PADDING, null)
+    return list(Segment.apply_style([side, *text_line, side], style=style, post_style=post_style))
+
+
+class KeyedTable(ScrollView, can_focus=True):
+    """Columns are declared by subclasses in ``COLUMNS`` as (key, label, width or None); rows are
+    given whole to ``sync`` as (key, cells)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "keyed-table--header", "keyed-table--even-row", "keyed-table--odd-row", "keyed-table--cursor"}
+
+    # DataTable's look, for the parts this table has (no fixed rows or columns, no hover highlight).
+    DEFAULT_CSS = """
+    KeyedTable {
+        background: $surface;
+        color: $foreground;
+        height: auto;
+        max-height: 100%;
+
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .keyed-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+            & > .keyed-table--header {
+                background-tint: $foreground 5%;
+            }
+        }
+        &:dark {
+            & > .keyed-table--even-row {
+                background: $surface-darken-1 40%;
+            }
+        }
+        & > .keyed-table--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        &:ansi > .keyed-table--header {
+            background: ansi_bright_blue;
+            color: ansi_default;
+        }
+        & > .keyed-table--odd-row {
+        }
+        & > .keyed-table--even-row {
+            background: $surface-lighten-1 50%;
+        }
+        & > .keyed-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+    }
     """
 
     COLUMNS: tuple[tuple[str, str, int | None], ...] = ()
+    _look: Look | None = None
+    _look_stale = True
+    """Class defaults: Textual may refresh the widget before ``__init__`` has run to the end."""
 
     CURSOR = False
     """Whether a row cursor is shown (tables an operator scrolls through)."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        # Before DataTable's __init__: its reactive watchers clear the caches.
-        self._cell_cache: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(4096)
-        self._stamps: dict[str, list[int]] = {}
-        """Per row key, per column: the stamp of the value the cell holds."""
-        self._frame_styles: dict[object, object] | None = None
-        """Styles, size and columns, computed once during the frame being rendered (None outside
-        ``render_lines``)."""
-        super().__init__(id=id, classes=classes, zebra_stripes=True, cursor_type="row",
-                         show_cursor=self.CURSOR)
+        super().__init__(id=id, classes=classes)
+        self.show_cursor = self.CURSOR
+        self.cursor_row = 0
+        self.columns: list[Column] = [Column(key, Text.from_markup(label), width) for key, label, width in self.COLUMNS]
+        self._column_index = {c.key: i for i, c in enumerate(self.columns)}
         self._keys: list[str] = []
-        self._cells: dict[str, Sequence[Cell]] = {}
+        self._index: dict[str, int] = {}
+        self._lines: dict[str, _Line] = {}
+        self._header = _Line(cells=[c.label for c in self.columns], texts=[c.label for c in self.columns],
+                             widths=[])
+        self._look_version = 0
+        self._layout_version = 0
+        """Bumped when a column's width changes: every cell is rendered again."""
+        self._metas: dict[tuple[int, int], Style] = {}
 
     def on_mount(self) -> None:
-        for key, label, width in self.COLUMNS:
-            self.add_column(label, key=key, width=width)
+        console = self.app.console
+        self._header.widths = [measure(console, c.label, 1) for c in self.columns]
+        self._fit_columns(force=True)
+
+    # -- reading
 
     @property
     def row_keys(self) -> list[str]:
         return list(self._keys)
 
+    @property
+    def row_count(self) -> int:
+        return len(self._keys)
+
     def cell_text(self, row_key: str, column_key: str) -> str:
         """Plain text of a cell (for tests and copy-out)."""
-        cell = self.get_cell(row_key, column_key)
-        return cell.plain if isinstance(cell, Text) else str(cell)
+        return self._lines[row_key].texts[self._column_index[column_key]].plain
 
     def column_texts(self, column_key: str) -> list[str]:
         return [self.cell_text(k, column_key) for k in self._keys]
 
+    # -- writing
+
     def sync(self, rows: Sequence[Row]) -> None:
-        """Show these rows. The same keys in the same order: only the cells that differ are updated
-        (a row passed as the very sequence it was last time is skipped). Otherwise the table is
-        rebuilt, keeping the cursor on its row and the scroll position."""
+        """Show these rows. The same keys in the same order: only the cells that differ are rendered
+        again and only their lines repainted (a row passed as the very sequence it was last time is
+        skipped). Otherwise the table is rebuilt, keeping the cursor on its row and the scroll position."""
         keys = [k for k, _ in rows]
         if keys == self._keys:
-            columns = [c[0] for c in self.COLUMNS]
-            for key, cells in rows:
-                old = self._cells[key]
-                if cells is old:
+            for index, (key, cells) in enumerate(rows):
+                line = self._lines[key]
+                if cells is line.cells:
                     continue
-                for i, cell in enumerate(cells):
-                    if old[i] is not cell and old[i] != cell:
-                        self.update_cell(key, columns[i], cell)
-                self._cells[key] = cells
+                old = line.cells
+                changed = [i for i, cell in enumerate(cells) if not same_cell(old[i], cell)]
+                line.cells = cells
+                if changed:
+                    self._set_cells(line, changed)
+                    self._refresh_row(index)
+            self._fit_columns()
             return
         cursor_key = self._keys[self.cursor_row] if 0 <= self.cursor_row < len(self._keys) else None
         scroll = self.scroll_y
-        self.clear()
-        for key, cells in rows:
-            self.add_row(*cells, key=key)
         self._keys = keys
-        self._cells = dict(rows)
-        self._stamps = {k: [next(_stamps) for _ in cells] for k, cells in rows}
-        if cursor_key in self._cells:
-            self.move_cursor(row=keys.index(cursor_key), animate=False, scroll=False)
+        self._index = {k: i for i, k in enumerate(keys)}
+        self._lines = {key: self._new_line(cells) for key, cells in rows}
+        self.cursor_row = self._index.get(cursor_key, 0) if cursor_key is not None else 0
+        self._fit_columns(force=True)
         self.scroll_to(y=scroll, animate=False, immediate=True)
+        self.refresh()
 
-    # -- rendering
+    def update_cell(self, row_key: str, column_key: str, value: Cell) -> None:
+        """Set one cell (its line is repainted)."""
+        line = self._lines[row_key]
+        column = self._column_index[column_key]
+        cells = list(line.cells)
+        if same_cell(cells[column], value):
+            return
+        cells[column] = value
+        line.cells = cells
+        self._set_cells(line, [column])
+        self._refresh_row(self._index[row_key])
+        self._fit_columns()
 
-    def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: Cell, *,
-                    update_width: bool = False) -> None:
-        super().update_cell(row_key, column_key, value, update_width=update_width)
-        stamps = self._stamps.get(row_key.value if isinstance(row_key, RowKey) else row_key)
-        column = self._column_locations.get(
-            column_key if isinstance(column_key, ColumnKey) else ColumnKey(column_key))
-        if stamps is not None and column is not None and column < len(stamps):
-            stamps[column] = next(_stamps)
+    def set_column_width(self, column_key: str, width: int | None) -> None:
+        column = self.columns[self._column_index[column_key]]
+        if column.width != width:
+            column.width = width
+            self._fit_columns(force=True)
+            self.refresh()
 
-    def _clear_caches(self) -> None:
-        super()._clear_caches()
-        self._cell_cache.clear()
+    def move_cursor(self, row: int, *, scroll: bool = True) -> None:
+        """Put the cursor on this row (clamped to the rows there are)."""
+        row = max(0, min(row, len(self._keys) - 1))
+        if row != self.cursor_row:
+            if self.show_cursor:
+                self._refresh_row(self.cursor_row)
+                self._refresh_row(row)
+            self.cursor_row = row
+        if scroll and self.show_cursor:
+            self._scroll_to_row(row)
+
+    def _new_line(self, cells: Sequence[Cell]) -> _Line:
+        texts = [as_text(c) for c in cells]
+        console = self.app.console
+        widths = [measure(console, t, 1) if c.width is None else 0 for c, t in zip(self.columns, texts, strict=True)]
+        return _Line(cells=cells, texts=texts, widths=widths)
+
+    def _set_cells(self, line: _Line, columns: list[int]) -> None:
+        console = self.app.console
+        for i in columns:
+            text = line.texts[i] = as_text(line.cells[i])
+            if self.columns[i].width is None:
+                line.widths[i] = measure(console, text, 1)
+            if line.segments:
+                line.segments[i] = None
+        line.strip = None
+
+    def _fit_columns(self, force: bool = False) -> None:
+        """Auto-width columns as wide as their widest cell; the virtual size to match."""
+        changed = force
+        for i, column in enumerate(self.columns):
+            if column.width is not None:
+                continue
+            header = self._header.widths[i] if i < len(self._header.widths) else 0
+            width = max([header, *(line.widths[i] for line in self._lines.values())])
+            if width != column.content_width:
+                column.content_width = width
+                changed = True
+        if changed:
+            self._layout_version += 1
+            self.virtual_size = Size(sum(c.render_width for c in self.columns), 1 + len(self._keys))
+            self.refresh()
+
+    def _refresh_row(self, index: int) -> None:
+        y = 1 + index - round(self.scroll_y)
+        if 1 <= y < self.size.height:
+            self.refresh(Region(0, y, self.size.width, 1))
+
+    # -- drawing
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Self:
+        # Textual repaints a widget whole when its styles or its component styles change (a theme, focus,
+        # an ancestor's background); this table repaints only lines of its own. So a whole repaint reads
+        # the look again, and while the look stays the same, rendered cells and lines stay valid.
+        if repaint and not regions:
+            self._look_stale = True
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def notify_style_update(self) -> None:
+        self._look_stale = True
+        super().notify_style_update()
+
+    def _read_look(self) -> Look:
+        if self._look is None or self._look_stale:
+            self._look_stale = False
+            get = self.get_component_rich_style
+            cursor = get("keyed-table--cursor")
+            look = Look(base=self.rich_style, header=get("keyed-table--header"), even=get("keyed-table--even-row"),
+                        odd=get("keyed-table--odd-row"), cursor=Style() + cursor,
+                        cursor_post=Style.from_color(color=cursor.color) + Style.from_color(bgcolor=cursor.bgcolor))
+            if look != self._look:
+                self._look = look
+                self._look_version += 1
+        return self._look
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        self._frame_styles = {}
-        try:
-            return super().render_lines(crop)
-        finally:
-            self._frame_styles = None
+        self._read_look()
+        return super().render_lines(crop)
 
-    @property
-    def rich_style(self) -> Style:
-        styles = self._frame_styles
-        if styles is None:
-            return super().rich_style
-        style = styles.get("rich_style")
-        if style is None:
-            style = styles["rich_style"] = super().rich_style
-        assert isinstance(style, Style)
-        return style
-
-    @property
-    def size(self) -> Size:
-        styles = self._frame_styles
-        if styles is None:
-            return super().size
-        size = styles.get("size")
-        if size is None:
-            size = styles["size"] = super().size
-        assert isinstance(size, Size)
-        return size
-
-    @property
-    def ordered_columns(self) -> list[Column]:
-        styles = self._frame_styles
-        if styles is None:
-            return super().ordered_columns
-        columns = styles.get("ordered_columns")
-        if columns is None:
-            columns = styles["ordered_columns"] = super().ordered_columns
-        return columns  # type: ignore[return-value]
-
-    @property
-    def background_colors(self) -> tuple[Color, Color]:
-        styles = self._frame_styles
-        if styles is None:
-            return super().background_colors
-        colors = styles.get("background_colors")
-        if colors is None:
-            colors = styles["background_colors"] = super().background_colors
-        return colors  # type: ignore[return-value]
-
-    def get_component_styles(self, *names: str) -> RenderStyles:
-        styles = self._frame_styles
-        if styles is None:
-            return super().get_component_styles(*names)
-        key = ("component", names)
-        component = styles.get(key)
-        if component is None:
-            plain = super().get_component_styles(*names)
-            component = styles[key] = _FrameRenderStyles(plain.node, plain.base, plain.inline)
-        assert isinstance(component, RenderStyles)
-        return component
-
-    def _get_row_style(self, row_index: int, base_style: Style) -> Style:
-        styles = self._frame_styles
-        if styles is None:
-            return super()._get_row_style(row_index, base_style)
-        # What DataTable's choice depends on: header, fixed, or which zebra stripe (else the base).
-        kind = -1 if row_index == -1 else -2 if row_index < self.fixed_rows else row_index % 2
-        key = ("row_style", kind, self.zebra_stripes, base_style)
-        style = styles.get(key)
-        if style is None:
-            style = styles[key] = super()._get_row_style(row_index, base_style)
-        assert isinstance(style, Style)
-        return style
-
-    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False) -> SegmentLines:
-        """DataTable's cell rendering, cached by the cell's stamp rather than the table's update count
-        (row labels and cells set other than through ``sync`` go to DataTable's own cache)."""
-        stamp: int | None = None
-        if row_index == -1:
-            stamp = HEADER_STAMP
+    def render_line(self, y: int) -> Strip:
+        look = self._read_look()
+        width = self.size.width
+        scroll_x, scroll_y = self.scroll_offset
+        if y == 0:
+            index, line = HEADER, self._header
         else:
-            row_key = self._row_locations.get_key(row_index)
-            stamps = self._stamps.get(row_key.value) if row_key is not None and row_key.value else None
-            if stamps is not None and column_index < len(stamps):
-                stamp = stamps[column_index]
-        if stamp is None or column_index < 0:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        key = (row_index, column_index, stamp, base_style, width, cursor, hover, self._show_hover_cursor,
-               self._pseudo_class_state)
-        lines = self._cell_cache.get(key)
-        if lines is None:
-            lines = self._render_text_cell(row_index, column_index, base_style, width, cursor, hover)
-            if lines is None:
-                lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-            self._cell_cache[key] = lines
-        return lines
+            index = y - 1 + scroll_y
+            if index >= len(self._keys):
+                return Strip.blank(width, look.base)
+            line = self._lines[self._keys[index]]
+        cursor = self.show_cursor and index == self.cursor_row
+        rendered_for = (index, cursor, self._look_version, self._layout_version)
+        if line.rendered_for != rendered_for:
+            line.rendered_for = rendered_for
+            line.segments = [None] * len(self.columns)
+            line.strip = None
+        if line.strip is None or line.strip_for != (width, scroll_x):
+            line.strip = self._render_row(line, index, cursor, look, width).crop(
+                scroll_x, scroll_x + width).adjust_cell_length(width, look.base).simplify()
+            line.strip_for = (width, scroll_x)
+        return line.strip
 
-    def _render_text_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                          cursor: bool, hover: bool) -> SegmentLines | None:
-        """What DataTable's ``_render_cell`` renders for a body cell holding a Text in a row one line
-        high, without Rich's generic rendering: the same Text.wrap and Text.render, then the same
-        steps as its Padding, Styled and Console.render_lines wrappers, inlined (a third of the time;
-        tests/test_tui_render.py holds the two to the same output). None: not that case."""
-        if row_index < self.fixed_rows or column_index < self.fixed_columns or column_index < 0:
-            return None
-        row_key = self._row_locations.get_key(row_index)
-        row = self.rows.get(row_key) if row_key is not None else None
-        if row is None or row.height != 1:
-            return None
-        cells = self._get_row_renderables(row_index).cells
-        cell = cells[column_index] if column_index < len(cells) else None
-        pad = self.cell_padding
-        inner = width - 2 * pad
-        if not isinstance(cell, Text) or inner < 1:
-            return None
+    def _render_row(self, line: _Line, index: int, cursor: bool, look: Look, width: int) -> Strip:
+        row_style = look.header if index == HEADER else look.odd if index % 2 else look.even
+        component, post = (look.cursor, look.cursor_post) if cursor else (Style(), Style())
         console = self.app.console
         options = self.app.console_options
-        # Text.__rich_console__ with DataTable's options (width, one line, no_wrap)
-        tab_size = console.tab_size if cell.tab_size is None else cell.tab_size
-        wrapped = cell.wrap(console, inner, justify=cell.justify or options.justify or "default",
-                            overflow=cell.overflow or options.overflow or "fold", tab_size=tab_size or 8,
-                            no_wrap=True if cell.no_wrap is None else cell.no_wrap)
-        segments = list(Text("\n").join(wrapped).render(console, end=cell.end))
-        # Padding(cell, (0, pad)): its inner Console.render_lines (padded, first line only), then the
-        # padding either side, in its style ("none", the null style)
-        null = Style.null()
-        text_line = next(Segment.split_and_crop_lines(segments, inner, include_new_lines=False, pad=True,
-                                                      style=null), None)
-        if text_line is None:
-            text_line = [Segment(" " * inner, null)]
-        side = Segment(" " * pad, null) if pad else None
-        padded = [side, *text_line, side] if side is not None else text_line
-        # Styled(pre_style=base + meta + component, post_style), then Console.render_lines at width
-        base_style += Style.from_meta({"row": row_index, "column": column_index})
-        component_style, post_style = self._get_styles_to_render_cell(
-            False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
-            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
-        styled = Segment.apply_style([*padded, Segment.line()], style=base_style + component_style,
-                                     post_style=post_style)
-        line = next(Segment.split_and_crop_lines(styled, width, include_new_lines=False, pad=True), None)
-        return [line if line is not None else [Segment(" " * width)]]
+        segments: list[Segment] = []
+        table_width = 0
+        for i, column in enumerate(self.columns):
+            cell = line.segments[i]
+            column_width = column.render_width
+            if cell is None:
+                style = row_style + self._meta(index, i) + component
+                cell = line.segments[i] = render_cell(console, options, line.texts[i], column_width, style, post)
+            segments += cell
+            table_width += column_width
+        extend = row_style + component + Style.from_meta({"row": index, "column": 0, "out_of_bounds": True})
+        segments.append(Segment(" " * max(0, width - table_width), extend))
+        return Strip(segments)
+
+    def _meta(self, row: int, column: int) -> Style:
+        """The meta DataTable gives a cell's segments (where a click landed)."""
+        meta = self._metas.get((row, column))
+        if meta is None:
+            meta = self._metas[row, column] = Style.from_meta({"row": row, "column": column})
+        return meta
+
+    # -- cursor and scrolling: with a cursor the keys move it, without they scroll
+
+    def _scroll_to_row(self, row: int) -> None:
+        visible = max(1, self.scrollable_content_region.height - 1)
+        top = round(self.scroll_y)
+        if row < top:
+            self.scroll_to(y=row, animate=False, immediate=True)
+        elif row >= top + visible:
+            self.scroll_to(y=row - visible + 1, animate=False, immediate=True)
+
+    def action_scroll_up(self) -> None:
+        if self.show_cursor:
+            self.move_cursor(self.cursor_row - 1)
+        else:
+            super().action_scroll_up()
+
+    def action_scroll_down(self) -> None:
+        if self.show_cursor:
+            self.move_cursor(self.cursor_row + 1)
+        else:
+            super().action_scroll_down()
+
+    def action_page_up(self) -> None:
+        if self.show_cursor:
+            self.move_cursor(self.cursor_row - max(1, self.scrollable_content_region.height - 1))
+        else:
+            super().action_page_up()
+
+    def action_page_down(self) -> None:
+        if self.show_cursor:
+            self.move_cursor(self.cursor_row + max(1, self.scrollable_content_region.height - 1))
+        else:
+            super().action_page_down()
+
+    def action_scroll_home(self) -> None:
+        if self.show_cursor:
+            self.move_cursor(0)
+        else:
+            super().action_scroll_home()
+
+    def action_scroll_end(self) -> None:
+        if self.show_cursor:
+            self.move_cursor(len(self._keys) - 1)
+        else:
+            super().action_scroll_end()
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if self.show_cursor and offset is not None and offset.y >= 1:
+            self.move_cursor(offset.y - 1 + round(self.scroll_y))

@@ -4,37 +4,58 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from textual.app import ComposeResult
 from textual.content import Content
 from textual.widget import Widget
+from textual.widgets import Static
 
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 
+LABEL_W = 3
+VALUE_W = 6
 
-def history_content(state: SessionState, width: int) -> Content:
-    """Lines aligned with the GPU table's rows: a header line, then 'N ▁▂▅█ 96.9' per GPU."""
-    label_w = 3
-    value_w = 6
-    spark_w = max(width - label_w - value_w - 2, 4)
-    # One assemble of every line's parts (the same text and spans as joining a Content a line, at
-    # a fraction of the cost: this runs at every sample).
+Line = tuple[str, ...]
+"""A line's parts: ('marks', marks) or ('title',) for the header, (label, sparkline, value) for a GPU."""
+
+
+def history_parts(state: SessionState, width: int) -> list[Line]:
+    """What the lines say (cheap to compare: a line's Content is made only when it changed)."""
+    spark_w = max(width - LABEL_W - VALUE_W - 2, 4)
     indices = sorted(state.gpus.keys() | state.mem_history.keys())
     times = [t for t, _ in state.mem_history.get(indices[0], ())] if indices else []
     marks = fmt.phase_marks(times, [(p.start, p.phase) for p in state.phases], spark_w)
-    if marks:  # the phases that started within the history, each at its column (the help lists the letters)
-        parts: list[str | tuple[str, str]] = [("ph".ljust(label_w), "$text-muted"), (marks, "bold $accent"),
-                                              (" GiB".rjust(value_w + 1), "$text-muted")]
-    else:
-        parts = [("memory history (GiB)", "$text-muted")]
+    lines: list[Line] = [("marks", marks) if marks else ("title",)]
     for index in indices:
         points = list(map(_used, state.mem_history.get(index, ())))
         gpu = state.gpus.get(index)
         total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(points, default=0.0)
         last = points[-1] if points else None
-        spark = fmt.sparkline(points, total or 0.0, spark_w)
-        parts += ["\n", (str(index).rjust(label_w - 1) + " ", "$text-muted"), *_coloured(spark),
-                  " " + fmt.gib(last).rjust(value_w - 1)]
-    return Content.assemble(*parts)
+        lines.append((str(index).rjust(LABEL_W - 1) + " ", fmt.sparkline(points, total or 0.0, spark_w),
+                      " " + fmt.gib(last).rjust(VALUE_W - 1)))
+    return lines
+
+
+def line_content(line: Line) -> Content:
+    """A header line (the phases that started within the history, each at its column: the help lists the
+    letters), or 'N ▁▂▅█ 96.9' for a GPU, each sparkline cell coloured by its own level."""
+    if line[0] == "marks":
+        return Content.assemble(("ph".ljust(LABEL_W), "$text-muted"), (line[1], "bold $accent"),
+                                (" GiB".rjust(VALUE_W + 1), "$text-muted"))
+    if line[0] == "title":
+        return Content.assemble(("memory history (GiB)", "$text-muted"))
+    label, spark, value = line
+    return Content.assemble((label, "$text-muted"), *_coloured(spark), value)
+
+
+def history_lines(state: SessionState, width: int) -> list[Content]:
+    """Lines aligned with the GPU table's rows: a header line, then 'N ▁▂▅█ 96.9' per GPU."""
+    return [line_content(line) for line in history_parts(state, width)]
+
+
+def history_content(state: SessionState, width: int) -> Content:
+    """Every line as one Content."""
+    return Content("\n").join(history_lines(state, width))
 
 
 _used = itemgetter(1)
@@ -62,34 +83,40 @@ def _coloured(spark: str) -> list[tuple[str, str]]:
 
 
 class MemoryHistory(Widget):
-    """Redrawn from ``state.mem_history``; the width decides how many points a line shows."""
+    """Redrawn from ``state.mem_history``, a widget a line: a sample repaints only the lines it changed
+    (most samples move a GPU's figure or sparkline now and then, not every line every time). The width
+    decides how many points a line shows."""
 
     DEFAULT_CSS = """
-    MemoryHistory { height: auto; min-height: 2; }
+    MemoryHistory { height: auto; min-height: 2; layout: vertical; }
+    MemoryHistory > Static { height: 1; }
+    MemoryHistory > Static.-waiting { height: auto; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._state: SessionState | None = None
-        self._lines = 1
+        self._lines: list[Static] = []
+        self._shown: list[Line] = []
+        """What each line says, as shown."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("memory history: waiting for samples", classes="-waiting")
 
     def show(self, state: SessionState) -> None:
-        """Repaint with the state's history; a layout pass only when the number of lines changed (a
-        layout pass repaints the whole screen)."""
         self._state = state
-        lines = self._line_count()
-        self.refresh(layout=lines != self._lines)
-        self._lines = lines
+        shown = history_parts(state, self.content_size.width or 36)
+        if len(shown) != len(self._shown):  # a layout pass only when the number of lines changed
+            self.remove_children()
+            self._lines = [Static(line_content(line)) for line in shown]
+            self.mount_all(self._lines)
+        else:
+            for static, now, before in zip(self._lines, shown, self._shown, strict=True):
+                if now != before:
+                    static.update(line_content(now), layout=False)
+        self._shown = shown
 
-    def _line_count(self) -> int:
-        if self._state is None:
-            return 1
-        return 1 + len(self._state.gpus.keys() | self._state.mem_history.keys())
-
-    def render(self) -> Content:
-        if self._state is None:
-            return Content("memory history: waiting for samples")
-        return history_content(self._state, self.content_size.width or 36)
-
-    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
-        return self._line_count()
+    def on_resize(self) -> None:
+        if self._state is not None:
+            self._shown = []
+            self.show(self._state)

@@ -13,9 +13,7 @@ flagged ``usage_missing``.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from dataclasses import dataclass, field
 from time import perf_counter
 
@@ -37,12 +35,6 @@ def _parse(payload: bytes) -> object:
     except (UnicodeDecodeError, StopIteration):
         return _loads(payload)
     return obj if end == len(text) else _loads(payload)
-
-if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
-    # httpcore runs ``import sniffio`` for every lock and event it creates; when sniffio is not installed
-    # each attempt searches sys.path again (about a third of a millisecond, several per request). A None
-    # entry makes the failing import immediate; httpcore then assumes asyncio, which is what runs here.
-    sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 
 @dataclass(slots=True)
