@@ -15,6 +15,7 @@ from kimitui.tui.app import KimituiApp
 from kimitui.tui.bench_view import BenchView
 from kimitui.tui.cleanup_consent import ConsentScreen, table_heights
 from kimitui.tui.cleanup_dialog import CleanupSetupScreen
+from kimitui.tui.proc_table import ProcTable
 from tests.screen_text import screen_text
 from tests.test_tui import replay_app, wait_for
 
@@ -111,3 +112,22 @@ async def test_benchmarks_tab_keeps_its_plots_at_80x24() -> None:
             assert plot.display and plot.size.height >= 8 and plot.size.width >= 20
             assert plot.region.bottom <= SMALL[1]
         assert "concurrency" in screen_text(app)
+
+
+async def test_the_process_table_gives_a_narrow_terminal_to_the_command() -> None:
+    # at 80 columns the Unit and User columns left the command 9 characters ("kimitui.h"): they go first
+    for size, shown, gone in ((SMALL, ("PID", "GPUs", "Memory", "Kind", "Command"), ("User", "Unit")),
+                              ((120, 40), ("PID", "User", "GPUs", "Memory", "Kind", "Unit", "Command"), ())):
+        app = replay_app(bundled_sample_run())
+        async with app.run_test(size=size) as pilot:
+            await pilot.press("n")  # the first phase: the service's processes are up
+            await wait_for(pilot, lambda app=app: app.query_one(ProcTable).row_count > 0, "the processes")  # type: ignore[misc]
+            await pilot.pause()
+            table = app.query_one(ProcTable)
+            header = next(ln for ln in screen_text(app).splitlines() if " PID " in ln)
+            assert all(f" {h} " in header or header.rstrip("│ ").endswith(h) for h in shown), (size, header)
+            assert not any(f" {h} " in header for h in gone), (size, header)
+            key = table.row_keys[0]
+            gist = fmt.command_gist(table.cell_text(key, "command"))
+            line = next(ln for ln in screen_text(app).splitlines() if ln.lstrip("│ ").startswith(key.split(":")[0]))
+            assert gist[:35] in line, (size, line)

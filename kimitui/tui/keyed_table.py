@@ -46,9 +46,13 @@ class Column:
     """Content width in cells; None: as wide as the widest cell or the label."""
     content_width: int = 0
     """The widest cell or the label (what an auto-width column is as wide as)."""
+    hidden: bool = False
+    """Left out of the frame (a narrow terminal gives its room to another column)."""
 
     @property
     def render_width(self) -> int:
+        if self.hidden:
+            return 0
         return 2 * CELL_PADDING + (self.content_width if self.width is None else self.width)
 
 
@@ -297,6 +301,13 @@ class KeyedTable(ScrollView, can_focus=True):
             self._fit_columns(force=True)
             self.refresh()
 
+    def set_column_hidden(self, column_key: str, hidden: bool) -> None:
+        column = self.columns[self._column_index[column_key]]
+        if column.hidden != hidden:
+            column.hidden = hidden
+            self._fit_columns(force=True)
+            self.refresh()
+
     def move_cursor(self, row: int, *, scroll: bool = True) -> None:
         """Put the cursor on this row (clamped to the rows there are)."""
         row = max(0, min(row, len(self._keys) - 1))
@@ -408,6 +419,8 @@ class KeyedTable(ScrollView, can_focus=True):
         segments: list[Segment] = []
         table_width = 0
         for i, column in enumerate(self.columns):
+            if column.hidden:
+                continue
             cell = line.segments[i]
             column_width = column.render_width
             if cell is None:

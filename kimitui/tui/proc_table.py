@@ -11,6 +11,9 @@ from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors
 
 COMMAND_WIDTH = 120
+MIN_COMMAND_WIDTH = 40
+"""Below this, the Unit and then the User column give their room to the command (what tells processes apart)."""
+NARROW_DROPS = ("unit", "user")
 
 
 def proc_key(p: ProcSample) -> str:
@@ -63,6 +66,18 @@ class ProcTable(KeyedTable):
         super().__init__(id=id, classes=classes)
         self._made: dict[str, tuple[ProcSample, Colors, list[Cell]]] = {}
         """The cells last made for each process, and what they were made from."""
+
+    def on_resize(self) -> None:
+        self.fit_to_width(self.size.width)
+
+    def fit_to_width(self, width: int) -> None:
+        fixed = {key: w + 2 for key, _, w in self.COLUMNS if w is not None}
+        room = width - 1 - sum(fixed.values())  # 1: the scrollbar's column
+        for key in NARROW_DROPS:
+            hide = room < MIN_COMMAND_WIDTH
+            self.set_column_hidden(key, hide)
+            if hide:
+                room += fixed[key]
 
     def show(self, state: SessionState, colors: Colors) -> None:
         # A process that reads the same as last sample keeps its very cells: nothing is formatted,
