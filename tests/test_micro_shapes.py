@@ -1,4 +1,4 @@
-"""The model's per-GPU shapes: Kimi-K2.5 at TP=8 as ../shared/REFERENCE.md section 1 tabulates it, other
+"""The model's per-GPU shapes: Kimi-K2.5 at TP=8 as the project reference (REFERENCE.md, section 1) tabulates it, other
 configs of the family, and ``kimitui shapes``."""
 
 from __future__ import annotations

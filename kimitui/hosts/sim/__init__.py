@@ -1,4 +1,4 @@
-"""The simulated GPU host (the embedded default): see ``host.SimHost`` and ../../../shared/DESIGN.md.
+"""The simulated GPU host (the embedded default): see ``host.SimHost`` and the design notes (DESIGN.md).
 
 Holder processes import the submodules they need directly; the public names below load on first use so
 that ``python -m kimitui.hosts.sim.worker`` stays light.
