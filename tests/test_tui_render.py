@@ -5,6 +5,8 @@ built from scratch with the same rows draws, and renders again only the cells th
 
 from __future__ import annotations
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
@@ -68,15 +70,33 @@ class Tables(App[None]):
 
 
 def draw(table: KeyedTable | DataTable[Cell]) -> list[object]:
-    return [list(strip) for strip in table.render_lines(Region(0, 0, table.size.width, table.size.height))]
+    lines = [list(strip) for strip in table.render_lines(Region(0, 0, table.size.width, table.size.height))]
+    if isinstance(table, KeyedTable) and any(c.hidden for c in table.columns):
+        # a segment's meta names its column by its index among all columns; a DataTable has only the shown
+        shown_index = {i: n for n, i in enumerate(i for i, c in enumerate(table.columns) if not c.hidden)}
+        lines = [[renumbered(segment, shown_index) for segment in line] for line in lines]
+    return lines
+
+
+def renumbered(segment: Segment, shown_index: dict[int, int]) -> Segment:
+    meta = segment.style.meta if segment.style is not None else {}
+    if "column" not in meta or meta.get("out_of_bounds") or segment.style is None:
+        return segment
+    style = segment.style + Style.from_meta({**meta, "column": shown_index[meta["column"]]})
+    return Segment(segment.text, style, segment.control)
 
 
 def twin(table: KeyedTable) -> DataTable[Cell]:
-    """A DataTable with the table's columns, rows, cursor and scroll position."""
+    """A DataTable with the table's shown columns (DataTable has no hidden ones)."""
     data: DataTable[Cell] = DataTable(zebra_stripes=True, cursor_type="row", show_cursor=table.show_cursor)
     for column in table.columns:
-        data.add_column(column.label, key=column.key, width=column.width)
+        if not column.hidden:
+            data.add_column(column.label, key=column.key, width=column.width)
     return data
+
+
+def shown(table: KeyedTable, cells: list[Cell]) -> list[Cell]:
+    return [cell for column, cell in zip(table.columns, cells, strict=True) if not column.hidden]
 
 
 async def test_tables_draw_what_a_datatable_with_the_same_rows_draws() -> None:
@@ -96,7 +116,7 @@ async def test_tables_draw_what_a_datatable_with_the_same_rows_draws() -> None:
             await app.mount(theirs)
             ours.sync(table_rows)
             for key, cells in table_rows:
-                theirs.add_row(*cells, key=key)
+                theirs.add_row(*shown(ours, cells), key=key)
             await pilot.pause()
             assert ours.size == theirs.size
             assert draw(ours) == draw(theirs), table_id
@@ -119,6 +139,9 @@ async def test_tables_draw_what_a_datatable_with_the_same_rows_draws() -> None:
             app.set_focus(None)
             await theirs.remove()
         assert checked == 3 and scrolled_x == 1  # the process table is wider than its 100 columns
+        # at 100 columns the process table gives the Unit column's room to the command, not the User's
+        procs = app.query_one("#procs", KeyedTable)
+        assert [c.key for c in procs.columns if c.hidden] == ["unit"]
 
 
 async def test_cells_render_as_datatable_renders_them() -> None:
