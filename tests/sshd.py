@@ -165,6 +165,17 @@ class SshServer:
         wait_for(lambda: not self.connection_pids(), 5.0, "dropped sshd processes to exit")
         return pids
 
+    def unread_bytes(self) -> int:
+        """Bytes that reached the server's end of its open connections and are not read yet (what a frozen
+        connection holds), from the kernel's socket table."""
+        total = 0
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if state == "01" and int(local.rsplit(":", 1)[1], 16) == self.port:  # 01: established
+                total += int(queues.split(":")[1], 16)
+        return total
+
     def freeze_connections(self) -> list[int]:
         """SIGSTOP every per-connection sshd process: the peer stops answering without closing TCP."""
         self._remember_orphans()

@@ -158,7 +158,7 @@ async def test_pause_and_skip_are_recorded_and_kept(tmp_path: Path) -> None:
             await until("the transition", lambda: any(isinstance(e, PhaseStart) for e in rig.events))
             assert rig.machine.toggle_pause()  # during the transition: the campaign stops before Phase 2
             await until("its end", lambda: any(isinstance(e, PhaseEnd) and e.phase == "cleanup" for e in rig.events))
-            await asyncio.sleep(0.3)
+            await until("the hold before Phase 2", lambda: rig.machine.held_before == "micro")
             assert not any(isinstance(e, PhaseStart) and e.phase == "micro" for e in rig.events), "paused"
             c = rig.session.state.campaign
             assert c is not None and c.paused and c.pause_before == "micro"

@@ -19,7 +19,7 @@ from kimitui.core.events import SignalOutcome, SignalSent, StepPreview
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.ssh import SshHost
 from tests.cleanup_support import SimDir, alive, make_sim, start_time
-from tests.sshd import SshServer, start_sshd
+from tests.sshd import SshServer, start_sshd, until
 from tests.test_cleanup import SHORT_VERIFY, Rig, results
 from tests.test_cleanup_services import exercise_hostile
 
@@ -109,7 +109,7 @@ class DropDuringFirstTerm(SshHost):
         self.dropped = True
         self.server.freeze_connections()
         in_flight = asyncio.ensure_future(super().signal(proc, sig))
-        await asyncio.sleep(0.3)
+        await until(lambda: self.server.unread_bytes() > 0, 5, "the SIGTERM request to reach the frozen server")
         self.server.drop_connections()
         return await in_flight
 

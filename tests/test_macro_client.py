@@ -72,7 +72,11 @@ async def test_probe_samples_only_while_started() -> None:
     figures = probe.figures()
     assert figures["client_cpu_pct"] is not None and figures["client_loop_lag_max_ms"] is not None
     assert figures["client_loop_lag_p99_ms"] <= figures["client_loop_lag_max_ms"]
-    await asyncio.sleep(0.01)
+    # a timer due after the latest moment the cancelled tick could have been due: timers fire in order of due
+    loop = asyncio.get_running_loop()
+    passed = loop.create_future()
+    loop.call_at(loop.time() + 1.5 * probe.interval_s, passed.set_result, None)
+    await passed
     assert len(probe.lags) == n
 
 

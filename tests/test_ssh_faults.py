@@ -49,8 +49,9 @@ import os, signal, sys, time
 path = sys.argv[1]
 def count(signum, frame):
     with open(path, "a") as fh:
-        fh.write("usr1\\n")
+        fh.write("usr1\\n" if signum == signal.SIGUSR1 else "usr2\\n")
 signal.signal(signal.SIGUSR1, count)
+signal.signal(signal.SIGUSR2, count)
 open(path, "w").close()
 while True:
     time.sleep(1)
@@ -70,7 +71,7 @@ async def test_a_signal_in_flight_when_the_connection_drops_is_unknown_and_never
         await until(lambda: counted.read_text().count("usr1") == 1, 5, "the first signal")
         server.freeze_connections()  # the request below is written but cannot get through
         in_flight = asyncio.ensure_future(host.signal(target, signal.SIGUSR1))
-        await asyncio.sleep(0.3)  # let the write leave this side
+        await until(lambda: server.unread_bytes() > 0, 5, "the request to reach the frozen server")
         assert not in_flight.done()
         server.drop_connections()
         t0 = time.monotonic()
@@ -81,7 +82,10 @@ async def test_a_signal_in_flight_when_the_connection_drops_is_unknown_and_never
         # the next request reconnects (a new agent); the lost one was not sent again
         assert (await host.request("ping"))["agent_pid"]
         assert host.link.connects == 2 and states[-2:] == ["reconnecting", "connected"]
-        await asyncio.sleep(0.5)
+        # a resent request would have gone out on the new channel before anything else, and the agent answers
+        # signal requests in order; a pending SIGUSR1 is handled before a SIGUSR2 (lower numbers first)
+        assert (await host.signal(target, signal.SIGUSR2)).outcome == "sent"
+        await until(lambda: "usr2" in counted.read_text(), 5, "the marker signal")
         assert counted.read_text().count("usr1") == 1
     finally:
         proc.kill()

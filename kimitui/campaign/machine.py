@@ -89,6 +89,8 @@ class Campaign:
         self.aborting = False
         self._offering = False
         self.paused = False
+        self.held_before: str | None = None
+        """The phase the campaign waits before while paused (None: not held at a gate)."""
         self.current: str | None = None
         self._last = ""
         """The phase last started (said when kimitui stops in it)."""
@@ -193,7 +195,11 @@ class Campaign:
             if not self.paused:
                 return "run"
             self._wake.clear()
-            await self._wake.wait()
+            self.held_before = name
+            try:
+                await self._wake.wait()
+            finally:
+                self.held_before = None
 
     # --- the run ------------------------------------------------------------------------------------------
 
