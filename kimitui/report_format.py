@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kimitui.core.typed import finite
+
 
 def fmt_duration(seconds: float) -> str:
     if not math.isfinite(seconds):  # the difference of two far-apart times in a hand-edited run
@@ -35,3 +37,30 @@ def table(head: list[str], rows: list[list[Any]], align: str = "") -> list[str]:
     out = ["| " + " | ".join(head) + " |", "| " + " | ".join(marks) + " |"]
     out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return out
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), on sorted values."""
+    n = len(sorted_values)
+    if n == 0:
+        return 0.0
+    rank = (n - 1) * p / 100.0
+    lo = math.floor(rank)
+    hi = min(lo + 1, n - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
+
+
+def fmt_bytes(n: int) -> str:
+    for unit, scale in (("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}" if n < 100 * scale else f"{n / scale:.0f} {unit}"
+    return f"{n} B"
+
+
+def fmt_num(v: Any, spec: str = ".1f") -> str:
+    """A number of plain JSON (a level's metrics) or an optional field, as ``spec`` says; "n/a" for anything
+    else (None, NaN, a string, a count that is no integer)."""
+    if spec.endswith("d"):
+        return format(v, spec) if type(v) is int else "n/a"
+    x = finite(v)
+    return "n/a" if x is None else format(x, spec)

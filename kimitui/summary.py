@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kimitui.core.runfile import RunReader
-from kimitui.report import digest, fmt_duration, fmt_time, peak_point
+from kimitui.report import digest, fmt_duration, fmt_time
+from kimitui.report_bench import peak_point
 from kimitui.report_format import writable
 
 _W = 10

@@ -313,7 +313,7 @@ async def test_malformed_theme_file_warns_and_app_starts(run_path: Path, tmp_pat
         await pilot.pause()
         assert app.loaded_theme_names == ["good"]
         assert app.theme == "good"
-        messages = [n.message for n in app._notifications]
+        messages = list(app.notices)
         assert any("broken.toml" in m and "not valid TOML" in m for m in messages), messages
         assert any("badcolour.toml" in m for m in messages), messages
         assert len(app.query_one(GpuTable).columns) == 7
@@ -324,7 +324,7 @@ async def test_unknown_theme_falls_back_with_message(run_path: Path) -> None:
     async with app.run_test(size=BIG) as pilot:
         await pilot.pause()
         assert app.theme == "kimitui-dark"
-        messages = [n.message for n in app._notifications]
+        messages = list(app.notices)
         assert any("unknown theme 'neon-nonsense'" in m and "high-contrast" in m for m in messages), messages
 
 

@@ -49,7 +49,7 @@ def live_app(url: str) -> KimituiApp:
 
 
 def notes(app: KimituiApp) -> list[str]:
-    return [n.message for n in app._notifications]
+    return list(app.notices)
 
 
 def text_of(app: KimituiApp, selector: str) -> str:
@@ -244,7 +244,7 @@ async def test_replay_sweep_action_only_notifies_and_the_sample_run_shows_its_he
         assert any("benchmarks need a live host" in n for n in notes(app))
         from kimitui.tui.commands import palette_commands
 
-        app.clear_notifications()
+        app.notices.clear()
         entries = {title: cb for title, _, cb in palette_commands(app)}
         entries["Benchmarks: run macro sweep…"]()
         await pilot.pause()

@@ -66,7 +66,7 @@ async def test_a_aborts_the_campaign_from_the_dashboard(tmp_path: Path) -> None:
             await wait_for(pilot, lambda: any(isinstance(e, PhaseStart) for e in rig.events), "Phase 1")
             for key in "MF":
                 await pilot.press(key)
-            assert sum(RUNNING in n.message for n in app._notifications) == 2, "refused while the campaign runs"
+            assert sum(RUNNING in n for n in app.notices) == 2, "refused while the campaign runs"
             await pilot.press("A")
             await wait_for(pilot, lambda: rig.machine.finished, "the abort")
     (ctl,) = rig.of(CampaignControl)

@@ -338,7 +338,7 @@ async def test_setup_dialog_checks_its_fields(tmp_path: Path, monkeypatch: pytes
         await wait_for(pilot, lambda: not isinstance(app.screen, CleanupSetupScreen), "the dialog closed")
         assert cleanup_runner.current(app) is None
         await pilot.press("x")
-        assert any("no cleanup running" in n.message for n in app._notifications)
+        assert any("no cleanup running" in n for n in app.notices)
 
 
 async def test_a_service_that_is_not_there_keeps_the_dialog_open(tmp_path: Path,
@@ -389,7 +389,7 @@ async def test_replay_only_says_cleanup_needs_a_live_host(tmp_path: Path) -> Non
         await pilot.press("F")
         await pilot.pause()
         assert not isinstance(app.screen, CleanupSetupScreen)
-        assert any("cleanup needs a live host" in n.message for n in app._notifications)
+        assert any("cleanup needs a live host" in n for n in app.notices)
         assert cleanup_runner.current(app) is None
         started = time.monotonic()
         app.action_free_gpus()  # the palette's entry calls the same action

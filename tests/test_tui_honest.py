@@ -219,7 +219,7 @@ async def test_replay_footer_fits_80_columns_without_live_keys() -> None:
         assert "Sweep" not in footer and "Free GPUs" not in footer, footer
         await pilot.press("M")  # still answers: it needs a live host
         await pilot.pause()
-        assert any("need a live host" in n.message for n in app._notifications)
+        assert any("need a live host" in n for n in app.notices)
 
 
 async def test_help_names_the_run_file(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.events import Resize
+from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Footer, TabbedContent, TabPane
 
@@ -124,6 +125,8 @@ class KimituiApp(App[None]):
         recorder = getattr(session, "recorder", None)
         self.run_path = run_path or (Path(recorder.path) if recorder is not None else None)
         """The run file: the replayed one, or the one this live session records to (shown in the help)."""
+        self.notices: list[str] = []
+        """Every notification's message this session, oldest first (toasts expire; this does not)."""
         loaded = load_themes(themes_dir)
         for t in loaded.themes:
             self.register_theme(t)
@@ -157,6 +160,11 @@ class KimituiApp(App[None]):
         """The campaign this dashboard runs (kimitui campaign FILE), started when the app mounts."""
 
     # -- layout
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        self.notices.append(message)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
