@@ -28,7 +28,6 @@ from kimitui.core.state import CleanupState, SessionState, StepState, fold
 from kimitui.report_bench import allreduce_section, gemm_section, macro_section
 from kimitui.report_format import fmt_duration, table, writable
 
-
 # -- reading a run once -----------------------------------------------------------------------------------
 
 
