@@ -121,6 +121,9 @@ async def test_supervisor_program_stopped_leftovers_killed_then_restarted(
     sim.pidfile.unlink()
     restart = await ex.restart()
     assert restart.status == "done", restart.reason
+    # the restart's preview names the exact command it runs, the config file included
+    preview = next(p for p in rig.of(StepPreview) if p.step == "restart")
+    assert preview.action.startswith(f"supervisor vllm: {VENV_BIN / 'supervisorctl'} -c {supervisord} start vllm")
     new_main = (await svc.processes(rig.host)).main_pid
     assert new_main and new_main != main and alive(new_main)
 

@@ -39,8 +39,12 @@ async def test_saturation_curve_rises_then_plateaus(client: str) -> None:
     assert tput[4] > 2 * tput[1]  # batching pays (the model says 3.7x, then 16x)
     assert tput[16] > 5 * tput[1]
     assert tput[32] < 1.3 * tput[16]  # and then it does not: the plateau (doubling the streams adds ~nothing)
-    # past the plateau the extra requests queue in the server: TTFT grows, TPOT does not
-    assert by_c[32]["mean_ttft_ms"] > 3 * by_c[16]["mean_ttft_ms"]
+    # past the plateau the extra requests queue in the server: TTFT grows, TPOT does not. At c=32 at least
+    # 16 of the 64 requests wait in the queue for a whole request of the batch ahead (24 tokens at the
+    # per-stream rate of a 16-batch), so the mean TTFT grows by at least a quarter of that, whatever the
+    # client's own overhead (a ratio of the two TTFTs failed on a busy machine, where that overhead grew)
+    queued_wait_ms = 24 / (CURVE.throughput(16) / 16) * 1000
+    assert by_c[32]["mean_ttft_ms"] - by_c[16]["mean_ttft_ms"] > 0.8 * (16 / 64) * queued_wait_ms
     assert by_c[32]["median_tpot_ms"] < 1.5 * by_c[16]["median_tpot_ms"]
     assert by_c[1]["mean_tpot_ms"] >= 10.0 * 0.95  # 1 / 100 tok/s at best
     assert by_c[32]["concurrency_reached"] == 32

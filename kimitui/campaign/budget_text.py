@@ -7,7 +7,7 @@ from kimitui.core.campaign_events import BudgetRow, DecodeBudget
 
 SEGMENTS: tuple[tuple[str, str, str], ...] = (
     ("allreduce", "#", "all-reduce (122 per step)"),
-    ("int4", "=", "INT4 GEMMs (routed experts: Marlin)"),
+    ("int4", "=", "INT4 GEMMs (routed experts)"),
     ("bf16", "-", "bf16 GEMMs (attention, shared expert, dense MLP, lm_head)"),
     ("rest", ".", "attention, routing, sampling, scheduling (not measured)"),
 )

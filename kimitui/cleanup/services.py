@@ -119,7 +119,7 @@ class ServiceManager(abc.ABC):
         argv = self.start_argv()
         if argv is None:
             return None
-        return " ".join(argv[:2] + ([self.name] if self.kind != "pid" and self.kind != "pidfile" else argv[4:]))
+        return shlex.join(argv)  # the exact command: the preview shows what will run
 
     def health_url_on(self, host: Host) -> str | None:
         """The health endpoint polled after a restart, on this host."""
