@@ -98,6 +98,26 @@ def test_seek_equals_folding_from_start(tmp_path: Path) -> None:
         assert got.events == position
 
 
+def test_seek_equals_folding_when_readings_fail(tmp_path: Path) -> None:
+    """A GPU whose memory could not be read leaves a gap in its history, not a missing point: a seek (the
+    last samples only) and a fold from the start keep the same points, and every GPU's history stays on
+    the samples' one time axis (the phase marks are drawn on it)."""
+    events = campaign(samples=HISTORY_POINTS + 50)
+    samples = [i for i, e in enumerate(events) if isinstance(e, HostSample)]
+    for i in samples[-20:]:  # the newest 20 samples read no memory on GPU 1
+        ev = events[i]
+        events[i] = HostSample(t=ev.t, host=ev.host, seq=ev.seq, procs=ev.procs, gpus=[
+            GpuSample(g.index, g.uuid, g.name, mem_used_mib=None if g.index == 1 else g.mem_used_mib,
+                      mem_total_mib=g.mem_total_mib) for g in ev.gpus])
+    reader = RunReader(write_run(tmp_path / "run.jsonl", events))
+    expected = fold_all(events)
+    got = state_at(reader, len(events))
+    assert comparable(got) == comparable(expected)
+    assert len(expected.mem_history[1]) == len(expected.mem_history[0]) == HISTORY_POINTS
+    assert [t for t, _ in expected.mem_history[1]] == [t for t, _ in expected.mem_history[0]]
+    assert [m for _, m in expected.mem_history[1]][-20:] == [None] * 20
+
+
 def test_player_paces_by_recorded_time(tmp_path: Path) -> None:
     events = campaign()
     reader = RunReader(write_run(tmp_path / "run.jsonl", events))

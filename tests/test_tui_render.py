@@ -289,11 +289,13 @@ def test_memory_history_lines_and_colours() -> None:
         fold(state, HostSample(t=1000.0 + seq, host="h", seq=seq, procs=[],
                                gpus=[gpu(0, used), GpuSample(1, "u1", "n", mem_used_mib=None, mem_total_mib=None)]))
     content = history_content(state, 16)
-    # right-aligned sparklines scaled to the GPU's total, each cell coloured by its own level
-    assert content.plain.split("\n") == ["memory history (GiB)", " 0   ▁▄█  92.8", " 1           -"]
+    # right-aligned sparklines scaled to the GPU's total, each cell coloured by its own level; a sample
+    # without a reading is a muted dot (a gap on the same time axis), and no value is shown for now
+    assert content.plain.split("\n") == ["memory history (GiB)", " 0   ▁▄█  92.8", " 1   ···     -"]
     assert list(content.spans) == [
         Span(0, 20, "$text-muted"), Span(21, 24, "$text-muted"), Span(24, 27, "$success"),
-        Span(27, 28, "$warning"), Span(28, 29, "$error"), Span(36, 39, "$text-muted"), Span(39, 44, "$success")]
+        Span(27, 28, "$warning"), Span(28, 29, "$error"), Span(36, 39, "$text-muted"), Span(39, 41, "$success"),
+        Span(41, 44, "$text-muted")]
 
 
 async def test_fraction_bar_draws_what_progress_bar_draws() -> None:
@@ -342,16 +344,16 @@ async def test_memory_history_repaints_only_the_lines_that_changed() -> None:
     app = History()
     async with app.run_test(size=(60, 12)) as pilot:
         history = app.query_one(MemoryHistory)
-        for seq, used in enumerate((10000.0, 50000.0, 60000.0)):
-            # GPU 0 moves; GPU 1 reports no memory, its line stays as it is
-            fold(state, HostSample(t=1000.0 + seq, host="h", seq=seq, procs=[],
-                                   gpus=[gpu(0, used), GpuSample(1, "u1", "n", mem_used_mib=None, mem_total_mib=None)]))
+        for seq in range(30):  # more samples than the sparkline's 23 cells
+            # GPU 0 moves in the last sample; GPU 1 holds the same memory throughout, its line stays as it is
+            used = 60000.0 if seq == 29 else 10000.0
+            fold(state, HostSample(t=1000.0 + seq, host="h", seq=seq, procs=[], gpus=[gpu(0, used), gpu(1, 2048.0)]))
             history.show(state)
             await pilot.pause()
             lines = list(history.query(Static))
-            if seq == 1:
+            if seq == 28:
                 before = [line.visual for line in lines]
         after = [line.visual for line in lines]
-        assert [str(line.visual).split()[-1] for line in lines[1:]] == ["58.6", "-"]
+        assert [str(line.visual).split()[-1] for line in lines[1:]] == ["58.6", "2.0"]
         assert after[0] is before[0] and after[2] is before[2]  # the header and GPU 1: not drawn again
         assert after[1] is not before[1]

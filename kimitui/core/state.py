@@ -261,7 +261,7 @@ class SessionState:
     sample_source: str = ""
     agent_pid: int | None = None
     gpus: dict[int, GpuSample] = field(default_factory=dict)
-    mem_history: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)
+    mem_history: dict[int, deque[tuple[float, float | None]]] = field(default_factory=dict)
     procs: list[ProcSample] = field(default_factory=list)
     phases: list[PhaseSpan] = field(default_factory=list)
     cleanups: list[CleanupState] = field(default_factory=list)
@@ -351,14 +351,15 @@ def _fold_sample(state: SessionState, ev: HostSample) -> None:
 
 
 def record_memory(state: SessionState, t: float, used: Iterable[tuple[int, float | None]]) -> None:
-    """A sample's mark on the memory history: (GPU, MiB used) at ``t``. The one history function: the fold
-    calls it for every sample, a replay's seek for the older samples it does not fold whole."""
+    """A sample's mark on the memory history: (GPU, MiB used) at ``t``, None where the GPU gave no reading
+    (a gap, kept: every GPU of a sample gets a point, so the GPUs' histories stay on one time axis and
+    hold the last ``HISTORY_POINTS`` samples however many readings failed). The one history function:
+    the fold calls it for every sample, a replay's seek for the older samples it does not fold whole."""
     for index, mib in used:
         hist = state.mem_history.get(index)
         if hist is None:
             hist = state.mem_history[index] = deque(maxlen=HISTORY_POINTS)
-        if mib is not None:
-            hist.append((t, mib))
+        hist.append((t, mib))
 
 
 def _step(state: SessionState, name: str) -> StepState | None:

@@ -142,7 +142,7 @@ def memory_content(state: SessionState, width: int) -> Content:
     for index in gpus:
         points = [used for t, used in state.mem_history.get(index, ()) if t >= since]
         gpu = state.gpus.get(index)
-        total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(points, default=0.0)
+        total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(fmt.readings(points), default=0.0)
         last = points[-1] if points else None
         spark = fmt.sparkline(points, total or 0.0, spark_w)
         data = min(len(points), spark_w)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 # shared with the CLI and the report
 from kimitui.core.procdisplay import command_gist as command_gist
@@ -60,34 +60,49 @@ def mem_fraction(used_mib: float | None, total_mib: float | None) -> float | Non
     return used_mib / total_mib
 
 
-def resample(values: Sequence[float], width: int) -> list[float]:
+def resample(values: Sequence[float | None], width: int) -> list[float | None]:
     """The last ``width`` points of values, or values stretched to width when there are fewer.
 
-    Each output cell takes the maximum of the points that fall in it, so a short spike stays visible.
+    Each output cell takes the maximum of the points that fall in it, so a short spike stays visible; a
+    cell whose every point is None (no reading) is None.
     """
     if width <= 0 or not values:
         return []
     if len(values) <= width:
         return list(values)
     step = len(values) / width
-    out = []
+    out: list[float | None] = []
     for i in range(width):
         lo = int(i * step)
         hi = max(lo + 1, int((i + 1) * step))
-        out.append(max(values[lo:hi]))
+        read = [v for v in values[lo:hi] if v is not None]
+        out.append(max(read) if read else None)
     return out
 
 
-def sparkline(values: Sequence[float], top: float, width: int) -> str:
-    """Block characters scaled from 0 to ``top`` (a GPU's total memory), right-aligned in width."""
+NO_READING = "·"
+"""A sparkline cell with no reading in it (the GPU's memory could not be read then)."""
+
+
+def sparkline(values: Sequence[float | None], top: float, width: int) -> str:
+    """Block characters scaled from 0 to ``top`` (a GPU's total memory), right-aligned in width; a cell
+    without a reading is ``NO_READING``."""
     points = resample(values, width)
     if top <= 0:
-        top = max(points, default=0.0) or 1.0
+        top = max((v for v in points if v is not None), default=0.0) or 1.0
     chars = []
     for v in points:
+        if v is None:
+            chars.append(NO_READING)
+            continue
         level = round(min(max(v / top, 0.0), 1.0) * 8)
         chars.append(BLOCKS[level] if level or v <= 0 else BLOCKS[1])
     return "".join(chars).rjust(width)
+
+
+def readings(values: Iterable[float | None]) -> list[float]:
+    """The points that have a reading."""
+    return [v for v in values if v is not None]
 
 
 def duration(seconds: float | None) -> str:

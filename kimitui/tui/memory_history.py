@@ -29,8 +29,8 @@ def history_parts(state: SessionState, width: int) -> list[Line]:
     for index in indices:
         points = list(map(_used, state.mem_history.get(index, ())))
         gpu = state.gpus.get(index)
-        total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(points, default=0.0)
-        last = points[-1] if points else None
+        total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(fmt.readings(points), default=0.0)
+        last = points[-1] if points else None  # None: the newest sample had no reading
         lines.append((str(index).rjust(LABEL_W - 1) + " ", fmt.sparkline(points, total or 0.0, spark_w),
                       " " + fmt.gib(last).rjust(VALUE_W - 1)))
     return lines
@@ -62,6 +62,8 @@ _used = itemgetter(1)
 
 
 def _level_style(char: str) -> str:
+    if char == fmt.NO_READING:
+        return "$text-muted"
     level = fmt.BLOCKS.find(char)
     if level >= 7:
         return "$error"
