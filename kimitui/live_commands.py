@@ -20,8 +20,7 @@ from kimitui.targets import TargetError, check_interval, new_session, open_targe
 
 async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int:
     from kimitui.telemetry import TelemetrySource
-    from kimitui.tui.app import KimituiApp
-    from kimitui.tui.launch import exit_status
+    from kimitui.tui.launch import run_live
 
     async with open_target(target, accept_new_host_key=getattr(args, "accept_new_host_key", False),
                            gpus=getattr(args, "gpus", 8), remote_python=getattr(args, "remote_python", None)) as opened:
@@ -29,16 +28,14 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
         source = TelemetrySource(opened.host, check_interval(args.interval), **opened.telemetry_args)
         live = LiveContext(opened.host, opened.label, default_service=opened.meta.get("service"),
                            api_url=opened.meta.get("api_url"), simulated=bool(opened.meta.get("simulated")))
-        app = KimituiApp(session, theme=args.theme, host_label=opened.label, sources=[source],
-                         run_path=session.recorder.path, live=live)
         try:
-            await app.run_async()
+            rc = await run_live(session, [source], live, theme=args.theme)
         finally:
             source.stop()
             session.close()
         print(f"session recorded to {session.recorder.path} (replay: kimitui replay {session.recorder.path})",
               file=sys.stderr)
-        return exit_status(app)
+        return rc
 
 
 def _sample_line(ev: HostSample) -> str:

@@ -234,21 +234,20 @@ async def _headless(machine: Any, session: Any, source: Any, feed: Any, args: ar
 async def _dashboard(machine: Any, session: Any, source: Any, feed: Any, opened: Any,
                      args: argparse.Namespace) -> int:
     from kimitui.live_context import LiveContext
-    from kimitui.tui.app import KimituiApp
     from kimitui.tui.campaign_runner import CampaignRunner
-    from kimitui.tui.launch import exit_status
+    from kimitui.tui.launch import run_live
 
     live = LiveContext(opened.host, opened.label, default_service=machine.cfg.service or opened.meta.get("service"),
                        api_url=machine.api_url or None, simulated=bool(opened.meta.get("simulated")))
     unsubscribe = session.subscribe(feed.push)
-    app = KimituiApp(session, theme=args.theme, host_label=opened.label, sources=[source],
-                     run_path=session.recorder.path, live=live)
-    app.campaign = CampaignRunner(app, machine)
+
+    def give_runner(app: Any) -> None:
+        app.campaign = CampaignRunner(app, machine)
+
     try:
-        await app.run_async()
+        rc = await run_live(session, [source], live, theme=args.theme, prepare=give_runner)
     finally:
         unsubscribe()
-    rc = exit_status(app)
     return rc or _status(machine)
 
 

@@ -34,7 +34,6 @@ class Session:
         self.recorder = recorder
         self.state = SessionState()
         self._sinks: list[Sink] = []
-        self._pending: list[Event] = []
         self.version = 0
         """Bumped on every event: a view redraws when it changed since its last frame."""
 

@@ -1,6 +1,6 @@
 """The Textual dashboard: the only package of kimitui that imports textual.
 
-``run_replay`` and ``run_live`` (in ``kimitui.tui.launch``) are what the CLI calls; importing this
+``run_replay`` and ``run_live`` (in ``kimitui.tui.launch``) are what the CLI's commands call; importing this
 package does not import textual.
 """
 

@@ -1,9 +1,10 @@
-"""Entry points the CLI calls: replay a run file, or watch a live session. Textual is imported only
+"""Entry points the CLI calls: replay a run file, or the dashboard on a live session. Textual is imported only
 when one of them runs, so importing this module is cheap."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,9 @@ from kimitui.core.session import EventSource, Session
 
 if TYPE_CHECKING:
     from textual.app import App
+
+    from kimitui.live_context import LiveContext
+    from kimitui.tui.app import KimituiApp
 
 
 def exit_status(app: App[object]) -> int:
@@ -51,17 +55,16 @@ def run_replay(path: Path, theme: str | None = None, speed: float = 1.0,
     return exit_status(app)
 
 
-def run_live(session: Session, sources: list[EventSource], host_label: str = "", theme: str | None = None,
-             themes_dir: Path | None = None, run_path: Path | None = None) -> int:
-    """Show a live session: ``sources`` are pumped into ``session`` while the app runs; the session
-    (and its recorder) is closed when the app exits. Returns the exit status (``exit_status``)."""
-    from kimitui.tui.app import KimituiApp, print_first_frame
+async def run_live(session: Session, sources: list[EventSource], live: LiveContext, theme: str | None = None,
+                   prepare: Callable[[KimituiApp], None] | None = None) -> int:
+    """The dashboard on a live session (``kimitui``, ``demo``, ``connect``, ``campaign``): ``sources`` are
+    pumped into ``session`` while it runs; ``prepare`` sees the app before it starts (the campaign gives it
+    its runner). Returns the exit status (``exit_status``); the caller closes the session and its sources."""
+    from kimitui.tui.app import KimituiApp
 
-    app = KimituiApp(session, theme=theme, themes_dir=themes_dir, host_label=host_label, sources=sources,
-                     run_path=run_path)
-    try:
-        app.run()
-    finally:
-        session.close()
-    print_first_frame(app)
+    app = KimituiApp(session, theme=theme, host_label=live.label, sources=sources, run_path=session.recorder.path,
+                     live=live)
+    if prepare is not None:
+        prepare(app)
+    await app.run_async()
     return exit_status(app)

@@ -20,7 +20,6 @@ from kimitui.bench.macro.config import PERCENTILES, SLO
 from kimitui.bench.macro.records import RequestRecord
 from kimitui.bench.macro.stats import mean_std, percentile, pword
 
-SERIES = ("ttft", "tpot", "itl", "e2el")
 CLIENT_KEYS = client_health.PROBE_KEYS
 __all__ = ["LevelContext", "mean_std", "percentile", "pword", "series_stats", "summarize"]
 
