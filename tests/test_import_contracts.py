@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -189,20 +190,41 @@ print(json.dumps(loaded))
 """
 
 
+CAMPAIGN = """
+[campaign]
+name = "contract probe"
+host = "local"
+[service]
+spec = "none"
+api_url = "http://127.0.0.1:9"
+"""
+"""A campaign on this machine's GPUs (none here: it stops at the host's check, after the campaign's
+modules, the host link and the target are loaded)."""
+
+
 @pytest.mark.parametrize("argv", [
     ["replay", "--summary"],
     ["report"],
-    ["cleanup", "--help"],
-    ["bench", "macro", "--help"],
-    ["bench", "micro", "--help"],
     ["shapes", "--tp", "8"],
-    ["watch", "--help"],
+    # each command's own code, not only its parser: the host opened (this machine has no GPU, so it stops
+    # there with its one line) or the server asked
+    ["cleanup", "--host", "local", "--service", "none", "--dry-run"],
+    ["watch", "--host", "local", "--count", "1", "--json"],
+    ["bench", "macro", "--url", "http://127.0.0.1:9/", "--concurrency", "1"],
+    ["bench", "micro", "--host", "local", "--gemm"],
+    ["campaign", "{campaign}", "--headless", "--yes", "drain,graceful,process,device,restart,abort_restart"],
+    ["campaign", "--init", "{tmp}/init.toml"],
 ])
-def test_headless_commands_load_no_ui(argv: list[str]) -> None:
+def test_headless_commands_load_no_ui(argv: list[str], tmp_path: Path) -> None:
+    (tmp_path / "campaign.toml").write_text(CAMPAIGN)
+    argv = [a.format(campaign=tmp_path / "campaign.toml", tmp=tmp_path) for a in argv]
     out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120)
+                         cwd=ROOT, timeout=120, env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")})
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded == [], f"kimitui {' '.join(argv)} loaded {loaded}"
+    if argv[0] in ("cleanup", "watch", "bench", "campaign") and "--init" not in argv:
+        # it got past its parser: the host was opened (no driver here) or the server was asked
+        assert "no NVIDIA driver" in out.stderr or "ConnectError" in out.stderr, out.stderr
 
 
 def test_every_file_named_test_holds_tests() -> None:
