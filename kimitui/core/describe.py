@@ -144,12 +144,15 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
                 + ("; " + "; ".join(ev.errors) if ev.errors else ""))
     if isinstance(ev, MicroPlan):
         what = ", ".join(f"{p} ({ev.totals.get(p, 0)} items)" for p in ev.parts)
-        return (f"micro run {ev.run_id}: {what}" + (" (simulated)" if ev.simulated else "")
+        return (f"micro run {ev.run_id}" + (f" on {ev.host}" if ev.host else "") + f": {what}"
+                + (f"; {ev.model} at TP={ev.tp}" if ev.model else "")
+                + (" (SIMULATED: modelled figures)" if ev.simulated else "")
                 + (", GPU memory check overridden" if ev.forced else ""))
     if isinstance(ev, MicroEnv):
-        bw = f", copy {ev.mem_bw_gbps:.0f} GB/s" if ev.mem_bw_gbps else ""
+        bw = f", copy {ev.mem_bw_gbps:.0f} GB/s measured" if ev.mem_bw_gbps else ""
+        sheet = f", datasheet {ev.datasheet_gbps:.0f} GB/s" if ev.datasheet_gbps else ""
         backends = "; ".join(f"{k}: {v}" for k, v in ev.backends.items())
-        return (f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw})"
+        return (f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw}{sheet})"
                 + (f"; {backends}" if backends else ""))
     if isinstance(ev, MicroEnd):
         holders = "; ".join(f"pid {h.pid} {command_gist(h.cmdline)[:40]} ({h.mem_mib:.0f} MiB on GPUs {h.gpus})"
@@ -228,6 +231,8 @@ def details(ev: Event, started: Started = unknown_start) -> list[str]:
     """The lines a terminal shows under the event's line (none for most events)."""
     if isinstance(ev, StepPreview):
         return preview_table(ev, started)
+    if isinstance(ev, MicroEnv):
+        return [f"  note: {note}" for note in ev.notes]
     if isinstance(ev, Verification):
         out = []
         for g in ev.gpus:
