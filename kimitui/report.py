@@ -15,14 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from kimitui.core.describe import describe
-from kimitui.core.events import (
-    ConnectionState,
-    HostSample,
-    SignalOutcome,
-    SignalSent,
-    StepResult,
-)
+from kimitui.core.describe import Started, describe, preview_table, signal_status, unknown_start
+from kimitui.core.events import ConnectionState, HostSample, StepResult
+from kimitui.core.procdisplay import DASH, start_wall_time
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import CleanupState, SessionState, StepState, fold
 from kimitui.report_bench import allreduce_section, gemm_section, macro_section
@@ -101,6 +96,19 @@ def fmt_offset(t: float, origin: float) -> str:
         return "+?"
     m, s = divmod(offset, 60)
     return f"+{int(m):d}:{s:04.1f}"
+
+
+def _started(sample: HostSample | None) -> Started:
+    """A process's start as the report writes it: a UTC time of day, from the boot time of the sample before
+    (the STARTED column of the preview; '-' when the sample does not carry it)."""
+    if sample is None or sample.boot_time is None or not sample.clock_ticks:
+        return unknown_start
+    boot, ticks = sample.boot_time, sample.clock_ticks
+
+    def started(start: int | None) -> str:
+        t = start_wall_time(start, boot, ticks)
+        return DASH if t is None else datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
+    return started
 
 
 def fmt_mib(v: float | None) -> str:
@@ -193,9 +201,7 @@ def _cleanup(d: RunDigest) -> list[str]:
         plan = c.plan
         if len(d.state.cleanups) > 1:
             lines += [f"### Cleanup {n + 1}", ""]
-        lines.append(f"Plan: {plan.service or 'GPUs'} via {plan.manager or 'no service manager'} on GPUs "
-                     f"{', '.join(map(str, plan.gpus)) or 'none'}; steps {', '.join(plan.steps)}; "
-                     f"clean threshold {plan.clean_threshold_mib:.0f} MiB above baseline.")
+        lines.append(f"Plan: {describe(plan)}.")
         lines.append("")
         for step in c.steps.values():
             lines += _step_section(d, n, step)
@@ -213,15 +219,10 @@ def _step_section(d: RunDigest, n: int, step: StepState) -> list[str]:
         lines += [f"Result: {step.reason}", ""]
     if step.preview is not None:
         p = step.preview
-        if p.action:
-            lines.append(f"Action: `{p.action}`")
-        for ref in p.targets:
-            lines.append(f"- target pid {ref.pid} ({ref.user or '?'}, {ref.kind}, GPUs {ref.gpus}, "
-                         f"{ref.mem_mib:,.0f} MiB) `{short(ref.cmdline)}`: {ref.reason}")
-        for ref in p.spared:
-            lines.append(f"- spared pid {ref.pid} ({ref.user or '?'}, {ref.kind}) `{short(ref.cmdline)}`: "
-                         f"{ref.reason}")
-        lines.append("")
+        lines += [f"Preview: {describe(p)}", ""]
+        table_lines = preview_table(p, _started(d.sample_at_or_before(p.t)))
+        if table_lines:
+            lines += ["```", *table_lines, "```", ""]
     if step.consent is not None:
         lines += [f"Consent: {describe(step.consent)}", ""]
     before, done, label = _step_window(d, n, step)
@@ -234,30 +235,20 @@ def _step_section(d: RunDigest, n: int, step: StepState) -> list[str]:
     return lines
 
 
-def _match(sig: SignalSent, outcomes: list[SignalOutcome], used: set[int]) -> SignalOutcome | None:
-    for k, o in enumerate(outcomes):
-        if k not in used and o.pid == sig.pid and o.signal == sig.signal and o.t >= sig.t:
-            used.add(k)
-            return o
-    return None
-
-
 def _signals(d: RunDigest, c: CleanupState) -> list[str]:
     lines = ["### Signals", ""]
     rows = []
     origin = d.reader.start_time
     for step in c.steps.values():
-        used: set[int] = set()
-        for s in step.signals:
-            o = _match(s, step.outcomes, used)
+        for r in step.signals:
+            s = r.sent
             rows.append([fmt_offset(s.t, origin), step.step, s.signal, str(s.pid),
-                         "n/a" if s.start_time is None else str(s.start_time), short(s.cmdline, 48), s.outcome,
-                         "n/a" if o is None else o.outcome + (f" ({o.state})" if o.state else ""),
-                         "n/a" if o is None else f"{o.elapsed_s:.2f}"])
+                         "n/a" if s.start_time is None else str(s.start_time), short(s.cmdline, 48),
+                         signal_status(r)])
     if not rows:
         return [*lines, "No signals were sent.", ""]
-    return lines + table(["time", "step", "signal", "pid", "start", "command", "sent", "outcome", "after s"],
-                         rows, "llllrlllr") + [""]
+    return lines + table(["time", "step", "signal", "pid", "start", "command", "outcome"], rows,
+                         "llllrll") + [""]
 
 
 def _verification(c: CleanupState) -> list[str]:

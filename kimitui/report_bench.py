@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kimitui.core.events import AllReduceRow, MacroPoint
-from kimitui.core.state import SessionState, Sweep, first_error, level_failed
+from kimitui.core.events import AllReduceRow, MacroPoint, first_error, level_failed
+from kimitui.core.state import SessionState, Sweep
 from kimitui.core.typed import finite
 from kimitui.report_format import fmt_bytes, fmt_num, percentile, table
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.core.describe import describe
+from kimitui.core.describe import describe, signal_status
 from kimitui.core.events import ConnectionState, Event, HostSample, LogLine, MacroPoint, PhaseStart
 from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.state import SessionState, fold_all
@@ -118,13 +118,16 @@ def test_report_signals_and_verdict(report, folded):
     assert cleanup is not None and cleanup.verification is not None
     signals = report[report.index("### Signals"): report.index("### Verification")]
     rows = [line for line in signals.splitlines() if line.startswith("| +")]
-    sent = [s for step in cleanup.steps.values() for s in step.signals]
-    assert len(rows) == len(sent)
+    records = [r for step in cleanup.steps.values() for r in step.signals]
+    assert len(rows) == len(records)
+    # each row ends with the fold's pairing in describe's words, the Cleanup tab's
+    assert all(row.rstrip(" |").endswith(signal_status(r)) for row, r in zip(rows, records, strict=True))
     survived = [o for o in cleanup.steps["process"].outcomes if o.outcome == "survived" and o.signal == "SIGTERM"]
     assert survived  # the stuck workers ignore SIGTERM
-    assert sum("| SIGTERM |" in r and "| survived (S) |" in r for r in rows if "| process |" in r) == len(survived)
-    killed = [s for s in sent if s.signal == "SIGKILL"]
-    assert sum("| SIGKILL |" in r and "| exited |" in r for r in rows) == len(killed)
+    assert sum("| SIGTERM |" in r and "| survived after " in r and "(state S) |" in r
+               for r in rows if "| process |" in r) == len(survived)
+    killed = [r for r in records if r.sent.signal == "SIGKILL"]
+    assert sum("| SIGKILL |" in r and "| exited after " in r for r in rows) == len(killed)
     verification = _section(report, "### Verification")
     assert ("**CLEAN**" if cleanup.clean else "**NOT CLEAN**") in verification
     assert describe(cleanup.verification) in verification

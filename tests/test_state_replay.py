@@ -78,7 +78,7 @@ def test_fold_builds_dashboard_state() -> None:
     cleanup = state.cleanup
     assert cleanup is not None and cleanup.verification is not None and cleanup.verification.clean
     assert cleanup.steps["graceful"].status == "done" and cleanup.steps["verify"].status == "pending"
-    assert cleanup.steps["graceful"].signals[0].pid == 100
+    assert cleanup.steps["graceful"].signals[0].sent.pid == 100
     assert state.single_stream_tok_s() == 50.0
     assert [p.concurrency for p in state.macro_points] == [1, 128]
     assert any("verify: CLEAN" in entry.message for entry in state.log)

@@ -35,8 +35,7 @@ def campaign_section(state: SessionState, end_time: float) -> list[str]:
     rows = []
     for name, ph in c.phases.items():
         dur = "n/a" if ph.start is None else fmt_duration((ph.end if ph.end is not None else end_time) - ph.start)
-        status = "skipped" if name in c.skips and ph.status == "pending" else ph.status
-        rows.append([phase_title(name), status, dur, str(ph.runs), ph.note or "-"])
+        rows.append([phase_title(name), c.shown_status(name), dur, str(ph.runs), ph.note or "-"])
     lines += [*table(["phase", "status", "duration", "runs", "note"], rows, "llrrl"), ""]
     policy = ", ".join(f"{k} {v}" for k, v in p.consent.items())
     lines += [f"Consent policy: {policy or 'none given'}.", ""]

@@ -50,6 +50,12 @@ class CampaignState:
     resumes: list[CampaignResume] = field(default_factory=list)
     end: CampaignEnd | None = None
 
+    def shown_status(self, name: str) -> PhaseStatus:
+        """The phase's status as the strip and the report show it: a phase still pending that the operator
+        chose to skip (a resume put it back to pending, the skip stands) is skipped."""
+        phase = self.phases[name]
+        return "skipped" if phase.status == "pending" and name in self.skips else phase.status
+
     @property
     def current(self) -> CampaignPhase | None:
         """The phase running now."""

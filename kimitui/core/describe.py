@@ -1,8 +1,9 @@
 """Events in words: the one place an event becomes text, for the event log (the fold), the cleanup CLI's
-text output and the report.
+and the micro benchmark's text output, the Cleanup tab's signals and the report.
 
 ``describe(event, state)`` is one line; ``details(event)`` the lines a terminal shows under it (a
-preview's tables, a verification's GPUs). Given the state the event was folded into, a step's result
+preview's tables, a verification's GPUs, a micro worker's notes); ``signal_status(record)`` what became of
+a signal (the fold pairs each with its outcome). Given the state the event was folded into, a step's result
 reads with the step's one duration (the fold's ``StepState.elapsed_s``), so every place says the same.
 """
 
@@ -34,11 +35,13 @@ from kimitui.core.events import (
     StepResult,
     Topology,
     Verification,
+    first_error,
+    level_failed,
 )
 from kimitui.core.procdisplay import DASH, clock_label, command_gist, unit_label
 
 if TYPE_CHECKING:
-    from kimitui.core.state import SessionState
+    from kimitui.core.state import SessionState, SignalRecord
 
 SOURCES: dict[type[Event], str] = {
     PhaseStart: "phase", PhaseEnd: "phase", CleanupPlan: "cleanup", StepPreview: "cleanup", Consent: "cleanup",
@@ -72,7 +75,7 @@ def level_of(ev: Event) -> str:
     if isinstance(ev, Verification):
         return "info" if ev.clean else "error"
     if isinstance(ev, MacroPoint):
-        return "error" if _level_failed(ev) else "info"
+        return "error" if level_failed(ev) else "info"
     if isinstance(ev, MacroProgress):
         return "error" if ev.status == "failed" else "info"
     if isinstance(ev, ConnectionState):
@@ -82,11 +85,6 @@ def level_of(ev: Event) -> str:
     if isinstance(ev, MicroEnd):
         return {"done": "info", "skipped": "info", "cancelled": "warning"}.get(ev.status, "error")
     return campaign_level(ev) or "info"
-
-
-def _level_failed(ev: MacroPoint) -> bool:
-    m = ev.metrics
-    return "completed" in m and not m["completed"] and bool(m.get("failed") or m.get("num_prompts"))
 
 
 def step_seconds(ev: StepResult, state: SessionState | None) -> float:
@@ -129,11 +127,9 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
                 + (f" ({ev.detail})" if ev.detail else ""))
     if isinstance(ev, MacroPoint):
         m = ev.metrics
-        if _level_failed(ev):
-            failures = m.get("failures")
-            first = next(iter(failures), None) if isinstance(failures, dict) else None
+        if level_failed(ev):
             return (f"concurrency {ev.concurrency}: FAILED, {m.get('failed')} of {m.get('num_prompts')} requests "
-                    f"failed (first: {first or 'no reason given'})")
+                    f"failed (first: {first_error(ev) or 'no reason given'})")
         tok = ev.metric("output_throughput")
         return f"concurrency {ev.concurrency}: " + (f"{tok:.0f} tok/s" if tok is not None else "no throughput")
     if isinstance(ev, MacroProgress):
@@ -148,12 +144,15 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
                 + ("; " + "; ".join(ev.errors) if ev.errors else ""))
     if isinstance(ev, MicroPlan):
         what = ", ".join(f"{p} ({ev.totals.get(p, 0)} items)" for p in ev.parts)
-        return (f"micro run {ev.run_id}: {what}" + (" (simulated)" if ev.simulated else "")
+        return (f"micro run {ev.run_id}" + (f" on {ev.host}" if ev.host else "") + f": {what}"
+                + (f"; {ev.model} at TP={ev.tp}" if ev.model else "")
+                + (" (SIMULATED: modelled figures)" if ev.simulated else "")
                 + (", GPU memory check overridden" if ev.forced else ""))
     if isinstance(ev, MicroEnv):
-        bw = f", copy {ev.mem_bw_gbps:.0f} GB/s" if ev.mem_bw_gbps else ""
+        bw = f", copy {ev.mem_bw_gbps:.0f} GB/s measured" if ev.mem_bw_gbps else ""
+        sheet = f", datasheet {ev.datasheet_gbps:.0f} GB/s" if ev.datasheet_gbps else ""
         backends = "; ".join(f"{k}: {v}" for k, v in ev.backends.items())
-        return (f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw})"
+        return (f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw}{sheet})"
                 + (f"; {backends}" if backends else ""))
     if isinstance(ev, MicroEnd):
         holders = "; ".join(f"pid {h.pid} {command_gist(h.cmdline)[:40]} ({h.mem_mib:.0f} MiB on GPUs {h.gpus})"
@@ -168,8 +167,20 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
     return campaign_line(ev)
 
 
+def signal_status(record: SignalRecord) -> str:
+    """What became of a signal (the fold's pairing of a signal with its outcome), in the words the Cleanup tab
+    and the report share: 'exited after 0.04 s', 'survived after 2.00 s (state S)', 'sent, waiting' (its
+    outcome not seen yet), 'refused: protected' (not sent: no outcome comes)."""
+    s, o = record.sent, record.outcome
+    if o is None:
+        return "sent, waiting" if s.outcome == "sent" else f"{s.outcome}: {s.detail}"
+    what = f"{o.outcome} after {o.elapsed_s:.2f} s" + (f" (state {o.state})" if o.state else "")
+    return what if s.outcome == "sent" else f"{s.outcome}: {s.detail}; then {what}"
+
+
 Started = Callable[[int | None], str]
-"""A process's start (clock ticks after boot) in words: a wall-clock time on the host's clock."""
+"""A process's start (clock ticks after boot) in words: a wall-clock time on the recording side's clock (the
+host's boot time as its samples carry it, like every event's ``t``)."""
 COMMAND_WIDTH = 64
 
 
@@ -220,6 +231,8 @@ def details(ev: Event, started: Started = unknown_start) -> list[str]:
     """The lines a terminal shows under the event's line (none for most events)."""
     if isinstance(ev, StepPreview):
         return preview_table(ev, started)
+    if isinstance(ev, MicroEnv):
+        return [f"  note: {note}" for note in ev.notes]
     if isinstance(ev, Verification):
         out = []
         for g in ev.gpus:

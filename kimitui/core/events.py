@@ -216,6 +216,20 @@ class MacroPoint(Event):
         return finite(self.metrics.get(key))
 
 
+def level_failed(point: MacroPoint) -> bool:
+    """Every request of the level failed: it has no throughput or latency to show (never a zero)."""
+    m = point.metrics
+    return "completed" in m and not m["completed"] and bool(m.get("failed") or m.get("num_prompts"))
+
+
+def first_error(point: MacroPoint) -> str | None:
+    """The most frequent failure of a level (the load generator counts them by reason, most first)."""
+    failures = point.metrics.get("failures")
+    if isinstance(failures, dict) and failures:
+        return str(next(iter(failures)))
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class MacroProgress(Event):
     """Where a serving sweep is, for its panel (live and replayed alike): published when the sweep starts,

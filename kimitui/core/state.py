@@ -40,6 +40,7 @@ from kimitui.core.events import (
     StepResult,
     Topology,
     Verification,
+    level_failed,
 )
 from kimitui.core.procdisplay import start_wall_time
 from kimitui.core.typed import finite
@@ -63,6 +64,39 @@ FINAL = frozenset({"done", "skipped", "declined", "failed"})
 """A step's statuses once it is over."""
 
 
+STOP = "stop"
+"""The signal name of a graceful step's wait: its outcomes answer the service's stop (a stop command, or the
+SIGTERM to a pid service's main process)."""
+
+
+@dataclass(slots=True)
+class SignalRecord:
+    """One signal a step sent (or refused to send) and, once the wait after it has seen it, its outcome.
+    Paired once, here in the fold; the Cleanup tab, the report and the CLI read this."""
+
+    sent: SignalSent
+    outcome: SignalOutcome | None = None
+    """None: no outcome yet (the wait is on), or none comes (a signal not sent: gone, refused, ...)."""
+
+    @property
+    def awaited(self) -> bool:
+        """An outcome is to come: the signal was sent, or may have been (the channel dropped)."""
+        return self.sent.outcome in ("sent", "unknown")
+
+    @property
+    def waiting(self) -> bool:
+        """Sent, and its outcome not seen yet."""
+        return self.outcome is None and self.sent.outcome == "sent"
+
+    def answers(self, ev: SignalOutcome) -> bool:
+        """The outcome is this signal's: the same process, the same signal (or the graceful wait's stop),
+        and this signal has none yet."""
+        s = self.sent
+        return (self.outcome is None and self.awaited and ev.pid == s.pid
+                and (ev.start_time is None or s.start_time is None or ev.start_time == s.start_time)
+                and (ev.signal == s.signal or ev.signal == STOP))
+
+
 @dataclass(slots=True)
 class StepState:
     step: str
@@ -70,8 +104,10 @@ class StepState:
     """pending, previewed, confirmed, running, done, skipped, declined, failed."""
     preview: StepPreview | None = None
     consent: Consent | None = None
-    signals: list[SignalSent] = field(default_factory=list)
+    signals: list[SignalRecord] = field(default_factory=list)
+    """Each signal in the order sent, with its outcome (the first one after it for that process and signal)."""
     outcomes: list[SignalOutcome] = field(default_factory=list)
+    """Every outcome, in order: those of the signals, and those of a service's stop (no signal of ours)."""
     started: float | None = None
     """When the step began to act: the operator's answer (None until then, or when it asked nothing)."""
     elapsed_s: float | None = None
@@ -98,7 +134,9 @@ class CleanupState:
         """Every pid a signal reached, in order."""
         out: list[int] = []
         for step in self.steps.values():
-            out += [s.pid for s in step.signals if s.outcome == "sent" and s.pid not in out]
+            for r in step.signals:
+                if r.sent.outcome == "sent" and r.sent.pid not in out:  # once, though SIGTERM then SIGKILL
+                    out.append(r.sent.pid)
         return out
 
     def _to_clean(self, times: list[float]) -> float | None:
@@ -116,24 +154,10 @@ class CleanupState:
     def signal_to_clean_s(self) -> float | None:
         """From the last signal delivered (or service stop command, at its consent) to the verification that
         found the GPUs clean."""
-        times = [sig.t for s in self.steps.values() for sig in s.signals if sig.outcome == "sent"]
+        times = [r.sent.t for s in self.steps.values() for r in s.signals if r.sent.outcome == "sent"]
         times += [s.consent.t for s in self.steps.values() if s.consent is not None and s.consent.accepted
-                  and any(o.signal == "stop" for o in s.outcomes) and not s.signals]
+                  and any(o.signal == STOP for o in s.outcomes) and not s.signals]
         return self._to_clean(times)
-
-
-def level_failed(point: MacroPoint) -> bool:
-    """Every request of the level failed: it has no throughput or latency to show (never a zero)."""
-    m = point.metrics
-    return "completed" in m and not m["completed"] and bool(m.get("failed") or m.get("num_prompts"))
-
-
-def first_error(point: MacroPoint) -> str | None:
-    """The most frequent failure of a level (the load generator counts them by reason, most first)."""
-    failures = point.metrics.get("failures")
-    if isinstance(failures, dict) and failures:
-        return str(next(iter(failures)))
-    return None
 
 
 @dataclass(slots=True)
@@ -444,12 +468,15 @@ def fold(state: SessionState, ev: Event) -> SessionState:
     elif isinstance(ev, SignalSent):
         step = _step(state, ev.step)
         if step is not None:
-            step.signals.append(ev)
+            step.signals.append(SignalRecord(ev))
             step.status = "running"
     elif isinstance(ev, SignalOutcome):
         step = _step(state, ev.step)
         if step is not None:
             step.outcomes.append(ev)
+            record = next((r for r in step.signals if r.answers(ev)), None)
+            if record is not None:
+                record.outcome = ev
     elif isinstance(ev, StepResult):
         _fold_step_result(state, ev)
     elif isinstance(ev, Verification):

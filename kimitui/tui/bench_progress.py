@@ -15,8 +15,8 @@ from textual.renderables.bar import Bar as BarRenderable
 from textual.widget import Widget
 from textual.widgets import Digits, Label, Static
 
-from kimitui.core.events import MacroPoint
-from kimitui.core.state import SessionState, Sweep, first_error, level_failed
+from kimitui.core.events import MacroPoint, first_error, level_failed
+from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
 from kimitui.tui.bench_runner import headline
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint
-from kimitui.core.state import SessionState, first_error, level_failed
+from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, first_error, level_failed
+from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 

@@ -27,7 +27,7 @@ def strip_content(state: SessionState, live: bool, width: int = 120) -> Content:
         return Content("")
     parts: list[str | tuple[str, str]] = [(" campaign ", "bold reverse $secondary"), " "]
     for name, phase in c.phases.items():
-        status = "skipped" if name in c.skips and phase.status == "pending" else phase.status
+        status = c.shown_status(name)
         mark, style = MARKS.get(status, ("?", ""))
         label = SHORT.get(name, name)
         parts += [(f"{mark} ", style), (label, style if status != "pending" else "$text-muted")]

@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
+from kimitui.core.describe import signal_status
 from kimitui.core.state import CleanupState, PhaseSpan, SessionState, StepState
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
@@ -24,13 +25,13 @@ def signals_summary(step: StepState) -> str:
     if not step.signals:
         return "-"
     by_signal: dict[str, int] = {}
-    for s in step.signals:
-        by_signal[s.signal] = by_signal.get(s.signal, 0) + 1
+    for r in step.signals:
+        by_signal[r.sent.signal] = by_signal.get(r.sent.signal, 0) + 1
     sent = ", ".join(f"{name} x{n}" for name, n in by_signal.items())
     outcomes: dict[str, int] = {}
     for o in step.outcomes:
         outcomes[o.outcome] = outcomes.get(o.outcome, 0) + 1
-    refused = sum(1 for s in step.signals if s.outcome != "sent")
+    refused = sum(1 for r in step.signals if r.sent.outcome != "sent")
     detail = [f"{n} {name}" for name, n in outcomes.items()]
     if refused:
         detail.append(f"{refused} not sent")
@@ -103,7 +104,8 @@ def verdict_content(cleanup: CleanupState | None) -> Content:
     return Content.assemble(*parts)
 
 
-def cleanup_phase(state: SessionState) -> PhaseSpan | None:
+def last_cleanup_span(state: SessionState) -> PhaseSpan | None:
+    """The latest cleanup phase of the run (not kimitui.campaign.transition.cleanup_phase, which runs one)."""
     for span in reversed(state.phases):
         if span.phase == "cleanup":
             return span
@@ -112,7 +114,7 @@ def cleanup_phase(state: SessionState) -> PhaseSpan | None:
 
 def phase_content(state: SessionState) -> Content:
     """How the cleanup phase ended (its note holds last consent -> clean), or that it runs."""
-    span = cleanup_phase(state)
+    span = last_cleanup_span(state)
     if span is None or state.cleanup is None or span.start > state.cleanup.plan.t:
         return Content("")
     if span.end is None:
@@ -159,22 +161,11 @@ def signals_content(cleanup: CleanupState | None) -> Content:
         return Content("")
     rows: list[tuple[str, str, str]] = []
     for step in cleanup.steps.values():
-        outcomes = {(o.pid, o.signal): o for o in step.outcomes}
-        for s in step.signals:
-            if s.outcome != "sent":
-                rows.append((f"{step.step:<9}{s.signal:<8}pid {s.pid:<8}", f"{s.outcome}: {s.detail}", "$warning"))
-                continue
-            o = outcomes.get((s.pid, s.signal))
-            if o is None and step.step == "graceful":
-                o = outcomes.get((s.pid, "stop"))
-            if o is None:
-                what, style = "sent, waiting", "$accent"
-            elif o.outcome == "exited":
-                what, style = f"exited after {o.elapsed_s:.2f} s", "$success"
-            else:
-                what, style = f"{o.outcome} after {o.elapsed_s:.2f} s" + (f" (state {o.state})" if o.state else ""), \
-                    "$warning" if o.outcome == "survived" else "$error"
-            rows.append((f"{step.step:<9}{s.signal:<8}pid {s.pid:<8}", what, style))
+        for r in step.signals:
+            s, o = r.sent, r.outcome
+            style = ("$warning" if s.outcome != "sent" else "$accent" if o is None else "$success"
+                     if o.outcome == "exited" else "$warning" if o.outcome == "survived" else "$error")
+            rows.append((f"{step.step:<9}{s.signal:<8}pid {s.pid:<8}", signal_status(r), style))
     if not rows:
         return Content.assemble(("signals: none sent yet", "$text-muted"))
     parts: list[str | tuple[str, str]] = [(f"signals ({len(rows)})", "$text-muted")]

@@ -1,8 +1,10 @@
 """Micro results as text: the GEMM table, the all-reduce table in nccl-tests' columns, the bursts.
 
-``TextPrinter`` prints a run's events as they come (``kimitui bench micro`` without ``--json``); the
-functions format rows for it and for the fidelity script. torch.distributed's all-reduce works in place,
-so nccl-tests' two column groups (out-of-place, in-place) are here eager and CUDA graph, both in place.
+``TextPrinter`` prints a run's events as they come (``kimitui bench micro`` without ``--json``): the plan,
+the topology, each worker's findings and each part's end in ``describe``'s words (the event log's),
+the rows as tables; the functions format rows for it and for the fidelity script.
+torch.distributed's all-reduce works in place, so nccl-tests' two column groups (out-of-place, in-place)
+are here eager and CUDA graph, both in place.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from kimitui.core.describe import describe, details
 from kimitui.core.events import (
     AllReduceRow,
     Event,
@@ -95,18 +98,11 @@ class TextPrinter:
     def __call__(self, ev: Event) -> None:
         if isinstance(ev, MicroPlan):
             self.modes = ["eager", "graph"]
-            sim = " (SIMULATED: modelled figures)" if ev.simulated else ""
-            self._print(f"micro run {ev.run_id} on {ev.host}: {', '.join(ev.parts)}; {ev.model} at TP={ev.tp}{sim}")
+            self._words(ev)
         elif isinstance(ev, Topology):
-            self._print(f"topology ({ev.source}): {ev.summary}")
+            self._words(ev)
         elif isinstance(ev, MicroEnv):
-            bw = (f"; copy bandwidth {ev.mem_bw_gbps:.0f} GB/s measured" if ev.mem_bw_gbps else "") + (
-                f" (datasheet {ev.datasheet_gbps:.0f} GB/s)" if ev.datasheet_gbps else "")
-            self._print(f"{ev.part}: {ev.device}" + (f", torch {ev.torch}" if ev.torch else "") + bw)
-            for name, what in ev.backends.items():
-                self._print(f"  {name}: {what}")
-            for note in ev.notes:
-                self._print(f"  note: {note}")
+            self._words(ev)
             if ev.part == "allreduce" and not any(b == "nccl" for b in ev.backends):
                 self.modes = ["eager"]
         elif isinstance(ev, MicroProgress):
@@ -126,17 +122,21 @@ class TextPrinter:
             self._flush_allreduce()
             if ev.part == "gemm" and self.int4_rows:
                 self._print(f"note: {INT4_NOTE}")
-            tail = f": {ev.detail}" if ev.detail else ""
-            self._print(f"{ev.part}: {ev.status}, {ev.rows} rows in {ev.elapsed_s:.1f} s{tail}")
-            for h in ev.holders:
-                self._print(f"  held by pid {h.pid} ({h.user or '?'}, GPUs {h.gpus}, {h.mem_mib:,.0f} MiB): "
-                            f"{h.cmdline[:70]}")
+            self._words(ev)
         elif isinstance(ev, LogLine) and ev.source.startswith(("micro", "topology")) and \
                 ev.level in ("warning", "error"):
             if self._progress:
                 self.err.write("\r\033[K")
                 self._progress = False
-            print(f"{ev.level}: {ev.message}", file=self.err, flush=True)
+            print(f"{ev.level}: {describe(ev)}", file=self.err, flush=True)
+
+    def _words(self, ev: Event) -> None:
+        """The event in the words of the event log and the report (``describe``), and the lines under it."""
+        text = describe(ev)
+        if text is not None:
+            self._print(text)
+        for line in details(ev):
+            self._print(line)
 
     def _allreduce(self, r: AllReduceRow) -> None:
         if r.burst > 1:
