@@ -52,7 +52,8 @@ async def test_refuses_while_the_gpus_hold_memory_naming_the_holders() -> None:
         await feed.stop()
     end = next(e for e in events if isinstance(e, MicroEnd))
     assert end.status == "refused" and end.part == "all" and not res.ok
-    assert "GPU 0:" in end.detail and "MiB in use" in end.detail and "override" in end.detail
+    # GPUs holding the same memory are one line: 'GPUs 0-1: 92,411 MiB in use each (free is within ...)'
+    assert "GPUs 0-1: " in end.detail and "MiB in use each" in end.detail and "override" in end.detail
     assert {h.pid for h in end.holders} == {p.pid for p in workers.values()}  # the vLLM workers, not the monitor
     assert host.monitor_proc is not None and host.monitor_proc.pid not in {h.pid for h in end.holders}
     assert not any(isinstance(e, Topology) for e in events)  # nothing was started on the host

@@ -113,6 +113,12 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
             await wait_for(pilot, lambda: isinstance(app.screen, OverrideScreen), "the override question")
             refused = next(e for e in reversed(session.state.micro_runs[-1].ends.values()))
             assert refused.status == "refused" and len(refused.holders) == 2
+            # the question says who holds the GPUs, by pid and command, before it asks to run beside them
+            asked = str(app.screen.query_one(Static).render())
+            assert "held by 2 process(es)" in asked
+            for h in refused.holders:
+                assert f"pid {h.pid}" in asked
+            assert "kimitui.hosts.sim.worker" in asked
             assert "refused" in str(app.screen_stack[0].query_one("#micro-status", Static).render())
             await pilot.press("y")
             run = lambda: session.state.micro  # noqa: E731

@@ -8,6 +8,7 @@ The full command line and the ticks stay in the run file and the audit log; thes
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 DASH = "-"
 INTERPRETERS = ("python", "bash", "sh", "node", "perl", "ruby", "java", "env", "uv", "torchrun")
@@ -71,3 +72,18 @@ def clock_label(t: float | None, now: float | None = None) -> str:
     now = time.time() if now is None else now
     local = time.localtime(t)
     return time.strftime("%H:%M:%S" if now - t < 86_400 else "%b %d %H:%M", local)
+
+
+def gpu_list(indices: Sequence[int]) -> str:
+    """'0-3,5' for GPU indices (any order, repeats ignored)."""
+    idx = sorted(set(indices))
+    if not idx:
+        return DASH
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    parts = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
+    return ",".join(parts)

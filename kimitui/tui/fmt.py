@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 # shared with the CLI and the report
 from kimitui.core.procdisplay import command_gist as command_gist
+from kimitui.core.procdisplay import gpu_list as gpu_list
 from kimitui.core.procdisplay import unit_label as unit_label
 
 DASH = "-"
@@ -140,21 +141,6 @@ def started(at: float | None, now: float) -> str:
 
 def speed(value: float) -> str:
     return f"{value:g}x"
-
-
-def gpu_list(indices: Sequence[int]) -> str:
-    """'0-3,5' for a sorted list of GPU indices."""
-    idx = sorted(set(indices))
-    if not idx:
-        return DASH
-    runs: list[list[int]] = []
-    for i in idx:
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    parts = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
-    return ",".join(parts)
 
 
 def shorten(text: str, width: int) -> str:

@@ -9,15 +9,18 @@ and offers to run anyway, in a modal that says what that means.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from kimitui.core.events import HostSample
+from kimitui.core.events import HostSample, ProcRef
+from kimitui.tui import fmt
 
 if TYPE_CHECKING:
     from kimitui.tui.app import KimituiApp
@@ -30,15 +33,28 @@ class OverrideScreen(ModalScreen[bool]):
 
     BINDINGS = [Binding("y", "answer(True)", "Run anyway"), Binding("n,escape", "answer(False)", "No")]
 
-    def __init__(self, detail: str) -> None:
+    SHOWN = 6
+    """Holders listed by pid (the Micro tab lists every one)."""
+
+    def __init__(self, detail: str, holders: Sequence[ProcRef] = ()) -> None:
         super().__init__()
-        self.detail = detail
+        self.detail, self.holders = detail, list(holders)
 
     def compose(self) -> ComposeResult:
+        parts: list[str | tuple[str, str]] = [("The GPUs in scope hold memory", "bold"), "\n\n", self.detail]
+        if self.holders:
+            parts += ["\n\n", (f"held by {len(self.holders)} process(es):", "bold")]
+            for h in self.holders[: self.SHOWN]:
+                parts += ["\n", f"  pid {h.pid:<7} GPU {fmt.gpu_list(h.gpus):<5} {fmt.gib(h.mem_mib):>5} GiB  ",
+                          fmt.shorten(fmt.command_gist(h.cmdline), 40)]
+            if len(self.holders) > self.SHOWN:
+                parts += ["\n", (f"  and {len(self.holders) - self.SHOWN} more (the Micro tab lists them)",
+                                 "$text-muted")]
+        parts += ["\n\nBenchmarks beside another process measure both and may run out of memory. Free the GPUs "
+                  "first (F), or run anyway:\n\n", ("y", "bold"), " run anyway    ", ("n", "bold"),
+                  " / esc: do not run"]
         with Vertical(id="micro-override"):
-            yield Static("[b]The GPUs in scope hold memory[/b]\n\n" + self.detail + "\n\nBenchmarks beside another "
-                         "process measure both and may run out of memory. Free the GPUs first (F), or run anyway:"
-                         "\n\n[b]y[/b] run anyway    [b]n[/b] / esc: do not run")
+            yield Static(Content.assemble(*parts))
 
     def action_answer(self, value: bool) -> None:
         self.dismiss(value)
@@ -85,7 +101,7 @@ class MicroController:
                 res = await micro_phase(self.app.session.publish, live.host, live.label, cfg, sample, cancel)
                 if res.refused or any(p.status == "refused" for p in res.parts.values()):
                     detail = next(iter(res.parts.values())).detail if res.parts else "the GPUs hold memory"
-                    self.app.push_screen(OverrideScreen(detail), callback=self._override)
+                    self.app.push_screen(OverrideScreen(detail, res.refused), callback=self._override)
             except Exception as exc:  # a run that cannot start is a notification, never a crash
                 self.app.notify(f"micro run failed: {exc}", title="micro", severity="error", timeout=10)
             finally:

@@ -36,6 +36,7 @@ from kimitui.core.events import (
     ProcRef,
     Topology,
 )
+from kimitui.core.procdisplay import gpu_list
 
 Publish = Callable[[Event], None]
 DEFAULT_MS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -133,12 +134,16 @@ def gpu_holders(sample: HostSample, scope: list[int], threshold_mib: float) -> t
     when its used memory (nvidia-smi's: the driver's reserved memory apart) is within the threshold."""
     gpus = {g.index: g for g in sample.gpus}
     busy = []
+    used: dict[str, list[int]] = {}  # "92,411 MiB" -> the GPUs holding that much: 8 alike read as one line
     for i in scope:
         g = gpus.get(i)
         if g is None:
             busy.append(f"GPU {i}: not on this host")
         elif g.mem_used_mib is not None and g.mem_used_mib > threshold_mib:
-            busy.append(f"GPU {i}: {g.mem_used_mib:,.0f} MiB in use (free is within {threshold_mib:.0f} MiB)")
+            used.setdefault(f"{g.mem_used_mib:,.0f} MiB", []).append(i)
+    for mib, on in used.items():
+        which = f"GPU {on[0]}: {mib} in use" if len(on) == 1 else f"GPUs {gpu_list(on)}: {mib} in use each"
+        busy.append(f"{which} (free is within {threshold_mib:.0f} MiB)")
     holders = []
     for p in sample.procs:
         on = sorted(set(p.gpu_mem_mib) & set(scope) | (set(p.gpus) & set(scope) if p.kind == "cuda" else set()))
