@@ -38,7 +38,7 @@ from kimitui.core.events import (
     first_error,
     level_failed,
 )
-from kimitui.core.procdisplay import DASH, clock_label, command_gist, unit_label
+from kimitui.core.procdisplay import DASH, clock_label, command_gist, gpu_list, unit_label
 
 if TYPE_CHECKING:
     from kimitui.core.state import SessionState, SignalRecord
@@ -155,8 +155,9 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
         return (f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw}{sheet})"
                 + (f"; {backends}" if backends else ""))
     if isinstance(ev, MicroEnd):
-        holders = "; ".join(f"pid {h.pid} {command_gist(h.cmdline)[:40]} ({h.mem_mib:.0f} MiB on GPUs {h.gpus})"
-                            for h in ev.holders)
+        holders = "; ".join(
+            f"pid {h.pid} {command_gist(h.cmdline)[:40]} ({h.mem_mib:.0f} MiB on GPU {gpu_list(h.gpus)})"
+            for h in ev.holders)
         return (f"{ev.part}: {ev.status} after {ev.elapsed_s:.1f}s, {ev.rows} rows"
                 + (f" ({ev.detail})" if ev.detail else "") + (f"; holders: {holders}" if holders else ""))
     if isinstance(ev, ConnectionState):

@@ -97,7 +97,10 @@ def status_text(state: SessionState) -> Text:
     if refused is not None:
         out.append(f"\nrefused: {refused.detail}", style="bold red")
         for h in refused.holders[:4]:
-            out.append(f"\n  pid {h.pid} {h.user or '?'} GPUs {h.gpus} {fmt.mem_mib(h.mem_mib)}  {h.cmdline[:60]}")
+            out.append(f"\n  pid {h.pid:<7} {h.user or '?'}  GPU {fmt.gpu_list(h.gpus):<5} "
+                       f"{fmt.mem_mib(h.mem_mib):>9}  {fmt.shorten(fmt.command_gist(h.cmdline), 60)}")
+        if len(refused.holders) > 4:
+            out.append(f"\n  and {len(refused.holders) - 4} more", style="dim")
     for part in p.parts:
         out.append("\n")
         out.append_text(part_line(run, part))
