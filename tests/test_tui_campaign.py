@@ -74,3 +74,25 @@ async def test_a_aborts_the_campaign_from_the_dashboard(tmp_path: Path) -> None:
     c = rig.session.state.campaign
     assert c is not None and c.end is not None and c.end.status == "aborted"
     assert c.phases["cleanup"].status == "pending", "nothing after the abort ran; no restart was due"
+
+
+def test_the_strip_fits_its_width_and_keeps_the_keys_where_they_fit() -> None:
+    """Mid-campaign on a live host the strip ends with the keys; at a width where the whole hint would be
+    cut at the screen's edge, the short one is shown, and at 80 columns none (the footer lists them)."""
+    from kimitui.core.replay import state_at
+    from kimitui.core.runfile import RunReader
+    from kimitui.resources import bundled_sample_run
+
+    reader = RunReader(bundled_sample_run())
+    first_micro = next(i for i in range(len(reader)) if isinstance(ev := reader.decoded(i), PhaseStart)
+                       and ev.phase == "micro")
+    state = state_at(reader, first_micro + 1)
+    assert state.campaign is not None and state.campaign.end is None
+    widths = {w: strip_content(state, live=True, width=w) for w in (200, 120, 80)}
+    for w, content in widths.items():  # a hint is shown only whole, within the width
+        if "P/S/A" in content.plain or "pause/go on" in content.plain:
+            assert content.cell_length <= w, w
+    assert widths[200].plain.endswith("P pause/go on · S skip next · A abort")
+    assert widths[120].plain.endswith("P/S/A") and widths[120].cell_length <= 120
+    assert "P/S/A" not in widths[80].plain and "pause" not in widths[80].plain
+    assert "pause" not in strip_content(state, live=False, width=200).plain  # a replay has no keys to give

@@ -34,11 +34,21 @@ def strip_content(state: SessionState, live: bool, width: int = 120) -> Content:
         if status == "running" and phase.start is not None:
             parts.append((f" {fmt.duration(state.clock - phase.start)}", "$text-muted"))
         parts.append("  ")
-    parts += _where(c, live, state)
-    return Content.assemble(*parts)
+    parts += _where(c, state)
+    content = Content.assemble(*parts)
+    if live and c.end is None:
+        # the keys where they fit (the footer lists them too): a line cut at the screen's edge would cut them
+        for hint in KEY_HINTS:
+            if content.cell_length + len(hint) <= width:
+                return Content.assemble(content, (hint, "$text-muted"))
+    return content
 
 
-def _where(c: CampaignState, live: bool, state: SessionState) -> list[str | tuple[str, str]]:
+KEY_HINTS = ("   P pause/go on · S skip next · A abort", "   P/S/A")
+"""The strip's key hints, longest first: the first that fits is shown."""
+
+
+def _where(c: CampaignState, state: SessionState) -> list[str | tuple[str, str]]:
     if c.end is not None:
         style = "bold $success" if c.end.status == "done" else "bold $error"
         probe = state.probe
@@ -53,8 +63,6 @@ def _where(c: CampaignState, live: bool, state: SessionState) -> list[str | tupl
                                               "$warning")]
     elif nxt is not None:
         out.append((f"next: {PHASE_TITLES.get(nxt.name, nxt.name)}", "$text-muted"))
-    if live:
-        out.append(("   P pause/go on · S skip next · A abort", "$text-muted"))
     return out
 
 
