@@ -74,16 +74,16 @@ class KimituiApp(App[None]):
         Binding("M", "macro_sweep", "Sweep", key_display="M"),
         Binding("x", "cancel_macro_key", "Cancel sweep", show=False),
         Binding("x", "cancel_micro_key", "Cancel micro", show=False),
-        # The footer shows a pair of keys as one entry (+/- speed, n/p phase, d/b/c/u views): it fits 80
-        # columns; the help lists every key.
+        # The footer shows a pair of keys as one entry (+/- speed, n/p phase, d/b/c/u/a views) and leaves out
+        # the one-event step (.): it fits 80 columns; the help lists every key.
         Binding("space", "toggle_pause", "Pause"),
         Binding("plus,equals_sign", "faster", "Speed", key_display="+/-"),
         Binding("minus", "slower", "Slower", key_display="-", show=False),
         Binding("n", "next_phase", "Phase", key_display="n/p"),
         Binding("p", "prev_phase", "Prev", show=False),
-        Binding("full_stop", "step", "Step", key_display="."),
+        Binding("full_stop", "step", "Step", key_display=".", show=False),
         Binding("e,end", "to_end", "End", key_display="e"),
-        Binding("d", "show_view('dashboard')", "Views", key_display="d/b/c/u"),
+        Binding("d", "show_view('dashboard')", "Views", key_display="d/b/c/u/a"),
         Binding("b", "show_view('bench')", "Bench", show=False),
         Binding("c", "show_view('cleanup')", "Cleanup", show=False),
         Binding("u", "show_view('micro')", "Micro", show=False),
