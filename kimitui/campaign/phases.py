@@ -5,7 +5,8 @@ CLI, ``kimitui bench macro`` / ``bench micro`` and the dashboard's F, M, K and R
 - ``macro_phase``: the serving sweep (``run_sweep`` has no phase of its own: this starts and ends it), its
   progress published as ``MacroProgress`` events for the panel (live and replayed alike);
 - ``cleanup_phase`` and ``restart_phase`` (``kimitui.campaign.transition``): the escalation and the restart;
-- ``micro_phase``: the GEMM and all-reduce benchmarks;
+- ``micro_phase``: the GEMM and all-reduce benchmarks (``free_before_micro``: the transition first when the
+  GPUs hold memory);
 - ``analysis_phase``: the decode-step budget and its verdict (``kimitui.campaign.analysis``);
 - ``check_phase`` (``kimitui.campaign.probe``): the post-restart probe.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kimitui.core.events import Event, HostSample, LogLine, MacroProgress, PhaseEnd, PhaseStart
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from kimitui.bench.macro import LevelProgress, MacroConfig, SweepPlan, SweepResult
     from kimitui.bench.micro.runner import MicroConfig, MicroResult
     from kimitui.bench.micro.workers import WorkerHost
+    from kimitui.cleanup.sample_feed import SampleFeed
     from kimitui.core.campaign_events import DecodeBudget
     from kimitui.core.state import SessionState
 
@@ -156,6 +158,25 @@ async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
 
 
 # --- Phase 2: micro ------------------------------------------------------------------------------------
+
+
+async def free_before_micro(sample: HostSample, scope: list[int] | None, feed: SampleFeed,
+                            transition: Callable[[], Awaitable[bool]], say: Callable[[str], None],
+                            threshold_mib: float = 256.0) -> tuple[bool, HostSample]:
+    """Before Phase 2: when the GPUs in scope (all: None) hold memory, ``say`` why and run the transition
+    (``transition``: the cleanup phase); Phase 2 then starts from a sample taken after it. Returns (free,
+    sample); not free when the transition did not free them. The campaign's Phase 2 and ``kimitui bench
+    micro`` on a simulated host (whose vLLM holds its GPUs) both go this way."""
+    from kimitui.bench.micro.runner import gpu_holders
+
+    busy, holders = gpu_holders(sample, scope or sorted(g.index for g in sample.gpus), threshold_mib)
+    if not busy and not holders:
+        return True, sample
+    say("; ".join(busy) or f"{len(holders)} holders")
+    if not await transition():
+        return False, sample
+    return True, await feed.latest(after=time.monotonic(), timeout=30.0)
+
 
 
 async def micro_phase(publish: Publish, host: WorkerHost, host_name: str, cfg: MicroConfig,
