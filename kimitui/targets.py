@@ -31,6 +31,15 @@ class OpenedHost:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def target_meta(target: str) -> dict[str, Any]:
+    """What a target says of itself once opened (``OpenedHost.meta``) that its name alone tells: the demo is
+    simulated and names its own service (``sim:vllm``); any other target names none. Commands check their
+    arguments against it before a host is opened, then read the opened target's ``meta``."""
+    if target == "demo":
+        return {"target": "demo", "simulated": True, "service": "sim:vllm"}
+    return {"target": target}
+
+
 def check_interval(value: float) -> float:
     if not 0.1 <= value <= 10:
         raise TargetError(f"--interval {value} is out of range (0.1 to 10 seconds)")
@@ -52,8 +61,7 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
             print(f"simulated host ready: {sim.sim_dir}, OpenAI API at {sim.api_url}", file=sys.stderr)
             yield OpenedHost(sim, f"demo ({gpus} simulated GPUs)",
                              {"sim_dir": sim.sim_dir, "dev_prefix": sim.dev_prefix},
-                             {"target": "demo", "api_url": sim.api_url, "simulated": True,
-                              "service": "sim:vllm"})
+                             {**target_meta("demo"), "api_url": sim.api_url})
         return
     host: Host
     if target == "local":
@@ -72,7 +80,7 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
             problem = await probe_host(host)
             if problem is not None:
                 raise TargetError(problem)
-        yield OpenedHost(host, host.name, {}, {"target": target})
+        yield OpenedHost(host, host.name, {}, target_meta(target))
     except HostError as exc:
         raise TargetError(str(exc)) from None
     finally:

@@ -500,3 +500,21 @@ def test_reset_and_restart_flags_consent_to_their_steps() -> None:
     assert not asyncio.run(accepted(["--yes", "process", "--reset"], "restart"))
     assert isinstance(parse_service("sim:vllm"), SimService)
     assert parser.parse_args(["--nvidia-smi", "/opt/x/nvidia-smi"]).nvidia_smi == "/opt/x/nvidia-smi"
+
+
+def test_the_default_service_and_the_simulated_deadlines_come_from_what_the_target_says() -> None:
+    """Not from the target's name: the opened target's meta (``target_meta`` before it is opened)."""
+    import argparse
+
+    from kimitui.cleanup.cli import _service
+    from kimitui.cleanup.services import SimService
+    from kimitui.cleanup.setup import UsageError
+    from kimitui.targets import target_meta
+
+    demo = target_meta("demo")
+    assert demo["simulated"] is True and demo["service"] == "sim:vllm"
+    assert not target_meta("local").get("simulated") and not target_meta("local").get("service")
+    args = argparse.Namespace(service=None, health_url=None, host="lab-sim")
+    assert isinstance(_service(args, {"simulated": True, "service": "sim:vllm"}), SimService)
+    with pytest.raises(UsageError, match="--service is required on lab-sim"):
+        _service(args, target_meta("lab-sim"))

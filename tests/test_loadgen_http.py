@@ -19,6 +19,7 @@ import pytest
 from kimitui.bench.macro import LevelProgress, MacroConfig, Timeouts, run_sweep
 from kimitui.bench.macro.http_stream import LeanClient, _Conn, lean_unsupported
 from kimitui.bench.macro.request import Gauge, RequestOutcome, StreamAccount
+from kimitui.campaign.phases import macro_phase
 from kimitui.core.events import Event, LogLine, PhaseStart
 from tests.faulty_server import Behavior, FaultyServer
 
@@ -262,10 +263,10 @@ async def test_proxy_in_the_environment_falls_back_to_httpx(monkeypatch: pytest.
     async with FaultyServer(Behavior(n_tokens=2)) as srv:
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[1], requests=1, max_tokens=2, warmup=0,
                           timeouts=Timeouts(connect_s=2, read_s=2, total_s=5))
-        m = (await run_sweep(cfg, events.append)).levels[0].metrics
+        m = (await macro_phase(events.append, cfg, asyncio.Event())).levels[0].metrics
         assert srv.stats.requests == 0  # httpx went to the proxy
-    start = events[0]
-    assert isinstance(start, PhaseStart) and start.title.endswith("httpx client")
+    (start,) = [e for e in events if isinstance(e, PhaseStart)]
+    assert start.title.endswith("httpx client")
     assert any(isinstance(e, LogLine) and "lean HTTP client not usable" in e.message for e in events)
     (failure,) = m["failures"]
     assert failure.startswith("connect error")

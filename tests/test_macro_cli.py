@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +15,9 @@ from pathlib import Path
 import pytest
 
 from kimitui.bench.cli import add_parser, cmd_bench
+from kimitui.core.events import PhaseEnd, PhaseStart
+from kimitui.core.runfile import RunReader
+from kimitui.core.state import fold_all
 from kimitui.hosts.agent import start_time_of
 from tests.conftest import ROOT
 
@@ -86,8 +90,26 @@ def test_text_output_and_errors(server_url: str, capsys: pytest.CaptureFixture[s
     assert text.startswith("c=2") and "tok/s" in text and "reached 2" in text
     assert _run(["--url", server_url, "--concurrency", "600"]) == 2
     assert "out of range" in capsys.readouterr().err
-    assert _run(["--url", "http://127.0.0.1:9", "--concurrency", "1", "--connect-timeout", "1"]) == 2
-    assert "/v1/models" in capsys.readouterr().err
+
+
+def test_a_server_that_does_not_answer_is_a_recorded_phase_that_could_not_start(
+        data_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert _run(["--url", f"http://127.0.0.1:{port}", "--concurrency", "1", "--connect-timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    (cause,) = [line for line in err.splitlines() if line.startswith("kimitui bench macro: ")]
+    assert f"GET http://127.0.0.1:{port}/v1/models" in cause and err.endswith(cause + "\n"), err
+    (path,) = (data_home / "kimitui" / "runs").glob("*.jsonl*")
+    events = list(RunReader(path).events())
+    phases = [e for e in events if isinstance(e, PhaseStart | PhaseEnd)]
+    assert [type(e) for e in phases] == [PhaseStart, PhaseEnd] and phases[0].phase == "macro"  # type: ignore[attr-defined]
+    end = phases[1]
+    assert isinstance(end, PhaseEnd) and not end.ok
+    assert end.note == "could not start: " + cause.removeprefix("kimitui bench macro: ")
+    span = fold_all(events).phases[-1]
+    assert span.phase == "macro" and span.ok is False
 
 
 def _sim_processes_of(owner_pid: int) -> list[int]:

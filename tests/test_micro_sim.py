@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kimitui.bench.micro.runner import MicroConfig, MicroRunner
 from kimitui.cleanup.sample_feed import SampleFeed
-from kimitui.core.events import Event, HostSample, MicroEnd, MicroProgress, Topology
+from kimitui.core.events import Consent, Event, HostSample, MicroEnd, MicroProgress, Topology
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.core.state import fold_all
@@ -108,6 +108,9 @@ def test_bench_micro_demo_runs_to_the_end_and_records_a_simulated_run(tmp_path: 
     state = fold_all(events)
     assert [p.phase for p in state.phases] == ["cleanup", "micro"] and all(p.ok for p in state.phases)
     assert state.cleanups and state.cleanups[-1].verification and state.cleanups[-1].verification.clean
+    # freed as the campaign frees them before its Phase 2: its consent policy, yes to each step taken
+    consents = [e for e in events if isinstance(e, Consent)]
+    assert consents and all(c.accepted and c.note == f"campaign policy: {c.step} = yes" for c in consents), consents
     assert state.micro is not None and state.micro.plan.simulated
     # the telemetry recorded the workers holding simulated GPU memory during the micro phase
     micro = state.phases[1]

@@ -15,6 +15,7 @@ from kimitui.core.events import (
     GpuSample,
     HostSample,
     MacroPoint,
+    MacroProgress,
     PhaseEnd,
     PhaseStart,
     ProcRef,
@@ -57,10 +58,17 @@ LOADING = '{"error": {"message": "model loading", "type": "ServiceUnavailable"}}
 async def test_a_sweep_whose_every_request_fails_is_shown_failed_with_counts_and_the_first_error() -> None:
     async with FaultyServer(Behavior(mode="status", status=503, body=LOADING)) as srv:
         app = live_app(srv.url)
+        published: list[object] = []
+        app.session.subscribe(published.append)
         async with app.run_test(size=BIG) as pilot:
             await open_dialog(app, pilot, concurrency="1,2,4", **{"max-tokens": "8", "warmup": "0"})
             await pilot.click("#start")
             await wait_for(pilot, lambda: app.macro.run is not None and not app.macro.run.active, "the sweep")
+            # M records one start of the sweep, one phase, ended not ok with the first error
+            assert [e.status for e in published if isinstance(e, MacroProgress)].count("starting") == 1
+            assert [type(e) for e in published if isinstance(e, PhaseStart | PhaseEnd)] == [PhaseStart, PhaseEnd]
+            span = app.session.state.phases[-1]
+            assert span.phase == "macro" and span.ok is False and "503" in span.note, span
             view = app.screen_stack[0].query_one(BenchView)
             await wait_for(pilot, lambda: text_of(app, "#sweep-status").startswith("failed"), "the failed status")
             status = text_of(app, "#sweep-status")

@@ -158,7 +158,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 2
     import asyncio
 
-    from kimitui.bench.macro import ConfigError, MacroError, SweepResult, discover_model
+    from kimitui.bench.macro import ConfigError, MacroError, SweepPlan, SweepResult
     from kimitui.bench.macro.exports import RequestsOut, write_csv
     from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
     from kimitui.campaign.phases import macro_phase
@@ -198,17 +198,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
         file, then to the screen and --output."""
         from kimitui.targets import record_session
 
-        cfg.model = cfg.model or await discover_model(cfg)
         session = record_session(host, {"command": "bench macro", **meta, "url": cfg.base_url})
         assert session.recorder is not None
         recorded.append(session.recorder.path)
         session.subscribe(show)
-        try:
+
+        def started(plan: SweepPlan) -> None:  # the model is known (discovered inside the phase)
             if args.output:
-                output.append(OutputFile(args.output, cfg, cfg.model))
+                output.append(OutputFile(args.output, cfg, plan.model))
                 output[0].write(output[0].partial, finished=False)
-            # the campaign's macro phase: the sweep with its progress recorded (a replay shows the panel)
-            return await macro_phase(session.publish, cfg, cancel, on_progress=progress.update)
+
+        try:
+            # the campaign's macro phase: the sweep with its progress recorded (a replay shows the panel); a
+            # sweep that cannot start (no server) is recorded as a macro phase that could not start, and why
+            return await macro_phase(session.publish, cfg, cancel, on_progress=progress.update, on_start=started)
         finally:
             progress.clear()
             session.close()
@@ -246,7 +249,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result = asyncio.run(main())
         if output:
             output[0].write(result, finished=True)
-    except (ConfigError, MacroError, HostError, TargetError) as exc:
+    except MacroError as exc:  # the sweep could not start (the server): recorded, said in one line
+        print(f"kimitui bench macro: {exc}", file=sys.stderr)
+        return 1
+    except (ConfigError, HostError, TargetError) as exc:
         print(f"kimitui bench macro: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # --output cannot be written

@@ -316,7 +316,7 @@ class Campaign:
         return out.clean
 
     async def _micro(self) -> bool:
-        from kimitui.bench.micro.runner import MicroConfig, MicroError, gpu_holders
+        from kimitui.bench.micro.runner import MicroConfig, MicroError
 
         mi = self.cfg.micro
         try:
@@ -326,13 +326,12 @@ class Campaign:
             self._log(f"no telemetry before Phase 2: {exc}", "warning")
         scope = parse_gpus(self.cfg.cleanup.gpus) or (sorted(g.index for g in sample.gpus) if sample else [])
         if sample is not None and not mi.force and "cleanup" in self.cfg.phases:
-            busy, holders = gpu_holders(sample, scope, 256.0)
-            if busy or holders:
-                self._log("the GPUs hold memory again before Phase 2 ("
-                          + ("; ".join(busy) or f"{len(holders)} holders") + "): the transition runs again", "warning")
-                if not await self._cleanup():
-                    return False
-                sample = await self.feed.latest(after=time.monotonic(), timeout=30.0)
+            free, sample = await phases.free_before_micro(
+                sample, scope, self.feed, self._cleanup,
+                lambda why: self._log(f"the GPUs hold memory again before Phase 2 ({why}): the transition runs again",
+                                      "warning"))
+            if not free:
+                return False
         parts = [p for p in mi.parts if self.resume is None or p not in self.resume.micro_parts_done]
         cfg = MicroConfig(parts=parts, tp=mi.tp, ms=self.cfg.micro_ms(), backends=list(mi.backends),
                           gpus=parse_gpus(self.cfg.cleanup.gpus), sweep_max=mi.sweep_max_bytes, force=mi.force,

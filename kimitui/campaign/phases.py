@@ -2,10 +2,11 @@
 steps, its PhaseEnd (also when it fails, is cancelled or cannot start). The campaign machine, the cleanup
 CLI, ``kimitui bench macro`` / ``bench micro`` and the dashboard's F, M, K and R actions all call these.
 
-- ``macro_phase``: the serving sweep (``run_sweep`` publishes the macro phase's start and end), its
+- ``macro_phase``: the serving sweep (``run_sweep`` has no phase of its own: this starts and ends it), its
   progress published as ``MacroProgress`` events for the panel (live and replayed alike);
 - ``cleanup_phase`` and ``restart_phase`` (``kimitui.campaign.transition``): the escalation and the restart;
-- ``micro_phase``: the GEMM and all-reduce benchmarks;
+- ``micro_phase``: the GEMM and all-reduce benchmarks (``free_before_micro``: the transition first when the
+  GPUs hold memory);
 - ``analysis_phase``: the decode-step budget and its verdict (``kimitui.campaign.analysis``);
 - ``check_phase`` (``kimitui.campaign.probe``): the post-restart probe.
 """
@@ -14,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kimitui.core.events import Event, HostSample, LogLine, MacroProgress, PhaseEnd, PhaseStart
 
 if TYPE_CHECKING:
-    from kimitui.bench.macro import LevelProgress, MacroConfig, SweepResult
+    from kimitui.bench.macro import LevelProgress, MacroConfig, SweepPlan, SweepResult
     from kimitui.bench.micro.runner import MicroConfig, MicroResult
     from kimitui.bench.micro.workers import WorkerHost
+    from kimitui.cleanup.sample_feed import SampleFeed
     from kimitui.core.campaign_events import DecodeBudget
     from kimitui.core.state import SessionState
 
@@ -46,6 +48,8 @@ class SweepProgress:
         self.publish = publish
         self.levels = levels
         self.latest: LevelProgress | None = None
+        self.announced = False
+        """Its start has been published."""
         self.started = time.monotonic()
         self._last: tuple[float, tuple[object, ...] | None] | None = None
 
@@ -59,6 +63,11 @@ class SweepProgress:
         return 0 if p is None else p.level_index + (1 if p.stage == "done" else 0)
 
     def start(self) -> None:
+        """The sweep's start, published once (the dashboard publishes it when M starts the sweep, before
+        the macro phase is called)."""
+        if self.announced:
+            return
+        self.announced = True
         self.publish(MacroProgress(now(), status="starting", levels=list(self.levels)))
 
     def update(self, progress: LevelProgress, status: str = "running") -> None:
@@ -84,21 +93,34 @@ class SweepProgress:
 
 async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
                       on_progress: Callable[[LevelProgress], None] | None = None,
-                      progress: SweepProgress | None = None) -> SweepResult:
-    """The serving sweep with its progress recorded. A sweep that cannot start (the server does not
-    answer, a bad configuration) still has a macro phase in the record, ended not ok with why; the error is
-    raised again for the caller to say."""
-    from kimitui.bench.macro import run_sweep
+                      progress: SweepProgress | None = None,
+                      on_start: Callable[[SweepPlan], None] | None = None) -> SweepResult:
+    """The macro phase, the one code path that starts and ends it (``run_sweep`` publishes no phase): its
+    progress's start (once, whoever created ``progress``), the sweep prepared (the configuration checked,
+    the model discovered) inside the phase, ``PhaseStart``, the levels, ``PhaseEnd``, the progress's end.
+
+    A sweep that cannot start (the server does not answer, a bad configuration) still has a macro phase
+    in the record, ended not ok with why; the error is raised again for the caller to say. A sweep whose
+    every level failed ends its phase not ok, with the first error (``sweep_failure``, the fold's
+    judgement). ``on_start`` is called with the prepared sweep once its phase has started."""
+    from kimitui.bench.macro import prepare_sweep, run_plan, sweep_note
+    from kimitui.core.state import sweep_failure
 
     progress = progress or SweepProgress(publish, list(cfg.concurrency))
-    if progress.latest is None:
-        progress.start()
-    started = [False]
-
-    def forward(ev: Event) -> None:
-        if isinstance(ev, PhaseStart):
-            started[0] = True
-        publish(ev)
+    progress.start()
+    started = now()
+    plan: SweepPlan | None = None
+    error: Exception | None = None
+    try:
+        plan = await prepare_sweep(cfg)
+    except asyncio.CancelledError:
+        publish(PhaseStart(started, phase="macro", title=f"serving sweep at {cfg.url}"))
+        publish(PhaseEnd(now(), phase="macro", ok=False, note="interrupted before it started"))
+        progress.emit("cancelled")
+        raise
+    except Exception as exc:
+        error = exc
+    publish(PhaseStart(started, phase="macro", title=plan.title if plan is not None else f"serving sweep at {cfg.url}"))
 
     def level(p: LevelProgress) -> None:
         progress.update(p, "cancelling" if cancel.is_set() else "running")
@@ -106,22 +128,55 @@ async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
             on_progress(p)
 
     try:
-        result = await run_sweep(cfg, forward, progress=level, cancel=cancel)
+        if error is not None:
+            raise error
+        assert plan is not None
+        if on_start is not None:
+            on_start(plan)
+        result = await run_plan(plan, publish, progress=level, cancel=cancel)
     except asyncio.CancelledError:
+        so_far = plan.result if plan is not None else None
+        note = sweep_note(so_far) if so_far is not None else "interrupted"
+        publish(PhaseEnd(now(), phase="macro", ok=False, note=note))
         progress.emit("cancelled")
         raise
     except Exception as exc:
         why = str(exc) if not isinstance(exc, (OSError, RuntimeError)) or str(exc) else type(exc).__name__
-        if not started[0]:
-            publish(PhaseStart(now(), phase="macro", title=f"serving sweep at {cfg.url}"))
-            publish(PhaseEnd(now(), phase="macro", ok=False, note=f"could not start: {why}"))
+        started_ok = plan is not None and exc is not error
+        publish(PhaseEnd(now(), phase="macro", ok=False,
+                         note=f"failed: {why}" if started_ok else f"could not start: {why}"))
         progress.emit("failed", why)
         raise
-    progress.emit("cancelled" if result.cancelled else "done")
+    failure = sweep_failure((lv.concurrency, lv.metrics) for lv in result.levels)
+    publish(PhaseEnd(now(), phase="macro", ok=failure is None and not result.cancelled,
+                     note=failure or sweep_note(result)))
+    if failure is not None:
+        progress.emit("failed", failure)
+    else:
+        progress.emit("cancelled" if result.cancelled else "done")
     return result
 
 
 # --- Phase 2: micro ------------------------------------------------------------------------------------
+
+
+async def free_before_micro(sample: HostSample, scope: list[int] | None, feed: SampleFeed,
+                            transition: Callable[[], Awaitable[bool]], say: Callable[[str], None],
+                            threshold_mib: float = 256.0) -> tuple[bool, HostSample]:
+    """Before Phase 2: when the GPUs in scope (all: None) hold memory, ``say`` why and run the transition
+    (``transition``: the cleanup phase); Phase 2 then starts from a sample taken after it. Returns (free,
+    sample); not free when the transition did not free them. The campaign's Phase 2 and ``kimitui bench
+    micro`` on a simulated host (whose vLLM holds its GPUs) both go this way."""
+    from kimitui.bench.micro.runner import gpu_holders
+
+    busy, holders = gpu_holders(sample, scope or sorted(g.index for g in sample.gpus), threshold_mib)
+    if not busy and not holders:
+        return True, sample
+    say("; ".join(busy) or f"{len(holders)} holders")
+    if not await transition():
+        return False, sample
+    return True, await feed.latest(after=time.monotonic(), timeout=30.0)
+
 
 
 async def micro_phase(publish: Publish, host: WorkerHost, host_name: str, cfg: MicroConfig,

@@ -61,7 +61,7 @@ async def check_phase(publish: Publish, url: str, baseline: MacroPoint | None, *
                                                    f"against Phase 1's figures"))
     result: ProbeResult | None = None
 
-    def keep(ev: Event) -> None:  # the probe's warnings, said as the check's
+    def keep(ev: Event) -> None:  # the probe's warnings, said as the check's; its points are not a sweep
         if isinstance(ev, LogLine):
             publish(dataclasses.replace(ev, source="check"))
 

@@ -32,7 +32,7 @@ from kimitui.campaign.transition import cleanup_phase
 from kimitui.cleanup.consent import ConsentCallback, auto_consent, current_operator
 from kimitui.cleanup.plan import Deadlines
 from kimitui.cleanup.prompt import terminal_consent
-from kimitui.cleanup.services import ServiceManager, ServiceNotFound, SimService
+from kimitui.cleanup.services import ServiceManager, ServiceNotFound
 from kimitui.cleanup.setup import (
     CHOOSE_SERVICE,
     UsageError,
@@ -182,8 +182,8 @@ def printer(as_json: bool, out: TextIO, session: Session | None = None,
 
 # --- the command ---------------------------------------------------------------------------------------
 
-def _deadlines(args: argparse.Namespace, demo: bool) -> Deadlines:
-    d = default_deadlines(demo)
+def _deadlines(args: argparse.Namespace, simulated: bool) -> Deadlines:
+    d = default_deadlines(simulated)
     for opt, attr in (("graceful_s", "graceful_s"), ("term_grace_s", "term_grace_s"), ("verify_s", "verify_s"),
                       ("drain_s", "drain_s")):
         value = getattr(args, opt)
@@ -212,13 +212,14 @@ def _consent(args: argparse.Namespace, operator: str, started: Started = unknown
     return auto_consent((), operator), "no --yes and no terminal to ask on: every step declined"
 
 
-def _service(args: argparse.Namespace) -> ServiceManager | None:
-    """The service the operator named; on the demo, its simulated service by default; elsewhere a choice
-    is required (``none`` included), so no cleanup frees every GPU process by omission."""
+def _service(args: argparse.Namespace, meta: dict[str, Any]) -> ServiceManager | None:
+    """The service the operator named; else the one the target names for itself (the simulated host's);
+    else a choice is required (``none`` included), so no cleanup frees every GPU process by omission.
+    ``meta``: what the target says (``kimitui.targets.target_meta`` before it is opened, its ``meta`` after)."""
     if args.service is not None:
         return parse_service(args.service, args.health_url)
-    if args.host == "demo":
-        return SimService(health_url=args.health_url)
+    if meta.get("service"):
+        return parse_service(str(meta["service"]), args.health_url)
     raise UsageError(f"--service is required on {args.host}: {CHOOSE_SERVICE}")
 
 
@@ -230,10 +231,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
 
     if not 0.1 <= args.interval <= 10:
         raise UsageError(f"--interval {args.interval} is out of range (0.1 to 10 seconds)")
-    service = _service(args)
+    _deadlines(args, False)  # usage errors before any host is opened (the service's: cmd_cleanup)
     gpus = parse_gpus(args.gpus)
-    demo = args.host == "demo"
-    deadlines = _deadlines(args, demo)
     operator = args.operator or current_operator()
     if args.dry_run and args.yes:
         raise UsageError("--dry-run and --yes together: a dry run consents to nothing")
@@ -241,6 +240,9 @@ async def _cleanup(args: argparse.Namespace) -> int:
     async with open_target(args.host, accept_new_host_key=args.accept_new_host_key,
                            remote_python=args.remote_python) as opened:
         host = opened.host
+        simulated = bool(opened.meta.get("simulated"))  # what the opened target says of itself
+        service = _service(args, opened.meta)
+        deadlines = _deadlines(args, simulated)
         if service is not None:
             try:  # before any step, before the session: a service the host does not have is an error
                 found = await service.locate(host)
@@ -274,7 +276,7 @@ async def _cleanup(args: argparse.Namespace) -> int:
             target = build_target(host.name, service, gpus, args.threshold_mib, deadlines,
                                   args.allow_other_users, operator)
             target.nvidia_smi = args.nvidia_smi
-            api_url = opened.meta.get("api_url") if demo else None
+            api_url = opened.meta.get("api_url")  # the simulated host's server
             if service is not None:
                 target.metrics_url = args.metrics_url or (f"{api_url}/metrics" if api_url else None)
             title = f"{service.label if service else 'no service (none)'} on {host.name}" + (
@@ -317,12 +319,12 @@ async def _cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from kimitui.targets import run_command
+    from kimitui.targets import run_command, target_meta
 
     try:
         parse_yes(args.yes)
         parse_gpus(args.gpus)
-        _service(args)
+        _service(args, target_meta(args.host))
     except UsageError as exc:  # before any host is opened
         print(f"kimitui: {exc}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -216,18 +217,27 @@ class MacroPoint(Event):
         return finite(self.metrics.get(key))
 
 
-def level_failed(point: MacroPoint) -> bool:
-    """Every request of the level failed: it has no throughput or latency to show (never a zero)."""
-    m = point.metrics
+def metrics_failed(m: Mapping[str, object]) -> bool:
+    """A level's metrics say every request of it failed."""
     return "completed" in m and not m["completed"] and bool(m.get("failed") or m.get("num_prompts"))
 
 
-def first_error(point: MacroPoint) -> str | None:
-    """The most frequent failure of a level (the load generator counts them by reason, most first)."""
-    failures = point.metrics.get("failures")
+def level_failed(point: MacroPoint) -> bool:
+    """Every request of the level failed: it has no throughput or latency to show (never a zero)."""
+    return metrics_failed(point.metrics)
+
+
+def metrics_error(m: Mapping[str, object]) -> str | None:
+    """The most frequent failure of a level's metrics (the load generator counts them by reason, most first)."""
+    failures = m.get("failures")
     if isinstance(failures, dict) and failures:
         return str(next(iter(failures)))
     return None
+
+
+def first_error(point: MacroPoint) -> str | None:
+    """The most frequent failure of a level."""
+    return metrics_error(point.metrics)
 
 
 @dataclass(frozen=True, slots=True)

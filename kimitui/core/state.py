@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from kimitui.core.campaign_events import CAMPAIGN_EVENT_TYPES, DecodeBudget, DrainProgress, ProbeResult
 from kimitui.core.campaign_state import CampaignFold, CampaignState, fold_campaign
@@ -41,6 +41,8 @@ from kimitui.core.events import (
     Topology,
     Verification,
     level_failed,
+    metrics_error,
+    metrics_failed,
 )
 from kimitui.core.procdisplay import start_wall_time
 from kimitui.core.typed import finite
@@ -160,6 +162,18 @@ class CleanupState:
         return self._to_clean(times)
 
 
+def sweep_failure(levels: Iterable[tuple[int, Mapping[str, object]]]) -> str | None:
+    """The one judgement of a sweep as failed: it has levels and every one of them failed (nothing was
+    measured). Returns what its phase's end says (the count and the first level's error), else None.
+    ``levels``: (concurrency, metrics) in order. The macro phase ends on it, the fold reads it."""
+    levels = list(levels)
+    if not levels or not all(metrics_failed(m) for _, m in levels):
+        return None
+    error = next((e for _, m in levels if (e := metrics_error(m))), None)
+    plural = "s" if len(levels) > 1 else ""
+    return f"every request failed at {len(levels)} level{plural}" + (f": {error}" if error else "")
+
+
 @dataclass(slots=True)
 class Sweep:
     """One serving sweep: its points by concurrency (a later sweep is a new series, not a replacement)."""
@@ -184,9 +198,17 @@ class Sweep:
         return sorted(self.points)
 
     @property
+    def failure(self) -> str | None:
+        """Why the sweep failed when every level of it failed (``sweep_failure``), else None."""
+        return sweep_failure((p.concurrency, p.metrics) for p in self.point_list)
+
+    @property
     def status(self) -> str:
         """starting, running, cancelling, done, cancelled or failed; a sweep recorded without progress is
-        running until its phase ends, then done (ok) or cancelled."""
+        running until its phase ends, then done (ok) or cancelled. An ended sweep whose every level failed
+        is failed, however it was recorded (a run from before its phase said so ended ok)."""
+        if self.end is not None and self.failure is not None:
+            return "failed"
         if self.progress is not None:
             if self.end is not None and self.progress.status in ("starting", "running", "cancelling"):
                 return "done" if self.ok else "cancelled"  # its phase ended: the last progress is behind
@@ -443,6 +465,10 @@ def fold(state: SessionState, ev: Event) -> SessionState:
             sweep.phase, sweep.title = True, ev.title
         fold_campaign(state.campaigns, ev)
     elif isinstance(ev, PhaseEnd):
+        if ev.phase == "macro" and ev.ok and state.sweep is not None and state.sweep.end is None:
+            failure = state.sweep.failure  # recorded before the phase judged it: the same judgement here
+            if failure is not None:
+                ev = replace(ev, ok=False, note=failure)
         for span in reversed(state.phases):
             if span.phase == ev.phase and span.end is None:
                 span.end, span.ok, span.note = ev.t, ev.ok, ev.note

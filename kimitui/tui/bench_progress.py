@@ -116,12 +116,13 @@ def sweep_status(sweep: Sweep | None, live: bool) -> Content:
     points = sweep.point_list
     failed = sweep.failed_levels
     parts: list[str | tuple[str, str]]
-    if status == "failed":
+    if status == "failed":  # the fold's judgement: it could not run, or every level of it failed
+        if sweep.failure is not None:
+            plural = "s" if len(points) > 1 else ""
+            return Content.assemble(("failed: ", "bold $error"),
+                                    f"every request failed at {len(points)} level{plural}: ",
+                                    (failures_text(sweep), "$error"))
         return Content.assemble(("failed: ", "bold $error"), (p.error if p is not None else "") or sweep.note)
-    if status in ("done", "cancelled") and points and len(failed) == len(points):
-        plural = "s" if len(points) > 1 else ""
-        return Content.assemble(("failed: ", "bold $error"), f"every request failed at {len(points)} level{plural}: ",
-                                (failures_text(sweep), "$error"))
     if p is None:  # recorded without progress events: its phase and points
         if status == "running":
             return Content.assemble(("sweep running", "bold $success"), ("  (recorded)", "$text-muted"))

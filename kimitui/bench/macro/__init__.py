@@ -1,6 +1,7 @@
 """The macro benchmark: a streaming load generator for OpenAI-compatible servers, with vLLM's metrics.
 
-Entry point: ``run_sweep(config, publish, progress=None, cancel=None) -> SweepResult``.
+Entry point: ``run_sweep(config, publish, progress=None, cancel=None) -> SweepResult`` (no phase of its own:
+the macro phase is ``kimitui.campaign.phases.macro_phase``).
 """
 
 from kimitui.bench.macro.config import SLO, ConfigError, MacroConfig, RampUp, Timeouts
@@ -8,9 +9,13 @@ from kimitui.bench.macro.level import LevelProgress
 from kimitui.bench.macro.sweep import (
     LevelResult,
     MacroError,
+    SweepPlan,
     SweepResult,
     discover_model,
+    prepare_sweep,
+    run_plan,
     run_sweep,
+    sweep_note,
 )
 
 __all__ = [
@@ -21,8 +26,12 @@ __all__ = [
     "MacroConfig",
     "MacroError",
     "RampUp",
+    "SweepPlan",
     "SweepResult",
     "Timeouts",
     "discover_model",
+    "prepare_sweep",
+    "run_plan",
     "run_sweep",
+    "sweep_note",
 ]

@@ -1,11 +1,13 @@
 """The concurrency sweep: prepare the prompts' lengths, then warm up, run, measure and publish each level;
 cancel keeps finished levels.
 
-``run_sweep`` is what a Textual worker (or the headless CLI) calls. It publishes ``PhaseStart``, a
-``LogLine`` saying how the input lengths are obtained, then for each finished level (the moment it
-ends) its ``MacroRequests`` records and its ``MacroPoint`` summary, ``LogLine`` warnings (usage missing,
-failures, a concurrency not reached, a client that may have distorted the figures), and ``PhaseEnd``.
-It reports progress through ``progress`` at about 10 Hz; it returns the whole sweep.
+``run_sweep`` (``prepare_sweep`` then ``run_plan``) publishes a ``LogLine`` saying how the input lengths are
+obtained, then for each finished level (the moment it ends) its ``MacroRequests`` records and its
+``MacroPoint`` summary, and ``LogLine`` warnings (usage missing, failures, a concurrency not reached, a
+client that may have distorted the figures). It publishes no phase: the macro phase (its start, its end
+and whether it failed) is ``kimitui.campaign.phases.macro_phase``'s, the one that Textual's worker, the
+headless CLI and the campaign call. It reports progress through ``progress`` at about 10 Hz; it returns
+the whole sweep.
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ from kimitui.bench.macro.level import Level, LevelProgress, LevelRun
 from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
 from kimitui.bench.macro.transport import headers, ssl_context
-from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
+from kimitui.core.events import Event, LogLine, MacroPoint
 
 PHASE = "macro"
 SOURCE = "macro"
 
-__all__ = ["LevelProgress", "LevelResult", "MacroError", "SweepResult", "discover_model", "run_sweep"]
+__all__ = ["LevelProgress", "LevelResult", "MacroError", "SweepPlan", "SweepResult", "discover_model", "prepare_sweep",
+           "run_plan", "run_sweep", "sweep_note"]
 
 
 class MacroError(Exception):
@@ -138,38 +141,79 @@ def _now() -> float:
     return time.time()
 
 
-async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
-                    progress: Callable[[LevelProgress], None] | None = None,
-                    cancel: asyncio.Event | None = None) -> SweepResult:
-    """Run every level of ``config.concurrency`` in order; see the module docstring.
+@dataclass(slots=True)
+class SweepPlan:
+    """A sweep ready to run: its configuration checked, its dataset and trace read, its model known, its
+    client chosen (``prepare_sweep``)."""
+
+    config: MacroConfig
+    model: str
+    client: str
+    fallback: str | None = None
+    """Why the lean client cannot be used (httpx is used instead)."""
+    dataset: list[Prompt] | None = None
+    trace: list[Arrival] | None = None
+    result: SweepResult | None = None
+    """What has run so far (``run_plan`` fills it as levels end, also when it is cancelled)."""
+
+    @property
+    def levels(self) -> list[int]:
+        return list(self.config.concurrency)
+
+    @property
+    def title(self) -> str:
+        """The sweep in one line (the macro phase's title)."""
+        config = self.config
+        mode = (f"{config.duration_s:g}s per level" if config.duration_s is not None
+                else f"trace of {len(self.trace)} requests per level" if self.trace is not None
+                else config.requests_label)
+        arrival = "" if not config.open_loop else f", {config.arrival_label}"
+        return (f"serving sweep {self.model} at {config.base_url}: concurrency "
+                f"{','.join(map(str, self.levels))}, {mode}{arrival}, {self.client} client")
+
+
+async def prepare_sweep(config: MacroConfig) -> SweepPlan:
+    """Check the configuration, read the dataset and trace, discover the model when none is given.
 
     Raises ``ConfigError`` for a configuration that cannot run and ``MacroError`` when the model must be
-    discovered and cannot be. Request failures never raise: they are counted in each level's metrics.
-    """
+    discovered and cannot be."""
     config.validate()
     dataset: list[Prompt] | None = load_jsonl(config.dataset) if config.dataset else None
     trace: list[Arrival] | None = load_trace(config.trace) if config.trace else None
     model = config.model or await discover_model(config)
-    cancel = cancel or asyncio.Event()
-    result = SweepResult(config=config, model=model)
     client = config.client
     fallback = lean_unsupported(config.base_url) if client == "lean" else None
     if fallback is not None:
         client = "httpx"
-    levels = list(config.concurrency)
-    mode = (f"{config.duration_s:g}s per level" if config.duration_s is not None
-            else f"trace of {len(trace)} requests per level" if trace is not None else config.requests_label)
-    arrival = "" if not config.open_loop else f", {config.arrival_label}"
-    publish(PhaseStart(t=_now(), phase=PHASE,
-                       title=f"serving sweep {model} at {config.base_url}: concurrency "
-                             f"{','.join(map(str, levels))}, {mode}{arrival}, {client} client"))
-    if fallback is not None:
+    return SweepPlan(config, model, client, fallback, dataset, trace)
+
+
+def sweep_note(result: SweepResult) -> str:
+    """How a sweep ended, in one line: its levels (or where it was cancelled) and its headline."""
+    levels = len(result.config.concurrency)
+    note = (f"cancelled after {len(result.levels)} of {levels} levels" if result.cancelled
+            else f"{levels} levels")
+    single = result.single_stream_tok_s
+    if single is not None:
+        note += f"; single stream {single:.1f} tok/s"
+    return note
+
+
+async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
+                   progress: Callable[[LevelProgress], None] | None = None,
+                   cancel: asyncio.Event | None = None) -> SweepResult:
+    """Run a prepared sweep's levels in order (see the module docstring); no phase of its own."""
+    config, model, client = plan.config, plan.model, plan.client
+    cancel = cancel or asyncio.Event()
+    result = plan.result = SweepResult(config=config, model=model)
+    levels = plan.levels
+    if plan.fallback is not None:
         publish(LogLine(t=_now(), level="warning", source=SOURCE,
-                        message=f"lean HTTP client not usable ({fallback}): using httpx"))
+                        message=f"lean HTTP client not usable ({plan.fallback}): using httpx"))
     try:
         lengths: LengthModel | None = None
         method = "dataset"
-        if dataset is None:
+        if plan.dataset is None:
             cal, notes = await prepare_lengths(config, model)
             result.lengths = cal
             lengths, method = LengthModel(cal), cal.method
@@ -181,7 +225,7 @@ async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
             if cancel.is_set():
                 break
             level = Level(config, model, c, idx, len(levels), progress, cancel, client, lengths, method,
-                          dataset, trace)
+                          plan.dataset, plan.trace)
             run = await level.run()
             if run is None:
                 break
@@ -189,13 +233,19 @@ async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
             result.levels.append(LevelResult(c, run.metrics, run.records))
     finally:
         result.cancelled = cancel.is_set() or len(result.levels) < len(levels)
-        note = (f"cancelled after {len(result.levels)} of {len(levels)} levels" if result.cancelled
-                else f"{len(levels)} levels")
-        single = result.single_stream_tok_s
-        if single is not None:
-            note += f"; single stream {single:.1f} tok/s"
-        publish(PhaseEnd(t=_now(), phase=PHASE, ok=not result.cancelled, note=note))
     return result
+
+
+async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
+                    progress: Callable[[LevelProgress], None] | None = None,
+                    cancel: asyncio.Event | None = None) -> SweepResult:
+    """Prepare and run every level of ``config.concurrency`` in order; see the module docstring. It
+    publishes no phase: ``kimitui.campaign.phases.macro_phase`` is the macro phase.
+
+    Raises ``ConfigError`` for a configuration that cannot run and ``MacroError`` when the model must be
+    discovered and cannot be. Request failures never raise: they are counted in each level's metrics.
+    """
+    return await run_plan(await prepare_sweep(config), publish, progress, cancel)
 
 
 def _publish_level(publish: Callable[[Event], None], level: Level, run: LevelRun) -> None:

@@ -143,23 +143,38 @@ def _config(args: argparse.Namespace) -> Any:
     return cfg
 
 
-async def free_demo_gpus(opened: Any, feed: Any, publish: Any) -> bool:
-    """The simulated host's vLLM holds its GPUs, as a real one does before the micro phase: free them with
-    the real cleanup (every step consented: the simulated host and all on it belong to this command)."""
-
+async def free_simulated_gpus(opened: Any, feed: Any, publish: Any, sample: Any, threshold_mib: float,
+                              gpus: list[int] | None) -> tuple[bool, Any]:
+    """A simulated host's vLLM holds its GPUs, as a real one does before the micro phase: free them the way
+    the campaign does before its Phase 2 (``free_before_micro``: the transition phase when the GPUs hold
+    memory), its consent the campaign's policy, yes to each step (the simulated host and all on it belong to
+    this command). Returns (free, the sample after)."""
+    from kimitui.campaign.machine import policy_consent
+    from kimitui.campaign.phases import free_before_micro
     from kimitui.campaign.transition import cleanup_phase
-    from kimitui.cleanup.consent import auto_consent
-    from kimitui.cleanup.services import SimService
-    from kimitui.cleanup.setup import build_target, default_deadlines
+    from kimitui.cleanup.consent import current_operator
+    from kimitui.cleanup.setup import build_target, default_deadlines, parse_service
 
     host = opened.host
-    service = SimService(health_url=f"{getattr(host, 'api_url', '')}/health")
-    target = build_target(host.name, service, None, 64.0, default_deadlines(True), False, "kimitui-demo")
-    print("demo: freeing the simulated GPUs first (the cleanup, every step consented: the host is simulated)",
-          file=sys.stderr)
-    out = await cleanup_phase(host, target, feed, auto_consent(("graceful", "process", "device"), "kimitui-demo"),
-                              publish, "free the simulated GPUs for the micro phase")
-    return out.clean
+    api_url = opened.meta.get("api_url") or ""
+    service = parse_service(opened.meta.get("service") or "none", f"{api_url}/health" if api_url else None)
+    operator = current_operator()
+    target = build_target(host.name, service, gpus, threshold_mib, default_deadlines(True), False, operator)
+    consent = policy_consent(dict.fromkeys(FREE_STEPS, "yes"), None, operator, lambda: False)
+
+    async def transition() -> bool:
+        out = await cleanup_phase(host, target, feed, consent, publish, "free the simulated GPUs for the micro phase")
+        return out.clean
+
+    def say(why: str) -> None:
+        print(f"demo: freeing the simulated GPUs first ({why}; the cleanup, every step consented: the host is "
+              "simulated)", file=sys.stderr)
+
+    return await free_before_micro(sample, gpus, feed, transition, say, threshold_mib)
+
+
+FREE_STEPS = ("graceful", "process", "device")
+"""The steps consented to on a simulated host before the micro phase."""
 
 
 async def _micro(args: argparse.Namespace) -> int:
@@ -185,7 +200,6 @@ async def _micro(args: argparse.Namespace) -> int:
     cfg = _config(args)
     cfg.validate()
     shapes_for(load_config(cfg.config_path), cfg.tp)  # a bad config or TP is a usage error before any host
-    demo = args.host == "demo"
     json_types = (MicroPlan, MicroEnv, Topology, GemmRow, AllReduceRow, MicroEnd)
     text = TextPrinter()
 
@@ -204,7 +218,8 @@ async def _micro(args: argparse.Namespace) -> int:
     async with open_target(args.host, accept_new_host_key=args.accept_new_host_key, check=not cfg.cpu) as opened:
         session = new_session(opened, "bench micro")
         session.subscribe(show)
-        if demo:
+        simulated = bool(opened.meta.get("simulated"))
+        if simulated:
             cfg.modelled = "rtx-pro-6000"
             cfg.sim_dir = opened.telemetry_args.get("sim_dir")
             cfg.pace_s = 0.02 if args.pace is None else args.pace
@@ -219,10 +234,13 @@ async def _micro(args: argparse.Namespace) -> int:
                 feed = SampleFeed()
                 feed.follow(source.events(), publish=session.publish)
                 try:
-                    if demo and not await free_demo_gpus(opened, feed, session.publish):
-                        print("kimitui bench micro: the simulated GPUs could not be freed", file=sys.stderr)
-                        return 1
                     sample = await feed.latest(after=time.monotonic(), timeout=30.0)
+                    if simulated and not cfg.force:
+                        free, sample = await free_simulated_gpus(opened, feed, session.publish, sample,
+                                                                 cfg.threshold_mib, cfg.gpus)
+                        if not free:
+                            print("kimitui bench micro: the simulated GPUs could not be freed", file=sys.stderr)
+                            return 1
                 except ViewTimeout as exc:
                     raise TargetError(f"{opened.host.name}: no telemetry: {exc}") from None
             result = await micro_phase(session.publish, opened.host, opened.host.name, cfg, sample, cancel)
