@@ -46,7 +46,8 @@ def test_a_refusal_names_its_holders_and_a_workers_notes_are_printed() -> None:
     printer(env)
     printer(end)
     assert out.getvalue().splitlines() == [
-        "gemm on cuda:0 (torch 2.5, copy 4000 GB/s measured, datasheet 4800 GB/s); marlin: not available: no vllm",
+        "gemm on cuda:0 (torch 2.5, copy 4000 GB/s measured, datasheet 4800 GB/s)",
+        "  marlin: not available: no vllm",
         "  note: L2 flushed",
         "all: refused after 0.0s, 0 rows (GPU 0 holds memory); holders: pid 42 serve.py (9000 MiB on GPU 0)",
     ]

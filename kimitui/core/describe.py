@@ -151,9 +151,7 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
     if isinstance(ev, MicroEnv):
         bw = f", copy {ev.mem_bw_gbps:.0f} GB/s measured" if ev.mem_bw_gbps else ""
         sheet = f", datasheet {ev.datasheet_gbps:.0f} GB/s" if ev.datasheet_gbps else ""
-        backends = "; ".join(f"{k}: {v}" for k, v in ev.backends.items())
-        return (f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw}{sheet})"
-                + (f"; {backends}" if backends else ""))
+        return f"{ev.part} on {ev.device or '?'} (torch {ev.torch or '-'}{bw}{sheet})"
     if isinstance(ev, MicroEnd):
         holders = "; ".join(
             f"pid {h.pid} {command_gist(h.cmdline)[:40]} ({h.mem_mib:.0f} MiB on GPU {gpu_list(h.gpus)})"
@@ -232,8 +230,8 @@ def details(ev: Event, started: Started = unknown_start) -> list[str]:
     """The lines a terminal shows under the event's line (none for most events)."""
     if isinstance(ev, StepPreview):
         return preview_table(ev, started)
-    if isinstance(ev, MicroEnv):
-        return [f"  note: {note}" for note in ev.notes]
+    if isinstance(ev, MicroEnv):  # a backend a line (which kernel stands for which), then the worker's notes
+        return [f"  {k}: {v}" for k, v in ev.backends.items()] + [f"  note: {note}" for note in ev.notes]
     if isinstance(ev, Verification):
         out = []
         for g in ev.gpus:
