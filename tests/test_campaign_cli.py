@@ -168,6 +168,9 @@ def test_init_writes_an_example_that_loads(tmp_path: Path) -> None:
     ({"concurrency = [1, 4]": "concurency = [1, 4]"}, "[macro] unknown key 'concurency'"),
     ({'graceful = "yes"': 'graceful = "sure"'}, "[consent] graceful = 'sure': ask, yes or no"),
     ({"max_tokens = 12": 'max_tokens = "12"'}, "[macro] max_tokens: expected a whole number"),
+    # the load generator's own limits, checked by its own validate (one place says them)
+    ({"concurrency = [1, 4]": "concurrency = [1, 4096]"}, "[macro] concurrency 4096 is out of range (1 to"),
+    ({'requests = "1x"': 'requests = "1y"'}, "[macro] requests:"),
     ({'[campaign]\n': '[campaign]\nphases = ["micro", "macro"]\n'}, "phases must be in order"),
     ({'graceful = "yes"': 'graceful = "ask"'}, "consent graceful is 'ask', and a headless campaign cannot ask"),
 ])

@@ -10,9 +10,12 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimitui.core.campaign_events import CAMPAIGN_PHASES
+
+if TYPE_CHECKING:
+    from kimitui.bench.macro.config import MacroConfig
 
 CONSENT_STEPS = ("drain", "graceful", "process", "device", "reset", "restart", "abort_restart")
 """The steps the consent policy answers; ``abort_restart`` is the restart offered after an abort."""
@@ -33,6 +36,17 @@ class MacroSettings:
     warmup: int = 1
     endpoint: str = "completions"
     model: str = ""
+
+    def macro_config(self, url: str, levels: list[int] | None = None) -> MacroConfig:
+        """The load generator's settings for these levels (all of them by default) against ``url``: the
+        campaign's Phase 1 runs it, and the file is checked by its ``validate``."""
+        from kimitui.bench.macro.config import MacroConfig, parse_requests
+
+        per_stream, count = parse_requests(self.requests)
+        return MacroConfig(url=url, model=self.model or None, endpoint=self.endpoint,  # type: ignore[arg-type]
+                           concurrency=list(self.concurrency if levels is None else levels), requests=count,
+                           requests_per_stream=per_stream, max_tokens=self.max_tokens, input_len=self.input_len,
+                           warmup=self.warmup)
 
 
 @dataclass(slots=True)
@@ -211,18 +225,13 @@ def validate(cfg: CampaignConfig, path: str) -> None:
         url = getattr(cfg, url_key)
         if url and not url.startswith(("http://", "https://")):
             raise CampaignConfigError(f"{path}: [service] {url_key} {url!r}: an http:// or https:// URL")
-    m = cfg.macro
-    if not m.concurrency or any(not 1 <= c <= 512 for c in m.concurrency):
-        raise CampaignConfigError(f"{path}: [macro] concurrency: levels from 1 to 512")
-    if m.endpoint not in ("completions", "chat"):
-        raise CampaignConfigError(f"{path}: [macro] endpoint {m.endpoint!r}: completions or chat")
-    if m.max_tokens < 1 or m.input_len < 1 or m.warmup < 0:
-        raise CampaignConfigError(f"{path}: [macro] max_tokens and input_len at least 1, warmup at least 0")
-    try:
-        from kimitui.bench.macro.config import parse_requests
+    from kimitui.bench.macro.config import ConfigError
 
-        parse_requests(m.requests)
-    except ValueError as exc:
+    try:  # the load generator's own checks (levels, lengths, endpoint), on the URL it will be given
+        cfg.macro.macro_config(cfg.api_url or "http://127.0.0.1").validate()
+    except ConfigError as exc:
+        raise CampaignConfigError(f"{path}: [macro] {exc}") from None
+    except ValueError as exc:  # parse_requests
         raise CampaignConfigError(f"{path}: [macro] requests: {exc}") from None
     c = cfg.cleanup
     for key in ("drain_s", "graceful_s", "term_grace_s", "verify_s"):

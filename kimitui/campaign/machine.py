@@ -283,8 +283,7 @@ class Campaign:
         return c is not None and name in c.phases and c.phases[name].status == "done"
 
     async def _macro(self) -> bool:
-        from kimitui.bench.macro import ConfigError, MacroConfig, MacroError
-        from kimitui.bench.macro.config import parse_requests
+        from kimitui.bench.macro import ConfigError, MacroError
 
         m = self.cfg.macro
         done = self.resume.macro_done if self.resume is not None else set()
@@ -292,10 +291,7 @@ class Campaign:
         if not levels:
             self._log("Phase 1: every level has a point already")
             return True
-        per_stream, count = parse_requests(m.requests)
-        cfg = MacroConfig(url=self.api_url, model=m.model or None, endpoint=m.endpoint,  # type: ignore[arg-type]
-                          concurrency=levels, requests=count, requests_per_stream=per_stream,
-                          max_tokens=m.max_tokens, input_len=m.input_len, warmup=m.warmup)
+        cfg = m.macro_config(self.api_url, levels)
         try:
             await phases.macro_phase(self.publish, cfg, self._cancel)
         except (ConfigError, MacroError) as exc:
