@@ -246,7 +246,11 @@ async def test_requests_in_flight_when_the_agent_dies_each_fail_as_unknown(host:
     os.kill(hello.pid, signal.SIGSTOP)  # it reads nothing more: every request below stays in flight
     calls = {op: asyncio.ensure_future(host.request(op, fields)) for op, fields in (
         ("stat", {"pids": [1]}), ("scan", {}), ("signal", {"pid": os.getpid(), "start_time": 1, "sig": 0}))}
-    await asyncio.sleep(0.2)
+    # in flight: each request is registered and written in one step (nothing awaited between the two)
+    deadline = time.monotonic() + 10
+    while len(host.link._pending) < 3:
+        assert time.monotonic() < deadline, "the three requests were not sent"
+        await asyncio.sleep(0)
     assert not any(c.done() for c in calls.values())
     os.kill(hello.pid, signal.SIGKILL)
     for op, call in calls.items():
