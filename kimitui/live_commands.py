@@ -26,8 +26,7 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
                            gpus=getattr(args, "gpus", 8), remote_python=getattr(args, "remote_python", None)) as opened:
         session = new_session(opened, command)
         source = TelemetrySource(opened.host, check_interval(args.interval), **opened.telemetry_args)
-        live = LiveContext(opened.host, opened.label, default_service=opened.meta.get("service"),
-                           api_url=opened.meta.get("api_url"), simulated=bool(opened.meta.get("simulated")))
+        live = LiveContext.of(opened)
         try:
             rc = await run_live(session, [source], live, theme=args.theme)
         finally:

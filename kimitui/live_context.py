@@ -5,8 +5,12 @@ benchmark. Replays have none of it: the views render state only, actions need th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kimitui.hosts.base import Host
+
+if TYPE_CHECKING:
+    from kimitui.targets import OpenedHost
 
 
 @dataclass(slots=True)
@@ -18,3 +22,13 @@ class LiveContext:
     api_url: str | None = None
     """The OpenAI-compatible server to benchmark (http://host:port), if known."""
     simulated: bool = False
+    sim_dir: str | None = None
+    """The simulated driver's folder (a simulated host's micro workers hold their modelled memory there)."""
+
+    @classmethod
+    def of(cls, opened: OpenedHost, default_service: str | None = None, api_url: str | None = None) -> LiveContext:
+        """What an opened target says of itself; ``default_service`` and ``api_url`` override its own (a
+        campaign file names them)."""
+        return cls(opened.host, opened.label, default_service=default_service or opened.meta.get("service"),
+                   api_url=api_url or opened.meta.get("api_url"), simulated=bool(opened.meta.get("simulated")),
+                   sim_dir=opened.telemetry_args.get("sim_dir"))

@@ -103,7 +103,7 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
 
     async with SimHost(gpus=2, stuck_workers=0, nvml_monitor=False) as host:
         source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix)
-        live = LiveContext(host, "sim", simulated=True)
+        live = LiveContext(host, "sim", simulated=True, sim_dir=host.sim_dir)
         session = Session()
         app = KimituiApp(session, host_label="sim", sources=[source], live=live)
         app.micro.defaults = {"ms": [1, 8, 64, 256], "sweep_max": 1 << 30, "burst_tokens": [1], "pace_s": 0.1}

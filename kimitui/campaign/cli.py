@@ -237,8 +237,7 @@ async def _dashboard(machine: Any, session: Any, source: Any, feed: Any, opened:
     from kimitui.tui.campaign_runner import CampaignRunner
     from kimitui.tui.launch import run_live
 
-    live = LiveContext(opened.host, opened.label, default_service=machine.cfg.service or opened.meta.get("service"),
-                       api_url=machine.api_url or None, simulated=bool(opened.meta.get("simulated")))
+    live = LiveContext.of(opened, default_service=machine.cfg.service, api_url=machine.api_url)
     unsubscribe = session.subscribe(feed.push)
 
     def give_runner(app: Any) -> None:

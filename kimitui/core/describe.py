@@ -106,7 +106,7 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
         what = (f"{ev.service} ({ev.manager})" if ev.service
                 else "no service (none: free the GPUs of whatever holds them)")
         return (f"cleanup plan for {what}"
-                + (f" on {ev.host}" if ev.host else "") + f", GPUs {','.join(map(str, ev.gpus)) or 'none'}: "
+                + (f" on {ev.host}" if ev.host else "") + f", GPUs {gpu_list(ev.gpus) if ev.gpus else 'none'}: "
                 f"{', '.join(ev.steps)}; clean within {ev.clean_threshold_mib:g} MiB")
     if isinstance(ev, StepPreview):
         return f"{ev.step}: preview, {len(ev.targets)} to signal, {len(ev.spared)} left alone: {ev.action}"

@@ -87,9 +87,8 @@ class MicroController:
         sample = HostSample(state.sample_t, host=state.host, gpus=list(state.gpus.values()), procs=list(state.procs)) \
             if state.gpus else None
         cfg = MicroConfig(force=force)
-        sim_dir = getattr(live.host, "sim_dir", None) if live.simulated else None
         if live.simulated:
-            cfg.modelled, cfg.sim_dir, cfg.pace_s = "rtx-pro-6000", sim_dir, 0.05
+            cfg.modelled, cfg.sim_dir, cfg.pace_s = "rtx-pro-6000", live.sim_dir, 0.05
         for key, value in self.defaults.items():
             setattr(cfg, key, value)
         cancel = self.cancel_event = asyncio.Event()

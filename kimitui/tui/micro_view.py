@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
+from kimitui.core.describe import describe
 from kimitui.core.events import AllReduceRow, GemmRow
 from kimitui.core.state import MicroRunState, SessionState
 from kimitui.tui import fmt
@@ -88,7 +89,7 @@ def status_text(state: SessionState) -> Text:
         return out
     p = run.plan
     out.append(f"micro run {p.run_id}", style="bold")
-    out.append(f"  {p.model} at TP={p.tp} on {p.host or '?'}, GPUs {','.join(map(str, p.gpus)) or '-'}")
+    out.append(f"  {p.model} at TP={p.tp} on {p.host or '?'}, GPUs {fmt.gpu_list(p.gpus)}")
     if p.simulated:
         out.append("  SIMULATED: modelled figures", style="bold yellow")
     if p.forced:
@@ -107,11 +108,8 @@ def status_text(state: SessionState) -> Text:
     if state.topology is not None:
         t = state.topology
         out.append(f"\nInterconnect ({t.source}): {t.summary}")
-    for part, env in run.env.items():
-        bw = f", copy {env.mem_bw_gbps:,.0f} GB/s" if env.mem_bw_gbps else ""
-        sheet = f" (datasheet {env.datasheet_gbps:,.0f})" if env.datasheet_gbps else ""
-        out.append(f"\n{part}: {env.device}" + (f", torch {env.torch}" if env.torch else "") + bw + sheet,
-                   style="dim")
+    for env in run.env.values():
+        out.append(f"\n{describe(env)}", style="dim")  # the worker's device, torch and bandwidth in the log's words
         missing = [f"{k}: {v}" for k, v in env.backends.items() if v.startswith("not available")]
         if missing:
             out.append("  " + "; ".join(missing), style="dim yellow")
