@@ -109,18 +109,19 @@ async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
     progress = progress or SweepProgress(publish, list(cfg.concurrency))
     progress.start()
     started = now()
+    unprepared = f"serving sweep at {cfg.url}"  # the phase's title until the sweep is known
     plan: SweepPlan | None = None
     error: Exception | None = None
     try:
         plan = await prepare_sweep(cfg)
     except asyncio.CancelledError:
-        publish(PhaseStart(started, phase="macro", title=f"serving sweep at {cfg.url}"))
+        publish(PhaseStart(started, phase="macro", title=unprepared))
         publish(PhaseEnd(now(), phase="macro", ok=False, note="interrupted before it started"))
         progress.emit("cancelled")
         raise
     except Exception as exc:
         error = exc
-    publish(PhaseStart(started, phase="macro", title=plan.title if plan is not None else f"serving sweep at {cfg.url}"))
+    publish(PhaseStart(started, phase="macro", title=plan.title if plan is not None else unprepared))
 
     def level(p: LevelProgress) -> None:
         progress.update(p, "cancelling" if cancel.is_set() else "running")
