@@ -191,7 +191,7 @@ class CleanupExecutor:
 
     def from_scan(self, scan: ProcScan, pid: int, sample: HostSample | None, unit: str | None = None) -> Candidate:
         info = scan.procs[pid]
-        c = Candidate(pid, info.start_time, info.ppid, info.user, info.cmdline, info.state, unit=unit)
+        c = Candidate(pid, info.start_time, info.ppid, info.user, info.cmdline, info.state, unit=unit, exe=info.exe)
         if sample is not None:
             for p in sample.procs:
                 if p.pid == pid:
@@ -203,6 +203,7 @@ class CleanupExecutor:
         c.mem_mib = float(sum(p.gpu_mem_mib.values()))
         c.kind = p.kind
         c.unit = c.unit or p.unit or (f"docker:{p.container}" if p.container else None)
+        c.exe = c.exe or p.exe
 
     def from_sample(self, p: ProcSample) -> Candidate:
         c = Candidate(p.pid, p.start_time, p.ppid, p.user, p.cmdline, p.state, visible=p.visible)
@@ -265,7 +266,7 @@ class CleanupExecutor:
     def ref(self, c: Candidate, reason: str) -> ProcRef:
         return ProcRef(pid=c.pid, start_time=c.start_time, user=c.user, gpus=list(c.gpus),
                        mem_mib=round(c.mem_mib, 1), unit=c.unit, cmdline=c.cmdline, reason=reason,
-                       kind=c.kind)  # type: ignore[arg-type]
+                       kind=c.kind, exe=c.exe)  # type: ignore[arg-type]
 
     async def ask(self, step: str, action: str, targets: list[tuple[Candidate, str]],
                   spared: list[tuple[Candidate, str]]) -> Confirmed | None:

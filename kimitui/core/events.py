@@ -56,6 +56,8 @@ class ProcSample:
     """GPUs whose device files the process holds (may differ from the GPUs NVML lists memory on)."""
     visible: bool = True
     flags: list[str] = field(default_factory=list)
+    exe: str | None = None
+    """The executable's path (/proc/PID/exe); None when it could not be read (or an older run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class ProcRef:
     cmdline: str = ""
     reason: str = ""
     kind: ProcKind = "unknown"
+    exe: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
