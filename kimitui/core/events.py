@@ -179,6 +179,27 @@ class SignalOutcome(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class SignalLate(Event):
+    """What became of a signal whose outcome was unknown, learnt only after the wait had given up on it:
+    the agent's reply that came late (``how`` "reply": its outcome, e.g. sent), or what the host showed
+    once it was back (``how`` "look": exited or alive, the same identity)."""
+
+    type: ClassVar[str] = "signal_late"
+    step: str = ""
+    pid: int = 0
+    start_time: int | None = None
+    signal: str = ""
+    how: Literal["reply", "look"] = "reply"
+    outcome: str = ""
+    """reply: the agent's outcome (sent, gone, mismatch, error); look: exited or alive."""
+    detail: str = ""
+    after_s: float = 0.0
+    """Seconds from the signal's request to this news."""
+    after_end: bool = False
+    """The cleanup had ended (every step reported) when this was learnt."""
+
+
+@dataclass(frozen=True, slots=True)
 class StepResult(Event):
     type: ClassVar[str] = "step_result"
     step: str = ""
@@ -487,6 +508,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Consent,
         SignalSent,
         SignalOutcome,
+        SignalLate,
         StepResult,
         Verification,
         MacroPoint,
