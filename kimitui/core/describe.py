@@ -9,6 +9,7 @@ reads with the step's one duration (the fold's ``StepState.elapsed_s``), so ever
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from kimitui.core.events import (
     ConnectionState,
     Consent,
     Event,
+    HostCommand,
     LogLine,
     MacroPoint,
     MacroProgress,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 SOURCES: dict[type[Event], str] = {
     PhaseStart: "phase", PhaseEnd: "phase", CleanupPlan: "cleanup", StepPreview: "cleanup", Consent: "cleanup",
     SignalSent: "signal", SignalOutcome: "signal", SignalLate: "signal", StepResult: "cleanup", Verification: "verify",
+    HostCommand: "cleanup",
     MacroPoint: "macro", MacroProgress: "macro", ConnectionState: "connection",
     Topology: "topology", MicroPlan: "micro", MicroEnv: "micro", MicroEnd: "micro",
 }
@@ -73,6 +76,8 @@ def level_of(ev: Event) -> str:
         return "info" if ev.outcome == "exited" else "warning"
     if isinstance(ev, SignalLate):
         return "warning"
+    if isinstance(ev, HostCommand):
+        return "info" if ev.ok else "error"
     if isinstance(ev, StepResult):
         return "error" if ev.status == "failed" else "info"
     if isinstance(ev, Verification):
@@ -124,6 +129,9 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
                 + (f" (state {ev.state})" if ev.state else ""))
     if isinstance(ev, SignalLate):
         return late_line(ev)
+    if isinstance(ev, HostCommand):
+        return (f"{ev.step}: {ev.purpose}: {shlex.join(ev.argv)}: "
+                + ("done" if ev.ok else f"FAILED ({ev.detail})" if ev.detail else "FAILED"))
     if isinstance(ev, StepResult):
         return (f"{ev.step}: {ev.status} in {step_seconds(ev, state):.2f}s"
                 + (f" ({ev.reason})" if ev.reason else ""))

@@ -200,6 +200,20 @@ class SignalLate(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class HostCommand(Event):
+    """A command a step ran on the host to change its state and the one that restores it (the reset's
+    persistence mode, the DCGM unit), with what came of it."""
+
+    type: ClassVar[str] = "host_command"
+    step: str = ""
+    argv: list[str] = field(default_factory=list)
+    purpose: str = ""
+    ok: bool = True
+    detail: str = ""
+    """Why it failed (rc and the first of its output, or the host's error); '' when it worked."""
+
+
+@dataclass(frozen=True, slots=True)
 class StepResult(Event):
     type: ClassVar[str] = "step_result"
     step: str = ""
@@ -509,6 +523,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SignalSent,
         SignalOutcome,
         SignalLate,
+        HostCommand,
         StepResult,
         Verification,
         MacroPoint,

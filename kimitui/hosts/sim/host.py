@@ -40,6 +40,7 @@ from kimitui.hosts.sim.layout import (
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_to_args
 from kimitui.hosts.sim.service import DEFAULT_WORKER_MEM_MIB, STUCK_RANKS_ENV
 from kimitui.hosts.sim.teardown import alive, kill_everything, session_members
+from kimitui.hosts.sim.tools import install_tools
 from kimitui.hosts.sim.watchdog import OWNER_ENV
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[3])
@@ -74,6 +75,7 @@ class SimHost(LocalHost):
         self.faults = faults or FaultPlan()
         self.ready_timeout = ready_timeout
         self._layout: SimLayout | None = None
+        self._tools: tuple[Path, Path] | None = None
         self._port = 0
         self._service: subprocess.Popen[bytes] | None = None
         self.service_proc: ProcId | None = None
@@ -115,6 +117,15 @@ class SimHost(LocalHost):
         return f"http://127.0.0.1:{self._port}"
 
     @property
+    def nvidia_smi(self) -> str:
+        """The simulated nvidia-smi (modes, persistence, the GPU reset): kimitui.hosts.sim.tools."""
+        return str(self._tools[0]) if self._tools else "nvidia-smi"
+
+    @property
+    def systemctl(self) -> str:
+        return str(self._tools[1]) if self._tools else "systemctl"
+
+    @property
     def service_pid(self) -> int | None:
         return self.service_proc.pid if self.service_proc else None
 
@@ -133,6 +144,7 @@ class SimHost(LocalHost):
         if self._layout is not None:
             raise HostError(f"{self.name}: already started")
         self._layout = create_layout(self.gpus)
+        self._tools = install_tools(self._layout.root)
         try:
             # the holders start while the service loads; each is waited for below
             monitor = self._spawn_holder(["monitor", "--title", "nv-hostengine",
