@@ -11,14 +11,19 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from kimitui.cleanup import ConsentDecision
+from kimitui.cleanup import CleanupExecutor, CleanupTarget, ConsentDecision, SampleFeed
 from kimitui.cleanup.safety import Candidate, SafetyPolicy, host_daemon
 from kimitui.core.events import SignalSent, StepPreview, decode, encode
+from kimitui.core.session import Session
 from kimitui.hosts.agent import process_table, read_exe
+from kimitui.hosts.sim.host import SimHost
+from kimitui.hosts.sim.teardown import alive as sim_alive
+from kimitui.telemetry import TelemetrySource
 from tests.cleanup_support import HERE, SimDir, alive, start_time
-from tests.test_cleanup import SHORT_VERIFY, Rig, results
+from tests.test_cleanup import FAST, SHORT_VERIFY, Rig, results
 from tests.test_cleanup import rig as rig  # a fixture
 from tests.test_cleanup import sim as sim  # a fixture
 
@@ -130,3 +135,32 @@ def test_old_run_files_without_exe_still_read() -> None:
     ev = decode(line)
     assert isinstance(ev, StepPreview) and ev.spared[0].exe is None
     assert decode(encode(ev)) == ev
+
+
+async def test_the_simulated_host_can_run_a_persistence_daemon_that_the_cleanup_spares() -> None:
+    async with SimHost(gpus=2, stuck_workers=0, stray_holder=1, nvml_monitor=False, persistence_daemon=True) as host:
+        assert host.daemon_proc is not None and host.stray_proc is not None
+        daemon = host.daemon_proc
+        assert read_exe(daemon.pid) == f"{host.sim_dir}/usr/bin/nvidia-persistenced"
+        source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix,
+                                 scan_interval=0.1)
+        feed, session, events = SampleFeed(), Session(), []
+        session.subscribe(events.append)
+        feed.follow(source.events(), publish=session.publish)
+        try:
+            after, deadline = None, time.monotonic() + 15
+            while daemon.pid not in (seen := {p.pid: p for p in (await feed.latest(after=after, timeout=15)).procs}):
+                after = time.monotonic()
+                assert after < deadline, "the agent never listed the simulated nvidia-persistenced"
+            assert seen[daemon.pid].kind == "handle" and seen[daemon.pid].gpus == [0, 1]
+            target = CleanupTarget(host="sim", service=None, deadlines=FAST, operator="tester")
+            ex = CleanupExecutor(host, target, feed, tick_everything, publish=session.publish)
+            report = await ex.run()
+        finally:
+            source.stop()
+            await feed.stop()
+        device = next(e for e in events if isinstance(e, StepPreview) and e.step == "device")
+        assert [t.pid for t in device.targets] == [host.stray_proc.pid]
+        assert "the NVIDIA persistence daemon" in {r.pid: r.reason for r in device.spared}[daemon.pid]
+        assert report.clean and sim_alive(daemon) and not sim_alive(host.stray_proc)
+        assert all(s.outcome == "refused" for s in events if isinstance(s, SignalSent) and s.pid == daemon.pid)

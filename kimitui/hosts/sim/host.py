@@ -56,7 +56,7 @@ class SimHost(LocalHost):
                  stuck_workers: int = 2, stray_holder: bool | int = False, nvml_monitor: bool = True,
                  model: str = DEFAULT_MODEL, load_time: float = 0.2, batching: BatchingModel | None = None,
                  faults: FaultPlan | None = None, ready_timeout: float = 30.0, name: str = "sim",
-                 python: str | None = None) -> None:
+                 python: str | None = None, persistence_daemon: bool = False) -> None:
         super().__init__(name=name, python=python)
         if not 0 <= stuck_workers <= gpus:
             raise ValueError("stuck_workers must be between 0 and the number of GPUs")
@@ -69,6 +69,9 @@ class SimHost(LocalHost):
         self.stray_gpu: int | None = None if stray_holder is False else \
             (0 if stray_holder is True else int(stray_holder))
         self.nvml_monitor = nvml_monitor
+        self.persistence_daemon = persistence_daemon
+        self.daemon_proc: ProcId | None = None
+        """The simulated nvidia-persistenced (``persistence_daemon``), or None."""
         self.model = model
         self.load_time = load_time
         self.batching = batching or BatchingModel.from_targets()
@@ -151,6 +154,8 @@ class SimHost(LocalHost):
                                           *self._gpu_flags(range(len(self.gpus)))]) if self.nvml_monitor else None
             stray = self._spawn_holder(["stray", "--title", "python3", *self._gpu_flags([self.stray_gpu])]) \
                 if self.stray_gpu is not None else None
+            if self.persistence_daemon:
+                self.daemon_proc = self._spawn_persistence_daemon()
             await self.start_service()
             if monitor is not None:
                 self.monitor_proc = await self._holder_ready(*monitor)
@@ -289,6 +294,23 @@ class SimHost(LocalHost):
                                 env=self._env(), start_new_session=True)
         self._record(proc)
         return proc, args[0]
+
+    def _spawn_persistence_daemon(self) -> ProcId:
+        """A simulated nvidia-persistenced: its executable really is DIR/usr/bin/nvidia-persistenced (a copy of
+        sleep: /proc/PID/exe names it, as on a real host) and it holds every GPU's device file open, mapped
+        none, as the real daemon does. The cleanup spares it by that executable."""
+        exe = self.layout.root / "usr" / "bin" / "nvidia-persistenced"
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shutil.which("sleep") or "/bin/sleep", exe)
+        paths = [self.layout.gpu_dev(g.index) for g in self.gpus] + [self.layout.ctl_dev, self.layout.uvm_dev]
+        fds = [os.open(p, os.O_RDWR | os.O_CLOEXEC) for p in paths]
+        try:
+            proc = subprocess.Popen([str(exe), "infinity"], pass_fds=fds, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return self._record(proc)
 
     async def _holder_ready(self, proc: subprocess.Popen[bytes], role: str) -> ProcId:
         """Wait for the holder's ``ready`` line: its device files are open (and mapped) from then on."""
