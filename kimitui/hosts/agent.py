@@ -790,7 +790,7 @@ def build_procs(mem: ProcMem, holders: dict[int, tuple[str | None, list[int], bo
         p = {"pid": pid, "start_time": None, "user": None,
              "gpu_mem_mib": {str(k): round(v, 1) for k, v in sorted(mem.get(pid, {}).items())},
              "kind": kind or "unknown", "unit": None, "container": None, "cmdline": "", "state": None,
-             "ppid": None, "gpus": gpus, "visible": info is not None, "flags": flags}
+             "ppid": None, "gpus": gpus, "visible": info is not None, "flags": flags, "exe": None}
         if info is None:
             flags.append("pid-not-visible")  # a host PID seen from a container: never dropped
             p["kind"] = "unknown"
