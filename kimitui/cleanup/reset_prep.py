@@ -73,7 +73,7 @@ async def read_modes(host: Host, smi: str, timeout: float) -> tuple[dict[int, Gp
     except HostError as exc:
         return {}, str(exc)
     if not res.ok:
-        return {}, f"rc {res.rc}: {(res.stderr or res.stdout).strip()[:120]}"
+        return {}, f"rc {res.rc}: {' '.join((res.stderr or res.stdout).split())[:120]}"
     return parse_modes(res.stdout), ""
 
 

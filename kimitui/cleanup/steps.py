@@ -306,17 +306,21 @@ async def _reset_each(ex: StepContext, smi: str, gpus: list[int]) -> list[str]:
         try:
             res = await ex.host.run([smi, "--gpu-reset", "-i", str(i)], timeout=ex.target.deadlines.command_s)
             if not res.ok:
-                failures.append(f"GPU {i}: rc {res.rc}: {(res.stderr or res.stdout).strip()[:120]}")
+                failures.append(f"GPU {i}: rc {res.rc}: {one_line(res.stderr or res.stdout)[:120]}")
         except HostError as exc:
             failures.append(f"GPU {i}: {exc}")
     return failures
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 async def run_change(ex: StepContext, change: Change) -> str:
     """Run one of the reset's changes (or restorations) on the host, recorded; '' or why it failed."""
     try:
         res = await ex.host.run(change.argv, timeout=ex.target.deadlines.command_s)
-        err = "" if res.ok else f"rc {res.rc}: {(res.stderr or res.stdout).strip()[:120]}"
+        err = "" if res.ok else f"rc {res.rc}: {one_line(res.stderr or res.stdout)[:120]}"
     except HostError as exc:
         err = str(exc)
     ex.emit(HostCommand(ex.now(), step="reset", argv=list(change.argv), purpose=change.purpose, ok=not err,
