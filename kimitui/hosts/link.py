@@ -37,6 +37,8 @@ from kimitui.hosts.base import (
 )
 
 NEEDED = f"python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}"
+LATE_REPLY_OPS = frozenset({"signal"})
+"""Requests whose reply is still taken after their timeout (OutcomeUnknown.late)."""
 QUICK_DEATH_S = 5.0
 """A channel that dies sooner than this after its hello counts as a failed attempt (backoff applies)."""
 
@@ -427,9 +429,9 @@ class AgentLink:
             try:
                 msg = await asyncio.wait_for(asyncio.shield(fut), timeout)
             except TimeoutError:
-                # still pending: a reply that comes after all resolves fut (a drop fails it), for the caller
-                # to report what the request did late
-                late = self._up is up
+                # a signal's reply that comes after all still resolves fut (a drop fails it): the caller
+                # reports what the signal did, late; other requests are given up whole
+                late = op in LATE_REPLY_OPS and self._up is up
                 exc = OutcomeUnknown(f"{self.host.name}: no answer to the {op} request in {timeout:g}s: its "
                                      "outcome is unknown")
                 exc.late = fut if late else None
