@@ -249,3 +249,17 @@ async def test_a_reply_that_comes_after_the_signal_was_given_up_is_reported_as_d
         assert '"type":"signal_late"' in rig.run_path.read_text()
     finally:
         await rig.close()
+
+
+def test_late_news_is_worded_as_late_and_says_when() -> None:
+    def late(**kw: object) -> str:
+        line = describe(SignalLate(t=1.0, step="process", pid=7, start_time=3, signal="SIGTERM", after_s=16.5, **kw))
+        assert line is not None
+        return line
+
+    assert late(how="reply", outcome="sent", after_end=True) == (
+        "process: SIGTERM -> pid 7: DELIVERED LATE: the agent's reply came 16.50s after the request, after the "
+        "cleanup ended")
+    assert "not delivered (gone)" in late(how="reply", outcome="gone", detail="")
+    assert "after its wait had given up" in late(how="reply", outcome="sent")
+    assert "delivered late, or it exited on its own" in late(how="look", outcome="exited", after_end=True)
