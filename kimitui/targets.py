@@ -61,7 +61,8 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
             print(f"simulated host ready: {sim.sim_dir}, OpenAI API at {sim.api_url}", file=sys.stderr)
             yield OpenedHost(sim, f"demo ({gpus} simulated GPUs)",
                              {"sim_dir": sim.sim_dir, "dev_prefix": sim.dev_prefix},
-                             {**target_meta("demo"), "api_url": sim.api_url})
+                             {**target_meta("demo"), "api_url": sim.api_url, "nvidia_smi": sim.nvidia_smi,
+                              "systemctl": sim.systemctl})
         return
     host: Host
     if target == "local":

@@ -27,6 +27,7 @@ from kimitui.core.events import (
     GemmRow,
     GpuSample,
     GpuVerdict,
+    HostCommand,
     HostSample,
     LogLine,
     MacroPoint,
@@ -40,6 +41,7 @@ from kimitui.core.events import (
     PhaseStart,
     ProcRef,
     ProcSample,
+    SignalLate,
     SignalOutcome,
     SignalSent,
     StepPreview,
@@ -106,6 +108,10 @@ def every_event() -> list:
                      stand_ins=["s"], link="PCIe", missing=[]),
         ProbeResult(t=7.6, requests=3, tok_s=49.0, ttft_ms=36.0, baseline_tok_s=50.0, baseline_ttft_ms=35.0,
                     tok_s_change_pct=-2.0, ttft_change_pct=2.9, drift=False),
+        SignalLate(t=7.65, step="process", pid=557, start_time=2637, signal="SIGTERM", how="reply", outcome="sent",
+                   after_s=16.2, after_end=True),
+        HostCommand(t=7.66, step="reset", argv=["nvidia-smi", "-i", "0", "-pm", "0"], purpose="persistence off",
+                    ok=False, detail="rc 6"),
         CampaignEnd(t=7.7, status="done", note="ok"),
     ]
 

@@ -275,7 +275,10 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 raise TargetError(f"{host.name}: no telemetry: {exc}") from None
             target = build_target(host.name, service, gpus, args.threshold_mib, deadlines,
                                   args.allow_other_users, operator)
-            target.nvidia_smi = args.nvidia_smi
+            # the simulated host brings its own (kimitui.hosts.sim.tools) unless one is named
+            target.nvidia_smi = args.nvidia_smi if args.nvidia_smi != "nvidia-smi" else \
+                opened.meta.get("nvidia_smi", args.nvidia_smi)
+            target.systemctl = opened.meta.get("systemctl", target.systemctl)
             api_url = opened.meta.get("api_url")  # the simulated host's server
             if service is not None:
                 target.metrics_url = args.metrics_url or (f"{api_url}/metrics" if api_url else None)

@@ -33,13 +33,14 @@ from kimitui.core.events import (
     HostSample,
     ProcRef,
     ProcSample,
+    SignalLate,
     SignalOutcome,
     SignalSent,
     StepPreview,
     StepResult,
     Verification,
 )
-from kimitui.hosts.base import Host, HostError, OutcomeUnknown, ProcId
+from kimitui.hosts.base import Host, HostError, OutcomeUnknown, ProcId, late_signal_result
 
 Publish = Callable[[Event], None]
 
@@ -83,6 +84,8 @@ class CleanupExecutor:
         self._protected_loaded = False
         self.service_now: ServiceProcs | None = None
         """What the service's manager said last (its processes, or why there are none)."""
+        self.ended = False
+        """Every step has reported: what is learnt from now on is learnt after the cleanup ended."""
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -191,7 +194,7 @@ class CleanupExecutor:
 
     def from_scan(self, scan: ProcScan, pid: int, sample: HostSample | None, unit: str | None = None) -> Candidate:
         info = scan.procs[pid]
-        c = Candidate(pid, info.start_time, info.ppid, info.user, info.cmdline, info.state, unit=unit)
+        c = Candidate(pid, info.start_time, info.ppid, info.user, info.cmdline, info.state, unit=unit, exe=info.exe)
         if sample is not None:
             for p in sample.procs:
                 if p.pid == pid:
@@ -203,6 +206,7 @@ class CleanupExecutor:
         c.mem_mib = float(sum(p.gpu_mem_mib.values()))
         c.kind = p.kind
         c.unit = c.unit or p.unit or (f"docker:{p.container}" if p.container else None)
+        c.exe = c.exe or p.exe
 
     def from_sample(self, p: ProcSample) -> Candidate:
         c = Candidate(p.pid, p.start_time, p.ppid, p.user, p.cmdline, p.state, visible=p.visible)
@@ -265,7 +269,7 @@ class CleanupExecutor:
     def ref(self, c: Candidate, reason: str) -> ProcRef:
         return ProcRef(pid=c.pid, start_time=c.start_time, user=c.user, gpus=list(c.gpus),
                        mem_mib=round(c.mem_mib, 1), unit=c.unit, cmdline=c.cmdline, reason=reason,
-                       kind=c.kind)  # type: ignore[arg-type]
+                       kind=c.kind, exe=c.exe)  # type: ignore[arg-type]
 
     async def ask(self, step: str, action: str, targets: list[tuple[Candidate, str]],
                   spared: list[tuple[Candidate, str]]) -> Confirmed | None:
@@ -327,16 +331,35 @@ class CleanupExecutor:
         else:
             assert c.start_time is not None
             self.acted()
+            asked = self.clock.monotonic()
             try:
                 res = await self.host.signal(ProcId(c.pid, c.start_time), int(sig))
                 outcome, detail = res.outcome, res.detail
             except OutcomeUnknown as exc:  # never resent: the waits that follow look again instead
                 outcome, detail = "unknown", str(exc)
+                if exc.late is not None:
+                    self._report_late_reply(confirmed.step, c, name, exc.late, asked)
             except HostError as exc:
                 outcome, detail = "error", str(exc)
         self.emit(SignalSent(self.now(), step=confirmed.step, pid=c.pid, start_time=c.start_time, signal=name,
                              outcome=outcome, detail=detail, cmdline=c.cmdline))  # type: ignore[arg-type]
         return outcome
+
+    def _report_late_reply(self, step: str, c: Candidate, signame: str, late: asyncio.Future[Any],
+                           asked: float) -> None:
+        """The agent's reply to a signal request given up as unknown, should it come: recorded as late."""
+
+        def arrived(fut: asyncio.Future[Any]) -> None:
+            if fut.cancelled() or fut.exception() is not None:  # the channel dropped: no reply can come
+                return
+            res = late_signal_result(fut.result())
+            if res.outcome == "sent":
+                self.last_signal_mono = self.clock.monotonic()
+            self.emit(SignalLate(self.now(), step=step, pid=c.pid, start_time=c.start_time, signal=signame,
+                                 how="reply", outcome=res.outcome, detail=res.detail,
+                                 after_s=round(self.clock.monotonic() - asked, 4), after_end=self.ended))
+
+        late.add_done_callback(arrived)
 
     async def signal_all(self, confirmed: Confirmed, cands: list[Candidate],
                          sig: signal_mod.Signals) -> list[Candidate]:
@@ -351,7 +374,7 @@ class CleanupExecutor:
         """Poll until each has exited (publishing its exit time) or the deadline; returns the rest, reported
         as survived, or as stuck (with their /proc state) when ``final``. When the host could not be asked
         (the channel dropped), it waits for the host to be back and looks again; those it still cannot see
-        are reported as unknown, never guessed."""
+        are reported as unknown, never guessed, and not returned (no SIGKILL follows a SIGTERM unseen)."""
         start = self.clock.monotonic()
         left = {key(c): c for c in cands}
         poll = self.target.deadlines.poll_s
@@ -373,7 +396,8 @@ class CleanupExecutor:
                 self.stuck[k] = c.state or "?"
             self.emit(SignalOutcome(self.now(), step=step, pid=c.pid, start_time=c.start_time, signal=signame,
                                     outcome=outcome, elapsed_s=elapsed, state=c.state))  # type: ignore[arg-type]
-        return list(left.values())
+        # unseen is not survived: nothing escalates blind on a process the host could not show alive
+        return [] if blind else list(left.values())
 
     async def _look(self, step: str, left: dict[Key, Candidate], signame: str, start: float) -> bool:
         """Stat what is left; those gone are published as exited and removed. False when the host could
@@ -433,7 +457,33 @@ class CleanupExecutor:
                 await steps.reset(self)
         v = self.report.verification
         self.report.clean = bool(v and v.clean)
+        self.ended = True
+        await self.follow_up()
         return self.report
+
+    async def follow_up(self) -> None:
+        """The signals whose outcome stayed unknown (the host was not back in time): one more look, now the
+        cleanup has ended (within the reconnect deadline), each reported as learnt late."""
+        sent_at = {(s.pid, s.start_time, s.signal): s.t for s in self.report.signals}
+        unknown: dict[tuple[int, int | None], SignalOutcome] = {}
+        for o in self.report.outcomes:
+            unknown.pop((o.pid, o.start_time), None)
+            if o.outcome == "unknown":
+                unknown[(o.pid, o.start_time)] = o
+        if not unknown:
+            return
+        try:
+            stats = await asyncio.wait_for(self.procs.stat([pid for pid, _ in unknown]),
+                                           self.target.deadlines.reconnect_s)
+        except (HostError, TimeoutError):
+            return  # still out of reach: the run says unknown, and that stands
+        for (pid, start), o in unknown.items():
+            st = stats.get(pid)
+            gone = st is None or st[0] != start or st[1] in ("Z", "X")
+            asked = sent_at.get((pid, start, o.signal), o.t)
+            self.emit(SignalLate(self.now(), step=o.step, pid=pid, start_time=start, signal=o.signal, how="look",
+                                 outcome="exited" if gone else "alive", after_s=round(self.now() - asked, 4),
+                                 after_end=True))
 
     async def restart(self) -> StepResult:
         return await steps.restart(self)

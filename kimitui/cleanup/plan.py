@@ -88,6 +88,8 @@ class CleanupTarget:
     (None: no drain step)."""
     nvidia_smi: str = "nvidia-smi"
     """The GPU reset's tool, run on the host (step e); a path where it is not on the host's PATH."""
+    systemctl: str = "systemctl"
+    """What the reset stops and starts the DCGM unit with (step e)."""
 
     def scope(self, sample: HostSample) -> list[int]:
         every = sorted(g.index for g in sample.gpus)

@@ -4,16 +4,18 @@ builds a preview, asks consent, acts only on what was confirmed, and reports a S
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import signal as signal_mod
 from collections.abc import Awaitable, Callable
 
 from kimitui.cleanup.consent import OPTIONAL
 from kimitui.cleanup.context import StepContext
 from kimitui.cleanup.plan import cuda_holders, gpus_in_scope, holder_reason, out_of_scope_reason, proc_gpus
+from kimitui.cleanup.reset_prep import Change, prepare
 from kimitui.cleanup.safety import Candidate
 from kimitui.cleanup.services import PidService
 from kimitui.cleanup.waits import poll_until
-from kimitui.core.events import GpuVerdict, HostSample, StepPreview, StepResult, Verification
+from kimitui.core.events import GpuVerdict, HostCommand, HostSample, StepPreview, StepResult, Verification
 from kimitui.hosts.base import HostError, OutcomeUnknown
 
 NO_SERVICE_ACTION = ("no service (none chosen): nothing is stopped gracefully; the process and device steps "
@@ -255,10 +257,19 @@ async def reset(ex: StepContext) -> StepResult:
                          + ", ".join(str(h.pid) for h in v.holders_left) + "); a reset would fail", started)
     dirty = [g for g in v.gpus if not g.clean]
     smi = ex.target.nvidia_smi
-    action = "; ".join(
+    prep = await prepare(ex.host, smi, ex.target.systemctl, [g.index for g in dirty], await ex.sample(),
+                         ex.target.deadlines.command_s)
+    needs = f"read on the host: {'; '.join(prep.read)}. "
+    if prep.refusals:
+        ex.emit(StepPreview(ex.now(), step="reset", action=f"not offered: {'; '.join(prep.refusals)}. {needs}"))
+        return ex.result("reset", "skipped", "not offered: " + "; ".join(prep.refusals), started)
+    before = "".join(f"{shlex.join(c.argv)} ({c.purpose}); " for c, _ in prep.before)
+    after = ", ".join(shlex.join(r.argv) for _, r in reversed(prep.before))
+    action = needs + (f"Before: {before}then " if before else "") + "; ".join(
         f"{smi} --gpu-reset -i {g.index} (GPU {g.index}: "
         + ("memory unreadable" if g.used_mib is None else f"{g.used_mib:.0f} MiB still used, idle {g.baseline_mib:.0f}")
-        + ", no process holds it)" for g in dirty) + ", then verify again"
+        + ", no process holds it)" for g in dirty) + (
+        f"; after, restored even if the reset fails: {after}" if after else "") + ", then verify again"
     confirmed = await ex.ask("reset", action, [], [])
     if confirmed is None:
         return ex.result("reset", "declined", "operator declined", started)
@@ -267,20 +278,54 @@ async def reset(ex: StepContext) -> StepResult:
     if now_held:
         return ex.result("reset", "skipped", "not run: a process holds the GPU again ("
                          + ", ".join(map(str, sorted(now_held))) + ")", started)
-    failures = []
+    failures: list[str] = []
     ex.acted()
-    for g in dirty:
-        try:
-            res = await ex.host.run([smi, "--gpu-reset", "-i", str(g.index)], timeout=ex.target.deadlines.command_s)
-            if not res.ok:
-                failures.append(f"GPU {g.index}: rc {res.rc}: {(res.stderr or res.stdout).strip()[:120]}")
-        except HostError as exc:
-            failures.append(f"GPU {g.index}: {exc}")
+    undo: list[Change] = []
+    try:
+        for change, restore in prep.before:
+            if (err := await run_change(ex, change)):
+                failures.append(f"{change.purpose}: {err}; the reset was not run")
+                break
+            undo.append(restore)
+        if not failures:
+            failures += await _reset_each(ex, smi, [g.index for g in dirty])
+    finally:  # what was changed for the reset is put back, whatever became of it
+        for restore in reversed(undo):
+            if (err := await run_change(ex, restore)):
+                failures.append(f"NOT RESTORED: {restore.purpose}: {err}")
     ex.acted()
     again = await verify(ex)
     if failures or not again.clean:
         return ex.result("reset", "failed", "; ".join(failures) or again.detail, started)
     return ex.result("reset", "done", f"GPU {gpu_list([g.index for g in dirty])} reset and clean", started)
+
+
+async def _reset_each(ex: StepContext, smi: str, gpus: list[int]) -> list[str]:
+    failures = []
+    for i in gpus:
+        try:
+            res = await ex.host.run([smi, "--gpu-reset", "-i", str(i)], timeout=ex.target.deadlines.command_s)
+            if not res.ok:
+                failures.append(f"GPU {i}: rc {res.rc}: {one_line(res.stderr or res.stdout)[:120]}")
+        except HostError as exc:
+            failures.append(f"GPU {i}: {exc}")
+    return failures
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+async def run_change(ex: StepContext, change: Change) -> str:
+    """Run one of the reset's changes (or restorations) on the host, recorded; '' or why it failed."""
+    try:
+        res = await ex.host.run(change.argv, timeout=ex.target.deadlines.command_s)
+        err = "" if res.ok else f"rc {res.rc}: {one_line(res.stderr or res.stdout)[:120]}"
+    except HostError as exc:
+        err = str(exc)
+    ex.emit(HostCommand(ex.now(), step="reset", argv=list(change.argv), purpose=change.purpose, ok=not err,
+                        detail=err))
+    return err
 
 
 # --- f. restart ---------------------------------------------------------------------------------------
