@@ -23,6 +23,7 @@ from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive as sim_alive
 from kimitui.telemetry import TelemetrySource
 from tests.cleanup_support import HERE, SimDir, alive, start_time
+from tests.conftest import ROOT
 from tests.test_cleanup import FAST, SHORT_VERIFY, Rig, results
 from tests.test_cleanup import rig as rig  # a fixture
 from tests.test_cleanup import sim as sim  # a fixture
@@ -53,7 +54,9 @@ def start_impostor(sim: SimDir, gpu: int, mib: float) -> int:
     """A GPU holder whose argv[0] says nvidia-persistenced (bash's exec -a): its executable is python."""
     before = sim.holder_pids()
     script = f'exec -a nvidia-persistenced {sys.executable} {HERE} worker {sim.path} {gpu} {mib} 0'
-    proc = subprocess.Popen(["bash", "-c", script], stdin=subprocess.DEVNULL)
+    # with argv[0] renamed, python cannot find its venv from it: the clone's kimitui comes by PYTHONPATH
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(["bash", "-c", script], stdin=subprocess.DEVNULL, env=env)
     sim.wait(lambda: proc.pid in sim.holder_pids() - before, what="the impostor holder")
     return proc.pid
 
