@@ -165,21 +165,21 @@ async def test_stray_holder_killed_monitor_survives_unless_ticked(rig: Rig, sim:
     stray = sim.start_ready("stray", "1")
     monitor = sim.start_ready("monitor")
     await rig.settled({holder, stray, monitor})
-    ex = rig.executor(auto_consent(["graceful", "process", "device"]))
+    ex = rig.executor(auto_consent(["graceful", "process", "others", "device"]))
     report = await ex.run()
     res = results(rig)
     assert res["graceful"].status == "skipped" and res["graceful"].reason.startswith("no service chosen (none)")
     graceful = next(p for p in rig.of(StepPreview) if p.step == "graceful")  # said, not assumed
     assert graceful.action.startswith("no service (none chosen)") and not graceful.targets
     assert "whatever holds them" in graceful.action
-    process_preview = next(p for p in rig.of(StepPreview) if p.step == "process")
-    assert [t.pid for t in process_preview.targets] == [holder]
-    assert process_preview.targets[0].reason == "NVML: holds 30000 MiB on GPU 0"
-    device_preview = next(p for p in rig.of(StepPreview) if p.step == "device")
-    assert [t.pid for t in device_preview.targets] == [stray]
-    assert device_preview.targets[0].reason == "maps /dev/nvidia1, no memory listed"
-    spared = {s.pid: s for s in device_preview.spared}
+    assert res["process"].status == "skipped" and "no service chosen" in res["process"].reason
+    others_preview = next(p for p in rig.of(StepPreview) if p.step == "others")  # service none: only the others
+    why = {t.pid: t.reason for t in others_preview.targets}
+    assert why == {holder: "on the GPUs, not the service: holds 30000 MiB on GPU 0",
+                   stray: "on the GPUs, not the service: maps /dev/nvidia1, no memory listed"}
+    spared = {s.pid: s for s in others_preview.spared}
     assert monitor in spared and is_optional(spared[monitor]) and spared[monitor].kind == "handle"
+    assert res["device"].status == "skipped"
     assert report.clean and not alive(holder) and not alive(stray) and alive(monitor)
 
     # the operator may tick the monitor in: then, and only then, it is signalled
@@ -225,11 +225,11 @@ async def test_protected_and_other_users_processes_are_never_signalled(sim: SimD
         for pid in (guarded, other_pid):
             assert all(s.outcome == "refused" for s in rig.signals(pid)), rig.signals(pid)
             assert rig.signals(pid), "a ticked protected pid is reported as refused"
-        preview = next(p for p in rig.of(StepPreview) if p.step == "process")
+        preview = next(p for p in rig.of(StepPreview) if p.step == "others")
         why = {s.pid: s.reason for s in preview.spared}
         assert "host connection" in why[guarded] and f"user {other_user}" in why[other_pid]
         assert not preview.targets
-        consents = [c for c in rig.of(Consent) if c.step == "process"]
+        consents = [c for c in rig.of(Consent) if c.step == "others"]
         assert consents[0].accepted and consents[0].pids == [] and "refused" in consents[0].note
         assert not report.clean
         assert {h.pid for h in report.verification.holders_left} == {guarded, other_pid}
@@ -268,7 +268,7 @@ async def test_pid_gone_between_preview_and_signal(rig: Rig, sim: SimDir) -> Non
     await rig.settled({holder})
 
     async def consent_then_it_exits(preview: StepPreview) -> ConsentDecision:
-        if preview.step == "process":
+        if preview.step == "others":
             os.kill(holder, signal.SIGKILL)
             sim.wait(lambda: not alive(holder), what="holder to exit")
         return ConsentDecision(True, None, "tester")
@@ -316,7 +316,7 @@ async def test_start_time_mismatch_at_signal_time_is_skipped_and_process_lives(r
     holder = sim.start_holder(3, 8_000)
     await rig.settled({holder})
     ex = CleanupExecutor(rig.host, CleanupTarget(host="test", deadlines=SHORT_VERIFY, operator="tester"),
-                         SkewedView(rig.feed, holder), auto_consent(["process", "device"]),
+                         SkewedView(rig.feed, holder), auto_consent(["others", "device"]),
                          publish=rig.session.publish, procs=SkewedProcs(rig.host, holder))
     report = await ex.run()
     sent = rig.signals(holder)
@@ -328,12 +328,12 @@ async def test_start_time_change_seen_at_preview_is_spared(rig: Rig, sim: SimDir
     """When the agent's sample names an older incarnation of a pid, nothing is signalled for it."""
     holder = sim.start_holder(3, 8_000)
     await rig.settled({holder})
-    ex = rig.executor(auto_consent(["process", "device"]), deadlines=SHORT_VERIFY)
+    ex = rig.executor(auto_consent(["others", "device"]), deadlines=SHORT_VERIFY)
     ex.view = SkewedView(rig.feed, holder)
     report = await ex.run()
     assert not rig.signals(holder) and alive(holder) and not report.clean
     res = results(rig)
-    assert res["process"].status == "skipped" and "no live process" in res["process"].reason
+    assert res["others"].status == "skipped" and "1 exited" in res["others"].reason
     assert res["device"].status == "skipped" and "1 exited" in res["device"].reason
 
 
@@ -345,7 +345,7 @@ async def test_declined_steps_signal_nothing(rig: Rig, sim: SimDir) -> None:
     report = await rig.executor(decline_all("tester"), PidService(pidfile=str(sim.pidfile)),
                                 deadlines=SHORT_VERIFY).run()
     res = results(rig)
-    assert [res[s].status for s in ("graceful", "process", "device")] == ["declined"] * 3
+    assert [res[s].status for s in ("graceful", "process", "others", "device")] == ["declined"] * 4
     assert not rig.of(SignalSent)
     assert all(alive(p) for p in [main, *workers, stray])
     assert not report.clean and res["verify"].status == "failed"
@@ -368,13 +368,13 @@ async def test_survivor_of_sigkill_is_reported_stuck_once(sim: SimDir, tmp_path:
     await rig.start()
     try:
         await rig.settled({holder})
-        report = await rig.executor(auto_consent(["process", "device"]), deadlines=SHORT_VERIFY).run()
+        report = await rig.executor(auto_consent(["others", "device"]), deadlines=SHORT_VERIFY).run()
         outs = [(o.step, o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == holder]
-        assert outs == [("process", "SIGTERM", "survived"), ("process", "SIGKILL", "stuck")]
+        assert outs == [("others", "SIGTERM", "survived"), ("others", "SIGKILL", "stuck")]
         stuck = next(o for o in rig.of(SignalOutcome) if o.outcome == "stuck")
         assert stuck.state in ("S", "R", "D") and stuck.elapsed_s >= SHORT_VERIFY.kill_s
         res = results(rig)
-        assert res["process"].status == "failed" and f"{holder} (state" in res["process"].reason
+        assert res["others"].status == "failed" and f"{holder} (state" in res["others"].reason
         device = next(p for p in rig.of(StepPreview) if p.step == "device")
         assert not device.targets and "not retried" in device.spared[0].reason
         assert not report.clean and alive(holder)

@@ -47,7 +47,7 @@ from kimitui.core.procdisplay import command_gist
 from kimitui.core.session import Session
 from kimitui.core.state import CleanupState, SessionState
 
-CONSENT_STEPS = ("drain", "graceful", "process", "device", "verify", "reset", "restart")
+CONSENT_STEPS = ("drain", "graceful", "process", "others", "device", "verify", "reset", "restart")
 """Names --yes takes. ``verify`` only reads (it always runs); naming it is allowed for clarity."""
 
 PRINTED_TYPES = frozenset({"phase_start", "phase_end", "cleanup_plan", "step_preview", "consent", "signal",

@@ -25,7 +25,7 @@ __all__ = [
     "SystemdService",
 ]
 
-STEPS = ("drain", "graceful", "process", "device", "verify", "reset")
+STEPS = ("drain", "graceful", "process", "others", "device", "verify", "reset")
 """The escalation, in order. ``drain`` runs only where the target names the server's metrics URL;
 ``restart`` is run on its own (after the micro phase)."""
 
