@@ -28,13 +28,14 @@ from kimitui.cleanup import (
 )
 from kimitui.cleanup.audit import read_audit
 from kimitui.cleanup.hostprocs import HostProcs, ProcScan
+from kimitui.cleanup.services import ServiceNotFound
 from kimitui.core.events import Consent, GpuSample, HostSample, SignalOutcome, SignalSent, StepPreview, StepResult
 from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.local import LocalHost
 from kimitui.telemetry import TelemetrySource
-from tests.cleanup_support import SimDir, alive, make_sim, start_time
+from tests.cleanup_support import SimDir, alive, can_force_pids, make_sim, spawn_at_pid, start_time
 
 FAST = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=3.0, sample_s=10.0, poll_s=0.01)
 SHORT_VERIFY = Deadlines(graceful_s=0.5, term_grace_s=0.3, kill_s=0.5, verify_s=0.5, sample_s=10.0, poll_s=0.01)
@@ -193,6 +194,63 @@ async def test_stray_holder_killed_monitor_survives_unless_ticked(rig: Rig, sim:
     report = await rig.executor(tick_monitor).run()
     assert report.clean and not alive(stray2) and not alive(monitor)
     assert [s.signal for s in rig.signals(monitor)] == ["SIGTERM"]
+
+
+@pytest.mark.skipif(not can_force_pids(), reason="forcing a pid reuse needs root (/proc/sys/kernel/ns_last_pid)")
+async def test_a_reused_main_pid_is_shown_as_reused_and_never_signalled(rig: Rig, sim: SimDir) -> None:
+    """--service pid:N: the main process exits between two steps and another process takes its pid (a real,
+    forced pid reuse). The service was identified when the cleanup began: the newcomer is no target."""
+    service = sim.spawn("service", "1", "20000", "0")  # the main process and its one worker, on GPU 0
+    sim.wait(lambda: sim.pidfile.exists() and len(sim.holder_pids()) == 1, what="the service's worker")
+    main, main_start = service.pid, start_time(service.pid)
+    (worker,) = sim.holder_pids()
+    await rig.settled({worker})
+    newcomer: list[subprocess.Popen[bytes]] = []
+
+    async def main_pid_reused_meanwhile(preview: StepPreview) -> ConsentDecision:
+        if preview.step != "graceful":
+            return ConsentDecision(True, None, "tester")
+        assert {t.pid for t in preview.targets} == {main, worker}
+        service.kill()  # the main process exits (its worker, orphaned, lives on) and is reaped
+        service.wait()
+        newcomer.append(spawn_at_pid(sim, main, "sleeper"))
+        return ConsentDecision(False, None, "tester", "declined; the main pid is reused meanwhile")
+
+    report = await rig.executor(main_pid_reused_meanwhile, PidService(pid=main)).run()
+    assert newcomer and alive(main) and start_time(main) != main_start  # pid N is another process now
+    assert not rig.signals(main), rig.signals(main)
+    process = next(p for p in rig.of(StepPreview) if p.step == "process")
+    assert [t.pid for t in process.targets] == [worker]
+    reused = {s.pid: s for s in process.spared}[main]
+    assert reused.reason == "pid reused by another process: left alone" and reused.start_time == start_time(main)
+    assert report.clean and not alive(worker) and alive(main)
+    now = start_time(main)
+    assert not [p.step for p in rig.of(StepPreview) for t in p.targets if (t.pid, t.start_time) == (main, now)]
+
+
+async def test_a_stale_pidfile_is_refused_naming_its_mtime_and_the_process_start(rig: Rig, sim: SimDir,
+                                                                                   tmp_path: Path) -> None:
+    """The pidfile was written an hour ago (its service has exited since); its pid is now a process started
+    after that: refused before any step, one line naming both, nothing signalled."""
+    sleeper = sim.spawn("sleeper")
+    sim.wait(lambda: alive(sleeper.pid), what="the sleeper")
+    pidfile = tmp_path / "vllm.pid"
+    pidfile.write_text(f"{sleeper.pid}\n")
+    written = int(time.time()) - 3600
+    os.utime(pidfile, (written, written))
+    service = PidService(pidfile=str(pidfile))
+    with pytest.raises(ServiceNotFound) as refused:
+        await rig.executor(auto_consent(["graceful", "process", "others", "device"]), service).run()
+    line = str(refused.value)
+    boot = next(int(x.split()[1]) for x in Path("/proc/stat").read_text().splitlines() if x.startswith("btime "))
+    began = boot + start_time(sleeper.pid) / os.sysconf("SC_CLK_TCK")  # type: ignore[operator]
+    utc = "%Y-%m-%d %H:%M:%S UTC"
+    assert line == (f"pidfile {pidfile} on {rig.host.name} is stale: written {time.strftime(utc, time.gmtime(written))}"
+                    f", but pid {sleeper.pid} is a process started {time.strftime(utc, time.gmtime(began))}, after it "
+                    "(the pid was reused): refused, nothing is signalled")
+    assert not rig.of(StepPreview) and not rig.of(SignalSent) and alive(sleeper.pid)
+    os.utime(pidfile)  # written now, after the process started: its pidfile
+    assert (await service.locate(rig.host)).pids == [sleeper.pid]
 
 
 class GuardedHost(LocalHost):

@@ -9,7 +9,15 @@ from collections.abc import Awaitable, Callable
 
 from kimitui.cleanup.consent import OPTIONAL
 from kimitui.cleanup.context import StepContext
-from kimitui.cleanup.plan import cuda_holders, gpus_in_scope, holder_reason, out_of_scope_reason, proc_gpus
+from kimitui.cleanup.plan import (
+    OTHERS,
+    OTHERS_NOT_CONSENTED,
+    cuda_holders,
+    gpus_in_scope,
+    holder_reason,
+    out_of_scope_reason,
+    proc_gpus,
+)
 from kimitui.cleanup.safety import Candidate
 from kimitui.cleanup.services import PidService
 from kimitui.cleanup.waits import poll_until
@@ -20,10 +28,6 @@ from kimitui.hosts.base import HostError, OutcomeUnknown
 NO_SERVICE_ACTION = ("no service (none chosen): nothing is stopped gracefully; the others step frees the GPUs "
                      "in scope of whatever holds them, previewed as not the service")
 
-OTHERS = "on the GPUs, not the service"
-"""The others group: processes on the GPUs in scope that are not the service's, asked for on their own."""
-
-OTHERS_NOT_CONSENTED = f"{OTHERS}: left alone (others not consented)"
 
 
 def gpu_list(gpus: list[int]) -> str:
