@@ -29,7 +29,6 @@ NO_SERVICE_ACTION = ("no service (none chosen): nothing is stopped gracefully; t
                      "in scope of whatever holds them, previewed as not the service")
 
 
-
 def gpu_list(gpus: list[int]) -> str:
     return ",".join(map(str, gpus)) if gpus else "none"
 
