@@ -197,9 +197,11 @@ async def test_stray_holder_killed_monitor_survives_unless_ticked(rig: Rig, sim:
 
 
 @pytest.mark.skipif(not can_force_pids(), reason="forcing a pid reuse needs root (/proc/sys/kernel/ns_last_pid)")
-async def test_a_reused_main_pid_is_shown_as_reused_and_never_signalled(rig: Rig, sim: SimDir) -> None:
-    """--service pid:N: the main process exits between two steps and another process takes its pid (a real,
-    forced pid reuse). The service was identified when the cleanup began: the newcomer is no target."""
+@pytest.mark.parametrize("by", ["pid", "pidfile"])
+async def test_a_reused_main_pid_is_shown_as_reused_and_never_signalled(rig: Rig, sim: SimDir, by: str) -> None:
+    """--service pid:N (or pidfile:): the main process exits between two steps and another process takes its
+    pid (a real, forced pid reuse). The service was identified when the cleanup began: the newcomer is no
+    target."""
     service = sim.spawn("service", "1", "20000", "0")  # the main process and its one worker, on GPU 0
     sim.wait(lambda: sim.pidfile.exists() and len(sim.holder_pids()) == 1, what="the service's worker")
     main, main_start = service.pid, start_time(service.pid)
@@ -216,7 +218,8 @@ async def test_a_reused_main_pid_is_shown_as_reused_and_never_signalled(rig: Rig
         newcomer.append(spawn_at_pid(sim, main, "sleeper"))
         return ConsentDecision(False, None, "tester", "declined; the main pid is reused meanwhile")
 
-    report = await rig.executor(main_pid_reused_meanwhile, PidService(pid=main)).run()
+    service_spec = PidService(pid=main) if by == "pid" else PidService(pidfile=str(sim.pidfile))
+    report = await rig.executor(main_pid_reused_meanwhile, service_spec).run()
     assert newcomer and alive(main) and start_time(main) != main_start  # pid N is another process now
     assert not rig.signals(main), rig.signals(main)
     process = next(p for p in rig.of(StepPreview) if p.step == "process")

@@ -155,6 +155,15 @@ def test_a_holder_that_is_not_the_service_is_left_alone_without_others_and_named
     assert [k["pid"] for k in events[-1]["others_left"]] == [stray["pid"]]
     assert [g["index"] for g in verification["gpus"] if not g["clean"]] == [3]
     assert_nothing_left(res, events)
+    # the replay and the report say the same, from the run's events
+    from kimitui.report import render_report
+
+    reader = RunReader(Path(events[-1]["run_file"]))
+    state = state_at(reader, len(reader))
+    assert state.cleanup is not None and state.cleanup.steps["others"].status == "declined"
+    report = render_report(reader)
+    assert "### Step others: declined" in report
+    assert f"- still holding: pid {stray['pid']} " in report and "others not consented" in report
 
     text = run_cli(["--host", "demo", "--yes", "graceful,process,device", "--verify-s", "0.5"], tmp_path,
                    extra_env=STRAY_ON_3)
