@@ -68,7 +68,7 @@ def parse_yes(text: str | None) -> list[str] | None:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "cleanup", help="free the GPUs: graceful stop, process kill, device kill, verify (headless)",
+        "cleanup", help="free the GPUs: graceful stop, process kill, the others, device kill, verify (headless)",
         description="The cleanup escalation with a preview and an explicit consent per step. Exit status: 0 when "
                     "every GPU in scope ended clean, 1 when not, 2 for a usage or target error (a service the "
                     "host does not have included), 130 when interrupted.")

@@ -298,7 +298,8 @@ class CleanupExecutor:
             self.tree[pid] = c
             self.tree_why[pid] = f"descendant of pid {info.ppid} (forked by the service since the cleanup began)"
             out.append((c, self.tree_why[pid]))
-        out.sort(key=lambda m: (key(m[0]) != self.main, list(self.tree).index(m[0].pid)))
+        order = {pid: i for i, pid in enumerate(self.tree)}  # as identified; the main process first
+        out.sort(key=lambda m: (key(m[0]) != self.main, order[m[0].pid]))
         return out
 
     def service_reused(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
