@@ -126,7 +126,7 @@ async def test_a_drop_with_a_signal_in_flight_is_unknown_then_looked_at_again(si
     await rig.start()
     try:
         await rig.settled({holder})
-        ex = rig.executor(auto_consent(["process", "device"], "tester"))
+        ex = rig.executor(auto_consent(["others", "device"], "tester"))  # no service: the holder is an other
         ex.target.deadlines.term_grace_s = 0.5
         report = await ex.run()
         sent = [(s.signal, s.outcome) for s in rig.signals(holder)]
@@ -135,7 +135,7 @@ async def test_a_drop_with_a_signal_in_flight_is_unknown_then_looked_at_again(si
         assert "in flight" in unknown.detail and "outcome is unknown" in unknown.detail
         outs = [(o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == holder]
         assert outs == [("SIGTERM", "survived"), ("SIGKILL", "exited")]  # seen, after the reconnect
-        res = results(rig)["process"]
+        res = results(rig)["others"]
         assert res.status == "done" and "outcome unknown" in res.reason and "looked again" in res.reason
         assert report.clean and not alive(holder) and host.link.connects == 2
     finally:

@@ -2,7 +2,7 @@
 consent, every signal guarded, every wait a poll with a deadline, every event published and audited.
 
     ex = CleanupExecutor(host, target, view, consent, publish=session.publish, audit=AuditLog())
-    report = await ex.run()          # graceful, process, device, verify (and reset when it applies)
+    report = await ex.run()          # graceful, process, others, device, verify (and reset when it applies)
     await ex.restart()               # after the micro phase
 """
 
@@ -44,6 +44,9 @@ from kimitui.hosts.base import Host, HostError, OutcomeUnknown, ProcId, late_sig
 
 Publish = Callable[[Event], None]
 
+REUSED = "pid reused by another process: left alone"
+"""How a later incarnation of a pid of the service's identified processes is shown (never a target)."""
+
 
 @dataclass(slots=True)
 class CleanupReport:
@@ -73,7 +76,16 @@ class CleanupExecutor:
         self.host_name = target.host or host.name
         self.safety = SafetyPolicy(allow_other_users=target.allow_other_users)
         self.tree: dict[int, Candidate] = {}
-        """The service's process tree as first seen (pid -> identity), kept after its parent is gone."""
+        """The service's processes, identified once (pid -> identity) when the cleanup began, plus the
+        children they forked since; a later incarnation of one of these pids is never one of them."""
+        self.tree_why: dict[int, str] = {}
+        """Why each member of ``tree`` belongs to the service (as said when it was first seen)."""
+        self.main: Key | None = None
+        """The service's main process as identified when the cleanup began (None: none, or not running)."""
+        self.identified = False
+        self.accepted_steps: set[str] = set()
+        """The steps the operator consented to so far (the device step reaches the others only after
+        ``others``)."""
         self.stuck: dict[Key, str] = {}
         self.scope: list[int] = []
         self.report = CleanupReport(False, None)
@@ -213,43 +225,106 @@ class CleanupExecutor:
         self._enrich(c, p)
         return c
 
-    async def service_left(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
-        """What is left of the service's process tree, each with why it belongs: what the manager names
-        now, members first seen that are still alive (same start time), and all their live descendants."""
+    async def identify(self, scan: ProcScan, sample: HostSample | None) -> None:
+        """The service's processes as (pid, start time), once, when the cleanup begins: what its manager
+        names now and their live descendants. Later steps target only these identities (and the children
+        they fork), never what a pid becomes after."""
         svc = self.target.service
+        self.identified = True
         if svc is None:
-            return []
+            return
+        found = await self._ask_manager()
+        why: dict[int, str] = {}
+        if found is not None:
+            for pid in found.pids:
+                if pid in scan.procs:
+                    why[pid] = found.why or svc.label
+        for pid in scan.descendants(list(why)):
+            why.setdefault(pid, f"descendant of pid {scan.procs[pid].ppid} ({svc.label})")
+        unit = self._unit(found)
+        for pid, reason in why.items():
+            info = scan.procs[pid]
+            if info.state in ("Z", "X"):
+                continue
+            self.tree[pid] = self.from_scan(scan, pid, sample, unit=unit)
+            self.tree_why[pid] = reason
+        if found is not None and found.main_pid in self.tree:
+            self.main = key(self.tree[found.main_pid])
+
+    async def _ask_manager(self) -> ServiceProcs | None:
+        svc = self.target.service
+        assert svc is not None
         try:
             found = await svc.processes(self.host)
         except HostError:
             found = None
         self.service_now = found
-        unit = None
-        why: dict[int, str] = {}
-        if found is not None:
-            unit = found.unit or (f"docker:{found.container}" if found.container else None)
-            for pid in found.pids:
-                if pid in scan.procs:
-                    why[pid] = found.why or svc.label
-        for pid in scan.descendants(list(why)):
-            why[pid] = f"descendant of pid {scan.procs[pid].ppid} ({svc.label})"
-        kept = [pid for pid, c in self.tree.items()
-                if pid not in why and pid in scan.procs and scan.procs[pid].start_time == c.start_time]
-        for pid in kept:
-            why[pid] = f"in the service's tree when the cleanup began ({svc.label})"
-        for pid in scan.descendants(kept):
-            why.setdefault(pid, f"descendant of pid {scan.procs[pid].ppid} (in the service's tree)")
+        return found
+
+    @staticmethod
+    def _unit(found: ServiceProcs | None) -> str | None:
+        if found is None:
+            return None
+        return found.unit or (f"docker:{found.container}" if found.container else None)
+
+    def is_member(self, c: Candidate) -> bool:
+        """One of the service's processes as identified (same pid and start time)."""
+        known = self.tree.get(c.pid)
+        return known is not None and known.start_time == c.start_time
+
+    def consented(self, step: str) -> bool:
+        return step in self.accepted_steps
+
+    async def service_left(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
+        """What is left of the service's processes identified when the cleanup began (same start time), and
+        the live children they forked since, each with why it belongs. The manager is asked again only to
+        say how the service is now (``service_now``) and to show a pid it names that is no longer the
+        process identified (``service_reused``)."""
+        svc = self.target.service
+        if svc is None:
+            return []
+        if not self.identified:
+            await self.identify(scan, sample)
+        else:
+            await self._ask_manager()
+        live = [pid for pid, c in self.tree.items()
+                if pid in scan.procs and scan.procs[pid].start_time == c.start_time
+                and scan.procs[pid].state not in ("Z", "X")]
         out: list[tuple[Candidate, str]] = []
-        for pid, reason in why.items():
+        for pid in live:
+            c = self.from_scan(scan, pid, sample, unit=self.tree[pid].unit)
+            out.append((c, self.tree_why[pid]))
+        for pid in scan.descendants(live):
+            info = scan.procs[pid]
+            if pid in self.tree or info.state in ("Z", "X"):
+                continue  # a pid of the tree seen again with another start time: not the process identified
+            c = self.from_scan(scan, pid, sample, unit=self._unit(self.service_now))
+            self.tree[pid] = c
+            self.tree_why[pid] = f"descendant of pid {info.ppid} (forked by the service since the cleanup began)"
+            out.append((c, self.tree_why[pid]))
+        order = {pid: i for i, pid in enumerate(self.tree)}  # as identified; the main process first
+        out.sort(key=lambda m: (key(m[0]) != self.main, order[m[0].pid]))
+        return out
+
+    def service_reused(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
+        """Pids of the service's identified processes that now belong to another process, and pids its
+        manager names now that it did not name when the cleanup began: shown, never targeted."""
+        out: list[tuple[Candidate, str]] = []
+        seen: set[int] = set()
+        for pid, c in self.tree.items():
             info = scan.procs.get(pid)
-            if info is None or info.state in ("Z", "X"):
+            if info is not None and info.start_time != c.start_time and info.state not in ("Z", "X"):
+                seen.add(pid)
+                out.append((self.from_scan(scan, pid, sample), REUSED))
+        named = self.service_now.pids if self.service_now is not None else []
+        for pid in named:
+            info = scan.procs.get(pid)
+            if pid in seen or pid in self.tree or info is None or info.state in ("Z", "X"):
                 continue
-            known = self.tree.get(pid)
-            if known is not None and known.start_time != info.start_time:
-                known = None
-            c = self.from_scan(scan, pid, sample, unit=(known.unit if known else unit))
-            self.tree.setdefault(pid, c)
-            out.append((c, reason))
+            seen.add(pid)
+            label = self.target.service.label if self.target.service else "the service"
+            out.append((self.from_scan(scan, pid, sample),
+                        f"named by {label} now, not when the cleanup began: left alone"))
         return out
 
     @staticmethod
@@ -317,6 +392,7 @@ class CleanupExecutor:
         if not decision.accepted:
             return None
         self.last_consent_mono = self.clock.monotonic()
+        self.accepted_steps.add(step)
         return Confirmed(step, chosen)
 
     # --- signals and waits --------------------------------------------------------------------------
@@ -445,10 +521,10 @@ class CleanupExecutor:
                               clean_threshold_mib=self.target.clean.threshold_mib))
         scan = await self.scan()
         self.protect_agent(scan, sample)
-        await self.service_left(scan, sample)  # first sight of the tree, kept for later steps
+        await self.identify(scan, sample)  # the service's identities, fixed for every later step
         if "drain" in steps_wanted and self.target.metrics_url:
             await drain.drain(self)
-        for name in ("graceful", "process", "device"):
+        for name in ("graceful", "process", "others", "device"):
             if name in steps_wanted:
                 await steps.STEP_FUNCS[name](self)
         if "verify" in steps_wanted:
