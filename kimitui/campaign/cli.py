@@ -58,6 +58,9 @@ def add_run_options(p: argparse.ArgumentParser, theme: bool = True) -> None:
     p.add_argument("--yes", metavar="STEPS", help=f"consent to these steps ({', '.join(CONSENT_STEPS)}, or all)")
     p.add_argument("--no", metavar="STEPS", help="decline these steps")
     p.add_argument("--json", action="store_true", help="headless: the campaign's events as JSON lines")
+    p.add_argument("--continue-after-failure", action="store_true",
+                   help="go on to the transition (stopping the service) after a Phase 1 that failed; without it "
+                        "a headless campaign ends failed there and the dashboard holds and asks")
     p.add_argument("--audit-log", type=Path, help="append-only audit log (default $XDG_DATA_HOME/kimitui/audit.log)")
     if theme:
         p.add_argument("--theme", default=None, help="dashboard theme")
@@ -170,7 +173,8 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
             return AuditLog(args.audit_log)
 
         machine = Campaign(cfg, session, target, feed, operator=operator, headless=headless, audit_factory=audit,
-                           resume=resume, dropped_bytes=dropped)
+                           resume=resume, dropped_bytes=dropped,
+                           continue_after_failure=bool(getattr(args, "continue_after_failure", False)))
         try:
             if headless:
                 rc = await _headless(machine, session, source, feed, args)

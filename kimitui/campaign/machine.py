@@ -75,7 +75,7 @@ class Campaign:
     def __init__(self, cfg: CampaignConfig, session: Session, target: CampaignHost, feed: SampleFeed,
                  ask: ConsentCallback | None = None, operator: str = "", headless: bool = False,
                  audit_factory: Callable[[], AuditLog] = AuditLog, resume: ResumePlan | None = None,
-                 dropped_bytes: int = 0) -> None:
+                 dropped_bytes: int = 0, continue_after_failure: bool = False) -> None:
         self.cfg = cfg
         self.session = session
         self.target = target
@@ -85,6 +85,8 @@ class Campaign:
         self.audit_factory = audit_factory
         self.resume = resume
         self.dropped_bytes = dropped_bytes
+        self.continue_after_failure = continue_after_failure
+        """A failed Phase 1 goes on to the transition (else: headless ends failed, the dashboard holds)."""
         self.consent = policy_consent(cfg.consent, ask, self.operator, lambda: self.aborting or self._offering)
         self.aborting = False
         self._offering = False
@@ -231,6 +233,10 @@ class Campaign:
                     self.current = None
                 if self.aborting:
                     break
+                if name == "macro" and not ok and self._transition_ahead(todo) and \
+                        not self._go_on_after_failure(name):
+                    status, note = "failed", self._failed_precondition(name)
+                    break
                 if name == "cleanup" and not ok:
                     status, note = "failed", "the transition did not free the GPUs: Phase 2 would measure beside " \
                                              "another process"
@@ -258,6 +264,34 @@ class Campaign:
         self.publish(end)
         self.finished = True
         return end
+
+    def _transition_ahead(self, todo: list[str]) -> bool:
+        c = self.state.campaign
+        return "cleanup" in todo and c is not None and "cleanup" not in c.skips
+
+    def _failed_precondition(self, name: str) -> str:
+        c = self.state.campaign
+        why = c.phases[name].note if c is not None and name in c.phases else ""
+        return (f"{PHASE_TITLES.get(name, name)} failed ({why or 'not ok'}): the transition would stop the service "
+                "all the same, so it was not started (--continue-after-failure goes on)")
+
+    def _go_on_after_failure(self, name: str) -> bool:
+        """After a failed Phase 1, before the transition (the first destructive step): go on only when told
+        to (--continue-after-failure); in the dashboard the campaign holds (a pause, its reason recorded)
+        and the operator chooses: P goes on, S skips the transition, A aborts. Headless: it ends failed."""
+        if self.continue_after_failure:
+            self._log(f"{PHASE_TITLES.get(name, name)} failed: going on to the transition "
+                      "(--continue-after-failure)", "warning")
+            return True
+        if self.headless:
+            return False
+        c = self.state.campaign
+        why = c.phases[name].note if c is not None and name in c.phases else ""
+        self.paused = True
+        self.publish(CampaignControl(time.time(), action="pause", phase=self._next() or "", operator="kimitui",
+                                     note=f"{PHASE_TITLES.get(name, name)} failed ({why or 'not ok'}): P goes on "
+                                          "to stop the service all the same, S skips the transition, A aborts"))
+        return True
 
     async def _preflight(self) -> None:
         """Say at the start what the host cannot give, rather than at Phase 3: an all-reduce on one GPU."""
