@@ -6,17 +6,26 @@ reason recorded, and the operator chooses."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from kimitui.campaign.transition import restart_phase
+from kimitui.cleanup import PidService, auto_consent
+from kimitui.cleanup.plan import CleanupTarget
 from kimitui.core.campaign_events import CampaignControl
-from kimitui.core.events import Event, PhaseEnd, PhaseStart
+from kimitui.core.events import Consent, Event, PhaseEnd, PhaseStart, StepPreview
+from kimitui.hosts.local import LocalHost
 from tests.campaign_rig import POLL_S, campaign_rig, small_config
+from tests.cleanup_support import make_sim
 from tests.faulty_server import Behavior, FaultyServer
+from tests.test_cleanup import FAST, Rig
 
 
 def started(events: list[Event]) -> list[str]:
@@ -85,3 +94,106 @@ async def test_the_dashboard_holds_after_a_failed_phase_1_and_the_operator_choos
     (hold,) = [e for e in rig.of(CampaignControl) if e.action == "pause"]
     assert hold.operator == "kimitui" and "A aborts" in hold.note
     assert end.status == "aborted" and started(rig.events) == ["macro"]
+
+
+# --- the restart: "already running" is the health endpoint's answer; GPU memory still held is said --------
+
+class Health:
+    """A real HTTP server on loopback whose /health answers 503 until ``up_when`` exists, then 200."""
+
+    def __init__(self, up_when: Path, always: int | None = None) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                code = always if always is not None else 200 if up_when.exists() else 503
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/health"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+async def cleanup_rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    sim = make_sim(tmp_path / "sim", gpus=2)
+    rig = Rig(sim, LocalHost(), tmp_path)
+    await rig.start()
+    try:
+        yield rig
+    finally:
+        await rig.close()
+        sim.teardown()
+
+
+async def test_a_live_main_pid_whose_health_answers_503_is_restarted(cleanup_rig: Rig, tmp_path: Path) -> None:
+    """The main process lives, its workers died: /health answers 503. That is not running: the restart
+    runs its start command (here it brings the health endpoint up) instead of skipping."""
+    started_flag = tmp_path / "started"
+    main = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    health = Health(started_flag)
+    try:
+        svc = PidService(pid=main.pid, start=[sys.executable, "-c", f"open({str(started_flag)!r}, 'w')"],
+                         health_url=health.url)
+        target = CleanupTarget(host="test", service=svc, deadlines=dataclasses.replace(FAST, health_s=30.0),
+                               operator="tester")
+        result, note = await restart_phase(cleanup_rig.host, target, auto_consent(["restart"], "tester"),
+                                           cleanup_rig.session.publish, "restart", skip_if_running=True,
+                                           view=cleanup_rig.feed)
+    finally:
+        health.close()
+        main.kill()
+        main.wait()
+    assert result is not None and result.status == "done", note
+    assert started_flag.exists()
+    (preview,) = [p for p in cleanup_rig.of(StepPreview) if p.step == "restart"]
+    assert not preview.action.startswith("already running"), preview.action
+
+
+async def test_a_service_whose_health_answers_200_is_not_started_again(cleanup_rig: Rig, tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    health = Health(marker, always=200)
+    try:
+        svc = PidService(pidfile=str(tmp_path / "none.pid"),
+                         start=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"], health_url=health.url)
+        target = CleanupTarget(host="test", service=svc, deadlines=FAST, operator="tester")
+        result, note = await restart_phase(cleanup_rig.host, target, auto_consent(["restart"], "tester"),
+                                           cleanup_rig.session.publish, "restart", skip_if_running=True,
+                                           view=cleanup_rig.feed)
+    finally:
+        health.close()
+    assert result is not None and result.status == "skipped" and "answers 200" in note, note
+    assert not marker.exists()
+
+
+async def test_a_restart_while_the_gpus_hold_memory_says_so_and_the_policy_does_not_start_it(
+        cleanup_rig: Rig, tmp_path: Path) -> None:
+    """After an abort mid-transition the old service's processes still hold GPU memory: the preview names
+    them and asks to finish the cleanup first; the file's restart = yes does not cover that start."""
+    from kimitui.campaign.machine import policy_consent
+
+    holder = cleanup_rig.sim.start_holder(1, 30_000.0)
+    await cleanup_rig.settled({holder})
+    marker = tmp_path / "started"
+    svc = PidService(pidfile=str(tmp_path / "none.pid"), start=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+    target = CleanupTarget(host="test", service=svc, deadlines=FAST, operator="tester")
+    consent = policy_consent({"restart": "yes"}, None, "tester", lambda: False)
+    result, note = await restart_phase(cleanup_rig.host, target, consent, cleanup_rig.session.publish, "restart",
+                                       view=cleanup_rig.feed)
+    (preview,) = [p for p in cleanup_rig.of(StepPreview) if p.step == "restart"]
+    assert preview.action.startswith("GPU memory still held: GPUs 1 are not clean") and f"pid {holder}" in \
+        preview.action and "finish the cleanup first" in preview.action, preview.action
+    assert result is not None and result.status == "declined" and not marker.exists(), note
+    (answer,) = [c for c in cleanup_rig.of(Consent) if c.step == "restart"]
+    assert not answer.accepted and "finish the cleanup first" in answer.note

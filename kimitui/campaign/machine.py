@@ -30,6 +30,7 @@ from kimitui.cleanup.plan import CleanupTarget, Deadlines
 from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
 from kimitui.cleanup.services import ServiceManager
 from kimitui.cleanup.setup import UsageError, build_target, parse_gpus, parse_service
+from kimitui.cleanup.steps import GPUS_HELD
 from kimitui.core.campaign_events import CampaignControl, CampaignEnd, CampaignPlan
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.events import Event, LogLine, StepPreview
@@ -60,6 +61,11 @@ def policy_consent(policy: dict[str, str], ask: ConsentCallback | None, operator
         if aborting() and key != "abort_restart":
             return ConsentDecision(False, None, operator, "campaign aborted: the remaining steps are declined")
         answer = policy.get(key, "ask")
+        if answer == "yes" and preview.step == "restart" and preview.action.startswith(GPUS_HELD):
+            answer = "ask"  # the file's yes was for a start on free GPUs: one beside the old processes is asked
+            if ask is None:
+                return ConsentDecision(False, None, operator, f"campaign policy: {key} = yes covers a start on "
+                                       "free GPUs; they still hold memory: finish the cleanup first")
         if answer == "yes":
             return ConsentDecision(True, None, operator, f"campaign policy: {key} = yes")
         if answer == "no":
@@ -388,7 +394,7 @@ class Campaign:
         audit = self.audit_factory()
         try:
             await transition.restart_phase(self.target.host, target, self.consent, self.publish, title, audit=audit,
-                                           skip_if_running=True)
+                                           skip_if_running=True, view=self.feed)
         finally:
             audit.close()
         return self._phase_ok("restart")
