@@ -25,6 +25,7 @@ from kimitui.hosts.local import LocalHost
 from tests.campaign_rig import POLL_S, campaign_rig, small_config
 from tests.cleanup_support import make_sim
 from tests.faulty_server import Behavior, FaultyServer
+from tests.test_campaign_cli import kimitui, write_campaign
 from tests.test_cleanup import FAST, Rig
 
 
@@ -197,3 +198,46 @@ async def test_a_restart_while_the_gpus_hold_memory_says_so_and_the_policy_does_
     assert result is not None and result.status == "declined" and not marker.exists(), note
     (answer,) = [c for c in cleanup_rig.of(Consent) if c.step == "restart"]
     assert not answer.accepted and "finish the cleanup first" in answer.note
+
+
+# --- the preflight: a typo is found in the first second, before anything is recorded ---------------------
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"[cleanup]\n": '[cleanup]\ngpus = "0,99"\n'}, "[cleanup] gpus 0,99: demo (8 simulated GPUs) has no GPU 99 "
+                                                    "(it has GPUs 0-7)"),
+    ({'spec = "sim:vllm"': 'spec = "sim:vlm"'}, "[service] spec 'sim:vlm': sim:vlm: the simulated host demo has no "
+                                                "service 'vlm'"),
+])
+def test_the_campaign_preflight_refuses_a_typo_before_phase_1(tmp_path: Path, edit: dict[str, str],
+                                                             message: str) -> None:
+    done = kimitui(tmp_path, "campaign", str(write_campaign(tmp_path, **edit)), "--headless")
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (tmp_path / "data" / "kimitui" / "runs").exists()  # nothing recorded as started
+
+
+def test_a_valid_gpu_list_passes_the_preflight(tmp_path: Path) -> None:
+    path = write_campaign(tmp_path, **{"[cleanup]\n": '[cleanup]\ngpus = "0,1"\n',
+                                       "[campaign]\n": '[campaign]\nphases = ["macro"]\n'})
+    done = kimitui(tmp_path, "campaign", str(path), "--headless")
+    assert done.returncode == 0 and "campaign done" in done.stdout, done.stderr
+
+
+def test_a_headless_campaign_whose_phase_1_failed_exits_1_and_never_stops_the_service(tmp_path: Path) -> None:
+    path = write_campaign(tmp_path, **{'spec = "sim:vllm"': f'spec = "sim:vllm"\napi_url = "http://127.0.0.1:'
+                                                            f'{closed_port()}"'})
+    done = kimitui(tmp_path, "campaign", str(path), "--headless")
+    assert done.returncode == 1, done.stderr
+    assert "campaign FAILED: Phase 1" in done.stdout and "--continue-after-failure" in done.stdout
+    assert "phase cleanup started" not in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("gpus", ["99", "0,8"])
+def test_gpus_the_demo_does_not_have_are_a_usage_error(tmp_path: Path, gpus: str) -> None:
+    for argv in (["cleanup", "--host", "demo", "--gpus", gpus, "--dry-run"],
+                 ["bench", "micro", "--host", "demo", "--gpus", gpus]):
+        done = kimitui(tmp_path, *argv)
+        assert done.returncode == 2 and "demo has no GPU" in done.stderr and "(it has GPUs 0-7)" in done.stderr, \
+            done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "data" / "kimitui" / "runs").exists()

@@ -128,14 +128,14 @@ def printer(out: TextIO, as_json: bool, session: Any) -> Any:
 
 
 async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
-    from kimitui.campaign.machine import Campaign, CampaignHost
+    from kimitui.campaign.machine import Campaign, CampaignHost, preflight
     from kimitui.campaign.resume import ResumeError, plan_resume
     from kimitui.cleanup.audit import AuditLog
     from kimitui.cleanup.consent import current_operator
     from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
     from kimitui.core.runfile import RunWriter
     from kimitui.core.session import Session
-    from kimitui.targets import TargetError, open_target, record_session
+    from kimitui.targets import TargetError, host_gpus, open_target, record_session
     from kimitui.telemetry import TelemetrySource
 
     headless = bool(args.headless)
@@ -152,6 +152,8 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
                            remote_python=cfg.remote_python or None, gpus=gpus) as opened:
         target = CampaignHost(opened.host, opened.label, simulated=bool(opened.meta.get("simulated")),
                               sim_dir=opened.telemetry_args.get("sim_dir"), api_url=opened.meta.get("api_url") or "")
+        await preflight(cfg, target, list(resume.todo if resume is not None else cfg.phases),
+                        lambda: host_gpus(opened, cfg.sample_interval_s))
         if resume is not None:
             writer, dropped = RunWriter.reopen(resume.path)
             session = Session(writer)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kimitui.campaign import phases, probe, transition
@@ -48,6 +48,36 @@ class CampaignHost:
     sim_dir: str | None = None
     api_url: str = ""
     """The simulated host's server (a real host's comes from the campaign file)."""
+
+
+def campaign_service(cfg: CampaignConfig, simulated: bool, api_url: str) -> ServiceManager | None:
+    """The service the campaign stops and restarts (the simulated host's own by default there)."""
+    spec = cfg.service or ("sim:vllm" if simulated else "none")
+    health = cfg.health_url or None
+    if health is None and api_url and not spec.startswith("sim:"):
+        health = f"{api_url}/health"
+    try:
+        return parse_service(spec, health)
+    except UsageError as exc:
+        raise UsageError(f"{cfg.file}: [service] spec: {exc}") from None
+
+
+async def preflight(cfg: CampaignConfig, target: CampaignHost, todo: list[str], gpus_on_host: Callable[
+        [], Awaitable[list[int]]]) -> None:
+    """Before anything is recorded, what a typo in the file would otherwise show an hour in: the service
+    is on the host (looked up as the cleanup does), every GPU in scope exists. Raises UsageError (one line)."""
+    from kimitui.cleanup.services import ServiceNotFound
+    from kimitui.cleanup.setup import check_gpus
+
+    service = campaign_service(cfg, target.simulated, (cfg.api_url or target.api_url).rstrip("/"))
+    if service is not None and "cleanup" in todo:  # a resumed restart may find a pid service gone: it was stopped
+        try:
+            await service.locate(target.host)
+        except ServiceNotFound as exc:
+            raise UsageError(f"{cfg.file}: [service] spec {cfg.service or service.label!r}: {exc}") from None
+    wanted = parse_gpus(cfg.cleanup.gpus)
+    if wanted is not None:
+        check_gpus(wanted, await gpus_on_host(), target.label, f"{cfg.file}: [cleanup] gpus")
 
 
 def policy_consent(policy: dict[str, str], ask: ConsentCallback | None, operator: str,
@@ -117,14 +147,7 @@ class Campaign:
     # --- what the campaign works with -------------------------------------------------------------------
 
     def _service(self) -> ServiceManager | None:
-        spec = self.cfg.service or ("sim:vllm" if self.target.simulated else "none")
-        health = self.cfg.health_url or None
-        if health is None and self.api_url and not spec.startswith("sim:"):
-            health = f"{self.api_url}/health"
-        try:
-            return parse_service(spec, health)
-        except UsageError as exc:
-            raise UsageError(f"{self.cfg.file}: [service] spec: {exc}") from None
+        return campaign_service(self.cfg, self.target.simulated, self.api_url)
 
     def publish(self, event: Event) -> None:
         self.session.publish(event)
