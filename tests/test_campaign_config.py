@@ -129,3 +129,18 @@ def test_resume_of_a_file_that_is_not_a_run_is_one_line(tmp_path: Path, content:
     with pytest.raises(ResumeError) as caught:
         plan_resume(path, PHASES)
     assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize("content", [b'[campaign]\nname = "\xff"\n', b"macro = " + b"[" * 3000 + b"]" * 3000 + b"\n",
+                                     b"campaign = 5\n"])
+def test_the_command_says_it_in_one_line_exit_2(tmp_path: Path, content: bytes) -> None:
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.toml"
+    path.write_bytes(content)
+    done = subprocess.run([sys.executable, "-m", "kimitui", "campaign", str(path), "--headless"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, env={**os.environ, "XDG_DATA_HOME": str(tmp_path)})
+    assert done.returncode == 2 and done.stderr.startswith(f"kimitui campaign: {path}: "), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
