@@ -9,7 +9,10 @@
 # under $OUT/work/PART and a few lines to $OUT/summary.txt; everything is packed into $OUT/device-run.tgz.
 #   agent    scripts/device_agent_check.sh: the agent next to nvidia-smi, its classes, cost, release time
 #   watch    `kimitui watch --host local --json` beside a torch holder, against nvidia-smi
-#   cleanup  scripts/device_cleanup_demo.sh: a torch service tree freed by the real cleanup (recorded)
+#   cleanup  scripts/device_cleanup_demo.sh: a torch service tree freed by the real cleanup (recorded), its
+#            verdict timed against the driver's own release (NVML read every 1 ms)
+#   safety   scripts/device_safety.py: only the service is cleaned, another GPU holder only with `others`, a
+#            stand-in nvidia-persistenced and an NVML monitor spared, a worker whose name is not UTF-8 cleaned
 #   micro    scripts/device_micro.sh: the GEMM benchmark through the host program, fidelity, cancel
 #   loadgen  benchmarks/loadgen.py --quick --servers burst, client and server pinned to 2 cores
 #   campaign scripts/device_campaign.sh: the whole campaign headless against a stand-in for vLLM
@@ -63,12 +66,21 @@ EOF
 
 part_cleanup() {
   local d="$OUT/work/cleanup"; mkdir -p "$d"
-  OUT="$d" bash scripts/device_cleanup_demo.sh --gib 40 --hold-s 8 --after-s 4 > "$d/demo.log" 2>&1
+  OUT="$d" bash scripts/device_cleanup_demo.sh --gib 40 --hold-s 8 --after-s 4 --interval 0.05 > "$d/demo.log" 2>&1
   local rc=$?
   say "cleanup demo: rc $rc"
-  grep -E "consent|clean|monitor|CLEAN|signal ->|stuck" "$d/demo.log" | tail -12 >> "$OUT/summary.txt"
+  grep -E "consent|clean|monitor|CLEAN|signal ->|stuck|released" "$d/demo.log" | tail -12 >> "$OUT/summary.txt"
   [ -f "$d/cleanup-demo.jsonl" ] && gzip -f "$d/cleanup-demo.jsonl"
   # the headless CLI on a fresh tree: previews, consents, signals, verify
+  [ $rc -eq 0 ] || status=1
+}
+
+part_safety() {
+  local d="$OUT/work/safety"; mkdir -p "$d"
+  timeout 400 $PY scripts/device_safety.py --out "$d" --gib 8 > "$d/run.log" 2>&1
+  local rc=$?
+  say "safety: rc $rc"
+  cat "$d/safety.txt" >> "$OUT/summary.txt" 2>/dev/null
   [ $rc -eq 0 ] || status=1
 }
 
