@@ -1392,6 +1392,13 @@ def read_regular_file(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
+def _say_failed(exc: BaseException) -> None:
+    try:
+        log("error", f"request thread failed: {_err(exc)}")
+    except (BrokenPipeError, ValueError):  # the channel is gone
+        pass
+
+
 class Pool:
     """Threads for requests: each request runs on an idle thread, or on a new one when none is idle, so a
     request that waits (a read that blocks, a service command) never delays another. A thread idle for
@@ -1406,9 +1413,13 @@ class Pool:
         self.lock = threading.Lock()
         self.idle = 0
         """Threads waiting for a job, less the jobs queued for them."""
+        self.pending = 0
+        """Jobs submitted and not finished."""
+        self.done = threading.Condition(self.lock)
 
     def submit(self, fn: Any, *args: Any) -> None:
         with self.lock:
+            self.pending += 1
             self.jobs.put((fn, args))
             if self.idle > 0:
                 self.idle -= 1
@@ -1427,9 +1438,28 @@ class Pool:
                         self.idle -= 1
                         return
                 continue  # a job was queued for this thread meanwhile
-            fn(*args)
+            try:
+                fn(*args)
+            except Exception as exc:  # answer() replies to every error of a request: this is the agent's own
+                _say_failed(exc)
+            finally:
+                with self.lock:
+                    self.pending -= 1
+                    self.done.notify_all()
             with self.lock:
                 self.idle += 1
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Until every submitted job has finished, or TIMEOUT seconds (a read that blocks is not waited on
+        for ever): whether they all finished."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while self.pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.done.wait(left)
+        return True
 
 
 class Lane(threading.Thread):
@@ -1767,6 +1797,8 @@ class Agent:
         deadline = time.monotonic() + grace + 2.0
         for w in live:
             w.exited.wait(max(0.0, deadline - time.monotonic()))
+        # requests read before the end are answered (a signal sent is sent), unless one is stuck
+        self.pool.wait_idle(max(0.5, deadline - time.monotonic()))
 
 
 def parse_args(argv: list[str]) -> Any:
