@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -116,9 +117,10 @@ def cut_name_sleeper(kids: Kids) -> subprocess.Popen[bytes]:
 
 
 def odd_exe_sleeper(kids: Kids, tmp: Path) -> subprocess.Popen[bytes]:
-    link = os.path.join(os.fsencode(tmp), b"\xff\xfe")
-    os.symlink(b"/bin/sleep", link)
-    proc = kids.start([link, "600"])
+    """sleep, copied to a file named with the bytes \\xff\\xfe: its name, argv[0] and exe are all them."""
+    exe = os.path.join(os.fsencode(tmp), b"\xff\xfe")
+    shutil.copy(b"/bin/sleep", exe)
+    proc = kids.start([exe, "600"])
     # exec'd once its name is the link's (before that it is the forked python's)
     assert wait_until(lambda: kernel_comm(proc.pid) == b"\xff\xfe", 15.0), "the symlinked sleep did not start"
     return proc
@@ -158,6 +160,7 @@ async def test_names_that_are_not_utf8_are_visible_with_their_start_time(
     scan = {p["pid"]: p for p in (await host.scan_processes())["procs"]}
     assert scan[cut.pid]["start"] == true_start(cut.pid) and scan[odd.pid]["start"] == true_start(odd.pid)
     assert scan[odd.pid]["cmdline"] == os.fsdecode(tmp_path) + "/\\xff\\xfe 600"
+    assert scan[odd.pid]["exe"] == os.fsdecode(tmp_path) + "/\\xff\\xfe"
     local = read_stat(cut.pid)  # the helper kimitui itself uses (start_time_of, the sim host's teardown)
     assert local is not None and local.comm == KEPT.decode("utf-8", "backslashreplace")
 
@@ -203,13 +206,12 @@ async def test_a_cleanup_kills_holders_whose_names_are_not_utf8_and_the_gpus_ver
         by_pid = {p.pid: p for p in sample.procs}
         assert by_pid[holder.pid].visible and by_pid[holder.pid].start_time == true_start(holder.pid)
         assert by_pid[stray.pid].visible and by_pid[stray.pid].start_time == true_start(stray.pid)
-        report = await rig.executor(auto_consent(["graceful", "process", "device"])).run()
+        report = await rig.executor(auto_consent(["graceful", "process", "others", "device"])).run()
         res = results(rig)
-        process = next(p for p in rig.of(StepPreview) if p.step == "process")
-        device = next(p for p in rig.of(StepPreview) if p.step == "device")
-        assert [t.pid for t in process.targets] == [holder.pid], res
-        assert [t.pid for t in device.targets] == [stray.pid], res
-        assert [s.signal for s in rig.signals(holder.pid)] == ["SIGTERM", "SIGKILL"]
+        others = next(p for p in rig.of(StepPreview) if p.step == "others")  # no service: whatever holds them
+        assert {t.pid for t in others.targets} == {holder.pid, stray.pid}, res
+        assert [s.signal for s in rig.signals(holder.pid)] == ["SIGTERM", "SIGKILL"]  # it ignores SIGTERM
+        assert [s.signal for s in rig.signals(stray.pid)] == ["SIGTERM", "SIGKILL"]
         assert report.clean and report.verification is not None and report.verification.clean
         assert holder.wait(10) == -9 and stray.wait(10) != 0
     finally:

@@ -26,7 +26,7 @@ PRINTED = frozenset({"phase_start", "phase_end", "campaign_plan", "campaign_cont
                      "macro_point", "micro_end", "topology"})
 """What a headless campaign prints (samples, progress and per-request records go to the run file only)."""
 
-STEPS_ASKED = {"cleanup": ("drain", "graceful", "process", "device", "reset", "abort_restart"),
+STEPS_ASKED = {"cleanup": ("drain", "graceful", "process", "others", "device", "reset", "abort_restart"),
                "restart": ("restart",)}
 """The consents each phase may ask for."""
 

@@ -17,7 +17,7 @@ from kimitui.core.campaign_events import CAMPAIGN_PHASES
 if TYPE_CHECKING:
     from kimitui.bench.macro.config import MacroConfig
 
-CONSENT_STEPS = ("drain", "graceful", "process", "device", "reset", "restart", "abort_restart")
+CONSENT_STEPS = ("drain", "graceful", "process", "others", "device", "reset", "restart", "abort_restart")
 """The steps the consent policy answers; ``abort_restart`` is the restart offered after an abort."""
 ANSWERS = ("ask", "yes", "no")
 
@@ -289,6 +289,7 @@ spec = "sim:vllm"
 drain = "yes"
 graceful = "yes"
 process = "yes"
+others = "yes"
 device = "yes"
 reset = "no"
 restart = "yes"
@@ -349,8 +350,9 @@ api_url = "http://gpu-node-01:8000" # the OpenAI-compatible server: the macro sw
 # Per step: "ask" (a modal in the dashboard; refused by --headless unless --yes/--no answers it), "yes", "no".
 drain = "ask"           # wait for the requests running and waiting on the server before the graceful stop
 graceful = "ask"        # the service manager's stop
-process = "ask"         # SIGTERM then SIGKILL what is left of the service and what NVML lists on the GPUs
-device = "ask"          # the same for any CUDA-context holder of the GPUs
+process = "ask"         # SIGTERM then SIGKILL what is left of the service (its processes as identified at the start)
+others = "ask"          # the same for what holds the GPUs and is not the service (another user's job, a notebook)
+device = "ask"          # the same for the CUDA-context holders of the GPUs left (not the service's: only after others)
 reset = "no"            # nvidia-smi --gpu-reset, offered only when nothing holds a GPU that is still not clean
 restart = "ask"         # start the service again after Phase 3
 abort_restart = "ask"   # after an abort (or a transition that did not free the GPUs): restart the service

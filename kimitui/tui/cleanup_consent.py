@@ -24,8 +24,9 @@ from kimitui.tui import fmt
 
 STEP_TITLES = {
     "graceful": "graceful stop: the service's own stop, then wait for its processes",
-    "process": "process kill: what is left of the service, and every process NVML lists on the GPUs",
-    "device": "device kill: the CUDA-context holders of the GPUs left",
+    "process": "process kill: what is left of the service's processes identified when the cleanup began",
+    "others": "on the GPUs, not the service: the other processes holding the GPUs, asked for apart",
+    "device": "device kill: the CUDA-context holders of the GPUs left (not the service's only after others)",
     "reset": "GPU reset: no holder is left but the memory is not back",
     "restart": "restart the service and wait until it answers",
 }

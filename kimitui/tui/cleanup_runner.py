@@ -85,7 +85,7 @@ class CleanupRunner:
             if not fut.done():
                 fut.set_result(decision or ConsentDecision(False, None, self.operator, "dismissed"))
 
-        steps = [s for s in ("graceful", "process", "device") if s in STEPS]
+        steps = [s for s in ("graceful", "process", "others", "device") if s in STEPS]
         position = f"step {steps.index(preview.step) + 1} of {len(steps)}" if preview.step in steps else ""
         self.modal = ConsentScreen(preview, self.operator, position, self.session.state)
         self.app.push_screen(self.modal, callback=done)

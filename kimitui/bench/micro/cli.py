@@ -173,7 +173,7 @@ async def free_simulated_gpus(opened: Any, feed: Any, publish: Any, sample: Any,
     return await free_before_micro(sample, gpus, feed, transition, say, threshold_mib)
 
 
-FREE_STEPS = ("graceful", "process", "device")
+FREE_STEPS = ("graceful", "process", "others", "device")
 """The steps consented to on a simulated host before the micro phase."""
 
 
