@@ -105,6 +105,37 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
         await host.close()
 
 
+async def host_gpus(opened: OpenedHost, interval: float = 0.5, timeout: float = 30.0) -> list[int]:
+    """The GPU indexes of the host's first telemetry sample, taken before anything is recorded (a command
+    checks its ``--gpus`` against them). The stream is stopped after it; the command's own starts afresh."""
+    from kimitui.core.events import ConnectionState, HostSample
+    from kimitui.telemetry import TelemetrySource
+
+    source = TelemetrySource(opened.host, interval, **opened.telemetry_args)
+    events = source.events()
+    found: list[int] | None = None
+
+    async def first() -> None:
+        nonlocal found
+        async for ev in events:
+            if isinstance(ev, HostSample) and found is None:
+                found = sorted(g.index for g in ev.gpus)
+                source.stop()  # the stream ends at its next line: the agent is told to stop sampling
+            elif isinstance(ev, ConnectionState) and ev.state == "failed":
+                raise TargetError(ev.detail or f"{opened.host.name}: no telemetry")
+
+    try:
+        await asyncio.wait_for(first(), timeout)
+    except TimeoutError:
+        if found is None:
+            raise TargetError(f"{opened.host.name}: no telemetry sample within {timeout:g}s") from None
+    finally:
+        source.stop()
+        await events.aclose()
+    assert found is not None
+    return found
+
+
 def record_session(host: str, meta: dict[str, Any]) -> Session:
     """A session recorded to a new run file, its path said on stderr."""
     session = recorded_session(host, meta=meta)

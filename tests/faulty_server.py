@@ -342,9 +342,11 @@ async def _main(argv: list[str]) -> None:
     p.add_argument("--burst", action="store_true")
     p.add_argument("--yield-chunks", action="store_true")
     p.add_argument("--stamp", action="store_true", help="stamp each token chunk with its send time")
+    p.add_argument("--status", type=int, help="answer every completion with this HTTP status (mode status)")
     a = p.parse_args(argv)
     srv = FaultyServer(Behavior(interval_s=a.interval, tokens_per_chunk=a.tokens_per_chunk, burst=a.burst,
-                                yield_chunks=a.yield_chunks, stamp=a.stamp), port=a.port)
+                                yield_chunks=a.yield_chunks, stamp=a.stamp, mode="status" if a.status else "ok",
+                                status=a.status or 500), port=a.port)
     srv.stats.keep_bodies = False
     await srv.start()
     print(f"PORT {srv.port}", flush=True)

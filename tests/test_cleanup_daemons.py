@@ -78,7 +78,8 @@ async def test_the_persistence_daemon_is_spared_with_the_reason_and_an_argv_impo
 
     report = await rig.executor(tick_everything, deadlines=SHORT_VERIFY).run()
     assert alive(daemon) and not alive(impostor)
-    process_preview = next(p for p in rig.of(StepPreview) if p.step == "process")
+    # no service named: both holders are "others", previewed under their own consent
+    process_preview = next(p for p in rig.of(StepPreview) if p.step == "others")
     assert [t.pid for t in process_preview.targets] == [impostor]
     spared = {s.pid: s for s in process_preview.spared}
     assert "the host's own daemon: the NVIDIA persistence daemon" in spared[daemon].reason
@@ -90,7 +91,7 @@ async def test_the_persistence_daemon_is_spared_with_the_reason_and_an_argv_impo
     assert [s.signal for s in rig.signals(impostor)] == ["SIGTERM"]
     # its memory keeps the GPU from being clean: said, and no reset is offered over a holder left
     assert not report.clean and {h.pid for h in report.verification.holders_left} == {daemon}
-    assert results(rig)["process"].status == "done"
+    assert results(rig)["others"].status == "done"
     # the run file keeps the executable (a replay shows the same preview)
     lines = [decode(line) for line in rig.run_path.read_text().splitlines()[1:]]
     assert any(isinstance(e, StepPreview) and any(s.exe == read_exe(daemon) for s in e.spared) for e in lines)
@@ -98,10 +99,10 @@ async def test_the_persistence_daemon_is_spared_with_the_reason_and_an_argv_impo
 
 async def test_an_x_server_handle_is_not_an_optional_monitor(rig: Rig, sim: SimDir, tmp_path: Path) -> None:
     xorg = start_daemon(sim, tmp_path, name="Xorg")
-    stray = sim.start_ready("stray", "1")  # a CUDA context: the device step previews, handles listed spared
+    stray = sim.start_ready("stray", "1")  # a CUDA context, not the service: the others step previews it
     await rig.settled({xorg, stray})
     await rig.executor(tick_everything, deadlines=SHORT_VERIFY).run()
-    device_preview = next(p for p in rig.of(StepPreview) if p.step == "device")
+    device_preview = next(p for p in rig.of(StepPreview) if p.step == "others")
     reason = {s.pid: s.reason for s in device_preview.spared}[xorg]
     assert reason.startswith("protected: the host's own daemon: the X server"), reason
     assert [t.pid for t in device_preview.targets] == [stray] and not alive(stray)
@@ -162,8 +163,10 @@ async def test_the_simulated_host_can_run_a_persistence_daemon_that_the_cleanup_
         finally:
             source.stop()
             await feed.stop()
-        device = next(e for e in events if isinstance(e, StepPreview) and e.step == "device")
-        assert [t.pid for t in device.targets] == [host.stray_proc.pid]
+        device = next(e for e in events if isinstance(e, StepPreview) and e.step == "others")
+        # no service named: the simulated vLLM's processes and the stray are all "others"; the daemon is not
+        assert host.stray_proc.pid in {t.pid for t in device.targets}
+        assert daemon.pid not in {t.pid for t in device.targets}
         assert "the NVIDIA persistence daemon" in {r.pid: r.reason for r in device.spared}[daemon.pid]
         assert report.clean and sim_alive(daemon) and not sim_alive(host.stray_proc)
         assert all(s.outcome == "refused" for s in events if isinstance(s, SignalSent) and s.pid == daemon.pid)

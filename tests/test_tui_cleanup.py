@@ -461,7 +461,9 @@ async def test_restart_of_a_running_service_says_so_before_asking(tmp_path: Path
         before = set(lv.host.worker_holders().values())
         await lv.pilot.press("R")
         screen = await modal(lv, "restart")
-        assert screen.preview.action.startswith("already running: sim vllm has live processes")
+        # judged by its health endpoint (a live main pid whose workers died would answer 503: not running)
+        assert screen.preview.action.startswith(f"already running: sim vllm is up ({lv.host.api_url}/health "
+                                                "answers 200)")
         title = str(screen.query_one("#consent-title").render())
         assert "ALREADY RUNNING" in title
         assert not screen.query("#consent-targets") and "SimHost" not in screen.preview.action

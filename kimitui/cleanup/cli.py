@@ -241,7 +241,8 @@ def _service(args: argparse.Namespace, meta: dict[str, Any]) -> ServiceManager |
 async def _cleanup(args: argparse.Namespace) -> int:
     from kimitui.cleanup.audit import AuditLog
     from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
-    from kimitui.targets import TargetError, new_session, open_target
+    from kimitui.cleanup.setup import check_gpus
+    from kimitui.targets import TargetError, host_gpus, new_session, open_target
     from kimitui.telemetry import TelemetrySource
 
     if not 0.1 <= args.interval <= 10:
@@ -263,6 +264,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 found = await service.locate(host)
             except ServiceNotFound as exc:
                 raise UsageError(str(exc)) from None
+        if gpus is not None:  # a GPU the host does not have: a usage error, before the session
+            check_gpus(gpus, await host_gpus(opened, args.interval), host.name)
         session = new_session(opened, "cleanup")
 
         def started(ticks: int | None) -> str:  # on the host's clock, as its latest sample gives it

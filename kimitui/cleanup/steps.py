@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import signal as signal_mod
+import time
 from collections.abc import Awaitable, Callable
 
 from kimitui.cleanup.consent import OPTIONAL
@@ -21,11 +22,11 @@ from kimitui.cleanup.plan import (
 )
 from kimitui.cleanup.reset_prep import Change, prepare
 from kimitui.cleanup.safety import Candidate
-from kimitui.cleanup.services import PidService
+from kimitui.cleanup.services import PidService, ServiceManager
 from kimitui.cleanup.waits import poll_until
 from kimitui.core.events import GpuVerdict, HostCommand, HostSample, StepPreview, StepResult, Verification
 from kimitui.core.procdisplay import command_gist
-from kimitui.hosts.base import HostError, OutcomeUnknown
+from kimitui.hosts.base import Host, HostError, OutcomeUnknown
 
 NO_SERVICE_ACTION = ("no service (none chosen): nothing is stopped gracefully; the others step frees the GPUs "
                      "in scope of whatever holds them, previewed as not the service")
@@ -413,6 +414,46 @@ async def health_ok(ex: StepContext, url: str) -> bool:
 
 ALREADY_RUNNING = "already running"
 """How a restart preview starts when the service is up: starting it again would fail."""
+GPUS_HELD = "GPU memory still held"
+"""How a restart preview starts when the GPUs in scope still hold memory (a cleanup cut short): a service
+started beside the old processes would not get its memory; finish the cleanup first."""
+
+
+async def service_up(host: Host, svc: ServiceManager) -> tuple[bool, str]:
+    """(up, how it was judged). Up is the health endpoint answering 2xx, when the service has one: a main
+    process alive whose workers died answers 503 and is not up. Without one, live processes are."""
+    url = svc.health_url_on(host)
+    if url:
+        try:
+            status = await host.http_get(url, timeout=2.0)
+        except HostError as exc:
+            return False, f"{url} cannot be reached ({exc})"
+        if status is not None and 200 <= status < 300:
+            return True, f"{url} answers {status}"
+        return False, f"{url} answers {status}" if status is not None else f"{url} does not answer"
+    try:
+        active = await svc.is_active(host)
+    except HostError as exc:
+        return False, f"its processes cannot be looked up ({exc})"
+    return active, "it has live processes" if active else "it has no live process"
+
+
+async def memory_held(ex: StepContext) -> str | None:
+    """What still holds memory on the GPUs in scope, from a sample taken now (None: nothing, or no
+    telemetry to tell)."""
+    try:
+        sample = await ex.sample(after=time.monotonic())
+    except TimeoutError:  # ViewTimeout: no telemetry (a restart on its own, no view given)
+        return None
+    scope = ex.target.scope(sample)
+    holders = [f"pid {p.pid} {command_gist(p.cmdline)[:40]} ({sum(p.gpu_mem_mib.get(i, 0.0) for i in scope):,.0f} "
+               f"MiB)" for p in sample.procs if any(p.gpu_mem_mib.get(i, 0.0) > 0 for i in scope)]
+    busy = [g.index for g in sample.gpus if g.index in scope and not ex.target.clean.gpu_clean(g)]
+    if not holders and not busy:
+        return None
+    where = f"GPUs {gpu_list(busy)} are not clean" if busy else "the GPUs in scope"
+    return f"{where}" + (f"; held by {', '.join(holders[:3])}" + (f" and {len(holders) - 3} more"
+                                                                  if len(holders) > 3 else "") if holders else "")
 
 
 async def restart(ex: StepContext) -> StepResult:
@@ -424,14 +465,15 @@ async def restart(ex: StepContext) -> StepResult:
     if start is None:
         return ex.result("restart", "skipped", f"{svc.label}: no start command", started)
     url = svc.health_url_on(ex.host)
-    try:
-        running = await svc.is_active(ex.host)
-    except HostError:
-        running = False
+    running, how = await service_up(ex.host, svc)
+    held = None if running else await memory_held(ex)
     wait = f"then poll {url} until it answers 200" if url else "then wait until it is active"
     if running:
-        action = (f"{ALREADY_RUNNING}: {svc.label} has live processes, so a start would fail; decline, or free "
+        action = (f"{ALREADY_RUNNING}: {svc.label} is up ({how}), so a start would fail; decline, or free "
                   f"the GPUs first. Confirming tries anyway: {start}, {wait}")
+    elif held:
+        action = (f"{GPUS_HELD}: {held}: finish the cleanup first (decline, then free the GPUs); a start beside "
+                  f"them would not get its memory. Confirming tries anyway: {start}, {wait}")
     else:
         action = f"{svc.label}: {start}, {wait}"
     confirmed = await ex.ask("restart", action, [], [])
