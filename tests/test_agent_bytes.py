@@ -1,6 +1,6 @@
 """Processes whose names are not UTF-8, seen by the real agent: a name the kernel cut mid-character
-(prctl(PR_SET_NAME) keeps 15 bytes) and a program exec'd through a symlink whose name is the bytes \\xff\\xfe.
-They are visible with their start time, their names shown with visible escapes, and a real cleanup on a
+(prctl(PR_SET_NAME) keeps 15 bytes) and a program whose file (or a symlink exec'd) is named with the bytes
+\\xff\\xfe. They are visible with their start time, their names shown with visible escapes, and a real cleanup on a
 simulated driver cleans them and the GPUs verify. The micro workers' /proc/self/stat parse takes them too."""
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from tests.test_cleanup import Rig, results
 REPO = Path(__file__).resolve().parent.parent
 CUT_NAME = "ab日本語ワーカー".encode()  # 23 bytes: the kernel keeps 15, cutting the 6th character after 2 bytes
 KEPT = CUT_NAME[:15]
-ODD_EXE = os.fsdecode(b"\xff\xfe")
 
 NAMED = r"""
 import ctypes, runpy, sys
