@@ -144,7 +144,7 @@ async def test_read_file(host: LocalHost, tmp_path: Path) -> None:
     assert await host.read_file(f"/proc/{os.getpid()}/cmdline") == Path(f"/proc/{os.getpid()}/cmdline").read_bytes()
     with pytest.raises(FileNotFoundError):
         await host.read_file(str(tmp_path / "absent"))
-    with pytest.raises(HostError, match="Is a directory"):
+    with pytest.raises(HostError, match="not a regular file: a directory"):
         await host.read_file(str(tmp_path))
     with pytest.raises(RequestFailed) as err:
         await host.request("read_file", {"path": str(f), "max_bytes": 10})

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kimitui.core.events import ConnectionState, Event, GpuSample, HostSample, LogLine, ProcSample
+from kimitui.hosts.agent import line_tag
 from kimitui.hosts.base import Channel, Host, HostError
 from kimitui.hosts.local import LocalHost
 from kimitui.telemetry import TelemetrySource, parse_agent_line, probe_host
@@ -98,9 +99,13 @@ class ScriptedChannel:
         self.out.put_nowait(HELLO)
         self.requests: list[dict[str, Any]] = []
         self.closed = False
+        self.tag = b"{"
 
     def write(self, data: bytes) -> None:
-        if data[:1].isdigit():  # the bootstrap's payload (length-prefixed source), not a request
+        if data[:1].isdigit():  # the bootstrap's payload (length and token, then the source), not a request
+            header = data.split(b"\n", 1)[0].split()
+            if len(header) > 1:
+                self.tag = line_tag(header[1].decode())  # what each line of the agent starts with
             return
         for raw in data.splitlines():
             req = json.loads(raw)
@@ -130,7 +135,8 @@ class ScriptedChannel:
             raise item
         if item == HANG:
             await asyncio.Event().wait()
-        return (item + "\n").encode()
+        raw = item.encode()
+        return (self.tag + raw[1:] if raw.startswith(b"{") else raw) + b"\n"
 
     async def wait_exit(self, timeout: float) -> int | None:
         return 0

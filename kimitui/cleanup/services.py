@@ -356,6 +356,10 @@ class PidService(ServiceManager):
         return int(signal.SIGTERM)
 
 
+PIDFILE_MAX_BYTES = 64 * 1024
+"""A pidfile holds one number: a larger file is not a pidfile and is not read in full."""
+
+
 def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
@@ -398,7 +402,7 @@ async def stale_pidfile(host: Host, path: str, pid: int, start_ticks: int) -> st
 
 async def _read_pidfile(host: Host, path: str, what: str) -> tuple[int | None, str | None]:
     try:
-        text = (await host.read_file(path)).decode(errors="replace").strip()
+        text = (await host.read_file(path, max_bytes=PIDFILE_MAX_BYTES)).decode(errors="replace").strip()
     except FileNotFoundError:
         return None, f"{what} not found on {host.name}"
     except (OSError, HostError) as exc:

@@ -5,8 +5,9 @@ run there through BOOTSTRAP (the caller side, at the top of this file, never run
 kimitui imports this module for the few /proc helpers it shares with the host side (read_stat,
 start_time_of, ancestry, guarded_signal): /proc/PID/stat is parsed here and nowhere else.
 
-One channel: requests come in on stdin, everything goes out on stdout, one JSON object a line, ``t`` and
-``type`` first. The agent exits when its stdin closes (the caller is gone), ending its workers first.
+One channel: requests come in on stdin, everything goes out on stdout, one JSON object a line, ``k`` (the
+token the caller sent with the source: only lines that start with it are the agent's), ``t`` and ``type``
+first. The agent exits when its stdin closes (the caller is gone), ending its workers first.
 
 Out (stdout):
   hello        {agent_pid, start_time, protocol, python, executable, host, user, uid, ancestors}   once, first;
@@ -19,7 +20,9 @@ Out (stdout):
   worker_exit  {worker, returncode, cancelled, stderr_tail}   after the worker's last line
 
 In (stdin): {"id": N, "op": OP, ...fields}. Error kinds: bad_request, not_found, permission, timeout,
-nodriver, error. Ops (a request is answered once and never repeated by the caller):
+nodriver, not_regular, too_large, error. Ops (a request is answered once and never repeated by the caller;
+each runs on a thread of the pool as it comes, so a slow one never delays another; probe, sample and
+sample_stop run one after another in the order they came):
   ping           -                                       -> {agent_pid}
   probe          SOURCE                                  -> {source, driver, gpus} (nodriver: the reasons)
   sample         SOURCE, interval, scan_interval, count  -> as probe; samples follow until sample_stop
@@ -27,7 +30,9 @@ nodriver, error. Ops (a request is answered once and never repeated by the calle
   scan           -                      -> {self_pid, uid, user, ancestors, procs: [{pid, ppid, state,
                                             start, uid, user, cmdline, exe}]}
   stat           pids                   -> {procs: {"PID": [start time, state]}} (gone pids left out)
-  read_file      path, max_bytes        -> {data (base64), size}
+  read_file      path, max_bytes        -> {data (base64), size}; a regular file only (kind not_regular:
+                                           a FIFO, device or directory, refused without waiting on it);
+                                           kind too_large past max_bytes
   signal         pid, start_time, sig   -> {outcome: sent|gone|mismatch|refused|error, detail}; refused
                                            for PID 1, kernel threads, the agent and its ancestors
   run            argv, timeout, stdin (base64), env, cwd   -> {rc, stdout, stderr}; in its own process
@@ -64,6 +69,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 MIB = 1048576.0
+_TOKEN_RE = re.compile(r"[0-9a-f]*\Z")
 PROTOCOL = 2
 MIN_PYTHON = (3, 8)
 OLD_PYTHON_EXIT = 5
@@ -72,13 +78,6 @@ OLD_PYTHON_EXIT = 5
 
 _BOOTSTRAP = (
     "import os,sys\n"
-    "v=sys.version_info\n"
-    "if v<(%d,%d):\n"
-    " import json\n"
-    " sys.stdout.write(json.dumps({'t':0,'type':'fatal','message':'python %%d.%%d.%%d at %%s is too old: "
-    "the kimitui agent needs python >= %d.%d'%%(v[0],v[1],v[2],sys.executable)})+'\\n')\n"
-    " sys.stdout.flush()\n"
-    " sys.exit(%d)\n"
     "def rd(n):\n"
     " b=b''\n"
     " while len(b)<n:\n"
@@ -88,10 +87,21 @@ _BOOTSTRAP = (
     " return b\n"
     "h=b''\n"
     "while not h.endswith(b'\\n'):h+=rd(1)\n"
-    "src=rd(int(h))\n"
+    "h=h.split()\n"
+    "k=h[1].decode('ascii') if len(h)>1 else ''\n"
+    "v=sys.version_info\n"
+    "if v<(%d,%d):\n"
+    " import json\n"
+    " sys.stdout.write((k and '{\"k\":\"'+k+'\",' or '{')+json.dumps({'t':0,'type':'fatal','message':"
+    "'python %%d.%%d.%%d at %%s is too old: the kimitui agent needs python >= %d.%d'%%(v[0],v[1],v[2],"
+    "sys.executable)})[1:]+'\\n')\n"
+    " sys.stdout.flush()\n"
+    " sys.exit(%d)\n"
+    "src=rd(int(h[0]))\n"
     "import types\n"
     "m=types.ModuleType('__main__')\n"
     "m.__dict__['__builtins__']=__builtins__\n"
+    "m.__dict__['_KIMITUI_TOKEN']=k\n"
     "sys.modules['__main__']=m\n"
     "sys.argv=['kimitui-agent']+sys.argv[1:]\n"
     "exec(compile(src,'kimitui-agent','exec'),m.__dict__)\n"
@@ -99,10 +109,10 @@ _BOOTSTRAP = (
 
 
 def bootstrap(min_python: tuple[int, int] = MIN_PYTHON) -> str:
-    """Run as ``python3 -u -c BOOTSTRAP ARGS``: checks the python's version first (in syntax any python
-    parses, so a too-old one says so in one line), reads ``<length>\\n<source>`` from stdin (unbuffered, so
-    no byte past the source is consumed), then runs the source as the __main__ module; the rest of stdin
-    is the request channel."""
+    """Run as ``python3 -u -c BOOTSTRAP ARGS``: reads ``<length> <token>\\n`` from stdin (unbuffered, so no
+    byte past what it needs is consumed), checks the python's version (in syntax any python parses, so a
+    too-old one says so in one line, tagged with the token), reads the source, then runs it as the __main__
+    module with the token; the rest of stdin is the request channel."""
     return _BOOTSTRAP % (min_python[0], min_python[1], min_python[0], min_python[1], OLD_PYTHON_EXIT)
 
 
@@ -114,10 +124,20 @@ def agent_source() -> bytes:
         return fh.read()
 
 
-def agent_payload() -> bytes:
-    """What to write to the bootstrap's stdin: the length-prefixed agent source."""
+def agent_payload(token: str = "") -> bytes:
+    """What to write to the bootstrap's stdin: the length-prefixed agent source, and the token (hex) the
+    agent starts each line it writes with (none: lines untagged)."""
+    if not _TOKEN_RE.match(token):
+        raise ValueError(f"the agent's token must be hex digits, not {token!r}")
     src = agent_source()
-    return b"%d\n" % len(src) + src
+    return (b"%d %s\n" % (len(src), token.encode("ascii")) if token else b"%d\n" % len(src)) + src
+
+
+def line_tag(token: str) -> bytes:
+    """How every line of an agent started with TOKEN begins: ``{"k":"TOKEN",`` then the rest of its JSON
+    object. Nothing but the agent knows the token (it came on the agent's stdin), so a line a login shell
+    or a process it left behind prints is told apart by its first bytes."""
+    return b'{"k":"%s",' % token.encode("ascii")
 
 
 def agent_command(python: str = "python3", extra: tuple[str, ...] = (),
@@ -132,19 +152,42 @@ ProcStat = namedtuple("ProcStat", "pid comm state ppid pgrp session start_time")
 """/proc/PID/stat fields 1-6 and 22 (start time: clock ticks after boot; with the pid, a process's identity)."""
 
 
-def parse_stat(text: str) -> ProcStat:
-    """Parse /proc/PID/stat; the command name may hold spaces and ')', so split at the last ')'."""
-    head, _, rest = text.rpartition(")")
-    pid_s, _, comm = head.partition(" (")
+STAT_MAX_BYTES = 4096
+"""/proc/PID/stat is one line of 52 numbers and a name of at most 15 bytes (64 for a kernel thread)."""
+PROC_MAX_BYTES = 1 << 20
+"""The most read of /proc/PID/status, cmdline, cgroup: a cmdline longer than this (ARG_MAX allows 2 MiB) is
+cut, never waited on in full."""
+MAPS_MAX_BYTES = 64 << 20
+
+
+def wire_text(raw: bytes) -> str:
+    """Bytes from /proc (a name, a command line, a path: whatever the process or the kernel put there) as
+    text for the wire: UTF-8 where it is, each byte that is not shown as a visible ``\\xNN`` escape (the
+    kernel cuts a name at 15 bytes, mid-character; argv can be any bytes)."""
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def read_bounded(path: str, limit: int) -> bytes:
+    """At most LIMIT bytes of a /proc file (or any regular file): OSError when it cannot be read."""
+    with open(path, "rb") as fh:
+        return fh.read(limit)
+
+
+def parse_stat(data: bytes | str) -> ProcStat:
+    """Parse /proc/PID/stat (bytes: the name is whatever the process set, cut at 15 bytes, so it need not
+    be UTF-8); the name may hold spaces and ')', so split at the last ')'."""
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    head, _, rest = raw.rpartition(b")")
+    pid_s, _, comm = head.partition(b" (")
     f = rest.split()
-    return ProcStat(int(pid_s), comm, f[0], int(f[1]), int(f[2]), int(f[3]), int(f[19]))
+    return ProcStat(int(pid_s), wire_text(comm), f[0].decode("ascii", "replace"), int(f[1]), int(f[2]),
+                    int(f[3]), int(f[19]))
 
 
 def read_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:
     """The process's stat, or None when it is gone (zombies are returned, state Z)."""
     try:
-        with open(f"{proc_root}/{pid}/stat") as fh:
-            return parse_stat(fh.read())
+        return parse_stat(read_bounded(f"{proc_root}/{pid}/stat", STAT_MAX_BYTES))
     except (OSError, ValueError, IndexError):
         return None
 
@@ -278,9 +321,10 @@ def guarded_signal(pid: int, start_time: int, sig: int, proc_root: str = "/proc"
 
 # --- /proc parsers ------------------------------------------------------------------------------------
 
-def parse_status_uid(text: str) -> int | None:
-    for line in text.splitlines():
-        if line.startswith("Uid:"):
+def parse_status_uid(data: bytes | str) -> int | None:
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    for line in raw.splitlines():
+        if line.startswith(b"Uid:"):
             return int(line.split()[1])
     return None
 
@@ -292,8 +336,9 @@ _CONTAINER_RES = (
 )
 
 
-def parse_cgroup(text: str) -> tuple[str | None, str | None]:
-    """(systemd unit, container id) from /proc/PID/cgroup (v1 or v2)."""
+def parse_cgroup(data: bytes | str) -> tuple[str | None, str | None]:
+    """(systemd unit, container id) from /proc/PID/cgroup (v1 or v2; a path need not be UTF-8)."""
+    text = wire_text(data) if isinstance(data, bytes) else data
     unit = container = None
     for line in text.splitlines():
         path = line.split(":", 2)[-1]
@@ -312,7 +357,7 @@ def parse_cgroup(text: str) -> tuple[str | None, str | None]:
 
 
 def parse_cmdline(raw: bytes) -> str:
-    return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    return wire_text(raw.rstrip(b"\0").replace(b"\0", b" "))
 
 
 def device_gpu_index(path: str, prefix: str) -> int | None:
@@ -688,8 +733,7 @@ class HolderScan:
         maps = ""
         if targets:  # a CUDA process keeps its device fds open; maps is read only for fd holders
             try:
-                with open(f"{self.root}/{pid}/maps") as fh:
-                    maps = fh.read()
+                maps = wire_text(read_bounded(f"{self.root}/{pid}/maps", MAPS_MAX_BYTES))
             except OSError:
                 pass
         kind, gpus = classify_holding(targets, maps, self.prefix)
@@ -735,9 +779,8 @@ class ProcDetails:
         self.static: dict[tuple[int, int], dict[str, Any]] = {}
         self.users: dict[int, str] = {}
 
-    def _read(self, pid: int, name: str, binary: bool = False) -> Any:
-        with open(f"{self.root}/{pid}/{name}", "rb" if binary else "r") as fh:
-            return fh.read()
+    def _read(self, pid: int, name: str) -> bytes:
+        return read_bounded(f"{self.root}/{pid}/{name}", PROC_MAX_BYTES)
 
     def get(self, pid: int) -> dict[str, Any] | None:
         st = self.stat.get(pid)
@@ -755,7 +798,7 @@ class ProcDetails:
             except (OSError, ValueError):
                 pass
             try:
-                info["cmdline"] = parse_cmdline(self._read(pid, "cmdline", True))
+                info["cmdline"] = parse_cmdline(self._read(pid, "cmdline"))
             except OSError:
                 pass
             try:
@@ -1027,25 +1070,24 @@ def user_name(uid: int | None) -> str | None:
 
 def _read_uid(pid: int, proc_root: str) -> int | None:
     try:
-        with open(f"{proc_root}/{pid}/status") as fh:
-            return parse_status_uid(fh.read())
+        return parse_status_uid(read_bounded(f"{proc_root}/{pid}/status", PROC_MAX_BYTES))
     except (OSError, ValueError, IndexError):
         return None
 
 
 def read_exe(pid: int, proc_root: str = "/proc") -> str | None:
     """The executable's path (readlink /proc/PID/exe): set by the kernel at exec, unlike argv. None when
-    unreadable (another user's process without the right to look, a kernel thread, gone)."""
+    unreadable (another user's process without the right to look, a kernel thread, gone). Read as bytes: a
+    path need not be UTF-8 (shown with escapes, as names are)."""
     try:
-        return os.readlink(f"{proc_root}/{pid}/exe")
+        return wire_text(os.readlink(os.fsencode(f"{proc_root}/{pid}/exe")))
     except OSError:
         return None
 
 
 def _read_cmdline(pid: int, proc_root: str) -> str:
     try:
-        with open(f"{proc_root}/{pid}/cmdline", "rb") as fh:
-            return parse_cmdline(fh.read())
+        return parse_cmdline(read_bounded(f"{proc_root}/{pid}/cmdline", PROC_MAX_BYTES))
     except OSError:
         return ""
 
@@ -1081,11 +1123,20 @@ def _err(exc: BaseException) -> str:
 
 
 _OUT = threading.Lock()
+_TAG = ""
+"""What every line written starts with in place of its ``{``: ``{"k":"TOKEN",`` (line_tag), or ``{``."""
+
+
+def set_token(token: str) -> None:
+    global _TAG
+    _TAG = line_tag(token).decode("ascii") if token and _TOKEN_RE.match(token) else ""
 
 
 def emit(obj: dict[str, Any]) -> None:
-    """Write one line to the channel (whole, whatever thread writes)."""
+    """Write one line to the channel (whole, whatever thread writes), tagged with the token."""
     line = json.dumps(obj, separators=(",", ":")) + "\n"
+    if _TAG:
+        line = _TAG + line[1:]  # every object written is non-empty: after its "{" comes its first key
     with _OUT:
         sys.stdout.write(line)
         sys.stdout.flush()
@@ -1309,6 +1360,139 @@ def _killpg(pgid: int, sig: int) -> bool:
 
 # --- requests ---------------------------------------------------------------------------------------------
 
+READ_FILE_MAX_BYTES = 16 << 20
+"""read_file's cap when the request names none (a pidfile's reader asks for 64 KiB)."""
+_FILE_KINDS = ((0o010000, "a FIFO"), (0o040000, "a directory"), (0o020000, "a character device"),
+               (0o060000, "a block device"), (0o140000, "a socket"))
+
+
+class NotRegularFile(OSError):
+    """The path names a FIFO, device, socket or directory: reading it could block or have side effects."""
+
+
+def _file_kind(mode: int) -> str:
+    import stat
+
+    fmt = stat.S_IFMT(mode)
+    return next((name for bits, name in _FILE_KINDS if bits == fmt), "not a regular file")
+
+
+def read_regular_file(path: str, limit: int) -> bytes:
+    """At most LIMIT bytes of a regular file. Anything else is refused before it is opened, and the open
+    itself never waits (O_NONBLOCK: a FIFO swapped in after the check opens at once and is refused by its
+    fstat): a FIFO would block the read until a writer came."""
+    import stat
+
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(_file_kind(mode))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(_file_kind(mode))
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _say_failed(exc: BaseException) -> None:
+    try:
+        log("error", f"request thread failed: {_err(exc)}")
+    except (BrokenPipeError, ValueError):  # the channel is gone
+        pass
+
+
+class Pool:
+    """Threads for requests: each request runs on an idle thread, or on a new one when none is idle, so a
+    request that waits (a read that blocks, a service command) never delays another. A thread idle for
+    IDLE_S ends."""
+
+    IDLE_S = 30.0
+
+    def __init__(self) -> None:
+        import queue
+
+        self.jobs: Any = queue.Queue()
+        self.lock = threading.Lock()
+        self.idle = 0
+        """Threads waiting for a job, less the jobs queued for them."""
+        self.pending = 0
+        """Jobs submitted and not finished."""
+        self.done = threading.Condition(self.lock)
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        with self.lock:
+            self.pending += 1
+            self.jobs.put((fn, args))
+            if self.idle > 0:
+                self.idle -= 1
+                return
+        threading.Thread(target=self._work, name="request", daemon=True).start()
+
+    def _work(self) -> None:
+        import queue
+
+        while True:
+            try:
+                fn, args = self.jobs.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self.lock:
+                    if self.idle > 0:  # more threads wait than jobs are queued: this one ends
+                        self.idle -= 1
+                        return
+                continue  # a job was queued for this thread meanwhile
+            try:
+                fn(*args)
+            except Exception as exc:  # answer() replies to every error of a request: this is the agent's own
+                _say_failed(exc)
+            finally:
+                with self.lock:
+                    self.pending -= 1
+                    self.done.notify_all()
+            with self.lock:
+                self.idle += 1
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Until every submitted job has finished, or TIMEOUT seconds (a read that blocks is not waited on
+        for ever): whether they all finished."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while self.pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.done.wait(left)
+        return True
+
+
+class Lane(threading.Thread):
+    """One thread running its jobs in the order they came (the sample stream's start and stop)."""
+
+    def __init__(self, name: str) -> None:
+        import queue
+
+        threading.Thread.__init__(self, name=name, daemon=True)
+        self.jobs: Any = queue.Queue()
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        if not self.is_alive():
+            self.start()
+        self.jobs.put((fn, args))
+
+    def run(self) -> None:
+        while True:
+            fn, args = self.jobs.get()
+            fn(*args)
+
 class RequestError(Exception):
     def __init__(self, message: str, kind: str = "error") -> None:
         Exception.__init__(self, message)
@@ -1332,8 +1516,9 @@ def _env(extra: Any) -> dict[str, str]:
 
 
 class Agent:
-    SLOW = ("run", "http_get", "spawn", "topology")
-    """Requests answered on a thread of their own (they wait on something else); the rest in turn."""
+    IN_ORDER = ("probe", "sample", "sample_stop")
+    """Requests answered one after another in the order they came, on a thread of their own; every other
+    request runs on the pool as it comes (so none waits behind another)."""
 
     def __init__(self, args: Any) -> None:
         self.args = args
@@ -1343,6 +1528,8 @@ class Agent:
         self.workers: dict[int, Worker] = {}
         self.running: dict[int, Any] = {}  # run requests' processes, killed if the caller goes away
         self.lock = threading.Lock()
+        self.pool = Pool()
+        self.telemetry = Lane("telemetry")
 
     def hello(self) -> dict[str, Any]:
         import socket
@@ -1370,10 +1557,10 @@ class Agent:
         fn = getattr(self, f"op_{op}", None) if isinstance(op, str) and op.isidentifier() else None
         if fn is None:
             self.reply(req.get("id"), None, f"unknown op {op!r}", "bad_request")
-        elif op in self.SLOW:
-            threading.Thread(target=self.answer, args=(fn, req), daemon=True).start()
+        elif op in self.IN_ORDER:
+            self.telemetry.submit(self.answer, fn, req)
         else:
-            self.answer(fn, req)
+            self.pool.submit(self.answer, fn, req)
 
     def answer(self, fn: Any, req: dict[str, Any]) -> None:
         try:
@@ -1483,10 +1670,11 @@ class Agent:
     def op_read_file(self, req: dict[str, Any]) -> dict[str, Any]:
         import base64
 
-        path, limit = str(req["path"]), int(req.get("max_bytes") or 16 << 20)
+        path, limit = str(req["path"]), int(req.get("max_bytes") or READ_FILE_MAX_BYTES)
         try:
-            with open(path, "rb") as fh:
-                data = fh.read(limit + 1)
+            data = read_regular_file(path, limit + 1)
+        except NotRegularFile as exc:
+            raise RequestError(f"{path}: not a regular file: {exc}", "not_regular") from None
         except FileNotFoundError:
             raise RequestError(f"no such file: {path}", "not_found") from None
         except PermissionError:
@@ -1621,6 +1809,8 @@ class Agent:
         deadline = time.monotonic() + grace + 2.0
         for w in live:
             w.exited.wait(max(0.0, deadline - time.monotonic()))
+        # requests read before the end are answered (a signal sent is sent), unless one is stuck
+        self.pool.wait_idle(max(0.5, deadline - time.monotonic()))
 
 
 def parse_args(argv: list[str]) -> Any:
@@ -1661,6 +1851,7 @@ def read_requests(agent: Agent) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    set_token(str(globals().get("_KIMITUI_TOKEN") or ""))  # set by BOOTSTRAP from the agent's stdin
     agent = Agent(args)
     emit(agent.hello())
     if args.sample:

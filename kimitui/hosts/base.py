@@ -191,10 +191,15 @@ class Host(abc.ABC):
             raise HostError(f"{self.name}: {exc}") from None
         return CommandResult(int(res["rc"]), res["stdout"], res["stderr"])
 
-    async def read_file(self, path: str) -> bytes:
-        """A file's bytes; FileNotFoundError / PermissionError as for a local file."""
+    async def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        """A regular file's bytes (at most MAX_BYTES, else HostError; the agent's cap when None);
+        FileNotFoundError / PermissionError as for a local file; HostError for a FIFO, device or directory
+        (refused by the agent without waiting on it)."""
+        fields: dict[str, Any] = {"path": path}
+        if max_bytes is not None:
+            fields["max_bytes"] = int(max_bytes)
         try:
-            res = await self.request("read_file", {"path": path})
+            res = await self.request("read_file", fields)
         except RequestFailed as exc:
             if exc.kind == "not_found":
                 raise FileNotFoundError(2, "No such file or directory", path) from None

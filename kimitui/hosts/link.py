@@ -18,12 +18,13 @@ import asyncio
 import contextlib
 import itertools
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimitui.hosts.agent import MIN_PYTHON, agent_command, agent_payload
+from kimitui.hosts.agent import MIN_PYTHON, agent_command, agent_payload, line_tag
 from kimitui.hosts.base import (
     Channel,
     Host,
@@ -74,6 +75,11 @@ class WorkerLost(OutcomeUnknown):
 
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
+
+
+def _untag(line: bytes, tag: bytes) -> bytes | None:
+    """The agent's line as its JSON object without the token, or None when the line does not carry it."""
+    return b"{" + line[len(tag):] if line.startswith(tag) else None
 
 
 def _line_type(line: bytes) -> str:
@@ -176,6 +182,8 @@ class _Pending:
 class _Up:
     channel: Channel
     hello: AgentHello
+    tag: bytes
+    """How each of this agent's lines starts (``line_tag`` of the token sent with it)."""
     reader: asyncio.Task[None] | None = None
     since: float = field(default_factory=time.monotonic)
 
@@ -191,6 +199,9 @@ class AgentLink:
         """Agents started so far (1 plus the reconnects)."""
         self.backoff_log: list[float] = []
         """Every wait before an attempt, in seconds."""
+        self.foreign_lines = 0
+        """Lines on the channel after the hello that did not start with the agent's token (something else
+        on the host writing to the session): ignored, the first one said in a warning."""
         self.state: str | None = None
         self._up: _Up | None = None
         self._failures = 0
@@ -273,11 +284,13 @@ class AgentLink:
 
     async def _start(self) -> _Up:
         name, python = self.host.name, self.host.python
+        token = secrets.token_hex(16)
+        tag = line_tag(token)
         ch = await self.host.open_channel(agent_command(python))
         try:
-            ch.write(agent_payload())
+            ch.write(agent_payload(token))
             await ch.drain()
-            msg, chatter = await asyncio.wait_for(self._first_message(ch), self.host.first_line_s)
+            msg, chatter = await asyncio.wait_for(self._first_message(ch, tag), self.host.first_line_s)
         except TimeoutError:
             await ch.close()
             raise HostError(f"{name}: the agent did not start within {self.host.first_line_s:g}s") from None
@@ -285,7 +298,12 @@ class AgentLink:
             await ch.close()
             raise
         if isinstance(msg, dict) and msg.get("type") == "hello":
-            up = _Up(ch, AgentHello.from_dict(msg))
+            try:
+                hello = AgentHello.from_dict(msg)
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                await ch.close()
+                raise HostError(f"{name}: the agent's hello is malformed ({_one_line(exc)})") from None
+            up = _Up(ch, hello, tag)
             if chatter:  # a login shell that prints (a banner, conda's hooks): skipped, said once
                 text = _one_line(b" / ".join(chatter)[:160].decode(errors="replace"))
                 for q in self._subscribers:
@@ -307,16 +325,17 @@ class AgentLink:
                         f"{last or f'exit status {rc}'})")
 
     @staticmethod
-    async def _first_message(ch: Channel) -> tuple[Any, list[bytes]]:
+    async def _first_message(ch: Channel, tag: bytes) -> tuple[Any, list[bytes]]:
         """The agent's first line (hello, or fatal from the bootstrap), past anything the login shell printed
-        first: (its JSON, or None at the end of the channel; the lines skipped)."""
+        first, a line that looks like the agent's but lacks its token included: (its JSON, or None at the
+        end of the channel; the lines skipped)."""
         chatter: list[bytes] = []
         while True:
             line = await ch.readline()
-            msg: Any = None
-            if line.strip():
+            msg: Any = _untag(line, tag)
+            if msg is not None:
                 with contextlib.suppress(ValueError):
-                    msg = json.loads(line)
+                    msg = json.loads(msg)
             if not line or (isinstance(msg, dict) and msg.get("type") in ("hello", "fatal")) or len(chatter) >= 200:
                 return msg, chatter
             chatter.append(line.strip())
@@ -331,7 +350,11 @@ class AgentLink:
                 if not line:
                     await up.channel.wait_exit(1.0)  # so the reason can name its exit status
                     break
-                self._dispatch(line)
+                own = _untag(line, up.tag)
+                if own is None:
+                    self._foreign(line)
+                else:
+                    self._dispatch(own)
         except HostError as exc:
             reason = str(exc)
         except Exception as exc:  # a transport error of another kind: still a loss, never a crash
@@ -368,6 +391,17 @@ class AgentLink:
             worker = self._workers.pop(msg.get("worker"), None)
             if worker is not None:
                 worker._exit(msg)
+
+    def _foreign(self, line: bytes) -> None:
+        """A line on the channel that is not the agent's (no token): never a reply, sample or worker line."""
+        self.foreign_lines += 1
+        if self.foreign_lines > 1:
+            return
+        text = _one_line(line[:160].decode(errors="replace"))
+        for q in self._subscribers:
+            q.put_nowait(json.dumps({"t": time.time(), "type": "log", "level": "warning", "source": "agent",
+                                     "message": f"{self.host.name}: a line on the agent's channel that is not "
+                                                f"the agent's ({text!r}): ignored, as is any other"}))
 
     def _down(self, up: _Up, reason: str) -> None:
         """The channel ended: fail what is in flight (outcome unknown), tell subscribers and workers."""

@@ -94,8 +94,8 @@ def hold_simulated_memory(sim_dir: str, gpu: int, mib: int) -> list:
     context maps the device files."""
     import mmap
 
-    with open("/proc/self/stat") as fh:
-        start = int(fh.read().rpartition(")")[2].split()[19])
+    with open("/proc/self/stat", "rb") as fh:  # bytes: the process name need not be UTF-8
+        start = int(fh.read().rpartition(b")")[2].split()[19])
     keep = []
     dev = os.path.join(sim_dir, "dev", "nvidia")
     for path in (dev + "ctl", dev + "-uvm", dev + str(gpu)):

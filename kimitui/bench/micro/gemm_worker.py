@@ -60,8 +60,8 @@ def hold_simulated_memory(sim_dir: str, gpus: list, mib: int) -> list:
     our (pid, start time)) and map the device files the way a CUDA context does. Returns what to keep."""
     import mmap
 
-    with open("/proc/self/stat") as fh:
-        start = int(fh.read().rpartition(")")[2].split()[19])
+    with open("/proc/self/stat", "rb") as fh:  # bytes: the process name need not be UTF-8
+        start = int(fh.read().rpartition(b")")[2].split()[19])
     keep = []
     dev = os.path.join(sim_dir, "dev", "nvidia")
     for path in [dev + "ctl", dev + "-uvm"] + [dev + str(g) for g in gpus]:
