@@ -183,16 +183,17 @@ async def test_no_sigkill_is_sent_blind_and_what_the_host_shows_after_the_cleanu
     await rig.start()
     try:
         await rig.settled({holder})
-        # the host is back only once the step has reported (a causal trigger, not a timer)
-        rig.session.subscribe(lambda ev: host.back() if isinstance(ev, StepResult) and ev.step == "process" else None)
-        ex = rig.executor(auto_consent(["process"], "tester"))
+        # no service named: the holder is one of the others. The host is back only once the step has
+        # reported (a causal trigger, not a timer)
+        rig.session.subscribe(lambda ev: host.back() if isinstance(ev, StepResult) and ev.step == "others" else None)
+        ex = rig.executor(auto_consent(["others"], "tester"))
         ex.target.deadlines.term_grace_s = 0.3
         ex.target.deadlines.reconnect_s = 30.0
-        await ex.run(("process",))
+        await ex.run(("others",))
         assert [(s.signal, s.outcome) for s in rig.signals(holder)] == [("SIGTERM", "unknown")]  # no SIGKILL
         outs = [(o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == holder]
         assert outs == [("SIGTERM", "unknown")]
-        res = results(rig)["process"]
+        res = results(rig)["others"]
         assert res.status == "failed" and "outcome unknown" in res.reason
         assert alive(holder)  # the SIGTERM never reached it, and nothing else was tried
         late = [e for e in rig.of(SignalLate) if e.pid == holder]
@@ -235,8 +236,8 @@ async def test_a_reply_that_comes_after_the_signal_was_given_up_is_reported_as_d
     await rig.start()
     try:
         await rig.settled({holder})
-        ex = rig.executor(auto_consent(["process"], "tester"))
-        await ex.run(("process",))
+        ex = rig.executor(auto_consent(["others"], "tester"))  # no service named: the holder is one of the others
+        await ex.run(("others",))
         assert [(s.signal, s.outcome) for s in rig.signals(holder)] == [("SIGTERM", "unknown")]
         assert "no answer to the signal request" in rig.signals(holder)[0].detail
         late = [e for e in rig.of(SignalLate) if e.pid == holder]
