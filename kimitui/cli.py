@@ -7,6 +7,8 @@ import contextlib
 import sys
 from pathlib import Path
 
+from kimitui.core.printable import printable
+
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return handler(args)
     except (CliError, RunFileError, FileNotFoundError) as exc:
-        print(f"kimitui: {exc}", file=sys.stderr)
+        print(f"kimitui: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
