@@ -50,7 +50,7 @@ keys, buttons, and one spare."""
 def what_lines(ref: ProcRef, width: int) -> list[str]:
     """The command's distinguishing part on one line, why on up to WHY_LINES more (the last one cut with an
     ellipsis)."""
-    why = textwrap.wrap(ref.reason or "-", width) or ["-"]
+    why = textwrap.wrap(fmt.printable(ref.reason or "-"), width) or ["-"]
     if len(why) > WHY_LINES:
         why = [*why[: WHY_LINES - 1], fmt.shorten(" ".join(why[WHY_LINES - 1:]), width)]
     return [fmt.shorten(fmt.command_gist(ref.cmdline), width), *why]
@@ -66,8 +66,9 @@ def ref_cells(ref: ProcRef, tick: Text, why_style: str, width: int, compact: boo
     mem = Text(fmt.mem_mib(ref.mem_mib), justify="right")
     if compact:
         return [tick, str(ref.pid), fmt.gpu_list(ref.gpus), mem, what], len(lines)
-    cells: list[str | Text] = [tick, str(ref.pid), started, fmt.shorten(ref.user or "?", 8), fmt.gpu_list(ref.gpus),
-                               mem, fmt.shorten(fmt.unit_label(ref.unit), 15), what]
+    # the user and the unit as Text: a str cell is markup, and they come from the host
+    cells: list[str | Text] = [tick, str(ref.pid), started, Text(fmt.shorten(fmt.printable(ref.user or "?"), 8)),
+                               fmt.gpu_list(ref.gpus), mem, Text(fmt.shorten(fmt.unit_label(ref.unit), 15)), what]
     return cells, len(lines)
 
 
@@ -142,9 +143,9 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
             up = p.step == "restart" and p.action.startswith(ALREADY_RUNNING)
             if up:
                 title += ": the service is ALREADY RUNNING"
-            yield Static(title, id="consent-title")
+            yield Static(Text(fmt.printable(title)), id="consent-title")
             action = Text.assemble(STEP_TITLES.get(p.step, p.step), "\n", ("action: ", "dim"),
-                                   (p.action, "bold yellow" if up else ""))
+                                   (fmt.printable(p.action), "bold yellow" if up else ""))
             yield Static(action, id="consent-action")
             if self.rows:
                 yield Static(f"Would signal ({len(p.targets)})" + ("" if p.targets else ": none"),
@@ -246,7 +247,7 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
             if self.preview.step == "restart" and self.preview.action.startswith(ALREADY_RUNNING):
                 text.append("the service is up: esc declines; confirming starts it again, which fails", "bold yellow")
             else:
-                text.append(what.get(self.preview.step, f"will run: {self.preview.action}"), "bold")
+                text.append(what.get(self.preview.step, fmt.printable(f"will run: {self.preview.action}")), "bold")
             self.query_one("#consent-summary", Static).update(text)
             return
         if ticked:
