@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 from typing import ClassVar
 
+from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -66,9 +67,9 @@ def ref_cells(ref: ProcRef, tick: Text, why_style: str, width: int, compact: boo
     mem = Text(fmt.mem_mib(ref.mem_mib), justify="right")
     if compact:
         return [tick, str(ref.pid), fmt.gpu_list(ref.gpus), mem, what], len(lines)
-    # the user and the unit as Text: a str cell is markup, and they come from the host
-    cells: list[str | Text] = [tick, str(ref.pid), started, Text(fmt.shorten(fmt.printable(ref.user or "?"), 8)),
-                               fmt.gpu_list(ref.gpus), mem, Text(fmt.shorten(fmt.unit_label(ref.unit), 15)), what]
+    # a str cell is markup, and the user and the unit come from the host: their brackets escaped
+    cells: list[str | Text] = [tick, str(ref.pid), started, escape(fmt.shorten(fmt.printable(ref.user or "?"), 8)),
+                               fmt.gpu_list(ref.gpus), mem, escape(fmt.shorten(fmt.unit_label(ref.unit), 15)), what]
     return cells, len(lines)
 
 
