@@ -19,7 +19,7 @@ import unicodedata
 ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 """Unicode categories never shown raw: controls, format characters, surrogates, line/paragraph separators."""
 _SUSPECT = re.compile(r"[^\x20-\x7e]")
-"""Anything but printable ASCII: only these few are looked up (most outside text is plain ASCII)."""
+"""Anything but printable ASCII: only these are looked up, in the rare text that is not all printable."""
 _LINE_BREAKS = "\n\t"
 
 
@@ -43,13 +43,13 @@ def _escaped(match: re.Match[str], keep: str) -> str:
 def printable(text: str) -> str:
     """One line of outside text (a command line, a unit, a hostname, an error body) safe to show: every
     control, format and separator character escaped, newline and tab included."""
-    if text.isascii() and text.isprintable():
+    if text.isprintable():  # str.isprintable is False for every escaped category (and a few kept ones)
         return text
     return _SUSPECT.sub(lambda m: _escaped(m, ""), text)
 
 
 def printable_lines(text: str) -> str:
     """A document (a report, a multi-line message) safe to show: as ``printable``, newlines and tabs kept."""
-    if text.isascii() and text.replace("\n", "").replace("\t", "").isprintable():
+    if text.replace("\n", "").replace("\t", "").isprintable():
         return text
     return _SUSPECT.sub(lambda m: _escaped(m, _LINE_BREAKS), text)
