@@ -23,6 +23,7 @@ import pytest
 
 from kimitui.core.events import (
     CleanupPlan,
+    Event,
     GpuSample,
     HostSample,
     LogLine,
@@ -252,9 +253,9 @@ async def test_the_dashboard_shows_outside_text_escaped_and_markup_literally() -
 
 # -- the report ------------------------------------------------------------------------------------------
 
-def test_the_report_escapes_outside_text_and_keeps_its_tables_and_lines_whole(tmp_path: Path) -> None:
-    t = 1_750_000_000.0
-    events = [
+def _hostile_run(t: float) -> list[Event]:
+    """A cleanup that failed on the service manager's words and a sweep whose every request failed."""
+    return [
         _hostile_sample(t),
         PhaseStart(t + 1, phase="cleanup", title=f"free {HOSTILE}"),
         CleanupPlan(t + 1, service=f"vllm{TITLE}", manager="systemd", host=f"gpu-{TITLE}node", gpus=[0],
@@ -266,6 +267,23 @@ def test_the_report_escapes_outside_text_and_keeps_its_tables_and_lines_whole(tm
         MacroPoint(t + 5, concurrency=1, metrics={"completed": 0, "failed": 2, "num_prompts": 2,
                                                   "failures": {f"HTTP 500: {HOSTILE}": 2}}),
     ]
+
+
+async def test_the_cleanup_and_benchmarks_tabs_show_outside_text_escaped() -> None:
+    session = Session()
+    for ev in _hostile_run(time.time()):
+        session.publish(ev)
+    app = KimituiApp(session)
+    async with app.run_test(size=BIG) as pilot:
+        for key, shown in (("c", "systemctl said: \\x1b]0;pwned"), ("b", "HTTP 500: \\x1b]0;pwned")):
+            await pilot.press(key)
+            await wait_for(pilot, lambda shown=shown: shown in screen_text(app), f"{shown!r} on tab {key}")  # type: ignore[misc]
+            text = screen_text(app)
+            assert not raw_controls(text), [line for line in text.splitlines() if raw_controls(line)]
+
+
+def test_the_report_escapes_outside_text_and_keeps_its_tables_and_lines_whole(tmp_path: Path) -> None:
+    events = _hostile_run(1_750_000_000.0)
     path = write_run(tmp_path / "hostile.jsonl", events, host=f"gpu-{TITLE}node")
     report = render_report(RunReader(path))
     assert not raw_controls(report), [line for line in report.splitlines() if raw_controls(line)]
