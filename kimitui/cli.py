@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kimitui.core.printable import printable
+
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return handler(args)
     except (CliError, RunFileError, FileNotFoundError) as exc:
-        print(f"kimitui: {exc}", file=sys.stderr)
+        print(f"kimitui: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

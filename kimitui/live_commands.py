@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 
 from kimitui.core.events import ConnectionState, HostSample, LogLine
+from kimitui.core.printable import printable
 from kimitui.live_context import LiveContext
 from kimitui.targets import TargetError, check_interval, new_session, open_target, run_command
 
@@ -41,7 +42,7 @@ def _sample_line(ev: HostSample) -> str:
     gpus = " ".join(
         f"{g.index}:{'-' if g.mem_used_mib is None else f'{g.mem_used_mib:.0f}'}MiB" for g in ev.gpus
     )
-    return f"{ev.host} seq {ev.seq}: {gpus}; {len(ev.procs)} processes"
+    return printable(f"{ev.host} seq {ev.seq}: {gpus}; {len(ev.procs)} processes")
 
 
 async def _watch(args: argparse.Namespace, out: Callable[[str], None]) -> int:
@@ -66,13 +67,13 @@ async def _watch(args: argparse.Namespace, out: Callable[[str], None]) -> int:
                             break
                     elif isinstance(ev, ConnectionState):
                         if ev.state == "failed":
-                            print(f"kimitui: {ev.detail}", file=sys.stderr)
+                            print(f"kimitui: {printable(ev.detail)}", file=sys.stderr)
                             rc = 1
                             break
                         if ev.state in ("lost", "reconnecting"):
-                            print(f"kimitui: {ev.host}: {ev.state}: {ev.detail}", file=sys.stderr)
+                            print(printable(f"kimitui: {ev.host}: {ev.state}: {ev.detail}"), file=sys.stderr)
                     elif isinstance(ev, LogLine) and ev.level in ("warning", "error"):
-                        print(f"kimitui: {ev.message}", file=sys.stderr)
+                        print(f"kimitui: {printable(ev.message)}", file=sys.stderr)
         finally:
             session.close()
     return rc
@@ -109,7 +110,7 @@ def cmd_default(args: argparse.Namespace) -> int:
     args.interval = getattr(args, "interval", 0.5)
     if problem is None:
         return run_command(lambda: _dashboard("local", args, "local"))
-    print(f"kimitui: {problem}", file=sys.stderr)
+    print(f"kimitui: {printable(problem)}", file=sys.stderr)
     print("Try the simulated 8-GPU host with `kimitui demo`, or replay a recorded campaign with "
           "`kimitui replay`.", file=sys.stderr)
     if sys.stdin.isatty() and sys.stdout.isatty():

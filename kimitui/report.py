@@ -21,7 +21,7 @@ from kimitui.core.procdisplay import DASH, start_wall_time
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import CleanupState, SessionState, StepState, fold
 from kimitui.report_bench import allreduce_section, gemm_section, macro_section
-from kimitui.report_format import fmt_duration, table, writable
+from kimitui.report_format import document, fmt_duration, table
 
 # -- reading a run once -----------------------------------------------------------------------------------
 
@@ -302,4 +302,4 @@ def render_report(reader: RunReader) -> str:
     for line in body:
         if line or (out and out[-1]):
             out.append(line)
-    return writable("\n".join(out).rstrip() + "\n")
+    return document(out).rstrip() + "\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kimitui.core.printable import printable
 from kimitui.core.typed import finite
 
 
@@ -22,14 +23,17 @@ def fmt_duration(seconds: float) -> str:
     return f"{h}h {m:02d}m {s:02d}s"
 
 
-def writable(text: str) -> str:
-    """``text`` with any lone surrogate escaped (``\\ud800``), so it can be written as UTF-8: JSON's
-    ``\\ud800`` escapes make them, in the plain JSON inside events that decoding does not look into."""
-    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+def document(lines: list[str]) -> str:
+    """Lines of a report or summary as one text, each line printable (``core.printable``): what came from a
+    host, a server or the run file cannot write to the reader's terminal, and a newline inside a field
+    cannot start a line of its own; lone surrogates (JSON's ``\\ud800`` escapes, in the plain JSON inside
+    events that decoding does not look into) are escaped too, so the text can be written as UTF-8."""
+    return "\n".join(printable(line) for line in lines)
 
 
 def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell: one printable line, its ``|`` escaped so it cannot split the cell."""
+    return printable(str(text)).replace("|", "\\|")
 
 
 def table(head: list[str], rows: list[list[Any]], align: str = "") -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kimitui.core.runfile import RunReader
 from kimitui.report import digest, fmt_duration, fmt_time
 from kimitui.report_bench import peak_point
-from kimitui.report_format import writable
+from kimitui.report_format import document
 
 _W = 10
 
@@ -77,4 +77,4 @@ def summarize(reader: RunReader) -> str:
         out += [f"  - {w}" for w in reader.warnings]
     else:
         out.append(_line("warnings", "none"))
-    return writable("\n".join(out) + "\n")
+    return document(out) + "\n"

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimitui.core.printable import printable
 from kimitui.core.session import Session, recorded_session
 from kimitui.hosts.base import Host, HostError
 
@@ -160,7 +161,7 @@ def run_command(coro_factory: Callable[[], Any]) -> int:
         try:
             return await coro_factory()
         except TargetError as exc:
-            print(f"kimitui: {exc}", file=sys.stderr)
+            print(f"kimitui: {printable(str(exc))}", file=sys.stderr)
             return 2
         except asyncio.CancelledError:
             return 130

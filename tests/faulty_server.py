@@ -28,8 +28,8 @@ Content-Length, keep-alive) or ``close`` (a close-delimited body: ``Connection: 
 ``ssl`` (an ``ssl.SSLContext``) serves https. ``Stats.connections`` counts accepted connections (keep-alive
 reuse shows as fewer connections than requests).
 
-Run standalone (for benchmarks/loadgen.py): ``python tests/faulty_server.py --port 0 [--interval S]``;
-it prints ``PORT <n>`` on its first line.
+Run standalone (for benchmarks/loadgen.py): ``python tests/faulty_server.py --port 0 [--interval S]``
+(``--status 500 --body TEXT``: every completion answered so); it prints ``PORT <n>`` on its first line.
 """
 
 from __future__ import annotations
@@ -343,10 +343,11 @@ async def _main(argv: list[str]) -> None:
     p.add_argument("--yield-chunks", action="store_true")
     p.add_argument("--stamp", action="store_true", help="stamp each token chunk with its send time")
     p.add_argument("--status", type=int, help="answer every completion with this HTTP status (mode status)")
+    p.add_argument("--body", default=Behavior.body, help="the body of a --status answer")
     a = p.parse_args(argv)
     srv = FaultyServer(Behavior(interval_s=a.interval, tokens_per_chunk=a.tokens_per_chunk, burst=a.burst,
                                 yield_chunks=a.yield_chunks, stamp=a.stamp, mode="status" if a.status else "ok",
-                                status=a.status or 500), port=a.port)
+                                status=a.status or 500, body=a.body), port=a.port)
     srv.stats.keep_bodies = False
     await srv.start()
     print(f"PORT {srv.port}", flush=True)

@@ -163,6 +163,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
     from kimitui.campaign.phases import macro_phase
     from kimitui.core.events import Event, LogLine, MacroPoint
+    from kimitui.core.printable import printable
 
     try:
         cfg = _config(args)
@@ -173,7 +174,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             load_trace(cfg.trace)
         requests_out = RequestsOut(args.requests_out) if args.requests_out else None
     except (ConfigError, argparse.ArgumentTypeError) as exc:
-        print(f"kimitui bench macro: {exc}", file=sys.stderr)
+        print(f"kimitui bench macro: {printable(str(exc))}", file=sys.stderr)
         return 2
 
     progress = StderrProgress(sys.stderr, list(cfg.concurrency))
@@ -191,7 +192,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 output[0].level(ev.concurrency, ev.metrics)
         elif isinstance(ev, LogLine):
             progress.clear()
-            print(f"{ev.level}: {ev.message}", file=sys.stderr, flush=True)
+            print(f"{ev.level}: {printable(ev.message)}", file=sys.stderr, flush=True)
 
     async def recorded_sweep(host: str, meta: dict[str, Any], cancel: asyncio.Event) -> SweepResult:
         """The sweep as a recorded session (its path said first): every event it publishes goes to the run
@@ -250,13 +251,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if output:
             output[0].write(result, finished=True)
     except MacroError as exc:  # the sweep could not start (the server): recorded, said in one line
-        print(f"kimitui bench macro: {exc}", file=sys.stderr)
+        print(f"kimitui bench macro: {printable(str(exc))}", file=sys.stderr)
         return 1
     except (ConfigError, HostError, TargetError) as exc:
-        print(f"kimitui bench macro: {exc}", file=sys.stderr)
+        print(f"kimitui bench macro: {printable(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:  # --output cannot be written
-        print(f"kimitui bench macro: --output {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        print(printable(f"kimitui bench macro: --output {args.output}: {exc.strerror or exc}"), file=sys.stderr)
         return 2
     finally:
         if requests_out is not None:
@@ -269,7 +270,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         try:
             write_csv(result, args.csv)
         except (OSError, ConfigError) as exc:
-            print(f"kimitui bench macro: {exc}", file=sys.stderr)
+            print(f"kimitui bench macro: {printable(str(exc))}", file=sys.stderr)
             return 2
         print(f"levels written to {args.csv}", file=sys.stderr)
     if requests_out is not None:
@@ -283,6 +284,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     failure = sweep_failure((lv.concurrency, lv.metrics) for lv in result.levels)
     if failure is not None:  # nothing was measured: a script must not read the sweep as done
-        print(f"kimitui bench macro: {failure}", file=sys.stderr)
+        print(f"kimitui bench macro: {printable(failure)}", file=sys.stderr)
         return 1
     return 0

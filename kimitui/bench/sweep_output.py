@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimitui.bench.macro import LevelProgress, LevelResult, MacroConfig, SweepResult
+from kimitui.core.printable import printable
 
 
 def _clean(value: Any) -> Any:
@@ -44,7 +45,7 @@ def format_level(concurrency: int, m: dict[str, Any]) -> str:
     if m.get("request_goodput") is not None:
         line += f"  goodput {m['request_goodput']:.2f}/s"
     if m["failures"]:
-        line += "  [" + "; ".join(f"{n} x {r}" for r, n in m["failures"].items()) + "]"
+        line += "  [" + printable("; ".join(f"{n} x {r}" for r, n in m["failures"].items())) + "]"
     return line
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimitui.campaign.config import CONSENT_STEPS, INIT_TEXT, CampaignConfig, CampaignConfigError, load_config
+from kimitui.core.printable import printable
 
 PRINTED = frozenset({"phase_start", "phase_end", "campaign_plan", "campaign_control", "campaign_resume",
                      "campaign_end", "drain_progress", "decode_budget", "probe_result", "cleanup_plan",
@@ -121,7 +122,7 @@ def printer(out: TextIO, as_json: bool, session: Any) -> Any:
                 return
             out.write(line + "\n")
             if isinstance(ev, DecodeBudget):
-                out.write("\n".join("    " + x for x in budget_lines(ev)) + "\n")
+                out.write("\n".join("    " + printable(x) for x in budget_lines(ev)) + "\n")
         out.flush()
 
     return show
@@ -160,7 +161,7 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
             session.state = resume.state
             print(f"resuming the campaign recorded in {resume.path} (appending to it)", file=sys.stderr)
             for w in resume.warnings:
-                print(f"kimitui: {w}", file=sys.stderr)
+                print(f"kimitui: {printable(w)}", file=sys.stderr)
         else:
             dropped = 0
             session = record_session(opened.host.name, {"command": "campaign", "campaign": cfg.name,
@@ -265,7 +266,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.file)
     except CampaignConfigError as exc:
-        print(f"kimitui campaign: {exc}", file=sys.stderr)
+        print(f"kimitui campaign: {printable(str(exc))}", file=sys.stderr)
         return 2
     return run(cfg, args)
 
@@ -278,7 +279,7 @@ def run(cfg: CampaignConfig, args: argparse.Namespace) -> int:
         try:
             return await run_campaign(cfg, args)
         except (CampaignUsageError, UsageError, CampaignConfigError) as exc:
-            print(f"kimitui campaign: {exc}", file=sys.stderr)
+            print(f"kimitui campaign: {printable(str(exc))}", file=sys.stderr)
             return 2
 
     return run_command(main)
@@ -291,7 +292,7 @@ def init(path: Path) -> int:
     try:
         path.write_text(INIT_TEXT, encoding="utf-8")
     except OSError as exc:
-        print(f"kimitui campaign: {path}: {exc.strerror or exc}", file=sys.stderr)
+        print(printable(f"kimitui campaign: {path}: {exc.strerror or exc}"), file=sys.stderr)
         return 2
     print(f"wrote {path}: edit the host, the service and its URLs, then: kimitui campaign {path}", file=sys.stderr)
     return 0

@@ -43,6 +43,7 @@ from kimitui.cleanup.setup import (
 )
 from kimitui.core.describe import COMMAND_WIDTH, Started, describe, details, sample_started, unknown_start
 from kimitui.core.events import Event, HostSample, LogLine, MacroProgress
+from kimitui.core.printable import printable
 from kimitui.core.procdisplay import command_gist
 from kimitui.core.session import Session
 from kimitui.core.state import CleanupState, SessionState
@@ -273,12 +274,12 @@ async def _cleanup(args: argparse.Namespace) -> int:
 
         consent, how = _consent(args, operator, started)
         session.subscribe(printer(args.json, sys.stdout, session, started))
-        print(f"kimitui cleanup on {opened.label}: {how}", file=sys.stderr)
+        print(printable(f"kimitui cleanup on {opened.label}: {how}"), file=sys.stderr)
         if service is None:
             print("kimitui: no service (none): the GPUs in scope are freed of whatever holds them, previewed as "
                   "not the service (the others step, consent: others)", file=sys.stderr)
         elif not found.pids:
-            print(f"kimitui: {service.label} found, not running ({found.why}): nothing to stop gracefully",
+            print(printable(f"kimitui: {service.label} found, not running ({found.why}): nothing to stop gracefully"),
                   file=sys.stderr)
         source = TelemetrySource(host, args.interval, scan_interval=args.interval, **opened.telemetry_args)
         feed = SampleFeed()
@@ -309,8 +310,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 if args.restart and out.restart is None and not out.clean:
                     print("kimitui: restart not run: the GPUs are not clean", file=sys.stderr)
                 if out.note.startswith("not clean; telemetry stalled"):
-                    print(f"kimitui: {host.name}: {out.note.partition('; ')[2]}; the GPUs were not verified clean",
-                          file=sys.stderr)
+                    print(printable(f"kimitui: {host.name}: {out.note.partition('; ')[2]}; the GPUs were not verified "
+                                    "clean"), file=sys.stderr)
             except asyncio.CancelledError:  # Ctrl-C (or SIGTERM): the phase is closed, then the host torn down
                 task = asyncio.current_task()
                 if task is not None:
@@ -347,14 +348,14 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         parse_gpus(args.gpus)
         _service(args, target_meta(args.host))
     except UsageError as exc:  # before any host is opened
-        print(f"kimitui: {exc}", file=sys.stderr)
+        print(f"kimitui: {printable(str(exc))}", file=sys.stderr)
         return 2
 
     async def main() -> int:
         try:
             return await _cleanup(args)
         except UsageError as exc:
-            print(f"kimitui: {exc}", file=sys.stderr)
+            print(f"kimitui: {printable(str(exc))}", file=sys.stderr)
             return 2
 
     return run_command(main)

@@ -14,6 +14,7 @@ from typing import TextIO
 from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, is_optional
 from kimitui.core.describe import Started, preview_text, unknown_start
 from kimitui.core.events import StepPreview
+from kimitui.core.printable import printable
 
 
 def parse_ticks(answer: str, preview: StepPreview) -> list[int]:
@@ -107,7 +108,7 @@ def terminal_consent(operator: str, show_table: bool, stdin: TextIO, stderr: Tex
             try:
                 pids = parse_ticks(ticks, preview)
             except ValueError as exc:
-                stderr.write(f"  {exc}\n")
+                stderr.write(f"  {printable(str(exc))}\n")
                 continue
             if not ticks:
                 return ConsentDecision(True, None, operator, "confirmed on the terminal")

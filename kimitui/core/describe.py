@@ -41,6 +41,7 @@ from kimitui.core.events import (
     first_error,
     level_failed,
 )
+from kimitui.core.printable import printable
 from kimitui.core.procdisplay import DASH, clock_label, command_gist, gpu_list, unit_label
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ SOURCES.update(dict.fromkeys(CAMPAIGN_EVENT_TYPES, CAMPAIGN_SOURCE))
 
 
 def source_of(ev: Event) -> str:
-    return ev.source if isinstance(ev, LogLine) else SOURCES.get(type(ev), ev.type)
+    return printable(ev.source) if isinstance(ev, LogLine) else SOURCES.get(type(ev), ev.type)
 
 
 def level_of(ev: Event) -> str:
@@ -105,7 +106,13 @@ def step_seconds(ev: StepResult, state: SessionState | None) -> float:
 
 
 def describe(ev: Event, state: SessionState | None = None) -> str | None:
-    """One line for the event (None: an event with no words, a sample)."""
+    """One line for the event (None: an event with no words, a sample), printable: what came from outside
+    (a note, a reason, an error body, a host's name) has its control characters escaped."""
+    line = _words(ev, state)
+    return None if line is None else printable(line)
+
+
+def _words(ev: Event, state: SessionState | None) -> str | None:
     if isinstance(ev, PhaseStart):
         return f"phase {ev.phase} started" + (f": {ev.title}" if ev.title else "")
     if isinstance(ev, PhaseEnd):
@@ -201,9 +208,9 @@ def signal_status(record: SignalRecord) -> str:
     outcome not seen yet), 'refused: protected' (not sent: no outcome comes)."""
     s, o = record.sent, record.outcome
     if o is None:
-        return "sent, waiting" if s.outcome == "sent" else f"{s.outcome}: {s.detail}"
+        return "sent, waiting" if s.outcome == "sent" else printable(f"{s.outcome}: {s.detail}")
     what = f"{o.outcome} after {o.elapsed_s:.2f} s" + (f" (state {o.state})" if o.state else "")
-    return what if s.outcome == "sent" else f"{s.outcome}: {s.detail}; then {what}"
+    return printable(what if s.outcome == "sent" else f"{s.outcome}: {s.detail}; then {what}")
 
 
 Started = Callable[[int | None], str]
@@ -227,8 +234,8 @@ def _ref_row(r: ProcRef, started: Started) -> list[str]:
     command = command_gist(r.cmdline) if r.cmdline else "?"
     if len(command) > COMMAND_WIDTH:
         command = command[: COMMAND_WIDTH - 1] + "…"
-    return [str(r.pid), started(r.start_time), r.user or "?", ",".join(map(str, r.gpus)) or DASH,
-            f"{r.mem_mib:.0f}", unit_label(r.unit)[:24], command, r.reason]
+    return [str(r.pid), started(r.start_time), printable(r.user or "?"), ",".join(map(str, r.gpus)) or DASH,
+            f"{r.mem_mib:.0f}", unit_label(r.unit)[:24], command, printable(r.reason)]
 
 
 def preview_table(preview: StepPreview, started: Started = unknown_start) -> list[str]:
@@ -252,7 +259,7 @@ def preview_table(preview: StepPreview, started: Started = unknown_start) -> lis
 def preview_text(preview: StepPreview, started: Started = unknown_start) -> str:
     """The preview as the operator reads it on a terminal: its action, then what would be signalled and what
     is spared and why."""
-    return "\n".join([f"{preview.step}: {preview.action}", *preview_table(preview, started)])
+    return "\n".join([printable(f"{preview.step}: {preview.action}"), *preview_table(preview, started)])
 
 
 def details(ev: Event, started: Started = unknown_start) -> list[str]:
@@ -260,7 +267,8 @@ def details(ev: Event, started: Started = unknown_start) -> list[str]:
     if isinstance(ev, StepPreview):
         return preview_table(ev, started)
     if isinstance(ev, MicroEnv):  # a backend a line (which kernel stands for which), then the worker's notes
-        return [f"  {k}: {v}" for k, v in ev.backends.items()] + [f"  note: {note}" for note in ev.notes]
+        return [printable(f"  {k}: {v}") for k, v in ev.backends.items()] + [printable(f"  note: {note}")
+                                                                            for note in ev.notes]
     if isinstance(ev, Verification):
         out = []
         for g in ev.gpus:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from kimitui.core.printable import printable
+
 DASH = "-"
 INTERPRETERS = ("python", "bash", "sh", "node", "perl", "ruby", "java", "env", "uv", "torchrun")
 """Programs whose own name says little: the distinguishing part of their command is what they run."""
@@ -23,6 +25,12 @@ def _interpreter(program: str) -> bool:
 
 
 def command_gist(cmdline: str) -> str:
+    """The distinguishing part of a command line (``_gist``), printable: control and format characters
+    escaped (``\\x1b``, ``\\u202e``), so a process cannot write to the operator's terminal by its name."""
+    return printable(_gist(cmdline))
+
+
+def _gist(cmdline: str) -> str:
     """The distinguishing part of a command line: ``/opt/venv/bin/python3 -u /opt/x/probe.py --device 3`` ->
     ``probe.py --device 3``; ``python -S -m vllm.entrypoints.openai.api_server --port 8000`` ->
     ``vllm.entrypoints.openai.api_server --port 8000``; ``python3 -c CODE`` -> ``python3 -c CODE``; any other
@@ -52,9 +60,9 @@ def unit_label(unit: str | None, container: str | None = None) -> str:
     if unit and unit.startswith("docker:"):
         container, unit = unit[len("docker:"):], None
     if unit:
-        return unit
+        return printable(unit)
     if container:
-        return f"docker:{container[:8]}"
+        return printable(f"docker:{container[:8]}")
     return DASH
 
 

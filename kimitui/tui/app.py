@@ -30,6 +30,7 @@ from kimitui.core.events import Event
 from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
 from kimitui.live_context import LiveContext
+from kimitui.tui import fmt
 from kimitui.tui.bench_runner import TAB_LABEL, MacroController, tab_label
 from kimitui.tui.bench_view import BenchView
 from kimitui.tui.campaign_view import AnalysisView, CampaignStrip
@@ -162,7 +163,9 @@ class KimituiApp(App[None]):
     # -- layout
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-               timeout: float | None = None, markup: bool = True) -> None:
+               timeout: float | None = None, markup: bool = False) -> None:
+        # Notices carry outside text (an error body, a note, a reason): printable, and not read as markup
+        message, title = fmt.printable_lines(message), fmt.printable(title)
         self.notices.append(message)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 

@@ -13,11 +13,13 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from kimitui.bench.macro import ConfigError, MacroConfig
 from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, parse_levels, parse_requests
+from kimitui.tui import fmt
 
 FIELDS: tuple[tuple[str, str, str], ...] = (
     # (id, label, hint)
@@ -137,7 +139,7 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
         try:
             config = parse_form(self.form_values())
         except ConfigError as exc:
-            self.query_one("#dialog-error", Static).update(f"{exc}")
+            self.query_one("#dialog-error", Static).update(Content(fmt.printable(str(exc))))
             return
         self.dismiss(config)
 

@@ -101,7 +101,7 @@ def failures_text(sweep: Sweep) -> str:
         error = first_error(p)
         parts.append(f"c={p.concurrency}: {m.get('failed')} of {m.get('num_prompts')} requests failed"
                      + (f": {error}" if error else ""))
-    return "; ".join(parts)
+    return fmt.printable("; ".join(parts))
 
 
 def sweep_status(sweep: Sweep | None, live: bool) -> Content:
@@ -122,12 +122,13 @@ def sweep_status(sweep: Sweep | None, live: bool) -> Content:
             return Content.assemble(("failed: ", "bold $error"),
                                     f"every request failed at {len(points)} level{plural}: ",
                                     (failures_text(sweep), "$error"))
-        return Content.assemble(("failed: ", "bold $error"), (p.error if p is not None else "") or sweep.note)
+        return Content.assemble(("failed: ", "bold $error"),
+                                fmt.printable((p.error if p is not None else "") or sweep.note))
     if p is None:  # recorded without progress events: its phase and points
         if status == "running":
             return Content.assemble(("sweep running", "bold $success"), ("  (recorded)", "$text-muted"))
         word, style = ("sweep done", "$success") if status == "done" else ("sweep stopped", "$warning")
-        parts = [(word, style), (f": {sweep.note}" if sweep.note else "", "$text-muted")]
+        parts = [(word, style), (fmt.printable(f": {sweep.note}") if sweep.note else "", "$text-muted")]
         if failed:
             parts += ["  ", (f"{len(failed)} failed: {failures_text(sweep)}", "$error")]
         return Content.assemble(*parts)

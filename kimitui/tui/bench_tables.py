@@ -36,7 +36,7 @@ def requests_cell(p: MacroPoint) -> Text:
 
 def macro_cells(p: MacroPoint) -> list[Cell]:
     error = first_error(p)
-    note = Text(error or "", style="red", no_wrap=True, overflow="ellipsis")
+    note = Text(fmt.printable(error or ""), style="red", no_wrap=True, overflow="ellipsis")
     if level_failed(p):  # nothing was measured: no number, and no zero
         return [_r(str(p.concurrency)), Text("FAILED", justify="right", style="bold red"), requests_cell(p),
                 *(_r(fmt.DASH) for _ in range(5)), note]
@@ -58,10 +58,10 @@ def macro_cells(p: MacroPoint) -> list[Cell]:
 def gemm_cells(g: GemmRow) -> list[Cell]:
     eff = g.roofline_us / g.time_us * 100 if g.roofline_us and g.time_us else None
     return [
-        Text(fmt.shorten(g.name, 17)),
+        Text(fmt.shorten(fmt.printable(g.name), 17)),
         _r(str(g.m)), _r(str(g.n)), _r(str(g.k)),
         Text(g.dtype or "-"),
-        Text(fmt.shorten(g.kernel or "-", 10)),
+        Text(fmt.shorten(fmt.printable(g.kernel or "-"), 10)),
         _r(fmt.num(g.time_us, "{:.1f}")),
         _r(fmt.num(g.tflops, "{:.1f}")),
         _r(fmt.num(g.gbps, "{:.0f}")),

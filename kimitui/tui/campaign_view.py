@@ -106,13 +106,13 @@ def verdict_content(state: SessionState) -> Content:
     if budget is None:
         return Content("")
     style = "bold $success" if budget.bound else "bold $warning"
-    parts: list[str | tuple[str, str]] = [("Verdict: ", "bold"), (budget.verdict or "none", style)]
+    parts: list[str | tuple[str, str]] = [("Verdict: ", "bold"), (fmt.printable(budget.verdict or "none"), style)]
     if budget.assumptions:
         parts += [("\n\nAssumptions", "bold $accent")]
-        parts += [f"\n  - {a}" for a in budget.assumptions]
+        parts += [f"\n  - {fmt.printable(a)}" for a in budget.assumptions]
     if budget.missing:
         parts += [("\n\nNot in the budget", "bold $warning")]
-        parts += [f"\n  - {m}" for m in budget.missing]
+        parts += [f"\n  - {fmt.printable(m)}" for m in budget.missing]
     return Content.assemble(*parts)
 
 
@@ -128,13 +128,15 @@ def checks_content(state: SessionState) -> Content:
     if state.drain is not None:
         d = state.drain
         style = "$warning" if d.status in ("deadline", "unreadable", "stopped") else ""
-        parts += [("Drain before the graceful stop: ", "bold"), (drain_words(d).removeprefix("drain: "), style)]
+        parts += [("Drain before the graceful stop: ", "bold"),
+                  (fmt.printable(drain_words(d).removeprefix("drain: ")), style)]
     if state.probe is not None:
         p = state.probe
         if parts:
             parts.append("\n")
         parts += [("After the restart: ", "bold"),
-                  (probe_words(p).removeprefix("post-restart probe: "), "bold $error" if p.drift else "$success")]
+                  (fmt.printable(probe_words(p).removeprefix("post-restart probe: ")),
+                   "bold $error" if p.drift else "$success")]
     return Content.assemble(*parts)
 
 

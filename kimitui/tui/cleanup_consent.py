@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 from typing import ClassVar
 
+from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -53,7 +54,7 @@ keys, buttons, and one spare."""
 def what_lines(ref: ProcRef, width: int) -> list[str]:
     """The command's distinguishing part on one line, why on up to WHY_LINES more (the last one cut with an
     ellipsis)."""
-    why = textwrap.wrap(ref.reason or "-", width) or ["-"]
+    why = textwrap.wrap(fmt.printable(ref.reason or "-"), width) or ["-"]
     if len(why) > WHY_LINES:
         why = [*why[: WHY_LINES - 1], fmt.shorten(" ".join(why[WHY_LINES - 1:]), width)]
     return [fmt.shorten(fmt.command_gist(ref.cmdline), width), *why]
@@ -69,8 +70,9 @@ def ref_cells(ref: ProcRef, tick: Text, why_style: str, width: int, compact: boo
     mem = Text(fmt.mem_mib(ref.mem_mib), justify="right")
     if compact:
         return [tick, str(ref.pid), fmt.gpu_list(ref.gpus), mem, what], len(lines)
-    cells: list[str | Text] = [tick, str(ref.pid), started, fmt.shorten(ref.user or "?", 8), fmt.gpu_list(ref.gpus),
-                               mem, fmt.shorten(fmt.unit_label(ref.unit), 15), what]
+    # a str cell is markup, and the user and the unit come from the host: their brackets escaped
+    cells: list[str | Text] = [tick, str(ref.pid), started, escape(fmt.shorten(fmt.printable(ref.user or "?"), 8)),
+                               fmt.gpu_list(ref.gpus), mem, escape(fmt.shorten(fmt.unit_label(ref.unit), 15)), what]
     return cells, len(lines)
 
 
@@ -146,9 +148,9 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
             if up:
                 title += (": the service is ALREADY RUNNING" if p.action.startswith(ALREADY_RUNNING) else
                           ": the GPUs STILL HOLD MEMORY (finish the cleanup first)")
-            yield Static(title, id="consent-title")
+            yield Static(Text(fmt.printable(title)), id="consent-title")
             action = Text.assemble(STEP_TITLES.get(p.step, p.step), "\n", ("action: ", "dim"),
-                                   (p.action, "bold yellow" if up else ""))
+                                   (fmt.printable(p.action), "bold yellow" if up else ""))
             yield Static(action, id="consent-action")
             if self.rows:
                 yield Static(f"Would signal ({len(p.targets)})" + ("" if p.targets else ": none"),
@@ -253,7 +255,7 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
                 text.append("the GPUs still hold memory: esc declines (then free them); confirming starts the "
                             "service beside it", "bold yellow")
             else:
-                text.append(what.get(self.preview.step, f"will run: {self.preview.action}"), "bold")
+                text.append(what.get(self.preview.step, fmt.printable(f"will run: {self.preview.action}")), "bold")
             self.query_one("#consent-summary", Static).update(text)
             return
         if ticked:

@@ -13,6 +13,7 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
@@ -86,7 +87,7 @@ class CleanupSetupScreen(ModalScreen[CleanupRequest | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"Free the GPUs on {self.host_label}", id="setup-title")
+            yield Static(Content(fmt.printable(f"Free the GPUs on {self.host_label}")), id="setup-title")
             yield Static("Each step (graceful stop, process kill, the others on the GPUs that are not the service, "
                          "device kill) is previewed and asked for; then every GPU in scope is verified clean.",
                          id="setup-about")
@@ -155,7 +156,7 @@ class CleanupSetupScreen(ModalScreen[CleanupRequest | None]):
 
     def _error(self, text: str) -> None:
         error = self.query_one("#setup-error", Static)
-        error.update(text)
+        error.update(Content(fmt.printable_lines(text)))  # a lookup's failure is the host's words: not markup
         error.display = bool(text)
 
     def action_cancel(self) -> None:

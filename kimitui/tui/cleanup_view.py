@@ -65,7 +65,7 @@ def step_cells(step: StepState, colors: Colors, cleanup: CleanupState | None = N
         Text(f"{ticked} of {len(preview.targets)}" if preview else "-", justify="right"),
         Text(str(len(preview.spared)) if preview else "-", justify="right"),
         Text(signals_summary(step), no_wrap=True, overflow="ellipsis"),
-        Text(step.reason or (preview.action if preview else ""), no_wrap=True, overflow="ellipsis"),
+        Text(fmt.printable(step.reason or (preview.action if preview else "")), no_wrap=True, overflow="ellipsis"),
     ]
 
 
@@ -75,11 +75,11 @@ def plan_content(cleanup: CleanupState | None) -> Content:
                                 ("   live: F frees the GPUs, each step previewed and asked", "$text-muted"))
     plan = cleanup.plan
     return Content.assemble(
-        ("plan ", "$text-muted"), (plan.service or "GPUs", "bold"),
-        (" via ", "$text-muted"), plan.manager or "-",
+        ("plan ", "$text-muted"), (fmt.printable(plan.service or "GPUs"), "bold"),
+        (" via ", "$text-muted"), fmt.printable(plan.manager or "-"),
         (" on GPUs ", "$text-muted"), fmt.gpu_list(plan.gpus),
         (" clean below ", "$text-muted"), fmt.mem_mib(plan.clean_threshold_mib),
-        (f"  (cleanup {cleanup.plan.host or ''})", "$text-muted") if cleanup.plan.host else "",
+        (fmt.printable(f"  (cleanup {cleanup.plan.host or ''})"), "$text-muted") if cleanup.plan.host else "",
     )
 
 
@@ -91,7 +91,7 @@ def verdict_content(cleanup: CleanupState | None) -> Content:
     parts: list[str | tuple[str, str]] = [("verification: ", "$text-muted"), verdict,
                                           f"  after {v.elapsed_s:.2f} s"]
     if v.detail:
-        parts.append(f"  {v.detail}")
+        parts.append(fmt.printable(f"  {v.detail}"))
     for g in v.gpus:
         mark = ("ok", "$success") if g.clean else ("HELD", "bold $error")
         parts += [f"\n  GPU {g.index}: {fmt.mem_mib(g.used_mib)} (baseline {fmt.mem_mib(g.baseline_mib)}) ",
@@ -100,7 +100,7 @@ def verdict_content(cleanup: CleanupState | None) -> Content:
             parts.append(f" holders {', '.join(map(str, g.holders))}")
     for h in v.holders_left:
         command = fmt.shorten(fmt.command_gist(h.cmdline), 40)
-        parts.append((f"\n  left: pid {h.pid} {h.user or '-'} {command}: {h.reason}", "$warning"))
+        parts.append(("\n" + fmt.printable(f"  left: pid {h.pid} {h.user or '-'} {command}: {h.reason}"), "$warning"))
     return Content.assemble(*parts)
 
 
@@ -122,7 +122,8 @@ def phase_content(state: SessionState) -> Content:
                                 (f"  {fmt.num(state.clock - span.start, '{:.1f}', ' s')}", "$text-muted"),
                                 ("   x cancels (the step in hand finishes, the rest is declined)", "$text-muted"))
     style = "bold $success" if span.ok else "bold $error"
-    return Content.assemble(("cleanup ended: ", "$text-muted"), (span.note or ("ok" if span.ok else "not ok"), style),
+    return Content.assemble(("cleanup ended: ", "$text-muted"),
+                            (fmt.printable(span.note or ("ok" if span.ok else "not ok")), style),
                             (f"  ({span.end - span.start:.2f} s)", "$text-muted"))
 
 

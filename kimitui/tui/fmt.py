@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 # shared with the CLI and the report
+from kimitui.core.printable import printable as printable
+from kimitui.core.printable import printable_lines as printable_lines
 from kimitui.core.procdisplay import command_gist as command_gist
 from kimitui.core.procdisplay import gpu_list as gpu_list
 from kimitui.core.procdisplay import local_time

@@ -26,9 +26,9 @@ def gpu_cells(g: GpuSample, colors: Colors, name_width: int) -> list[Cell]:
     memory = Text(no_wrap=True)
     memory.append(fmt.bar(fraction, BAR_WIDTH), style=colors.level(fraction))
     memory.append(" " + fmt.mem_label(g.mem_used_mib, g.mem_total_mib))
-    name = Text(fmt.shorten(short_gpu_name(g.name) or "-", name_width), no_wrap=True)
+    name = Text(fmt.shorten(fmt.printable(short_gpu_name(g.name)) or "-", name_width), no_wrap=True)
     if g.error:
-        name = Text(fmt.shorten(f"! {g.error}", name_width), style=colors.error, no_wrap=True)
+        name = Text(fmt.shorten(fmt.printable(f"! {g.error}"), name_width), style=colors.error, no_wrap=True)
     util = Text(fmt.num(g.util_pct, "{:.0f}", "%"), justify="right",
                 style=colors.level(None if g.util_pct is None else g.util_pct / 100))
     return [

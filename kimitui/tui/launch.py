@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kimitui.core.printable import printable
 from kimitui.core.session import EventSource, Session
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def exit_status(app: App[object]) -> int:
     if code:
         error = getattr(app, "_exception", None)
         cause = f"{type(error).__name__}: {error}" if error is not None else f"exit status {code}"
-        print(f"kimitui: the dashboard stopped on an error: {cause}", file=sys.stderr, flush=True)
+        print(f"kimitui: the dashboard stopped on an error: {printable(cause)}", file=sys.stderr, flush=True)
     return code
 
 

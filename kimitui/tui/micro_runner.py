@@ -41,7 +41,8 @@ class OverrideScreen(ModalScreen[bool]):
         self.detail, self.holders = detail, list(holders)
 
     def compose(self) -> ComposeResult:
-        parts: list[str | tuple[str, str]] = [("The GPUs in scope hold memory", "bold"), "\n\n", self.detail]
+        parts: list[str | tuple[str, str]] = [("The GPUs in scope hold memory", "bold"), "\n\n",
+                                              fmt.printable(self.detail)]
         if self.holders:
             parts += ["\n\n", (f"held by {len(self.holders)} process(es):", "bold")]
             for h in self.holders[: self.SHOWN]:

@@ -68,7 +68,8 @@ def roofline_series(rows: list[GemmRow]) -> Series:
     out: Series = {}
     for g in rows:
         if best.get(g.name) == g.backend and g.roofline_us and g.time_us > 0:
-            out.setdefault(f"{g.name} ({g.backend or '?'})", []).append((float(g.m), g.roofline_us / g.time_us * 100))
+            label = fmt.printable(f"{g.name} ({g.backend or '?'})")
+            out.setdefault(label, []).append((float(g.m), g.roofline_us / g.time_us * 100))
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -85,20 +86,20 @@ def status_text(state: SessionState) -> Text:
         out.append("  Live: K runs the GEMM and all-reduce benchmarks on the host (the GPUs must be free: F).",
                    style="dim")
         if state.topology is not None:
-            out.append(f"\nInterconnect: {state.topology.summary}")
+            out.append("\nInterconnect: " + fmt.printable(state.topology.summary))
         return out
     p = run.plan
     out.append(f"micro run {p.run_id}", style="bold")
-    out.append(f"  {p.model} at TP={p.tp} on {p.host or '?'}, GPUs {fmt.gpu_list(p.gpus)}")
+    out.append(fmt.printable(f"  {p.model} at TP={p.tp} on {p.host or '?'}, GPUs {fmt.gpu_list(p.gpus)}"))
     if p.simulated:
         out.append("  SIMULATED: modelled figures", style="bold yellow")
     if p.forced:
         out.append("  (GPU memory check overridden)", style="yellow")
     refused = run.ends.get("all")
     if refused is not None:
-        out.append(f"\nrefused: {refused.detail}", style="bold red")
+        out.append("\nrefused: " + fmt.printable(refused.detail), style="bold red")
         for h in refused.holders[:4]:
-            out.append(f"\n  pid {h.pid:<7} {h.user or '?'}  GPU {fmt.gpu_list(h.gpus):<5} "
+            out.append(f"\n  pid {h.pid:<7} {fmt.printable(h.user or '?')}  GPU {fmt.gpu_list(h.gpus):<5} "
                        f"{fmt.mem_mib(h.mem_mib):>9}  {fmt.shorten(fmt.command_gist(h.cmdline), 60)}")
         if len(refused.holders) > 4:
             out.append(f"\n  and {len(refused.holders) - 4} more", style="dim")
@@ -107,12 +108,12 @@ def status_text(state: SessionState) -> Text:
         out.append_text(part_line(run, part))
     if state.topology is not None:
         t = state.topology
-        out.append(f"\nInterconnect ({t.source}): {t.summary}")
+        out.append("\n" + fmt.printable(f"Interconnect ({t.source}): {t.summary}"))
     for env in run.env.values():
         out.append(f"\n{describe(env)}", style="dim")  # the worker's device, torch and bandwidth in the log's words
         missing = [f"{k}: {v}" for k, v in env.backends.items() if v.startswith("not available")]
         if missing:
-            out.append("  " + "; ".join(missing), style="dim yellow")
+            out.append("  " + fmt.printable("; ".join(missing)), style="dim yellow")
     return out
 
 
@@ -129,9 +130,9 @@ def part_line(run: MicroRunState, part: str) -> Text:
     line.append(status, style=style)
     end = run.ends.get(part)
     if end is not None and end.detail:
-        line.append(f": {end.detail[:80]}", style=style)
+        line.append(": " + fmt.printable(end.detail[:80]), style=style)
     elif prog is not None and status == "running":
-        line.append(f"  {prog.item}", style="dim")
+        line.append("  " + fmt.printable(prog.item), style="dim")
     return line
 
 
@@ -168,8 +169,8 @@ class MicroGemmTable(KeyedTable):
         for i, g in enumerate(rows_in):
             pct = g.roofline_us / g.time_us * 100 if g.roofline_us and g.time_us else None
             err = fmt.num(g.rel_err, "{:.4f}") + ("!" if g.correct is False else "")
-            cells: list[Cell] = [Text(fmt.shorten(g.name, 18)), _r(str(g.m)), _r(f"{g.n}x{g.k}"),
-                                 Text(fmt.shorten(g.dtype, 9)), Text(g.backend or "-"),
+            cells: list[Cell] = [Text(fmt.shorten(fmt.printable(g.name), 18)), _r(str(g.m)), _r(f"{g.n}x{g.k}"),
+                                 Text(fmt.shorten(fmt.printable(g.dtype), 9)), Text(fmt.printable(g.backend or "-")),
                                  _r(fmt.num(g.time_us, "{:.2f}")),
                                  _r(fmt.num(g.tflops, "{:.1f}")), _r(fmt.num(g.gbps, "{:.0f}")),
                                  _r(fmt.num(pct, "{:.0f}", "%")), _r(err)]

@@ -37,7 +37,7 @@ def proc_cells(p: ProcSample, colors: Colors) -> list[Cell]:
         command = Text("(not visible here)", style=colors.muted)
     return [
         Text(str(p.pid), justify="right"),
-        Text(fmt.shorten(p.user or "-", 10)),
+        Text(fmt.shorten(fmt.printable(p.user or "-"), 10)),
         Text(fmt.gpu_list(proc_gpus(p))),
         Text(fmt.mem_mib(mem) if p.gpu_mem_mib else "-", justify="right"),
         Text(p.kind, style=kind_style(p.kind, colors)),

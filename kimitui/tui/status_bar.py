@@ -31,7 +31,7 @@ def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, h
     clock = fmt.time_of_day if narrow else fmt.clock
     parts: list[str | tuple[str, str]] = [] if narrow else [(" kimitui ", "bold reverse $primary")]
     parts.append(" ")
-    parts.append((state.host or host or "no host", "bold"))
+    parts.append((fmt.printable(state.host or host or "no host"), "bold"))
     conn = state.connection
     if replay is not None and conn == "unknown":
         conn = "replay"

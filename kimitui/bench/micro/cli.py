@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kimitui.core.printable import printable
+
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -69,7 +71,7 @@ def cmd_shapes(args: argparse.Namespace) -> int:
     try:
         plan = shapes_for(load_config(args.config), args.tp)
     except ShapeError as exc:
-        print(f"kimitui shapes: {exc}", file=sys.stderr)
+        print(f"kimitui shapes: {printable(str(exc))}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(plan.to_dict(ms), indent=1))
@@ -167,8 +169,8 @@ async def free_simulated_gpus(opened: Any, feed: Any, publish: Any, sample: Any,
         return out.clean
 
     def say(why: str) -> None:
-        print(f"demo: freeing the simulated GPUs first ({why}; the cleanup, every step consented: the host is "
-              "simulated)", file=sys.stderr)
+        print(f"demo: freeing the simulated GPUs first ({printable(why)}; the cleanup, every step consented: the "
+              "host is simulated)", file=sys.stderr)
 
     return await free_before_micro(sample, gpus, feed, transition, say, threshold_mib)
 
@@ -274,7 +276,7 @@ def cmd_micro(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_micro(args))
     except (MicroError, ShapeError, HostError, TargetError, UsageError) as exc:
-        print(f"kimitui bench micro: {exc}", file=sys.stderr)
+        print(f"kimitui bench micro: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -25,6 +25,7 @@ from kimitui.core.events import (
     MicroProgress,
     Topology,
 )
+from kimitui.core.printable import printable_lines
 
 INT4_NOTE = ("torch-int4 is torch._weight_int4pack_mm (tinygemm): correct, but honest only near M=1; it stands "
              "in for Marlin where vLLM is not installed")
@@ -93,7 +94,7 @@ class TextPrinter:
         if self._progress:
             self.err.write("\r\033[K")
             self._progress = False
-        print(text, file=self.out, flush=True)
+        print(printable_lines(text), file=self.out, flush=True)  # a row's backend and device come from the host
 
     def __call__(self, ev: Event) -> None:
         if isinstance(ev, MicroPlan):
