@@ -153,6 +153,9 @@ def main() -> int:
         fds = [os.open(p, os.O_RDWR) for p in ("/dev/nvidiactl", "/dev/nvidia0") if os.path.exists(p)]
         daemon = subprocess.Popen([str(daemon_exe), "infinity"], pass_fds=fds, start_new_session=True)
         spawned.append(daemon)
+        for fd in fds:  # the daemon holds them now; this script is no holder of its own
+            os.close(fd)
+        fds = []
         service = subprocess.Popen([sys.executable, str(HERE), "--role", "service", str(args.gib), str(work)],
                                    start_new_session=True)
         spawned.append(service)

@@ -251,7 +251,8 @@ async def _ask_and_terminate(ex: StepContext, step: str, targets: list[tuple[Can
             f"{c.pid} (state {c.state})" for c in stuck), started)
     lost = sum(1 for s in ex.signals(step) if s.outcome == "unknown")
     note = f"; {lost} signal{'s' if lost > 1 else ''}: {LOST_NOTE}" if lost else ""
-    return ex.result(step, "done", f"{len(confirmed.procs)} {noun} ended{note}", started)
+    n = len(confirmed.procs)
+    return ex.result(step, "done", f"{n} {noun if n != 1 else noun.rstrip('s')} ended{note}", started)
 
 
 LOST_NOTE = "outcome unknown (the connection dropped with it in flight; not resent), looked again after the reconnect"
