@@ -103,8 +103,21 @@ SETUP_TIMEOUT_S = 10.0
 REUSE_ATTEMPTS = 8
 
 SERVICE_ROLES = frozenset({"main", "node", "worker", "child", "stuck"})
-"""Roles of the service's process tree: the cleanup may signal them in any step, once consented."""
-NEVER_ROLES = frozenset({"other_user", "daemon", "protected", "bystander", "outside", "self"})
+"""Roles of the service's process tree: the cleanup may signal them in any step, once consented. A holder
+that is not the service's ("other_holder") only in OTHERS_STEP, a monitor only when ticked in; never the
+others: other_user, daemon, protected, bystander, outside (memory only outside the scope), self (kimitui,
+the agent)."""
+
+
+def cannot_run() -> str | None:
+    """Why this machine cannot run the tables (they need root: another uid, ns_last_pid, pidfds), or None."""
+    if os.geteuid() != 0:
+        return "needs root (processes of another uid, /proc/sys/kernel/ns_last_pid)"
+    if not os.access(NS_LAST_PID, os.W_OK):
+        return f"{NS_LAST_PID} is not writable here"
+    if not (hasattr(os, "pidfd_open") and os.path.exists(SETPRIV) and os.path.exists(SLEEP)):
+        return f"needs pidfds, {SETPRIV} and {SLEEP}"
+    return None
 
 
 # --- /proc, read as bytes ------------------------------------------------------------------------------
@@ -510,18 +523,26 @@ def spawn(prog: Programs, leaf: LeafSpec) -> subprocess.Popen[bytes]:
 
 
 def spawn_at(prog: Programs, leaf: LeafSpec, pid: int) -> subprocess.Popen[bytes] | None:
-    """Start ``leaf`` with exactly this (free) pid, through ns_last_pid; None when another process took it."""
-    for _ in range(REUSE_ATTEMPTS):
-        if proc_stat(pid) is not None:
-            return None  # taken by someone else meanwhile
+    """Start ``leaf`` with exactly this (free) pid, through ns_last_pid; None when another process took it.
+    The pid counter is put back where it was after: later processes (the host's, other tables') get new
+    pids, not the ones just freed, which a stale pidfile may still name."""
+    with open(NS_LAST_PID) as fh:
+        resume = fh.read().strip()
+    try:
+        for _ in range(REUSE_ATTEMPTS):
+            if proc_stat(pid) is not None:
+                return None  # taken by someone else meanwhile
+            with open(NS_LAST_PID, "w") as fh:
+                fh.write(str(pid - 1))
+            popen = spawn(prog, leaf)
+            if popen.pid == pid:
+                return popen
+            popen.kill()
+            popen.wait()
+        return None
+    finally:
         with open(NS_LAST_PID, "w") as fh:
-            fh.write(str(pid - 1))
-        popen = spawn(prog, leaf)
-        if popen.pid == pid:
-            return popen
-        popen.kill()
-        popen.wait()
-    return None
+            fh.write(resume)
 
 
 @dataclass(slots=True)
@@ -544,6 +565,8 @@ class TableResult:
     wrong: list[Wrong] = field(default_factory=list)
     sent: int = 0
     refused: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    """Every SignalSent by outcome (a mismatch: the pid belonged to another process by then)."""
     reuses: Counter[str] = field(default_factory=Counter)
     error: str | None = None
     decisions: list[Decision] = field(default_factory=list)
@@ -577,6 +600,7 @@ class Table:
         self.main: Proc | None = None
         self.pidfile: Path | None = None
         self.reuse_pending = spec.reuse != "none"
+        self.stopped = False
 
     # --- setup ----------------------------------------------------------------------------------------
 
@@ -660,14 +684,15 @@ class Table:
         """End ``victim`` (a child of the harness), wait a clock tick past its start, and start another
         process with its pid."""
         assert victim.popen is not None
-        if victim.alive():
-            victim.harness_killed = True
-            victim.popen.kill()
-        victim.popen.wait()
         deadline = time.monotonic() + SETUP_TIMEOUT_S
         while boot_ticks() <= victim.start_time + 2:  # the new start time must differ (and follow the pidfile)
             assert time.monotonic() < deadline
             await asyncio.sleep(0.002)
+        # from here on no await: the pid is freed and taken again before another table spawns anything
+        if victim.alive():
+            victim.harness_killed = True
+            victim.popen.kill()
+        victim.popen.wait()
         leaf = self._reuser()
         if not self.pending and leaf.role == "other_holder":
             leaf = LeafSpec(leaf.token, "bystander")
@@ -710,6 +735,8 @@ class Table:
     async def latest(self, after: float | None = None, timeout: float = 5.0) -> HostSample:
         """The ProcessView: a sample taken now. Between the graceful and the process step (the first
         sample after the graceful result) it first reuses the service main's pid when the table says so."""
+        if self.stopped:
+            raise ReuseMissed("a pid the harness meant to reuse went to another process")
         if self.reuse_pending and self.spec.reuse == "between" and self._step_done("graceful"):
             self.reuse_pending = False
             await self._reuse(self._main())
@@ -757,8 +784,10 @@ class Table:
             return
         self.reuse_pending = False
         victim = self.rng.choice(victims)
-        with contextlib.suppress(ReuseMissed):  # a missed reuse here only leaves the pid free
+        try:
             await self._reuse(victim)
+        except ReuseMissed:  # another process has the pid now: the table stops at its next sample
+            self.stopped = True
         if decision.pids is not None and victim.pid not in decision.pids:
             decision.pids.append(victim.pid)
 
@@ -780,8 +809,10 @@ class Table:
             protected = {p.pid for p in self.procs if p.role == "protected"}
             host = TableHost(self.shared, protected)
             ex = CleanupExecutor(host, self.target(), self, self.consent, publish=self.events.append)
-            with contextlib.suppress(ServiceNotFound, ReuseMissed):
+            with contextlib.suppress(ServiceNotFound):
                 await ex.run()
+        except ReuseMissed:
+            pass  # counted; the table stopped before its next step
         except Exception as exc:  # the table is reported, with its seed; the others go on
             self.result.error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -814,6 +845,7 @@ class Table:
         for e in self.events:
             if not isinstance(e, SignalSent):
                 continue
+            res.outcomes[e.outcome] += 1
             if e.outcome == "refused":
                 res.refused += 1
             if e.outcome not in ("sent", "unknown"):
@@ -914,6 +946,7 @@ class Summary:
     kinds: Counter[str] = field(default_factory=Counter)
     reuses: Counter[str] = field(default_factory=Counter)
     roles: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
     errors: list[TableResult] = field(default_factory=list)
     failing: list[TableResult] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -926,6 +959,7 @@ class Summary:
         self.kinds.update(w.kind for w in res.wrong)
         self.reuses.update(res.reuses)
         self.roles.update(res.roles)
+        self.outcomes.update(res.outcomes)
         if res.error:
             self.errors.append(res)
         if res.wrong:
@@ -935,8 +969,9 @@ class Summary:
         return f"{self.tables} tables, {self.sent} signals sent, {self.wrong} wrong"
 
     def report(self, show: int = 3) -> str:
-        lines = [f"{self.line()} ({self.refused} refused; {self.elapsed_s:.1f} s; pid reuses "
-                 f"{dict(self.reuses)}; {len(self.errors)} tables in error)"]
+        lines = [f"{self.line()} ({self.elapsed_s:.1f} s; {len(self.errors)} tables in error)",
+                 f"  signal outcomes {dict(self.outcomes)}; pid reuses {dict(self.reuses)}",
+                 f"  processes {dict(self.roles.most_common())}"]
         lines += [f"  {n} x {kind}" for kind, n in self.kinds.most_common()]
         lines += [r.describe() for r in (self.failing + self.errors)[:show]]
         return "\n".join(lines)
@@ -953,26 +988,29 @@ def programs_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def run_tables(count: int, seed: int, concurrency: int = 6, pending: bool = True) -> Summary:
-    """Generate and run ``count`` tables (seeds seed, seed+1, ...), ``concurrency`` at a time, on one agent."""
+async def run_tables(count: int, seed: int, concurrency: int = 8, pending: bool = True, agents: int = 2,
+                     table_cls: type[Table] = Table) -> Summary:
+    """Generate and run ``count`` tables (seeds seed, seed+1, ...), ``concurrency`` at a time, spread over
+    ``agents`` local agents (each answers one request at a time: two use both cores)."""
     with programs_dir() as root:
-        return await _run_tables(make_programs(root), count, seed, concurrency, pending)
+        return await _run_tables(make_programs(root), count, seed, concurrency, pending, agents, table_cls)
 
 
-async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, pending: bool) -> Summary:
-    shared = LocalHost()
+async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, pending: bool,
+                      agents: int, table_cls: type[Table]) -> Summary:
+    hosts = [LocalHost(name=f"local{i}") for i in range(agents)]
     summary = Summary()
     started = time.monotonic()
     set_child_subreaper(True)
     try:
-        agent_pid = (await shared.link.connect()).pid
+        agent_pids = [(await host.link.connect()).pid for host in hosts]
         gate = asyncio.Semaphore(concurrency)
         tok = Tokens(TOKEN_BASE)
 
         async def one(i: int) -> None:
             async with gate:
                 spec = generate(seed + i, tok, pending)
-                table = Table(spec, prog, shared, agent_pid, tok, pending)
+                table = table_cls(spec, prog, hosts[i % agents], agent_pids[i % agents], tok, pending)
                 try:
                     res = await asyncio.wait_for(table.run(), TABLE_TIMEOUT_S)
                 except TimeoutError:
@@ -983,6 +1021,7 @@ async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, p
         await asyncio.gather(*(one(i) for i in range(count)))
     finally:
         set_child_subreaper(False)
-        await shared.close()
+        for host in hosts:
+            await host.close()
     summary.elapsed_s = time.monotonic() - started
     return summary
