@@ -285,6 +285,13 @@ class TableSpec:
     """none | before (stale pidfile) | between (graceful and process) | consent (after a preview)"""
     self_holders: bool
     """kimitui's own process and the agent listed as GPU holders too (both protected)."""
+    pending: bool = True
+    """Generated with the cases that wait for A1 and A2 (see ``generate``)."""
+
+    def rerun(self) -> str:
+        test = "signal_only_what --runxfail" if self.pending else "handled_today"
+        return (f"KIMITUI_SAFETY_SEED={self.seed} KIMITUI_SAFETY_TABLES=1 pytest tests/test_cleanup_random.py "
+                f"-k {test}")
 
 
 class Tokens:
@@ -389,7 +396,7 @@ def generate(seed: int, tok: Tokens, pending: bool = True) -> TableSpec:
                 node.leaves = [leaf for leaf in node.leaves if leaf.role != "daemon"]
     if tree is not None and service == "none":
         tree = _orphaned(tree, pending)
-    return TableSpec(seed, service, tree, loose, scope, reuse, rng.random() < 0.15)
+    return TableSpec(seed, service, tree, loose, scope, reuse, rng.random() < 0.15, pending)
 
 
 def _nodes(tree: NodeSpec) -> Iterator[NodeSpec]:
@@ -566,7 +573,8 @@ class TableResult:
     sent: int = 0
     refused: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
-    """Every SignalSent by outcome (a mismatch: the pid belonged to another process by then)."""
+    """Every SignalSent by signal and outcome ("SIGTERM mismatch": the pid was another process's by then;
+    "- refused": ticked but refused at consent)."""
     reuses: Counter[str] = field(default_factory=Counter)
     error: str | None = None
     decisions: list[Decision] = field(default_factory=list)
@@ -574,8 +582,7 @@ class TableResult:
 
     def describe(self) -> str:
         s = self.spec
-        lines = [f"table seed {s.seed}: service {s.service}, scope {s.scope}, reuse {s.reuse} "
-                 f"(rerun: KIMITUI_SAFETY_SEED={s.seed} KIMITUI_SAFETY_TABLES=1)"]
+        lines = [f"table seed {s.seed}: service {s.service}, scope {s.scope}, reuse {s.reuse} (rerun: {s.rerun()})"]
         if self.error:
             lines.append(f"  error: {self.error}")
         lines += [f"  wrong: {w.kind}: {w.detail}" for w in self.wrong]
@@ -845,7 +852,7 @@ class Table:
         for e in self.events:
             if not isinstance(e, SignalSent):
                 continue
-            res.outcomes[e.outcome] += 1
+            res.outcomes[f"{e.signal} {e.outcome}"] += 1
             if e.outcome == "refused":
                 res.refused += 1
             if e.outcome not in ("sent", "unknown"):
@@ -888,22 +895,23 @@ class Table:
             return Wrong(f"{who}: not consented", f"{where}; decision {decision}")
         if truth is None:
             return Wrong(who, where)
-        return _role_refusal(truth, e.step, optional is not None and target is None and ticked, where)
+        return _role_refusal(truth, e.step, ticked, where)
 
 
 def _row(rows: list[ProcRef], pid: int) -> ProcRef | None:
     return next((r for r in rows if r.pid == pid), None)
 
 
-def _role_refusal(truth: Proc, step: str, ticked_optional: bool, where: str) -> Wrong | None:
-    """Why the ground truth says this process must not get this step's signal, or None."""
+def _role_refusal(truth: Proc, step: str, ticked: bool, where: str) -> Wrong | None:
+    """Why the ground truth says this process must not get this step's signal, or None. ``ticked``: the
+    operator named its pid (not only accepted the preview as it was)."""
     if truth.role in SERVICE_ROLES:
         return None
     if truth.role == "other_holder":
         return None if step == OTHERS_STEP else Wrong(f"{truth.label()}: signalled in step {step} (only "
                                                       f"{OTHERS_STEP!r} may)", where)
     if truth.role == "monitor":
-        return None if ticked_optional else Wrong(f"{truth.label()}: signalled without being ticked in", where)
+        return None if ticked else Wrong(f"{truth.label()}: signalled without being ticked in", where)
     return Wrong(f"{truth.label()}: signalled", where)
 
 
@@ -988,7 +996,7 @@ def programs_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def run_tables(count: int, seed: int, concurrency: int = 8, pending: bool = True, agents: int = 2,
+async def run_tables(count: int, seed: int, concurrency: int = 4, pending: bool = True, agents: int = 2,
                      table_cls: type[Table] = Table) -> Summary:
     """Generate and run ``count`` tables (seeds seed, seed+1, ...), ``concurrency`` at a time, spread over
     ``agents`` local agents (each answers one request at a time: two use both cores)."""

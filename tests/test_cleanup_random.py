@@ -5,7 +5,8 @@ operator consented to may ever be signalled (tests/safety_tables.py holds the ge
 oracle).
 
 KIMITUI_SAFETY_TABLES (default 1000) and KIMITUI_SAFETY_SEED (default 1800) choose the tables: table i has
-seed SEED+i, and a failing table is printed with the two variables that rerun it alone.
+seed SEED+i, and a failing table is printed with the command that reruns it alone. Needs root (processes of
+the uid nobody, /proc/sys/kernel/ns_last_pid): skipped otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tests.safety_tables import Summary, Table, cannot_run, run_tables
 
 TABLES = int(os.environ.get("KIMITUI_SAFETY_TABLES", "1000"))
 SEED = int(os.environ.get("KIMITUI_SAFETY_SEED", "1800"))
-LANDED_TABLES = max(1, TABLES * 3 // 10)
+HANDLED_TABLES = max(1, TABLES * 3 // 10)
 """The tables of the cases today's planner already handles (a third as many: they add coverage, not kinds)."""
 
 pytestmark = pytest.mark.skipif(cannot_run() is not None, reason=cannot_run() or "")
@@ -45,6 +46,7 @@ def assert_clean(summary: Summary, tables: int) -> None:
 
 @AWAITING_A1_A2
 async def test_random_tables_signal_only_what_was_previewed_and_consented(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every case, the pending ones included: on today's main this finds wrong signals (see the marker)."""
     summary = await run_tables(TABLES, SEED)
     show(capsys, summary)
     assert_clean(summary, TABLES)
@@ -54,10 +56,15 @@ async def test_random_tables_of_the_cases_handled_today(capsys: pytest.CaptureFi
     """Without the cases A1 and A2 fix (pid reuse into a later step's target, non-service GPU holders, host
     daemons): other users, monitors, protected and out-of-scope holders, stuck workers, non-UTF-8 names,
     trees, pids reused between the preview and the signal."""
-    summary = await run_tables(LANDED_TABLES, SEED + 500_000, pending=False)
+    summary = await run_tables(HANDLED_TABLES, SEED, pending=False)
     show(capsys, summary)
-    assert_clean(summary, LANDED_TABLES)
-    assert summary.reuses["consent"] > 0 and summary.refused > 0
+    assert_clean(summary, HANDLED_TABLES)
+    if HANDLED_TABLES < 100:  # a rerun of a few tables need not hit every case
+        return
+    # what the tables must have exercised: pids reused between preview and signal (the agent's start-time
+    # check said mismatch), ticks refused, stuck workers killed
+    assert summary.reuses["consent"] > 0 and summary.outcomes["SIGTERM mismatch"] > 0, summary.report()
+    assert summary.refused > 0 and summary.outcomes["SIGKILL sent"] > 0, summary.report()
 
 
 class Saboteur(Table):
