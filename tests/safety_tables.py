@@ -282,7 +282,8 @@ class TableSpec:
     loose: list[LeafSpec]
     scope: list[int] | None
     reuse: str
-    """none | before (stale pidfile) | between (graceful and process) | consent (after a preview)"""
+    """none | stale (the main exited before the cleanup, its pid left free) | before (a stale pidfile: its pid
+    reused before the cleanup) | between (the graceful and the process step) | consent (after a preview)"""
     self_holders: bool
     """kimitui's own process and the agent listed as GPU holders too (both protected)."""
     pending: bool = True
@@ -382,12 +383,13 @@ def generate(seed: int, tok: Tokens, pending: bool = True) -> TableSpec:
     in_scope = scope or list(range(GPUS))
     outside = [g for g in range(GPUS) if g not in in_scope]
     service = rng.choices(("pidfile", "pid", "none"), (5, 3, 2))[0]
-    reuses = ["none", "consent"] + (["between"] if service != "none" and pending else []) + (
+    reuses = ["none", "none", "consent"] + (["stale"] if service != "none" else []) + (
+        ["between"] if service != "none" and pending else []) + (
         ["before"] if service == "pidfile" and pending else [])
     reuse = rng.choice(reuses)
     tree = None
     if service != "none" or rng.random() < 0.3:  # no service: a tree may still run, nobody's service
-        tree = _tree(rng, tok, in_scope, 0, lone=reuse == "before")
+        tree = _tree(rng, tok, in_scope, 0, lone=reuse in ("before", "stale"))
     loose = _loose(rng, tok, in_scope, outside)
     if not pending:
         loose = [leaf for leaf in loose if leaf.role not in ("other_holder", "daemon")]
@@ -624,6 +626,14 @@ class Table:
                 self.procs.append(Proc(leaf, pid, st[0], _cmdline(proc_argv(pid))))
         if self.spec.reuse == "before":
             await self._reuse_main()
+        elif self.spec.reuse == "stale":  # the service's main has exited: its pidfile (or pid:N) names no one
+            self.reuse_pending = False
+            main = self._main()
+            assert main.popen is not None
+            main.harness_killed = True
+            main.popen.kill()
+            main.popen.wait()
+            self.result.reuses["stale"] += 1
 
     def _add_loose(self, leaf: LeafSpec, popen: subprocess.Popen[bytes] | None = None,
                    reused_from: str | None = None) -> Proc:
@@ -911,8 +921,8 @@ def _role_refusal(truth: Proc, step: str, ticked: bool, where: str) -> Wrong | N
         return None if step == OTHERS_STEP else Wrong(f"{truth.label()}: signalled in step {step} (only "
                                                       f"{OTHERS_STEP!r} may)", where)
     if truth.role == "monitor":
-        return None if ticked else Wrong(f"{truth.label()}: signalled without being ticked in", where)
-    return Wrong(f"{truth.label()}: signalled", where)
+        return None if ticked else Wrong(f"{truth.label()}: signalled in step {step} without its pid ticked", where)
+    return Wrong(f"{truth.label()}: signalled in step {step}", where)
 
 
 async def reap(p: Proc) -> int | None:
