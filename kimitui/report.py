@@ -83,11 +83,16 @@ def digest(reader: RunReader) -> RunDigest:
 # -- formatting -----------------------------------------------------------------------------------------
 
 
-def fmt_time(t: float) -> str:
+def _utc(t: float, fmt: str) -> str | None:
+    """``t`` as a UTC date in ``fmt``; None for a time beyond the years datetime holds (1e20, NaN)."""
     try:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):  # beyond the years datetime holds
-        return f"{t:g} (not a date)"
+        return datetime.fromtimestamp(t, UTC).strftime(fmt)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def fmt_time(t: float) -> str:
+    return _utc(t, "%Y-%m-%d %H:%M:%S UTC") or f"{t:g} (not a date)"
 
 
 def fmt_offset(t: float, origin: float) -> str:
@@ -107,7 +112,7 @@ def _started(sample: HostSample | None) -> Started:
 
     def started(start: int | None) -> str:
         t = start_wall_time(start, boot, ticks)
-        return DASH if t is None else datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
+        return DASH if t is None else _utc(t, "%H:%M:%S") or "n/a"
     return started
 
 

@@ -11,6 +11,8 @@ from kimitui.core.typed import finite
 def fmt_duration(seconds: float) -> str:
     if not math.isfinite(seconds):  # the difference of two far-apart times in a hand-edited run
         return "n/a"
+    if seconds < 0:  # a hand-edited run's end before its start: the same words, signed
+        return "-" + fmt_duration(-seconds)
     if seconds < 60:
         return f"{seconds:.1f} s"
     m, s = divmod(round(seconds), 60)

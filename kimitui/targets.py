@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -21,6 +22,21 @@ from kimitui.hosts.base import Host, HostError
 
 class TargetError(Exception):
     """A target that cannot be used: printed as one line."""
+
+
+DEMO_STRAY_ENV = "KIMITUI_DEMO_STRAY_GPU"
+"""Set to a GPU index, the demo also runs a stray CUDA context there that is not the service's (a forgotten
+notebook): the cleanup's others group, asked for apart (``--yes ...,others``)."""
+
+
+def demo_stray(gpus: int) -> int | bool:
+    """The GPU of the demo's stray holder (``DEMO_STRAY_ENV``), False when there is none."""
+    text = os.environ.get(DEMO_STRAY_ENV, "").strip()
+    if not text:
+        return False
+    if not text.isdigit() or int(text) >= gpus:
+        raise TargetError(f"{DEMO_STRAY_ENV}={text!r}: a GPU index of the demo, 0 to {gpus - 1}")
+    return int(text)
 
 
 @dataclass(slots=True)
@@ -56,12 +72,14 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
     if target == "demo":
         from kimitui.hosts.sim.host import SimHost
 
+        stray = demo_stray(gpus)
         print(f"starting the simulated {gpus}-GPU host ...", file=sys.stderr)
-        async with SimHost(gpus=gpus, name="demo") as sim:
+        async with SimHost(gpus=gpus, name="demo", stray_holder=stray) as sim:
             print(f"simulated host ready: {sim.sim_dir}, OpenAI API at {sim.api_url}", file=sys.stderr)
             yield OpenedHost(sim, f"demo ({gpus} simulated GPUs)",
                              {"sim_dir": sim.sim_dir, "dev_prefix": sim.dev_prefix},
-                             {**target_meta("demo"), "api_url": sim.api_url})
+                             {**target_meta("demo"), "api_url": sim.api_url, "nvidia_smi": sim.nvidia_smi,
+                              "systemctl": sim.systemctl})
         return
     host: Host
     if target == "local":
@@ -85,6 +103,37 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
         raise TargetError(str(exc)) from None
     finally:
         await host.close()
+
+
+async def host_gpus(opened: OpenedHost, interval: float = 0.5, timeout: float = 30.0) -> list[int]:
+    """The GPU indexes of the host's first telemetry sample, taken before anything is recorded (a command
+    checks its ``--gpus`` against them). The stream is stopped after it; the command's own starts afresh."""
+    from kimitui.core.events import ConnectionState, HostSample
+    from kimitui.telemetry import TelemetrySource
+
+    source = TelemetrySource(opened.host, interval, **opened.telemetry_args)
+    events = source.events()
+    found: list[int] | None = None
+
+    async def first() -> None:
+        nonlocal found
+        async for ev in events:
+            if isinstance(ev, HostSample) and found is None:
+                found = sorted(g.index for g in ev.gpus)
+                source.stop()  # the stream ends at its next line: the agent is told to stop sampling
+            elif isinstance(ev, ConnectionState) and ev.state == "failed":
+                raise TargetError(ev.detail or f"{opened.host.name}: no telemetry")
+
+    try:
+        await asyncio.wait_for(first(), timeout)
+    except TimeoutError:
+        if found is None:
+            raise TargetError(f"{opened.host.name}: no telemetry sample within {timeout:g}s") from None
+    finally:
+        source.stop()
+        await events.aclose()
+    assert found is not None
+    return found
 
 
 def record_session(host: str, meta: dict[str, Any]) -> Session:

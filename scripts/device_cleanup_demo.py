@@ -90,6 +90,51 @@ def role_monitor(beat: Path) -> None:
 
 # --- the demo ------------------------------------------------------------------------------------------
 
+class ReleaseWatch:
+    """The driver's own view of the release, apart from kimitui's: a thread reading NVML every
+    millisecond, noting the first wall time at which every GPU's used memory is back within the threshold
+    of its idle figure. The cleanup's verdict is judged against it (how late after the driver let go)."""
+
+    def __init__(self, gpus: int, idle: dict[int, float], threshold_mib: float) -> None:
+        import threading
+
+        self.gpus, self.idle, self.threshold = gpus, idle, threshold_mib
+        self.released_at: float | None = None
+        self.reads = 0
+        self._stop = threading.Event()
+        self._armed = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def arm(self) -> None:
+        """From now on (the cleanup began), the first all-idle reading is the release."""
+        self._armed.set()
+
+    def _run(self) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.gpus)]
+
+        def used(h: object) -> float:
+            try:
+                return pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).used / 1048576.0
+            except Exception:
+                return pynvml.nvmlDeviceGetMemoryInfo(h).used / 1048576.0
+
+        while not self._stop.wait(0.001):
+            if not self._armed.is_set() or self.released_at is not None:
+                continue
+            self.reads += 1
+            if all(used(h) <= self.idle[i] + self.threshold for i, h in enumerate(handles)):
+                self.released_at = time.time()
+        pynvml.nvmlShutdown()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 def printer(t0: float):  # type: ignore[no-untyped-def]
     from kimitui.core.events import (
         CleanupPlan,
@@ -251,7 +296,13 @@ async def demo(args: argparse.Namespace) -> int:
                              publish=session.publish, audit=audit)
         session.publish(PhaseStart(time.time(), phase="cleanup",
                                    title=f"free {gpus} GPU(s): {', '.join(args.yes.split(','))} auto-consented"))
+        watch = ReleaseWatch(gpus, idle, 64.0)
+        watch.arm()
         report = await ex.run()
+        watch.stop()
+        verified_at = report.verification.t if report.verification is not None and report.clean else None
+        after_release = (round(verified_at - watch.released_at, 4)
+                         if verified_at is not None and watch.released_at is not None else None)
         session.publish(PhaseEnd(time.time(), phase="cleanup", ok=report.clean,
                                  note=("clean" if report.clean else "NOT clean")
                                  + (f"; last consent -> clean {report.consent_to_clean_s:.3f}s"
@@ -274,6 +325,9 @@ async def demo(args: argparse.Namespace) -> int:
             print(f"last consent -> verified clean: {report.consent_to_clean_s:.3f} s")
         if report.signal_to_clean_s is not None:
             print(f"last signal  -> verified clean: {report.signal_to_clean_s:.3f} s")
+        if after_release is not None:
+            print(f"driver released (NVML read every 1 ms, {watch.reads} reads) -> verified clean: "
+                  f"{after_release:.3f} s (target <= 0.1 s)")
         print(f"monitor pid {monitor.pid} survived and kept sampling: {monitor_ok}")
         print(f"audit log: {audit.path}")
         if out:
@@ -281,7 +335,8 @@ async def demo(args: argparse.Namespace) -> int:
             signalled = sorted({e.pid for e in report.signals if e.outcome == "sent"})
             (Path(out) / "cleanup-demo-report.json").write_text(json.dumps({
                 "clean": report.clean, "consent_to_clean_s": report.consent_to_clean_s,
-                "signal_to_clean_s": report.signal_to_clean_s, "monitor_pid": monitor.pid,
+                "signal_to_clean_s": report.signal_to_clean_s, "release_to_clean_s": after_release,
+                "monitor_pid": monitor.pid,
                 "monitor_survived": monitor_ok, "service_pid": service.pid, "workers": workers,
                 "signalled": signalled, "gib_per_worker": args.gib, "gpus": gpus, "interval_s": args.interval,
                 "steps": {k: {"status": v.status, "elapsed_s": v.elapsed_s, "reason": v.reason}

@@ -201,5 +201,26 @@ def alive(pid: int) -> bool:
     return start_time(pid) is not None
 
 
+NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
+
+
+def spawn_at_pid(sim: SimDir, pid: int, *args: str, tries: int = 200) -> subprocess.Popen[bytes]:
+    """A real child started under a pid that was free again (a forced pid reuse): the kernel's last pid
+    set to pid - 1 right before the fork (root, /proc/sys/kernel/ns_last_pid); retried while another
+    process of the machine takes the pid first. Needs the pid free (its old process exited and reaped)."""
+    for _ in range(tries):
+        NS_LAST_PID.write_text(str(pid - 1))
+        proc = sim.spawn(*args)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    raise AssertionError(f"pid {pid} not reused after {tries} tries")
+
+
+def can_force_pids() -> bool:
+    return os.geteuid() == 0 and os.access(NS_LAST_PID, os.W_OK)
+
+
 if __name__ == "__main__":
     child(sys.argv[1:])

@@ -10,6 +10,8 @@ Modes (``Behavior.mode``):
   truncate_eof  the same with a close-delimited body (no chunked encoding): a clean EOF before [DONE]
   stall       after ``fail_after`` chunks, send nothing more (until the client gives up)
   error_event after ``fail_after`` chunks, a ``data: {"error": ...}`` event (vLLM's mid-stream error)
+  long_line   after ``fail_after`` chunks, a ``data:`` line of ``long_line_bytes`` that never ends, written
+              in pieces of 64 KiB, each after the last was taken by the client (until it closes)
 
 It has no ``/tokenize`` (404, as servers other than vLLM): its ``usage.prompt_tokens`` comes from its own
 toy tokenizer (``count_prompt``, different from the simulated vLLM server's), so a client can only
@@ -66,7 +68,12 @@ class Behavior:
     """usage.prompt_tokens; None: counted by ``count_prompt`` (the server has no ``/tokenize``)."""
     framing: str = "chunked"
     """chunked, length (Content-Length) or close (close-delimited); see the module docstring."""
+    long_line_bytes: int = 100 * 1024 * 1024
+    """mode long_line: how long the endless line is (then the event ends, as a JSON object would not)."""
     stamp: bool = False
+    gate: asyncio.Event | None = None
+    """When set: the paced stream holds what follows its token chunks (usage, [DONE]) until the event is set
+    (a request kept in flight while something else happens)."""
     """Each token chunk carries "sent": perf_counter() at its write (CLOCK_MONOTONIC, shared by every
     process on Linux), so a client in another process can measure the one-way delay it adds."""
 
@@ -100,6 +107,8 @@ class Stats:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     keep_bodies: bool = True
     connections: int = 0
+    long_line_sent: int = 0
+    """mode long_line: bytes of the endless line written so far (of the last request)."""
 
 
 class FaultyServer:
@@ -247,7 +256,7 @@ class FaultyServer:
                 cache[s] = frame(self._event(self._chunk(chat, " tok" * s)))
             frames.append(cache[s])
         fault_at: int | None = None
-        if b.mode in ("malformed", "truncate", "truncate_eof", "stall", "error_event"):
+        if b.mode in ("malformed", "truncate", "truncate_eof", "stall", "error_event", "long_line"):
             fault_at = min(b.fail_after, len(frames))
             frames = frames[:fault_at]
         else:
@@ -280,6 +289,8 @@ class FaultyServer:
                         await asyncio.sleep(delay)
                     elif b.yield_chunks:
                         await asyncio.sleep(0)
+                if i == ntok and b.gate is not None:
+                    await b.gate.wait()
                 j = i - (ntok - len(sizes))  # index among the token chunks (after a role chunk)
                 if b.stamp and 0 <= j < len(sizes):
                     obj = self._chunk(chat, " tok" * sizes[j])
@@ -299,9 +310,28 @@ class FaultyServer:
         elif b.mode == "stall":
             with contextlib.suppress(ConnectionError):
                 await reader.read()  # until the client gives up and closes
+        elif b.mode == "long_line":
+            await self._long_line(writer, frame)
+            return False
         await writer.drain()
         writer.transport.close()
         return False
+
+    async def _long_line(self, writer: asyncio.StreamWriter, frame: Any) -> None:
+        """``data: xxxx...`` of ``long_line_bytes`` in 64 KiB pieces, each written once the one before was
+        sent (drain), so the client reads it as it comes; stops when the client closes."""
+        piece = frame(b"x" * 65536)
+        sent = 0
+        with contextlib.suppress(ConnectionError):
+            writer.write(frame(b"data: "))
+            while sent < self.behavior.long_line_bytes and not writer.transport.is_closing():
+                writer.write(piece)
+                await writer.drain()
+                sent += 65536
+                self.stats.long_line_sent = sent
+            writer.write(frame(b"\n\n"))
+            await writer.drain()
+        writer.transport.close()
 
 
 async def _main(argv: list[str]) -> None:
@@ -312,9 +342,11 @@ async def _main(argv: list[str]) -> None:
     p.add_argument("--burst", action="store_true")
     p.add_argument("--yield-chunks", action="store_true")
     p.add_argument("--stamp", action="store_true", help="stamp each token chunk with its send time")
+    p.add_argument("--status", type=int, help="answer every completion with this HTTP status (mode status)")
     a = p.parse_args(argv)
     srv = FaultyServer(Behavior(interval_s=a.interval, tokens_per_chunk=a.tokens_per_chunk, burst=a.burst,
-                                yield_chunks=a.yield_chunks, stamp=a.stamp), port=a.port)
+                                yield_chunks=a.yield_chunks, stamp=a.stamp, mode="status" if a.status else "ok",
+                                status=a.status or 500), port=a.port)
     srv.stats.keep_bodies = False
     await srv.start()
     print(f"PORT {srv.port}", flush=True)

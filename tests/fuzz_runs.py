@@ -1,6 +1,7 @@
 """Mutated copies of the bundled run, for tests/test_fuzz_runfile.py: one parsed copy of the run, and
 mutations made in memory on it (a field's type changed, a key dropped, huge or non-finite numbers,
-Unicode of every kind, a truncation, lines duplicated, swapped or dropped, an unknown type)."""
+Unicode of every kind, absurd times and durations, a truncation, lines duplicated, swapped or dropped, an
+unknown type)."""
 
 from __future__ import annotations
 
@@ -164,6 +165,8 @@ def _empty(obj: dict[str, Any], rng: random.Random) -> str:
     return f"{key!r} emptied"
 
 
+STARTS = frozenset({"step_preview", "signal", "signal_outcome", "sample"})
+"""Events that carry processes' start times (and a sample, the boot time that dates them)."""
 ANY_ZONES = {"macro_point": "metrics", "macro_requests": "requests", "campaign_plan": "settings",
              "micro_plan": "gemms"}
 """Fields of plain JSON (``dict[str, Any]``: vLLM's result keys, per-request records, settings), which
@@ -181,9 +184,35 @@ def _any_zone(obj: dict[str, Any], rng: random.Random) -> str:
     return f"{zone}: {key!r} -> {container[key]!r:.40}"
 
 
+ABSURD_KEYS = frozenset({"start_time", "boot_time", "clock_ticks", "elapsed_s", "duration_s", "t_s"})
+"""Times and durations a report turns into dates and clock readings."""
+ABSURD_INTS: tuple[int, ...] = (10**20, -(10**20), 2**62, -1)
+ABSURD_FLOATS: tuple[float, ...] = (1e20, -1e20, 1e308, -3600.0, -1e308)
+
+
+def _absurd(obj: dict[str, Any], rng: random.Random) -> str:
+    """Every time or duration of the line (a process's start, a host's boot, a step's elapsed time) set to
+    one absurd value of its own type (well typed: it reaches the fold, the report, the clocks)."""
+    spots: list[tuple[Any, Any]] = []
+    stack: list[Any] = [obj]
+    while stack:
+        node = stack.pop()
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+            if isinstance(value, dict | list):
+                stack.append(value)
+            elif key in ABSURD_KEYS and _is_number(value):
+                spots.append((node, key))
+    if not spots:
+        return _huge(obj, rng)
+    as_int, as_float = rng.choice(ABSURD_INTS), rng.choice(ABSURD_FLOATS)
+    for container, key in spots:
+        container[key] = as_int if type(container[key]) is int else as_float
+    return f"{len(spots)} times -> {as_int} / {as_float:g}"
+
+
 LINE_MUTATIONS: tuple[Callable[[dict[str, Any], random.Random], str], ...] = (
     _retype, _retype, _retype, _drop, _drop, _huge, _huge, _unicode, _unicode, _time, _empty, _any_zone,
-    _any_zone)
+    _any_zone, _absurd, _absurd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +245,8 @@ def mutate(run: Run, rng: random.Random) -> Mutant:
         if roll < 0.72:
             if rng.random() < 0.15:  # a line with plain JSON inside, most of the time
                 i = rng.choice([k for k, p in enumerate(run.parsed[: len(lines)]) if p["type"] in ANY_ZONES] or [i])
+            elif rng.random() < 0.06:  # a line with process start times (a cleanup step's preview, a signal)
+                i = rng.choice([k for k, p in enumerate(run.parsed[: len(lines)]) if p["type"] in STARTS] or [i])
             obj = objs[i] if objs[i] is not None else _parse(lines[i])
             if obj is None:
                 continue

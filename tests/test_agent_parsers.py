@@ -118,6 +118,7 @@ def fake_proc_root(root: Path) -> Path:
         (d / "status").write_text(fixture("holder-status.txt"))
         (d / "cgroup").write_text(fixture("holder-cgroup.txt"))
         (d / "cmdline").write_bytes((FIXTURES / "holder-cmdline.txt").read_bytes())
+        (d / "exe").symlink_to("/usr/bin/python3.12")  # a dangling link reads all the same
     return root
 
 
@@ -138,7 +139,8 @@ def test_proc_pipeline_on_the_captured_processes(tmp_path: Path) -> None:
     assert (ghost["visible"], ghost["kind"], ghost["flags"], ghost["gpu_mem_mib"]) == (
         False, "unknown", ["pid-not-visible"], {"0": 512.0})
     assert set(h) == set(ghost) == {"pid", "start_time", "user", "gpu_mem_mib", "kind", "unit", "container",
-                                    "cmdline", "state", "ppid", "gpus", "visible", "flags"}
+                                    "cmdline", "state", "ppid", "gpus", "visible", "flags", "exe"}
+    assert h["exe"] == "/usr/bin/python3.12" and ghost["exe"] is None
     # the agent itself never lists itself as a holder
     assert 558 not in agent.HolderScan(str(root), "/dev/nvidia", skip={558}, every=2.0).update(0.0, set())
 

@@ -132,15 +132,19 @@ async def test_abort_with_the_restart_declined_leaves_the_service_stopped(tmp_pa
 
 async def test_a_transition_that_leaves_the_gpus_held_ends_the_campaign(tmp_path: Path) -> None:
     """The stuck worker survives the graceful stop and the process and device steps are declined: Phase 2
-    would measure beside it, so the campaign fails there and offers the restart."""
+    would measure beside it, so the campaign fails there and offers the restart. The worker still holds
+    its GPU: the restart's preview says so, and the file's abort_restart = yes does not start the service
+    beside it (finish the cleanup first)."""
     cfg = small_config(["cleanup", "micro", "analysis", "restart"], consent={"process": "no", "device": "no"})
     async with campaign_rig(cfg, tmp_path) as rig:
         end = await rig.machine.run()
     assert end.status == "failed" and "did not free the GPUs" in end.note
     assert ("micro", "start") not in phases_of(rig.events)
     declined = {r.step for r in rig.of(StepResult) if r.status == "declined"}
-    assert declined == {"process", "device"}
+    assert declined == {"process", "device", "restart"}
     assert ("restart", "start") in phases_of(rig.events)
+    (preview,) = [p for p in rig.of(StepPreview) if p.step == "restart"]
+    assert preview.action.startswith("GPU memory still held") and "finish the cleanup first" in preview.action
 
 
 async def test_pause_and_skip_are_recorded_and_kept(tmp_path: Path) -> None:

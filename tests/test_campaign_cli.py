@@ -187,7 +187,7 @@ def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
 
 def test_ctrl_c_aborts_a_headless_campaign_and_the_restart_is_offered(tmp_path: Path) -> None:
     from kimitui.core.campaign_events import CampaignControl, CampaignEnd
-    from kimitui.core.events import Consent, PhaseStart
+    from kimitui.core.events import Consent, PhaseStart, StepPreview
 
     proc = start(tmp_path, write_campaign(tmp_path, **{"graceful_s = 1": "graceful_s = 4"}))
     try:  # in the transition's graceful wait (it runs to its deadline): Ctrl-C
@@ -202,7 +202,12 @@ def test_ctrl_c_aborts_a_headless_campaign_and_the_restart_is_offered(tmp_path: 
     (ctl,) = [e for e in events if isinstance(e, CampaignControl)]
     assert ctl.action == "abort" and ctl.phase == "cleanup" and "Ctrl-C" in ctl.note
     assert not any(isinstance(e, PhaseStart) and e.phase == "micro" for e in events)
+    # the restart is offered; the stuck worker still holds its GPU (the cleanup was cut short), so the preview
+    # says so and the file's abort_restart = yes does not start the service beside it
+    (preview,) = [e for e in events if isinstance(e, StepPreview) and e.step == "restart"]
+    assert preview.action.startswith("GPU memory still held") and "finish the cleanup first" in preview.action
     restart = [e for e in events if isinstance(e, Consent) and e.step == "restart"]
-    assert restart and restart[0].accepted and "abort_restart = yes" in restart[0].note
+    assert restart and not restart[0].accepted and "abort_restart = yes covers a start on free GPUs" in \
+        restart[0].note
     (end,) = [e for e in events if isinstance(e, CampaignEnd)]
     assert end.status == "aborted"

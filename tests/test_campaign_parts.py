@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import tomllib
 
 import httpx
 import pytest
@@ -168,3 +169,23 @@ def test_the_demo_campaign_reaches_the_plateau_level() -> None:
     assert cfg.host == "demo" and 128 in cfg.macro.concurrency and set(cfg.micro_ms()) >= set(cfg.macro.concurrency)
     assert all(v in ("yes", "no") for v in cfg.consent.values()), "the demo runs headless without a flag"
     assert "[consent]" in DEMO_TEXT
+
+
+def test_the_consent_table_takes_others_apart_and_headless_must_answer_it() -> None:
+    """``others`` (what holds the GPUs and is not the service) is a step of the consent policy: the file
+    answers it, it defaults to ask, and a headless campaign that leaves it at ask is refused before it runs."""
+    from kimitui.campaign.cli import CampaignUsageError, apply_answers
+    from kimitui.campaign.config import INIT_TEXT, parse_config
+
+    data = tomllib.loads(DEMO_TEXT)
+    assert data["consent"]["others"] == "yes"  # the demo's host is simulated: all on it is the command's
+    data["consent"]["others"] = "no"
+    assert parse_config(data, "demo.toml").consent["others"] == "no"
+    del data["consent"]["others"]
+    cfg = parse_config(data, "demo.toml")
+    assert cfg.consent["others"] == "ask"
+    with pytest.raises(CampaignUsageError, match="consent others is 'ask'"):
+        apply_answers(cfg, None, None, headless=True)
+    apply_answers(cfg, "others", None, headless=True)
+    assert cfg.consent["others"] == "yes"
+    assert tomllib.loads(INIT_TEXT)["consent"]["others"] == "ask"

@@ -28,13 +28,14 @@ from kimitui.cleanup import (
 )
 from kimitui.cleanup.audit import read_audit
 from kimitui.cleanup.hostprocs import HostProcs, ProcScan
+from kimitui.cleanup.services import ServiceNotFound
 from kimitui.core.events import Consent, GpuSample, HostSample, SignalOutcome, SignalSent, StepPreview, StepResult
 from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.local import LocalHost
 from kimitui.telemetry import TelemetrySource
-from tests.cleanup_support import SimDir, alive, make_sim, start_time
+from tests.cleanup_support import SimDir, alive, can_force_pids, make_sim, spawn_at_pid, start_time
 
 FAST = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=3.0, sample_s=10.0, poll_s=0.01)
 SHORT_VERIFY = Deadlines(graceful_s=0.5, term_grace_s=0.3, kill_s=0.5, verify_s=0.5, sample_s=10.0, poll_s=0.01)
@@ -165,21 +166,21 @@ async def test_stray_holder_killed_monitor_survives_unless_ticked(rig: Rig, sim:
     stray = sim.start_ready("stray", "1")
     monitor = sim.start_ready("monitor")
     await rig.settled({holder, stray, monitor})
-    ex = rig.executor(auto_consent(["graceful", "process", "device"]))
+    ex = rig.executor(auto_consent(["graceful", "process", "others", "device"]))
     report = await ex.run()
     res = results(rig)
     assert res["graceful"].status == "skipped" and res["graceful"].reason.startswith("no service chosen (none)")
     graceful = next(p for p in rig.of(StepPreview) if p.step == "graceful")  # said, not assumed
     assert graceful.action.startswith("no service (none chosen)") and not graceful.targets
     assert "whatever holds them" in graceful.action
-    process_preview = next(p for p in rig.of(StepPreview) if p.step == "process")
-    assert [t.pid for t in process_preview.targets] == [holder]
-    assert process_preview.targets[0].reason == "NVML: holds 30000 MiB on GPU 0"
-    device_preview = next(p for p in rig.of(StepPreview) if p.step == "device")
-    assert [t.pid for t in device_preview.targets] == [stray]
-    assert device_preview.targets[0].reason == "maps /dev/nvidia1, no memory listed"
-    spared = {s.pid: s for s in device_preview.spared}
+    assert res["process"].status == "skipped" and "no service chosen" in res["process"].reason
+    others_preview = next(p for p in rig.of(StepPreview) if p.step == "others")  # service none: only the others
+    why = {t.pid: t.reason for t in others_preview.targets}
+    assert why == {holder: "on the GPUs, not the service: holds 30000 MiB on GPU 0",
+                   stray: "on the GPUs, not the service: maps /dev/nvidia1, no memory listed"}
+    spared = {s.pid: s for s in others_preview.spared}
     assert monitor in spared and is_optional(spared[monitor]) and spared[monitor].kind == "handle"
+    assert res["device"].status == "skipped"
     assert report.clean and not alive(holder) and not alive(stray) and alive(monitor)
 
     # the operator may tick the monitor in: then, and only then, it is signalled
@@ -193,6 +194,66 @@ async def test_stray_holder_killed_monitor_survives_unless_ticked(rig: Rig, sim:
     report = await rig.executor(tick_monitor).run()
     assert report.clean and not alive(stray2) and not alive(monitor)
     assert [s.signal for s in rig.signals(monitor)] == ["SIGTERM"]
+
+
+@pytest.mark.skipif(not can_force_pids(), reason="forcing a pid reuse needs root (/proc/sys/kernel/ns_last_pid)")
+@pytest.mark.parametrize("by", ["pid", "pidfile"])
+async def test_a_reused_main_pid_is_shown_as_reused_and_never_signalled(rig: Rig, sim: SimDir, by: str) -> None:
+    """--service pid:N (or pidfile:): the main process exits between two steps and another process takes its
+    pid (a real, forced pid reuse). The service was identified when the cleanup began: the newcomer is no
+    target."""
+    service = sim.spawn("service", "1", "20000", "0")  # the main process and its one worker, on GPU 0
+    sim.wait(lambda: sim.pidfile.exists() and len(sim.holder_pids()) == 1, what="the service's worker")
+    main, main_start = service.pid, start_time(service.pid)
+    (worker,) = sim.holder_pids()
+    await rig.settled({worker})
+    newcomer: list[subprocess.Popen[bytes]] = []
+
+    async def main_pid_reused_meanwhile(preview: StepPreview) -> ConsentDecision:
+        if preview.step != "graceful":
+            return ConsentDecision(True, None, "tester")
+        assert {t.pid for t in preview.targets} == {main, worker}
+        service.kill()  # the main process exits (its worker, orphaned, lives on) and is reaped
+        service.wait()
+        newcomer.append(spawn_at_pid(sim, main, "sleeper"))
+        return ConsentDecision(False, None, "tester", "declined; the main pid is reused meanwhile")
+
+    service_spec = PidService(pid=main) if by == "pid" else PidService(pidfile=str(sim.pidfile))
+    report = await rig.executor(main_pid_reused_meanwhile, service_spec).run()
+    assert newcomer and alive(main) and start_time(main) != main_start  # pid N is another process now
+    assert not rig.signals(main), rig.signals(main)
+    process = next(p for p in rig.of(StepPreview) if p.step == "process")
+    assert [t.pid for t in process.targets] == [worker]
+    reused = {s.pid: s for s in process.spared}[main]
+    assert reused.reason == "pid reused by another process: left alone" and reused.start_time == start_time(main)
+    assert report.clean and not alive(worker) and alive(main)
+    now = start_time(main)
+    assert not [p.step for p in rig.of(StepPreview) for t in p.targets if (t.pid, t.start_time) == (main, now)]
+
+
+async def test_a_stale_pidfile_is_refused_naming_its_mtime_and_the_process_start(rig: Rig, sim: SimDir,
+                                                                                   tmp_path: Path) -> None:
+    """The pidfile was written an hour ago (its service has exited since); its pid is now a process started
+    after that: refused before any step, one line naming both, nothing signalled."""
+    sleeper = sim.spawn("sleeper")
+    sim.wait(lambda: alive(sleeper.pid), what="the sleeper")
+    pidfile = tmp_path / "vllm.pid"
+    pidfile.write_text(f"{sleeper.pid}\n")
+    written = int(time.time()) - 3600
+    os.utime(pidfile, (written, written))
+    service = PidService(pidfile=str(pidfile))
+    with pytest.raises(ServiceNotFound) as refused:
+        await rig.executor(auto_consent(["graceful", "process", "others", "device"]), service).run()
+    line = str(refused.value)
+    boot = next(int(x.split()[1]) for x in Path("/proc/stat").read_text().splitlines() if x.startswith("btime "))
+    began = boot + start_time(sleeper.pid) / os.sysconf("SC_CLK_TCK")  # type: ignore[operator]
+    utc = "%Y-%m-%d %H:%M:%S UTC"
+    assert line == (f"pidfile {pidfile} on {rig.host.name} is stale: written {time.strftime(utc, time.gmtime(written))}"
+                    f", but pid {sleeper.pid} is a process started {time.strftime(utc, time.gmtime(began))}, after it "
+                    "(the pid was reused): refused, nothing is signalled")
+    assert not rig.of(StepPreview) and not rig.of(SignalSent) and alive(sleeper.pid)
+    os.utime(pidfile)  # written now, after the process started: its pidfile
+    assert (await service.locate(rig.host)).pids == [sleeper.pid]
 
 
 class GuardedHost(LocalHost):
@@ -225,11 +286,11 @@ async def test_protected_and_other_users_processes_are_never_signalled(sim: SimD
         for pid in (guarded, other_pid):
             assert all(s.outcome == "refused" for s in rig.signals(pid)), rig.signals(pid)
             assert rig.signals(pid), "a ticked protected pid is reported as refused"
-        preview = next(p for p in rig.of(StepPreview) if p.step == "process")
+        preview = next(p for p in rig.of(StepPreview) if p.step == "others")
         why = {s.pid: s.reason for s in preview.spared}
         assert "host connection" in why[guarded] and f"user {other_user}" in why[other_pid]
         assert not preview.targets
-        consents = [c for c in rig.of(Consent) if c.step == "process"]
+        consents = [c for c in rig.of(Consent) if c.step == "others"]
         assert consents[0].accepted and consents[0].pids == [] and "refused" in consents[0].note
         assert not report.clean
         assert {h.pid for h in report.verification.holders_left} == {guarded, other_pid}
@@ -268,7 +329,7 @@ async def test_pid_gone_between_preview_and_signal(rig: Rig, sim: SimDir) -> Non
     await rig.settled({holder})
 
     async def consent_then_it_exits(preview: StepPreview) -> ConsentDecision:
-        if preview.step == "process":
+        if preview.step == "others":
             os.kill(holder, signal.SIGKILL)
             sim.wait(lambda: not alive(holder), what="holder to exit")
         return ConsentDecision(True, None, "tester")
@@ -316,7 +377,7 @@ async def test_start_time_mismatch_at_signal_time_is_skipped_and_process_lives(r
     holder = sim.start_holder(3, 8_000)
     await rig.settled({holder})
     ex = CleanupExecutor(rig.host, CleanupTarget(host="test", deadlines=SHORT_VERIFY, operator="tester"),
-                         SkewedView(rig.feed, holder), auto_consent(["process", "device"]),
+                         SkewedView(rig.feed, holder), auto_consent(["others", "device"]),
                          publish=rig.session.publish, procs=SkewedProcs(rig.host, holder))
     report = await ex.run()
     sent = rig.signals(holder)
@@ -328,12 +389,12 @@ async def test_start_time_change_seen_at_preview_is_spared(rig: Rig, sim: SimDir
     """When the agent's sample names an older incarnation of a pid, nothing is signalled for it."""
     holder = sim.start_holder(3, 8_000)
     await rig.settled({holder})
-    ex = rig.executor(auto_consent(["process", "device"]), deadlines=SHORT_VERIFY)
+    ex = rig.executor(auto_consent(["others", "device"]), deadlines=SHORT_VERIFY)
     ex.view = SkewedView(rig.feed, holder)
     report = await ex.run()
     assert not rig.signals(holder) and alive(holder) and not report.clean
     res = results(rig)
-    assert res["process"].status == "skipped" and "no live process" in res["process"].reason
+    assert res["others"].status == "skipped" and "1 exited" in res["others"].reason
     assert res["device"].status == "skipped" and "1 exited" in res["device"].reason
 
 
@@ -345,7 +406,7 @@ async def test_declined_steps_signal_nothing(rig: Rig, sim: SimDir) -> None:
     report = await rig.executor(decline_all("tester"), PidService(pidfile=str(sim.pidfile)),
                                 deadlines=SHORT_VERIFY).run()
     res = results(rig)
-    assert [res[s].status for s in ("graceful", "process", "device")] == ["declined"] * 3
+    assert [res[s].status for s in ("graceful", "process", "others", "device")] == ["declined"] * 4
     assert not rig.of(SignalSent)
     assert all(alive(p) for p in [main, *workers, stray])
     assert not report.clean and res["verify"].status == "failed"
@@ -368,13 +429,13 @@ async def test_survivor_of_sigkill_is_reported_stuck_once(sim: SimDir, tmp_path:
     await rig.start()
     try:
         await rig.settled({holder})
-        report = await rig.executor(auto_consent(["process", "device"]), deadlines=SHORT_VERIFY).run()
+        report = await rig.executor(auto_consent(["others", "device"]), deadlines=SHORT_VERIFY).run()
         outs = [(o.step, o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == holder]
-        assert outs == [("process", "SIGTERM", "survived"), ("process", "SIGKILL", "stuck")]
+        assert outs == [("others", "SIGTERM", "survived"), ("others", "SIGKILL", "stuck")]
         stuck = next(o for o in rig.of(SignalOutcome) if o.outcome == "stuck")
         assert stuck.state in ("S", "R", "D") and stuck.elapsed_s >= SHORT_VERIFY.kill_s
         res = results(rig)
-        assert res["process"].status == "failed" and f"{holder} (state" in res["process"].reason
+        assert res["others"].status == "failed" and f"{holder} (state" in res["others"].reason
         device = next(p for p in rig.of(StepPreview) if p.step == "device")
         assert not device.targets and "not retried" in device.spared[0].reason
         assert not report.clean and alive(holder)

@@ -35,8 +35,9 @@ KIMITUI = [sys.executable, "-m", "kimitui"]
 REAL_RUN = ROOT / "kimitui" / "data" / "sample_runs" / "real-cleanup-2x-h200.jsonl.gz"
 
 
-def run_cli(args: list[str], tmp_path: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+def run_cli(args: list[str], tmp_path: Path, timeout: float = 120,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"), **(extra_env or {}))
     return subprocess.run([*KIMITUI, "cleanup", *args], capture_output=True, text=True, timeout=timeout, env=env,
                           stdin=subprocess.DEVNULL)
 
@@ -129,6 +130,58 @@ def test_full_consent_frees_every_gpu_kills_the_stuck_workers_and_spares_the_mon
     sent = [r for r in records if r["event"] == "signal" and r["outcome"] == "sent"]
     assert {r["pid"] for r in sent} == {s["pid"] for s in of(events, "signal", outcome="sent")}
     assert all(r["host"] == "demo" and r["operator"] and r["start_time"] and r["cmdline"] for r in sent)
+    assert_nothing_left(res, events)
+
+
+STRAY_ON_3 = {"KIMITUI_DEMO_STRAY_GPU": "3"}
+"""The demo with a stray CUDA context on GPU 3 that is not the service's (a forgotten notebook)."""
+
+
+def test_a_holder_that_is_not_the_service_is_left_alone_without_others_and_named(tmp_path: Path) -> None:
+    res = run_cli(["--host", "demo", "--yes", "graceful,process,device", "--json", "--verify-s", "0.5"], tmp_path,
+                  extra_env=STRAY_ON_3)
+    assert res.returncode == 1, res.stderr
+    events = lines(res)
+    (others,) = of(events, "step_preview", step="others")
+    (stray,) = others["targets"]  # the service's workers are not in this group; the stray is
+    assert stray["reason"] == "on the GPUs, not the service: maps /dev/nvidia3, no memory listed"
+    assert of(events, "step_result", step="others")[0]["status"] == "declined"
+    assert stray["pid"] not in {s["pid"] for s in of(events, "signal")}
+    (device,) = of(events, "step_result", step="device")  # nor does the device step reach it
+    assert device["status"] == "skipped" and "1 on the GPUs, not the service, left alone" in device["reason"]
+    verification = of(events, "verification")[-1]
+    assert not verification["clean"] and [h["pid"] for h in verification["holders_left"]] == [stray["pid"]]
+    assert f"{stray['pid']} (" in verification["detail"] and "others not consented" in verification["detail"]
+    assert [k["pid"] for k in events[-1]["others_left"]] == [stray["pid"]]
+    assert [g["index"] for g in verification["gpus"] if not g["clean"]] == [3]
+    assert_nothing_left(res, events)
+    # the replay and the report say the same, from the run's events
+    from kimitui.report import render_report
+
+    reader = RunReader(Path(events[-1]["run_file"]))
+    state = state_at(reader, len(reader))
+    assert state.cleanup is not None and state.cleanup.steps["others"].status == "declined"
+    report = render_report(reader)
+    assert "### Step others: declined" in report
+    assert f"- still holding: pid {stray['pid']} " in report and "others not consented" in report
+
+    text = run_cli(["--host", "demo", "--yes", "graceful,process,device", "--verify-s", "0.5"], tmp_path,
+                   extra_env=STRAY_ON_3)
+    assert text.returncode == 1
+    assert re.search(r"left alone: pid \d+ \(on the GPUs, not the service: left alone \(others not consented\); "
+                     r"--yes others frees it\) holds GPUs 3", text.stdout), text.stdout
+
+
+def test_with_others_consented_the_holder_that_is_not_the_service_is_freed(tmp_path: Path) -> None:
+    res = run_cli(["--host", "demo", "--yes", "graceful,process,others,device", "--json"], tmp_path,
+                  extra_env=STRAY_ON_3)
+    assert res.returncode == 0, res.stderr
+    events = lines(res)
+    (others,) = of(events, "step_preview", step="others")
+    (stray,) = others["targets"]
+    assert [(s["signal"], s["outcome"]) for s in of(events, "signal", pid=stray["pid"])] == [("SIGTERM", "sent")]
+    assert {s["step"] for s in of(events, "signal", pid=stray["pid"])} == {"others"}
+    assert of(events, "verification")[-1]["clean"] is True and events[-1]["others_left"] == []
     assert_nothing_left(res, events)
 
 
@@ -231,8 +284,11 @@ def test_service_none_is_previewed_as_such(tmp_path: Path) -> None:
     graceful = of(events, "step_preview", step="graceful")[0]
     assert graceful["action"].startswith("no service (none chosen)") and graceful["targets"] == []
     assert of(events, "step_result", step="graceful")[0]["status"] == "skipped"
-    process = of(events, "step_preview", step="process")[0]
-    assert len(process["targets"]) == 8 and of(events, "signal") == []  # the workers, previewed, untouched
+    assert not of(events, "step_preview", step="process")  # no service: only the others group
+    assert of(events, "step_result", step="process")[0]["status"] == "skipped"
+    others = of(events, "step_preview", step="others")[0]
+    assert len(others["targets"]) == 8 and of(events, "signal") == []  # the workers, previewed, untouched
+    assert all(r["reason"].startswith("on the GPUs, not the service: ") for r in others["targets"])
     assert "no service (none)" in res.stderr
     text = run_cli(["--host", "demo", "--dry-run", "--service", "none"], tmp_path)
     assert "cleanup plan for no service (none: free the GPUs of whatever holds them)" in text.stdout

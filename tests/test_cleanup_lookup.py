@@ -123,15 +123,16 @@ async def test_a_stopped_service_skips_graceful_with_its_reason(rig: Rig, sim: S
     pidfile.write_text(str(gone.pid))
     holder = sim.start_holder(0, 30_000)
     await rig.settled({holder})
-    ex = rig.executor(auto_consent(["graceful", "process"], "tester"), PidService(pidfile=str(pidfile)))
+    ex = rig.executor(auto_consent(["graceful", "process", "others"], "tester"), PidService(pidfile=str(pidfile)))
     report = await ex.run()
     res = results(rig)
     assert res["graceful"].status == "skipped"
     assert res["graceful"].reason == (f"no pidfile {pidfile} processes left: pidfile {pidfile}: main pid {gone.pid} "
                                       "is not running (the service is stopped)")
-    process = next(p for p in rig.of(StepPreview) if p.step == "process")
-    assert [t.pid for t in process.targets] == [holder]  # what the operator previewed, and only that
-    assert res["process"].status == "done" and report.clean and not alive(holder)
+    assert res["process"].status == "skipped"  # nothing of the service was running when the cleanup began
+    others = next(p for p in rig.of(StepPreview) if p.step == "others")  # the holder is not the service
+    assert [t.pid for t in others.targets] == [holder]  # what the operator previewed, and only that
+    assert res["others"].status == "done" and report.clean and not alive(holder)
 
 
 # --- supervisor, for real ------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ async def test_sim_host_escalation_frees_every_gpu_and_spares_the_monitor(tmp_pa
         target = CleanupTarget(host="sim", service=PidService(pidfile=host.pidfile), deadlines=FAST,
                                operator="tester")
         audit = AuditLog(tmp_path / "audit.log")
-        ex = CleanupExecutor(host, target, feed, auto_consent(["graceful", "process", "device"], "tester"),
+        ex = CleanupExecutor(host, target, feed, auto_consent(["graceful", "process", "others", "device"], "tester"),
                              publish=session.publish, audit=audit)
         report = await ex.run()
         source.stop()
@@ -54,9 +54,10 @@ async def test_sim_host_escalation_frees_every_gpu_and_spares_the_monitor(tmp_pa
         assert survived == stuck
         kills = {s.pid for s in events if isinstance(s, SignalSent) and s.signal == "SIGKILL"}
         assert kills == stuck
-        device = next(e for e in events if isinstance(e, StepPreview) and e.step == "device")
-        assert [t.pid for t in device.targets] == [host.stray_proc.pid]
-        assert host.monitor_proc.pid in {r.pid for r in device.spared}
+        others = next(e for e in events if isinstance(e, StepPreview) and e.step == "others")
+        assert [t.pid for t in others.targets] == [host.stray_proc.pid]  # not the service: asked for apart
+        assert others.targets[0].reason.startswith("on the GPUs, not the service: ")
+        assert host.monitor_proc.pid in {r.pid for r in others.spared}
         assert report.clean and report.consent_to_clean_s is not None
         assert alive(host.monitor_proc) and not alive(host.stray_proc)
         assert not any(alive(p) for p in workers.values())

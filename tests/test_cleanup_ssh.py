@@ -7,7 +7,10 @@ hostile service names reach the remote tools as literal arguments."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
+import os
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from kimitui.cleanup import ConsentDecision, PidService, auto_consent
-from kimitui.core.events import SignalOutcome, SignalSent, StepPreview
+from kimitui.core.describe import describe
+from kimitui.core.events import SignalLate, SignalOutcome, SignalSent, StepPreview, StepResult
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.ssh import SshHost
 from tests.cleanup_support import SimDir, alive, make_sim, start_time
-from tests.sshd import SshServer, start_sshd, until
+from tests.sshd import SshServer, free_port, start_sshd, until
 from tests.test_cleanup import SHORT_VERIFY, Rig, results
 from tests.test_cleanup_services import exercise_hostile
 
@@ -122,7 +126,7 @@ async def test_a_drop_with_a_signal_in_flight_is_unknown_then_looked_at_again(si
     await rig.start()
     try:
         await rig.settled({holder})
-        ex = rig.executor(auto_consent(["process", "device"], "tester"))
+        ex = rig.executor(auto_consent(["others", "device"], "tester"))  # no service: the holder is an other
         ex.target.deadlines.term_grace_s = 0.5
         report = await ex.run()
         sent = [(s.signal, s.outcome) for s in rig.signals(holder)]
@@ -131,8 +135,131 @@ async def test_a_drop_with_a_signal_in_flight_is_unknown_then_looked_at_again(si
         assert "in flight" in unknown.detail and "outcome is unknown" in unknown.detail
         outs = [(o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == holder]
         assert outs == [("SIGTERM", "survived"), ("SIGKILL", "exited")]  # seen, after the reconnect
-        res = results(rig)["process"]
+        res = results(rig)["others"]
         assert res.status == "done" and "outcome unknown" in res.reason and "looked again" in res.reason
         assert report.clean and not alive(holder) and host.link.connects == 2
     finally:
         await rig.close()
+
+
+def resume(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+class DropAndStayDown(SshHost):
+    """The connection is cut with the first SIGTERM in flight (it never reaches the agent) and the host stays
+    out of reach (its address refuses connections: a port nothing listens on) until ``back()``."""
+
+    def __init__(self, server: SshServer) -> None:
+        super().__init__(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
+                         connect_timeout=2.0)
+        self.server = server
+        self.backoff = (0.05,)
+        self.dropped = False
+        self.reachable = self.target
+
+    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
+        if sig != signal.SIGTERM or self.dropped:
+            return await super().signal(proc, sig)
+        self.dropped = True
+        self.server.freeze_connections()
+        in_flight = asyncio.ensure_future(super().signal(proc, sig))
+        await until(lambda: self.server.unread_bytes() > 0, 5, "the SIGTERM request to reach the frozen server")
+        self.target = dataclasses.replace(self.reachable, port=free_port())  # down: every reconnect is refused
+        self.server.drop_connections()
+        return await in_flight
+
+    def back(self) -> None:
+        self.target = self.reachable
+
+
+async def test_no_sigkill_is_sent_blind_and_what_the_host_shows_after_the_cleanup_is_reported(
+        sim: SimDir, sshd: SshServer, tmp_path: Path) -> None:
+    host = DropAndStayDown(sshd)
+    holder = sim.start_holder(0, 20_000)
+    rig = Rig(sim, host, tmp_path)  # type: ignore[arg-type]
+    await rig.start()
+    try:
+        await rig.settled({holder})
+        # the host is back only once the step has reported (a causal trigger, not a timer)
+        rig.session.subscribe(lambda ev: host.back() if isinstance(ev, StepResult) and ev.step == "process" else None)
+        ex = rig.executor(auto_consent(["process"], "tester"))
+        ex.target.deadlines.term_grace_s = 0.3
+        ex.target.deadlines.reconnect_s = 30.0
+        await ex.run(("process",))
+        assert [(s.signal, s.outcome) for s in rig.signals(holder)] == [("SIGTERM", "unknown")]  # no SIGKILL
+        outs = [(o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == holder]
+        assert outs == [("SIGTERM", "unknown")]
+        res = results(rig)["process"]
+        assert res.status == "failed" and "outcome unknown" in res.reason
+        assert alive(holder)  # the SIGTERM never reached it, and nothing else was tried
+        late = [e for e in rig.of(SignalLate) if e.pid == holder]
+        assert [(e.how, e.outcome, e.after_end) for e in late] == [("look", "alive", True)]
+        line = describe(late[0])
+        assert line is not None and "after the cleanup ended" in line and "nothing more was sent" in line
+    finally:
+        host.back()
+        await rig.close()
+
+
+class SlowTermReply(SshHost):
+    """The first SIGTERM's reply does not come within the signal deadline (the server frozen, the connection
+    kept): the request is given up as unknown, then the server resumes and the agent's reply comes late."""
+
+    def __init__(self, server: SshServer) -> None:
+        super().__init__(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
+                         keepalive_interval=30)
+        self.server = server
+        self.slowed = False
+
+    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
+        if sig != signal.SIGTERM or self.slowed:
+            return await super().signal(proc, sig)
+        self.slowed = True
+        frozen = self.server.freeze_connections()
+        self.signal_timeout_s = 0.3
+        try:
+            return await super().signal(proc, sig)
+        finally:
+            self.signal_timeout_s = type(self).signal_timeout_s
+            resume(frozen)  # the request was written: the agent now reads it, signals, and replies late
+
+
+async def test_a_reply_that_comes_after_the_signal_was_given_up_is_reported_as_delivered_late(
+        sim: SimDir, sshd: SshServer, tmp_path: Path) -> None:
+    host = SlowTermReply(sshd)
+    holder = sim.start_holder(0, 20_000)
+    rig = Rig(sim, host, tmp_path)  # type: ignore[arg-type]
+    await rig.start()
+    try:
+        await rig.settled({holder})
+        ex = rig.executor(auto_consent(["process"], "tester"))
+        await ex.run(("process",))
+        assert [(s.signal, s.outcome) for s in rig.signals(holder)] == [("SIGTERM", "unknown")]
+        assert "no answer to the signal request" in rig.signals(holder)[0].detail
+        late = [e for e in rig.of(SignalLate) if e.pid == holder]
+        assert [(e.how, e.outcome, e.signal) for e in late] == [("reply", "sent", "SIGTERM")]
+        assert late[0].after_s >= 0.3 and not late[0].after_end
+        assert "DELIVERED LATE" in (describe(late[0]) or "")
+        outs = [(o.signal, o.outcome) for o in rig.of(SignalOutcome) if o.pid == holder]
+        assert outs == [("SIGTERM", "exited")] and not alive(holder)
+        # recorded in the run: a replay says the same
+        assert '"type":"signal_late"' in rig.run_path.read_text()
+    finally:
+        await rig.close()
+
+
+def test_late_news_is_worded_as_late_and_says_when() -> None:
+    def late(**kw: object) -> str:
+        line = describe(SignalLate(t=1.0, step="process", pid=7, start_time=3, signal="SIGTERM", after_s=16.5, **kw))
+        assert line is not None
+        return line
+
+    assert late(how="reply", outcome="sent", after_end=True) == (
+        "process: SIGTERM -> pid 7: DELIVERED LATE: the agent's reply came 16.50s after the request, after the "
+        "cleanup ended")
+    assert "not delivered (gone)" in late(how="reply", outcome="gone", detail="")
+    assert "after its wait had given up" in late(how="reply", outcome="sent")
+    assert "delivered late, or it exited on its own" in late(how="look", outcome="exited", after_end=True)

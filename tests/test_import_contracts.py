@@ -212,7 +212,7 @@ modules, the host link and the target are loaded)."""
     ["watch", "--host", "local", "--count", "1", "--json"],
     ["bench", "macro", "--url", "http://127.0.0.1:9/", "--concurrency", "1"],
     ["bench", "micro", "--host", "local", "--gemm"],
-    ["campaign", "{campaign}", "--headless", "--yes", "drain,graceful,process,device,restart,abort_restart"],
+    ["campaign", "{campaign}", "--headless", "--yes", "drain,graceful,process,others,device,restart,abort_restart"],
     ["campaign", "--init", "{tmp}/init.toml"],
 ])
 def test_headless_commands_load_no_ui(argv: list[str], tmp_path: Path) -> None:

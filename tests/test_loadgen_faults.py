@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
+import tracemalloc
 from collections import Counter
 
 import pytest
 
 from kimitui.bench.macro import MacroConfig, Timeouts, run_sweep
+from kimitui.bench.macro.request import RequestOutcome
 from kimitui.core.events import Event, LogLine, MacroPoint
 from tests.faulty_server import Behavior, FaultyServer
+from tests.test_loadgen import one_request
 
 N = 6
+SSE_CAP = 1 << 20
+"""The client's cap on one SSE line (kimitui.bench.macro.sse.MAX_LINE), as its error message says."""
 
 
 @pytest.fixture(params=["lean", "httpx"])
@@ -43,6 +50,7 @@ async def _sweep(url: str, timeouts: Timeouts | None = None, **kw: object) -> tu
     (Behavior(mode="truncate_eof", fail_after=3), "stream closed early (before [DONE])"),
     (Behavior(mode="truncate", fail_after=0), "stream closed early (before [DONE])"),
     (Behavior(mode="error_event", fail_after=1), "server error in stream: injected mid-stream error"),
+    (Behavior(mode="long_line", fail_after=1, long_line_bytes=3 << 20), "SSE line over 1 MiB"),
 ])
 async def test_fault_is_a_counted_failure_with_reason(behavior: Behavior, reason: str, client: str) -> None:
     async with FaultyServer(behavior) as srv:
@@ -94,3 +102,34 @@ async def test_mixed_success_and_failure_keep_their_counts(client: str) -> None:
     first, second = (lv.metrics for lv in result.levels)
     assert first["completed"] == 4 and first["failed"] == 0 and first["total_output_tokens"] == 16
     assert second["completed"] == 0 and second["failures"] == {"HTTP 503: overloaded": 4}
+
+
+async def test_a_line_over_the_cap_fails_its_request_in_bounded_memory_while_another_completes(client: str) -> None:
+    """A server sends a 100 MB SSE line (in 64 KiB pieces, as fast as the client takes them) while another
+    request is in flight: the bad request fails at the 1 MiB cap and its stream is closed (the server never
+    gets to send the rest), the client's memory stays within a few times the cap, the other completes."""
+    body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 20, "stream": True}).encode()
+    gate = asyncio.Event()
+    line = 100 * 1024 * 1024
+    async with FaultyServer(Behavior(mode="long_line", fail_after=1, long_line_bytes=line)) as bad, \
+            FaultyServer(Behavior(n_tokens=20, interval_s=0.001, gate=gate)) as good:
+
+        async def bad_request() -> RequestOutcome:
+            try:  # (on a client that buffers the line whole, the total timeout ends it)
+                return await one_request(client, bad.url + "/v1/completions", body, total_s=60)
+            finally:
+                gate.set()  # the other request ends only after this one
+
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            bad_out, good_out = await asyncio.gather(
+                bad_request(), one_request(client, good.url + "/v1/completions", body, total_s=120))
+            peak = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+    assert bad_out.error == "SSE line over 1 MiB" and not bad_out.success
+    assert bad.stats.long_line_sent < line
+    assert good_out.success and good_out.output_tokens == 20 and good_out.chunks == 20
+    print(f"{client}: peak {peak:,} bytes, server sent {bad.stats.long_line_sent:,}")
+    assert peak < 10 * SSE_CAP, f"peak {peak:,} bytes"

@@ -10,7 +10,7 @@ import pytest
 from kimitui.bench.macro.config import SLO
 from kimitui.bench.macro.metrics import LevelContext, percentile, series_stats, summarize
 from kimitui.bench.macro.records import RequestRecord
-from kimitui.bench.macro.sse import SSEDecoder
+from kimitui.bench.macro.sse import SSEDecoder, SSEOverflow
 
 
 def _feed_all(blocks: list[bytes]) -> list[bytes]:
@@ -51,6 +51,30 @@ def test_sse_flush_keeps_an_unterminated_last_event() -> None:
     assert dec.pending
     assert dec.flush() == [b"[DONE]"]
     assert not dec.pending
+
+
+def test_sse_a_line_at_the_cap_passes_and_one_byte_more_fails_when_that_byte_arrives() -> None:
+    line = b"data: " + b"x" * 58  # 64 bytes
+    dec = SSEDecoder(max_line=64)
+    assert dec.feed(line[:10]) == [] and dec.feed(line[10:]) == []
+    assert dec.feed(b"\n\n") == [b"x" * 58]
+    dec = SSEDecoder(max_line=64)
+    for i in range(0, 64, 7):  # trickled in, the cap is reached but not passed
+        assert dec.feed(line[i:i + 7]) == []
+    with pytest.raises(SSEOverflow, match=r"^SSE line over 64 bytes$"):
+        dec.feed(b"y")
+    with pytest.raises(SSEOverflow, match=r"^SSE line over 64 bytes$"):  # whole in one block, ended
+        SSEDecoder(max_line=64).feed(line + b"yy\n\n")
+
+
+def test_sse_an_event_of_many_short_data_lines_is_capped_as_a_whole() -> None:
+    dec = SSEDecoder(max_line=64)
+    assert dec.feed(b"data: 0123456789\n" * 5) == []  # 5 x 10 bytes joined by 4 newlines: 54
+    with pytest.raises(SSEOverflow, match=r"^SSE event over 64 bytes$"):
+        dec.feed(b"data: 0123456789\n")
+    dec = SSEDecoder(max_line=64)
+    assert dec.feed(b"data: 0123456789\n" * 5 + b"\n") == [b"\n".join([b"0123456789"] * 5)]
+    assert dec.feed(b"data: 0123456789\n" * 5 + b"\n") == [b"\n".join([b"0123456789"] * 5)]  # count restarts
 
 
 def test_percentile_and_std_match_numpy_definitions() -> None:

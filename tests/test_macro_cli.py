@@ -112,6 +112,37 @@ def test_a_server_that_does_not_answer_is_a_recorded_phase_that_could_not_start(
     assert span.phase == "macro" and span.ok is False
 
 
+@pytest.fixture(scope="module")
+def refusing_url() -> Iterator[str]:
+    """A real server that lists a model and answers every completion 503."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "faulty_server.py"), "--status", "503"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("PORT "), line
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def test_every_request_of_every_level_refused_exits_1(refusing_url: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sweep.json"
+    assert _run(["--url", refusing_url, "--concurrency", "1,2", "--requests", "2", "--max-tokens", "4",
+                 "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "kimitui bench macro: every request failed at 2 levels" in err and "503" in err, err
+    assert json.loads(out.read_text())["finished"] is True  # what was measured (nothing) is still written
+
+
+def test_a_level_that_measured_something_is_not_a_failed_sweep(server_url: str, capsys: pytest.CaptureFixture[str]
+                                                               ) -> None:
+    assert _run(["--url", server_url, "--model", "m", "--concurrency", "1", "--requests", "1",
+                 "--max-tokens", "2"]) == 0
+
+
 def _sim_processes_of(owner_pid: int) -> list[int]:
     """Live processes a simulated host started for ``owner_pid`` (they carry its owner mark)."""
     mark = f"KIMITUI_SIM_OWNER={owner_pid}:".encode()

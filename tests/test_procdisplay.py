@@ -62,6 +62,13 @@ def test_clock_label() -> None:
     assert clock_label(None, now) == "-"
 
 
+@pytest.mark.parametrize("t", [1e20, -1e20, 1e308, float("nan")])
+def test_a_time_no_calendar_holds_reads_na_in_every_clock(t: float) -> None:
+    """A hand-edited run's 1e20 (as a process start or an event's time) is shown, not raised."""
+    assert clock_label(t, 0.0) == "n/a" and clock_label(t, 2e308) == "n/a"
+    assert fmt.clock(t) == fmt.time_of_day(t) == fmt.started(t, 0.0) == fmt.started(t, 2e308) == "n/a"
+
+
 def seconds_of_day(label: str) -> int:
     h, m, s = map(int, label.split(":"))
     return h * 3600 + m * 60 + s

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -237,3 +241,68 @@ def test_empty_run(tmp_path):
     text = render_report(reader)
     assert "- Duration: no events in this run" in text and "No cleanup in this run." in text
     assert "duration  no events" in summarize(reader)
+
+
+def _with_every(key: str, value: object, obj: object) -> object:
+    """``obj`` (parsed JSON) with every integer under ``key`` set to ``value``."""
+    if isinstance(obj, dict):
+        return {k: value if k == key and type(v) is int else _with_every(key, value, v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_with_every(key, value, v) for v in obj]
+    return obj
+
+
+def test_a_process_started_beyond_any_date_is_reported_as_na(tmp_path: Path) -> None:
+    """Every process of the bundled campaign started 10**20 ticks after boot (a year no calendar holds):
+    the report still renders, the STARTED column says n/a."""
+    header, *lines = [line for line in gzip.decompress(SAMPLE.read_bytes()).split(b"\n") if line]
+    changed = [json.dumps(_with_every("start_time", 10**20, json.loads(line))).encode() for line in lines]
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"\n".join([header, *changed]) + b"\n")
+    reader = RunReader(path)
+    assert reader.warnings == []
+    report = render_report(reader)
+    rows = [line for line in report.splitlines() if "kimitui.hosts.sim.worker tp-worker" in line]
+    assert rows and all(line.split()[1] == "n/a" for line in rows if line.startswith("    50"))
+    assert summarize(reader)
+
+
+def test_a_negative_duration_reads_as_one() -> None:
+    assert fmt_duration(-100) == "-1m 40s" and fmt_duration(-3725) == "-1h 02m 05s" and fmt_duration(-1.5) == "-1.5 s"
+    assert fmt_duration(-1e308) != "n/a" and fmt_duration(float("-inf")) == "n/a"
+
+
+def _report_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kimitui", "report", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.parametrize(("where", "says"), [
+    ("folder", "is a directory; give the file to write"),
+    ("missing/report.md", "no such directory"),
+    ("a-file/report.md", "no such directory"),
+    ("/proc/report.md", "No such file or directory"),  # not writable whoever runs it (root included)
+])
+def test_report_to_a_path_it_cannot_write_is_one_line_exit_2_and_nothing_written(tmp_path: Path, where: str,
+                                                                                 says: str) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "a-file").write_text("kept\n")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = _report_cli([str(SAMPLE), "-o", where], tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"kimitui: report -o {where}: ")
+    assert says in proc.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before and (tmp_path / "a-file").read_text() == "kept\n"
+
+
+def test_report_to_a_file_replaces_it_whole_through_a_symlink(tmp_path: Path) -> None:
+    target = tmp_path / "report.md"
+    target.write_text("old\n")
+    (tmp_path / "link.md").symlink_to(target)
+    proc = _report_cli([str(SAMPLE), "-o", "link.md"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "link.md").is_symlink() and target.read_text() == render_report(RunReader(SAMPLE))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.md", "report.md"]  # no temporary file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import gzip
 import json
+import random
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,7 @@ from kimitui.core.events import (
     GemmRow,
     GpuSample,
     GpuVerdict,
+    HostCommand,
     HostSample,
     LogLine,
     MacroPoint,
@@ -37,6 +41,7 @@ from kimitui.core.events import (
     PhaseStart,
     ProcRef,
     ProcSample,
+    SignalLate,
     SignalOutcome,
     SignalSent,
     StepPreview,
@@ -103,6 +108,10 @@ def every_event() -> list:
                      stand_ins=["s"], link="PCIe", missing=[]),
         ProbeResult(t=7.6, requests=3, tok_s=49.0, ttft_ms=36.0, baseline_tok_s=50.0, baseline_ttft_ms=35.0,
                     tok_s_change_pct=-2.0, ttft_change_pct=2.9, drift=False),
+        SignalLate(t=7.65, step="process", pid=557, start_time=2637, signal="SIGTERM", how="reply", outcome="sent",
+                   after_s=16.2, after_end=True),
+        HostCommand(t=7.66, step="reset", argv=["nvidia-smi", "-i", "0", "-pm", "0"], purpose="persistence off",
+                    ok=False, detail="rc 6"),
         CampaignEnd(t=7.7, status="done", note="ok"),
     ]
 
@@ -161,6 +170,17 @@ def test_reopen_cuts_a_torn_last_line_and_appends(tmp_path: Path) -> None:
             w.append(ev)
     r = RunReader(path)
     assert r.warnings == [] and list(r.events()) == events
+
+
+def test_reopen_cuts_a_torn_last_line_of_many_mib_and_only_it(tmp_path: Path) -> None:
+    """A torn last line longer than one backward read (a MiB): the events before it are kept."""
+    events = every_event()
+    path = write_run(tmp_path / "run.jsonl", events[:5])
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"t":9.0,"type":"log","message":"' + b"x" * (3 << 20))
+    w, dropped = RunWriter.reopen(path)
+    w.close()
+    assert dropped == 33 + (3 << 20) and path.read_bytes() == whole
 
 
 def test_reopen_refuses_what_it_cannot_append_to(tmp_path: Path) -> None:
@@ -275,3 +295,81 @@ def test_events_out_of_time_order_replay_in_file_order(tmp_path: Path) -> None:
     assert r.index_at(3.0) == 3 and r.event(2).t == 2.5  # the event itself keeps its stamp
     # half a second late is delivery; two seconds is a clock problem worth a warning
     assert len(r.warnings) == 1 and "1 events were stamped more than 1 s earlier" in r.warnings[0]
+
+
+LONG_LINE = 256 << 20
+"""A line four times the reader's cap (64 MiB, docs/run-format.md), well short of a real 2 GB one (see
+benchmarks/long_line.py) to spare the disk."""
+
+
+def _run_with_a_long_line(path: Path, compress: bool) -> Path:
+    """Three events, a log line of ``LONG_LINE`` bytes (line 5: the header is line 1), two events after it;
+    written a MiB at a time."""
+    header = write_run(tmp := path.with_suffix(".tmp"), [sample(1.0, 1), sample(2.0, 2), sample(3.0, 3)])
+    head = header.read_bytes()
+    tmp.unlink()
+    start = b'{"t":4.0,"type":"log","level":"info","source":"x","message":"'
+    end = b'"}\n'
+    after = (encode(sample(5.0, 5)) + "\n" + encode(sample(6.0, 6)) + "\n").encode()
+    with gzip.open(path, "wb", compresslevel=1) if compress else open(path, "wb") as fh:
+        fh.write(head + start)
+        piece = b"x" * (1 << 20)
+        for _ in range((LONG_LINE - len(start) - len(end)) >> 20):
+            fh.write(piece)
+        fh.write(b"x" * ((LONG_LINE - len(start) - len(end)) % (1 << 20)) + end + after)
+    return path
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_a_line_over_the_cap_is_skipped_by_its_number_in_memory_near_the_cap(tmp_path: Path,
+                                                                              compress: bool) -> None:
+    path = _run_with_a_long_line(tmp_path / ("run.jsonl.gz" if compress else "run.jsonl"), compress)
+    tracemalloc.start()
+    try:
+        reader = RunReader(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert reader.warnings == [f"{path.name}: line 5 skipped: {LONG_LINE - 1:,} bytes, over the 64 MiB a "
+                               "line may hold"]
+    assert [e.seq for e in reader.events()] == [1, 2, 3, 5, 6]
+    assert [reader.line_of(i) for i in range(len(reader))] == [2, 3, 4, 6, 7]
+    # the cap, a chunk or two, a bytearray's spare eighth: near the cap (64 MiB), far below the line (256)
+    assert peak < 96 << 20, f"peak {peak:,} bytes for a line of {LONG_LINE:,}"
+
+
+def test_every_line_over_the_cap_and_only_those_are_left_out_whatever_the_chunks() -> None:
+    """The collector at a cap of 100 bytes, fed lines of lengths around it in chunks of random sizes (one
+    byte to several lines), against the lines themselves: a line of 100 bytes is kept, of 101 left out."""
+    from kimitui.core.runfile import _Collector
+
+    rng = random.Random(7)
+    for _ in range(300):
+        lines = [bytes([97 + k % 26]) * rng.choice([0, 1, 50, 99, 100, 101, 102, 250, 1000])
+                 for k in range(rng.randint(1, 12))]
+        data = b"".join(line + b"\n" for line in lines)
+        if rng.random() < 0.3:  # a last line without its newline
+            data = data[:-1]
+        collector = _Collector(100)
+        pos = 0
+        while pos < len(data):
+            n = rng.choice([1, 2, 7, 64, 99, 100, 101, 300, 2000])
+            collector.add(data[pos:pos + n])
+            pos += n
+        kept = bytes(collector.end())
+        expected = [b"" if len(line) > 100 else line for line in data.split(b"\n")]
+        assert kept.split(b"\n") == expected
+        assert collector.skipped == [(k + 1, len(line)) for k, line in enumerate(data.split(b"\n"))
+                                     if len(line) > 100]
+
+
+def test_a_header_over_the_cap_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open(path, "wb") as fh:
+        fh.write(b'{"format":"kimitui-run","version":1,"meta":{"x":"')
+        for _ in range(65):
+            fh.write(b"x" * (1 << 20))
+        fh.write(b'"}}\n')
+    for opener in (RunReader, RunWriter.reopen):
+        with pytest.raises(RunFileError, match=r"run.jsonl: first line is over 64 MiB, not a kimitui run header$"):
+            opener(path)

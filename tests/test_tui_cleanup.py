@@ -193,8 +193,8 @@ async def test_free_the_gpus_confirm_each_step_ends_clean(tmp_path: Path, monkey
         assert stuck in {e.pid for e in events if isinstance(e, SignalSent) and e.signal == "SIGKILL"}
         check_ticks_bound_signals(events, seen)
         results = {e.step: e.status for e in events if isinstance(e, StepResult)}
-        assert results == {"graceful": "done", "process": "done", "device": "skipped", "verify": "done",
-                           "reset": "skipped"}
+        assert results == {"graceful": "done", "process": "done", "others": "skipped", "device": "skipped",
+                           "verify": "done", "reset": "skipped"}
         types = {e.type for e in events}
         assert {"phase_start", "cleanup_plan", "step_preview", "consent", "signal", "signal_outcome",
                 "step_result", "verification", "phase_end"} <= types
@@ -205,7 +205,7 @@ async def test_free_the_gpus_confirm_each_step_ends_clean(tmp_path: Path, monkey
         assert {r["event"] for r in audit} >= {"step_preview", "consent", "signal", "signal_outcome"}
 
         steps = lv.app.query_one(StepTable)
-        assert steps.column_texts("status") == ["done", "done", "skipped", "done", "skipped"]
+        assert steps.column_texts("status") == ["done", "done", "skipped", "skipped", "done", "skipped"]
         assert "SIGKILL" in steps.cell_text("process", "signals")
         verdict = lv.text("cleanup-verdict")
         assert "CLEAN" in verdict and "NOT CLEAN" not in verdict
@@ -313,7 +313,10 @@ async def test_cancel_declines_the_rest_and_is_recorded(tmp_path: Path, monkeypa
         assert not end.ok and "cancelled by the operator" in end.note
         previews = [e.step for e in events if isinstance(e, StepPreview)]
         assert previews == ["graceful", "process", "device"]
-        assert lv.app.query_one(StepTable).column_texts("status")[:3] == ["declined"] * 3
+        table = lv.app.query_one(StepTable)
+        status = dict(zip(table.column_texts("step"), table.column_texts("status"), strict=True))
+        assert [status[s] for s in ("graceful", "process", "device")] == ["declined"] * 3
+        assert status["others"] == "skipped"  # nothing but the service holds the GPUs: nothing to ask
 
 
 async def test_setup_dialog_checks_its_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -367,18 +370,19 @@ async def test_a_service_that_is_not_there_keeps_the_dialog_open(tmp_path: Path,
         service.value = "none"
         await lv.pilot.press("enter")
         await wait_for(lv.pilot, lambda: cleanup_runner.current(lv.app) is not None, "the cleanup worker")
-        process = await modal(lv, "process")
-        assert len(process.preview.targets) == 2  # the two workers, previewed
+        others = await modal(lv, "others")  # no service: only the others group
+        assert len(others.preview.targets) == 2  # the two workers, previewed as not the service
+        assert all(r.reason.startswith("on the GPUs, not the service: ") for r in others.preview.targets)
+        assert "not the service" in str(others.query_one("#consent-action").render())
         await lv.pilot.press("escape")
-        device = await modal(lv, "device")
-        await lv.pilot.press("escape")
-        await wait_for(lv.pilot, lambda: lv.app.screen is not device, "the device modal closed")
+        await wait_for(lv.pilot, lambda: lv.app.screen is not others, "the others modal closed")
         v = await verified(lv)
         events = lv.events()
         graceful = next(e for e in events if isinstance(e, StepPreview) and e.step == "graceful")
         assert graceful.action.startswith("no service (none chosen)") and not graceful.targets
         results = {e.step: e.status for e in events if isinstance(e, StepResult)}
-        assert results["graceful"] == "skipped" and results["process"] == "declined"
+        assert results["graceful"] == "skipped" and results["process"] == "skipped"
+        assert results["others"] == "declined" and results["device"] == "skipped"  # not reached without others
         assert not v.clean and not signalled(events)
         assert lv.host.service_proc is not None and alive(lv.host.service_proc)
 
@@ -457,7 +461,9 @@ async def test_restart_of_a_running_service_says_so_before_asking(tmp_path: Path
         before = set(lv.host.worker_holders().values())
         await lv.pilot.press("R")
         screen = await modal(lv, "restart")
-        assert screen.preview.action.startswith("already running: sim vllm has live processes")
+        # judged by its health endpoint (a live main pid whose workers died would answer 503: not running)
+        assert screen.preview.action.startswith(f"already running: sim vllm is up ({lv.host.api_url}/health "
+                                                "answers 200)")
         title = str(screen.query_one("#consent-title").render())
         assert "ALREADY RUNNING" in title
         assert not screen.query("#consent-targets") and "SimHost" not in screen.preview.action

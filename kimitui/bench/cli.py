@@ -277,4 +277,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if recorded:
         print(f"session recorded to {recorded[0]} (replay: kimitui replay {recorded[0]}; report: kimitui report "
               f"{recorded[0]})", file=sys.stderr)
-    return 130 if result.cancelled else 0
+    if result.cancelled:
+        return 130
+    from kimitui.core.state import sweep_failure
+
+    failure = sweep_failure((lv.concurrency, lv.metrics) for lv in result.levels)
+    if failure is not None:  # nothing was measured: a script must not read the sweep as done
+        print(f"kimitui bench macro: {failure}", file=sys.stderr)
+        return 1
+    return 0

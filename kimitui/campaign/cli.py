@@ -26,7 +26,7 @@ PRINTED = frozenset({"phase_start", "phase_end", "campaign_plan", "campaign_cont
                      "macro_point", "micro_end", "topology"})
 """What a headless campaign prints (samples, progress and per-request records go to the run file only)."""
 
-STEPS_ASKED = {"cleanup": ("drain", "graceful", "process", "device", "reset", "abort_restart"),
+STEPS_ASKED = {"cleanup": ("drain", "graceful", "process", "others", "device", "reset", "abort_restart"),
                "restart": ("restart",)}
 """The consents each phase may ask for."""
 
@@ -58,6 +58,9 @@ def add_run_options(p: argparse.ArgumentParser, theme: bool = True) -> None:
     p.add_argument("--yes", metavar="STEPS", help=f"consent to these steps ({', '.join(CONSENT_STEPS)}, or all)")
     p.add_argument("--no", metavar="STEPS", help="decline these steps")
     p.add_argument("--json", action="store_true", help="headless: the campaign's events as JSON lines")
+    p.add_argument("--continue-after-failure", action="store_true",
+                   help="go on to the transition (stopping the service) after a Phase 1 that failed; without it "
+                        "a headless campaign ends failed there and the dashboard holds and asks")
     p.add_argument("--audit-log", type=Path, help="append-only audit log (default $XDG_DATA_HOME/kimitui/audit.log)")
     if theme:
         p.add_argument("--theme", default=None, help="dashboard theme")
@@ -125,14 +128,14 @@ def printer(out: TextIO, as_json: bool, session: Any) -> Any:
 
 
 async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
-    from kimitui.campaign.machine import Campaign, CampaignHost
+    from kimitui.campaign.machine import Campaign, CampaignHost, preflight
     from kimitui.campaign.resume import ResumeError, plan_resume
     from kimitui.cleanup.audit import AuditLog
     from kimitui.cleanup.consent import current_operator
     from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
     from kimitui.core.runfile import RunWriter
     from kimitui.core.session import Session
-    from kimitui.targets import TargetError, open_target, record_session
+    from kimitui.targets import TargetError, host_gpus, open_target, record_session
     from kimitui.telemetry import TelemetrySource
 
     headless = bool(args.headless)
@@ -149,6 +152,8 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
                            remote_python=cfg.remote_python or None, gpus=gpus) as opened:
         target = CampaignHost(opened.host, opened.label, simulated=bool(opened.meta.get("simulated")),
                               sim_dir=opened.telemetry_args.get("sim_dir"), api_url=opened.meta.get("api_url") or "")
+        await preflight(cfg, target, list(resume.todo if resume is not None else cfg.phases),
+                        lambda: host_gpus(opened, cfg.sample_interval_s))
         if resume is not None:
             writer, dropped = RunWriter.reopen(resume.path)
             session = Session(writer)
@@ -170,7 +175,8 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
             return AuditLog(args.audit_log)
 
         machine = Campaign(cfg, session, target, feed, operator=operator, headless=headless, audit_factory=audit,
-                           resume=resume, dropped_bytes=dropped)
+                           resume=resume, dropped_bytes=dropped,
+                           continue_after_failure=bool(getattr(args, "continue_after_failure", False)))
         try:
             if headless:
                 rc = await _headless(machine, session, source, feed, args)

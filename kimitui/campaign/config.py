@@ -7,6 +7,7 @@ writes; ``demo_config()`` is the embedded default ``kimitui demo --campaign`` ru
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -17,7 +18,7 @@ from kimitui.core.campaign_events import CAMPAIGN_PHASES
 if TYPE_CHECKING:
     from kimitui.bench.macro.config import MacroConfig
 
-CONSENT_STEPS = ("drain", "graceful", "process", "device", "reset", "restart", "abort_restart")
+CONSENT_STEPS = ("drain", "graceful", "process", "others", "device", "reset", "restart", "abort_restart")
 """The steps the consent policy answers; ``abort_restart`` is the restart offered after an abort."""
 ANSWERS = ("ask", "yes", "no")
 
@@ -131,7 +132,16 @@ _TOP = {"campaign", "service", "consent", "macro", "cleanup", "micro", "restart"
 
 def _kind(value: Any) -> str:
     return {bool: "true/false", int: "a whole number", float: "a number", str: "a string",
-            list: "a list"}.get(type(value), type(value).__name__)
+            list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def _got(value: Any) -> str:
+    """What the file gave, short: a scalar as written (cut at 40 characters), a list or table by its kind
+    (its repr could be megabytes, or nested past the recursion limit)."""
+    if isinstance(value, list | dict):
+        return _kind(value)
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _check_type(where: str, value: Any, default: Any) -> Any:
@@ -139,6 +149,8 @@ def _check_type(where: str, value: Any, default: Any) -> Any:
         ok = isinstance(value, bool)
     elif isinstance(default, float):
         ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and not (abs(value) < 1e300 and math.isfinite(value)):  # nan, inf, or an int no float holds
+            raise CampaignConfigError(f"{where}: expected a finite number, got {_got(value)}")
         value = float(value) if ok else value
     elif isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -155,13 +167,21 @@ def _check_type(where: str, value: Any, default: Any) -> Any:
     if not ok:
         want = f"a list of {_kind(default[0])}s" if isinstance(default, list) and default else \
             "a list of whole numbers" if isinstance(default, list) else _kind(default)
-        raise CampaignConfigError(f"{where}: expected {want}, got {value!r}")
+        raise CampaignConfigError(f"{where}: expected {want}, got {_got(value)}")
     return value
 
 
-def _section(path: str, name: str, data: Any, target: Any) -> None:
+def _table(path: str, name: str, data: Any) -> dict[str, Any]:
+    """A section as the file gives it (absent: empty); anything but a table is the one-line error."""
+    if data is None:
+        return {}
     if not isinstance(data, dict):
-        raise CampaignConfigError(f"{path}: [{name}] must be a table")
+        raise CampaignConfigError(f"{path}: [{name}]: expected a table, got {_got(data)}")
+    return data
+
+
+def _section(path: str, name: str, data: Any, target: Any) -> None:
+    data = _table(path, name, data)
     known = {f.name: f for f in fields(target)}
     for key, value in data.items():
         if key not in known:
@@ -174,8 +194,8 @@ def parse_config(data: dict[str, Any], path: str = "campaign file") -> CampaignC
     unknown = sorted(set(data) - _TOP)
     if unknown:
         raise CampaignConfigError(f"{path}: unknown section [{unknown[0]}] (sections: {', '.join(sorted(_TOP))})")
-    top = dict(data.get("campaign") or {})
-    svc = dict(data.get("service") or {})
+    top = _table(path, "campaign", data.get("campaign"))
+    svc = _table(path, "service", data.get("service"))
     base = {"name": cfg.name, "host": cfg.host, "phases": cfg.phases, "sample_interval_s": cfg.sample_interval_s,
             "remote_python": "", "operator": "", "accept_new_host_key": False}
     for key, value in top.items():
@@ -187,14 +207,12 @@ def parse_config(data: dict[str, Any], path: str = "campaign file") -> CampaignC
         if key not in svc_keys:
             raise CampaignConfigError(f"{path}: [service] unknown key {key!r} (known: {', '.join(svc_keys)})")
         setattr(cfg, svc_keys[key], _check_type(f"{path}: [service] {key}", value, ""))
-    consent = data.get("consent") or {}
-    if not isinstance(consent, dict):
-        raise CampaignConfigError(f"{path}: [consent] must be a table")
+    consent = _table(path, "consent", data.get("consent"))
     for step, answer in consent.items():
         if step not in CONSENT_STEPS:
             raise CampaignConfigError(f"{path}: [consent] unknown step {step!r} (steps: {', '.join(CONSENT_STEPS)})")
-        if answer not in ANSWERS:
-            raise CampaignConfigError(f"{path}: [consent] {step} = {answer!r}: ask, yes or no")
+        if not isinstance(answer, str) or answer not in ANSWERS:
+            raise CampaignConfigError(f"{path}: [consent] {step} = {_got(answer)}: ask, yes or no")
         cfg.consent[step] = answer
     for name in ("macro", "cleanup", "micro", "restart", "check"):
         if name in data:
@@ -225,7 +243,7 @@ def validate(cfg: CampaignConfig, path: str) -> None:
         url = getattr(cfg, url_key)
         if url and not url.startswith(("http://", "https://")):
             raise CampaignConfigError(f"{path}: [service] {url_key} {url!r}: an http:// or https:// URL")
-    from kimitui.bench.macro.config import ConfigError
+    from kimitui.bench.macro.config import MAX_TOKENS_LEN, ConfigError
 
     try:  # the load generator's own checks (levels, lengths, endpoint), on the URL it will be given
         cfg.macro.macro_config(cfg.api_url or "http://127.0.0.1").validate()
@@ -233,22 +251,57 @@ def validate(cfg: CampaignConfig, path: str) -> None:
         raise CampaignConfigError(f"{path}: [macro] {exc}") from None
     except ValueError as exc:  # parse_requests
         raise CampaignConfigError(f"{path}: [macro] requests: {exc}") from None
-    c = cfg.cleanup
-    for key in ("drain_s", "graceful_s", "term_grace_s", "verify_s"):
-        if not 0 <= getattr(c, key) <= 3600:
-            raise CampaignConfigError(f"{path}: [cleanup] {key} {getattr(c, key):g}: 0 to 3600 s")
-    mi = cfg.micro
-    if any(p not in ("gemm", "allreduce") for p in mi.parts) or not mi.parts:
-        raise CampaignConfigError(f"{path}: [micro] parts: gemm and/or allreduce")
-    if any(v < 1 for v in mi.ms) or mi.tp < 1:
-        raise CampaignConfigError(f"{path}: [micro] ms and tp must be 1 or more")
-    if any(b not in ("marlin", "torch-int4", "bf16") for b in mi.backends) or not mi.backends:
-        raise CampaignConfigError(f"{path}: [micro] backends: marlin, torch-int4, bf16")
+    _validate_cleanup(cfg.cleanup, path)
+    _validate_micro(cfg.micro, path)
     if not 0 <= cfg.restart.health_s <= 7200:
         raise CampaignConfigError(f"{path}: [restart] health_s {cfg.restart.health_s:g}: 0 to 7200 s")
     k = cfg.check
-    if k.requests < 1 or k.max_tokens < 0 or k.margin_pct <= 0 or k.ttft_margin_pct <= 0:
-        raise CampaignConfigError(f"{path}: [check] requests at least 1, margins above 0")
+    if not 1 <= k.requests <= MAX_CHECK_REQUESTS or not 0 <= k.max_tokens <= MAX_TOKENS_LEN:
+        raise CampaignConfigError(f"{path}: [check] requests 1 to {MAX_CHECK_REQUESTS}, max_tokens 0 to "
+                                  f"{MAX_TOKENS_LEN:,}")
+    if not (0 < k.margin_pct <= 1000 and 0 < k.ttft_margin_pct <= 1000):
+        raise CampaignConfigError(f"{path}: [check] margin_pct and ttft_margin_pct above 0, at most 1000")
+
+
+MAX_THRESHOLD_MIB = float(1 << 20)
+"""A clean threshold above 1 TiB of GPU memory would call any GPU clean."""
+MAX_M = 1 << 16
+MAX_TP = 64
+MAX_SWEEP_BYTES = 1 << 34
+MAX_CHECK_REQUESTS = 1000
+
+
+def _validate_cleanup(c: CleanupSettings, path: str) -> None:
+    from kimitui.cleanup.setup import UsageError, parse_gpus
+
+    try:
+        parse_gpus(c.gpus)
+    except UsageError:
+        raise CampaignConfigError(f"{path}: [cleanup] gpus {c.gpus!r}: all, or GPU indexes such as \"0,1\"") \
+            from None
+    if not 0 <= c.threshold_mib <= MAX_THRESHOLD_MIB:
+        raise CampaignConfigError(f"{path}: [cleanup] threshold_mib {c.threshold_mib:g}: 0 to "
+                                  f"{MAX_THRESHOLD_MIB:,.0f} MiB")
+    for key in ("drain_s", "graceful_s", "term_grace_s", "verify_s"):
+        if not 0 <= getattr(c, key) <= 3600:
+            raise CampaignConfigError(f"{path}: [cleanup] {key} {getattr(c, key):g}: 0 to 3600 s")
+
+
+def _validate_micro(mi: MicroSettings, path: str) -> None:
+    from kimitui.bench.micro.shapes import ShapeError, load_config, shapes_for
+
+    if any(p not in ("gemm", "allreduce") for p in mi.parts) or not mi.parts:
+        raise CampaignConfigError(f"{path}: [micro] parts: gemm and/or allreduce")
+    if any(not 1 <= v <= MAX_M for v in mi.ms) or not 1 <= mi.tp <= MAX_TP:
+        raise CampaignConfigError(f"{path}: [micro] ms 1 to {MAX_M:,}, tp 1 to {MAX_TP}")
+    if any(b not in ("marlin", "torch-int4", "bf16") for b in mi.backends) or not mi.backends:
+        raise CampaignConfigError(f"{path}: [micro] backends: marlin, torch-int4, bf16")
+    if not 0 <= mi.sweep_max_bytes <= MAX_SWEEP_BYTES or not 0 <= mi.pace_s <= 60:
+        raise CampaignConfigError(f"{path}: [micro] sweep_max_bytes 0 to {MAX_SWEEP_BYTES:,}, pace_s 0 to 60")
+    try:  # the model's dimensions split over TP (the same check ``kimitui bench micro`` makes)
+        shapes_for(load_config(None), mi.tp)
+    except ShapeError as exc:
+        raise CampaignConfigError(f"{path}: [micro] tp {mi.tp}: {exc}") from None
 
 
 def load_config(path: str | Path) -> CampaignConfig:
@@ -260,10 +313,16 @@ def load_config(path: str | Path) -> CampaignConfig:
             from None
     except OSError as exc:
         raise CampaignConfigError(f"{p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise CampaignConfigError(f"{p}: not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {line})") \
+            from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise CampaignConfigError(f"{p}: not TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise CampaignConfigError(f"{p}: not TOML that can be read: arrays or tables nested too deep") from None
     return parse_config(data, str(p))
 
 
@@ -289,6 +348,7 @@ spec = "sim:vllm"
 drain = "yes"
 graceful = "yes"
 process = "yes"
+others = "yes"
 device = "yes"
 reset = "no"
 restart = "yes"
@@ -349,8 +409,9 @@ api_url = "http://gpu-node-01:8000" # the OpenAI-compatible server: the macro sw
 # Per step: "ask" (a modal in the dashboard; refused by --headless unless --yes/--no answers it), "yes", "no".
 drain = "ask"           # wait for the requests running and waiting on the server before the graceful stop
 graceful = "ask"        # the service manager's stop
-process = "ask"         # SIGTERM then SIGKILL what is left of the service and what NVML lists on the GPUs
-device = "ask"          # the same for any CUDA-context holder of the GPUs
+process = "ask"         # SIGTERM then SIGKILL what is left of the service (its processes as identified at the start)
+others = "ask"          # the same for what holds the GPUs and is not the service (another user's job, a notebook)
+device = "ask"          # the same for the CUDA-context holders of the GPUs left (not the service's: only after others)
 reset = "no"            # nvidia-smi --gpu-reset, offered only when nothing holds a GPU that is still not clean
 restart = "ask"         # start the service again after Phase 3
 abort_restart = "ask"   # after an abort (or a transition that did not free the GPUs): restart the service

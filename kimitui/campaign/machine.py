@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kimitui.campaign import phases, probe, transition
@@ -30,6 +30,7 @@ from kimitui.cleanup.plan import CleanupTarget, Deadlines
 from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
 from kimitui.cleanup.services import ServiceManager
 from kimitui.cleanup.setup import UsageError, build_target, parse_gpus, parse_service
+from kimitui.cleanup.steps import GPUS_HELD
 from kimitui.core.campaign_events import CampaignControl, CampaignEnd, CampaignPlan
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.events import Event, LogLine, StepPreview
@@ -49,6 +50,36 @@ class CampaignHost:
     """The simulated host's server (a real host's comes from the campaign file)."""
 
 
+def campaign_service(cfg: CampaignConfig, simulated: bool, api_url: str) -> ServiceManager | None:
+    """The service the campaign stops and restarts (the simulated host's own by default there)."""
+    spec = cfg.service or ("sim:vllm" if simulated else "none")
+    health = cfg.health_url or None
+    if health is None and api_url and not spec.startswith("sim:"):
+        health = f"{api_url}/health"
+    try:
+        return parse_service(spec, health)
+    except UsageError as exc:
+        raise UsageError(f"{cfg.file}: [service] spec: {exc}") from None
+
+
+async def preflight(cfg: CampaignConfig, target: CampaignHost, todo: list[str], gpus_on_host: Callable[
+        [], Awaitable[list[int]]]) -> None:
+    """Before anything is recorded, what a typo in the file would otherwise show an hour in: the service
+    is on the host (looked up as the cleanup does), every GPU in scope exists. Raises UsageError (one line)."""
+    from kimitui.cleanup.services import ServiceNotFound
+    from kimitui.cleanup.setup import check_gpus
+
+    service = campaign_service(cfg, target.simulated, (cfg.api_url or target.api_url).rstrip("/"))
+    if service is not None and "cleanup" in todo:  # a resumed restart may find a pid service gone: it was stopped
+        try:
+            await service.locate(target.host)
+        except ServiceNotFound as exc:
+            raise UsageError(f"{cfg.file}: [service] spec {cfg.service or service.label!r}: {exc}") from None
+    wanted = parse_gpus(cfg.cleanup.gpus)
+    if wanted is not None:
+        check_gpus(wanted, await gpus_on_host(), target.label, f"{cfg.file}: [cleanup] gpus")
+
+
 def policy_consent(policy: dict[str, str], ask: ConsentCallback | None, operator: str,
                    aborting: Callable[[], bool]) -> ConsentCallback:
     """Consent from the campaign's policy: ``yes`` and ``no`` answer at once (recorded as the file's),
@@ -60,6 +91,11 @@ def policy_consent(policy: dict[str, str], ask: ConsentCallback | None, operator
         if aborting() and key != "abort_restart":
             return ConsentDecision(False, None, operator, "campaign aborted: the remaining steps are declined")
         answer = policy.get(key, "ask")
+        if answer == "yes" and preview.step == "restart" and preview.action.startswith(GPUS_HELD):
+            answer = "ask"  # the file's yes was for a start on free GPUs: one beside the old processes is asked
+            if ask is None:
+                return ConsentDecision(False, None, operator, f"campaign policy: {key} = yes covers a start on "
+                                       "free GPUs; they still hold memory: finish the cleanup first")
         if answer == "yes":
             return ConsentDecision(True, None, operator, f"campaign policy: {key} = yes")
         if answer == "no":
@@ -75,7 +111,7 @@ class Campaign:
     def __init__(self, cfg: CampaignConfig, session: Session, target: CampaignHost, feed: SampleFeed,
                  ask: ConsentCallback | None = None, operator: str = "", headless: bool = False,
                  audit_factory: Callable[[], AuditLog] = AuditLog, resume: ResumePlan | None = None,
-                 dropped_bytes: int = 0) -> None:
+                 dropped_bytes: int = 0, continue_after_failure: bool = False) -> None:
         self.cfg = cfg
         self.session = session
         self.target = target
@@ -85,6 +121,8 @@ class Campaign:
         self.audit_factory = audit_factory
         self.resume = resume
         self.dropped_bytes = dropped_bytes
+        self.continue_after_failure = continue_after_failure
+        """A failed Phase 1 goes on to the transition (else: headless ends failed, the dashboard holds)."""
         self.consent = policy_consent(cfg.consent, ask, self.operator, lambda: self.aborting or self._offering)
         self.aborting = False
         self._offering = False
@@ -109,14 +147,7 @@ class Campaign:
     # --- what the campaign works with -------------------------------------------------------------------
 
     def _service(self) -> ServiceManager | None:
-        spec = self.cfg.service or ("sim:vllm" if self.target.simulated else "none")
-        health = self.cfg.health_url or None
-        if health is None and self.api_url and not spec.startswith("sim:"):
-            health = f"{self.api_url}/health"
-        try:
-            return parse_service(spec, health)
-        except UsageError as exc:
-            raise UsageError(f"{self.cfg.file}: [service] spec: {exc}") from None
+        return campaign_service(self.cfg, self.target.simulated, self.api_url)
 
     def publish(self, event: Event) -> None:
         self.session.publish(event)
@@ -231,6 +262,10 @@ class Campaign:
                     self.current = None
                 if self.aborting:
                     break
+                if name == "macro" and not ok and self._transition_ahead(todo) and \
+                        not self._go_on_after_failure(name):
+                    status, note = "failed", self._failed_precondition(name)
+                    break
                 if name == "cleanup" and not ok:
                     status, note = "failed", "the transition did not free the GPUs: Phase 2 would measure beside " \
                                              "another process"
@@ -258,6 +293,34 @@ class Campaign:
         self.publish(end)
         self.finished = True
         return end
+
+    def _transition_ahead(self, todo: list[str]) -> bool:
+        c = self.state.campaign
+        return "cleanup" in todo and c is not None and "cleanup" not in c.skips
+
+    def _failed_precondition(self, name: str) -> str:
+        c = self.state.campaign
+        why = c.phases[name].note if c is not None and name in c.phases else ""
+        return (f"{PHASE_TITLES.get(name, name)} failed ({why or 'not ok'}): the transition would stop the service "
+                "all the same, so it was not started (--continue-after-failure goes on)")
+
+    def _go_on_after_failure(self, name: str) -> bool:
+        """After a failed Phase 1, before the transition (the first destructive step): go on only when told
+        to (--continue-after-failure); in the dashboard the campaign holds (a pause, its reason recorded)
+        and the operator chooses: P goes on, S skips the transition, A aborts. Headless: it ends failed."""
+        if self.continue_after_failure:
+            self._log(f"{PHASE_TITLES.get(name, name)} failed: going on to the transition "
+                      "(--continue-after-failure)", "warning")
+            return True
+        if self.headless:
+            return False
+        c = self.state.campaign
+        why = c.phases[name].note if c is not None and name in c.phases else ""
+        self.paused = True
+        self.publish(CampaignControl(time.time(), action="pause", phase=self._next() or "", operator="kimitui",
+                                     note=f"{PHASE_TITLES.get(name, name)} failed ({why or 'not ok'}): P goes on "
+                                          "to stop the service all the same, S skips the transition, A aborts"))
+        return True
 
     async def _preflight(self) -> None:
         """Say at the start what the host cannot give, rather than at Phase 3: an all-reduce on one GPU."""
@@ -354,7 +417,7 @@ class Campaign:
         audit = self.audit_factory()
         try:
             await transition.restart_phase(self.target.host, target, self.consent, self.publish, title, audit=audit,
-                                           skip_if_running=True)
+                                           skip_if_running=True, view=self.feed)
         finally:
             audit.close()
         return self._phase_ok("restart")

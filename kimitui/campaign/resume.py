@@ -79,6 +79,16 @@ class ResumePlan:
         return out
 
 
+def planned_levels(plan: CampaignPlan) -> list[int]:
+    """The macro levels the plan recorded; a run whose settings are not of that shape (edited, written by
+    something else) has none to keep, and the sweep runs whole."""
+    macro = plan.settings.get("macro") if isinstance(plan.settings, dict) else None
+    levels = macro.get("concurrency") if isinstance(macro, dict) else None
+    if not isinstance(levels, list):
+        return []
+    return [x for x in levels if isinstance(x, int) and not isinstance(x, bool)]
+
+
 def plan_resume(path: Path, phases: list[str]) -> ResumePlan:
     """Read the run and decide per phase; ``phases`` are the campaign file's (they must be the run's)."""
     try:
@@ -99,7 +109,7 @@ def plan_resume(path: Path, phases: list[str]) -> ResumePlan:
                           f"has {', '.join(phases)} (resume with the file it was started with)")
     out = ResumePlan(path, state, c.plan, warnings=list(reader.warnings))
     since = c.plan.t
-    levels = [int(x) for x in (c.plan.settings.get("macro") or {}).get("concurrency") or []]
+    levels = planned_levels(c.plan)
     out.macro_done = {p.concurrency for p in state.macro_points if p.t >= since and not level_failed(p)}
     for r in state.gemm:
         if r.t >= since:

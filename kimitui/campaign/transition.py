@@ -7,7 +7,6 @@ dashboard's F and R, and the campaign.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,8 +17,9 @@ from kimitui.cleanup.executor import CleanupExecutor, CleanupReport
 from kimitui.cleanup.plan import CleanupTarget
 from kimitui.cleanup.sample_feed import ProcessView, SampleFeed, ViewTimeout
 from kimitui.cleanup.services import ServiceNotFound
+from kimitui.cleanup.steps import service_up
 from kimitui.core.events import CleanupPlan, PhaseEnd, PhaseStart, StepResult
-from kimitui.hosts.base import Host, HostError
+from kimitui.hosts.base import Host
 
 
 @dataclass(slots=True)
@@ -73,13 +73,15 @@ async def cleanup_phase(host: Host, target: CleanupTarget, view: ProcessView, co
 
 async def restart_phase(host: Host, target: CleanupTarget, consent: ConsentCallback, publish: Publish, title: str,
                         audit: AuditLog | None = None, plan_first: bool = False, gpus: list[int] | None = None,
-                        skip_if_running: bool = False) -> tuple[StepResult | None, str]:
+                        skip_if_running: bool = False, view: ProcessView | None = None
+                        ) -> tuple[StepResult | None, str]:
     """Step f on its own: preview (service, start command, health URL), consent, start, poll the health
     endpoint. ``plan_first``: publish a plan of its own first (the cleanup panel follows the latest plan).
-    ``skip_if_running``: a service already running is not started again (the phase ends ok, skipped).
-    Returns the step's result and the phase's note."""
+    ``skip_if_running``: a service already up (its health endpoint answers 2xx) is not started again (the
+    phase ends ok, skipped). ``view``: the host's telemetry, so the preview can say what still holds GPU
+    memory. Returns the step's result and the phase's note."""
     svc = target.service
-    ex = CleanupExecutor(host, target, SampleFeed(), consent, publish=publish, audit=audit)
+    ex = CleanupExecutor(host, target, view or SampleFeed(), consent, publish=publish, audit=audit)
     if plan_first and svc is not None:
         publish(CleanupPlan(now(), host=target.host or host.name, service=svc.name, manager=svc.kind,
                             gpus=list(gpus or []), steps=["restart"], clean_threshold_mib=target.clean.threshold_mib))
@@ -88,11 +90,11 @@ async def restart_phase(host: Host, target: CleanupTarget, consent: ConsentCallb
     note = ""
     running = False
     try:
+        how = ""
         if skip_if_running and svc is not None:
-            with contextlib.suppress(HostError):
-                running = await svc.is_active(host)
+            running, how = await service_up(host, svc)
         if running and svc is not None:
-            result = ex.result("restart", "skipped", f"{svc.label} is already running: not started again",
+            result = ex.result("restart", "skipped", f"{svc.label} is already running ({how}): not started again",
                                ex.clock.monotonic())
         else:
             result = await ex.restart()

@@ -1,6 +1,6 @@
 """``kimitui cleanup``: the cleanup escalation, headless.
 
-    kimitui cleanup --host TARGET [--service SPEC] [--gpus 0,1] [--dry-run] [--yes graceful,process,device]
+    kimitui cleanup --host TARGET [--service SPEC] [--gpus 0,1] [--dry-run] [--yes graceful,process,others,device]
                     [--json] [--threshold-mib N] [--allow-other-users] [--reset] [--restart]
 
 TARGET as for ``kimitui watch`` (local, demo, ssh://[user@]host[:port]). SPEC is ``systemd:UNIT``,
@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 from kimitui.campaign.transition import cleanup_phase
 from kimitui.cleanup.consent import ConsentCallback, auto_consent, current_operator
-from kimitui.cleanup.plan import Deadlines
+from kimitui.cleanup.plan import OTHERS_NOT_CONSENTED, Deadlines
 from kimitui.cleanup.prompt import terminal_consent
 from kimitui.cleanup.services import ServiceManager, ServiceNotFound
 from kimitui.cleanup.setup import (
@@ -47,7 +47,7 @@ from kimitui.core.procdisplay import command_gist
 from kimitui.core.session import Session
 from kimitui.core.state import CleanupState, SessionState
 
-CONSENT_STEPS = ("drain", "graceful", "process", "device", "verify", "reset", "restart")
+CONSENT_STEPS = ("drain", "graceful", "process", "others", "device", "verify", "reset", "restart")
 """Names --yes takes. ``verify`` only reads (it always runs); naming it is allowed for clarity."""
 
 PRINTED_TYPES = frozenset({"phase_start", "phase_end", "cleanup_plan", "step_preview", "consent", "signal",
@@ -68,7 +68,7 @@ def parse_yes(text: str | None) -> list[str] | None:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "cleanup", help="free the GPUs: graceful stop, process kill, device kill, verify (headless)",
+        "cleanup", help="free the GPUs: graceful stop, process kill, the others, device kill, verify (headless)",
         description="The cleanup escalation with a preview and an explicit consent per step. Exit status: 0 when "
                     "every GPU in scope ended clean, 1 when not, 2 for a usage or target error (a service the "
                     "host does not have included), 130 when interrupted.")
@@ -83,7 +83,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--gpus", metavar="LIST", help="GPUs in scope, e.g. 0,1 (default all)")
     p.add_argument("--dry-run", action="store_true", help="previews only: every step declined, nothing signalled")
     p.add_argument("--yes", metavar="STEPS",
-                   help="consent to these steps, e.g. graceful,process,device (others are declined)")
+                   help="consent to these steps, e.g. graceful,process,device (steps not named are declined); "
+                        "'others' consents to stopping what holds the GPUs and is not the service")
     p.add_argument("--json", action="store_true",
                    help="the cleanup's events as JSON lines (previews, consents, signals, results, verification)")
     p.add_argument("--threshold-mib", type=float, default=64.0,
@@ -136,6 +137,16 @@ def untouched(sample: HostSample | None, scope: list[int], signalled: set[int]) 
             if p.kind == "handle" and set(p.gpus) & wanted and p.pid not in signalled]
 
 
+def others_left(cleanup: CleanupState | None) -> list[dict[str, Any]]:
+    """The holders the last verification found that are not the service and were not consented to
+    (``others``): what keeps the GPUs from clean, named."""
+    v = cleanup.verification if cleanup else None
+    if v is None:
+        return []
+    return [{"pid": h.pid, "start_time": h.start_time, "user": h.user, "gpus": list(h.gpus), "mem_mib": h.mem_mib,
+             "cmdline": h.cmdline} for h in v.holders_left if OTHERS_NOT_CONSENTED in h.reason]
+
+
 def summary(cleanup: CleanupState | None, clean: bool, kept: list[dict[str, Any]], run_file: Path,
             audit_log: Path) -> dict[str, Any]:
     """The last --json line (type ``cleanup_summary``; not a run-file event), from the fold of the run."""
@@ -143,7 +154,8 @@ def summary(cleanup: CleanupState | None, clean: bool, kept: list[dict[str, Any]
             "consent_to_clean_s": cleanup.consent_to_clean_s if cleanup else None,
             "signal_to_clean_s": cleanup.signal_to_clean_s if cleanup else None,
             "signalled": sorted(cleanup.signalled) if cleanup else [],
-            "left_alone": kept, "run_file": str(run_file), "audit_log": str(audit_log)}
+            "left_alone": kept, "others_left": others_left(cleanup), "run_file": str(run_file),
+            "audit_log": str(audit_log)}
 
 
 def summary_text(s: dict[str, Any]) -> str:
@@ -154,6 +166,9 @@ def summary_text(s: dict[str, Any]) -> str:
                 else "")]
     for k in s["left_alone"]:
         lines.append(f"left alone: pid {k['pid']} (handle only, an NVML monitor) on GPUs "
+                     f"{','.join(map(str, k['gpus']))}: {command_gist(k['cmdline'])[:COMMAND_WIDTH]}")
+    for k in s.get("others_left", []):
+        lines.append(f"left alone: pid {k['pid']} ({OTHERS_NOT_CONSENTED}; --yes others frees it) holds GPUs "
                      f"{','.join(map(str, k['gpus']))}: {command_gist(k['cmdline'])[:COMMAND_WIDTH]}")
     return "\n".join(lines)
 
@@ -226,7 +241,8 @@ def _service(args: argparse.Namespace, meta: dict[str, Any]) -> ServiceManager |
 async def _cleanup(args: argparse.Namespace) -> int:
     from kimitui.cleanup.audit import AuditLog
     from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
-    from kimitui.targets import TargetError, new_session, open_target
+    from kimitui.cleanup.setup import check_gpus
+    from kimitui.targets import TargetError, host_gpus, new_session, open_target
     from kimitui.telemetry import TelemetrySource
 
     if not 0.1 <= args.interval <= 10:
@@ -248,6 +264,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 found = await service.locate(host)
             except ServiceNotFound as exc:
                 raise UsageError(str(exc)) from None
+        if gpus is not None:  # a GPU the host does not have: a usage error, before the session
+            check_gpus(gpus, await host_gpus(opened, args.interval), host.name)
         session = new_session(opened, "cleanup")
 
         def started(ticks: int | None) -> str:  # on the host's clock, as its latest sample gives it
@@ -257,8 +275,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
         session.subscribe(printer(args.json, sys.stdout, session, started))
         print(f"kimitui cleanup on {opened.label}: {how}", file=sys.stderr)
         if service is None:
-            print("kimitui: no service (none): the GPUs in scope are freed of whatever holds them, each step "
-                  "previewed", file=sys.stderr)
+            print("kimitui: no service (none): the GPUs in scope are freed of whatever holds them, previewed as "
+                  "not the service (the others step, consent: others)", file=sys.stderr)
         elif not found.pids:
             print(f"kimitui: {service.label} found, not running ({found.why}): nothing to stop gracefully",
                   file=sys.stderr)
@@ -275,7 +293,10 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 raise TargetError(f"{host.name}: no telemetry: {exc}") from None
             target = build_target(host.name, service, gpus, args.threshold_mib, deadlines,
                                   args.allow_other_users, operator)
-            target.nvidia_smi = args.nvidia_smi
+            # the simulated host brings its own (kimitui.hosts.sim.tools) unless one is named
+            target.nvidia_smi = args.nvidia_smi if args.nvidia_smi != "nvidia-smi" else \
+                opened.meta.get("nvidia_smi", args.nvidia_smi)
+            target.systemctl = opened.meta.get("systemctl", target.systemctl)
             api_url = opened.meta.get("api_url")  # the simulated host's server
             if service is not None:
                 target.metrics_url = args.metrics_url or (f"{api_url}/metrics" if api_url else None)

@@ -110,7 +110,26 @@ class StepContext(Protocol):
     async def scan(self) -> ProcScan: ...
 
     async def service_left(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
-        """What is left of the service's process tree, each with why it belongs."""
+        """What is left of the service's processes identified when the cleanup began (and the children they
+        forked since), each with why it belongs."""
+        ...
+
+    def service_reused(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
+        """Pids of the service's identified processes now another process's, and pids its manager names
+        now that it did not when the cleanup began: shown as left alone, never targeted."""
+        ...
+
+    @property
+    def main(self) -> Key | None:
+        """The service's main process as identified when the cleanup began (None: none)."""
+        ...
+
+    def is_member(self, c: Candidate) -> bool:
+        """One of the service's processes as identified (same pid and start time)."""
+        ...
+
+    def consented(self, step: str) -> bool:
+        """The operator consented to this step earlier in this cleanup."""
         ...
 
     def protect_agent(self, scan: ProcScan, sample: HostSample) -> None:

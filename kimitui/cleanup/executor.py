@@ -2,7 +2,7 @@
 consent, every signal guarded, every wait a poll with a deadline, every event published and audited.
 
     ex = CleanupExecutor(host, target, view, consent, publish=session.publish, audit=AuditLog())
-    report = await ex.run()          # graceful, process, device, verify (and reset when it applies)
+    report = await ex.run()          # graceful, process, others, device, verify (and reset when it applies)
     await ex.restart()               # after the micro phase
 """
 
@@ -33,15 +33,19 @@ from kimitui.core.events import (
     HostSample,
     ProcRef,
     ProcSample,
+    SignalLate,
     SignalOutcome,
     SignalSent,
     StepPreview,
     StepResult,
     Verification,
 )
-from kimitui.hosts.base import Host, HostError, OutcomeUnknown, ProcId
+from kimitui.hosts.base import Host, HostError, OutcomeUnknown, ProcId, late_signal_result
 
 Publish = Callable[[Event], None]
+
+REUSED = "pid reused by another process: left alone"
+"""How a later incarnation of a pid of the service's identified processes is shown (never a target)."""
 
 
 @dataclass(slots=True)
@@ -72,7 +76,16 @@ class CleanupExecutor:
         self.host_name = target.host or host.name
         self.safety = SafetyPolicy(allow_other_users=target.allow_other_users)
         self.tree: dict[int, Candidate] = {}
-        """The service's process tree as first seen (pid -> identity), kept after its parent is gone."""
+        """The service's processes, identified once (pid -> identity) when the cleanup began, plus the
+        children they forked since; a later incarnation of one of these pids is never one of them."""
+        self.tree_why: dict[int, str] = {}
+        """Why each member of ``tree`` belongs to the service (as said when it was first seen)."""
+        self.main: Key | None = None
+        """The service's main process as identified when the cleanup began (None: none, or not running)."""
+        self.identified = False
+        self.accepted_steps: set[str] = set()
+        """The steps the operator consented to so far (the device step reaches the others only after
+        ``others``)."""
         self.stuck: dict[Key, str] = {}
         self.scope: list[int] = []
         self.report = CleanupReport(False, None)
@@ -83,6 +96,8 @@ class CleanupExecutor:
         self._protected_loaded = False
         self.service_now: ServiceProcs | None = None
         """What the service's manager said last (its processes, or why there are none)."""
+        self.ended = False
+        """Every step has reported: what is learnt from now on is learnt after the cleanup ended."""
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -191,7 +206,7 @@ class CleanupExecutor:
 
     def from_scan(self, scan: ProcScan, pid: int, sample: HostSample | None, unit: str | None = None) -> Candidate:
         info = scan.procs[pid]
-        c = Candidate(pid, info.start_time, info.ppid, info.user, info.cmdline, info.state, unit=unit)
+        c = Candidate(pid, info.start_time, info.ppid, info.user, info.cmdline, info.state, unit=unit, exe=info.exe)
         if sample is not None:
             for p in sample.procs:
                 if p.pid == pid:
@@ -203,49 +218,113 @@ class CleanupExecutor:
         c.mem_mib = float(sum(p.gpu_mem_mib.values()))
         c.kind = p.kind
         c.unit = c.unit or p.unit or (f"docker:{p.container}" if p.container else None)
+        c.exe = c.exe or p.exe
 
     def from_sample(self, p: ProcSample) -> Candidate:
         c = Candidate(p.pid, p.start_time, p.ppid, p.user, p.cmdline, p.state, visible=p.visible)
         self._enrich(c, p)
         return c
 
-    async def service_left(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
-        """What is left of the service's process tree, each with why it belongs: what the manager names
-        now, members first seen that are still alive (same start time), and all their live descendants."""
+    async def identify(self, scan: ProcScan, sample: HostSample | None) -> None:
+        """The service's processes as (pid, start time), once, when the cleanup begins: what its manager
+        names now and their live descendants. Later steps target only these identities (and the children
+        they fork), never what a pid becomes after."""
         svc = self.target.service
+        self.identified = True
         if svc is None:
-            return []
+            return
+        found = await self._ask_manager()
+        why: dict[int, str] = {}
+        if found is not None:
+            for pid in found.pids:
+                if pid in scan.procs:
+                    why[pid] = found.why or svc.label
+        for pid in scan.descendants(list(why)):
+            why.setdefault(pid, f"descendant of pid {scan.procs[pid].ppid} ({svc.label})")
+        unit = self._unit(found)
+        for pid, reason in why.items():
+            info = scan.procs[pid]
+            if info.state in ("Z", "X"):
+                continue
+            self.tree[pid] = self.from_scan(scan, pid, sample, unit=unit)
+            self.tree_why[pid] = reason
+        if found is not None and found.main_pid in self.tree:
+            self.main = key(self.tree[found.main_pid])
+
+    async def _ask_manager(self) -> ServiceProcs | None:
+        svc = self.target.service
+        assert svc is not None
         try:
             found = await svc.processes(self.host)
         except HostError:
             found = None
         self.service_now = found
-        unit = None
-        why: dict[int, str] = {}
-        if found is not None:
-            unit = found.unit or (f"docker:{found.container}" if found.container else None)
-            for pid in found.pids:
-                if pid in scan.procs:
-                    why[pid] = found.why or svc.label
-        for pid in scan.descendants(list(why)):
-            why[pid] = f"descendant of pid {scan.procs[pid].ppid} ({svc.label})"
-        kept = [pid for pid, c in self.tree.items()
-                if pid not in why and pid in scan.procs and scan.procs[pid].start_time == c.start_time]
-        for pid in kept:
-            why[pid] = f"in the service's tree when the cleanup began ({svc.label})"
-        for pid in scan.descendants(kept):
-            why.setdefault(pid, f"descendant of pid {scan.procs[pid].ppid} (in the service's tree)")
+        return found
+
+    @staticmethod
+    def _unit(found: ServiceProcs | None) -> str | None:
+        if found is None:
+            return None
+        return found.unit or (f"docker:{found.container}" if found.container else None)
+
+    def is_member(self, c: Candidate) -> bool:
+        """One of the service's processes as identified (same pid and start time)."""
+        known = self.tree.get(c.pid)
+        return known is not None and known.start_time == c.start_time
+
+    def consented(self, step: str) -> bool:
+        return step in self.accepted_steps
+
+    async def service_left(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
+        """What is left of the service's processes identified when the cleanup began (same start time), and
+        the live children they forked since, each with why it belongs. The manager is asked again only to
+        say how the service is now (``service_now``) and to show a pid it names that is no longer the
+        process identified (``service_reused``)."""
+        svc = self.target.service
+        if svc is None:
+            return []
+        if not self.identified:
+            await self.identify(scan, sample)
+        else:
+            await self._ask_manager()
+        live = [pid for pid, c in self.tree.items()
+                if pid in scan.procs and scan.procs[pid].start_time == c.start_time
+                and scan.procs[pid].state not in ("Z", "X")]
         out: list[tuple[Candidate, str]] = []
-        for pid, reason in why.items():
+        for pid in live:
+            c = self.from_scan(scan, pid, sample, unit=self.tree[pid].unit)
+            out.append((c, self.tree_why[pid]))
+        for pid in scan.descendants(live):
+            info = scan.procs[pid]
+            if pid in self.tree or info.state in ("Z", "X"):
+                continue  # a pid of the tree seen again with another start time: not the process identified
+            c = self.from_scan(scan, pid, sample, unit=self._unit(self.service_now))
+            self.tree[pid] = c
+            self.tree_why[pid] = f"descendant of pid {info.ppid} (forked by the service since the cleanup began)"
+            out.append((c, self.tree_why[pid]))
+        order = {pid: i for i, pid in enumerate(self.tree)}  # as identified; the main process first
+        out.sort(key=lambda m: (key(m[0]) != self.main, order[m[0].pid]))
+        return out
+
+    def service_reused(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
+        """Pids of the service's identified processes that now belong to another process, and pids its
+        manager names now that it did not name when the cleanup began: shown, never targeted."""
+        out: list[tuple[Candidate, str]] = []
+        seen: set[int] = set()
+        for pid, c in self.tree.items():
             info = scan.procs.get(pid)
-            if info is None or info.state in ("Z", "X"):
+            if info is not None and info.start_time != c.start_time and info.state not in ("Z", "X"):
+                seen.add(pid)
+                out.append((self.from_scan(scan, pid, sample), REUSED))
+        named = self.service_now.pids if self.service_now is not None else []
+        for pid in named:
+            info = scan.procs.get(pid)
+            if pid in seen or pid in self.tree or info is None or info.state in ("Z", "X"):
                 continue
-            known = self.tree.get(pid)
-            if known is not None and known.start_time != info.start_time:
-                known = None
-            c = self.from_scan(scan, pid, sample, unit=(known.unit if known else unit))
-            self.tree.setdefault(pid, c)
-            out.append((c, reason))
+            seen.add(pid)
+            label = self.target.service.label if self.target.service else "the service"
+            out.append((self.from_scan(scan, pid, sample),
+                        f"named by {label} now, not when the cleanup began: left alone"))
         return out
 
     @staticmethod
@@ -265,7 +344,7 @@ class CleanupExecutor:
     def ref(self, c: Candidate, reason: str) -> ProcRef:
         return ProcRef(pid=c.pid, start_time=c.start_time, user=c.user, gpus=list(c.gpus),
                        mem_mib=round(c.mem_mib, 1), unit=c.unit, cmdline=c.cmdline, reason=reason,
-                       kind=c.kind)  # type: ignore[arg-type]
+                       kind=c.kind, exe=c.exe)  # type: ignore[arg-type]
 
     async def ask(self, step: str, action: str, targets: list[tuple[Candidate, str]],
                   spared: list[tuple[Candidate, str]]) -> Confirmed | None:
@@ -313,6 +392,7 @@ class CleanupExecutor:
         if not decision.accepted:
             return None
         self.last_consent_mono = self.clock.monotonic()
+        self.accepted_steps.add(step)
         return Confirmed(step, chosen)
 
     # --- signals and waits --------------------------------------------------------------------------
@@ -327,16 +407,35 @@ class CleanupExecutor:
         else:
             assert c.start_time is not None
             self.acted()
+            asked = self.clock.monotonic()
             try:
                 res = await self.host.signal(ProcId(c.pid, c.start_time), int(sig))
                 outcome, detail = res.outcome, res.detail
             except OutcomeUnknown as exc:  # never resent: the waits that follow look again instead
                 outcome, detail = "unknown", str(exc)
+                if exc.late is not None:
+                    self._report_late_reply(confirmed.step, c, name, exc.late, asked)
             except HostError as exc:
                 outcome, detail = "error", str(exc)
         self.emit(SignalSent(self.now(), step=confirmed.step, pid=c.pid, start_time=c.start_time, signal=name,
                              outcome=outcome, detail=detail, cmdline=c.cmdline))  # type: ignore[arg-type]
         return outcome
+
+    def _report_late_reply(self, step: str, c: Candidate, signame: str, late: asyncio.Future[Any],
+                           asked: float) -> None:
+        """The agent's reply to a signal request given up as unknown, should it come: recorded as late."""
+
+        def arrived(fut: asyncio.Future[Any]) -> None:
+            if fut.cancelled() or fut.exception() is not None:  # the channel dropped: no reply can come
+                return
+            res = late_signal_result(fut.result())
+            if res.outcome == "sent":
+                self.last_signal_mono = self.clock.monotonic()
+            self.emit(SignalLate(self.now(), step=step, pid=c.pid, start_time=c.start_time, signal=signame,
+                                 how="reply", outcome=res.outcome, detail=res.detail,
+                                 after_s=round(self.clock.monotonic() - asked, 4), after_end=self.ended))
+
+        late.add_done_callback(arrived)
 
     async def signal_all(self, confirmed: Confirmed, cands: list[Candidate],
                          sig: signal_mod.Signals) -> list[Candidate]:
@@ -351,7 +450,7 @@ class CleanupExecutor:
         """Poll until each has exited (publishing its exit time) or the deadline; returns the rest, reported
         as survived, or as stuck (with their /proc state) when ``final``. When the host could not be asked
         (the channel dropped), it waits for the host to be back and looks again; those it still cannot see
-        are reported as unknown, never guessed."""
+        are reported as unknown, never guessed, and not returned (no SIGKILL follows a SIGTERM unseen)."""
         start = self.clock.monotonic()
         left = {key(c): c for c in cands}
         poll = self.target.deadlines.poll_s
@@ -373,7 +472,8 @@ class CleanupExecutor:
                 self.stuck[k] = c.state or "?"
             self.emit(SignalOutcome(self.now(), step=step, pid=c.pid, start_time=c.start_time, signal=signame,
                                     outcome=outcome, elapsed_s=elapsed, state=c.state))  # type: ignore[arg-type]
-        return list(left.values())
+        # unseen is not survived: nothing escalates blind on a process the host could not show alive
+        return [] if blind else list(left.values())
 
     async def _look(self, step: str, left: dict[Key, Candidate], signame: str, start: float) -> bool:
         """Stat what is left; those gone are published as exited and removed. False when the host could
@@ -421,10 +521,10 @@ class CleanupExecutor:
                               clean_threshold_mib=self.target.clean.threshold_mib))
         scan = await self.scan()
         self.protect_agent(scan, sample)
-        await self.service_left(scan, sample)  # first sight of the tree, kept for later steps
+        await self.identify(scan, sample)  # the service's identities, fixed for every later step
         if "drain" in steps_wanted and self.target.metrics_url:
             await drain.drain(self)
-        for name in ("graceful", "process", "device"):
+        for name in ("graceful", "process", "others", "device"):
             if name in steps_wanted:
                 await steps.STEP_FUNCS[name](self)
         if "verify" in steps_wanted:
@@ -433,7 +533,33 @@ class CleanupExecutor:
                 await steps.reset(self)
         v = self.report.verification
         self.report.clean = bool(v and v.clean)
+        self.ended = True
+        await self.follow_up()
         return self.report
+
+    async def follow_up(self) -> None:
+        """The signals whose outcome stayed unknown (the host was not back in time): one more look, now the
+        cleanup has ended (within the reconnect deadline), each reported as learnt late."""
+        sent_at = {(s.pid, s.start_time, s.signal): s.t for s in self.report.signals}
+        unknown: dict[tuple[int, int | None], SignalOutcome] = {}
+        for o in self.report.outcomes:
+            unknown.pop((o.pid, o.start_time), None)
+            if o.outcome == "unknown":
+                unknown[(o.pid, o.start_time)] = o
+        if not unknown:
+            return
+        try:
+            stats = await asyncio.wait_for(self.procs.stat([pid for pid, _ in unknown]),
+                                           self.target.deadlines.reconnect_s)
+        except (HostError, TimeoutError):
+            return  # still out of reach: the run says unknown, and that stands
+        for (pid, start), o in unknown.items():
+            st = stats.get(pid)
+            gone = st is None or st[0] != start or st[1] in ("Z", "X")
+            asked = sent_at.get((pid, start, o.signal), o.t)
+            self.emit(SignalLate(self.now(), step=o.step, pid=pid, start_time=start, signal=o.signal, how="look",
+                                 outcome="exited" if gone else "alive", after_s=round(self.now() - asked, 4),
+                                 after_end=True))
 
     async def restart(self) -> StepResult:
         return await steps.restart(self)

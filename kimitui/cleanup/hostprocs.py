@@ -16,6 +16,7 @@ class ProcInfo:
     uid: int | None
     user: str | None
     cmdline: str
+    exe: str | None = None
 
 
 @dataclass(slots=True)
@@ -64,7 +65,8 @@ class HostProcs:
         data = await self.host.scan_processes()
         procs = {
             int(p["pid"]): ProcInfo(int(p["pid"]), int(p["ppid"]), str(p["state"]), int(p["start"]),
-                                    p.get("uid"), p.get("user"), str(p.get("cmdline") or ""))
+                                    p.get("uid"), p.get("user"), str(p.get("cmdline") or ""),
+                                    p.get("exe") if isinstance(p.get("exe"), str) else None)
             for p in data.get("procs", [])
         }
         return ProcScan(procs, int(data.get("self_pid", 0)), data.get("user"), data.get("uid"),

@@ -25,9 +25,15 @@ __all__ = [
     "SystemdService",
 ]
 
-STEPS = ("drain", "graceful", "process", "device", "verify", "reset")
+STEPS = ("drain", "graceful", "process", "others", "device", "verify", "reset")
 """The escalation, in order. ``drain`` runs only where the target names the server's metrics URL;
 ``restart`` is run on its own (after the micro phase)."""
+
+OTHERS = "on the GPUs, not the service"
+"""The others group: processes holding the GPUs in scope that are not the service's processes (as identified
+when the cleanup began), asked for in a step of their own (consent ``others``)."""
+
+OTHERS_NOT_CONSENTED = f"{OTHERS}: left alone (others not consented)"
 
 V1_RESERVED_ALLOWANCE_MIB = 1024.0
 """Where the driver gives no reserved figure (NVML v1), 'used' includes the reserved memory (616 MiB on
@@ -88,6 +94,8 @@ class CleanupTarget:
     (None: no drain step)."""
     nvidia_smi: str = "nvidia-smi"
     """The GPU reset's tool, run on the host (step e); a path where it is not on the host's PATH."""
+    systemctl: str = "systemctl"
+    """What the reset stops and starts the DCGM unit with (step e)."""
 
     def scope(self, sample: HostSample) -> list[int]:
         every = sorted(g.index for g in sample.gpus)

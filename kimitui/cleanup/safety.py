@@ -3,7 +3,9 @@
 Never: PID 1, kernel threads (pid 2, children of kthreadd, no command line), the telemetry agent, kimitui
 itself and its ancestors, the SSH session's processes and sshd (the scanning process's ancestors on the
 host, plus whatever the host names as protected), other users' processes unless allowed, and anything
-that is not in the confirmed preview. Nothing is ever chosen by a name pattern.
+that is not in the confirmed preview, and the host's own GPU daemons (persistence, DCGM, fabric manager,
+the display server, NVML monitors), recognised by executable path or systemd unit. Nothing is ever chosen
+by a name pattern: a daemon's name only ever spares, and argv (which a process sets freely) is never read.
 """
 
 from __future__ import annotations
@@ -29,6 +31,61 @@ class Candidate:
     unit: str | None = None
     kind: str = "unknown"
     visible: bool = True
+    exe: str | None = None
+    """The executable's path (/proc/PID/exe), None when unreadable: then only the unit can spare it."""
+
+
+HOST_DAEMON_EXES: dict[str, str] = {
+    "nvidia-persistenced": "the NVIDIA persistence daemon",
+    "nv-hostengine": "the DCGM host engine",
+    "dcgm-exporter": "the DCGM exporter",
+    "dcgmi": "a DCGM client",
+    "nv-fabricmanager": "the NVIDIA fabric manager",
+    "nvidia-fabricmanager": "the NVIDIA fabric manager",
+    "Xorg": "the X server",
+    "X": "the X server",
+    "Xwayland": "the X server (Xwayland)",
+    "nvidia-smi": "an NVML monitor",
+    "nvtop": "an NVML monitor",
+}
+"""Executable basenames of the host's own GPU daemons -> what they are."""
+HOST_DAEMON_EXE_PREFIXES: dict[str, str] = {"gdm": "the display manager (GDM)"}
+HOST_DAEMON_UNITS: dict[str, str] = {
+    "nvidia-persistenced.service": "the NVIDIA persistence daemon",
+    "nvidia-dcgm.service": "the DCGM host engine",
+    "dcgm.service": "the DCGM host engine",
+    "dcgm-exporter.service": "the DCGM exporter",
+    "nvidia-dcgm-exporter.service": "the DCGM exporter",
+    "nvidia-fabricmanager.service": "the NVIDIA fabric manager",
+    "gdm.service": "the display manager (GDM)",
+    "gdm3.service": "the display manager (GDM)",
+    "display-manager.service": "the display manager",
+}
+"""systemd units of the host's own GPU daemons -> what they are."""
+
+
+def exe_basename(exe: str) -> str:
+    """The executable's file name; a binary replaced on disk reads 'PATH (deleted)' and still counts."""
+    return exe.removesuffix(" (deleted)").rsplit("/", 1)[-1]
+
+
+def host_daemon(exe: str | None, unit: str | None) -> str | None:
+    """Why this process is one of the host's own daemons (never signalled), or None.
+
+    The executable is matched by its file name, not its full path: the same daemon lives in /usr/bin,
+    /usr/sbin, /usr/lib/xorg, /usr/libexec, /opt/... or a container's root, and a match only ever spares
+    (shown in the preview with this reason), so a false match costs a process left alone, never a signal.
+    The name comes from /proc/PID/exe, which the kernel sets at exec; argv[0] is never read (any process
+    can call itself nvidia-persistenced)."""
+    if exe:
+        name = exe_basename(exe)
+        what = HOST_DAEMON_EXES.get(name) or next(
+            (w for prefix, w in HOST_DAEMON_EXE_PREFIXES.items() if name.startswith(prefix)), None)
+        if what is not None:
+            return f"the host's own daemon: {what} (executable {exe})"
+    if unit and unit in HOST_DAEMON_UNITS:
+        return f"the host's own daemon: {HOST_DAEMON_UNITS[unit]} (unit {unit})"
+    return None
 
 
 def local_protected() -> set[int]:
@@ -66,6 +123,8 @@ class SafetyPolicy:
             return "the telemetry agent"
         if c.pid in self.protected:
             return self.protected[c.pid]
+        if (daemon := host_daemon(c.exe, c.unit)) is not None:
+            return daemon
         if not self.allow_other_users and self.user is not None and c.user is not None and c.user != self.user:
             return f"belongs to user {c.user} (not {self.user}); other users are not allowed"
         return None

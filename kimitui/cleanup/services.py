@@ -16,6 +16,7 @@ import abc
 import json
 import shlex
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -326,6 +327,10 @@ class PidService(ServiceManager):
             return self.pid, None
         return await _read_pidfile(host, self.pidfile, f"pidfile {self.pidfile}")
 
+    def _pidfile_path(self, host: Host) -> str | None:
+        """The pidfile on the host (None: the service is a plain pid)."""
+        return self.pidfile
+
     async def processes(self, host: Host) -> ServiceProcs:
         pid, missing = await self._pid(host)
         if pid is None:
@@ -337,6 +342,11 @@ class PidService(ServiceManager):
                 return ServiceProcs(why="not found", missing=f"pid {pid} on {host.name}: no such process"
                                     + (" (it has exited)" if pid in alive else ""))
             return ServiceProcs(why=f"{self.label}: main pid {pid} {what} (the service is stopped)")
+        path = self._pidfile_path(host)
+        if path is not None:
+            stale = await stale_pidfile(host, path, pid, alive[pid][0])
+            if stale is not None:
+                return ServiceProcs(why="not found", missing=stale)
         return ServiceProcs([pid], pid, why=f"main pid of {self.name}")
 
     async def stop(self, host: Host, timeout: float = 90.0) -> CommandResult:
@@ -344,6 +354,46 @@ class PidService(ServiceManager):
 
     def stop_signal(self) -> int:
         return int(signal.SIGTERM)
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+async def _host_number(host: Host, argv: list[str]) -> int | None:
+    res, _ = await _query(host, argv)
+    if res is None or not res.ok or not res.stdout.strip().isdigit():
+        return None
+    return int(res.stdout.strip())
+
+
+async def _boot_time(host: Host) -> int | None:
+    try:
+        text = (await host.read_file("/proc/stat")).decode(errors="replace")
+    except (OSError, HostError):
+        return None
+    for line in text.splitlines():
+        if line.startswith("btime ") and line.split()[1].isdigit():
+            return int(line.split()[1])
+    return None
+
+
+async def stale_pidfile(host: Host, path: str, pid: int, start_ticks: int) -> str | None:
+    """The one line refusing a pidfile whose pid now belongs to a process started after the file was
+    written (the service exited, another process took its pid); None when it is not proven stale (a file
+    or clock that cannot be read is not). The host's own clock throughout: the file's mtime (whole seconds,
+    ``stat``) against its boot time (``btime``, whole seconds) plus the process's start in clock ticks; a
+    process whose earliest possible start is a second or more past the file's mtime started after it."""
+    written = await _host_number(host, ["stat", "-L", "-c", "%Y", "--", path])
+    boot = await _boot_time(host)
+    ticks = await _host_number(host, ["getconf", "CLK_TCK"])
+    if written is None or boot is None or not ticks:
+        return None
+    started = boot + start_ticks / ticks  # at most 1 s early: btime is rounded down
+    if started < written + 1:
+        return None
+    return (f"pidfile {path} on {host.name} is stale: written {_utc(written)}, but pid {pid} is a process started "
+            f"{_utc(started)}, after it (the pid was reused): refused, nothing is signalled")
 
 
 async def _read_pidfile(host: Host, path: str, what: str) -> tuple[int | None, str | None]:
@@ -396,6 +446,10 @@ class SimService(PidService):
         if missing is not None:
             return None, missing
         return await _read_pidfile(host, str(self._sim(host).pidfile), f"the simulated {self.name} service's pidfile")
+
+    def _pidfile_path(self, host: Host) -> str | None:
+        sim = self._sim(host)
+        return None if sim is None else str(sim.pidfile)
 
     async def processes(self, host: Host) -> ServiceProcs:
         missing = self._missing(host)

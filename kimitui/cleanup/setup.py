@@ -74,6 +74,17 @@ def parse_gpus(text: str | None) -> list[int] | None:
     return gpus
 
 
+def check_gpus(gpus: list[int] | None, on_host: list[int], host: str, what: str = "--gpus") -> None:
+    """GPUs asked for that the host does not have are a usage error (a typo found before anything runs)."""
+    from kimitui.core.procdisplay import gpu_list
+
+    missing = sorted(set(gpus or []) - set(on_host))
+    if missing:
+        has = f"GPUs {gpu_list(on_host)}" if on_host else "no GPU"
+        raise UsageError(f"{what} {','.join(map(str, gpus or []))}: {host} has no GPU {gpu_list(missing)} "
+                         f"(it has {has})")
+
+
 def default_deadlines(demo: bool) -> Deadlines:
     """The core's deadlines; on the simulated host, the demo's shorter graceful stop and SIGTERM grace."""
     return Deadlines(**(DEMO_DEADLINES if demo else {}))

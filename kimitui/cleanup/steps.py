@@ -4,20 +4,32 @@ builds a preview, asks consent, acts only on what was confirmed, and reports a S
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import signal as signal_mod
+import time
 from collections.abc import Awaitable, Callable
 
 from kimitui.cleanup.consent import OPTIONAL
 from kimitui.cleanup.context import StepContext
-from kimitui.cleanup.plan import cuda_holders, gpus_in_scope, holder_reason, out_of_scope_reason, proc_gpus
+from kimitui.cleanup.plan import (
+    OTHERS,
+    OTHERS_NOT_CONSENTED,
+    cuda_holders,
+    gpus_in_scope,
+    holder_reason,
+    out_of_scope_reason,
+    proc_gpus,
+)
+from kimitui.cleanup.reset_prep import Change, prepare
 from kimitui.cleanup.safety import Candidate
-from kimitui.cleanup.services import PidService
+from kimitui.cleanup.services import PidService, ServiceManager
 from kimitui.cleanup.waits import poll_until
-from kimitui.core.events import GpuVerdict, HostSample, StepPreview, StepResult, Verification
-from kimitui.hosts.base import HostError, OutcomeUnknown
+from kimitui.core.events import GpuVerdict, HostCommand, HostSample, StepPreview, StepResult, Verification
+from kimitui.core.procdisplay import command_gist
+from kimitui.hosts.base import Host, HostError, OutcomeUnknown
 
-NO_SERVICE_ACTION = ("no service (none chosen): nothing is stopped gracefully; the process and device steps "
-                     "free the GPUs in scope of whatever holds them, each previewed")
+NO_SERVICE_ACTION = ("no service (none chosen): nothing is stopped gracefully; the others step frees the GPUs "
+                     "in scope of whatever holds them, previewed as not the service")
 
 
 def gpu_list(gpus: list[int]) -> str:
@@ -54,8 +66,12 @@ async def graceful(ex: StepContext) -> StepResult:
         why = f": {now.why}" if now is not None and not now.pids and now.why else ""
         return ex.result("graceful", "skipped", f"no {svc.label} processes left{why}", started)
     targets, spared = split_safe(ex, left)
+    spared += ex.service_reused(scan, sample)
+    main = next((c for c, _ in left if (c.pid, c.start_time) == ex.main), None)
     if isinstance(svc, PidService):
-        main = left[0][0]
+        if main is None:
+            return ex.result("graceful", "skipped", "the main pid identified when the cleanup began has exited: "
+                             "nothing to stop gracefully (the process step previews what is left)", started)
         action = f"SIGTERM main pid {main.pid} of {svc.name}, then wait for its {len(left)} processes"
     else:
         action = " ".join(svc.stop_argv() or []) + f", then wait for its {len(left)} processes"
@@ -68,7 +84,7 @@ async def graceful(ex: StepContext) -> StepResult:
     failure = note = ""
     ex.acted()
     if isinstance(svc, PidService):
-        main = left[0][0]
+        assert main is not None
         outcome = await ex.signal(confirmed, main, signal_mod.SIGTERM)
         if outcome == "unknown":
             note = f"; SIGTERM to main pid {main.pid}: {LOST_NOTE}"
@@ -100,13 +116,17 @@ async def graceful(ex: StepContext) -> StepResult:
 # --- b. process kill ----------------------------------------------------------------------------------
 
 async def process(ex: StepContext) -> StepResult:
+    """What is left of the service's processes identified when the cleanup began (the others step asks for
+    the rest of the GPUs' holders)."""
     started = ex.clock.monotonic()
+    if ex.target.service is None:
+        return ex.result("process", "skipped", "no service chosen (none): the others step asks for what holds "
+                         "the GPUs", started)
     sample = await ex.sample()
     scan = await ex.scan()
     ex.protect_agent(scan, sample)
     by_pid = {p.pid: p for p in sample.procs}
-    cands: dict[int, tuple[Candidate, str]] = {}
-    dead: list[tuple[Candidate, str]] = []
+    cands: list[tuple[Candidate, str]] = []
     elsewhere: list[tuple[Candidate, str]] = []
     for c, why in await ex.service_left(scan, sample):
         p = by_pid.get(c.pid)
@@ -115,44 +135,23 @@ async def process(ex: StepContext) -> StepResult:
             mem = ", ".join(f"{m:.0f} MiB on GPU {i}" for i, m in sorted(p.gpu_mem_mib.items()))
             elsewhere.append((c, f"left of the service, but holds {mem}, outside the scope"))
         else:
-            cands[c.pid] = (c, f"left of the service: {why}")
-    for p in sample.procs:
-        if p.pid in cands or p.pid in {c.pid for c, _ in elsewhere}:
-            continue
-        if p.gpu_mem_mib and gpus_in_scope(p, ex.scope):
-            gone = ex.not_live(scan, p)
-            if gone is not None:
-                dead.append((ex.from_sample(p), gone))
-            else:
-                cands[p.pid] = (ex.from_sample(p), f"NVML: {holder_reason(p, ex.scope)}")
-        elif (outside := out_of_scope_reason(p, ex.scope)) is not None and ex.not_live(scan, p) is None:
-            elsewhere.append((ex.from_sample(p), outside))
+            cands.append((c, f"left of the service: {why}"))
+    reused = ex.service_reused(scan, sample)
     if not cands:
-        return ex.result("process", "skipped", "nothing left of the service's process tree and NVML lists no "
-                         f"live process on GPUs {gpu_list(ex.scope)}", started)
-    targets, spared = split_safe(ex, list(cands.values()))
-    spared += dead + elsewhere
+        return ex.result("process", "skipped", "nothing left of the service's processes identified when the "
+                         "cleanup began" + (f" ({len(reused)} pid reused, left alone)" if reused else ""), started)
+    targets, spared = split_safe(ex, cands)
+    spared += elsewhere + reused
     return await _ask_and_terminate(ex, "process", targets, spared, "processes", started)
 
 
-# --- c. device kill -----------------------------------------------------------------------------------
+# --- b2. the others: on the GPUs, not the service ------------------------------------------------------
 
-async def device(ex: StepContext) -> StepResult:
-    started = ex.clock.monotonic()
-    sample = await ex.sample()
-    scan = await ex.scan()
-    ex.protect_agent(scan, sample)
+def _handle_only(ex: StepContext, sample: HostSample, held: set[int]) -> list[tuple[Candidate, str]]:
+    """The processes on the GPUs in scope that are no holder: handle-only monitors (tickable) and those whose
+    memory is all outside the scope."""
     scope = set(ex.scope)
-    every = cuda_holders(sample, ex.scope)
-    held = {p.pid for p in every}
-    dead = [(ex.from_sample(p), why) for p in every if (why := ex.not_live(scan, p)) is not None]
-    holders = [p for p in every if ex.not_live(scan, p) is None]
-    if not holders:
-        return ex.result("device", "skipped", f"no live CUDA-context holder left on GPUs {gpu_list(ex.scope)}"
-                         + (f" ({len(dead)} exited, memory being released)" if dead else ""), started)
-    cands = [(ex.from_sample(p), holder_reason(p, scope)) for p in holders]
-    targets, spared = split_safe(ex, cands)
-    spared += dead
+    spared: list[tuple[Candidate, str]] = []
     for p in sample.procs:
         if p.pid in held:
             continue
@@ -168,6 +167,68 @@ async def device(ex: StepContext) -> StepResult:
             spared.append((c, f"protected: {refusal}"))
         else:
             spared.append((c, f"{OPTIONAL}handle only (an NVML monitor): left alone unless ticked"))
+    return spared
+
+
+async def others(ex: StepContext) -> StepResult:
+    """The processes holding the GPUs in scope that are not the service the operator named (its processes
+    identified when the cleanup began): freeing the GPUs may need them stopped, so they are asked for apart,
+    under their own consent (``others``)."""
+    started = ex.clock.monotonic()
+    sample = await ex.sample()
+    scan = await ex.scan()
+    ex.protect_agent(scan, sample)
+    every = cuda_holders(sample, ex.scope)
+    cands: list[tuple[Candidate, str]] = []
+    dead: list[tuple[Candidate, str]] = []
+    for p in every:
+        c = ex.from_sample(p)
+        if ex.is_member(c):
+            continue
+        gone = ex.not_live(scan, p)
+        if gone is not None:
+            dead.append((c, gone))
+        else:
+            cands.append((c, f"{OTHERS}: {holder_reason(p, ex.scope)}"))
+    if not cands:
+        return ex.result("others", "skipped", f"no process other than the service holds GPUs {gpu_list(ex.scope)}"
+                         + (f" ({len(dead)} exited, memory being released)" if dead else ""), started)
+    targets, spared = split_safe(ex, cands)
+    spared += dead + _handle_only(ex, sample, {p.pid for p in every})
+    return await _ask_and_terminate(ex, "others", targets, spared, "processes", started)
+
+
+# --- c. device kill -----------------------------------------------------------------------------------
+
+async def device(ex: StepContext) -> StepResult:
+    """What still holds a CUDA context on the GPUs in scope: the service's processes, and the others only
+    when the operator consented to ``others``."""
+    started = ex.clock.monotonic()
+    sample = await ex.sample()
+    scan = await ex.scan()
+    ex.protect_agent(scan, sample)
+    scope = set(ex.scope)
+    every = cuda_holders(sample, ex.scope)
+    dead = [(ex.from_sample(p), why) for p in every if (why := ex.not_live(scan, p)) is not None]
+    holders = [p for p in every if ex.not_live(scan, p) is None]
+    if not holders:
+        return ex.result("device", "skipped", f"no live CUDA-context holder left on GPUs {gpu_list(ex.scope)}"
+                         + (f" ({len(dead)} exited, memory being released)" if dead else ""), started)
+    cands: list[tuple[Candidate, str]] = []
+    not_asked: list[tuple[Candidate, str]] = []
+    for p in holders:
+        c = ex.from_sample(p)
+        if ex.is_member(c):
+            cands.append((c, f"the service's: {holder_reason(p, scope)}"))
+        elif ex.consented("others"):
+            cands.append((c, f"{OTHERS} (others consented): {holder_reason(p, scope)}"))
+        else:
+            not_asked.append((c, f"{OTHERS_NOT_CONSENTED}: {holder_reason(p, scope)}"))
+    if not cands:
+        return ex.result("device", "skipped", f"no holder of the service left on GPUs {gpu_list(ex.scope)}; "
+                         f"{len(not_asked)} {OTHERS}, left alone (others not consented)", started)
+    targets, spared = split_safe(ex, cands)
+    spared += not_asked + dead + _handle_only(ex, sample, {p.pid for p in every})
     return await _ask_and_terminate(ex, "device", targets, spared, "holders", started)
 
 
@@ -217,11 +278,25 @@ def judge(ex: StepContext, sample: HostSample, elapsed: float) -> Verification:
         verdicts.append(GpuVerdict(i, g.mem_used_mib, base, ex.target.clean.gpu_clean(g) and not on, on))
     clean = all(v.clean for v in verdicts)
     dirty = [v.index for v in verdicts if not v.clean]
+    left = [(ex.from_sample(p), p) for p in holders]
     detail = "" if clean else f"GPU {gpu_list(dirty)} not clean" + (
-        f"; holders {', '.join(str(p.pid) for p in holders)}" if holders else "; no holder left")
+        f"; holders {', '.join(_holder_named(ex, c) for c, _ in left)}" if holders else "; no holder left")
     return Verification(ex.now(), clean=clean, gpus=verdicts,
-                        holders_left=[ex.ref(ex.from_sample(p), "still holds the GPU") for p in holders],
+                        holders_left=[ex.ref(c, _left_reason(ex, c)) for c, _ in left],
                         elapsed_s=round(elapsed, 4), detail=detail)
+
+
+def _left_reason(ex: StepContext, c: Candidate) -> str:
+    if ex.is_member(c) or ex.consented("others"):
+        return "still holds the GPU"
+    return f"still holds the GPU; {OTHERS_NOT_CONSENTED}"
+
+
+def _holder_named(ex: StepContext, c: Candidate) -> str:
+    """A holder left, as the verdict names it: its pid, and for one not the service what it is."""
+    if ex.is_member(c) or ex.consented("others"):
+        return str(c.pid)
+    return f"{c.pid} ({command_gist(c.cmdline)[:60]}: {OTHERS}, others not consented)"
 
 
 async def verify(ex: StepContext) -> Verification:
@@ -255,10 +330,19 @@ async def reset(ex: StepContext) -> StepResult:
                          + ", ".join(str(h.pid) for h in v.holders_left) + "); a reset would fail", started)
     dirty = [g for g in v.gpus if not g.clean]
     smi = ex.target.nvidia_smi
-    action = "; ".join(
+    prep = await prepare(ex.host, smi, ex.target.systemctl, [g.index for g in dirty], await ex.sample(),
+                         ex.target.deadlines.command_s)
+    needs = f"read on the host: {'; '.join(prep.read)}. "
+    if prep.refusals:
+        ex.emit(StepPreview(ex.now(), step="reset", action=f"not offered: {'; '.join(prep.refusals)}. {needs}"))
+        return ex.result("reset", "skipped", "not offered: " + "; ".join(prep.refusals), started)
+    before = "".join(f"{shlex.join(c.argv)} ({c.purpose}); " for c, _ in prep.before)
+    after = ", ".join(shlex.join(r.argv) for _, r in reversed(prep.before))
+    action = needs + (f"Before: {before}then " if before else "") + "; ".join(
         f"{smi} --gpu-reset -i {g.index} (GPU {g.index}: "
         + ("memory unreadable" if g.used_mib is None else f"{g.used_mib:.0f} MiB still used, idle {g.baseline_mib:.0f}")
-        + ", no process holds it)" for g in dirty) + ", then verify again"
+        + ", no process holds it)" for g in dirty) + (
+        f"; after, restored even if the reset fails: {after}" if after else "") + ", then verify again"
     confirmed = await ex.ask("reset", action, [], [])
     if confirmed is None:
         return ex.result("reset", "declined", "operator declined", started)
@@ -267,20 +351,54 @@ async def reset(ex: StepContext) -> StepResult:
     if now_held:
         return ex.result("reset", "skipped", "not run: a process holds the GPU again ("
                          + ", ".join(map(str, sorted(now_held))) + ")", started)
-    failures = []
+    failures: list[str] = []
     ex.acted()
-    for g in dirty:
-        try:
-            res = await ex.host.run([smi, "--gpu-reset", "-i", str(g.index)], timeout=ex.target.deadlines.command_s)
-            if not res.ok:
-                failures.append(f"GPU {g.index}: rc {res.rc}: {(res.stderr or res.stdout).strip()[:120]}")
-        except HostError as exc:
-            failures.append(f"GPU {g.index}: {exc}")
+    undo: list[Change] = []
+    try:
+        for change, restore in prep.before:
+            if (err := await run_change(ex, change)):
+                failures.append(f"{change.purpose}: {err}; the reset was not run")
+                break
+            undo.append(restore)
+        if not failures:
+            failures += await _reset_each(ex, smi, [g.index for g in dirty])
+    finally:  # what was changed for the reset is put back, whatever became of it
+        for restore in reversed(undo):
+            if (err := await run_change(ex, restore)):
+                failures.append(f"NOT RESTORED: {restore.purpose}: {err}")
     ex.acted()
     again = await verify(ex)
     if failures or not again.clean:
         return ex.result("reset", "failed", "; ".join(failures) or again.detail, started)
     return ex.result("reset", "done", f"GPU {gpu_list([g.index for g in dirty])} reset and clean", started)
+
+
+async def _reset_each(ex: StepContext, smi: str, gpus: list[int]) -> list[str]:
+    failures = []
+    for i in gpus:
+        try:
+            res = await ex.host.run([smi, "--gpu-reset", "-i", str(i)], timeout=ex.target.deadlines.command_s)
+            if not res.ok:
+                failures.append(f"GPU {i}: rc {res.rc}: {one_line(res.stderr or res.stdout)[:120]}")
+        except HostError as exc:
+            failures.append(f"GPU {i}: {exc}")
+    return failures
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+async def run_change(ex: StepContext, change: Change) -> str:
+    """Run one of the reset's changes (or restorations) on the host, recorded; '' or why it failed."""
+    try:
+        res = await ex.host.run(change.argv, timeout=ex.target.deadlines.command_s)
+        err = "" if res.ok else f"rc {res.rc}: {one_line(res.stderr or res.stdout)[:120]}"
+    except HostError as exc:
+        err = str(exc)
+    ex.emit(HostCommand(ex.now(), step="reset", argv=list(change.argv), purpose=change.purpose, ok=not err,
+                        detail=err))
+    return err
 
 
 # --- f. restart ---------------------------------------------------------------------------------------
@@ -296,6 +414,46 @@ async def health_ok(ex: StepContext, url: str) -> bool:
 
 ALREADY_RUNNING = "already running"
 """How a restart preview starts when the service is up: starting it again would fail."""
+GPUS_HELD = "GPU memory still held"
+"""How a restart preview starts when the GPUs in scope still hold memory (a cleanup cut short): a service
+started beside the old processes would not get its memory; finish the cleanup first."""
+
+
+async def service_up(host: Host, svc: ServiceManager) -> tuple[bool, str]:
+    """(up, how it was judged). Up is the health endpoint answering 2xx, when the service has one: a main
+    process alive whose workers died answers 503 and is not up. Without one, live processes are."""
+    url = svc.health_url_on(host)
+    if url:
+        try:
+            status = await host.http_get(url, timeout=2.0)
+        except HostError as exc:
+            return False, f"{url} cannot be reached ({exc})"
+        if status is not None and 200 <= status < 300:
+            return True, f"{url} answers {status}"
+        return False, f"{url} answers {status}" if status is not None else f"{url} does not answer"
+    try:
+        active = await svc.is_active(host)
+    except HostError as exc:
+        return False, f"its processes cannot be looked up ({exc})"
+    return active, "it has live processes" if active else "it has no live process"
+
+
+async def memory_held(ex: StepContext) -> str | None:
+    """What still holds memory on the GPUs in scope, from a sample taken now (None: nothing, or no
+    telemetry to tell)."""
+    try:
+        sample = await ex.sample(after=time.monotonic())
+    except TimeoutError:  # ViewTimeout: no telemetry (a restart on its own, no view given)
+        return None
+    scope = ex.target.scope(sample)
+    holders = [f"pid {p.pid} {command_gist(p.cmdline)[:40]} ({sum(p.gpu_mem_mib.get(i, 0.0) for i in scope):,.0f} "
+               f"MiB)" for p in sample.procs if any(p.gpu_mem_mib.get(i, 0.0) > 0 for i in scope)]
+    busy = [g.index for g in sample.gpus if g.index in scope and not ex.target.clean.gpu_clean(g)]
+    if not holders and not busy:
+        return None
+    where = f"GPUs {gpu_list(busy)} are not clean" if busy else "the GPUs in scope"
+    return f"{where}" + (f"; held by {', '.join(holders[:3])}" + (f" and {len(holders) - 3} more"
+                                                                  if len(holders) > 3 else "") if holders else "")
 
 
 async def restart(ex: StepContext) -> StepResult:
@@ -307,14 +465,15 @@ async def restart(ex: StepContext) -> StepResult:
     if start is None:
         return ex.result("restart", "skipped", f"{svc.label}: no start command", started)
     url = svc.health_url_on(ex.host)
-    try:
-        running = await svc.is_active(ex.host)
-    except HostError:
-        running = False
+    running, how = await service_up(ex.host, svc)
+    held = None if running else await memory_held(ex)
     wait = f"then poll {url} until it answers 200" if url else "then wait until it is active"
     if running:
-        action = (f"{ALREADY_RUNNING}: {svc.label} has live processes, so a start would fail; decline, or free "
+        action = (f"{ALREADY_RUNNING}: {svc.label} is up ({how}), so a start would fail; decline, or free "
                   f"the GPUs first. Confirming tries anyway: {start}, {wait}")
+    elif held:
+        action = (f"{GPUS_HELD}: {held}: finish the cleanup first (decline, then free the GPUs); a start beside "
+                  f"them would not get its memory. Confirming tries anyway: {start}, {wait}")
     else:
         action = f"{svc.label}: {start}, {wait}"
     confirmed = await ex.ask("restart", action, [], [])
@@ -340,5 +499,6 @@ async def restart(ex: StepContext) -> StepResult:
 
 
 STEP_FUNCS: dict[str, Callable[[StepContext], Awaitable[object]]] = {
-    "graceful": graceful, "process": process, "device": device, "verify": verify, "reset": reset,
+    "graceful": graceful, "process": process, "others": others, "device": device, "verify": verify,
+    "reset": reset,
 }

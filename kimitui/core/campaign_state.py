@@ -43,6 +43,8 @@ class CampaignState:
     phases: dict[str, CampaignPhase] = field(default_factory=dict)
     paused: bool = False
     pause_before: str = ""
+    pause_note: str = ""
+    """Why the campaign holds, when kimitui paused it (a failed precondition) rather than the operator."""
     skips: list[str] = field(default_factory=list)
     """Phases the operator chose to skip (not started yet, or passed over)."""
     aborting: bool = False
@@ -116,9 +118,9 @@ def fold_campaign(fold: CampaignFold, ev: Event) -> None:
     elif isinstance(ev, CampaignControl):
         c.controls.append(ev)
         if ev.action == "pause":
-            c.paused, c.pause_before = True, ev.phase
+            c.paused, c.pause_before, c.pause_note = True, ev.phase, ev.note
         elif ev.action == "resume":
-            c.paused, c.pause_before = False, ""
+            c.paused, c.pause_before, c.pause_note = False, "", ""
         elif ev.action == "skip":
             if ev.phase not in c.skips:
                 c.skips.append(ev.phase)

@@ -9,6 +9,7 @@ reads with the step's one duration (the fold's ``StepState.elapsed_s``), so ever
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from kimitui.core.events import (
     ConnectionState,
     Consent,
     Event,
+    HostCommand,
     LogLine,
     MacroPoint,
     MacroProgress,
@@ -29,6 +31,7 @@ from kimitui.core.events import (
     PhaseEnd,
     PhaseStart,
     ProcRef,
+    SignalLate,
     SignalOutcome,
     SignalSent,
     StepPreview,
@@ -45,7 +48,8 @@ if TYPE_CHECKING:
 
 SOURCES: dict[type[Event], str] = {
     PhaseStart: "phase", PhaseEnd: "phase", CleanupPlan: "cleanup", StepPreview: "cleanup", Consent: "cleanup",
-    SignalSent: "signal", SignalOutcome: "signal", StepResult: "cleanup", Verification: "verify",
+    SignalSent: "signal", SignalOutcome: "signal", SignalLate: "signal", StepResult: "cleanup", Verification: "verify",
+    HostCommand: "cleanup",
     MacroPoint: "macro", MacroProgress: "macro", ConnectionState: "connection",
     Topology: "topology", MicroPlan: "micro", MicroEnv: "micro", MicroEnd: "micro",
 }
@@ -70,6 +74,10 @@ def level_of(ev: Event) -> str:
         return "info" if ev.outcome == "sent" else "warning"
     if isinstance(ev, SignalOutcome):
         return "info" if ev.outcome == "exited" else "warning"
+    if isinstance(ev, SignalLate):
+        return "warning"
+    if isinstance(ev, HostCommand):
+        return "info" if ev.ok else "error"
     if isinstance(ev, StepResult):
         return "error" if ev.status == "failed" else "info"
     if isinstance(ev, Verification):
@@ -119,6 +127,11 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
     if isinstance(ev, SignalOutcome):
         return (f"{ev.step}: pid {ev.pid} {ev.outcome} {ev.elapsed_s:.2f}s after {ev.signal}"
                 + (f" (state {ev.state})" if ev.state else ""))
+    if isinstance(ev, SignalLate):
+        return late_line(ev)
+    if isinstance(ev, HostCommand):
+        return (f"{ev.step}: {ev.purpose}: {shlex.join(ev.argv)}: "
+                + ("done" if ev.ok else f"FAILED ({ev.detail})" if ev.detail else "FAILED"))
     if isinstance(ev, StepResult):
         return (f"{ev.step}: {ev.status} in {step_seconds(ev, state):.2f}s"
                 + (f" ({ev.reason})" if ev.reason else ""))
@@ -164,6 +177,22 @@ def describe(ev: Event, state: SessionState | None = None) -> str | None:
     if isinstance(ev, LogLine):
         return ev.message
     return campaign_line(ev)
+
+
+def late_line(ev: SignalLate) -> str:
+    """A signal's outcome learnt late, said as such: when (after the cleanup ended, or after its wait gave up)
+    and how (the agent's late reply, or a look once the host was back)."""
+    when = "after the cleanup ended" if ev.after_end else "after its wait had given up"
+    head = f"{ev.step}: {ev.signal} -> pid {ev.pid}"
+    if ev.how == "reply":
+        what = ("DELIVERED LATE" if ev.outcome == "sent" else f"not delivered ({ev.outcome})")
+        return (f"{head}: {what}: the agent's reply came {ev.after_s:.2f}s after the request, {when}"
+                + (f" ({ev.detail})" if ev.detail else ""))
+    if ev.outcome == "exited":
+        return (f"{head}: outcome was unknown; the process was gone when the host was back, {when} "
+                f"({ev.after_s:.2f}s after the request): delivered late, or it exited on its own")
+    return (f"{head}: outcome was unknown; still alive with the same identity when the host was back, {when} "
+            f"({ev.after_s:.2f}s after the request): not delivered or ignored; nothing more was sent")
 
 
 def signal_status(record: SignalRecord) -> str:

@@ -56,6 +56,8 @@ class ProcSample:
     """GPUs whose device files the process holds (may differ from the GPUs NVML lists memory on)."""
     visible: bool = True
     flags: list[str] = field(default_factory=list)
+    exe: str | None = None
+    """The executable's path (/proc/PID/exe); None when it could not be read (or an older run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class ProcRef:
     cmdline: str = ""
     reason: str = ""
     kind: ProcKind = "unknown"
+    exe: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,41 @@ class SignalOutcome(Event):
     """unknown: the host could not be asked again (the channel dropped and did not come back in time)."""
     elapsed_s: float = 0.0
     state: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalLate(Event):
+    """What became of a signal whose outcome was unknown, learnt only after the wait had given up on it:
+    the agent's reply that came late (``how`` "reply": its outcome, e.g. sent), or what the host showed
+    once it was back (``how`` "look": exited or alive, the same identity)."""
+
+    type: ClassVar[str] = "signal_late"
+    step: str = ""
+    pid: int = 0
+    start_time: int | None = None
+    signal: str = ""
+    how: Literal["reply", "look"] = "reply"
+    outcome: str = ""
+    """reply: the agent's outcome (sent, gone, mismatch, error); look: exited or alive."""
+    detail: str = ""
+    after_s: float = 0.0
+    """Seconds from the signal's request to this news."""
+    after_end: bool = False
+    """The cleanup had ended (every step reported) when this was learnt."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostCommand(Event):
+    """A command a step ran on the host to change its state and the one that restores it (the reset's
+    persistence mode, the DCGM unit), with what came of it."""
+
+    type: ClassVar[str] = "host_command"
+    step: str = ""
+    argv: list[str] = field(default_factory=list)
+    purpose: str = ""
+    ok: bool = True
+    detail: str = ""
+    """Why it failed (rc and the first of its output, or the host's error); '' when it worked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,6 +522,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Consent,
         SignalSent,
         SignalOutcome,
+        SignalLate,
+        HostCommand,
         StepResult,
         Verification,
         MacroPoint,

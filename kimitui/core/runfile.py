@@ -15,6 +15,7 @@ import json
 import os
 import re
 import time
+import zlib
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -93,19 +94,18 @@ class RunWriter:
                 fh.seek(0)
                 if head[:2] == b"\x1f\x8b" or head == b"\x28\xb5\x2f\xfd":
                     raise RunFileError(f"{p}: a compressed run cannot be appended to (resume from the plain .jsonl)")
-                first = fh.readline()
+                first = fh.readline(MAX_LINE + 1)
+                if len(first) > MAX_LINE and not first.endswith(b"\n"):
+                    raise RunFileError(f"{p}: first line is over {_size_text(MAX_LINE)}, not a kimitui run header")
                 header = parse_header_line(first, p)
                 size = fh.seek(0, os.SEEK_END)
-                tail = min(size, 1 << 20)
-                fh.seek(size - tail)
-                chunk = fh.read(tail)
+                keep = _end_of_last_line(fh, len(first), size)
         except FileNotFoundError as exc:
             raise RunFileError(f"{p}: no such run file") from exc
         except IsADirectoryError as exc:
             raise RunFileError(f"{p}: is a directory, not a run file") from exc
         except PermissionError as exc:
             raise RunFileError(f"{p}: permission denied") from exc
-        keep = size - tail + chunk.rfind(b"\n") + 1 if b"\n" in chunk else len(first)
         dropped = size - keep
         if dropped:
             os.truncate(p, keep)
@@ -135,36 +135,116 @@ class RunWriter:
         self.close()
 
 
-def _read_bytes(path: Path) -> tuple[bytes, bool]:
-    """The run's text, decompressed if gzipped, and whether a compressed stream was cut short."""
-    # Unbuffered: a BufferedReader that has read the magic joins its buffer to the rest on read(),
-    # which copied a whole uncompressed run once more (twice the memory at open).
+MAX_LINE = 64 << 20
+"""Bytes of one line beyond which it is skipped without being read whole (an event is a few KiB: a sample of
+64 processes about 20 KiB). See docs/run-format.md."""
+READ_CHUNK = 4 << 20
+"""Bytes read (or decompressed) at a time."""
+
+
+def _end_of_last_line(fh: IO[bytes], header_end: int, size: int) -> int:
+    """The offset just after the file's last newline (not before ``header_end``), looked for backwards a MiB
+    at a time: a torn last line of any length is cut off, never the lines before it."""
+    end = size
+    while end > header_end:
+        start = max(header_end, end - (1 << 20))
+        fh.seek(start)
+        nl = fh.read(end - start).rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        end = start
+    return header_end
+
+
+def _size_text(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n:,} bytes"
+
+
+class _Collector:
+    """A run's bytes gathered chunk by chunk, every line over ``cap`` left out as it is read (its newline is
+    kept, so the lines after it keep their numbers): memory is the lines kept plus about ``cap``, never the
+    long line. ``skipped`` lists (line number, length) of each line left out."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.skipped: list[tuple[int, int]] = []
+        self._line_start = 0
+        """Where in ``data`` the line being read starts."""
+        self._dropping = 0
+        """Bytes so far of a line over the cap that is being read past (0: none)."""
+        self._counted = (0, 0)
+        """(position, newlines before it): line numbers are counted only when a line is skipped."""
+
+    def _line_number(self, pos: int) -> int:
+        at, newlines = self._counted
+        newlines += self.data.count(b"\n", at, pos)
+        self._counted = (pos, newlines)
+        return newlines + 1
+
+    def add(self, chunk: bytes) -> None:
+        if self._dropping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                self._dropping += len(chunk)
+                return
+            self.skipped.append((self._line_number(self._line_start), self._dropping + nl))
+            self._dropping = 0
+            chunk = chunk[nl:]
+        data, cap = self.data, self.cap
+        scan = len(data)
+        data += chunk
+        start = self._line_start
+        while len(data) - start > cap:
+            nl = data.find(b"\n", start, start + cap + 1)
+            if nl >= 0:  # a line within the cap ends there
+                start = nl + 1
+                continue
+            nl = data.find(b"\n", start + cap + 1)
+            if nl < 0:  # over the cap and not ended yet: read past the rest of it
+                self._dropping = len(data) - start
+                del data[start:]
+                break
+            self.skipped.append((self._line_number(start), nl - start))
+            del data[start:nl]
+            start += 1
+        else:
+            last = data.rfind(b"\n", max(scan, start))
+            if last >= 0:
+                start = last + 1
+        self._line_start = start
+
+    def end(self) -> bytearray:
+        if self._dropping:  # the last line, over the cap (and torn)
+            self.skipped.append((self._line_number(self._line_start), self._dropping))
+            self._dropping = 0
+        return self.data
+
+
+def _read_capped(path: Path, cap: int = MAX_LINE) -> tuple[bytearray, bool, list[tuple[int, int]]]:
+    """The run's bytes (decompressed if gzipped) with every line over ``cap`` left out (see ``_Collector``),
+    whether a compressed stream was cut short, and the lines left out. Read in chunks of ``READ_CHUNK``."""
+    collector = _Collector(cap)
+    # Unbuffered: a BufferedReader would copy every chunk once more on its way.
     with open(path, "rb", buffering=0) as fh:
         magic = fh.read(4)
         if magic[:2] != b"\x1f\x8b":
             if magic == b"\x28\xb5\x2f\xfd":
                 raise RunFileError(f"{path}: zstd-compressed run files are not supported; use gzip")
             fh.seek(0)
-            return fh.read(), False
+            while chunk := fh.read(READ_CHUNK):
+                collector.add(chunk)
+            return collector.end(), False, collector.skipped
+    truncated = False
     try:
         with gzip.open(path, "rb") as gz:
-            return gz.read(), False
+            while chunk := gz.read1(READ_CHUNK):  # read1: what came before a cut-short end is kept
+                collector.add(chunk)
     except EOFError:
-        # A gzip stream cut short (a crash while compressing): keep what decompresses.
-        return _gunzip_partial(path), True
-    except OSError as exc:
+        truncated = True  # a gzip stream cut short (a crash while compressing): keep what decompressed
+    except (OSError, zlib.error) as exc:
         raise RunFileError(f"{path}: cannot decompress: {exc}") from exc
-
-
-def _gunzip_partial(path: Path) -> bytes:
-    import zlib
-
-    raw = path.read_bytes()
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        return d.decompress(raw)
-    except zlib.error:
-        return b""
+    return collector.end(), truncated, collector.skipped
 
 
 def parse_header_line(first: bytes, path: Path, warnings: list[str] | None = None) -> RunHeader:
@@ -210,7 +290,7 @@ class RunReader:
         self.path = Path(path)
         self.warnings: list[str] = []
         try:
-            data, truncated = _read_bytes(self.path)
+            data, truncated, skipped = _read_capped(self.path)
         except FileNotFoundError as exc:
             raise RunFileError(f"{self.path}: no such run file") from exc
         except IsADirectoryError as exc:
@@ -219,7 +299,12 @@ class RunReader:
             raise RunFileError(f"{self.path}: permission denied") from exc
         if truncated:
             self.warnings.append(f"{self.path.name}: compressed stream is truncated; reading what is intact")
+        if skipped and skipped[0][0] == 1:
+            raise RunFileError(f"{self.path}: first line is over {_size_text(MAX_LINE)}, not a kimitui run header")
+        self.warnings += [f"{self.path.name}: line {lineno} skipped: {size:,} bytes, over the "
+                          f"{_size_text(MAX_LINE)} a line may hold" for lineno, size in skipped]
         self._data = data
+        self._view = memoryview(data)
         self.header = self._parse_header()
         self.times = array("d")
         self._offsets = array("q")
@@ -304,7 +389,7 @@ class RunReader:
         return len(self.types)
 
     def raw(self, i: int) -> bytes:
-        return self._data[self._offsets[i] : self._ends[i]]
+        return bytes(self._view[self._offsets[i] : self._ends[i]])
 
     def line_of(self, i: int) -> int:
         """The line of the file event ``i`` is on (the header is line 1)."""

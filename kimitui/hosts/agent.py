@@ -25,7 +25,7 @@ nodriver, error. Ops (a request is answered once and never repeated by the calle
   sample         SOURCE, interval, scan_interval, count  -> as probe; samples follow until sample_stop
   sample_stop    -                                       -> {stopped}
   scan           -                      -> {self_pid, uid, user, ancestors, procs: [{pid, ppid, state,
-                                            start, uid, user, cmdline}]}
+                                            start, uid, user, cmdline, exe}]}
   stat           pids                   -> {procs: {"PID": [start time, state]}} (gone pids left out)
   read_file      path, max_bytes        -> {data (base64), size}
   signal         pid, start_time, sig   -> {outcome: sent|gone|mismatch|refused|error, detail}; refused
@@ -762,6 +762,7 @@ class ProcDetails:
                 info["unit"], info["container"] = parse_cgroup(self._read(pid, "cgroup"))
             except OSError:
                 pass
+            info["exe"] = read_exe(pid, self.root)
             self.static[key] = info
         return dict(info, start_time=start, state=state, ppid=ppid)
 
@@ -789,7 +790,7 @@ def build_procs(mem: ProcMem, holders: dict[int, tuple[str | None, list[int], bo
         p = {"pid": pid, "start_time": None, "user": None,
              "gpu_mem_mib": {str(k): round(v, 1) for k, v in sorted(mem.get(pid, {}).items())},
              "kind": kind or "unknown", "unit": None, "container": None, "cmdline": "", "state": None,
-             "ppid": None, "gpus": gpus, "visible": info is not None, "flags": flags}
+             "ppid": None, "gpus": gpus, "visible": info is not None, "flags": flags, "exe": None}
         if info is None:
             flags.append("pid-not-visible")  # a host PID seen from a container: never dropped
             p["kind"] = "unknown"
@@ -1032,6 +1033,15 @@ def _read_uid(pid: int, proc_root: str) -> int | None:
         return None
 
 
+def read_exe(pid: int, proc_root: str = "/proc") -> str | None:
+    """The executable's path (readlink /proc/PID/exe): set by the kernel at exec, unlike argv. None when
+    unreadable (another user's process without the right to look, a kernel thread, gone)."""
+    try:
+        return os.readlink(f"{proc_root}/{pid}/exe")
+    except OSError:
+        return None
+
+
 def _read_cmdline(pid: int, proc_root: str) -> str:
     try:
         with open(f"{proc_root}/{pid}/cmdline", "rb") as fh:
@@ -1054,7 +1064,8 @@ def process_table(proc_root: str = "/proc") -> dict[str, Any]:
             continue
         uid = _read_uid(pid, proc_root)
         procs.append({"pid": pid, "ppid": st.ppid, "state": st.state, "start": st.start_time, "uid": uid,
-                      "user": user_name(uid), "cmdline": _read_cmdline(pid, proc_root)})
+                      "user": user_name(uid), "cmdline": _read_cmdline(pid, proc_root),
+                      "exe": read_exe(pid, proc_root)})
     return {"self_pid": me, "uid": os.getuid(), "user": user_name(os.getuid()),
             "ancestors": [a.pid for a in ancestry(me, proc_root)], "procs": procs}
 

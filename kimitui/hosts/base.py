@@ -78,6 +78,18 @@ class OutcomeUnknown(HostError):
     """The channel dropped (or stopped answering) with this request in flight: it may or may not have been
     carried out. It is never resent; the caller looks again (re-scans) once the host is back."""
 
+    late: asyncio.Future[Any] | None = None
+    """When the channel is still up (the reply only came too late): the agent's reply should it come after
+    all (its raw message; ``late_signal_result`` reads a signal's). None when no reply can come."""
+
+
+def late_signal_result(reply: dict[str, Any]) -> SignalResult:
+    """What a signal request's late reply says: the agent's outcome, or an error it answered with."""
+    if reply.get("ok"):
+        res = reply.get("result") or {}
+        return SignalResult(str(res.get("outcome")), str(res.get("detail") or ""))
+    return SignalResult("error", " ".join(str(reply.get("error") or "request failed").split()))
+
 
 class RequestFailed(HostError):
     """The agent answered the request with an error; ``kind`` is its class (bad_request, not_found,
@@ -130,6 +142,8 @@ class Host(abc.ABC):
     backoff: Sequence[float] = BACKOFF
     first_line_s: float = 30.0
     """How long the agent may take to say hello (a slow login shell, a cold python)."""
+    signal_timeout_s: float = 15.0
+    """How long a signal request waits for the agent's reply before its outcome is unknown."""
     _link: AgentLink | None = None
     _sleep: Sleep | None = None
 
@@ -193,7 +207,7 @@ class Host(abc.ABC):
         """Send ``sig`` only if (pid, start time) still match, checked by the agent right before (through a
         pidfd). At most once: OutcomeUnknown when the channel drops with the request in flight."""
         res = await self.request("signal", {"pid": proc.pid, "start_time": proc.start_time, "sig": int(sig)},
-                                 timeout=15.0)
+                                 timeout=self.signal_timeout_s)
         return SignalResult(res["outcome"], res.get("detail") or "")
 
     async def scan_processes(self) -> dict[str, Any]:

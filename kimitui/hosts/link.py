@@ -37,6 +37,8 @@ from kimitui.hosts.base import (
 )
 
 NEEDED = f"python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}"
+LATE_REPLY_OPS = frozenset({"signal"})
+"""Requests whose reply is still taken after their timeout (OutcomeUnknown.late)."""
 QUICK_DEATH_S = 5.0
 """A channel that dies sooner than this after its hello counts as a failed attempt (backoff applies)."""
 
@@ -415,6 +417,7 @@ class AgentLink:
         rid = next(self._ids) if rid is None else rid
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = _Pending(op, fut)
+        late = False
         try:
             try:
                 up.channel.write(json.dumps({"id": rid, "op": op, **fields}, separators=(",", ":")).encode()
@@ -424,12 +427,18 @@ class AgentLink:
                 raise OutcomeUnknown(f"{self.host.name}: the {op} request may not have reached the agent: {exc}; "
                                      "its outcome is unknown") from None
             try:
-                msg = await asyncio.wait_for(fut, timeout)
+                msg = await asyncio.wait_for(asyncio.shield(fut), timeout)
             except TimeoutError:
-                raise OutcomeUnknown(f"{self.host.name}: no answer to the {op} request in {timeout:g}s: its "
-                                     "outcome is unknown") from None
+                # a signal's reply that comes after all still resolves fut (a drop fails it): the caller
+                # reports what the signal did, late; other requests are given up whole
+                late = op in LATE_REPLY_OPS and self._up is up
+                exc = OutcomeUnknown(f"{self.host.name}: no answer to the {op} request in {timeout:g}s: its "
+                                     "outcome is unknown")
+                exc.late = fut if late else None
+                raise exc from None
         finally:
-            self._pending.pop(rid, None)
+            if not late:
+                self._pending.pop(rid, None)
         if msg.get("ok"):
             return msg.get("result")
         raise RequestFailed(_one_line(msg.get("error") or "request failed"), str(msg.get("kind") or "error"))

@@ -62,10 +62,13 @@ class CampaignRunner:
 
     def _follow(self, event: object) -> None:
         """Show the tab of each phase as it starts (the operator can switch away; the next phase brings it back)."""
+        from kimitui.core.campaign_events import CampaignControl
         from kimitui.core.events import PhaseStart
 
         if isinstance(event, PhaseStart) and event.phase in VIEWS_BY_PHASE and self.app.is_running:
             self.app.action_show_view(VIEWS_BY_PHASE[event.phase])
+        if isinstance(event, CampaignControl) and event.action == "pause" and event.note and self.app.is_running:
+            self.app.notify(f"the campaign holds: {event.note}", title="campaign", severity="warning", timeout=30)
 
     async def ask(self, preview: StepPreview) -> ConsentDecision:
         fut: asyncio.Future[ConsentDecision] = asyncio.get_running_loop().create_future()

@@ -60,7 +60,7 @@ def _where(c: CampaignState, state: SessionState) -> list[str | tuple[str, str]]
         out.append(("ABORTING", "bold $error"))
     elif c.paused:
         out += [("PAUSED", "bold $warning"), (f" before {PHASE_TITLES.get(nxt.name, nxt.name)}" if nxt else "",
-                                              "$warning")]
+                                              "$warning"), (f": {c.pause_note}" if c.pause_note else "", "$warning")]
     elif nxt is not None:
         out.append((f"next: {PHASE_TITLES.get(nxt.name, nxt.name)}", "$text-muted"))
     return out

@@ -24,8 +24,9 @@ from kimitui.tui import fmt
 
 STEP_TITLES = {
     "graceful": "graceful stop: the service's own stop, then wait for its processes",
-    "process": "process kill: what is left of the service, and every process NVML lists on the GPUs",
-    "device": "device kill: the CUDA-context holders of the GPUs left",
+    "process": "process kill: what is left of the service's processes identified when the cleanup began",
+    "others": "on the GPUs, not the service: the other processes holding the GPUs, asked for apart",
+    "device": "device kill: the CUDA-context holders of the GPUs left (not the service's only after others)",
     "reset": "GPU reset: no holder is left but the memory is not back",
     "restart": "restart the service and wait until it answers",
 }
@@ -33,6 +34,8 @@ NO_ROWS = frozenset({"restart", "reset"})
 """Steps that signal no process: their modal shows what they will do, not process tables."""
 ALREADY_RUNNING = "already running"
 """The start of a restart preview whose service is up (kimitui.cleanup.steps.ALREADY_RUNNING)."""
+GPUS_HELD = "GPU memory still held"
+"""The start of a restart preview while the GPUs still hold memory (kimitui.cleanup.steps.GPUS_HELD)."""
 TICKED, UNTICKED, LOCKED = "[x]", "[ ]", " - "
 WIDE_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("start", "Start", 8), ("user", "User", 8),
                 ("gpus", "GPUs", 4), ("mem", "Memory", 9), ("unit", "Unit", 15))
@@ -139,9 +142,10 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
         p = self.preview
         with Vertical():
             title = f"Confirm {p.step}" + (f" ({self.position})" if self.position else "")
-            up = p.step == "restart" and p.action.startswith(ALREADY_RUNNING)
+            up = p.step == "restart" and p.action.startswith((ALREADY_RUNNING, GPUS_HELD))
             if up:
-                title += ": the service is ALREADY RUNNING"
+                title += (": the service is ALREADY RUNNING" if p.action.startswith(ALREADY_RUNNING) else
+                          ": the GPUs STILL HOLD MEMORY (finish the cleanup first)")
             yield Static(title, id="consent-title")
             action = Text.assemble(STEP_TITLES.get(p.step, p.step), "\n", ("action: ", "dim"),
                                    (p.action, "bold yellow" if up else ""))
@@ -245,6 +249,9 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
             what = {"restart": "will start the service and wait for it", "reset": "will reset the GPUs named above"}
             if self.preview.step == "restart" and self.preview.action.startswith(ALREADY_RUNNING):
                 text.append("the service is up: esc declines; confirming starts it again, which fails", "bold yellow")
+            elif self.preview.step == "restart" and self.preview.action.startswith(GPUS_HELD):
+                text.append("the GPUs still hold memory: esc declines (then free them); confirming starts the "
+                            "service beside it", "bold yellow")
             else:
                 text.append(what.get(self.preview.step, f"will run: {self.preview.action}"), "bold")
             self.query_one("#consent-summary", Static).update(text)

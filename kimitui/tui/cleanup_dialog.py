@@ -87,9 +87,10 @@ class CleanupSetupScreen(ModalScreen[CleanupRequest | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(f"Free the GPUs on {self.host_label}", id="setup-title")
-            yield Static("Each step (graceful stop, process kill, device kill) is previewed and asked for; "
-                         "then every GPU in scope is verified clean.", id="setup-about")
-            yield Label("Service (none: no service, free the GPUs of whatever holds them)", classes="field-label")
+            yield Static("Each step (graceful stop, process kill, the others on the GPUs that are not the service, "
+                         "device kill) is previewed and asked for; then every GPU in scope is verified clean.",
+                         id="setup-about")
+            yield Label("Service (none: no service, only the others on the GPUs)", classes="field-label")
             yield Input(self.default_service, placeholder=SERVICE_FORMS, id="setup-service", compact=True)
             yield Static(SERVICE_FORMS, classes="field-hint")
             with Horizontal(id="setup-row"):

@@ -85,7 +85,7 @@ class CleanupRunner:
             if not fut.done():
                 fut.set_result(decision or ConsentDecision(False, None, self.operator, "dismissed"))
 
-        steps = [s for s in ("graceful", "process", "device") if s in STEPS]
+        steps = [s for s in ("graceful", "process", "others", "device") if s in STEPS]
         position = f"step {steps.index(preview.step) + 1} of {len(steps)}" if preview.step in steps else ""
         self.modal = ConsentScreen(preview, self.operator, position, self.session.state)
         self.app.push_screen(self.modal, callback=done)
@@ -141,17 +141,20 @@ class CleanupRunner:
         consent modal, start, poll the health endpoint. Its events join the latest cleanup in the panel (or a
         plan of its own)."""
         audit = self.audit_factory()
+        feed = SampleFeed()  # the preview says what still holds GPU memory (a cleanup cut short)
+        unsubscribe = self.session.subscribe(feed.push)
         try:
             result, self.note = await restart_phase(
                 self.live.host, self.target, self.consent, self.session.publish,
                 f"restart {self.request.service.label if self.request.service else 'no service'} on "
                 f"{self.live.host.name}", audit=audit, plan_first=self.session.state.cleanup is None,
-                gpus=sorted(self.session.state.gpus))
+                gpus=sorted(self.session.state.gpus), view=feed)
         except asyncio.CancelledError:
             self.note = "interrupted (the dashboard closed)"
             raise
         finally:
             self.finished = True
+            unsubscribe()
             audit.close()
         ok = result is not None and result.status == "done"
         self.app.notify(f"restart {self.note}", title="restart", severity="information" if ok else "error",

@@ -37,8 +37,8 @@ def palette_commands(app: KimituiApp) -> list[Command]:
          app.action_macro_sweep),
         ("Benchmarks: cancel macro sweep", "x on the Benchmarks tab: finished levels are kept",
          app.action_cancel_macro),
-        ("Cleanup: free the GPUs…", "F: graceful stop, process kill, device kill, verify; each step previewed "
-         "and asked (live only)", app.action_free_gpus),
+        ("Cleanup: free the GPUs…", "F: graceful stop, process kill, the others, device kill, verify; each step "
+         "previewed and asked (live only)", app.action_free_gpus),
         ("Cleanup: restart the service…", "R: start the service again and wait for its health endpoint; "
          "previewed and asked (live only)", app.action_restart_service),
         ("View: micro", "u: GEMM and all-reduce results, interconnect, plots", partial(app.action_show_view, "micro")),

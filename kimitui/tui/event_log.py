@@ -7,8 +7,6 @@ unless the operator scrolled up.
 
 from __future__ import annotations
 
-import time
-
 from rich.segment import Segment
 from rich.text import Text
 from textual.cache import LRUCache
@@ -16,6 +14,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from kimitui.core.procdisplay import local_time
 from kimitui.core.state import LOG_LINES, LogEntry, SessionState
 from kimitui.tui.palette import Colors
 
@@ -25,7 +24,7 @@ SOURCE_WIDTH = 10
 def log_line(entry: LogEntry, colors: Colors) -> Text:
     level_style = {"warning": colors.warning, "error": colors.error, "debug": colors.muted}.get(entry.level, "")
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(time.strftime("%H:%M:%S", time.localtime(entry.t)), style=colors.muted)
+    text.append(local_time("%H:%M:%S", entry.t), style=colors.muted)
     text.append(f" {entry.source:<{SOURCE_WIDTH}} ", style=colors.primary)
     text.append(entry.message, style=level_style)
     return text

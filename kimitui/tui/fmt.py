@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 
 # shared with the CLI and the report
 from kimitui.core.procdisplay import command_gist as command_gist
 from kimitui.core.procdisplay import gpu_list as gpu_list
+from kimitui.core.procdisplay import local_time
 from kimitui.core.procdisplay import unit_label as unit_label
 
 DASH = "-"
@@ -120,14 +120,14 @@ def clock(t: float | None) -> str:
     """A wall-clock time of the run (local time), '-' before any event."""
     if not t:
         return DASH
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    return local_time("%Y-%m-%d %H:%M:%S", t)
 
 
 def time_of_day(t: float | None) -> str:
     """'08:05:36' (local time), '-' before any event."""
     if not t:
         return DASH
-    return time.strftime("%H:%M:%S", time.localtime(t))
+    return local_time("%H:%M:%S", t)
 
 
 def started(at: float | None, now: float) -> str:
@@ -135,8 +135,8 @@ def started(at: float | None, now: float) -> str:
     if at is None:
         return DASH
     if now - at < 86400:
-        return time.strftime("%H:%M:%S", time.localtime(at))
-    return time.strftime("%b %d", time.localtime(at))
+        return local_time("%H:%M:%S", at)
+    return local_time("%b %d", at)
 
 
 def speed(value: float) -> str:

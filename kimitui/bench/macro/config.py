@@ -13,6 +13,11 @@ CLIENTS: tuple[str, ...] = ("lean", "httpx")
 RampStrategy = Literal["linear", "exponential"]
 
 MAX_CONCURRENCY = 512
+MAX_LEVEL_REQUESTS = 1_000_000
+"""The most measured requests one level may ask for (a typo such as 4000000x is found before the sweep)."""
+MAX_TOKENS_LEN = 1_000_000
+"""The longest prompt or output, in tokens, a request may ask for."""
+MAX_WARMUP = 10_000
 DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
 DEFAULT_REQUESTS = "4x"
 """Requests per level, for the CLI and the dialog alike: 4 per concurrency slot (4 at c=1, 512 at c=128),
@@ -146,6 +151,11 @@ class MacroConfig:
                 raise ConfigError("ramp-up start and end rates must be positive")
         if self.max_tokens < 1 or self.input_len < 1 or self.warmup < 0:
             raise ConfigError("max_tokens and input_len must be at least 1, warmup at least 0")
+        if max(self.max_tokens, self.input_len) > MAX_TOKENS_LEN or self.warmup > MAX_WARMUP:
+            raise ConfigError(f"max_tokens and input_len at most {MAX_TOKENS_LEN:,}, warmup at most {MAX_WARMUP:,}")
+        if self.duration_s is None and max(self.level_requests(c) for c in self.concurrency) > MAX_LEVEL_REQUESTS:
+            raise ConfigError(f"requests per level at most {MAX_LEVEL_REQUESTS:,} (the largest level would run "
+                              f"{max(self.level_requests(c) for c in self.concurrency):,})")
         if self.input_len_stddev < 0 or self.max_tokens_stddev < 0:
             raise ConfigError("length spreads (standard deviations) cannot be negative")
         if not self.percentiles or any(not 0 < p <= 100 for p in self.percentiles):

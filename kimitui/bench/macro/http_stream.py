@@ -33,8 +33,9 @@ the end of the body or on a failure. The read timeout is a timer that checks the
 
 Failures carry the same reasons as the httpx client (see ``request.stream_request``): ``connect error:
 ...``, ``timeout: connect``, ``timeout: read (no data between chunks)``, ``timeout: total Ns exceeded``,
-``HTTP <status>: <start of body>``, ``malformed SSE: ...``, ``server error in stream: ...``, ``stream
-closed early (before [DONE])``, ``protocol error: ...`` for a response that is not HTTP/1.1 as expected,
+``HTTP <status>: <start of body>``, ``malformed SSE: ...``, ``SSE line over 1 MiB`` (or ``SSE event
+over 1 MiB``: the stream is closed at the cap, see ``sse.MAX_LINE``), ``server error in stream: ...``,
+``stream closed early (before [DONE])``, ``protocol error: ...`` for a response that is not HTTP/1.1 as expected,
 and ``ReadError: ...`` for a connection reset mid-response.
 
 Not supported (``lean_unsupported`` says so and the sweep falls back to httpx): proxies from the
@@ -67,6 +68,8 @@ CONNECT_TIMEOUT = "timeout: connect"
 ERROR_BODY_LIMIT = 2048
 """Bytes of a non-200 body read for its failure reason (as the httpx client)."""
 MAX_HEAD = 64 * 1024
+INFLATE_STEP = 256 * 1024
+"""Most bytes one decompression step gives (a compressed body is inflated and split in such steps)."""
 USER_AGENT = "kimitui-loadgen"
 
 # where the response stands
@@ -274,13 +277,21 @@ class _Conn(asyncio.Protocol):
                 if len(self.error_body) > ERROR_BODY_LIMIT:
                     self.keep_alive = False
                     raise RequestFailed(http_status_reason(self.status, bytes(self.error_body), self.reason))
+            elif self.decomp is not None:
+                self._inflate(payload, now)
             else:
-                if self.decomp is not None:
-                    payload = self.decomp.decompress(payload)
                 assert self.account is not None
                 self.account.feed(payload, now)
         if self.state == _ENDED:
             self._complete()
+
+    def _inflate(self, payload: bytes, now: float) -> None:
+        """Decompress in steps of ``INFLATE_STEP``: a small compressed block can stand for gigabytes."""
+        assert self.decomp is not None and self.account is not None
+        decomp, feed = self.decomp, self.account.feed
+        feed(decomp.decompress(payload, INFLATE_STEP), now)
+        while decomp.unconsumed_tail:
+            feed(decomp.decompress(decomp.unconsumed_tail, INFLATE_STEP), now)
 
     def _dechunk(self, data: bytes) -> bytes:
         """The chunk data in ``data``; sets ``state`` to ``_ENDED`` after the last chunk and its trailers."""

@@ -19,7 +19,7 @@ from time import perf_counter
 
 import httpx
 
-from kimitui.bench.macro.sse import DONE, SSEDecoder
+from kimitui.bench.macro.sse import DONE, SSEDecoder, SSEOverflow
 
 _loads = json.loads
 _scan_once = json.JSONDecoder().scan_once
@@ -179,7 +179,10 @@ class StreamAccount:
         self.chunks = 0
 
     def feed(self, block: bytes, now: float) -> None:
-        payloads = self.decoder.feed(block)
+        try:
+            payloads = self.decoder.feed(block)
+        except SSEOverflow as exc:
+            raise _Fail(str(exc)) from None
         if not payloads:
             return
         out = self._out
@@ -224,7 +227,11 @@ class StreamAccount:
             self._content_chunks = content_chunks
 
     def finish(self) -> None:
-        for payload in self.decoder.flush():
+        try:
+            rest = self.decoder.flush()
+        except SSEOverflow as exc:
+            raise _Fail(str(exc)) from None
+        for payload in rest:
             if payload == DONE:
                 self.done = True
         done = self.done or self.usage_seen

@@ -173,7 +173,7 @@ async def free_simulated_gpus(opened: Any, feed: Any, publish: Any, sample: Any,
     return await free_before_micro(sample, gpus, feed, transition, say, threshold_mib)
 
 
-FREE_STEPS = ("graceful", "process", "device")
+FREE_STEPS = ("graceful", "process", "others", "device")
 """The steps consented to on a simulated host before the micro phase."""
 
 
@@ -195,7 +195,7 @@ async def _micro(args: argparse.Namespace) -> int:
         MicroPlan,
         Topology,
     )
-    from kimitui.targets import TargetError, new_session, open_target
+    from kimitui.targets import TargetError, host_gpus, new_session, open_target
 
     cfg = _config(args)
     cfg.validate()
@@ -216,6 +216,10 @@ async def _micro(args: argparse.Namespace) -> int:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, cancel.set)
     async with open_target(args.host, accept_new_host_key=args.accept_new_host_key, check=not cfg.cpu) as opened:
+        if cfg.gpus and not cfg.cpu:  # a GPU the host does not have: a usage error, before the session
+            from kimitui.cleanup.setup import check_gpus
+
+            check_gpus(cfg.gpus, await host_gpus(opened, args.interval), opened.host.name)
         session = new_session(opened, "bench micro")
         session.subscribe(show)
         simulated = bool(opened.meta.get("simulated"))
@@ -263,12 +267,13 @@ def cmd_micro(args: argparse.Namespace) -> int:
 
     from kimitui.bench.micro.runner import MicroError
     from kimitui.bench.micro.shapes import ShapeError
+    from kimitui.cleanup.setup import UsageError
     from kimitui.hosts.base import HostError
     from kimitui.targets import TargetError
 
     try:
         return asyncio.run(_micro(args))
-    except (MicroError, ShapeError, HostError, TargetError) as exc:
+    except (MicroError, ShapeError, HostError, TargetError, UsageError) as exc:
         print(f"kimitui bench micro: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

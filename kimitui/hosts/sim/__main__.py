@@ -25,6 +25,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stuck-workers", type=int, default=2)
     p.add_argument("--stray-holder", type=int, default=None, metavar="GPU", help="a stray CUDA context on GPU")
     p.add_argument("--no-monitor", action="store_true", help="no NVML-only monitor process")
+    p.add_argument("--persistenced", action="store_true",
+                   help="a simulated nvidia-persistenced holding every GPU (the cleanup spares it)")
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--load-time", type=float, default=1.0)
     p.add_argument("--single-stream-tps", type=float, default=50.0)
@@ -42,7 +44,8 @@ async def _run(ns: argparse.Namespace) -> None:
     host = SimHost(gpus=ns.gpus, gpu_name=ns.gpu_name, total_mib=ns.total_mib, worker_mem_mib=ns.worker_mem_mib,
                    stuck_workers=ns.stuck_workers,
                    stray_holder=False if ns.stray_holder is None else ns.stray_holder,
-                   nvml_monitor=not ns.no_monitor, model=ns.model, load_time=ns.load_time, batching=batching,
+                   nvml_monitor=not ns.no_monitor, persistence_daemon=ns.persistenced,
+                   model=ns.model, load_time=ns.load_time, batching=batching,
                    faults=FaultPlan(ns.fault, ns.fault_every))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

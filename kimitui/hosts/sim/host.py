@@ -40,6 +40,7 @@ from kimitui.hosts.sim.layout import (
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_to_args
 from kimitui.hosts.sim.service import DEFAULT_WORKER_MEM_MIB, STUCK_RANKS_ENV
 from kimitui.hosts.sim.teardown import alive, kill_everything, session_members
+from kimitui.hosts.sim.tools import install_tools
 from kimitui.hosts.sim.watchdog import OWNER_ENV
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[3])
@@ -55,7 +56,7 @@ class SimHost(LocalHost):
                  stuck_workers: int = 2, stray_holder: bool | int = False, nvml_monitor: bool = True,
                  model: str = DEFAULT_MODEL, load_time: float = 0.2, batching: BatchingModel | None = None,
                  faults: FaultPlan | None = None, ready_timeout: float = 30.0, name: str = "sim",
-                 python: str | None = None) -> None:
+                 python: str | None = None, persistence_daemon: bool = False) -> None:
         super().__init__(name=name, python=python)
         if not 0 <= stuck_workers <= gpus:
             raise ValueError("stuck_workers must be between 0 and the number of GPUs")
@@ -68,12 +69,16 @@ class SimHost(LocalHost):
         self.stray_gpu: int | None = None if stray_holder is False else \
             (0 if stray_holder is True else int(stray_holder))
         self.nvml_monitor = nvml_monitor
+        self.persistence_daemon = persistence_daemon
+        self.daemon_proc: ProcId | None = None
+        """The simulated nvidia-persistenced (``persistence_daemon``), or None."""
         self.model = model
         self.load_time = load_time
         self.batching = batching or BatchingModel.from_targets()
         self.faults = faults or FaultPlan()
         self.ready_timeout = ready_timeout
         self._layout: SimLayout | None = None
+        self._tools: tuple[Path, Path] | None = None
         self._port = 0
         self._service: subprocess.Popen[bytes] | None = None
         self.service_proc: ProcId | None = None
@@ -115,6 +120,15 @@ class SimHost(LocalHost):
         return f"http://127.0.0.1:{self._port}"
 
     @property
+    def nvidia_smi(self) -> str:
+        """The simulated nvidia-smi (modes, persistence, the GPU reset): kimitui.hosts.sim.tools."""
+        return str(self._tools[0]) if self._tools else "nvidia-smi"
+
+    @property
+    def systemctl(self) -> str:
+        return str(self._tools[1]) if self._tools else "systemctl"
+
+    @property
     def service_pid(self) -> int | None:
         return self.service_proc.pid if self.service_proc else None
 
@@ -133,12 +147,15 @@ class SimHost(LocalHost):
         if self._layout is not None:
             raise HostError(f"{self.name}: already started")
         self._layout = create_layout(self.gpus)
+        self._tools = install_tools(self._layout.root)
         try:
             # the holders start while the service loads; each is waited for below
             monitor = self._spawn_holder(["monitor", "--title", "nv-hostengine",
                                           *self._gpu_flags(range(len(self.gpus)))]) if self.nvml_monitor else None
             stray = self._spawn_holder(["stray", "--title", "python3", *self._gpu_flags([self.stray_gpu])]) \
                 if self.stray_gpu is not None else None
+            if self.persistence_daemon:
+                self.daemon_proc = self._spawn_persistence_daemon()
             await self.start_service()
             if monitor is not None:
                 self.monitor_proc = await self._holder_ready(*monitor)
@@ -277,6 +294,23 @@ class SimHost(LocalHost):
                                 env=self._env(), start_new_session=True)
         self._record(proc)
         return proc, args[0]
+
+    def _spawn_persistence_daemon(self) -> ProcId:
+        """A simulated nvidia-persistenced: its executable really is DIR/usr/bin/nvidia-persistenced (a copy of
+        sleep: /proc/PID/exe names it, as on a real host) and it holds every GPU's device file open, mapped
+        none, as the real daemon does. The cleanup spares it by that executable."""
+        exe = self.layout.root / "usr" / "bin" / "nvidia-persistenced"
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shutil.which("sleep") or "/bin/sleep", exe)
+        paths = [self.layout.gpu_dev(g.index) for g in self.gpus] + [self.layout.ctl_dev, self.layout.uvm_dev]
+        fds = [os.open(p, os.O_RDWR | os.O_CLOEXEC) for p in paths]
+        try:
+            proc = subprocess.Popen([str(exe), "infinity"], pass_fds=fds, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return self._record(proc)
 
     async def _holder_ready(self, proc: subprocess.Popen[bytes], role: str) -> ProcId:
         """Wait for the holder's ``ready`` line: its device files are open (and mapped) from then on."""
