@@ -20,9 +20,10 @@ random subset, spared rows ticked in, declined, pids never shown); every preview
 The oracle, per table: every SignalSent with outcome "sent" must be (a) to a row of that step's preview (a
 target, or a spared row marked optional) whose pid the operator ticked (all targets when accepted as
 previewed), (b) to a process whose role allows it: the service's tree in any step, a GPU holder that is not
-the service's only in the step named ``OTHERS_STEP``, a handle-only monitor only when ticked in from an
-optional row, never a daemon, another user's process, a protected one, a bystander or a process that took a
-reused pid; (c) to the incarnation the preview showed, which is the one the harness started (pid and start
+the service's only in the step named ``OTHERS_STEP`` (or a later one, once the operator accepted that
+step), a handle-only monitor only when its pid was ticked, never a daemon, another user's process, a
+protected one or a bystander (a process that took a reused pid is judged by its own role); (c) to the
+incarnation the preview showed, which is the one the harness started (pid and start
 time). And independently of the events: every process the harness started that died during the table must
 have died of a signal the executor reported as sent to that very (pid, start time): the harness reaps its own
 children (and, as the child subreaper, the orphans of its trees) and reads WTERMSIG from waitpid.
@@ -69,9 +70,9 @@ from kimitui.core.events import (
 from kimitui.hosts.local import LocalHost
 
 OTHERS_STEP = "others"
-"""The step whose consent is for the GPU holders that are not the service's (engineer A1's group): the only
-step in which the oracle lets such a holder be signalled. On a tree without that step, every signal to one is
-counted wrong. The lead adjusts this one name if the step is called otherwise."""
+"""The step whose consent is for the GPU holders that are not the service's (engineer A1's group): such a
+holder may be signalled in that step, or in a later one (the device step) once the operator accepted it. On
+a tree without that step, every signal to one is counted wrong. The one name to adjust if it is renamed."""
 
 GPUS = 4
 TOTAL_MIB = 97_887.0
@@ -101,6 +102,8 @@ TABLE_TIMEOUT_S = 60.0
 """A table that has not finished by then is reported as an error (with its seed), not waited for."""
 SETUP_TIMEOUT_S = 10.0
 REUSE_ATTEMPTS = 8
+STALE_AGE_S = 5.0
+"""How long ago a stale pidfile was written (its mtime, set back): the service ran that long, then exited."""
 
 SERVICE_ROLES = frozenset({"main", "node", "worker", "child", "stuck"})
 """Roles of the service's process tree: the cleanup may signal them in any step, once consented. A holder
@@ -723,8 +726,14 @@ class Table:
         return proc
 
     async def _reuse_main(self) -> None:
+        """A stale pidfile: the service wrote it, exited, and another process took its pid. The file is dated
+        back STALE_AGE_S, as if the service had run that long: a pidfile can only be proven stale by its
+        mtime (whole seconds) against the new process's start, so one reused within the second it was
+        written cannot be told from the service (said in the report, not tested)."""
         self.reuse_pending = False
-        assert self.main is not None
+        assert self.main is not None and self.pidfile is not None
+        written = time.time() - STALE_AGE_S
+        os.utime(self.pidfile, (written, written))
         await self._reuse(self.main)
 
     # --- what the executor sees -----------------------------------------------------------------------
@@ -885,6 +894,15 @@ class Table:
             if isinstance(e, Consent) and e.step not in decisions:
                 res.wrong.append(Wrong("consent without the operator", f"step {e.step}: {e}"))
 
+    def _others_consented_before(self, step: str) -> bool:
+        """Whether the operator accepted the others step's preview before this step's."""
+        for d in self.result.decisions:
+            if d.step == step:
+                return False
+            if d.step == OTHERS_STEP and d.decision.accepted:
+                return True
+        return False
+
     def _wrong_signal(self, e: SignalSent, preview: StepPreview | None, decision: ConsentDecision | None,
                       by_key: dict[tuple[int, int], Proc]) -> Wrong | None:
         truth = by_key.get((e.pid, e.start_time)) if e.start_time is not None else None
@@ -905,21 +923,24 @@ class Table:
             return Wrong(f"{who}: not consented", f"{where}; decision {decision}")
         if truth is None:
             return Wrong(who, where)
-        return _role_refusal(truth, e.step, ticked, where)
+        return _role_refusal(truth, e.step, ticked, self._others_consented_before(e.step), where)
 
 
 def _row(rows: list[ProcRef], pid: int) -> ProcRef | None:
     return next((r for r in rows if r.pid == pid), None)
 
 
-def _role_refusal(truth: Proc, step: str, ticked: bool, where: str) -> Wrong | None:
+def _role_refusal(truth: Proc, step: str, ticked: bool, others_consented: bool, where: str) -> Wrong | None:
     """Why the ground truth says this process must not get this step's signal, or None. ``ticked``: the
-    operator named its pid (not only accepted the preview as it was)."""
+    operator named its pid (not only accepted the preview as it was); ``others_consented``: the operator
+    accepted the others step before this one (the device step then reaches them too)."""
     if truth.role in SERVICE_ROLES:
         return None
     if truth.role == "other_holder":
-        return None if step == OTHERS_STEP else Wrong(f"{truth.label()}: signalled in step {step} (only "
-                                                      f"{OTHERS_STEP!r} may)", where)
+        if step == OTHERS_STEP or others_consented:
+            return None
+        return Wrong(f"{truth.label()}: signalled in step {step} (only {OTHERS_STEP!r} may, or a later step "
+                     "once it was consented)", where)
     if truth.role == "monitor":
         return None if ticked else Wrong(f"{truth.label()}: signalled in step {step} without its pid ticked", where)
     return Wrong(f"{truth.label()}: signalled in step {step}", where)
