@@ -289,13 +289,10 @@ class TableSpec:
     reused before the cleanup) | between (the graceful and the process step) | consent (after a preview)"""
     self_holders: bool
     """kimitui's own process and the agent listed as GPU holders too (both protected)."""
-    pending: bool = True
-    """Generated with the cases that wait for A1 and A2 (see ``generate``)."""
 
     def rerun(self) -> str:
-        test = "signal_only_what --runxfail" if self.pending else "handled_today"
         return (f"KIMITUI_SAFETY_SEED={self.seed} KIMITUI_SAFETY_TABLES=1 pytest tests/test_cleanup_random.py "
-                f"-k {test}")
+                "-k signal_only_what")
 
 
 class Tokens:
@@ -378,30 +375,23 @@ def _loose(rng: random.Random, tok: Tokens, scope: list[int], outside: list[int]
     return out
 
 
-def generate(seed: int, tok: Tokens, pending: bool = True) -> TableSpec:
-    """One random table. With ``pending`` False, the cases that wait for A1 and A2 (pid reuse into a target,
-    GPU holders that are not the service's, host daemons) are left out."""
+def generate(seed: int, tok: Tokens) -> TableSpec:
+    """One random table (the same one for the same seed; tokens aside)."""
     rng = random.Random(seed)
     scope = None if rng.random() < 0.5 else sorted(rng.sample(range(GPUS), rng.randint(1, GPUS)))
     in_scope = scope or list(range(GPUS))
     outside = [g for g in range(GPUS) if g not in in_scope]
     service = rng.choices(("pidfile", "pid", "none"), (5, 3, 2))[0]
-    reuses = ["none", "none", "consent"] + (["stale"] if service != "none" else []) + (
-        ["between"] if service != "none" and pending else []) + (
-        ["before"] if service == "pidfile" and pending else [])
+    reuses = ["none", "none", "consent"] + (["stale", "between"] if service != "none" else []) + (
+        ["before"] if service == "pidfile" else [])
     reuse = rng.choice(reuses)
     tree = None
     if service != "none" or rng.random() < 0.3:  # no service: a tree may still run, nobody's service
         tree = _tree(rng, tok, in_scope, 0, lone=reuse in ("before", "stale"))
     loose = _loose(rng, tok, in_scope, outside)
-    if not pending:
-        loose = [leaf for leaf in loose if leaf.role not in ("other_holder", "daemon")]
-        if tree is not None:
-            for node in _nodes(tree):
-                node.leaves = [leaf for leaf in node.leaves if leaf.role != "daemon"]
     if tree is not None and service == "none":
-        tree = _orphaned(tree, pending)
-    return TableSpec(seed, service, tree, loose, scope, reuse, rng.random() < 0.15, pending)
+        tree = _orphaned(tree)
+    return TableSpec(seed, service, tree, loose, scope, reuse, rng.random() < 0.15)
 
 
 def _nodes(tree: NodeSpec) -> Iterator[NodeSpec]:
@@ -410,14 +400,11 @@ def _nodes(tree: NodeSpec) -> Iterator[NodeSpec]:
         yield from _nodes(sub)
 
 
-def _orphaned(tree: NodeSpec, pending: bool) -> NodeSpec:
+def _orphaned(tree: NodeSpec) -> NodeSpec:
     """With no service chosen, a tree is nobody's service: its GPU holders are 'others', the rest bystanders."""
     for leaf, _ in tree.walk():
         if leaf.role in SERVICE_ROLES:
             leaf.role = "other_holder" if leaf.kind == "cuda" else "bystander"
-            if not pending and leaf.role == "other_holder":
-                leaf.mem, leaf.kind = {}, None
-                leaf.role = "bystander"
     return tree
 
 
@@ -577,6 +564,8 @@ class TableResult:
     wrong: list[Wrong] = field(default_factory=list)
     sent: int = 0
     refused: int = 0
+    odd: Counter[str] = field(default_factory=Counter)
+    """The details of the signals that ended in error (or unknown), to be looked at."""
     outcomes: Counter[str] = field(default_factory=Counter)
     """Every SignalSent by signal and outcome ("SIGTERM mismatch": the pid was another process's by then;
     "- refused": ticked but refused at consent)."""
@@ -602,9 +591,9 @@ class Table:
     """One table: its processes started, the executor run on them, then judged and torn down."""
 
     def __init__(self, spec: TableSpec, prog: Programs, shared: LocalHost, agent_pid: int, tok: Tokens,
-                 pending: bool = True) -> None:
+) -> None:
         self.spec, self.prog, self.shared, self.agent_pid = spec, prog, shared, agent_pid
-        self.tok, self.pending = tok, pending
+        self.tok = tok
         self.rng = random.Random(spec.seed ^ 0x5EED)
         self.procs: list[Proc] = []
         self.events: list[Event] = []
@@ -691,7 +680,7 @@ class Table:
     # --- pid reuse ------------------------------------------------------------------------------------
 
     def _reuser(self) -> LeafSpec:
-        """What takes a reused pid: a bystander, another user's process, or (pending cases) a new GPU job."""
+        """What takes a reused pid: a bystander, another user's process, or a new GPU job."""
         scope = self.spec.scope or list(range(GPUS))
         pick = self.rng.random()
         if pick < 0.4:
@@ -714,8 +703,6 @@ class Table:
             victim.popen.kill()
         victim.popen.wait()
         leaf = self._reuser()
-        if not self.pending and leaf.role == "other_holder":
-            leaf = LeafSpec(leaf.token, "bystander")
         popen = spawn_at(self.prog, leaf, victim.pid)
         if popen is None:
             self.result.reuses["missed"] += 1
@@ -801,8 +788,6 @@ class Table:
     async def _reuse_in_consent(self, preview: StepPreview, decision: ConsentDecision) -> None:
         """After the preview, before the signal: a previewed target (a child of the harness) exits and its
         pid is taken by another process, which the operator's tick now names."""
-        if not self.pending and preview.step == "graceful":
-            return  # the pidfile (or pid:N) read again by a later step would name the new process: A1's case
         shown = {(r.pid, r.start_time) for r in preview.targets}
         victims = [p for p in self.procs if p.key in shown and p.popen is not None and p.reused_from is None
                    and p.alive()]
@@ -872,6 +857,8 @@ class Table:
             if not isinstance(e, SignalSent):
                 continue
             res.outcomes[f"{e.signal} {e.outcome}"] += 1
+            if e.outcome in ("error", "unknown"):
+                res.odd[f"{e.signal} {e.outcome}: {e.detail}"] += 1
             if e.outcome == "refused":
                 res.refused += 1
             if e.outcome not in ("sent", "unknown"):
@@ -986,6 +973,7 @@ class Summary:
     reuses: Counter[str] = field(default_factory=Counter)
     roles: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
+    odd: Counter[str] = field(default_factory=Counter)
     errors: list[TableResult] = field(default_factory=list)
     failing: list[TableResult] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -999,6 +987,7 @@ class Summary:
         self.reuses.update(res.reuses)
         self.roles.update(res.roles)
         self.outcomes.update(res.outcomes)
+        self.odd.update(res.odd)
         if res.error:
             self.errors.append(res)
         if res.wrong:
@@ -1011,6 +1000,7 @@ class Summary:
         lines = [f"{self.line()} ({self.elapsed_s:.1f} s; {len(self.errors)} tables in error)",
                  f"  signal outcomes {dict(self.outcomes)}; pid reuses {dict(self.reuses)}",
                  f"  processes {dict(self.roles.most_common())}"]
+        lines += [f"  {n} x {detail}" for detail, n in self.odd.most_common()]
         lines += [f"  {n} x {kind}" for kind, n in self.kinds.most_common()]
         lines += [r.describe() for r in (self.failing + self.errors)[:show]]
         return "\n".join(lines)
@@ -1027,16 +1017,16 @@ def programs_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def run_tables(count: int, seed: int, concurrency: int = 4, pending: bool = True, agents: int = 2,
+async def run_tables(count: int, seed: int, concurrency: int = 4, agents: int = 2,
                      table_cls: type[Table] = Table) -> Summary:
     """Generate and run ``count`` tables (seeds seed, seed+1, ...), ``concurrency`` at a time, spread over
     ``agents`` local agents (each answers one request at a time: two use both cores)."""
     with programs_dir() as root:
-        return await _run_tables(make_programs(root), count, seed, concurrency, pending, agents, table_cls)
+        return await _run_tables(make_programs(root), count, seed, concurrency, agents, table_cls)
 
 
-async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, pending: bool,
-                      agents: int, table_cls: type[Table]) -> Summary:
+async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, agents: int,
+                      table_cls: type[Table]) -> Summary:
     hosts = [LocalHost(name=f"local{i}") for i in range(agents)]
     summary = Summary()
     started = time.monotonic()
@@ -1048,8 +1038,8 @@ async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, p
 
         async def one(i: int) -> None:
             async with gate:
-                spec = generate(seed + i, tok, pending)
-                table = table_cls(spec, prog, hosts[i % agents], agent_pids[i % agents], tok, pending)
+                spec = generate(seed + i, tok)
+                table = table_cls(spec, prog, hosts[i % agents], agent_pids[i % agents], tok)
                 try:
                     res = await asyncio.wait_for(table.run(), TABLE_TIMEOUT_S)
                 except TimeoutError:
