@@ -147,6 +147,14 @@ def proc_argv(pid: int) -> list[bytes]:
         return []
 
 
+def proc_exe(pid: int) -> str | None:
+    """/proc/PID/exe, as the agent reads it into its samples (None when unreadable)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
 def proc_uid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/status", "rb") as fh:
@@ -327,9 +335,8 @@ def _service_leaf(rng: random.Random, tok: Tokens, scope: list[int]) -> LeafSpec
         return LeafSpec(tok(), "stuck", stuck=True, mem={_gpu(rng, scope): _mib(rng)}, kind="cuda")
     if pick < 0.95:  # the service started something as another user: never signalled unless allowed
         return LeafSpec(tok(), "other_user", uid=NOBODY, mem={_gpu(rng, scope): _mib(rng)}, kind="cuda")
-    name = rng.choice(list(DAEMONS))
-    return LeafSpec(tok(), "daemon", f"daemon:{name}", kind="handle", handle_gpus=list(range(GPUS)),
-                    unit=DAEMONS[name])
+    name = rng.choice(list(DAEMONS))  # started by the service: known by its executable only (no unit of its own)
+    return LeafSpec(tok(), "daemon", f"daemon:{name}", kind="handle", handle_gpus=list(range(GPUS)))
 
 
 def _tree(rng: random.Random, tok: Tokens, scope: list[int], depth: int, lone: bool) -> NodeSpec:
@@ -343,6 +350,16 @@ def _tree(rng: random.Random, tok: Tokens, scope: list[int], depth: int, lone: b
     if depth < 2 and rng.random() < 0.35:
         node.nodes = [_tree(rng, tok, scope, depth + 1, False)]
     return node
+
+
+def _daemon(rng: random.Random, tok: Tokens) -> LeafSpec:
+    """A host daemon known by its executable and its unit, by its executable only, or by its unit only (a
+    helper in the daemon's cgroup: its executable is plain sleep)."""
+    name = rng.choice(list(DAEMONS))
+    known_by = rng.choice(("exe+unit", "exe", "unit"))
+    return LeafSpec(tok(), "daemon", "sleep" if known_by == "unit" else f"daemon:{name}",
+                    kind=rng.choice(("handle", "handle", "cuda")), handle_gpus=list(range(GPUS)),
+                    unit=None if known_by == "exe" else DAEMONS[name])
 
 
 def _loose(rng: random.Random, tok: Tokens, scope: list[int], outside: list[int]) -> list[LeafSpec]:
@@ -361,10 +378,7 @@ def _loose(rng: random.Random, tok: Tokens, scope: list[int], outside: list[int]
     for _ in range(rng.choice((0, 1, 1, 2))):
         out.append(LeafSpec(tok(), "monitor", _program(rng), kind="handle", handle_gpus=list(range(GPUS))))
     for _ in range(rng.choice((0, 1, 1, 2))):
-        name = rng.choice(list(DAEMONS))
-        kind = rng.choice(("handle", "handle", "cuda"))
-        out.append(LeafSpec(tok(), "daemon", f"daemon:{name}", kind=kind, handle_gpus=list(range(GPUS)),
-                            unit=DAEMONS[name]))
+        out.append(_daemon(rng, tok))
     for _ in range(rng.choice((0, 1))):
         out.append(LeafSpec(tok(), "bystander", _program(rng)))
     for _ in range(rng.choice((0, 0, 1))):
@@ -418,6 +432,7 @@ class Proc:
     pid: int
     start_time: int
     cmdline: str
+    exe: str | None = None
     popen: subprocess.Popen[bytes] | None = None
     parent: int | None = None
     """The token of its parent node (tree members)."""
@@ -615,7 +630,7 @@ class Table:
                 st = proc_stat(pid)
                 assert st is not None
                 leaf = LeafSpec(token, "self", mem={0: 1000.0}, kind="cuda")
-                self.procs.append(Proc(leaf, pid, st[0], _cmdline(proc_argv(pid))))
+                self.procs.append(Proc(leaf, pid, st[0], _cmdline(proc_argv(pid)), proc_exe(pid)))
         if self.spec.reuse == "before":
             await self._reuse_main()
         elif self.spec.reuse == "stale":  # the service's main has exited: its pidfile (or pid:N) names no one
@@ -632,7 +647,8 @@ class Table:
         popen = popen or spawn(self.prog, leaf)
         st = proc_stat(popen.pid)
         assert st is not None, f"{leaf.role} {popen.pid} gone right after its start"
-        proc = Proc(leaf, popen.pid, st[0], _cmdline(proc_argv(popen.pid)), popen, reused_from=reused_from)
+        proc = Proc(leaf, popen.pid, st[0], _cmdline(proc_argv(popen.pid)), proc_exe(popen.pid), popen,
+                    reused_from=reused_from)
         self.procs.append(proc)
         return proc
 
@@ -648,7 +664,8 @@ class Table:
             pid = found[token]
             st = proc_stat(pid)
             assert st is not None
-            proc = Proc(leaf, pid, st[0], _cmdline(proc_argv(pid)), popen if parent is None else None, parent)
+            proc = Proc(leaf, pid, st[0], _cmdline(proc_argv(pid)), proc_exe(pid), popen if parent is None else None,
+                        parent)
             assert proc_uid(pid) == leaf.uid, f"{leaf.role} {pid}: uid {proc_uid(pid)}, wanted {leaf.uid}"
             self.procs.append(proc)
             if parent is None:
@@ -740,7 +757,7 @@ class Table:
             procs.append(ProcSample(pid=p.pid, start_time=p.start_time, user="nobody" if leaf.uid else "root",
                                     gpu_mem_mib=dict(leaf.mem), kind=leaf.kind,  # type: ignore[arg-type]
                                     unit=leaf.unit, cmdline=p.cmdline, state=st[1], ppid=st[2],
-                                    gpus=sorted(leaf.handle_gpus or leaf.mem)))
+                                    gpus=sorted(leaf.handle_gpus or leaf.mem), exe=p.exe))
         gpus = [GpuSample(index=i, uuid=f"GPU-safety-{i}", name="Safety GPU", mem_used_mib=used[i],
                           mem_total_mib=TOTAL_MIB, mem_reserved_mib=RESERVED_MIB) for i in range(GPUS)]
         return HostSample(t=time.time(), host="local", gpus=gpus, procs=procs, agent_pid=self.agent_pid)
