@@ -120,6 +120,9 @@ def cannot_run() -> str | None:
         return f"{NS_LAST_PID} is not writable here"
     if not (hasattr(os, "pidfd_open") and os.path.exists(SETPRIV) and os.path.exists(SLEEP)):
         return f"needs pidfds, {SETPRIV} and {SLEEP}"
+    me = os.getpid()
+    if not os.path.exists(f"/proc/{me}/task/{me}/children"):
+        return "needs /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN) to find the trees' processes"
     return None
 
 
