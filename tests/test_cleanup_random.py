@@ -6,7 +6,7 @@ oracle).
 
 KIMITUI_SAFETY_TABLES (default 1000) and KIMITUI_SAFETY_SEED (default 1800) choose the tables: table i has
 seed SEED+i, and a failing table is printed with the command that reruns it alone. Needs root (processes of
-the uid nobody, /proc/sys/kernel/ns_last_pid): skipped otherwise.
+the uid nobody, /proc/sys/kernel/ns_last_pid): without them it fails, naming what is missing (CI runs as root).
 """
 
 from __future__ import annotations
@@ -20,7 +20,14 @@ from tests.safety_tables import Summary, Table, cannot_run, run_tables
 
 TABLES = int(os.environ.get("KIMITUI_SAFETY_TABLES", "1000"))
 SEED = int(os.environ.get("KIMITUI_SAFETY_SEED", "1800"))
-pytestmark = pytest.mark.skipif(cannot_run() is not None, reason=cannot_run() or "")
+
+
+@pytest.fixture(autouse=True)
+def _can_run() -> None:
+    """A test that needs a missing part fails (it does not skip): the safety claim would go unchecked."""
+    why = cannot_run()
+    if why is not None:
+        pytest.fail(f"the randomized safety test cannot run here: {why}")
 
 
 def show(capsys: pytest.CaptureFixture[str], summary: Summary) -> None:
