@@ -102,8 +102,10 @@ TABLE_TIMEOUT_S = 60.0
 """A table that has not finished by then is reported as an error (with its seed), not waited for."""
 SETUP_TIMEOUT_S = 10.0
 REUSE_ATTEMPTS = 8
-STALE_AGE_S = 5.0
-"""How long ago a stale pidfile was written (its mtime, set back): the service ran that long, then exited."""
+STALE_AGE_S = 0.1
+"""How long ago a stale pidfile was written (its mtime, set back): the service ran that long, then exited.
+Staleness is proven to a few centiseconds (the file's mtime in nanoseconds against the process's start in
+clock ticks on a boot time bounded by /proc/uptime): a tenth of a second is past that bound."""
 
 SERVICE_ROLES = frozenset({"main", "node", "worker", "child", "stuck"})
 """Roles of the service's process tree: the cleanup may signal them in any step, once consented. A holder
@@ -735,8 +737,8 @@ class Table:
     async def _reuse_main(self) -> None:
         """A stale pidfile: the service wrote it, exited, and another process took its pid. The file is dated
         back STALE_AGE_S, as if the service had run that long: a pidfile can only be proven stale by its
-        mtime (whole seconds) against the new process's start, so one reused within the second it was
-        written cannot be told from the service (said in the report, not tested)."""
+        mtime against the new process's start, to a few centiseconds, so one reused within that of its
+        writing cannot be told from the service (said in the README, not tested)."""
         self.reuse_pending = False
         assert self.main is not None and self.pidfile is not None
         written = time.time() - STALE_AGE_S
