@@ -11,6 +11,7 @@ the uid nobody, /proc/sys/kernel/ns_last_pid): without them it fails, naming wha
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 
@@ -82,3 +83,19 @@ async def test_the_oracle_sees_a_signal_to_another_users_process(monkeypatch: py
     summary = await run_tables(20, SEED)
     assert sum(n for kind, n in summary.kinds.items() if kind.startswith("other_user: signalled in step")), \
         summary.report()
+
+
+class NoExecutables(Table):
+    """Samples without executables (a source that gives none: an older agent, a recorded sample): a host
+    daemon known by its executable alone must still be spared, from the step's own scan."""
+
+    def sample(self):  # type: ignore[no-untyped-def]
+        sample = super().sample()
+        return dataclasses.replace(sample, procs=[dataclasses.replace(p, exe=None) for p in sample.procs])
+
+
+async def test_a_daemon_is_spared_when_the_sample_gives_no_executable(capsys: pytest.CaptureFixture[str]) -> None:
+    summary = await run_tables(200, SEED + 50_000, table_cls=NoExecutables)
+    show(capsys, summary)
+    assert_clean(summary, 200)
+    assert summary.roles["daemon"] > 0, summary.report()
