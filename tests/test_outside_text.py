@@ -205,6 +205,9 @@ def test_a_hostile_command_line_is_escaped_in_the_cleanup_previews_on_the_termin
     assert all(not e["accepted"] for e in events if e["type"] == "consent")  # nothing was signalled
     assert any(HOSTILE in s for e in events for s in strings(e))  # --json: the raw value, escaped by JSON
     assert "\x1b" not in out.decode()
+    # JSON escapes only U+0000-001F itself: printed as ASCII, the bidi override and C1 controls are
+    # \uXXXX escapes too, never raw on the terminal
+    assert out.isascii() and not raw_controls(out.decode())
 
 
 # -- the dashboard -----------------------------------------------------------------------------------------

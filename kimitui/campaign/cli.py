@@ -114,7 +114,7 @@ def printer(out: TextIO, as_json: bool, session: Any) -> Any:
         if as_json:
             import json
 
-            out.write(json.dumps(ev.to_dict(), separators=(",", ":"), ensure_ascii=False) + "\n")
+            out.write(json.dumps(ev.to_dict(), separators=(",", ":")) + "\n")
         else:
             t0[:] = t0 or [ev.t]
             line = text_line(ev, t0[0], session.state)

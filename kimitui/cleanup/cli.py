@@ -183,7 +183,7 @@ def printer(as_json: bool, out: TextIO, session: Session | None = None,
         if ev.type not in PRINTED_TYPES:
             return
         if as_json:
-            out.write(json.dumps(ev.to_dict(), separators=(",", ":"), ensure_ascii=False) + "\n")
+            out.write(json.dumps(ev.to_dict(), separators=(",", ":")) + "\n")
         else:
             if not t0:
                 t0.append(ev.t)
@@ -333,7 +333,7 @@ async def _cleanup(args: argparse.Namespace) -> int:
             print(f"\nkimitui: interrupted: the GPUs were not verified clean; {where}", file=sys.stderr)
             return 130
         if args.json:
-            print(json.dumps(final, separators=(",", ":"), ensure_ascii=False), flush=True)
+            print(json.dumps(final, separators=(",", ":")), flush=True)
         else:
             print(summary_text(final), flush=True)
         print(f"kimitui: GPUs {'clean' if clean else 'NOT clean'}; {where}", file=sys.stderr)

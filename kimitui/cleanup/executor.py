@@ -75,6 +75,8 @@ class CleanupExecutor:
         self.operator = target.operator or current_operator()
         self.host_name = target.host or host.name
         self.safety = SafetyPolicy(allow_other_users=target.allow_other_users)
+        self.last_scan: ProcScan | None = None
+        """The latest process scan (every step scans before it builds its candidates)."""
         self.tree: dict[int, Candidate] = {}
         """The service's processes, identified once (pid -> identity) when the cleanup began, plus the
         children they forked since; a later incarnation of one of these pids is never one of them."""
@@ -168,6 +170,7 @@ class CleanupExecutor:
 
     async def scan(self) -> ProcScan:
         scan = await self.procs.scan()
+        self.last_scan = scan
         if not self._protected_loaded:
             await self._load_protected(scan)
         return scan
@@ -223,6 +226,11 @@ class CleanupExecutor:
     def from_sample(self, p: ProcSample) -> Candidate:
         c = Candidate(p.pid, p.start_time, p.ppid, p.user, p.cmdline, p.state, visible=p.visible)
         self._enrich(c, p)
+        # a sample without executables (another source, an older agent) must not hide a host daemon: the
+        # step's own scan read it, for the same incarnation
+        info = self.last_scan.procs.get(p.pid) if self.last_scan is not None else None
+        if c.exe is None and info is not None and info.start_time == p.start_time:
+            c.exe = info.exe
         return c
 
     async def identify(self, scan: ProcScan, sample: HostSample | None) -> None:

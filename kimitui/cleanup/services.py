@@ -382,22 +382,59 @@ async def _boot_time(host: Host) -> int | None:
     return None
 
 
+CLOCKS_SCRIPT = 'date +%s.%N && stat -L -c %.9Y -- "$1" && cat /proc/uptime && date +%s.%N'
+"""The host's clocks in one command (the pidfile's path as $1, never pasted into the script): the wall
+clock, the file's mtime to the nanosecond, the time since boot (the clock /proc/PID/stat's start times count
+on, to the centisecond), the wall clock again (the two readings bound when the uptime was read)."""
+
+STALE_MARGIN_S = 0.02
+"""Beyond the readings' own bounds: an earliest start this much past the mtime is a process started after."""
+
+
 async def stale_pidfile(host: Host, path: str, pid: int, start_ticks: int) -> str | None:
     """The one line refusing a pidfile whose pid now belongs to a process started after the file was
     written (the service exited, another process took its pid); None when it is not proven stale (a file
-    or clock that cannot be read is not). The host's own clock throughout: the file's mtime (whole seconds,
-    ``stat``) against its boot time (``btime``, whole seconds) plus the process's start in clock ticks; a
-    process whose earliest possible start is a second or more past the file's mtime started after it."""
-    written = await _host_number(host, ["stat", "-L", "-c", "%Y", "--", path])
-    boot = await _boot_time(host)
+    or clock that cannot be read is not). The host's own clocks throughout, and a bound, not an estimate:
+    the process's earliest possible start (its boot-relative start in clock ticks, on the earliest boot time
+    the readings allow) must be past the file's mtime. To the centisecond where the host's ``stat`` and
+    ``date`` give nanoseconds, else to the second (``stat -c %Y`` against ``btime``)."""
     ticks = await _host_number(host, ["getconf", "CLK_TCK"])
-    if written is None or boot is None or not ticks:
+    if not ticks:
         return None
-    started = boot + start_ticks / ticks  # at most 1 s early: btime is rounded down
-    if started < written + 1:
-        return None
+    fine = await _fine_clocks(host, path)
+    if fine is not None:
+        written, boot_earliest = fine
+        started = boot_earliest + start_ticks / ticks
+        if started <= written + STALE_MARGIN_S:
+            return None
+    else:
+        whole = await _host_number(host, ["stat", "-L", "-c", "%Y", "--", path])
+        boot = await _boot_time(host)
+        if whole is None or boot is None:
+            return None
+        written, started = float(whole), boot + start_ticks / ticks  # btime is rounded down: at most 1 s early
+        if started < written + 1:
+            return None
     return (f"pidfile {path} on {host.name} is stale: written {_utc(written)}, but pid {pid} is a process started "
             f"{_utc(started)}, after it (the pid was reused): refused, nothing is signalled")
+
+
+async def _fine_clocks(host: Host, path: str) -> tuple[float, float] | None:
+    """(the file's mtime, the earliest boot time the readings allow), both wall-clock seconds; None when the
+    host's tools do not give nanoseconds (busybox) or a reading fails."""
+    res, _ = await _query(host, ["sh", "-c", CLOCKS_SCRIPT, "sh", path])
+    if res is None or not res.ok:
+        return None
+    lines = res.stdout.split()
+    try:
+        before, mtime, uptime, _idle, after = (float(x) for x in lines[:5])
+    except ValueError:
+        return None
+    if len(lines) != 5 or "." not in lines[1] or after < before:
+        return None
+    # the uptime was read between the two wall-clock readings and is cut to the centisecond: the boot was
+    # no earlier than the first reading minus the uptime read, minus that centisecond
+    return mtime, before - uptime - 0.01
 
 
 async def _read_pidfile(host: Host, path: str, what: str) -> tuple[int | None, str | None]:

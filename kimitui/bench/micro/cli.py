@@ -208,7 +208,7 @@ async def _micro(args: argparse.Namespace) -> int:
     def show(ev: Event) -> None:
         if args.json:
             if isinstance(ev, json_types):
-                print(json.dumps(ev.to_dict(), separators=(",", ":"), ensure_ascii=False), flush=True)
+                print(json.dumps(ev.to_dict(), separators=(",", ":")), flush=True)
         else:
             text(ev)
 

@@ -1,0 +1,1078 @@
+"""Randomized safety tables for tests/test_cleanup_random.py: generated process tables of REAL processes run
+through the real cleanup planner and executor, and an oracle that checks every signal against ground truth.
+
+A table is a random set of real processes whose roles the harness knows because it started them: the
+service's process tree (a dash script: each node and leaf ends as a copy of sleep with a token of its own as
+argument), its main pid behind a pidfile or given as pid:N (or no service at all); GPU holders that are not
+the service's; holders whose memory is outside the scope; handle-only monitors; other users' processes (uid
+nobody, also inside the service's tree); host daemons (a copy of sleep at .../usr/bin/nvidia-persistenced,
+with its systemd unit in the sample); names that are not UTF-8 (a symlink to sleep named b'w\\xe6\\x97', cut
+mid-character, or b'\\xff-worker'); processes the host names as protected; bystanders; SIGTERM-ignoring stuck
+workers; and pid reuse forced through /proc/sys/kernel/ns_last_pid: before the cleanup (a stale pidfile),
+between the graceful and the process step, or while the operator is being asked (after the preview, before
+the signal). Each reuse is checked: the new process really has the pid, with a later start time.
+
+NVML is the only simulated part: each table's ProcessView builds its HostSamples from the table and the
+processes' liveness read from /proc (memory is released when its holder is gone). The host side is real: one
+local agent (LocalHost) scans, stats and signals for every table. The operator is random too (accept all, a
+random subset, spared rows ticked in, declined, pids never shown); every preview and decision is kept.
+
+The oracle, per table: every SignalSent with outcome "sent" must be (a) to a row of that step's preview (a
+target, or a spared row marked optional) whose pid the operator ticked (all targets when accepted as
+previewed), (b) to a process whose role allows it: the service's tree in any step, a GPU holder that is not
+the service's only in the step named ``OTHERS_STEP`` (or a later one, once the operator accepted that
+step), a handle-only monitor only when its pid was ticked, never a daemon, another user's process, a
+protected one or a bystander (a process that took a reused pid is judged by its own role); (c) to the
+incarnation the preview showed, which is the one the harness started (pid and start
+time). And independently of the events: every process the harness started that died during the table must
+have died of a signal the executor reported as sent to that very (pid, start time): the harness reaps its own
+children (and, as the child subreaper, the orphans of its trees) and reads WTERMSIG from waitpid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kimitui.cleanup import (
+    CleanupExecutor,
+    CleanupTarget,
+    ConsentDecision,
+    Deadlines,
+    PidService,
+    is_optional,
+)
+from kimitui.cleanup.services import ServiceNotFound
+from kimitui.core.events import (
+    Consent,
+    Event,
+    GpuSample,
+    HostSample,
+    ProcRef,
+    ProcSample,
+    SignalSent,
+    StepPreview,
+    StepResult,
+)
+from kimitui.hosts.local import LocalHost
+
+OTHERS_STEP = "others"
+"""The step whose consent is for the GPU holders that are not the service's (engineer A1's group): such a
+holder may be signalled in that step, or in a later one (the device step) once the operator accepted it. On
+a tree without that step, every signal to one is counted wrong. The one name to adjust if it is renamed."""
+
+GPUS = 4
+TOTAL_MIB = 97_887.0
+RESERVED_MIB = 616.0
+NOBODY = 65534
+SLEEP = "/usr/bin/sleep"
+DASH = "/bin/sh"
+SETPRIV = "/usr/bin/setpriv"
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+PR_SET_CHILD_SUBREAPER = 36
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+TOKEN_BASE = 100_000
+"""A process's token is its sleep argument (seconds): unique within the run, it names the process in /proc."""
+
+DAEMONS: dict[str, str] = {
+    "nvidia-persistenced": "nvidia-persistenced.service",
+    "nv-hostengine": "nvidia-dcgm.service",
+    "nv-fabricmanager": "nvidia-fabricmanager.service",
+}
+"""Host daemon executables (copies of sleep at ROOT/usr/bin/NAME) and the systemd unit the sample gives them."""
+BAD_NAMES: tuple[bytes, ...] = (b"w\xe6\x97", b"\xff-worker")
+"""Executable names that are not UTF-8 (symlinks to sleep): a character cut in the middle, a lone 0xff."""
+
+DEADLINES = Deadlines(graceful_s=0.05, term_grace_s=0.05, kill_s=2.0, verify_s=0.05, sample_s=5.0, poll_s=0.005,
+                      command_s=5.0, reconnect_s=1.0)
+TABLE_TIMEOUT_S = 60.0
+"""A table that has not finished by then is reported as an error (with its seed), not waited for."""
+SETUP_TIMEOUT_S = 10.0
+REUSE_ATTEMPTS = 8
+STALE_AGE_S = 0.1
+"""How long ago a stale pidfile was written (its mtime, set back): the service ran that long, then exited.
+Staleness is proven to a few centiseconds (the file's mtime in nanoseconds against the process's start in
+clock ticks on a boot time bounded by /proc/uptime): a tenth of a second is past that bound."""
+
+SERVICE_ROLES = frozenset({"main", "node", "worker", "child", "stuck"})
+"""Roles of the service's process tree: the cleanup may signal them in any step, once consented. A holder
+that is not the service's ("other_holder") only in OTHERS_STEP, a monitor only when ticked in; never the
+others: other_user, daemon, protected, bystander, outside (memory only outside the scope), self (kimitui,
+the agent)."""
+
+
+def cannot_run() -> str | None:
+    """Why this machine cannot run the tables (they need root: another uid, ns_last_pid, pidfds), or None."""
+    if os.geteuid() != 0:
+        return "needs root (processes of another uid, /proc/sys/kernel/ns_last_pid)"
+    if not os.access(NS_LAST_PID, os.W_OK):
+        return f"{NS_LAST_PID} is not writable here"
+    if not (hasattr(os, "pidfd_open") and os.path.exists(SETPRIV) and os.path.exists(SLEEP)):
+        return f"needs pidfds, {SETPRIV} and {SLEEP}"
+    me = os.getpid()
+    if not os.path.exists(f"/proc/{me}/task/{me}/children"):
+        return "needs /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN) to find the trees' processes"
+    return None
+
+
+# --- /proc, read as bytes ------------------------------------------------------------------------------
+
+def proc_stat(pid: int) -> tuple[int, str, int] | None:
+    """(start time, state, ppid) of a process, None when gone; bytes, so a non-UTF-8 name is no problem."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data.rpartition(b")")[2].split()
+    try:
+        return int(fields[19]), fields[0].decode(), int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_argv(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return []
+
+
+def proc_exe(pid: int) -> str | None:
+    """/proc/PID/exe, as the agent reads it into its samples (None when unreadable)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def proc_uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def proc_children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as fh:
+            return [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def boot_ticks() -> int:
+    """Now, in the clock ticks after boot that a start time counts."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * CLK_TCK)
+
+
+def set_child_subreaper(on: bool) -> None:
+    """Orphans of the harness's trees are reparented to this process (so it can reap them and read how
+    they died) instead of to init."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def kill_identity(pid: int, start_time: int, sig: int = signal.SIGKILL) -> bool:
+    """The harness's own teardown signal: through a pidfd, only if (pid, start time) still match."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        st = proc_stat(pid)
+        if st is None or st[0] != start_time or st[1] in ("Z", "X"):
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+# --- the programs ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Programs:
+    """The executables the tables run: sleep, its copies at daemon paths, its symlinks with bad names."""
+
+    root: Path
+    daemons: dict[str, Path]
+    bad_names: tuple[Path, ...]
+
+    @property
+    def scripts(self) -> Path:
+        return self.root / "scripts"
+
+    @property
+    def pidfiles(self) -> Path:
+        return self.root / "run"
+
+
+def make_programs(root: Path) -> Programs:
+    """Under ``root``, which must be reachable by other users (the uid nobody runs some of these)."""
+    (root / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    (root / "bin").mkdir(exist_ok=True)
+    for sub in ("scripts", "run"):
+        (root / sub).mkdir(exist_ok=True)
+    daemons = {}
+    for name in DAEMONS:
+        path = root / "usr" / "bin" / name
+        shutil.copy2(SLEEP, path)  # a copy: /proc/PID/exe names the daemon's path, not sleep's
+        daemons[name] = path
+    bad = []
+    for raw in BAD_NAMES:
+        link = os.path.join(os.fsencode(root / "bin"), raw)
+        with contextlib.suppress(FileExistsError):
+            os.symlink(SLEEP, link)
+        bad.append(Path(os.fsdecode(link)))
+    return Programs(root, daemons, tuple(bad))
+
+
+# --- the table, as generated ----------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class LeafSpec:
+    """One process: what it runs and what NVML is made to say about it."""
+
+    token: int
+    role: str
+    program: str = "sleep"
+    """sleep | daemon:NAME | bad:N"""
+    stuck: bool = False
+    uid: int = 0
+    mem: dict[int, float] = field(default_factory=dict)
+    kind: str | None = None
+    """What the sample says it holds: cuda | handle | None (not in the sample)."""
+    handle_gpus: list[int] = field(default_factory=list)
+    unit: str | None = None
+
+
+@dataclass(slots=True)
+class NodeSpec:
+    """A node of the service's tree: a dash that starts its children, then becomes a sleep itself."""
+
+    leaf: LeafSpec
+    leaves: list[LeafSpec] = field(default_factory=list)
+    nodes: list[NodeSpec] = field(default_factory=list)
+
+    def walk(self) -> Iterator[tuple[LeafSpec, int | None]]:
+        """(leaf, parent token) of every process of the tree, this node first."""
+        yield self.leaf, None
+        stack: list[NodeSpec] = [self]
+        while stack:
+            node = stack.pop()
+            for leaf in node.leaves:
+                yield leaf, node.leaf.token
+            for sub in node.nodes:
+                yield sub.leaf, node.leaf.token
+                stack.append(sub)
+
+
+@dataclass(slots=True)
+class TableSpec:
+    seed: int
+    service: str
+    """pidfile | pid | none"""
+    tree: NodeSpec | None
+    loose: list[LeafSpec]
+    scope: list[int] | None
+    reuse: str
+    """none | stale (the main exited before the cleanup, its pid left free) | before (a stale pidfile: its pid
+    reused before the cleanup) | between (the graceful and the process step) | consent (after a preview)"""
+    self_holders: bool
+    """kimitui's own process and the agent listed as GPU holders too (both protected)."""
+
+    def rerun(self) -> str:
+        return (f"KIMITUI_SAFETY_SEED={self.seed} KIMITUI_SAFETY_TABLES=1 pytest tests/test_cleanup_random.py "
+                "-k signal_only_what")
+
+
+class Tokens:
+    def __init__(self, start: int) -> None:
+        self.next = start
+
+    def __call__(self) -> int:
+        self.next += 1
+        return self.next
+
+
+def _gpu(rng: random.Random, gpus: list[int]) -> int:
+    return rng.choice(gpus)
+
+
+def _mib(rng: random.Random) -> float:
+    return float(rng.choice((300, 2048, 17_000, 40_000)))
+
+
+def _program(rng: random.Random, bad_odds: float = 0.12) -> str:
+    return f"bad:{rng.randrange(len(BAD_NAMES))}" if rng.random() < bad_odds else "sleep"
+
+
+def _service_leaf(rng: random.Random, tok: Tokens, scope: list[int]) -> LeafSpec:
+    pick = rng.random()
+    if pick < 0.45:
+        return LeafSpec(tok(), "worker", _program(rng), stuck=rng.random() < 0.3, mem={_gpu(rng, scope): _mib(rng)},
+                        kind="cuda")
+    if pick < 0.7:
+        return LeafSpec(tok(), "child", _program(rng), stuck=rng.random() < 0.2)
+    if pick < 0.85:
+        return LeafSpec(tok(), "stuck", stuck=True, mem={_gpu(rng, scope): _mib(rng)}, kind="cuda")
+    if pick < 0.95:  # the service started something as another user: never signalled unless allowed
+        return LeafSpec(tok(), "other_user", uid=NOBODY, mem={_gpu(rng, scope): _mib(rng)}, kind="cuda")
+    name = rng.choice(list(DAEMONS))  # started by the service: known by its executable only (no unit of its own)
+    return LeafSpec(tok(), "daemon", f"daemon:{name}", kind="handle", handle_gpus=list(range(GPUS)))
+
+
+def _tree(rng: random.Random, tok: Tokens, scope: list[int], depth: int, lone: bool) -> NodeSpec:
+    role = "main" if depth == 0 else "node"
+    holds = rng.random() < 0.3
+    node = NodeSpec(LeafSpec(tok(), role, stuck=rng.random() < 0.25, mem={_gpu(rng, scope): _mib(rng)} if holds
+                             else {}, kind="cuda" if holds else None))
+    if lone:
+        return node
+    node.leaves = [_service_leaf(rng, tok, scope) for _ in range(rng.randint(0, 4))]
+    if depth < 2 and rng.random() < 0.35:
+        node.nodes = [_tree(rng, tok, scope, depth + 1, False)]
+    return node
+
+
+def _daemon(rng: random.Random, tok: Tokens) -> LeafSpec:
+    """A host daemon known by its executable and its unit, by its executable only, or by its unit only (a
+    helper in the daemon's cgroup: its executable is plain sleep)."""
+    name = rng.choice(list(DAEMONS))
+    known_by = rng.choice(("exe+unit", "exe", "unit"))
+    return LeafSpec(tok(), "daemon", "sleep" if known_by == "unit" else f"daemon:{name}",
+                    kind=rng.choice(("handle", "handle", "cuda")), handle_gpus=list(range(GPUS)),
+                    unit=None if known_by == "exe" else DAEMONS[name])
+
+
+def _loose(rng: random.Random, tok: Tokens, scope: list[int], outside: list[int]) -> list[LeafSpec]:
+    out: list[LeafSpec] = []
+    for _ in range(rng.choice((0, 1, 1, 2))):
+        if rng.random() < 0.2:  # a stray: maps a device file, NVML lists no memory for it
+            g = _gpu(rng, scope)
+            out.append(LeafSpec(tok(), "other_holder", _program(rng), rng.random() < 0.3, kind="cuda",
+                                handle_gpus=[g]))
+        else:
+            out.append(LeafSpec(tok(), "other_holder", _program(rng), rng.random() < 0.3,
+                                mem={_gpu(rng, scope): _mib(rng)}, kind="cuda"))
+    for _ in range(rng.choice((0, 0, 1, 2))):
+        out.append(LeafSpec(tok(), "other_user", _program(rng), uid=NOBODY, mem={_gpu(rng, scope): _mib(rng)},
+                            kind="cuda"))
+    for _ in range(rng.choice((0, 1, 1, 2))):
+        out.append(LeafSpec(tok(), "monitor", _program(rng), kind="handle", handle_gpus=list(range(GPUS))))
+    for _ in range(rng.choice((0, 1, 1, 2))):
+        out.append(_daemon(rng, tok))
+    for _ in range(rng.choice((0, 1))):
+        out.append(LeafSpec(tok(), "bystander", _program(rng)))
+    for _ in range(rng.choice((0, 0, 1))):
+        out.append(LeafSpec(tok(), "protected", mem={_gpu(rng, scope): _mib(rng)}, kind="cuda"))
+    if outside and rng.random() < 0.5:
+        g = _gpu(rng, outside)
+        out.append(LeafSpec(tok(), "outside", mem={g: _mib(rng)}, kind="cuda", handle_gpus=[g, _gpu(rng, scope)]))
+    return out
+
+
+def generate(seed: int, tok: Tokens) -> TableSpec:
+    """One random table (the same one for the same seed; tokens aside)."""
+    rng = random.Random(seed)
+    scope = None if rng.random() < 0.5 else sorted(rng.sample(range(GPUS), rng.randint(1, GPUS)))
+    in_scope = scope or list(range(GPUS))
+    outside = [g for g in range(GPUS) if g not in in_scope]
+    service = rng.choices(("pidfile", "pid", "none"), (5, 3, 2))[0]
+    reuses = ["none", "none", "consent"] + (["stale", "between"] if service != "none" else []) + (
+        ["before"] if service == "pidfile" else [])
+    reuse = rng.choice(reuses)
+    tree = None
+    if service != "none" or rng.random() < 0.3:  # no service: a tree may still run, nobody's service
+        tree = _tree(rng, tok, in_scope, 0, lone=reuse in ("before", "stale"))
+    loose = _loose(rng, tok, in_scope, outside)
+    if tree is not None and service == "none":
+        tree = _orphaned(tree)
+    return TableSpec(seed, service, tree, loose, scope, reuse, rng.random() < 0.15)
+
+
+def _nodes(tree: NodeSpec) -> Iterator[NodeSpec]:
+    yield tree
+    for sub in tree.nodes:
+        yield from _nodes(sub)
+
+
+def _orphaned(tree: NodeSpec) -> NodeSpec:
+    """With no service chosen, a tree is nobody's service: its GPU holders are 'others', the rest bystanders."""
+    for leaf, _ in tree.walk():
+        if leaf.role in SERVICE_ROLES:
+            leaf.role = "other_holder" if leaf.kind == "cuda" else "bystander"
+    return tree
+
+
+# --- the table, as run ----------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Proc:
+    """A process of the table, as the harness knows it."""
+
+    spec: LeafSpec
+    pid: int
+    start_time: int
+    cmdline: str
+    exe: str | None = None
+    popen: subprocess.Popen[bytes] | None = None
+    parent: int | None = None
+    """The token of its parent node (tree members)."""
+    reused_from: str | None = None
+    """Set on a process started on purpose with the pid of another that had exited: that one's role."""
+    harness_killed: bool = False
+    status: int | None = None
+    """Its waitpid status once reaped."""
+
+    @property
+    def role(self) -> str:
+        return self.spec.role
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.pid, self.start_time)
+
+    def alive(self) -> bool:
+        st = proc_stat(self.pid)
+        return st is not None and st[0] == self.start_time and st[1] not in ("Z", "X")
+
+    def label(self) -> str:
+        if self.reused_from:
+            return f"{self.role} that took the reused pid of a {self.reused_from}"
+        return self.role
+
+
+class ReuseMissed(Exception):
+    """Another process took the pid the harness meant to reuse: the table stops before the next step."""
+
+
+class TableHost(LocalHost):
+    """The shared local agent, with this table's protected processes."""
+
+    def __init__(self, shared: LocalHost, protected: set[int]) -> None:
+        super().__init__(name=shared.name)
+        self._link = shared.link
+        self._protected = protected
+
+    def protected_pids(self) -> list[int]:
+        return sorted(self._protected)
+
+    async def close(self) -> None:  # the shared agent is closed by the harness
+        return None
+
+
+def _argv(prog: Programs, leaf: LeafSpec) -> list[str | bytes]:
+    if leaf.program.startswith("daemon:"):
+        exe: str | bytes = str(prog.daemons[leaf.program.partition(":")[2]])
+    elif leaf.program.startswith("bad:"):
+        exe = os.fsencode(prog.bad_names[int(leaf.program.partition(":")[2])])
+    else:
+        exe = SLEEP
+    return [exe, str(leaf.token)]
+
+
+def _quote(arg: str | bytes) -> bytes:
+    raw = os.fsencode(arg)
+    assert b"'" not in raw
+    return b"'" + raw + b"'"
+
+
+def tree_script(prog: Programs, tree: NodeSpec) -> bytes:
+    """The dash script of the tree: ``sh SCRIPT nTOKEN`` runs one node, which starts its children (each
+    ``( trap ...; exec PROGRAM TOKEN ) &``), then becomes ``sleep TOKEN`` itself."""
+    lines = [b'case "$1" in']
+    for node in _nodes(tree):
+        lines.append(f"n{node.leaf.token})".encode())
+        if node.leaf.stuck:
+            lines.append(b"  trap '' TERM")
+        for leaf in node.leaves:
+            argv = _argv(prog, leaf)
+            if leaf.uid:
+                argv = [SETPRIV, f"--reuid={leaf.uid}", f"--regid={leaf.uid}", "--clear-groups", *argv]
+            trap = b"trap '' TERM" if leaf.stuck else b"trap - TERM"
+            lines.append(b"  ( " + trap + b"; exec " + b" ".join(map(_quote, argv)) + b" ) &")
+        for sub in node.nodes:
+            trap = b"trap '' TERM" if sub.leaf.stuck else b"trap - TERM"
+            lines.append(b"  ( " + trap + b'; exec sh "$0" ' + f"n{sub.leaf.token}".encode() + b" ) &")
+        lines.append(b"  exec " + b" ".join(map(_quote, _argv(prog, node.leaf))) + b" ;;")
+    lines.append(b"esac")
+    return b"\n".join(lines) + b"\n"
+
+
+def _cmdline(argv: list[bytes]) -> str:
+    return b" ".join(argv).decode("utf-8", "replace")
+
+
+def spawn(prog: Programs, leaf: LeafSpec) -> subprocess.Popen[bytes]:
+    """Start one loose process (its own session). A stuck one inherits SIGTERM ignored across exec."""
+    argv = _argv(prog, leaf)
+    kw: dict[str, Any] = {}
+    if leaf.uid:
+        kw = {"user": leaf.uid, "group": leaf.uid, "extra_groups": []}
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN) if leaf.stuck else None
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True, **kw)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def spawn_at(prog: Programs, leaf: LeafSpec, pid: int) -> subprocess.Popen[bytes] | None:
+    """Start ``leaf`` with exactly this (free) pid, through ns_last_pid; None when another process took it.
+    The pid counter is put back where it was after: later processes (the host's, other tables') get new
+    pids, not the ones just freed, which a stale pidfile may still name."""
+    with open(NS_LAST_PID) as fh:
+        resume = fh.read().strip()
+    try:
+        for _ in range(REUSE_ATTEMPTS):
+            if proc_stat(pid) is not None:
+                return None  # taken by someone else meanwhile
+            with open(NS_LAST_PID, "w") as fh:
+                fh.write(str(pid - 1))
+            popen = spawn(prog, leaf)
+            if popen.pid == pid:
+                return popen
+            popen.kill()
+            popen.wait()
+        return None
+    finally:
+        with open(NS_LAST_PID, "w") as fh:
+            fh.write(resume)
+
+
+@dataclass(slots=True)
+class Decision:
+    step: str
+    preview: StepPreview
+    decision: ConsentDecision
+    mode: str
+
+
+@dataclass(slots=True)
+class Wrong:
+    kind: str
+    detail: str
+
+
+@dataclass(slots=True)
+class TableResult:
+    spec: TableSpec
+    wrong: list[Wrong] = field(default_factory=list)
+    sent: int = 0
+    refused: int = 0
+    odd: Counter[str] = field(default_factory=Counter)
+    """The details of the signals that ended in error (or unknown), to be looked at."""
+    outcomes: Counter[str] = field(default_factory=Counter)
+    """Every SignalSent by signal and outcome ("SIGTERM mismatch": the pid was another process's by then;
+    "- refused": ticked but refused at consent)."""
+    reuses: Counter[str] = field(default_factory=Counter)
+    error: str | None = None
+    decisions: list[Decision] = field(default_factory=list)
+    roles: Counter[str] = field(default_factory=Counter)
+
+    def describe(self) -> str:
+        s = self.spec
+        lines = [f"table seed {s.seed}: service {s.service}, scope {s.scope}, reuse {s.reuse} (rerun: {s.rerun()})"]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        lines += [f"  wrong: {w.kind}: {w.detail}" for w in self.wrong]
+        for d in self.decisions:
+            lines.append(f"  {d.step} [{d.mode}] targets {[r.pid for r in d.preview.targets]} spared "
+                         f"{[r.pid for r in d.preview.spared]} -> accepted={d.decision.accepted} "
+                         f"pids={d.decision.pids}")
+        return "\n".join(lines)
+
+
+class Table:
+    """One table: its processes started, the executor run on them, then judged and torn down."""
+
+    def __init__(self, spec: TableSpec, prog: Programs, shared: LocalHost, agent_pid: int, tok: Tokens,
+) -> None:
+        self.spec, self.prog, self.shared, self.agent_pid = spec, prog, shared, agent_pid
+        self.tok = tok
+        self.rng = random.Random(spec.seed ^ 0x5EED)
+        self.procs: list[Proc] = []
+        self.events: list[Event] = []
+        self.result = TableResult(spec)
+        self.main: Proc | None = None
+        self.pidfile: Path | None = None
+        self.reuse_pending = spec.reuse != "none"
+        self.stopped = False
+
+    # --- setup ----------------------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        for leaf in self.spec.loose:
+            self._add_loose(leaf)
+        if self.spec.tree is not None:
+            await self._start_tree(self.spec.tree)
+        if self.spec.self_holders:
+            for pid, token in ((os.getpid(), 1), (self.agent_pid, 2)):
+                st = proc_stat(pid)
+                assert st is not None
+                leaf = LeafSpec(token, "self", mem={0: 1000.0}, kind="cuda")
+                self.procs.append(Proc(leaf, pid, st[0], _cmdline(proc_argv(pid)), proc_exe(pid)))
+        if self.spec.reuse == "before":
+            await self._reuse_main()
+        elif self.spec.reuse == "stale":  # the service's main has exited: its pidfile (or pid:N) names no one
+            self.reuse_pending = False
+            main = self._main()
+            assert main.popen is not None
+            main.harness_killed = True
+            main.popen.kill()
+            main.popen.wait()
+            self.result.reuses["stale"] += 1
+
+    def _add_loose(self, leaf: LeafSpec, popen: subprocess.Popen[bytes] | None = None,
+                   reused_from: str | None = None) -> Proc:
+        popen = popen or spawn(self.prog, leaf)
+        st = proc_stat(popen.pid)
+        assert st is not None, f"{leaf.role} {popen.pid} gone right after its start"
+        proc = Proc(leaf, popen.pid, st[0], _cmdline(proc_argv(popen.pid)), proc_exe(popen.pid), popen,
+                    reused_from=reused_from)
+        self.procs.append(proc)
+        return proc
+
+    async def _start_tree(self, tree: NodeSpec) -> None:
+        script = self.prog.scripts / f"t{self.spec.seed}.sh"
+        script.write_bytes(tree_script(self.prog, tree))
+        # not a session (or group) leader: a pid that names a live group is not free for reuse when it exits
+        popen = subprocess.Popen([DASH, str(script), f"n{tree.leaf.token}"], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        expected = {leaf.token: (leaf, parent) for leaf, parent in tree.walk()}
+        found = await self._discover(popen.pid, expected)
+        for token, (leaf, parent) in expected.items():
+            pid = found[token]
+            st = proc_stat(pid)
+            assert st is not None
+            proc = Proc(leaf, pid, st[0], _cmdline(proc_argv(pid)), proc_exe(pid), popen if parent is None else None,
+                        parent)
+            assert proc_uid(pid) == leaf.uid, f"{leaf.role} {pid}: uid {proc_uid(pid)}, wanted {leaf.uid}"
+            self.procs.append(proc)
+            if parent is None:
+                self.main = proc
+        assert self.main is not None
+        if self.spec.service == "pidfile":
+            self.pidfile = self.prog.pidfiles / f"t{self.spec.seed}.pid"
+            self.pidfile.write_text(f"{self.main.pid}\n")
+
+    async def _discover(self, root: int, expected: dict[int, tuple[LeafSpec, int | None]]) -> dict[int, int]:
+        """token -> pid of every process of the tree, once each one has exec'd its program."""
+        want = {tok: os.fsencode(_argv(self.prog, leaf)[0]) for tok, (leaf, _) in expected.items()}
+        deadline = time.monotonic() + SETUP_TIMEOUT_S
+        while True:
+            found: dict[int, int] = {}
+            queue = [(root, None)]
+            while queue:
+                pid, parent_token = queue.pop()
+                argv = proc_argv(pid)
+                token = int(argv[-1]) if len(argv) == 2 and argv[-1].isdigit() else None
+                if token in want and argv[0] == want[token] and expected[token][1] == parent_token:
+                    found[token] = pid
+                queue += [(child, token) for child in proc_children(pid)]
+            if len(found) == len(expected):
+                return found
+            assert time.monotonic() < deadline, f"tree of table {self.spec.seed} incomplete: {found} of {expected}"
+            await asyncio.sleep(0.002)
+
+    # --- pid reuse ------------------------------------------------------------------------------------
+
+    def _reuser(self) -> LeafSpec:
+        """What takes a reused pid: a bystander, another user's process, or a new GPU job."""
+        scope = self.spec.scope or list(range(GPUS))
+        pick = self.rng.random()
+        if pick < 0.4:
+            return LeafSpec(self.tok(), "bystander")
+        if pick < 0.6:
+            return LeafSpec(self.tok(), "other_user", uid=NOBODY)
+        return LeafSpec(self.tok(), "other_holder", mem={self.rng.choice(scope): 1000.0}, kind="cuda")
+
+    async def _reuse(self, victim: Proc) -> Proc:
+        """End ``victim`` (a child of the harness), wait a clock tick past its start, and start another
+        process with its pid."""
+        assert victim.popen is not None
+        deadline = time.monotonic() + SETUP_TIMEOUT_S
+        while boot_ticks() <= victim.start_time + 2:  # the new start time must differ (and follow the pidfile)
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.002)
+        # from here on no await: the pid is freed and taken again before another table spawns anything
+        if victim.alive():
+            victim.harness_killed = True
+            victim.popen.kill()
+        victim.popen.wait()
+        leaf = self._reuser()
+        popen = spawn_at(self.prog, leaf, victim.pid)
+        if popen is None:
+            self.result.reuses["missed"] += 1
+            raise ReuseMissed(f"pid {victim.pid} taken by another process before the harness could reuse it")
+        proc = self._add_loose(leaf, popen, reused_from=victim.role)
+        assert proc.pid == victim.pid and proc.start_time > victim.start_time
+        self.result.reuses[self.spec.reuse] += 1
+        return proc
+
+    async def _reuse_main(self) -> None:
+        """A stale pidfile: the service wrote it, exited, and another process took its pid. The file is dated
+        back STALE_AGE_S, as if the service had run that long: a pidfile can only be proven stale by its
+        mtime against the new process's start, to a few centiseconds, so one reused within that of its
+        writing cannot be told from the service (said in the README, not tested)."""
+        self.reuse_pending = False
+        assert self.main is not None and self.pidfile is not None
+        written = time.time() - STALE_AGE_S
+        os.utime(self.pidfile, (written, written))
+        await self._reuse(self.main)
+
+    # --- what the executor sees -----------------------------------------------------------------------
+
+    def sample(self) -> HostSample:
+        used = dict.fromkeys(range(GPUS), 0.0)
+        procs = []
+        for p in self.procs:
+            leaf = p.spec
+            if leaf.kind is None:
+                continue
+            st = proc_stat(p.pid)
+            if st is None or st[0] != p.start_time or st[1] in ("Z", "X"):
+                continue  # exited: the driver released its memory
+            for g, mib in leaf.mem.items():
+                used[g] += mib
+            procs.append(ProcSample(pid=p.pid, start_time=p.start_time, user="nobody" if leaf.uid else "root",
+                                    gpu_mem_mib=dict(leaf.mem), kind=leaf.kind,  # type: ignore[arg-type]
+                                    unit=leaf.unit, cmdline=p.cmdline, state=st[1], ppid=st[2],
+                                    gpus=sorted(leaf.handle_gpus or leaf.mem), exe=p.exe))
+        gpus = [GpuSample(index=i, uuid=f"GPU-safety-{i}", name="Safety GPU", mem_used_mib=used[i],
+                          mem_total_mib=TOTAL_MIB, mem_reserved_mib=RESERVED_MIB) for i in range(GPUS)]
+        return HostSample(t=time.time(), host="local", gpus=gpus, procs=procs, agent_pid=self.agent_pid)
+
+    async def latest(self, after: float | None = None, timeout: float = 5.0) -> HostSample:
+        """The ProcessView: a sample taken now. Between the graceful and the process step (the first
+        sample after the graceful result) it first reuses the service main's pid when the table says so."""
+        if self.stopped:
+            raise ReuseMissed("a pid the harness meant to reuse went to another process")
+        if self.reuse_pending and self.spec.reuse == "between" and self._step_done("graceful"):
+            self.reuse_pending = False
+            await self._reuse(self._main())
+        return self.sample()
+
+    def _main(self) -> Proc:
+        assert self.main is not None
+        return self.main
+
+    def _step_done(self, step: str) -> bool:
+        return any(isinstance(e, StepResult) and e.step == step for e in self.events)
+
+    # --- the operator ---------------------------------------------------------------------------------
+
+    async def consent(self, preview: StepPreview) -> ConsentDecision:
+        mode = self.rng.choices(("all", "subset", "spared", "decline", "unshown"), (40, 20, 15, 10, 15))[0]
+        targets = [r.pid for r in preview.targets]
+        if mode == "decline":
+            decision = ConsentDecision(False, None, "safety", "declined")
+        elif mode == "all":
+            decision = ConsentDecision(True, None, "safety", "as previewed")
+        else:
+            ticked = [pid for pid in targets if self.rng.random() < 0.6]
+            if mode == "spared":
+                ticked += [r.pid for r in preview.spared if self.rng.random() < 0.6]
+            elif mode == "unshown":
+                shown = {r.pid for r in [*preview.targets, *preview.spared]}
+                never = [p.pid for p in self.procs if p.pid not in shown] + [1, os.getpid(), self.agent_pid]
+                ticked += self.rng.sample(never, min(len(never), self.rng.randint(1, 3)))
+            decision = ConsentDecision(True, ticked, "safety", mode)
+        if decision.accepted and self.reuse_pending and self.spec.reuse == "consent":
+            await self._reuse_in_consent(preview, decision)
+        self.result.decisions.append(Decision(preview.step, preview, decision, mode))
+        return decision
+
+    async def _reuse_in_consent(self, preview: StepPreview, decision: ConsentDecision) -> None:
+        """After the preview, before the signal: a previewed target (a child of the harness) exits and its
+        pid is taken by another process, which the operator's tick now names."""
+        shown = {(r.pid, r.start_time) for r in preview.targets}
+        victims = [p for p in self.procs if p.key in shown and p.popen is not None and p.reused_from is None
+                   and p.alive()]
+        if not victims:
+            return
+        self.reuse_pending = False
+        victim = self.rng.choice(victims)
+        try:
+            await self._reuse(victim)
+        except ReuseMissed:  # another process has the pid now: the table stops at its next sample
+            self.stopped = True
+        if decision.pids is not None and victim.pid not in decision.pids:
+            decision.pids.append(victim.pid)
+
+    # --- the run ----------------------------------------------------------------------------------------
+
+    def target(self) -> CleanupTarget:
+        service = None
+        if self.spec.service == "pidfile":
+            assert self.pidfile is not None
+            service = PidService(pidfile=str(self.pidfile))
+        elif self.spec.service == "pid":
+            service = PidService(pid=self._main().pid)
+        return CleanupTarget(host="safety", service=service, gpus=self.spec.scope, deadlines=DEADLINES,
+                             operator="safety")
+
+    async def run(self) -> TableResult:
+        try:
+            await self.setup()
+            protected = {p.pid for p in self.procs if p.role == "protected"}
+            host = TableHost(self.shared, protected)
+            ex = CleanupExecutor(host, self.target(), self, self.consent, publish=self.events.append)
+            with contextlib.suppress(ServiceNotFound):
+                await ex.run()
+        except ReuseMissed:
+            pass  # counted; the table stopped before its next step
+        except Exception as exc:  # the table is reported, with its seed; the others go on
+            self.result.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            alive = {p.key for p in self.procs if p.alive()}
+            await self.teardown()
+            self.judge(alive)
+        return self.result
+
+    async def teardown(self) -> None:
+        """Kill what is left (by identity) and reap every process, top down (a node before its children,
+        which are then the harness's as the subreaper), each with its waitpid status."""
+        mine = [p for p in self.procs if p.role != "self"]
+        for p in mine:
+            kill_identity(p.pid, p.start_time)
+        by_token = {p.spec.token: p for p in self.procs}
+        for p in sorted(mine, key=lambda p: _depth(p, by_token)):
+            p.status = await reap(p)
+        if self.pidfile is not None:
+            self.pidfile.unlink(missing_ok=True)
+
+    # --- the oracle -----------------------------------------------------------------------------------
+
+    def judge(self, alive_at_end: set[tuple[int, int]]) -> None:
+        res = self.result
+        res.roles.update(p.label() for p in self.procs)
+        previews = {e.step: e for e in self.events if isinstance(e, StepPreview)}
+        decisions = {d.step: d.decision for d in res.decisions}
+        by_key = {p.key: p for p in self.procs}
+        sent_to: dict[tuple[int, int | None], set[str]] = {}
+        for e in self.events:
+            if not isinstance(e, SignalSent):
+                continue
+            res.outcomes[f"{e.signal} {e.outcome}"] += 1
+            if e.outcome in ("error", "unknown"):
+                res.odd[f"{e.signal} {e.outcome}: {e.detail}"] += 1
+            if e.outcome == "refused":
+                res.refused += 1
+            if e.outcome not in ("sent", "unknown"):
+                continue
+            res.sent += 1
+            sent_to.setdefault((e.pid, e.start_time), set()).add(e.signal)
+            why = self._wrong_signal(e, previews.get(e.step), decisions.get(e.step), by_key)
+            if why is not None:
+                res.wrong.append(why)
+        for p in self.procs:
+            if p.role == "self" or p.key in alive_at_end or p.harness_killed:
+                continue
+            died = signal.Signals(-p.status).name if p.status is not None and p.status < 0 else None
+            if died is None or died not in sent_to.get(p.key, set()):
+                how = f"died of {died}" if died else f"ended with status {p.status}"
+                res.wrong.append(Wrong(f"{p.label()}: delivered without a signal event",
+                                       f"pid {p.pid} ({p.cmdline}) {how}; events sent it "
+                                       f"{sorted(sent_to.get(p.key, set()))}"))
+        for e in self.events:
+            if isinstance(e, Consent) and e.step not in decisions:
+                res.wrong.append(Wrong("consent without the operator", f"step {e.step}: {e}"))
+
+    def _others_consented_before(self, step: str) -> bool:
+        """Whether the operator accepted the others step's preview before this step's."""
+        for d in self.result.decisions:
+            if d.step == step:
+                return False
+            if d.step == OTHERS_STEP and d.decision.accepted:
+                return True
+        return False
+
+    def _wrong_signal(self, e: SignalSent, preview: StepPreview | None, decision: ConsentDecision | None,
+                      by_key: dict[tuple[int, int], Proc]) -> Wrong | None:
+        truth = by_key.get((e.pid, e.start_time)) if e.start_time is not None else None
+        who = truth.label() if truth else "a process the table did not start"
+        where = f"{e.signal} to pid {e.pid} in step {e.step}"
+        if preview is None or decision is None:
+            return Wrong(f"{who}: signalled with no preview or consent", where)
+        target = _row(preview.targets, e.pid)
+        optional = _row([r for r in preview.spared if is_optional(r)], e.pid)
+        row = target or optional
+        if row is None:
+            return Wrong(f"{who}: not in the step's preview", where)
+        if row.start_time != e.start_time:
+            return Wrong(f"{who}: another incarnation than the preview's", f"{where} (previewed start "
+                         f"{row.start_time}, signalled {e.start_time})")
+        ticked = decision.pids is not None and e.pid in decision.pids
+        if not decision.accepted or not (ticked or (decision.pids is None and target is not None)):
+            return Wrong(f"{who}: not consented", f"{where}; decision {decision}")
+        if truth is None:
+            return Wrong(who, where)
+        return _role_refusal(truth, e.step, ticked, self._others_consented_before(e.step), where)
+
+
+def _row(rows: list[ProcRef], pid: int) -> ProcRef | None:
+    return next((r for r in rows if r.pid == pid), None)
+
+
+def _role_refusal(truth: Proc, step: str, ticked: bool, others_consented: bool, where: str) -> Wrong | None:
+    """Why the ground truth says this process must not get this step's signal, or None. ``ticked``: the
+    operator named its pid (not only accepted the preview as it was); ``others_consented``: the operator
+    accepted the others step before this one (the device step then reaches them too)."""
+    if truth.role in SERVICE_ROLES:
+        return None
+    if truth.role == "other_holder":
+        if step == OTHERS_STEP or others_consented:
+            return None
+        return Wrong(f"{truth.label()}: signalled in step {step} (only {OTHERS_STEP!r} may, or a later step "
+                     "once it was consented)", where)
+    if truth.role == "monitor":
+        return None if ticked else Wrong(f"{truth.label()}: signalled in step {step} without its pid ticked", where)
+    return Wrong(f"{truth.label()}: signalled in step {step}", where)
+
+
+async def reap(p: Proc) -> int | None:
+    """The process's exit status (a signal as its negative number), waited for with a deadline; None when
+    it is not (or no longer) a child of the harness."""
+    deadline = time.monotonic() + SETUP_TIMEOUT_S
+    while True:
+        if p.popen is not None:
+            code = p.popen.poll()
+            if code is not None:
+                return code
+        else:
+            try:
+                pid, status = os.waitpid(p.pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if pid:
+                return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        assert time.monotonic() < deadline, f"{p.role} {p.pid} not reaped within {SETUP_TIMEOUT_S:g} s"
+        await asyncio.sleep(0.001)
+
+
+def _depth(p: Proc, by_token: dict[int, Proc]) -> int:
+    depth, parent = 0, p.parent
+    while parent is not None:
+        depth += 1
+        parent = by_token[parent].parent
+    return depth
+
+
+# --- many tables ------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Summary:
+    tables: int = 0
+    sent: int = 0
+    refused: int = 0
+    wrong: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
+    reuses: Counter[str] = field(default_factory=Counter)
+    roles: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    odd: Counter[str] = field(default_factory=Counter)
+    errors: list[TableResult] = field(default_factory=list)
+    failing: list[TableResult] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def add(self, res: TableResult) -> None:
+        self.tables += 1
+        self.sent += res.sent
+        self.refused += res.refused
+        self.wrong += len(res.wrong)
+        self.kinds.update(w.kind for w in res.wrong)
+        self.reuses.update(res.reuses)
+        self.roles.update(res.roles)
+        self.outcomes.update(res.outcomes)
+        self.odd.update(res.odd)
+        if res.error:
+            self.errors.append(res)
+        if res.wrong:
+            self.failing.append(res)
+
+    def line(self) -> str:
+        return f"{self.tables} tables, {self.sent} signals sent, {self.wrong} wrong"
+
+    def report(self, show: int = 3) -> str:
+        lines = [f"{self.line()} ({self.elapsed_s:.1f} s; {len(self.errors)} tables in error)",
+                 f"  signal outcomes {dict(self.outcomes)}; pid reuses {dict(self.reuses)}",
+                 f"  processes {dict(self.roles.most_common())}"]
+        lines += [f"  {n} x {detail}" for detail, n in self.odd.most_common()]
+        lines += [f"  {n} x {kind}" for kind, n in self.kinds.most_common()]
+        lines += [r.describe() for r in (self.failing + self.errors)[:show]]
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def programs_dir() -> Iterator[Path]:
+    """A folder other users can reach (pytest's tmp_path is private to root): the programs live there."""
+    root = Path(tempfile.mkdtemp(prefix="kimitui-safety-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def run_tables(count: int, seed: int, concurrency: int = 4, agents: int = 2,
+                     table_cls: type[Table] = Table) -> Summary:
+    """Generate and run ``count`` tables (seeds seed, seed+1, ...), ``concurrency`` at a time, spread over
+    ``agents`` local agents (each answers one request at a time: two use both cores)."""
+    with programs_dir() as root:
+        return await _run_tables(make_programs(root), count, seed, concurrency, agents, table_cls)
+
+
+async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, agents: int,
+                      table_cls: type[Table]) -> Summary:
+    hosts = [LocalHost(name=f"local{i}") for i in range(agents)]
+    summary = Summary()
+    started = time.monotonic()
+    set_child_subreaper(True)
+    try:
+        agent_pids = [(await host.link.connect()).pid for host in hosts]
+        gate = asyncio.Semaphore(concurrency)
+        tok = Tokens(TOKEN_BASE)
+
+        async def one(i: int) -> None:
+            async with gate:
+                spec = generate(seed + i, tok)
+                table = table_cls(spec, prog, hosts[i % agents], agent_pids[i % agents], tok)
+                try:
+                    res = await asyncio.wait_for(table.run(), TABLE_TIMEOUT_S)
+                except TimeoutError:
+                    res = table.result
+                    res.error = f"did not finish within {TABLE_TIMEOUT_S:g} s"
+                summary.add(res)
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+    finally:
+        set_child_subreaper(False)
+        for host in hosts:
+            await host.close()
+    summary.elapsed_s = time.monotonic() - started
+    return summary
