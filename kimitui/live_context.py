@@ -24,6 +24,8 @@ class LiveContext:
     simulated: bool = False
     sim_dir: str | None = None
     """The simulated driver's folder (a simulated host's micro workers hold their modelled memory there)."""
+    nvidia_smi: str = "nvidia-smi"
+    """The GPU reset's tool on the host (the simulated host's own stand-in there)."""
 
     @classmethod
     def of(cls, opened: OpenedHost, default_service: str | None = None, api_url: str | None = None) -> LiveContext:
@@ -31,4 +33,5 @@ class LiveContext:
         campaign file names them)."""
         return cls(opened.host, opened.label, default_service=default_service or opened.meta.get("service"),
                    api_url=api_url or opened.meta.get("api_url"), simulated=bool(opened.meta.get("simulated")),
-                   sim_dir=opened.telemetry_args.get("sim_dir"))
+                   sim_dir=opened.telemetry_args.get("sim_dir"),
+                   nvidia_smi=opened.meta.get("nvidia_smi") or "nvidia-smi")

@@ -112,3 +112,24 @@ def test_modes_parse_from_the_query() -> None:
     # the real H200 host: persistence enabled, MIG disabled (as the simulated tools default to)
     q = (FIXTURES / "nvidia-smi-q.txt").read_text()
     assert "Persistence Mode                                   : Enabled" in q
+
+
+async def test_the_dashboard_and_the_campaign_reset_the_demo_with_its_own_nvidia_smi() -> None:
+    """A reset started from the dashboard or a campaign on the demo runs the simulated host's nvidia-smi
+    (a plain `nvidia-smi` is not there), as `kimitui cleanup --host demo` does."""
+    import os
+
+    from kimitui.campaign.machine import CampaignHost
+    from kimitui.live_context import LiveContext
+    from kimitui.targets import open_target
+
+    async with open_target("demo", gpus=2) as opened:
+        live = LiveContext.of(opened)
+        smi = opened.meta["nvidia_smi"]
+        assert live.nvidia_smi == smi and smi != "nvidia-smi"
+        assert os.access(smi, os.X_OK)
+        res = await opened.host.run([live.nvidia_smi, "--query-gpu=index,persistence_mode", "--format=csv,noheader"],
+                                    timeout=10)
+        assert res.ok and len(res.stdout.splitlines()) == 2, res
+        host = CampaignHost(opened.host, opened.label, simulated=True, nvidia_smi=smi)
+        assert host.nvidia_smi == smi

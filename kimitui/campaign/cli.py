@@ -152,7 +152,8 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
     async with open_target(cfg.host, accept_new_host_key=cfg.accept_new_host_key,
                            remote_python=cfg.remote_python or None, gpus=gpus) as opened:
         target = CampaignHost(opened.host, opened.label, simulated=bool(opened.meta.get("simulated")),
-                              sim_dir=opened.telemetry_args.get("sim_dir"), api_url=opened.meta.get("api_url") or "")
+                              sim_dir=opened.telemetry_args.get("sim_dir"), api_url=opened.meta.get("api_url") or "",
+                              nvidia_smi=opened.meta.get("nvidia_smi") or "nvidia-smi")
         await preflight(cfg, target, list(resume.todo if resume is not None else cfg.phases),
                         lambda: host_gpus(opened, cfg.sample_interval_s))
         if resume is not None:

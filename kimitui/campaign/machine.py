@@ -48,6 +48,8 @@ class CampaignHost:
     sim_dir: str | None = None
     api_url: str = ""
     """The simulated host's server (a real host's comes from the campaign file)."""
+    nvidia_smi: str = "nvidia-smi"
+    """The GPU reset's tool on the host (the simulated host's own stand-in there)."""
 
 
 def campaign_service(cfg: CampaignConfig, simulated: bool, api_url: str) -> ServiceManager | None:
@@ -165,6 +167,7 @@ class Campaign:
                               drain_s=c.drain_s, health_s=self.cfg.restart.health_s)
         target = build_target(self.target.host.name, self.service, parse_gpus(c.gpus), c.threshold_mib, deadlines,
                               c.allow_other_users, self.operator)
+        target.nvidia_smi = self.target.nvidia_smi
         if self.service is not None and self.api_url:
             target.metrics_url = self.cfg.metrics_url or f"{self.api_url}/metrics"
         self._cleanup_target = target

@@ -58,6 +58,7 @@ class CleanupRunner:
         self.operator = operator or current_operator()
         self.target = build_target(live.host.name, request.service, request.gpus, request.threshold_mib,
                                    deadlines, request.allow_other_users, self.operator)
+        self.target.nvidia_smi = live.nvidia_smi
         if request.service is not None and live.api_url:  # the drain step reads the server's requests there
             self.target.metrics_url = f"{live.api_url.rstrip('/')}/metrics"
         self.audit_factory = audit_factory

@@ -162,6 +162,7 @@ async def free_simulated_gpus(opened: Any, feed: Any, publish: Any, sample: Any,
     service = parse_service(opened.meta.get("service") or "none", f"{api_url}/health" if api_url else None)
     operator = current_operator()
     target = build_target(host.name, service, gpus, threshold_mib, default_deadlines(True), False, operator)
+    target.nvidia_smi = opened.meta.get("nvidia_smi") or "nvidia-smi"
     consent = policy_consent(dict.fromkeys(FREE_STEPS, "yes"), None, operator, lambda: False)
 
     async def transition() -> bool:
