@@ -19,10 +19,13 @@ from kimitui.bench.macro.verdict import (
     parse_goodput,
     sweep_verdict,
 )
-from kimitui.core.describe import describe
+from kimitui.core.describe import describe, verdict_line
 from kimitui.core.events import Event, MacroPoint, MacroVerdict, decode, encode
+from kimitui.core.state import fold_all
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
+from kimitui.report_bench import macro_section
+from kimitui.tui.bench_progress import single_stream_content
 
 
 def _ok(ttft: float, e2el: float, n: int) -> RequestRecord:
@@ -108,6 +111,13 @@ async def test_sweep_verdict_on_the_simulated_host() -> None:
     line = describe(v)
     assert line is not None and "up to c=" + str(v.slo_concurrency) in line and "knee at c=16" in line
     assert result.to_dict()["verdict"]["max_concurrency_meeting_slo"] == v.slo_concurrency
+    # folded (so a replay has it): the sweep's verdict, in the report and the Benchmarks tab's headline
+    state = fold_all(events)
+    assert state.sweep is not None and state.sweep.verdict == v
+    report = "\n".join(macro_section(state))
+    assert f"Verdict: {verdict_line(v)}." in report and "Goodput (completed requests meeting every SLO" in report
+    head = single_stream_content(state.sweep.point_list, state.sweep.verdict).plain
+    assert "knee c=16" in head and f"p99 met up to c={v.slo_concurrency}" in head
 
 
 def test_an_old_or_minimal_verdict_decodes_with_defaults() -> None:
