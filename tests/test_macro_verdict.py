@@ -12,6 +12,7 @@ from kimitui.bench.macro.records import RequestRecord
 from kimitui.bench.macro.stats import percentile
 from kimitui.bench.macro.verdict import (
     LevelFigures,
+    Verdict,
     growth_per_doubling,
     knee,
     level_meets,
@@ -61,6 +62,9 @@ def test_knee_is_the_first_level_past_which_a_doubling_adds_under_10_percent() -
     assert knee([(64, 1000.0), (256, 1200.0)]) == 64  # +20% over two doublings is ~9.5% each
     assert knee([(1, 50.0), (2, 100.0), (4, 200.0)]) is None  # still growing: beyond the sweep
     assert knee([(1, 50.0)]) is None
+    assert knee([(1, 50.0), (2, 100.0), (4, 0.0), (8, 400.0)]) is None  # a failed level is no plateau
+    assert sweep_verdict([LevelFigures(1, 0.0), LevelFigures(2, 0.0)], {"ttft": 1.0}) == Verdict(
+        slo={"ttft": 1.0})  # a sweep that measured nothing: no knee, no peak, no level meets
     assert knee([(4, 200.0), (1, 50.0), (8, 150.0), (2, 100.0)]) == 4  # by concurrency, whatever the order
 
 

@@ -97,8 +97,9 @@ def growth_per_doubling(c0: int, tps0: float, c1: int, tps1: float) -> float:
 
 def knee(levels: Sequence[tuple[int, float]], growth: float = KNEE_GROWTH) -> int | None:
     """The first concurrency past which tok/s grows by less than ``growth`` per doubling; ``levels`` are
-    (concurrency, output tok/s). None when it still grows at the last step (or fewer than two levels)."""
-    ordered = sorted(levels)
+    (concurrency, output tok/s); a level that measured nothing (0 tok/s: every request failed) is left out.
+    None when it still grows at the last step (or fewer than two levels measured)."""
+    ordered = sorted((c, t) for c, t in levels if t > 0)
     for (c0, t0), (c1, t1) in itertools.pairwise(ordered):
         if growth_per_doubling(c0, t0, c1, t1) < growth:
             return c0
@@ -132,7 +133,7 @@ def sweep_verdict(levels: Sequence[LevelFigures], slo: dict[str, float],
                   growth: float = KNEE_GROWTH) -> Verdict:
     """The sweep's verdict (see the module docstring) from its finished levels."""
     meets = sorted(lv.concurrency for lv in levels if slo and level_meets(lv.records, slo))
-    tps = {lv.concurrency: lv.output_tok_s for lv in levels}
+    tps = {lv.concurrency: lv.output_tok_s for lv in levels if lv.output_tok_s > 0}
     at = knee(list(tps.items()), growth)
     return Verdict(slo=dict(slo), meets=meets, slo_concurrency=meets[-1] if meets else None, knee_concurrency=at,
                    knee_tok_s=tps[at] if at is not None else None,
