@@ -147,7 +147,9 @@ class ServerMetrics:
         def head(key: str, kind: str) -> str | None:
             name = self._name(key)
             if name is not None:
-                lines.extend((f"# HELP {name} {_HELP[key]}", f"# TYPE {name} {kind}"))
+                # as prometheus_client writes the text format 0.0.4: a counter's header names its sample
+                shown = name + "_total" if kind == "counter" else name
+                lines.extend((f"# HELP {shown} {_HELP[key]}", f"# TYPE {shown} {kind}"))
             return name
 
         for key, value in (("running", running), ("waiting", waiting), ("kv", kv_usage)):
