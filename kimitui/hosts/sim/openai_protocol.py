@@ -61,6 +61,8 @@ class GenRequest:
     created: int
     finish_reason: str = "length"
     """``length`` (all ``max_tokens`` generated) or ``stop`` (the model's EOS came first)."""
+    arrived: float = 0.0
+    """The server's monotonic clock when the request's handling began (its metrics start there)."""
 
 
 def _int_field(body: dict[str, Any], name: str) -> int | None:

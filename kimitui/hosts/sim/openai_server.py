@@ -154,6 +154,7 @@ class OpenAIApp:
         return self.metrics.render(running=running, waiting=waiting, kv_usage=kv_usage)
 
     async def _generate(self, kind: str, request: Request, out: Responder) -> None:
+        arrived = time.monotonic()
         try:
             if not self._ready():
                 raise ApiError(503, "the model is still loading", "ServiceUnavailableError")
@@ -164,6 +165,7 @@ class OpenAIApp:
             # a strict server answers as transformers serve (FastAPI) does: {"detail": ...}
             await out.send_json(exc.status, {"detail": str(exc)} if exc.status == 422 else exc.body())
             return
+        req.arrived = arrived
         self.generation_requests += 1
         fault = self.faults.pick(self.generation_requests, request.headers.get(FAULT_HEADER))
         if fault == "http500":
@@ -184,7 +186,7 @@ class OpenAIApp:
     async def _tokens(self, req: GenRequest, out: Responder) -> AsyncIterator[list[int]]:
         """Yield lists of token indexes as the decode loop produces them (all at once when instant); a
         request whose every token was handed out is observed in the metrics."""
-        arrived = time.monotonic()
+        arrived = req.arrived or time.monotonic()
         token_times: list[float] = []
         admitted = arrived
         if self.batching.is_instant:
