@@ -85,6 +85,11 @@ class Histogram:
         self.total += value
         self.count += 1
 
+    def observe_zeros(self, n: int) -> None:
+        """``n`` observations of 0 at once (tokens handed out in the same write as the one before)."""
+        self.counts[0] += n
+        self.count += n
+
     def lines(self, name: str, labels: str) -> list[str]:
         out = []
         cumulative = 0
@@ -103,7 +108,8 @@ class RequestTiming:
 
     arrived: float
     admitted: float
-    token_times: Sequence[float]
+    writes: Sequence[tuple[float, int]]
+    """(time, tokens) of each hand-out of tokens to the response, in order."""
     prompt_tokens: int
 
 
@@ -124,16 +130,18 @@ class ServerMetrics:
         self.generation_tokens = 0
 
     def observe(self, timing: RequestTiming) -> None:
-        times = timing.token_times
-        if not times:
+        writes = timing.writes
+        if not writes:
             return
         self.queue.observe(max(0.0, timing.admitted - timing.arrived))
-        self.ttft.observe(times[0] - timing.arrived)
-        for before, after in itertools.pairwise(times):
+        self.ttft.observe(writes[0][0] - timing.arrived)
+        self.itl.observe_zeros(writes[0][1] - 1)
+        for (before, _), (after, tokens) in itertools.pairwise(writes):
             self.itl.observe(after - before)
-        self.e2e.observe(times[-1] - timing.arrived)
+            self.itl.observe_zeros(tokens - 1)
+        self.e2e.observe(writes[-1][0] - timing.arrived)
         self.prompt_tokens += timing.prompt_tokens
-        self.generation_tokens += len(times)
+        self.generation_tokens += sum(tokens for _, tokens in writes)
 
     def _name(self, key: str) -> str | None:
         vllm, sglang = _NAMES[key]

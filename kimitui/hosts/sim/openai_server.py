@@ -187,21 +187,23 @@ class OpenAIApp:
         """Yield lists of token indexes as the decode loop produces them (all at once when instant); a
         request whose every token was handed out is observed in the metrics."""
         arrived = req.arrived or time.monotonic()
-        token_times: list[float] = []
+        writes: list[tuple[float, int]] = []
         admitted = arrived
         if self.batching.is_instant:
             for start in range(0, req.max_tokens, INSTANT_TOKENS_PER_WRITE):
                 batch = list(range(start, min(start + INSTANT_TOKENS_PER_WRITE, req.max_tokens)))
-                token_times += [time.monotonic()] * len(batch)
+                writes.append((time.monotonic(), len(batch)))
                 yield batch
         else:
             seq = self.scheduler.submit(req.max_tokens, req.prompt_tokens)
             try:
-                while len(token_times) < req.max_tokens:
+                got = 0
+                while got < req.max_tokens:
                     batch = [await seq.queue.get()]
                     while not seq.queue.empty():
                         batch.append(seq.queue.get_nowait())
-                    token_times += [time.monotonic()] * len(batch)
+                    got += len(batch)
+                    writes.append((time.monotonic(), len(batch)))
                     yield batch
                     if out.client_gone():
                         return
@@ -209,7 +211,7 @@ class OpenAIApp:
                 if not seq.done:
                     self.scheduler.cancel(seq)
             admitted = seq.admitted_at if seq.admitted_at is not None else arrived
-        self.metrics.observe(RequestTiming(arrived, admitted, token_times, req.prompt_tokens))
+        self.metrics.observe(RequestTiming(arrived, admitted, writes, req.prompt_tokens))
 
     async def _stream(self, req: GenRequest, out: Responder, fault: str) -> None:
         chunks = ChunkWriter(req)
