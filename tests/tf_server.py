@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -36,6 +37,9 @@ START_TIMEOUT_S = 180.0
 """Deadline for the server to answer /health: importing torch and transformers on a loaded 2-core machine."""
 
 POLL_S = 0.05
+
+TOKEN_TEXT = re.compile(rb'"(?:content|text)":"[^"]')
+"""A chunk that carries text (chat's delta content or completions' text), not an empty one."""
 
 WORDS = 400
 """Distinct words of the generated corpus (the vocabulary is these plus the special tokens)."""
@@ -174,3 +178,79 @@ def post_json(url: str, body: dict[str, object], timeout: float = 60.0) -> tuple
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
+
+
+@dataclass
+class Exchange:
+    """One request through a ``TimingProxy``: unix times of its POST, of the role-only chunk and of the first
+    chunk with content, as the proxy saw the bytes go by."""
+    post_s: float
+    role_s: float | None = None
+    content_s: float | None = None
+
+
+class TimingProxy:
+    """A TCP relay on a free loopback port in front of UPSTREAM_PORT that timestamps, per request, the
+    client's POST and the server's first role and first content chunks (an independent stopwatch for the
+    client's TTFT: a raw socket, no HTTP library between the bytes and the clock)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        import socket
+        import threading
+
+        self.upstream_port = upstream_port
+        self.exchanges: list[Exchange] = []
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            current: list[Exchange] = []  # the connection's request in flight (HTTP/1.1: one at a time)
+            threading.Thread(target=self._pump, args=(client, upstream, current, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, current, False), daemon=True).start()
+
+    def _pump(self, src: object, dst: object, current: list[Exchange], from_client: bool) -> None:
+        import socket
+
+        assert isinstance(src, socket.socket) and isinstance(dst, socket.socket)
+        try:
+            while data := src.recv(65536):
+                now = time.time()
+                if from_client and data.startswith(b"POST "):
+                    exchange = Exchange(post_s=now)
+                    with self._lock:
+                        self.exchanges.append(exchange)
+                    current[:] = [exchange]
+                elif not from_client and current:
+                    exchange = current[0]
+                    if exchange.role_s is None and b'"role":"assistant"' in data:
+                        exchange.role_s = now
+                    if exchange.content_s is None and TOKEN_TEXT.search(data):
+                        exchange.content_s = now
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
