@@ -94,11 +94,13 @@ def test_role_chunk_comes_ahead_of_the_first_token(tf_server: TfServer, proxy: T
 def test_default_bench_macro_completes_every_request(tf_server: TfServer, tmp_path: Path) -> None:
     """The default sweep (no --no-ignore-eos) against transformers serve: every request completes and one
     warning names the field dropped."""
+    sweep = tmp_path / "sweep.json"
     res = _bench(tf_server.url, tmp_path, "--concurrency", "1,2", "--requests", "4",
-                 "--max-tokens", str(MAX_TOKENS), "--json")
+                 "--max-tokens", str(MAX_TOKENS), "--output", str(sweep))
     assert res.returncode == 0, res.stderr
-    levels = json.loads(res.stdout)["levels"]
+    levels = json.loads(sweep.read_text())["levels"]
     assert [(lv["concurrency"], lv["completed"], lv["failed"]) for lv in levels] == [(1, 4, 0), (2, 4, 0)]
+    assert [lv["total_output_tokens"] for lv in levels] == [4 * MAX_TOKENS] * 2  # the model never stops early
     warnings = [line for line in res.stderr.splitlines() if "ignore_eos" in line and "warning" in line.lower()]
     assert len(warnings) == 1, res.stderr
 
