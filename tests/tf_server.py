@@ -28,6 +28,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,7 +135,7 @@ class TfServer:
         self.proc.wait(timeout=30)
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
             return response.status == 200
@@ -158,15 +159,25 @@ def start_tf_server(model_dir: Path, log_dir: Path | None = None, timeout: float
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
     server = TfServer(model_dir=model_dir, port=port, log_path=log_path, proc=proc, start_s=0.0)
-    deadline = began + timeout
-    while not _healthy(server.url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            why = f"exited with {proc.returncode}" if proc.poll() is not None else f"no answer in {timeout:.0f}s"
-            server.stop()
-            raise RuntimeError(f"transformers serve {why}; its log:\n{server.log()[-4000:]}")
-        time.sleep(POLL_S)
+    try:
+        wait_healthy(server.url, proc, server.log, timeout)
+    except RuntimeError:
+        server.stop()
+        raise
     server.start_s = time.monotonic() - began
     return server
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log_text: Callable[[], str],
+                 timeout: float = START_TIMEOUT_S) -> None:
+    """Wait until URL/health answers 200; RuntimeError with the end of LOG_TEXT() when PROC (the server, or
+    what runs it) exits first or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while not healthy(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = f"exited with {proc.returncode}" if proc.poll() is not None else f"no answer in {timeout:.0f}s"
+            raise RuntimeError(f"transformers serve at {url} {why}; its log:\n{log_text()[-4000:]}")
+        time.sleep(POLL_S)
 
 
 def post_json(url: str, body: dict[str, object], timeout: float = 60.0) -> tuple[int, bytes]:
