@@ -8,6 +8,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,9 +43,11 @@ INPUT_LEN = 1024
 
 @pytest.fixture(scope="module")
 def tf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TfServer]:
+    began = time.monotonic()
     model_dir = make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+    made_s = time.monotonic() - began
     server = start_tf_server(model_dir, log_dir=tmp_path_factory.mktemp("tf-serve-log"))
-    print(f"transformers serve healthy {server.start_s:.1f}s after its start")
+    print(f"tiny model made in {made_s:.1f}s; transformers serve healthy {server.start_s:.1f}s after its start")
     try:
         yield server
     finally:

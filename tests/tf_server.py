@@ -22,9 +22,11 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -206,12 +208,10 @@ class TimingProxy:
     client's TTFT: a raw socket, no HTTP library between the bytes and the clock)."""
 
     def __init__(self, upstream_port: int) -> None:
-        import socket
-        import threading
-
         self.upstream_port = upstream_port
         self.exchanges: list[Exchange] = []
         self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._closed = False
@@ -222,25 +222,21 @@ class TimingProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def _accept(self) -> None:
-        import socket
-        import threading
-
         while not self._closed:
             try:
                 client, _ = self._listener.accept()
             except OSError:
                 return
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            with self._lock:
+                self._sockets += [client, upstream]
             for sock in (client, upstream):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             current: list[Exchange] = []  # the connection's request in flight (HTTP/1.1: one at a time)
             threading.Thread(target=self._pump, args=(client, upstream, current, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, current, False), daemon=True).start()
 
-    def _pump(self, src: object, dst: object, current: list[Exchange], from_client: bool) -> None:
-        import socket
-
-        assert isinstance(src, socket.socket) and isinstance(dst, socket.socket)
+    def _pump(self, src: socket.socket, dst: socket.socket, current: list[Exchange], from_client: bool) -> None:
         try:
             while data := src.recv(65536):
                 now = time.time()
@@ -265,3 +261,6 @@ class TimingProxy:
     def close(self) -> None:
         self._closed = True
         self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                sock.close()
