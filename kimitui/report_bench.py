@@ -105,7 +105,7 @@ def _server_table(points: list[MacroPoint]) -> list[str]:
     """Per level, the server's own means (from its /metrics histograms over the level) beside the client's
     and the difference between them: the network and client overhead, measured. Nothing when no level
     has the server's figures."""
-    read = [p for p in points if p.metrics.get("server_engine")]
+    read = [p for p in points if any(f"server_mean_{key}_ms" in p.metrics for _, key, _ in SERVER_FIGURES)]
     if not read:
         return []
     rows = []
@@ -118,7 +118,7 @@ def _server_table(points: list[MacroPoint]) -> list[str]:
     head = ["concurrency", "server requests"]
     for name, _, _ in SERVER_FIGURES:
         head += [f"{name} client", f"{name} server", f"{name} overhead"]
-    engine = str(read[0].metrics["server_engine"])
+    engine = str(read[0].metrics.get("server_engine") or "the server")
     return ["", f"Client vs server ({engine}'s /metrics, mean ms over each level's measured requests; overhead: "
                 "client minus server, the network and the client measured):", "",
             *table([*head, "queue server"], rows)]

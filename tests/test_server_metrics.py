@@ -169,3 +169,36 @@ def test_the_deprecated_tpot_histogram_is_not_the_itl() -> None:
             "# TYPE vllm:time_per_output_token_seconds histogram\n"
             "vllm:time_per_output_token_seconds_sum 9\nvllm:time_per_output_token_seconds_count 1\n")
     assert parse_snapshot(page).histograms == {}
+
+
+async def test_the_benchmarks_tab_plots_the_servers_gauges_through_the_sweep() -> None:
+    from pathlib import Path
+
+    from textual.app import App, ComposeResult
+
+    from kimitui.tui.bench_view import BenchView
+
+    class BenchApp(App[None]):
+        CSS_PATH = str(Path(__file__).resolve().parent.parent / "kimitui" / "tui" / "app.tcss")
+
+        def compose(self) -> ComposeResult:
+            yield BenchView(id="bench")
+
+    state = SessionState()
+    fold(state, MacroPoint(t=100.0, concurrency=1, metrics={"completed": 1, "output_throughput": 10.0}))
+    app = BenchApp()
+    async with app.run_test(size=(120, 60)) as pilot:
+        view = app.query_one(BenchView)
+        view.show(state)
+        await pilot.pause()
+        assert not view.query_one("#server-plots").display  # nothing read: no empty plots
+        for k, (running, waiting) in enumerate([(1, 0), (4, 2), (3, None)]):
+            fold(state, ServerSample(t=100.0 + k * 0.2, engine="vllm", running=running, waiting=waiting,
+                                     kv_cache=0.1 * k))
+        view.show(state)
+        await pilot.pause()
+        assert view.query_one("#server-plots").display
+        requests, kv = view.plotted_server["server-requests"], view.plotted_server["server-kv"]
+        assert [v for _, v in requests[0]] == [1, 4, 3] and [v for _, v in requests[1]] == [0, 2]
+        assert [round(t, 6) for t, _ in requests[0]] == [0, 0.2, 0.4]
+        assert [round(v, 6) for _, v in kv[0]] == [0, 10, 20]
