@@ -55,7 +55,19 @@ TGI = EngineNames("tgi", "tgi_batch_current_size", "tgi_queue_size", e2e="tgi_re
                   queue="tgi_request_queue_duration")
 LLAMACPP = EngineNames("llama.cpp", "llamacpp:requests_processing", "llamacpp:requests_deferred")
 ENGINES: tuple[EngineNames, ...] = (VLLM, SGLANG, TGI, LLAMACPP)
-_PREFIXES = ("vllm:", "sglang:", "tgi_", "llamacpp:")
+
+
+def _sample_names() -> frozenset[str]:
+    names: set[str] = set()
+    for e in ENGINES:
+        names.update(n for n in (e.running, e.waiting, e.kv_cache, e.preemptions) if n is not None)
+        for h in e.histograms().values():
+            names.update((h + "_sum", h + "_count"))
+    return frozenset(names)
+
+
+SAMPLE_NAMES = _sample_names()
+"""Every sample we read, of every engine: a histogram by its ``_sum`` and ``_count``, never its buckets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,24 +82,21 @@ class ServerSnapshot:
 
 
 def _known_lines(text: str) -> str:
-    """The sample, HELP and TYPE lines of the engines' names only (a cheap filter ahead of the parser)."""
-    keep = []
-    for line in text.splitlines():
-        name = line[7:] if line.startswith(("# HELP ", "# TYPE ")) else line
-        if name.startswith(_PREFIXES):
-            keep.append(line)
+    """The sample lines of the names we read only (a cheap filter ahead of the parser: a vLLM page is mostly
+    buckets and metrics we do not read); HELP and TYPE lines are left out, so each sample reads as untyped."""
+    keep = [line for line in text.splitlines()
+            if line[:1] != "#" and line.partition("{")[0].partition(" ")[0] in SAMPLE_NAMES]
     return "\n".join(keep) + "\n"
 
 
 def read_samples(text: str) -> dict[str, float]:
     """Every sample of the engines' names, summed over its label sets (per engine, model, ...); a histogram
-    bucket is left out (we read its ``_sum`` and ``_count``). MetricsError when the text is not Prometheus'."""
+    bucket is not read (only its ``_sum`` and ``_count``). MetricsError when the text is not Prometheus'."""
     found: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(_known_lines(text)):
             for sample in family.samples:
-                if not sample.name.endswith("_bucket"):
-                    found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+                found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
     except ValueError as exc:
         raise MetricsError(f"not Prometheus text: {exc}") from None
     return found
