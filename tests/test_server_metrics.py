@@ -202,3 +202,16 @@ async def test_the_benchmarks_tab_plots_the_servers_gauges_through_the_sweep() -
         assert [v for _, v in requests[0]] == [1, 4, 3] and [v for _, v in requests[1]] == [0, 2]
         assert [round(t, 6) for t, _ in requests[0]] == [0, 0.2, 0.4]
         assert [round(v, 6) for _, v in kv[0]] == [0, 10, 20]
+
+
+def test_phase_3_checks_each_decode_step_against_the_servers_itl() -> None:
+    from kimitui.campaign.analysis import decode_budget
+
+    state = SessionState()
+    fold(state, MacroPoint(t=1.0, concurrency=4, metrics={"completed": 8, "output_throughput": 400.0,
+                                                          "median_tpot_ms": 10.0, "server_mean_itl_ms": 9.25}))
+    fold(state, MacroPoint(t=2.0, concurrency=8, metrics={"completed": 8, "output_throughput": 700.0,
+                                                          "median_tpot_ms": 11.0}))
+    rows = {r.m: r for r in decode_budget(state).rows}
+    assert "the server's own ITL 9.25 ms against a TPOT of 10.00 ms (+0.75 ms" in " ".join(rows[4].notes)
+    assert not any("server's own ITL" in n for n in rows[8].notes)  # no metrics read: nothing claimed
