@@ -215,3 +215,18 @@ def test_phase_3_checks_each_decode_step_against_the_servers_itl() -> None:
     rows = {r.m: r for r in decode_budget(state).rows}
     assert "the server's own ITL 9.25 ms against a TPOT of 10.00 ms (+0.75 ms" in " ".join(rows[4].notes)
     assert not any("server's own ITL" in n for n in rows[8].notes)  # no metrics read: nothing claimed
+
+
+def test_the_cli_refuses_a_bad_scrape_interval_or_metrics_url(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from kimitui.bench.cli import add_parser, cmd_bench
+
+    parser = argparse.ArgumentParser(prog="kimitui")
+    add_parser(parser.add_subparsers(dest="command"))
+    for argv, message in [(["--scrape-interval", "0.01"], "must be 0 (off) or 0.05 to 60 s"),
+                          (["--metrics-url", "http://[::1/metrics"], "is not a valid URL")]:
+        args = parser.parse_args(["bench", "macro", "--url", "http://127.0.0.1:9", "--model", "m", *argv])
+        assert cmd_bench(args) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("kimitui bench macro: ") and message in err and "Traceback" not in err, err
