@@ -54,31 +54,47 @@ class VllmRegistry:
         h = [hist[n].labels("m", "0") for n in hist]
         return cls(reg, *h, running=running)
 
-    def observe(self, max_tokens: int) -> None:
+    def observe(self, max_tokens: int, e2e: bool = True) -> None:
         if max_tokens <= 1:
-            for h in (self.ttft, self.e2e, self.queue):
+            for h in (self.ttft, self.queue, *([self.e2e] if e2e else [])):
                 h.observe(CALIBRATION_S)
             return
         self.ttft.observe(TTFT_S)
         for _ in range(max_tokens - 1):
             self.itl.observe(ITL_S)
-        self.e2e.observe(E2E_S)
+        if e2e:
+            self.e2e.observe(E2E_S)
         self.queue.observe(QUEUE_S)
 
 
 class MeteredServer(FaultyServer):
-    """The faulty server's stream, each completion observed into the registry as it is read."""
+    """The faulty server's stream, each completion observed into the registry as it is read; with
+    ``late_e2e_s``, its e2e only that long after its response has ended (as an engine that records a
+    request's stats after sending its last chunk)."""
 
-    def __init__(self, metrics: VllmRegistry, behavior: Behavior) -> None:
+    def __init__(self, metrics: VllmRegistry, behavior: Behavior, late_e2e_s: float | None = None) -> None:
         super().__init__(behavior)
-        self.metrics = metrics
+        self.metrics, self.late_e2e_s = metrics, late_e2e_s
+        self.late: set[asyncio.Task[None]] = set()
         metrics.running.labels("m", "0").set_function(lambda: self.stats.active)
 
     async def _handle(self, method: str, path: str, raw: bytes, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> bool:
-        if method == "POST" and path.endswith("completions"):
-            self.metrics.observe(int(json.loads(raw or b"{}").get("max_tokens") or 16))
-        return await super()._handle(method, path, raw, reader, writer)
+        if not (method == "POST" and path.endswith("completions")):
+            return await super()._handle(method, path, raw, reader, writer)
+        max_tokens = int(json.loads(raw or b"{}").get("max_tokens") or 16)
+        self.metrics.observe(max_tokens, e2e=self.late_e2e_s is None)
+        try:
+            return await super()._handle(method, path, raw, reader, writer)
+        finally:
+            if self.late_e2e_s is not None:
+                task = asyncio.create_task(self._observe_e2e_later(max_tokens, self.late_e2e_s))
+                self.late.add(task)
+                task.add_done_callback(self.late.discard)
+
+    async def _observe_e2e_later(self, max_tokens: int, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        self.metrics.e2e.observe(CALIBRATION_S if max_tokens <= 1 else E2E_S)
 
 
 @pytest.fixture
@@ -128,6 +144,21 @@ async def test_per_level_server_means_are_the_observed_ones(vllm_metrics: tuple[
     assert "TTFT server | TTFT overhead" in report[head]
     rows = [line.split(" | ") for line in report[head + 2:head + 4]]
     assert [r[1] for r in rows] == ["6", "6"] and all(r[3] == "30.0" and r[6] == "4.0" for r in rows)
+
+
+async def test_the_level_end_waits_for_the_server_to_count_its_last_requests(
+        vllm_metrics: tuple[VllmRegistry, str]) -> None:
+    """The server observes each e2e 0.3 s after the response ended: the level's end is read again until
+    the server counts every request the client saw complete (bounded by CATCH_UP_S, 2 s)."""
+    metrics, metrics_url = vllm_metrics
+    async with MeteredServer(metrics, Behavior(n_tokens=2), late_e2e_s=0.3) as srv:
+        cfg = MacroConfig(url=srv.url, model="fake-model", concurrency=[2], requests=4, warmup=0, max_tokens=2,
+                          metrics_url=metrics_url, scrape_s=0.05)
+        result = await run_sweep(cfg, lambda _ev: None)
+        await asyncio.gather(*srv.late)
+    m = result.levels[0].metrics
+    assert m["completed"] == 4 and m["server_requests"] == 4
+    assert m["server_mean_e2e_ms"] == pytest.approx(E2E_S * 1000)
 
 
 async def test_a_server_without_metrics_is_said_once() -> None:

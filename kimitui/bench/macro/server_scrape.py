@@ -23,6 +23,8 @@ from kimitui.core.server_metrics import MetricsError, ServerSnapshot, level_mean
 
 SOURCE = "macro"
 TIMEOUT_S = 2.0
+CATCH_UP_S = 2.0
+READ_AGAIN_S = 0.05
 CLIENT_KEYS = {"ttft": "mean_ttft_ms", "itl": "mean_itl_ms", "e2e": "mean_e2el_ms"}
 """Our per-level keys of the latencies the server also measures (the queue time has no client side)."""
 
@@ -38,6 +40,7 @@ class ServerScraper:
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self._marks: dict[str, ServerSnapshot | None] = {}
+        self._completed: Callable[[], int] = lambda: 0
 
     @property
     def active(self) -> bool:
@@ -58,14 +61,31 @@ class ServerScraper:
                           f"{self.interval_s * 1000:.0f} ms")
         self._task = asyncio.create_task(self._poll())
 
-    def level(self, concurrency: int, level_index: int) -> None:
-        """The level the next samples are read during."""
+    def level(self, concurrency: int, level_index: int, completed: Callable[[], int] = lambda: 0) -> None:
+        """The level the next samples are read during; ``completed``: how many of its measured requests
+        the client saw succeed so far."""
         self.concurrency, self.level_index = concurrency, level_index
+        self._completed = completed
         self._marks.clear()
 
     async def mark(self, stage: str) -> None:
-        """A fresh read at a level boundary ("run": its measured start, "done": its end)."""
-        self._marks[stage] = await self._sample() if self.active else None
+        """A fresh read at a level boundary ("run": its measured start, "done": its end). At the end, an
+        engine may observe a request into its histograms just after its last chunk went out: the end is
+        read again (every READ_AGAIN_S, for up to CATCH_UP_S) until the server counts as many finished
+        requests as the client saw complete."""
+        if not self.active:
+            self._marks[stage] = None
+            return
+        snap = await self._sample()
+        before = self._marks.get("run")
+        if stage == "done" and before is not None:
+            deadline = time.monotonic() + CATCH_UP_S
+            while (snap is not None and time.monotonic() < deadline
+                   and (level_means_ms(before, snap)[1] or 0) < self._completed()
+                   and "e2e" in snap.histograms):
+                await asyncio.sleep(READ_AGAIN_S)
+                snap = await self._sample()
+        self._marks[stage] = snap
 
     def level_figures(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """The server's means of the level between its two marks, and the client's overhead over each."""

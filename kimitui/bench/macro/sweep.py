@@ -232,7 +232,7 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
             level = Level(config, model, c, idx, len(levels), progress, cancel, client, lengths, method,
                           plan.dataset, plan.trace)
             if scraper is not None and scraper.active:
-                scraper.level(c, idx)
+                scraper.level(c, idx, lambda lv=level: lv.done - lv.failed)
                 level.on_stage = scraper.mark
             run = await level.run()
             if run is None:
