@@ -69,8 +69,8 @@ class VllmRegistry:
 
 class MeteredServer(FaultyServer):
     """The faulty server's stream, each completion observed into the registry as it is read; with
-    ``late_e2e_s``, its e2e only that long after its response has ended (as an engine that records a
-    request's stats after sending its last chunk)."""
+    ``late_e2e_s``, a measured request's e2e only that long after its response has ended (as an engine
+    that records a request's stats after sending its last chunk)."""
 
     def __init__(self, metrics: VllmRegistry, behavior: Behavior, late_e2e_s: float | None = None) -> None:
         super().__init__(behavior)
@@ -83,11 +83,12 @@ class MeteredServer(FaultyServer):
         if not (method == "POST" and path.endswith("completions")):
             return await super()._handle(method, path, raw, reader, writer)
         max_tokens = int(json.loads(raw or b"{}").get("max_tokens") or 16)
-        self.metrics.observe(max_tokens, e2e=self.late_e2e_s is None)
+        late = self.late_e2e_s is not None and max_tokens > 1  # the calibration's requests: at once
+        self.metrics.observe(max_tokens, e2e=not late)
         try:
             return await super()._handle(method, path, raw, reader, writer)
         finally:
-            if self.late_e2e_s is not None:
+            if late and self.late_e2e_s is not None:
                 task = asyncio.create_task(self._observe_e2e_later(max_tokens, self.late_e2e_s))
                 self.late.add(task)
                 task.add_done_callback(self.late.discard)

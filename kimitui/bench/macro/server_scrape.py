@@ -31,8 +31,9 @@ CLIENT_KEYS = {"ttft": "mean_ttft_ms", "itl": "mean_itl_ms", "e2e": "mean_e2el_m
 
 class ServerScraper:
     def __init__(self, url: str, publish: Callable[[Event], None], interval_s: float = 0.2,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, connect_s: float = TIMEOUT_S) -> None:
         self.url, self.publish, self.interval_s = url, publish, interval_s
+        self.timeout = httpx.Timeout(TIMEOUT_S, connect=min(connect_s, TIMEOUT_S))
         self.headers = headers or {}
         self.engine: str | None = None
         self.concurrency = self.level_index = 0
@@ -48,7 +49,7 @@ class ServerScraper:
 
     async def start(self) -> None:
         """Read the metrics once: the engine is known and the polling starts, or it is said why not."""
-        self._client = httpx.AsyncClient(timeout=TIMEOUT_S, headers=self.headers,
+        self._client = httpx.AsyncClient(timeout=self.timeout, headers=self.headers,
                                          limits=httpx.Limits(max_connections=1))
         try:
             snap = await self._read()

@@ -224,7 +224,8 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
             publish(LogLine(t=_now(), level="info" if cal.exact else "warning", source=SOURCE,
                             message=cal.describe()))
         if config.scrape_s:
-            scraper = ServerScraper(config.server_metrics_url, publish, config.scrape_s, headers(config))
+            scraper = ServerScraper(config.server_metrics_url, publish, config.scrape_s, headers(config),
+                                    config.timeouts.connect_s)
             await scraper.start()
         for idx, c in enumerate(levels):
             if cancel.is_set():
