@@ -262,3 +262,20 @@ def test_the_cli_refuses_a_bad_scrape_interval_or_metrics_url(capsys: pytest.Cap
         assert cmd_bench(args) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("kimitui bench macro: ") and message in err and "Traceback" not in err, err
+
+
+async def test_on_the_simulator_the_server_figures_are_the_clients_less_the_overhead() -> None:
+    """The simulator's own vLLM histograms: every request the client completed is counted there, and the
+    client's TTFT and e2e are the server's plus an overhead that cannot be negative (the server's clock
+    starts after the request left the client and stops before the chunk reaches it)."""
+    from kimitui.hosts.sim.batching import BatchingModel
+    from kimitui.hosts.sim.openai_server import SimOpenAIServer
+
+    async with SimOpenAIServer(batching=BatchingModel(base_s=0.005, per_seq_s=0.0, max_batch=8)) as srv:
+        cfg = MacroConfig(url=srv.url, concurrency=[1, 4], requests=8, max_tokens=8, scrape_s=0.1)
+        result = await run_sweep(cfg, lambda _ev: None)
+    for level in result.levels:
+        m = level.metrics
+        assert m["server_engine"] == "vllm" and m["server_requests"] == m["completed"] == 8
+        assert m["overhead_ttft_ms"] >= 0 and m["overhead_e2e_ms"] >= 0, m
+        assert m["server_mean_itl_ms"] > 0 and m["server_mean_queue_ms"] >= 0

@@ -37,17 +37,20 @@ class MacroSettings:
     warmup: int = 1
     endpoint: str = "completions"
     model: str = ""
+    goodput: str = ""
+    """SLOs in ms, vLLM's ``--goodput`` form (``ttft:200,tpot:50``); empty: none."""
 
     def macro_config(self, url: str, levels: list[int] | None = None) -> MacroConfig:
         """The load generator's settings for these levels (all of them by default) against ``url``: the
         campaign's Phase 1 runs it, and the file is checked by its ``validate``."""
         from kimitui.bench.macro.config import MacroConfig, parse_requests
+        from kimitui.bench.macro.verdict import parse_goodput
 
         per_stream, count = parse_requests(self.requests)
         return MacroConfig(url=url, model=self.model or None, endpoint=self.endpoint,  # type: ignore[arg-type]
                            concurrency=list(self.concurrency if levels is None else levels), requests=count,
                            requests_per_stream=per_stream, max_tokens=self.max_tokens, input_len=self.input_len,
-                           warmup=self.warmup)
+                           warmup=self.warmup, slo=parse_goodput([self.goodput]))
 
 
 @dataclass(slots=True)
@@ -424,6 +427,7 @@ input_len = 128
 warmup = 1
 endpoint = "completions"  # or chat
 # model = ""            # default: the first model /v1/models lists
+# goodput = "ttft:200,tpot:50"  # SLOs in ms (ttft, tpot, e2el): goodput, the top concurrency meeting them at p99
 
 [cleanup]
 gpus = "all"            # or e.g. "0,1,2,3"

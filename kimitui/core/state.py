@@ -27,6 +27,7 @@ from kimitui.core.events import (
     MacroPoint,
     MacroProgress,
     MacroRequests,
+    MacroVerdict,
     MicroEnd,
     MicroEnv,
     MicroPlan,
@@ -192,6 +193,8 @@ class Sweep:
     """The latest progress (None for a sweep recorded without: only its points and phase)."""
     server: list[ServerSample] = field(default_factory=list)
     """The server's gauges read through the sweep (none when its /metrics could not be read)."""
+    verdict: MacroVerdict | None = None
+    """Its verdict (the SLOs at p99, the knee), once it has ended with a level; None in older runs."""
 
     @property
     def levels(self) -> list[int]:
@@ -517,6 +520,9 @@ def fold(state: SessionState, ev: Event) -> SessionState:
     elif isinstance(ev, MacroPoint):
         state.macro[ev.concurrency] = ev
         _open_sweep(state, ev.t).points[ev.concurrency] = ev
+    elif isinstance(ev, MacroVerdict):
+        if state.sweep is not None:
+            state.sweep.verdict = ev
     elif isinstance(ev, MacroProgress):
         sweep = state.sweep
         if ev.status == "starting" or sweep is None:

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from kimitui.bench.macro import records as rec
+from kimitui.bench.macro import verdict as vd
 from kimitui.bench.macro.arrivals import Arrival, load_trace
 from kimitui.bench.macro.config import MacroConfig
 from kimitui.bench.macro.http_stream import lean_unsupported
@@ -38,7 +39,7 @@ from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
 from kimitui.bench.macro.server_scrape import ServerScraper
 from kimitui.bench.macro.transport import headers, ssl_context
-from kimitui.core.events import Event, LogLine, MacroPoint
+from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict
 
 PHASE = "macro"
 SOURCE = "macro"
@@ -66,6 +67,8 @@ class SweepResult:
     cancelled: bool = False
     lengths: Calibration | None = None
     """How the synthetic prompts got their lengths (None: dataset prompts)."""
+    verdict: MacroVerdict | None = None
+    """The sweep's verdict (``verdict``), once it has ended with at least one level."""
 
     @property
     def single_stream_tok_s(self) -> float | None:
@@ -84,6 +87,7 @@ class SweepResult:
             "single_stream_tok_s": self.single_stream_tok_s,
             "cancelled": self.cancelled,
             "levels": [{"concurrency": lv.concurrency, **lv.metrics} for lv in self.levels],
+            "verdict": verdict_dict(self.verdict),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -246,7 +250,30 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
         result.cancelled = cancel.is_set() or len(result.levels) < len(levels)
         if scraper is not None:
             await scraper.close()
+    if result.levels:
+        result.verdict = sweep_verdict_event(result)
+        publish(result.verdict)
     return result
+
+
+def sweep_verdict_event(result: SweepResult) -> MacroVerdict:
+    """The verdict of the sweep's finished levels, as the event that records it."""
+    figures = [vd.LevelFigures(lv.concurrency, float(lv.metrics.get("output_throughput") or 0.0), lv.records)
+               for lv in result.levels]
+    v = vd.sweep_verdict(figures, vd.slo_dict(result.config.slo))
+    return MacroVerdict(t=_now(), slo=v.slo, meets=v.meets, slo_concurrency=v.slo_concurrency,
+                        knee_concurrency=v.knee_concurrency, knee_tok_s=v.knee_tok_s, peak_tok_s=v.peak_tok_s,
+                        knee_growth=v.knee_growth)
+
+
+def verdict_dict(ev: MacroVerdict | None) -> dict[str, Any] | None:
+    """The verdict in ``--output``: the SLOs (``goodput_slo_ms``, vLLM's key), the levels that meet them at
+    p99 and the highest, the knee and the peak output tok/s."""
+    if ev is None:
+        return None
+    return {"goodput_slo_ms": ev.slo, "slo_met_at_p99": ev.meets, "max_concurrency_meeting_slo": ev.slo_concurrency,
+            "knee_concurrency": ev.knee_concurrency, "knee_output_throughput": ev.knee_tok_s,
+            "peak_output_throughput": ev.peak_tok_s, "knee_growth_per_doubling": ev.knee_growth}
 
 
 async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
