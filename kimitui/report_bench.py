@@ -89,6 +89,7 @@ def _sweep(sweep: Sweep) -> list[str]:
                      fmt_num(m.get("mean_e2el_ms"), ".0f"), _input_cell(p), fmt_num(m.get("duration"))])
     lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT", f"TTFT {pk}", "TPOT", f"TPOT {pk}", "ITL",
                     "E2EL", "input tok", "duration s"], rows)
+    lines += _server_table(points)
     methods = sorted({str(p.metrics["input_len_method"]) for p in points if "input_len_method" in p.metrics})
     if methods:
         lines += ["", "Input lengths: " + ", ".join(_METHODS.get(x, x) for x in methods) + "."]
@@ -97,6 +98,32 @@ def _sweep(sweep: Sweep) -> list[str]:
     if client:
         lines += ["", "The load generator may have distorted these figures:", "", *client]
     return lines
+
+
+SERVER_FIGURES = (("TTFT", "ttft", "mean_ttft_ms"), ("ITL", "itl", "mean_itl_ms"), ("E2EL", "e2e", "mean_e2el_ms"))
+
+
+def _server_table(points: list[MacroPoint]) -> list[str]:
+    """Per level, the server's own means (from its /metrics histograms over the level) beside the client's
+    and the difference between them: the network and client overhead, measured. Nothing when no level
+    has the server's figures."""
+    read = [p for p in points if any(f"server_mean_{key}_ms" in p.metrics for _, key, _ in SERVER_FIGURES)]
+    if not read:
+        return []
+    rows = []
+    for p in read:
+        row = [str(p.concurrency), fmt_num(p.metrics.get("server_requests"), "d")]
+        for _, key, client in SERVER_FIGURES:
+            row += [fmt_num(p.metrics.get(client)), fmt_num(p.metrics.get(f"server_mean_{key}_ms")),
+                    fmt_num(p.metrics.get(f"overhead_{key}_ms"), "+.1f")]
+        rows.append([*row, fmt_num(p.metrics.get("server_mean_queue_ms"))])
+    head = ["concurrency", "server requests"]
+    for name, _, _ in SERVER_FIGURES:
+        head += [f"{name} client", f"{name} server", f"{name} overhead"]
+    engine = str(read[0].metrics.get("server_engine") or "the server")
+    return ["", f"Client vs server ({engine}'s /metrics, mean ms over each level's measured requests; overhead: "
+                "client minus server, the network and the client measured):", "",
+            *table([*head, "queue server"], rows)]
 
 
 def _verdict(sweep: Sweep) -> list[str]:

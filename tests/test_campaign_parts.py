@@ -41,7 +41,7 @@ vllm:prompt_tokens_total{engine="0",model_name="moonshotai/Kimi-K2.5"} 123456.0
 def test_the_metrics_parser_sums_the_engines() -> None:
     got = parse_in_flight(VLLM_METRICS)
     assert (got.running, got.waiting) == (5, 4)
-    with pytest.raises(MetricsError, match="neither vllm:num_requests_running"):
+    with pytest.raises(MetricsError, match="none of vllm:num_requests_running"):
         parse_in_flight("# TYPE up gauge\nup 1\n")
 
 

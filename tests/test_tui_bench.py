@@ -137,6 +137,9 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
             assert bars["level-progress"].percentage == 1.0
             for plot in view.plots.values():
                 assert plot.size.width >= 30 and plot.size.height >= 12
+            # the simulated server's /metrics, read through the sweep, under the tok/s plot
+            assert state.sweep is not None and state.sweep.server and view.query_one("#server-plots").display
+            assert max(v for _, v in view.plotted_server["server-requests"][0]) <= 16
             # the x axis is labelled with the levels
             rendered = str(view.plots["throughput"].render())
             assert "16" in rendered and "concurrency" in rendered

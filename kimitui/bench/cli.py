@@ -98,6 +98,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--client", choices=("lean", "httpx"), default="lean",
                    help="HTTP client of the streamed requests: lean (default; asyncio protocol, ~10x less CPU "
                         "per chunk) or httpx")
+    p.add_argument("--metrics-url", help="the server's Prometheus metrics, read during the sweep (default: "
+                                         "<url>/metrics)")
+    p.add_argument("--scrape-interval", type=float, default=0.2, metavar="S",
+                   help="read the server's metrics every S seconds during the sweep (0: not read; default 0.2)")
     p.add_argument("--json", action="store_true", help="one JSON object per level (vLLM's key names)")
     p.add_argument("--output", type=Path,
                    help="the sweep as JSON in this file, rewritten as each level ends (\"finished\": false until "
@@ -166,6 +170,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     try:
         cfg = _config(args)
+        cfg.metrics_url, cfg.scrape_s = args.metrics_url, args.scrape_interval
         cfg.validate()
         if cfg.trace is not None:  # a bad trace is a usage error, before anything is recorded
             from kimitui.bench.macro.arrivals import load_trace

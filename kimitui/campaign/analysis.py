@@ -108,6 +108,16 @@ def _tpot(point: MacroPoint) -> float | None:
     return None
 
 
+def _server_check(point: MacroPoint, tpot: float | None) -> list[str]:
+    """The level's decode step cross-checked against the server's own inter-token latency (its /metrics,
+    over the same requests): what the client's TPOT holds beyond the server's step."""
+    itl = point.metric("server_mean_itl_ms")
+    if itl is None or tpot is None:
+        return []
+    return [f"the server's own ITL {itl:.2f} ms against a TPOT of {tpot:.2f} ms ({tpot - itl:+.2f} ms: the "
+            "network, the client, and the first token's share)"]
+
+
 def _share(part: float | None, total: float | None) -> float | None:
     return None if part is None or not total else part / total
 
@@ -178,6 +188,7 @@ def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
             else:
                 bf16 = (bf16 or 0.0) + ms
         measured = (ar or 0.0) + (int4 or 0.0) + (bf16 or 0.0)
+        notes += _server_check(p, tpot)
         rest = tpot - measured if tpot is not None else None
         if rest is not None and rest < 0:
             notes.append(f"the measured parts exceed the TPOT by {-rest:.1f} ms (stand-ins, or the micro "

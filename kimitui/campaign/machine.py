@@ -358,6 +358,7 @@ class Campaign:
             self._log("Phase 1: every level has a point already")
             return True
         cfg = m.macro_config(self.api_url, levels)
+        cfg.metrics_url = self.cfg.metrics_url or None  # the sweep reads the metrics the drain reads
         try:
             await phases.macro_phase(self.publish, cfg, self._cancel)
         except (ConfigError, MacroError) as exc:

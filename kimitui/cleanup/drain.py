@@ -1,5 +1,6 @@
 """The drain step, before the graceful stop: the requests still running and waiting on the server, read
-from its Prometheus ``/metrics`` (vLLM's ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``),
+from its Prometheus ``/metrics`` (vLLM's ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``, or
+the same gauges of SGLang, TGI and llama.cpp: ``kimitui.core.server_metrics``'s table, the sweep's too),
 previewed, and, when the operator consents, waited for (polled, with a deadline) so that a graceful stop
 cuts none of them off.
 
@@ -13,21 +14,16 @@ import asyncio
 from dataclasses import dataclass
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from kimitui.cleanup.context import StepContext
 from kimitui.core.campaign_events import DrainProgress
 from kimitui.core.events import StepResult
+from kimitui.core.server_metrics import MetricsError, parse_snapshot
 
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
+__all__ = ["InFlight", "MetricsError", "drain", "parse_in_flight", "read_in_flight"]
 POLL_S = 0.25
 """How often the drain reads the metrics while it waits."""
 READ_TIMEOUT_S = 5.0
-
-
-class MetricsError(Exception):
-    """The metrics could not be read or hold neither gauge (one line)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +37,10 @@ class InFlight:
 
 
 def parse_in_flight(text: str) -> InFlight:
-    """The two gauges summed over their label sets (one per engine / model); MetricsError when absent."""
-    found: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name in (RUNNING, WAITING):
-                    found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
-    except ValueError as exc:
-        raise MetricsError(f"not Prometheus text: {exc}") from None
-    if RUNNING not in found and WAITING not in found:
-        raise MetricsError(f"neither {RUNNING} nor {WAITING} in the metrics (not a vLLM server?)")
-    return InFlight(round(found.get(RUNNING, 0.0)), round(found.get(WAITING, 0.0)))
+    """The engine's running and waiting gauges summed over their label sets (one per engine / model);
+    MetricsError when the page holds no engine's gauges."""
+    snap = parse_snapshot(text)
+    return InFlight(round(snap.running or 0.0), round(snap.waiting or 0.0))
 
 
 async def read_in_flight(url: str, timeout: float = READ_TIMEOUT_S) -> InFlight:

@@ -32,6 +32,7 @@ from kimitui.core.events import (
     PhaseEnd,
     PhaseStart,
     ProcRef,
+    ServerSample,
     SignalLate,
     SignalOutcome,
     SignalSent,
@@ -52,7 +53,8 @@ SOURCES: dict[type[Event], str] = {
     PhaseStart: "phase", PhaseEnd: "phase", CleanupPlan: "cleanup", StepPreview: "cleanup", Consent: "cleanup",
     SignalSent: "signal", SignalOutcome: "signal", SignalLate: "signal", StepResult: "cleanup", Verification: "verify",
     HostCommand: "cleanup",
-    MacroPoint: "macro", MacroProgress: "macro", MacroVerdict: "macro", ConnectionState: "connection",
+    MacroPoint: "macro", MacroProgress: "macro", MacroVerdict: "macro", ServerSample: "macro",
+    ConnectionState: "connection",
     Topology: "topology", MicroPlan: "micro", MicroEnv: "micro", MicroEnd: "micro",
 }
 
@@ -152,7 +154,10 @@ def _words(ev: Event, state: SessionState | None) -> str | None:
             return (f"concurrency {ev.concurrency}: FAILED, {m.get('failed')} of {m.get('num_prompts')} requests "
                     f"failed (first: {first_error(ev) or 'no reason given'})")
         tok = ev.metric("output_throughput")
-        return f"concurrency {ev.concurrency}: " + (f"{tok:.0f} tok/s" if tok is not None else "no throughput")
+        return (f"concurrency {ev.concurrency}: " + (f"{tok:.0f} tok/s" if tok is not None else "no throughput")
+                + server_words(ev))
+    if isinstance(ev, ServerSample):
+        return None  # read every 200 ms: the Benchmarks tab plots them, the log would only repeat them
     if isinstance(ev, MacroVerdict):
         return "sweep verdict: " + verdict_line(ev)
     if isinstance(ev, MacroProgress):
@@ -187,6 +192,16 @@ def _words(ev: Event, state: SessionState | None) -> str | None:
     if isinstance(ev, LogLine):
         return ev.message
     return campaign_line(ev)
+
+
+def server_words(point: MacroPoint) -> str:
+    """The server's own mean TTFT and ITL of a level beside the client's overhead over them ("" if unread)."""
+    parts = []
+    for key, name in (("ttft", "TTFT"), ("itl", "ITL")):
+        mean, overhead = point.metric(f"server_mean_{key}_ms"), point.metric(f"overhead_{key}_ms")
+        if mean is not None:
+            parts.append(f"{name} {mean:.1f} ms" + (f" (client {overhead:+.1f} ms)" if overhead is not None else ""))
+    return f"; server {point.metrics.get('server_engine', '')}: " + ", ".join(parts) if parts else ""
 
 
 def late_line(ev: SignalLate) -> str:

@@ -352,6 +352,24 @@ class MacroRequests(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ServerSample(Event):
+    """The server's own gauges, read from its Prometheus ``/metrics`` while a sweep runs (every
+    ``MacroConfig.scrape_s``), with the level it was read during (``kimitui.core.server_metrics`` names
+    them per engine). A gauge the engine does not have is None."""
+
+    type: ClassVar[str] = "server_sample"
+    engine: str = ""
+    concurrency: int = 0
+    level_index: int = 0
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache: float | None = None
+    """The fraction of the KV cache in use (0 to 1)."""
+    preemptions: float | None = None
+    """Preemptions since the server started (a counter)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GemmRow(Event):
     type: ClassVar[str] = "gemm_row"
     name: str = ""
@@ -547,6 +565,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MacroPoint,
         MacroProgress,
         MacroRequests,
+        ServerSample,
         MacroVerdict,
         GemmRow,
         AllReduceRow,

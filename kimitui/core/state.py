@@ -35,6 +35,7 @@ from kimitui.core.events import (
     PhaseEnd,
     PhaseStart,
     ProcSample,
+    ServerSample,
     SignalOutcome,
     SignalSent,
     StepPreview,
@@ -190,6 +191,8 @@ class Sweep:
     point)."""
     progress: MacroProgress | None = None
     """The latest progress (None for a sweep recorded without: only its points and phase)."""
+    server: list[ServerSample] = field(default_factory=list)
+    """The server's gauges read through the sweep (none when its /metrics could not be read)."""
     verdict: MacroVerdict | None = None
     """Its verdict (the SLOs at p99, the knee), once it has ended with a level; None in older runs."""
 
@@ -531,6 +534,8 @@ def fold(state: SessionState, ev: Event) -> SessionState:
             sweep.note = sweep.note or ev.error
     elif isinstance(ev, MacroRequests):
         _fold_requests(state, ev)
+    elif isinstance(ev, ServerSample):
+        _open_sweep(state, ev.t).server.append(ev)
     elif isinstance(ev, GemmRow):
         state.gemm.append(ev)
         return state

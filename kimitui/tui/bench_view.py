@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from kimitui.core.events import MacroPoint
+from kimitui.core.events import MacroPoint, ServerSample
 from kimitui.core.state import SessionState, Sweep, level_failed
 from kimitui.tui.bench_progress import HeadlineBox, SweepPanel, single_stream_content
 from kimitui.tui.bench_runner import sweep_headline
@@ -26,7 +26,8 @@ from kimitui.tui.bench_tables import AllReduceTable, GemmTable, MacroTable
 if TYPE_CHECKING:
     from textual_plotext import PlotextPlot
 
-__all__ = ["PLOTS", "BenchView", "nice_ticks", "plot_series", "single_stream_content"]
+__all__ = ["PLOTS", "SERVER_PLOTS", "BenchView", "nice_ticks", "plot_series", "server_series",
+           "single_stream_content"]
 
 PLOTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # (id, title, metric keys: the first one present in every point is plotted)
@@ -45,6 +46,29 @@ def nice_ticks(top: float, count: int = 5) -> list[float]:
     step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
     n = math.ceil(top / step)
     return [i * step for i in range(n + 1)]
+
+
+SERVER_PLOTS: tuple[tuple[str, str], ...] = (
+    # (id, title): the server's own gauges through the latest sweep, under the tok/s plot
+    ("server-requests", "server: running, waiting"),
+    ("server-kv", "server: KV cache %"),
+)
+
+
+def server_series(samples: list[ServerSample]) -> dict[str, list[list[tuple[float, float]]]]:
+    """Per server plot, its lines of (seconds since the first sample, value): running and waiting
+    requests; the KV cache in use, in %. A gauge the engine does not have gives no line."""
+    if not samples:
+        return {key: [] for key, _ in SERVER_PLOTS}
+    t0 = samples[0].t
+
+    def line(values: list[tuple[float, float | None]]) -> list[tuple[float, float]]:
+        return [(t, v) for t, v in values if v is not None]
+
+    running = line([(s.t - t0, s.running) for s in samples])
+    waiting = line([(s.t - t0, s.waiting) for s in samples])
+    kv = line([(s.t - t0, None if s.kv_cache is None else s.kv_cache * 100) for s in samples])
+    return {"server-requests": [one for one in (running, waiting) if one], "server-kv": [kv] if kv else []}
 
 
 SERIES = 4
@@ -77,6 +101,8 @@ class BenchView(VerticalScroll):
         self.plotted_series: dict[str, list[list[tuple[int, float]]]] = {}
         """Every series each plot shows, oldest sweep first."""
         self._plot_keys: dict[str, object] = {}
+        self.plotted_server: dict[str, list[list[tuple[float, float]]]] = {}
+        """What each server plot shows: its lines of (seconds into the sweep, value)."""
         self._last_sweeps: list[Sweep] | None = None
 
     @property
@@ -91,6 +117,9 @@ class BenchView(VerticalScroll):
         with Horizontal(id="bench-plots"):
             for key, _, _ in PLOTS:
                 yield Vertical(id=f"{key}-box", classes="plot-box")
+        with Horizontal(id="server-plots"):
+            for key, _ in SERVER_PLOTS:
+                yield Vertical(id=f"{key}-box", classes="plot-box")
         yield MacroTable(id="macro-table")
         yield Static("GEMM (micro, per GPU)", classes="section")
         yield GemmTable(id="gemm-table")
@@ -99,12 +128,15 @@ class BenchView(VerticalScroll):
 
     def on_mount(self) -> None:
         self.query_one("#macro-table").border_title = "sweep points (TTFT and TPOT: mean and p99)"
+        self.query_one("#server-plots").display = False
+        for key, title in SERVER_PLOTS:
+            self.query_one(f"#{key}-box").border_title = title
 
     def _ensure_plots(self) -> dict[str, PlotextPlot]:
         if not self.plots:
             from textual_plotext import PlotextPlot  # heavy: imported on first show only
 
-            for key, _, _ in PLOTS:
+            for key in [k for k, _, _ in PLOTS] + [k for k, _ in SERVER_PLOTS]:
                 plot = PlotextPlot(id=f"{key}-plot")
                 self.plots[key] = plot
                 self.query_one(f"#{key}-box").mount(plot)
@@ -119,6 +151,7 @@ class BenchView(VerticalScroll):
         self.query_one(GemmTable).show(state)
         self.query_one(AllReduceTable).show(state)
         self._draw_plots(state.sweeps[-SERIES:])
+        self._draw_server(sweep.server if sweep is not None else [])
 
     def on_resize(self) -> None:
         # the x ticks are chosen for the plot's width: a laid-out or resized plot is drawn again
@@ -152,6 +185,22 @@ class BenchView(VerticalScroll):
             self.plotted[key] = (metric, latest)
             self.plotted_series[key] = series
             draw(plots[key], series, axis)
+
+
+    def _draw_server(self, samples: list[ServerSample]) -> None:
+        """The server's gauges through the latest sweep; the row is hidden while it has none."""
+        row = self.query_one("#server-plots")
+        row.display = bool(samples)
+        if not samples:
+            return
+        plots = self._ensure_plots()
+        for key, lines in server_series(samples).items():
+            stamp = (len(samples), samples[-1].t, plots[key].size.width)
+            if self._plot_keys.get(key) == stamp:
+                continue
+            self._plot_keys[key] = stamp
+            self.plotted_server[key] = lines
+            draw_in_time(plots[key], lines, ("running", "waiting") if key == "server-requests" else ("KV %",))
 
 
 SERIES_COLORS = ("green", "yellow", "magenta", "cyan")
@@ -206,4 +255,21 @@ def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[in
         ticks = nice_ticks(top)
         plt.yticks(ticks, [f"{v:g}" for v in ticks])
         plt.ylim(0, ticks[-1])
+    plot.refresh()
+
+
+def draw_in_time(plot: PlotextPlot, lines: list[list[tuple[float, float]]], labels: tuple[str, ...]) -> None:
+    """Lines over the seconds of the sweep, y from 0 to a round top."""
+    plt = plot.plt
+    plt.clear_figure()
+    plt.xlabel("s")
+    top = 0.0
+    for n, one in enumerate(lines):
+        xs, ys = [t for t, _ in one], [v for _, v in one]
+        plt.plot(xs, ys, marker="braille", color=SERIES_COLORS[n % len(SERIES_COLORS)],
+                 label=labels[n] if n < len(labels) and len(lines) > 1 else None)
+        top = max(top, *ys)
+    ticks = nice_ticks(top if top > 0 else 1.0)
+    plt.yticks(ticks, [f"{v:g}" for v in ticks])
+    plt.ylim(0, ticks[-1])
     plot.refresh()

@@ -116,6 +116,10 @@ class MacroConfig:
     """HTTP client of the streamed requests: ``lean`` (``http_stream``, asyncio protocol, the default: the
     httpx stack costs ~10x more CPU per chunk and saturates first) or ``httpx`` (the fallback; also used
     automatically when the lean client cannot reach the URL, e.g. through a proxy)."""
+    metrics_url: str | None = None
+    """The server's Prometheus metrics, read during the sweep; None: ``<url>/metrics``."""
+    scrape_s: float = 0.2
+    """How often the server's metrics are read during the sweep (0: not read)."""
 
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -134,6 +138,10 @@ class MacroConfig:
             raise ConfigError("duration per level must be positive")
         if self.request_rate is not None and self.request_rate <= 0:
             raise ConfigError("request rate must be positive")
+        if self.scrape_s and not 0.05 <= self.scrape_s <= 60:
+            raise ConfigError(f"the metrics' read interval must be 0 (off) or 0.05 to 60 s: {self.scrape_s:g}")
+        if self.metrics_url is not None:
+            check_url(self.metrics_url)
         if not self.burstiness > 0:
             raise ConfigError("burstiness must be positive")
         if self.burstiness != 1.0 and self.request_rate is None and self.ramp_up is None:
@@ -183,6 +191,10 @@ class MacroConfig:
     def base_url(self) -> str:
         url = self.url.rstrip("/")
         return url[:-3] if url.endswith("/v1") else url
+
+    @property
+    def server_metrics_url(self) -> str:
+        return self.metrics_url or self.base_url + "/metrics"
 
     @property
     def endpoint_path(self) -> str:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from time import perf_counter
@@ -141,6 +141,8 @@ class Level:
         self.deadline: float | None = None
         self.stage: Literal["warmup", "run", "done"] = "warmup"
         self.probe = LoopLagProbe()
+        self.on_stage: Callable[[str], Awaitable[None]] | None = None
+        """Awaited when the measured requests start ("run") and when they have all ended ("done")."""
 
     # -- progress ---------------------------------------------------------------------------------------
     def snapshot(self) -> LevelProgress:
@@ -190,6 +192,8 @@ class Level:
                         return None
                 self.stage = "run"
                 self._report()
+                if self.on_stage is not None:
+                    await self.on_stage("run")
                 plan = self._plan(self._source("run"))
                 self.probe.start()
                 try:
@@ -198,6 +202,8 @@ class Level:
                     self.probe.stop()
                 if not ok:
                     return None
+                if self.on_stage is not None:
+                    await self.on_stage("done")
         finally:
             stopper.cancel()
             if ticker is not None:

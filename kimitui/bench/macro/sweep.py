@@ -37,6 +37,7 @@ from kimitui.bench.macro.lengths import (
 from kimitui.bench.macro.level import Level, LevelProgress, LevelRun
 from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
+from kimitui.bench.macro.server_scrape import ServerScraper
 from kimitui.bench.macro.transport import headers, ssl_context
 from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict
 
@@ -214,6 +215,7 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
     if plan.fallback is not None:
         publish(LogLine(t=_now(), level="warning", source=SOURCE,
                         message=f"lean HTTP client not usable ({plan.fallback}): using httpx"))
+    scraper: ServerScraper | None = None
     try:
         lengths: LengthModel | None = None
         method = "dataset"
@@ -225,18 +227,29 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
                 publish(LogLine(t=_now(), level="info", source=SOURCE, message=note))
             publish(LogLine(t=_now(), level="info" if cal.exact else "warning", source=SOURCE,
                             message=cal.describe()))
+        if config.scrape_s:
+            scraper = ServerScraper(config.server_metrics_url, publish, config.scrape_s, headers(config),
+                                    config.timeouts.connect_s)
+            await scraper.start()
         for idx, c in enumerate(levels):
             if cancel.is_set():
                 break
             level = Level(config, model, c, idx, len(levels), progress, cancel, client, lengths, method,
                           plan.dataset, plan.trace)
+            if scraper is not None and scraper.active:
+                scraper.level(c, idx, lambda lv=level: lv.done - lv.failed)
+                level.on_stage = scraper.mark
             run = await level.run()
             if run is None:
                 break
+            if scraper is not None:
+                run.metrics.update(scraper.level_figures(run.metrics))
             _publish_level(publish, level, run)
             result.levels.append(LevelResult(c, run.metrics, run.records))
     finally:
         result.cancelled = cancel.is_set() or len(result.levels) < len(levels)
+        if scraper is not None:
+            await scraper.close()
     if result.levels:
         result.verdict = sweep_verdict_event(result)
         publish(result.verdict)
