@@ -13,6 +13,12 @@ Modes (``Behavior.mode``):
   long_line   after ``fail_after`` chunks, a ``data:`` line of ``long_line_bytes`` that never ends, written
               in pieces of 64 KiB, each after the last was taken by the client (until it closes)
 
+Engine quirks (transformers serve's, each on its own): ``reject_fields`` answers 422 with transformers'
+``{"detail": "Unexpected fields in the request: {'ignore_eos'}"}`` to a request that sends one of them;
+``role_chunk`` sends a role-only chat delta first, ``role_gap_s`` after it the first token; ``finish_chunk``
+ends with a content-free chunk (``finish_reason`` and the usage), ``final_delay_s`` after the last token;
+``done=False`` sends no ``[DONE]``.
+
 It has no ``/tokenize`` (404, as servers other than vLLM): its ``usage.prompt_tokens`` comes from its own
 toy tokenizer (``count_prompt``, different from the simulated vLLM server's), so a client can only
 calibrate its prompt lengths from usage. ``Behavior.prompt_tokens`` fixes the count instead.
@@ -71,6 +77,16 @@ class Behavior:
     long_line_bytes: int = 100 * 1024 * 1024
     """mode long_line: how long the endless line is (then the event ends, as a JSON object would not)."""
     stamp: bool = False
+    reject_fields: tuple[str, ...] = ()
+    """Request fields answered with a 422 naming them (as transformers serve does for ``ignore_eos``)."""
+    role_gap_s: float = 0.0
+    """With ``role_chunk``: how long after the role-only chunk the first token chunk goes."""
+    finish_chunk: bool = False
+    """End with a chunk whose choice has no content, only ``finish_reason`` (the usage rides on it)."""
+    final_delay_s: float = 0.0
+    """How long after the last token chunk what follows it (usage, finish chunk, [DONE]) goes."""
+    done: bool = True
+    """Send ``data: [DONE]`` at the end."""
     gate: asyncio.Event | None = None
     """When set: the paced stream holds what follows its token chunks (usage, [DONE]) until the event is set
     (a request kept in flight while something else happens)."""
@@ -204,6 +220,11 @@ class FaultyServer:
         if b.mode == "status":
             self._json(writer, b.status, b.body.encode())
             return True
+        rejected = sorted(set(b.reject_fields) & set(req))
+        if rejected:
+            detail = f"Unexpected fields in the request: {set(rejected)}"
+            self._json(writer, 422, json.dumps({"detail": detail}).encode())
+            return True
         chat = path.endswith("chat/completions")
         prompt_tokens = b.prompt_tokens if b.prompt_tokens is not None else count_prompt(req, chat)
         n = b.n_tokens if b.n_tokens is not None else int(req.get("max_tokens") or 16)
@@ -260,12 +281,18 @@ class FaultyServer:
             fault_at = min(b.fail_after, len(frames))
             frames = frames[:fault_at]
         else:
-            if b.mode != "no_usage":
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": n + prompt_tokens}
+            if b.finish_chunk:
+                end: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+                end.update({"delta": {}} if chat else {"text": ""})
+                frames.append(frame(self._event({"id": "x", "object": "chunk", "model": "fake-model",
+                                                 "choices": [end],
+                                                 **({} if b.mode == "no_usage" else {"usage": usage})})))
+            elif b.mode != "no_usage":
                 frames.append(frame(self._event({"id": "x", "object": "text_completion", "model": "fake-model",
-                                                 "choices": [], "usage": {
-                                                     "prompt_tokens": prompt_tokens, "completion_tokens": n,
-                                                     "total_tokens": n + prompt_tokens}})))
-            frames.append(frame(self._event("[DONE]")))
+                                                 "choices": [], "usage": usage})))
+            if b.done:
+                frames.append(frame(self._event("[DONE]")))
             if chunked:
                 frames.append(b"0\r\n\r\n")
         if b.barrier:
@@ -281,14 +308,18 @@ class FaultyServer:
             writer.write(b"".join(frames))
         else:
             start = time.perf_counter() + b.first_delay_s
-            ntok = len(sizes) + (1 if chat and b.role_chunk else 0)
+            role = 1 if chat and b.role_chunk else 0
+            ntok = len(sizes) + role
             for i, f in enumerate(frames):
                 if i < ntok:
-                    delay = start + i * b.interval_s - time.perf_counter()
+                    delay = start + i * b.interval_s + (b.role_gap_s if role and i else 0.0) - time.perf_counter()
                     if delay > 0:
                         await asyncio.sleep(delay)
                     elif b.yield_chunks:
                         await asyncio.sleep(0)
+                if i == ntok and b.final_delay_s > 0:
+                    await writer.drain()
+                    await asyncio.sleep(b.final_delay_s)
                 if i == ntok and b.gate is not None:
                     await b.gate.wait()
                 j = i - (ntok - len(sizes))  # index among the token chunks (after a role chunk)

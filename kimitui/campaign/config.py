@@ -37,6 +37,8 @@ class MacroSettings:
     warmup: int = 1
     endpoint: str = "completions"
     model: str = ""
+    ignore_eos: bool = True
+    """Send vLLM's ``ignore_eos`` (a server that refuses it gets the run without it, with a warning)."""
 
     def macro_config(self, url: str, levels: list[int] | None = None) -> MacroConfig:
         """The load generator's settings for these levels (all of them by default) against ``url``: the
@@ -47,7 +49,7 @@ class MacroSettings:
         return MacroConfig(url=url, model=self.model or None, endpoint=self.endpoint,  # type: ignore[arg-type]
                            concurrency=list(self.concurrency if levels is None else levels), requests=count,
                            requests_per_stream=per_stream, max_tokens=self.max_tokens, input_len=self.input_len,
-                           warmup=self.warmup)
+                           warmup=self.warmup, ignore_eos=self.ignore_eos)
 
 
 @dataclass(slots=True)
@@ -424,6 +426,7 @@ input_len = 128
 warmup = 1
 endpoint = "completions"  # or chat
 # model = ""            # default: the first model /v1/models lists
+ignore_eos = true       # vLLM's: every output max_tokens long; a server that refuses it runs without (a warning)
 
 [cleanup]
 gpus = "all"            # or e.g. "0,1,2,3"

@@ -31,6 +31,7 @@ from kimitui.core.events import (
     PhaseEnd,
     PhaseStart,
     ProcRef,
+    RequestFieldsDropped,
     SignalLate,
     SignalOutcome,
     SignalSent,
@@ -51,7 +52,7 @@ SOURCES: dict[type[Event], str] = {
     PhaseStart: "phase", PhaseEnd: "phase", CleanupPlan: "cleanup", StepPreview: "cleanup", Consent: "cleanup",
     SignalSent: "signal", SignalOutcome: "signal", SignalLate: "signal", StepResult: "cleanup", Verification: "verify",
     HostCommand: "cleanup",
-    MacroPoint: "macro", MacroProgress: "macro", ConnectionState: "connection",
+    MacroPoint: "macro", MacroProgress: "macro", RequestFieldsDropped: "macro", ConnectionState: "connection",
     Topology: "topology", MicroPlan: "micro", MicroEnv: "micro", MicroEnd: "micro",
 }
 
@@ -87,6 +88,8 @@ def level_of(ev: Event) -> str:
         return "error" if level_failed(ev) else "info"
     if isinstance(ev, MacroProgress):
         return "error" if ev.status == "failed" else "info"
+    if isinstance(ev, RequestFieldsDropped):
+        return "warning"
     if isinstance(ev, ConnectionState):
         return "info" if ev.state in ("connecting", "connected", "closed") else "warning"
     if isinstance(ev, Topology):
@@ -159,6 +162,8 @@ def _words(ev: Event, state: SessionState | None) -> str | None:
             return f"sweep {ev.status}: levels {','.join(map(str, ev.levels))}" + (
                 f" ({ev.elapsed_s:.1f} s)" if ev.status in ("cancelled", "done") else "")
         return None  # progress within a level: the panel shows it, the log would only repeat it
+    if isinstance(ev, RequestFieldsDropped):
+        return fields_dropped_line(ev)
     if isinstance(ev, Topology):
         return (f"{ev.host or 'host'}: {ev.summary or 'topology read'}" + (f" ({ev.source})" if ev.source else "")
                 + ("; " + "; ".join(ev.errors) if ev.errors else ""))
@@ -184,6 +189,23 @@ def _words(ev: Event, state: SessionState | None) -> str | None:
     if isinstance(ev, LogLine):
         return ev.message
     return campaign_line(ev)
+
+
+FIELD_CONSEQUENCES = {
+    "ignore_eos": "outputs may end before max_tokens (at the model's end of sequence): output lengths come from "
+                  "usage",
+    "stream_options": "the server may send no usage: output tokens are then counted from content chunks "
+                      "(a lower bound)",
+    "max_completion_tokens": "max_tokens alone caps the output",
+}
+"""What going without each optional request field means for the figures."""
+
+
+def fields_dropped_line(ev: RequestFieldsDropped) -> str:
+    named = ", ".join(ev.fields) or "no field"
+    what = "; ".join(FIELD_CONSEQUENCES.get(f, f"{f} is not sent") for f in ev.fields)
+    return (f"the server refused {named} ({ev.reason}): the request was retried without "
+            f"{'them' if len(ev.fields) > 1 else 'it'} and the rest of the run goes without; {what}")
 
 
 def late_line(ev: SignalLate) -> str:

@@ -315,7 +315,8 @@ class MacroRequests(Event):
     level ends, before its ``MacroPoint``: ``requests[k]`` is request ``first + k`` of ``total``, in
     dispatch order. Each is an object: ``start_ms`` (after ``origin``, the level's first dispatch in unix
     seconds), ``end_ms`` and ``chunk_ms`` (token chunk arrivals; after the request's start), ``in``,
-    ``out``, ``max_tokens``, and when they apply ``target_in``, ``error``, ``in_estimated``,
+    ``out``, ``max_tokens``, and when they apply ``target_in``, ``first_ms`` (a role-only chunk ahead of the
+    first token), ``error``, ``in_estimated``,
     ``usage_missing``, ``sched_ms``, ``late_ms``."""
 
     type: ClassVar[str] = "macro_requests"
@@ -331,6 +332,18 @@ class MacroRequests(Event):
         # generic ``_plain``) would triple the cost of writing a level's records
         return {"t": self.t, "type": self.type, "concurrency": self.concurrency, "level_index": self.level_index,
                 "origin": self.origin, "first": self.first, "total": self.total, "requests": self.requests}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFieldsDropped(Event):
+    """The server refused request fields the load generator sends by default (vLLM's ``ignore_eos``, ...):
+    its first answer, a 4xx naming them, was retried without them, and the rest of the run goes without."""
+
+    type: ClassVar[str] = "request_fields_dropped"
+    fields: list[str] = field(default_factory=list)
+    reason: str = ""
+    """The server's answer that named them (``HTTP 422: ...``)."""
+    url: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,6 +542,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MacroPoint,
         MacroProgress,
         MacroRequests,
+        RequestFieldsDropped,
         GemmRow,
         AllReduceRow,
         ConnectionState,
