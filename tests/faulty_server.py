@@ -68,6 +68,8 @@ class Behavior:
     role_chunk: bool = False
     barrier: int = 0
     barrier_timeout_s: float = 5.0
+    barrier_spares_probes: bool = False
+    """One-token requests (the sweep's request-field check, the calibration's) pass the barrier."""
     burst: bool = False
     yield_chunks: bool = False
     prompt_tokens: int | None = None
@@ -237,7 +239,8 @@ class FaultyServer:
         self.stats.active += 1
         self.stats.peak_active = max(self.stats.peak_active, self.stats.active)
         try:
-            return await self._stream(reader, writer, chat, n, chunked, prompt_tokens) and (chunked or length)
+            probe = req.get("max_tokens") == 1
+            return await self._stream(reader, writer, chat, n, chunked, prompt_tokens, probe) and (chunked or length)
         finally:
             self.stats.active -= 1
 
@@ -263,7 +266,7 @@ class FaultyServer:
                 "choices": [{"index": 0, "text": text, "finish_reason": None}]}
 
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool, n: int,
-                      chunked: bool, prompt_tokens: int) -> bool:
+                      chunked: bool, prompt_tokens: int, probe: bool = False) -> bool:
         b = self.behavior
         frame = (lambda d: b"%x\r\n%s\r\n" % (len(d), d)) if chunked else (lambda d: d)
         k = max(1, b.tokens_per_chunk)
@@ -295,7 +298,7 @@ class FaultyServer:
                 frames.append(frame(self._event("[DONE]")))
             if chunked:
                 frames.append(b"0\r\n\r\n")
-        if b.barrier:
+        if b.barrier and not (b.barrier_spares_probes and probe):
             if self.stats.active >= b.barrier:
                 self._barrier_event.set()
             with contextlib.suppress(TimeoutError):
@@ -375,10 +378,18 @@ async def _main(argv: list[str]) -> None:
     p.add_argument("--stamp", action="store_true", help="stamp each token chunk with its send time")
     p.add_argument("--status", type=int, help="answer every completion with this HTTP status (mode status)")
     p.add_argument("--body", default=Behavior.body, help="the body of a --status answer")
+    p.add_argument("--transformers", action="store_true",
+                   help="transformers serve's ways: 422 to ignore_eos, a role-only chunk first, a content-free "
+                        "finish chunk with the usage last, no [DONE]")
+    p.add_argument("--role-gap", type=float, default=0.0, help="with --transformers: role chunk to first token (s)")
     a = p.parse_args(argv)
+    quirks: dict[str, Any] = {}
+    if a.transformers:
+        quirks = {"reject_fields": ("ignore_eos",), "role_chunk": True, "role_gap_s": a.role_gap,
+                  "finish_chunk": True, "done": False}
     srv = FaultyServer(Behavior(interval_s=a.interval, tokens_per_chunk=a.tokens_per_chunk, burst=a.burst,
                                 yield_chunks=a.yield_chunks, stamp=a.stamp, mode="status" if a.status else "ok",
-                                status=a.status or 500, body=a.body), port=a.port)
+                                status=a.status or 500, body=a.body, **quirks), port=a.port)
     srv.stats.keep_bodies = False
     await srv.start()
     print(f"PORT {srv.port}", flush=True)

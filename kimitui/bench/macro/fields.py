@@ -44,10 +44,13 @@ def named_fields(body: str, sent: Iterable[str]) -> list[str]:
 
 
 async def _refusal(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> tuple[int, bytes]:
-    """The status and the start of the body of a 4xx answer; (status, b"") for any other answer."""
+    """The status and the start of the body of a 4xx answer; (status, b"") for any other answer (read to
+    its end: a one-token stream, so that the server is not left holding it)."""
     async with client.stream("POST", url, content=json.dumps(body).encode(),
                              headers={"content-type": "application/json"}) as resp:
         if not 400 <= resp.status_code < 500:
+            async for _ in resp.aiter_raw():
+                pass
             return resp.status_code, b""
         raw = b""
         async for part in resp.aiter_bytes():
