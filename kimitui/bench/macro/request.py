@@ -214,21 +214,20 @@ class StreamAccount:
                     if not chunks:
                         out.first_chunk = now
                     chunks += 1
-                    self._last_choice = now
                     try:
                         c0 = choices[0]
                         if chat:
                             delta = c0["delta"]
                             text = delta.get("content")
-                            token = bool(text) or bool(delta.get("reasoning_content") or delta.get("reasoning")
-                                                       or delta.get("tool_calls"))
+                            if (text or delta.get("reasoning_content") or delta.get("reasoning")
+                                    or delta.get("tool_calls")):
+                                arrived(now)
                         else:
                             text = c0.get("text")
-                            token = bool(text)
+                            if text:
+                                arrived(now)
                     except (KeyError, TypeError, AttributeError, IndexError):
-                        text, token = None, False
-                    if token:
-                        arrived(now)
+                        text = None
                     if text:
                         content_chunks += 1
                 usage = obj.get("usage")
@@ -244,6 +243,8 @@ class StreamAccount:
                     msg = err.get("message", err) if isinstance(err, dict) else err
                     raise _Fail(f"server error in stream: {_short(str(msg), 80)}")
         finally:
+            if chunks != self.chunks:
+                self._last_choice = now
             self.chunks = chunks
             self._content_chunks = content_chunks
 
