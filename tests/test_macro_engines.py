@@ -235,3 +235,20 @@ def test_what_carries_a_token() -> None:
     # an output that is only its end: timed by its choice chunks, as before
     eos = _account(False, [{"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}, "[DONE]"])
     assert eos.times == [1.0] and eos.ttft == 1.0
+
+
+async def test_cancel_during_the_field_check_ends_the_sweep() -> None:
+    """A server that stalls the check's request: cancel ends the sweep, well before the read timeout."""
+    async with FaultyServer(Behavior(mode="stall", fail_after=0)) as srv:
+        cancel = asyncio.Event()
+        cfg = MacroConfig(url=srv.url, model="m", concurrency=[1], requests=2, max_tokens=3, warmup=0)
+        cfg.timeouts.read_s = cfg.timeouts.total_s = 600.0
+        sweep = asyncio.ensure_future(run_sweep(cfg, lambda e: None, cancel=cancel))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while srv.stats.requests < 1 and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert srv.stats.requests == 1
+        cancel.set()
+        result = await asyncio.wait_for(sweep, 60)
+    assert result.cancelled and not result.levels and result.fields_dropped == ()

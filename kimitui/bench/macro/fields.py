@@ -9,6 +9,8 @@ ever dropped: a server that refuses the model, the prompt or ``max_tokens`` fail
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Iterable
@@ -60,6 +62,21 @@ async def _refusal(client: httpx.AsyncClient, url: str, body: dict[str, object])
         return resp.status_code, raw[:ERROR_BODY_LIMIT]
 
 
+async def check_fields_or_cancel(cfg: MacroConfig, model: str, cancel: asyncio.Event) -> FieldCheck:
+    """``check_fields``, given up (nothing dropped) when ``cancel`` is set first."""
+    check = asyncio.ensure_future(check_fields(cfg, model))
+    stop = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({check, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not check.done():
+            check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await check
+    return FieldCheck() if check.cancelled() else check.result()
+
+
 async def check_fields(cfg: MacroConfig, model: str) -> FieldCheck:
     """Send one short request as the sweep would; while the server refuses it naming optional fields we
     sent, leave them out and send it again (each field is dropped once; at most one retry per field).
@@ -75,8 +92,9 @@ async def check_fields(cfg: MacroConfig, model: str) -> FieldCheck:
             for name in dropped:
                 body.pop(name, None)
             try:
-                status, raw = await _refusal(client, url, body)
-            except (httpx.HTTPError, OSError):
+                async with asyncio.timeout(cfg.timeouts.total_s):
+                    status, raw = await _refusal(client, url, body)
+            except (httpx.HTTPError, OSError, TimeoutError):
                 break
             named = named_fields(raw.decode("utf-8", "replace"), body)
             if not named:

@@ -27,7 +27,7 @@ import httpx
 from kimitui.bench.macro import records as rec
 from kimitui.bench.macro.arrivals import Arrival, load_trace
 from kimitui.bench.macro.config import MacroConfig
-from kimitui.bench.macro.fields import check_fields
+from kimitui.bench.macro.fields import check_fields_or_cancel
 from kimitui.bench.macro.http_stream import lean_unsupported
 from kimitui.bench.macro.lengths import (
     Calibration,
@@ -217,7 +217,7 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
     if plan.fallback is not None:
         publish(LogLine(t=_now(), level="warning", source=SOURCE,
                         message=f"lean HTTP client not usable ({plan.fallback}): using httpx"))
-    found = await check_fields(plan.config, model)
+    found = await check_fields_or_cancel(plan.config, model, cancel)
     if found.dropped:
         plan.config = dataclasses.replace(plan.config, omit_fields=plan.config.omit_fields + found.dropped)
         publish(RequestFieldsDropped(t=_now(), fields=list(found.dropped), reason=found.reason,
@@ -227,6 +227,8 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
                                        fields_dropped_reason=found.reason)
     levels = plan.levels
     try:
+        if cancel.is_set():  # cancelled during the field check
+            return result
         lengths: LengthModel | None = None
         method = "dataset"
         if plan.dataset is None:
