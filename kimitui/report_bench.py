@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kimitui.core.describe import verdict_line
 from kimitui.core.events import AllReduceRow, MacroPoint, first_error, level_failed
 from kimitui.core.state import SessionState, Sweep
 from kimitui.core.typed import finite
@@ -91,9 +92,24 @@ def _sweep(sweep: Sweep) -> list[str]:
     methods = sorted({str(p.metrics["input_len_method"]) for p in points if "input_len_method" in p.metrics})
     if methods:
         lines += ["", "Input lengths: " + ", ".join(_METHODS.get(x, x) for x in methods) + "."]
+    lines += _verdict(sweep)
     client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in _listed(p.metrics.get("client_warnings"))]
     if client:
         lines += ["", "The load generator may have distorted these figures:", "", *client]
+    return lines
+
+
+def _verdict(sweep: Sweep) -> list[str]:
+    """The sweep's verdict (where the SLOs hold at p99, the knee) and each level's goodput."""
+    if sweep.verdict is None:
+        return []
+    lines = ["", f"Verdict: {verdict_line(sweep.verdict)}."]
+    good = [f"c={p.concurrency}: {fmt_num(p.metrics.get('request_goodput'), '.2f')}/s of "
+            f"{fmt_num(p.metrics.get('request_throughput'), '.2f')}/s" for p in sweep.point_list
+            if p.metrics.get("request_goodput") is not None]
+    if good:
+        lines += ["", "Goodput (completed requests meeting every SLO, per second, of all completed): "
+                  + "; ".join(good) + "."]
     return lines
 
 

@@ -144,3 +144,17 @@ def test_the_command_says_it_in_one_line_exit_2(tmp_path: Path, content: bytes) 
                           text=True, timeout=120, cwd=tmp_path, env={**os.environ, "XDG_DATA_HOME": str(tmp_path)})
     assert done.returncode == 2 and done.stderr.startswith(f"kimitui campaign: {path}: "), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_macro_goodput_key_gives_the_sweep_its_slos(tmp_path: Path) -> None:
+    old = '# goodput = "ttft:200,tpot:50"'
+    assert old in INIT_TEXT
+    path = tmp_path / "c.toml"
+    path.write_text(INIT_TEXT.replace(old, 'goodput = "ttft:200,tpot:50"', 1))
+    slo = load_config(path).macro.macro_config("http://127.0.0.1:8000").slo
+    assert (slo.ttft_ms, slo.tpot_ms, slo.e2el_ms) == (200.0, 50.0, None)
+    path.write_text(INIT_TEXT.replace(old, 'goodput = "ttft:fast"', 1))
+    with pytest.raises(CampaignConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (f"{path}: [macro] goodput takes ttft:MS, tpot:MS or e2el:MS (MS a number >= 0), "
+                                 "not 'ttft:fast'")

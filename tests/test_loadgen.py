@@ -17,7 +17,16 @@ from kimitui.bench.macro.arrivals import schedule
 from kimitui.bench.macro.http_stream import LeanClient
 from kimitui.bench.macro.request import RequestOutcome, stream_request
 from kimitui.campaign.phases import macro_phase
-from kimitui.core.events import Event, LogLine, MacroPoint, MacroProgress, MacroRequests, PhaseEnd, PhaseStart
+from kimitui.core.events import (
+    Event,
+    LogLine,
+    MacroPoint,
+    MacroProgress,
+    MacroRequests,
+    MacroVerdict,
+    PhaseEnd,
+    PhaseStart,
+)
 from kimitui.core.state import SessionState, fold
 from tests.faulty_server import Behavior, FaultyServer, count_prompt
 
@@ -264,7 +273,7 @@ async def test_cancel_keeps_finished_levels_and_stops_promptly(client: str) -> N
     assert result.cancelled and [lv.concurrency for lv in result.levels] == [1]
     assert result.single_stream_tok_s == result.levels[0].metrics["output_throughput"] > 0
     assert [type(e) for e in events if not isinstance(e, LogLine | MacroProgress)] == [
-        PhaseStart, MacroRequests, MacroPoint, PhaseEnd]
+        PhaseStart, MacroRequests, MacroPoint, MacroVerdict, PhaseEnd]  # the verdict of the levels that ran
     (end,) = [e for e in events if isinstance(e, PhaseEnd)]
     assert not end.ok and "cancelled after 1 of 3" in end.note
     last = events[-1]

@@ -436,3 +436,28 @@ def test_arrival_options_and_their_errors(server_url: str, tmp_path: Path,
     with pytest.raises(SystemExit):
         _run(["--url", server_url, "--percentiles", "50,101"])
     assert "out of range" in capsys.readouterr().err
+
+
+def test_goodput_comma_form_and_the_sweeps_verdict(server_url: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sweep.json"
+    assert _run(["--url", server_url, "--model", "m", "--concurrency", "1,4", "--requests", "4", "--max-tokens", "8",
+                 "--output", str(out), "--goodput", "ttft:5000,tpot:1000"]) == 0
+    text = capsys.readouterr().out
+    assert "verdict: SLOs ttft:5000,tpot:1000 ms met at p99 up to c=4" in text
+    saved = json.loads(out.read_text())
+    assert [lv["goodput_slo_ms"] for lv in saved["levels"]] == [{"ttft": 5000.0, "tpot": 1000.0}] * 2
+    verdict = saved["verdict"]
+    assert verdict["goodput_slo_ms"] == {"ttft": 5000.0, "tpot": 1000.0}
+    assert verdict["slo_met_at_p99"] == [1, 4] and verdict["max_concurrency_meeting_slo"] == 4
+    assert verdict["peak_output_throughput"] == max(lv["output_throughput"] for lv in saved["levels"])
+    # an SLO no request can meet (a TTFT of 0 ms): no level meets it, said so, and goodput is 0
+    assert _run(["--url", server_url, "--model", "m", "--concurrency", "2", "--requests", "2", "--max-tokens", "4",
+                 "--json", "--goodput", "ttft:0"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.splitlines()[0])["request_goodput"] == 0
+    assert "verdict: SLOs ttft:0 ms met at p99 at no level" in captured.err  # stdout is a JSON object a level
+    for bad in ("ttft:fast", "itl:5", "tpot:-1"):
+        assert _run(["--url", server_url, "--concurrency", "1", "--goodput", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kimitui bench macro: goodput takes ttft:MS") and err.count("\n") == 1, err

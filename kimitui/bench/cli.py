@@ -34,14 +34,10 @@ def _arg(name: str) -> Any:
     return convert
 
 
-def _goodput(items: list[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for item in items:
-        key, _, value = item.partition(":")
-        if key not in ("ttft", "tpot", "e2el") or not value:
-            raise argparse.ArgumentTypeError(f"--goodput takes ttft:MS, tpot:MS or e2el:MS, not {item!r}")
-        out[key] = float(value)
-    return out
+def _goodput(items: list[str]) -> Any:
+    from kimitui.bench.macro.verdict import parse_goodput
+
+    return parse_goodput(items)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -95,7 +91,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="do not send ignore_eos (outputs may end early: lengths come from usage)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS", help="SLOs, e.g. ttft:500 tpot:50")
+    p.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
+                   help="SLOs in ms (vLLM's form), e.g. ttft:200,tpot:50 or ttft:200 tpot:50 (keys ttft, tpot, "
+                        "e2el): goodput per level, and the highest concurrency meeting them at p99")
     p.add_argument("--connect-timeout", type=float, default=10.0)
     p.add_argument("--read-timeout", type=float, default=60.0, help="longest silence between chunks (s)")
     p.add_argument("--request-timeout", type=float, default=600.0, help="longest single request (s)")
@@ -121,7 +119,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _config(args: argparse.Namespace) -> Any:
     import os
 
-    from kimitui.bench.macro import SLO, ConfigError, MacroConfig, RampUp, Timeouts
+    from kimitui.bench.macro import ConfigError, MacroConfig, RampUp, Timeouts
     from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, PERCENTILES, parse_requests
 
     slo = _goodput(args.goodput)
@@ -144,7 +142,7 @@ def _config(args: argparse.Namespace) -> Any:
         burstiness=args.burstiness, ramp_up=ramp, trace=args.trace,
         timeouts=Timeouts(connect_s=args.connect_timeout, read_s=args.read_timeout,
                           total_s=args.request_timeout),
-        slo=SLO(ttft_ms=slo.get("ttft"), tpot_ms=slo.get("tpot"), e2el_ms=slo.get("e2el")),
+        slo=slo,
         api_key=args.api_key or os.environ.get("OPENAI_API_KEY"), client=args.client,
     )
 
@@ -165,8 +163,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kimitui.bench.macro.exports import RequestsOut, write_csv
     from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
     from kimitui.campaign.phases import macro_phase
-    from kimitui.core.describe import describe
-    from kimitui.core.events import Event, LogLine, MacroPoint, RequestFieldsDropped
+    from kimitui.core.describe import describe, verdict_line
+    from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
     from kimitui.core.printable import printable
 
     try:
@@ -194,6 +192,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   flush=True)
             if output:
                 output[0].level(ev.concurrency, ev.metrics)
+        elif isinstance(ev, MacroVerdict):
+            progress.clear()
+            # stdout's --json lines are one a level; the verdict's JSON is --output's "verdict"
+            print(f"verdict: {verdict_line(ev)}", file=sys.stderr if args.json else sys.stdout, flush=True)
         elif isinstance(ev, LogLine):
             progress.clear()
             print(f"{ev.level}: {printable(ev.message)}", file=sys.stderr, flush=True)

@@ -25,6 +25,7 @@ from kimitui.core.events import (
     LogLine,
     MacroPoint,
     MacroProgress,
+    MacroVerdict,
     MicroEnd,
     MicroEnv,
     MicroPlan,
@@ -52,7 +53,8 @@ SOURCES: dict[type[Event], str] = {
     PhaseStart: "phase", PhaseEnd: "phase", CleanupPlan: "cleanup", StepPreview: "cleanup", Consent: "cleanup",
     SignalSent: "signal", SignalOutcome: "signal", SignalLate: "signal", StepResult: "cleanup", Verification: "verify",
     HostCommand: "cleanup",
-    MacroPoint: "macro", MacroProgress: "macro", RequestFieldsDropped: "macro", ConnectionState: "connection",
+    MacroPoint: "macro", MacroProgress: "macro", MacroVerdict: "macro", RequestFieldsDropped: "macro",
+    ConnectionState: "connection",
     Topology: "topology", MicroPlan: "micro", MicroEnv: "micro", MicroEnd: "micro",
 }
 
@@ -155,6 +157,8 @@ def _words(ev: Event, state: SessionState | None) -> str | None:
                     f"failed (first: {first_error(ev) or 'no reason given'})")
         tok = ev.metric("output_throughput")
         return f"concurrency {ev.concurrency}: " + (f"{tok:.0f} tok/s" if tok is not None else "no throughput")
+    if isinstance(ev, MacroVerdict):
+        return "sweep verdict: " + verdict_line(ev)
     if isinstance(ev, MacroProgress):
         if ev.status == "failed":
             return f"sweep failed: {ev.error}"
@@ -299,3 +303,18 @@ def details(ev: Event, started: Started = unknown_start) -> list[str]:
                        + (f" by {' '.join(map(str, g.holders))}" if g.holders else ""))
         return out
     return []
+
+
+def verdict_line(ev: MacroVerdict) -> str:
+    """A sweep's verdict in words: where the SLOs hold at p99, and the knee of tok/s."""
+    parts = []
+    if ev.slo:
+        slos = ",".join(f"{k}:{v:g}" for k, v in ev.slo.items())
+        parts.append(f"SLOs {slos} ms met at p99 up to c={ev.slo_concurrency}" if ev.slo_concurrency is not None
+                     else f"SLOs {slos} ms met at p99 at no level")
+    if ev.knee_concurrency is not None and ev.knee_tok_s is not None:
+        parts.append(f"knee at c={ev.knee_concurrency}, {ev.knee_tok_s:.0f} tok/s "
+                     f"(under {ev.knee_growth:.0%} more per doubling past it)")
+    elif ev.peak_tok_s is not None:
+        parts.append(f"no knee: tok/s still grows at the last level ({ev.peak_tok_s:.0f} tok/s)")
+    return "; ".join(parts) if parts else "no levels"

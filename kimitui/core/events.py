@@ -260,6 +260,24 @@ def metrics_failed(m: Mapping[str, object]) -> bool:
     return "completed" in m and not m["completed"] and bool(m.get("failed") or m.get("num_prompts"))
 
 
+@dataclass(frozen=True, slots=True)
+class MacroVerdict(Event):
+    """A sweep's verdict, published when it ends (``kimitui.bench.macro.verdict``): the highest concurrency
+    whose level meets the goodput SLOs at p99, and the knee, the first level past which output tok/s grows
+    by less than ``knee_growth`` per doubling of the concurrency."""
+
+    type: ClassVar[str] = "macro_verdict"
+    slo: dict[str, float] = field(default_factory=dict)
+    """The SLOs in ms by vLLM's key (``ttft``, ``tpot``, ``e2el``); empty: none given."""
+    meets: list[int] = field(default_factory=list)
+    """The concurrencies whose level meets the SLOs at p99."""
+    slo_concurrency: int | None = None
+    knee_concurrency: int | None = None
+    knee_tok_s: float | None = None
+    peak_tok_s: float | None = None
+    knee_growth: float = 0.10
+
+
 def level_failed(point: MacroPoint) -> bool:
     """Every request of the level failed: it has no throughput or latency to show (never a zero)."""
     return metrics_failed(point.metrics)
@@ -543,6 +561,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MacroProgress,
         MacroRequests,
         RequestFieldsDropped,
+        MacroVerdict,
         GemmRow,
         AllReduceRow,
         ConnectionState,

@@ -27,6 +27,7 @@ from kimitui.core.events import (
     MacroPoint,
     MacroProgress,
     MacroRequests,
+    MacroVerdict,
     MicroEnd,
     MicroEnv,
     MicroPlan,
@@ -189,6 +190,8 @@ class Sweep:
     point)."""
     progress: MacroProgress | None = None
     """The latest progress (None for a sweep recorded without: only its points and phase)."""
+    verdict: MacroVerdict | None = None
+    """Its verdict (the SLOs at p99, the knee), once it has ended with a level; None in older runs."""
 
     @property
     def levels(self) -> list[int]:
@@ -514,6 +517,9 @@ def fold(state: SessionState, ev: Event) -> SessionState:
     elif isinstance(ev, MacroPoint):
         state.macro[ev.concurrency] = ev
         _open_sweep(state, ev.t).points[ev.concurrency] = ev
+    elif isinstance(ev, MacroVerdict):
+        if state.sweep is not None:
+            state.sweep.verdict = ev
     elif isinstance(ev, MacroProgress):
         sweep = state.sweep
         if ev.status == "starting" or sweep is None:

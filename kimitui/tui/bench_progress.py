@@ -15,7 +15,7 @@ from textual.renderables.bar import Bar as BarRenderable
 from textual.widget import Widget
 from textual.widgets import Digits, Label, Static
 
-from kimitui.core.events import MacroPoint, first_error, level_failed
+from kimitui.core.events import MacroPoint, MacroVerdict, first_error, level_failed
 from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
 from kimitui.tui.bench_runner import headline
@@ -78,8 +78,9 @@ def headline_text(value: float | None) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
 
 
-def single_stream_content(points: list[MacroPoint]) -> Content:
-    """One line: the headline, the peak and where, the number of points (a failed level has neither)."""
+def single_stream_content(points: list[MacroPoint], verdict: MacroVerdict | None = None) -> Content:
+    """One line: the headline, the peak and where, the number of points (a failed level has neither), and
+    the sweep's verdict once it has one: the knee and the highest concurrency meeting the SLOs at p99."""
     ok = [p for p in points if not level_failed(p)]
     tok = headline(ok)
     peak = max(ok, key=lambda p: p.metric("output_throughput") or 0.0, default=None)
@@ -90,7 +91,22 @@ def single_stream_content(points: list[MacroPoint]) -> Content:
         parts += [("   peak ", "$text-muted"), (f"{peak_tok:.0f} tok/s", "bold"),
                   (f" at c={peak.concurrency}", "$text-muted")]
     parts += [("   points ", "$text-muted"), str(len(points))]
+    if verdict is not None:
+        parts += verdict_parts(verdict)
     return Content.assemble(*parts)
+
+
+def verdict_parts(v: MacroVerdict) -> list[str | tuple[str, str]]:
+    """``knee c=128 (1536 tok/s)   SLOs ttft:200,tpot:50 met up to c=16`` (what the sweep's verdict says)."""
+    parts: list[str | tuple[str, str]] = []
+    if v.knee_concurrency is not None:
+        parts += [("   knee ", "$text-muted"), (f"c={v.knee_concurrency}", "bold"),
+                  (f" ({fmt.num(v.knee_tok_s, '{:.0f}', ' tok/s')})", "$text-muted")]
+    if v.slo:
+        slos = ",".join(f"{k}:{x:g}" for k, x in v.slo.items())
+        met = (f"c={v.slo_concurrency}", "bold") if v.slo_concurrency is not None else ("no level", "bold $error")
+        parts += [(f"   SLOs {slos} p99 met up to ", "$text-muted"), met]
+    return parts
 
 
 def failures_text(sweep: Sweep) -> str:
@@ -217,8 +233,9 @@ class SweepPanel(Vertical):
         self._bars: tuple[float, float, float, float] | None = None
 
     def show(self, state: SessionState, points: list[MacroPoint], live: bool) -> None:
-        self.query_one("#single-stream", Static).update(single_stream_content(points))
         sweep = state.sweep
+        verdict = sweep.verdict if sweep is not None else None
+        self.query_one("#single-stream", Static).update(single_stream_content(points, verdict))
         self._set_status(sweep_status(sweep, live))
         bars = progress_bars(sweep) if sweep is not None else None
         self._show_bars(bars is not None)

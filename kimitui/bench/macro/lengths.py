@@ -4,9 +4,11 @@ Counting words is not counting tokens (``--input-len 128`` once sent 322 tokens 
 shipping the model's tokenizer is not an option. So the server counts, and the client builds prompts
 whose count it can predict:
 
-1. A counter: the server's ``POST /tokenize`` where it has one (vLLM does; ``{"model", "prompt"}`` or
-   ``{"model", "messages"}`` -> ``{"count", ...}``), else the ``usage.prompt_tokens`` of a one-token
-   request with the same endpoint and template as the measured ones.
+1. A counter: the server's tokenize endpoint where it has one (vLLM's ``POST /tokenize``,
+   ``{"model", "prompt"}`` or ``{"model", "messages"}`` -> ``{"count", ...}``; SGLang's ``POST /v1/tokenize``;
+   llama.cpp's ``POST /tokenize``, ``{"content"}`` -> ``{"tokens"}``; the last two for completions only, as
+   they apply no chat template), else the ``usage.prompt_tokens`` of a one-token request with the same
+   endpoint and template as the measured ones.
 2. Calibration (once a sweep): the count of the anchor word alone (the *overhead*: special tokens, the
    chat template, the anchor), then the count of the anchor followed by all the candidate words. If they
    add exactly one token each, the calibration is done (two counts). Otherwise groups of ``GROUP`` words,
@@ -64,35 +66,101 @@ def chat_messages(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
+@dataclass(frozen=True, slots=True)
+class TokenizeForm:
+    """One engine's tokenize endpoint: where it is, what it is sent, where the count is in its answer."""
+
+    name: str
+    path: str
+    text_key: str
+    """The body's key for the text: ``prompt`` (vLLM, SGLang) or ``content`` (llama.cpp)."""
+    counts_chat: bool
+    """It applies the chat template to ``messages`` (vLLM only)."""
+
+    def body(self, model: str, text: str, chat: bool) -> dict[str, Any]:
+        if chat:
+            return {"model": model, "messages": chat_messages(text)}
+        if self.name == "llamacpp":
+            return {"content": text, "add_special": True}  # as /completion counts it: BOS included
+        return {"model": model, self.text_key: text}
+
+    def count_in(self, answer: object) -> int:
+        """The number of tokens in the answer; raises ``CountError`` when it has none."""
+        if not isinstance(answer, dict):
+            raise CountError(f"POST {self.path}: the answer is not a JSON object")
+        count = answer.get("count") if self.name != "llamacpp" else None
+        tokens = answer.get("tokens")
+        if count is None and self.name != "vllm" and isinstance(tokens, list):
+            count = len(tokens)
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+            raise CountError(f"POST {self.path}: no count of tokens in the answer")
+        return count
+
+
+TOKENIZE_FORMS = (
+    TokenizeForm("vllm", "/tokenize", "prompt", counts_chat=True),
+    TokenizeForm("sglang", "/v1/tokenize", "prompt", counts_chat=False),
+    TokenizeForm("llamacpp", "/tokenize", "content", counts_chat=False),
+)
+"""Tried in this order; the first that counts the first prompt counts them all. llama.cpp answers vLLM's
+body with ``{"tokens": []}`` (no ``content``), which is not a count, so it is not mistaken for vLLM."""
+
+
 class TokenizeCounter:
-    """vLLM's ``POST /tokenize`` (at the server's root, not under ``/v1``)."""
+    """The server's own tokenize endpoint, in the form it speaks (``TOKENIZE_FORMS``): vLLM's
+    ``POST /tokenize`` (at the server's root, not under ``/v1``), SGLang's ``POST /v1/tokenize``, or
+    llama.cpp's ``POST /tokenize`` with ``{"content"}`` -> ``{"tokens"}``. Only vLLM's applies a chat
+    template, so for chat prompts only it is tried."""
 
     method = "tokenize"
 
     def __init__(self, client: httpx.AsyncClient, base_url: str, model: str, chat: bool) -> None:
-        self.client, self.url, self.model, self.chat = client, base_url + "/tokenize", model, chat
+        self.client, self.base_url, self.model, self.chat = client, base_url, model, chat
         self._gate = asyncio.Semaphore(COUNT_CONCURRENCY)
+        self._found = asyncio.Lock()
+        self.form: TokenizeForm | None = None
+        """The form the server answered, once known."""
+
+    @property
+    def via(self) -> str:
+        if self.form is None:
+            return "POST /tokenize"
+        return f"POST {self.form.path}" + (" (llama.cpp's form)" if self.form.name == "llamacpp" else "")
 
     async def count(self, text: str) -> int:
-        body: dict[str, Any] = {"model": self.model}
-        if self.chat:
-            body["messages"] = chat_messages(text)
-        else:
-            body["prompt"] = text
+        if self.form is None:
+            async with self._found:
+                if self.form is None:
+                    return await self._find_form(text)
+        return await self._count(self.form, text)
+
+    async def _find_form(self, text: str) -> int:
+        failures: list[str] = []
+        for form in TOKENIZE_FORMS:
+            if self.chat and not form.counts_chat:
+                continue
+            try:
+                count = await self._count(form, text)
+            except CountError as exc:
+                failures.append(str(exc))
+                continue
+            self.form = form
+            return count
+        raise CountError("; ".join(failures))
+
+    async def _count(self, form: TokenizeForm, text: str) -> int:
         async with self._gate:
             try:
-                resp = await self.client.post(self.url, json=body)
+                resp = await self.client.post(self.base_url + form.path, json=form.body(self.model, text, self.chat))
             except httpx.HTTPError as exc:
-                raise CountError(f"POST /tokenize: {type(exc).__name__}") from None
+                raise CountError(f"POST {form.path}: {type(exc).__name__}") from None
         if resp.status_code != 200:
-            raise CountError(f"POST /tokenize: HTTP {resp.status_code}")
+            raise CountError(f"POST {form.path}: HTTP {resp.status_code}")
         try:
-            count = resp.json()["count"]
-        except (ValueError, KeyError, TypeError):
-            raise CountError("POST /tokenize: no count in the answer") from None
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise CountError("POST /tokenize: the count is not a number of tokens")
-        return count
+            answer = resp.json()
+        except ValueError:
+            raise CountError(f"POST {form.path}: the answer is not JSON") from None
+        return form.count_in(answer)
 
 
 Sender = Callable[[bytes], Awaitable[tuple[int | None, str | None]]]
@@ -133,6 +201,8 @@ class Calibration:
     """Counts the calibration took."""
     seconds: float = 0.0
     note: str = ""
+    via: str = ""
+    """The endpoint that counted, as the operator reads it (``POST /v1/tokenize``), when not vLLM's."""
 
     @property
     def exact(self) -> bool:
@@ -148,7 +218,8 @@ class Calibration:
         if not self.exact:
             return (f"input lengths estimated at {self.tokens_per_word:.2f} tokens a word, then adjusted from "
                     f"usage ({self.note or 'the server cannot count'})")
-        via = "POST /tokenize" if self.method == "tokenize" else "usage.prompt_tokens of one-token requests"
+        via = (self.via or "POST /tokenize") if self.method == "tokenize" else \
+            "usage.prompt_tokens of one-token requests"
         text = (f"input lengths exact, counted by the server ({via}): {self.overhead} tokens of template and "
                 f"anchor, {len(self.words)} one-token words; {self.counts} counts in {self.seconds:.2f} s")
         return text + (f"; {self.note}" if self.note else "")
@@ -196,7 +267,8 @@ async def calibrate(counter: TokenCounter, check_target: int, seed: int = 0) -> 
         return Calibration("estimated", overhead=base, tokens_per_word=per_word, counts=calls,
                            seconds=perf_counter() - start,
                            note=f"only {len(good)} of {len(CANDIDATES)} candidate words are one token")
-    cal = Calibration(counter.method, overhead=base, words=tuple(good), counts=calls)
+    cal = Calibration(counter.method, overhead=base, words=tuple(good), counts=calls,
+                      via=getattr(counter, "via", ""))
     rng = random.Random(seed)
     k = cal.words_for(min(max(check_target, 1), CHECK_WORDS_MAX))
     check = [rng.choice(cal.words) for _ in range(k)]

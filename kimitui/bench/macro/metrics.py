@@ -19,6 +19,7 @@ from kimitui.bench.macro import client_health
 from kimitui.bench.macro.config import PERCENTILES, SLO
 from kimitui.bench.macro.records import RequestRecord
 from kimitui.bench.macro.stats import mean_std, percentile, pword
+from kimitui.bench.macro.verdict import request_is_good, slo_dict
 
 CLIENT_KEYS = client_health.PROBE_KEYS
 __all__ = ["LevelContext", "mean_std", "percentile", "pword", "series_stats", "summarize"]
@@ -128,8 +129,7 @@ def summarize(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[str, 
     slo = ctx.slo
     if slo.active:
         good = sum(1 for ttft, tpot, e2el in zip(ttfts, all_tpots, e2els, strict=True)
-                   if (slo.ttft_ms is None or ttft <= slo.ttft_ms) and (slo.tpot_ms is None or tpot <= slo.tpot_ms)
-                   and (slo.e2el_ms is None or e2el <= slo.e2el_ms))
+                   if request_is_good(ttft, tpot, e2el, slo))
 
     def per_s(x: float) -> float:
         return x / duration if duration > 0 else 0.0
@@ -157,8 +157,7 @@ def summarize(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[str, 
     m["usage_missing"] = usage_missing
     m["failures"] = dict(failures.most_common())
     if slo.active:
-        m["goodput_slo_ms"] = {k: v for k, v in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms),
-                                                 ("e2el", slo.e2el_ms)) if v is not None}
+        m["goodput_slo_ms"] = slo_dict(slo)
     targets = [r.target_input for r in records if r.target_input is not None]
     m["requested_input_len"] = mean_std(targets)[0] if targets else None
     m["requested_input_len_stddev"] = ctx.input_len_stddev

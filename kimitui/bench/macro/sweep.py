@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from kimitui.bench.macro import records as rec
+from kimitui.bench.macro import verdict as vd
 from kimitui.bench.macro.arrivals import Arrival, load_trace
 from kimitui.bench.macro.config import MacroConfig
 from kimitui.bench.macro.fields import check_fields_or_cancel
@@ -41,7 +42,7 @@ from kimitui.bench.macro.level import Level, LevelProgress, LevelRun
 from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
 from kimitui.bench.macro.transport import headers, ssl_context
-from kimitui.core.events import Event, LogLine, MacroPoint, RequestFieldsDropped
+from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
 
 PHASE = "macro"
 SOURCE = "macro"
@@ -72,6 +73,8 @@ class SweepResult:
     fields_dropped: tuple[str, ...] = ()
     """Request fields the server refused, left out of the whole run (``fields.check_fields``)."""
     fields_dropped_reason: str = ""
+    verdict: MacroVerdict | None = None
+    """The sweep's verdict (``verdict``), once it has ended with at least one level."""
 
     @property
     def single_stream_tok_s(self) -> float | None:
@@ -92,6 +95,7 @@ class SweepResult:
             "request_fields_dropped_reason": self.fields_dropped_reason or None,
             "cancelled": self.cancelled,
             "levels": [{"concurrency": lv.concurrency, **lv.metrics} for lv in self.levels],
+            "verdict": verdict_dict(self.verdict),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -253,7 +257,30 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
             result.levels.append(LevelResult(c, run.metrics, run.records))
     finally:
         result.cancelled = cancel.is_set() or len(result.levels) < len(levels)
+    if result.levels:
+        result.verdict = sweep_verdict_event(result)
+        publish(result.verdict)
     return result
+
+
+def sweep_verdict_event(result: SweepResult) -> MacroVerdict:
+    """The verdict of the sweep's finished levels, as the event that records it."""
+    figures = [vd.LevelFigures(lv.concurrency, float(lv.metrics.get("output_throughput") or 0.0), lv.records)
+               for lv in result.levels]
+    v = vd.sweep_verdict(figures, vd.slo_dict(result.config.slo))
+    return MacroVerdict(t=_now(), slo=v.slo, meets=v.meets, slo_concurrency=v.slo_concurrency,
+                        knee_concurrency=v.knee_concurrency, knee_tok_s=v.knee_tok_s, peak_tok_s=v.peak_tok_s,
+                        knee_growth=v.knee_growth)
+
+
+def verdict_dict(ev: MacroVerdict | None) -> dict[str, Any] | None:
+    """The verdict in ``--output``: the SLOs (``goodput_slo_ms``, vLLM's key), the levels that meet them at
+    p99 and the highest, the knee and the peak output tok/s."""
+    if ev is None:
+        return None
+    return {"goodput_slo_ms": ev.slo, "slo_met_at_p99": ev.meets, "max_concurrency_meeting_slo": ev.slo_concurrency,
+            "knee_concurrency": ev.knee_concurrency, "knee_output_throughput": ev.knee_tok_s,
+            "peak_output_throughput": ev.peak_tok_s, "knee_growth_per_doubling": ev.knee_growth}
 
 
 async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],

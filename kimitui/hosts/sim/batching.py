@@ -86,11 +86,14 @@ class BatchingModel:
 class Sequence:
     """One running request as the scheduler sees it: tokens are pushed to its queue as steps end."""
 
-    __slots__ = ("done", "max_tokens", "prefill_left", "produced", "queue")
+    __slots__ = ("admitted_at", "done", "max_tokens", "prefill_left", "produced", "prompt_tokens", "queue")
 
     def __init__(self, max_tokens: int, prompt_tokens: int = 0) -> None:
         self.max_tokens = max_tokens
+        self.prompt_tokens = prompt_tokens
         self.prefill_left = prompt_tokens
+        self.admitted_at: float | None = None
+        """The scheduler's clock when the request entered the batch (None while it waits)."""
         self.produced = 0
         self.queue: asyncio.Queue[int] = asyncio.Queue()
         self.done = False
@@ -125,6 +128,11 @@ class DecodeScheduler:
         count them: those in the batch (their prefill included) and those waiting for a slot."""
         return sum(1 for s in self._running if not s.done), sum(1 for s in self._waiting if not s.done)
 
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens whose KV the running requests hold now: their prompts and what they generated."""
+        return sum(s.prompt_tokens + s.produced for s in self._running if not s.done)
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="sim-decode-loop")
@@ -152,6 +160,9 @@ class DecodeScheduler:
         self._running = [s for s in self._running if not s.done]
         room = self.model.max_batch - len(self._running)
         if room > 0 and self._waiting:
+            now = self._clock()
+            for seq in self._waiting[:room]:
+                seq.admitted_at = now
             self._running.extend(self._waiting[:room])
             del self._waiting[:room]
 

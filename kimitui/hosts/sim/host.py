@@ -38,6 +38,7 @@ from kimitui.hosts.sim.layout import (
     make_gpus,
 )
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_to_args
+from kimitui.hosts.sim.quirks import EngineQuirks
 from kimitui.hosts.sim.service import DEFAULT_WORKER_MEM_MIB, STUCK_RANKS_ENV
 from kimitui.hosts.sim.teardown import alive, kill_everything, session_members
 from kimitui.hosts.sim.tools import install_tools
@@ -56,7 +57,8 @@ class SimHost(LocalHost):
                  stuck_workers: int = 2, stray_holder: bool | int = False, nvml_monitor: bool = True,
                  model: str = DEFAULT_MODEL, load_time: float = 0.2, batching: BatchingModel | None = None,
                  faults: FaultPlan | None = None, ready_timeout: float = 30.0, name: str = "sim",
-                 python: str | None = None, persistence_daemon: bool = False) -> None:
+                 python: str | None = None, persistence_daemon: bool = False,
+                 quirks: EngineQuirks | None = None) -> None:
         super().__init__(name=name, python=python)
         if not 0 <= stuck_workers <= gpus:
             raise ValueError("stuck_workers must be between 0 and the number of GPUs")
@@ -76,6 +78,8 @@ class SimHost(LocalHost):
         self.load_time = load_time
         self.batching = batching or BatchingModel.from_targets()
         self.faults = faults or FaultPlan()
+        self.quirks = quirks or EngineQuirks()
+        """How the simulated service departs from vLLM (``quirks.py``)."""
         self.ready_timeout = ready_timeout
         self._layout: SimLayout | None = None
         self._tools: tuple[Path, Path] | None = None
@@ -176,7 +180,8 @@ class SimHost(LocalHost):
                 "--tensor-parallel-size", str(len(self.gpus)), "--host", "127.0.0.1", "--port", str(self._port),
                 "--sim-dir", str(layout.root), "--worker-mem-mib", str(self.worker_mem_mib),
                 "--load-time", str(self.load_time), "--fault", self.faults.mode,
-                "--fault-every", str(self.faults.every), *batching_to_args(self.batching)]
+                "--fault-every", str(self.faults.every), "--quirks", self.quirks.spec(),
+                *batching_to_args(self.batching)]
         env = self._env()
         env[STUCK_RANKS_ENV] = ",".join(map(str, self.stuck_gpus))
         with open(layout.service_log, "ab") as log:

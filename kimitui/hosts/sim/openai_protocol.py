@@ -5,8 +5,9 @@ Shapes follow vLLM's OpenAI-compatible server: streamed chunks as ``data: {...}\
 ``usage``; chat streams send the ``role`` delta with the first token. Prompts are tokenized by the toy
 tokenizer (``toy_tokenizer``; a list of token ids counts exactly), the same one ``POST /tokenize``
 answers with; each generated token is one word, so the text of a completion has as many words as
-``completion_tokens``. The simulated model always generates ``max_tokens`` tokens (finish_reason
-``length``).
+``completion_tokens``. The simulated model generates ``max_tokens`` tokens (finish_reason ``length``),
+or fewer when it is told to stop at EOS (``eos_after``, the ``eos=N`` quirk) and the request does not
+say ``ignore_eos``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ _VOCAB_JSON = tuple(json.dumps(w).encode() for w in VOCAB_WORDS)
 _ids = itertools.count(1)
 
 Kind = Literal["completion", "chat"]
+OPENAI_FIELDS = frozenset((
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options",
+    "temperature", "top_p", "n", "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias",
+    "logprobs", "top_logprobs", "user", "echo", "suffix", "best_of", "response_format", "tools",
+    "tool_choice", "parallel_tool_calls", "metadata", "store", "modalities", "audio", "prediction",
+    "reasoning_effort", "service_tier"))
+"""The request fields of OpenAI's API; a strict server (``strict_fields``) refuses any other."""
 
 
 class ApiError(Exception):
@@ -51,6 +59,10 @@ class GenRequest:
     include_usage: bool
     request_id: str
     created: int
+    finish_reason: str = "length"
+    """``length`` (all ``max_tokens`` generated) or ``stop`` (the model's EOS came first)."""
+    arrived: float = 0.0
+    """The server's monotonic clock when the request's handling began (its metrics start there)."""
 
 
 def _int_field(body: dict[str, Any], name: str) -> int | None:
@@ -141,9 +153,44 @@ def tokenize(raw: bytes, *, served_model: str, max_model_len: int) -> dict[str, 
     return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": None}
 
 
-def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len: int) -> GenRequest:
-    """Validate a /v1/completions or /v1/chat/completions body the way vLLM does (400 / 404)."""
+def _check_fields(body: dict[str, Any]) -> None:
+    unexpected = {name for name in body if name not in OPENAI_FIELDS}
+    if unexpected:
+        raise ApiError(422, f"Unexpected fields in the request: {unexpected!r}", "UnprocessableEntity")
+
+
+def tokenize_sglang(raw: bytes, *, served_model: str, max_model_len: int) -> dict[str, Any]:
+    """SGLang's ``POST /v1/tokenize``: ``{"model", "prompt", "add_special_tokens"}`` -> ``{"tokens", "count",
+    "max_model_len"}`` (a prompt only: no chat template)."""
     body = _json_object(raw)
+    _check_model(body, served_model)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise ApiError(400, "'prompt' must be a string")
+    ids = toy_tokenizer.encode_prompt(prompt, _bool_field(body, "add_special_tokens", True))
+    return {"tokens": ids, "count": len(ids), "max_model_len": max_model_len}
+
+
+def tokenize_llamacpp(raw: bytes) -> dict[str, Any]:
+    """llama.cpp's ``POST /tokenize``: ``{"content", "add_special"}`` -> ``{"tokens"}``. As llama.cpp does, a
+    body without ``content`` gets no tokens (not an error), and ``add_special`` defaults to false."""
+    body = _json_object(raw)
+    content = body.get("content")
+    if content is None:
+        return {"tokens": []}
+    if not isinstance(content, str):
+        raise ApiError(400, "'content' must be a string")
+    return {"tokens": toy_tokenizer.encode_prompt(content, _bool_field(body, "add_special", False))}
+
+
+def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len: int,
+                     strict_fields: bool = False, eos_after: int | None = None) -> GenRequest:
+    """Validate a /v1/completions or /v1/chat/completions body the way vLLM does (400 / 404); with
+    ``strict_fields``, fields outside OpenAI's API get 422; with ``eos_after``, a request without
+    ``ignore_eos: true`` ends after that many tokens (finish_reason ``stop``)."""
+    body = _json_object(raw)
+    if strict_fields:
+        _check_fields(body)
     _check_model(body, served_model)
     if kind == "completion":
         prompt_tokens = len(_prompt_ids(body.get("prompt"), _bool_field(body, "add_special_tokens", True)))
@@ -177,9 +224,12 @@ def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise ApiError(400, "'ignore_eos' must be a boolean")
+    finish_reason = "length"
+    if eos_after is not None and not ignore_eos and eos_after < max_tokens:
+        max_tokens, finish_reason = eos_after, "stop"
     prefix = "cmpl" if kind == "completion" else "chatcmpl"
     return GenRequest(kind, served_model, prompt_tokens, max_tokens, stream, include_usage,
-                      f"{prefix}-sim{next(_ids):08d}", int(time.time()))
+                      f"{prefix}-sim{next(_ids):08d}", int(time.time()), finish_reason)
 
 
 def token_text(index: int) -> str:
@@ -200,14 +250,17 @@ class ChunkWriter:
                 f'{"text_completion" if req.kind == "completion" else "chat.completion.chunk"}",'
                 f'"created":{req.created},"model":{json.dumps(req.model)},"choices":[{{"index":0,')
         self._head = head.encode()
+        finish = json.dumps(req.finish_reason).encode()
         if req.kind == "completion":
             self._open = b'"text":'
             self._tail = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
-            self._last = b',"logprobs":null,"finish_reason":"length","stop_reason":null}]}\n\n'
+            self._last = b',"logprobs":null,"finish_reason":' + finish + b',"stop_reason":null}]}\n\n'
         else:
             self._open = b'"delta":{"content":'
             self._tail = b'},"logprobs":null,"finish_reason":null}]}\n\n'
-            self._last = b'},"logprobs":null,"finish_reason":"length"}]}\n\n'
+            self._last = b'},"logprobs":null,"finish_reason":' + finish + b'}]}\n\n'
+        self.finish_in_last_token = True
+        """False when a separate content-free final chunk carries the finish_reason (``final``)."""
 
     def role(self) -> bytes:
         """The chat stream's first chunk: the assistant role with empty content (no-op for completions)."""
@@ -215,14 +268,32 @@ class ChunkWriter:
             return b""
         return self._head + b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
 
+    def role_only(self) -> bytes:
+        """A chat stream's role-only chunk, as servers that send it ahead of generating do."""
+        return self._head + b'"delta":{"role":"assistant"},"logprobs":null,"finish_reason":null}]}\n\n'
+
     def token(self, index: int) -> bytes:
-        last = index == self.req.max_tokens - 1
+        last = self.finish_in_last_token and index == self.req.max_tokens - 1
         return self._head + self._open + _VOCAB_JSON[index % len(_VOCAB_JSON)] + (self._last if last else self._tail)
 
     def usage(self, completion_tokens: int) -> bytes:
         kind = "text_completion" if self.req.kind == "completion" else "chat.completion.chunk"
         obj = {"id": self.req.request_id, "object": kind, "created": self.req.created, "model": self.req.model,
                "choices": [], "usage": usage(self.req, completion_tokens)}
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    def final(self, completion_tokens: int, with_usage: bool) -> bytes:
+        """The content-free last chunk of a stream without ``[DONE]``: the finish_reason, usage if asked."""
+        kind = "text_completion" if self.req.kind == "completion" else "chat.completion.chunk"
+        choice: dict[str, Any] = {"index": 0, "finish_reason": self.req.finish_reason}
+        if self.req.kind == "chat":
+            choice["delta"] = {}
+        else:
+            choice["text"] = ""
+        obj: dict[str, Any] = {"id": self.req.request_id, "object": kind, "created": self.req.created,
+                               "model": self.req.model, "choices": [choice]}
+        if with_usage:
+            obj["usage"] = usage(self.req, completion_tokens)
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
     @staticmethod
@@ -234,12 +305,12 @@ def full_response(req: GenRequest, *, with_usage: bool = True) -> dict[str, Any]
     """The non-streamed body once all ``max_tokens`` tokens are generated."""
     text = "".join(token_text(i) for i in range(req.max_tokens))
     if req.kind == "completion":
-        choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length",
+        choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason,
                                   "stop_reason": None}
         obj = "text_completion"
     else:
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": "length"}
+                  "finish_reason": req.finish_reason}
         obj = "chat.completion"
     out: dict[str, Any] = {"id": req.request_id, "object": obj, "created": req.created, "model": req.model,
                            "choices": [choice]}

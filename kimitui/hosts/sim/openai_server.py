@@ -3,8 +3,9 @@
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streamed SSE or one JSON body),
 ``GET /v1/models``, ``GET /health`` (503 until ``ready()`` says so), ``POST /tokenize`` (vLLM's, with the
 toy tokenizer that also counts ``usage.prompt_tokens`` and the prefill cost), ``GET /metrics`` (vLLM's
-Prometheus text: ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` count the requests in
-flight now). Unknown paths answer 404, a
+Prometheus gauges, counters and latency histograms, ``metrics.py``). ``EngineQuirks`` (``quirks.py``) make
+it behave like other engines: strict fields, a role chunk first, no ``[DONE]``, EOS, a late port,
+SGLang's metric names, other tokenize forms. Unknown paths answer 404, a
 known path with the wrong method 405, a bad body 400 with an OpenAI-style error.
 
 Faults, for load-generator tests, are chosen per server (``FaultPlan``: a mode applied to every Nth
@@ -23,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from pathlib import Path
 from kimitui.hosts.sim.batching import REFERENCE_PREFILL_TPS, BatchingModel, DecodeScheduler
 from kimitui.hosts.sim.http11 import HttpServer, Request, Responder
 from kimitui.hosts.sim.layout import write_atomic
+from kimitui.hosts.sim.metrics import RequestTiming, ServerMetrics
 from kimitui.hosts.sim.openai_protocol import (
     ApiError,
     ChunkWriter,
@@ -39,13 +42,18 @@ from kimitui.hosts.sim.openai_protocol import (
     models_list,
     parse_generation,
     tokenize,
+    tokenize_llamacpp,
+    tokenize_sglang,
 )
+from kimitui.hosts.sim.quirks import EngineQuirks, QuirkError
 
 DEFAULT_MODEL = "moonshotai/Kimi-K2.5"
 DEFAULT_MAX_MODEL_LEN = 262_144
 FAULT_MODES = ("none", "http500", "hang", "close", "malformed_sse", "stop_midstream", "no_usage")
 FAULT_HEADER = "x-sim-fault"
 INSTANT_TOKENS_PER_WRITE = 256
+KV_CAPACITY_TOKENS = 1 << 20
+"""Tokens of KV cache the simulated engine has (``kv_cache_usage_perc`` is the running requests' share)."""
 _MALFORMED = b'data: {"id": "broken", "choices": [{"text": \n\n'
 
 
@@ -74,13 +82,15 @@ class OpenAIApp:
     def __init__(self, *, model: str = DEFAULT_MODEL, batching: BatchingModel | None = None,
                  max_model_len: int = DEFAULT_MAX_MODEL_LEN, faults: FaultPlan | None = None,
                  ready: Callable[[], bool] | None = None,
-                 on_batch: Callable[[int], None] | None = None) -> None:
+                 on_batch: Callable[[int], None] | None = None, quirks: EngineQuirks | None = None) -> None:
         self.model = model
         self.batching = batching or BatchingModel.from_targets()
         self.max_model_len = max_model_len
         self.faults = faults or FaultPlan()
+        self.quirks = quirks or EngineQuirks()
         self._ready = ready or (lambda: True)
         self.scheduler = DecodeScheduler(self.batching, on_batch=on_batch)
+        self.metrics = ServerMetrics(model, "sglang" if self.quirks.metrics == "sglang" else "vllm")
         self.created = int(time.time())
         self.generation_requests = 0
         self.tokenize_requests = 0
@@ -91,10 +101,20 @@ class OpenAIApp:
     async def stop(self) -> None:
         await self.scheduler.stop()
 
+    def _routes(self) -> dict[str, str]:
+        routes = {"/health": "GET", "/v1/models": "GET", "/v1/completions": "POST",
+                  "/v1/chat/completions": "POST"}
+        if self.quirks.metrics != "none":
+            routes["/metrics"] = "GET"
+        if self.quirks.tokenize in ("vllm", "llamacpp"):
+            routes["/tokenize"] = "POST"
+        elif self.quirks.tokenize == "sglang":
+            routes["/v1/tokenize"] = "POST"
+        return routes
+
     async def handle(self, request: Request, out: Responder) -> None:
         path = request.path.split("?", 1)[0]
-        routes = {"/health": "GET", "/v1/models": "GET", "/v1/completions": "POST",
-                  "/v1/chat/completions": "POST", "/tokenize": "POST", "/metrics": "GET"}
+        routes = self._routes()
         if path not in routes:
             await out.send_json(404, {"detail": "Not Found"})
             return
@@ -107,36 +127,45 @@ class OpenAIApp:
             await out.send(200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/v1/models":
             await out.send_json(200, models_list(self.model, self.max_model_len, self.created))
-        elif path == "/tokenize":
-            try:
-                answer = tokenize(request.body, served_model=self.model, max_model_len=self.max_model_len)
-            except ApiError as exc:
-                await out.send_json(exc.status, exc.body())
-                return
-            self.tokenize_requests += 1
-            await out.send_json(200, answer)
+        elif path in ("/tokenize", "/v1/tokenize"):
+            await self._tokenize(request, out)
         else:
             await self._generate("completion" if path == "/v1/completions" else "chat", request, out)
 
+    async def _tokenize(self, request: Request, out: Responder) -> None:
+        try:
+            if self.quirks.tokenize == "llamacpp":
+                answer = tokenize_llamacpp(request.body)
+            elif self.quirks.tokenize == "sglang":
+                answer = tokenize_sglang(request.body, served_model=self.model, max_model_len=self.max_model_len)
+            else:
+                answer = tokenize(request.body, served_model=self.model, max_model_len=self.max_model_len)
+        except ApiError as exc:
+            await out.send_json(exc.status, exc.body())
+            return
+        self.tokenize_requests += 1
+        await out.send_json(200, answer)
+
     def metrics_text(self) -> str:
-        """vLLM's gauges in the Prometheus text format, from the requests really in flight."""
+        """The engine's Prometheus text (``metrics.py``): gauges from the requests in flight now, counters
+        and histograms from the finished ones."""
         running, waiting = self.scheduler.in_flight
-        labels = f'{{engine="0",model_name="{self.model}"}}'
-        return "".join(
-            f"# HELP vllm:{name} {help_}\n# TYPE vllm:{name} {kind}\nvllm:{name}{labels} {value}\n"
-            for name, kind, help_, value in (
-                ("num_requests_running", "gauge", "Number of requests in model execution batches.", float(running)),
-                ("num_requests_waiting", "gauge", "Number of requests waiting to be processed.", float(waiting))))
+        kv_usage = min(1.0, self.scheduler.kv_tokens / KV_CAPACITY_TOKENS)
+        return self.metrics.render(running=running, waiting=waiting, kv_usage=kv_usage)
 
     async def _generate(self, kind: str, request: Request, out: Responder) -> None:
+        arrived = time.monotonic()
         try:
             if not self._ready():
                 raise ApiError(503, "the model is still loading", "ServiceUnavailableError")
             req = parse_generation("completion" if kind == "completion" else "chat", request.body,
-                                   served_model=self.model, max_model_len=self.max_model_len)
+                                   served_model=self.model, max_model_len=self.max_model_len,
+                                   strict_fields=self.quirks.strict_fields, eos_after=self.quirks.eos_after)
         except ApiError as exc:
-            await out.send_json(exc.status, exc.body())
+            # a strict server answers as transformers serve (FastAPI) does: {"detail": ...}
+            await out.send_json(exc.status, {"detail": str(exc)} if exc.status == 422 else exc.body())
             return
+        req.arrived = arrived
         self.generation_requests += 1
         fault = self.faults.pick(self.generation_requests, request.headers.get(FAULT_HEADER))
         if fault == "http500":
@@ -155,45 +184,63 @@ class OpenAIApp:
             await self._complete(req, out, fault)
 
     async def _tokens(self, req: GenRequest, out: Responder) -> AsyncIterator[list[int]]:
-        """Yield lists of token indexes as the decode loop produces them (all at once when instant)."""
+        """Yield lists of token indexes as the decode loop produces them (all at once when instant); a
+        request whose every token was handed out is observed in the metrics."""
+        arrived = req.arrived or time.monotonic()
+        writes: list[tuple[float, int]] = []
+        admitted = arrived
         if self.batching.is_instant:
             for start in range(0, req.max_tokens, INSTANT_TOKENS_PER_WRITE):
-                yield list(range(start, min(start + INSTANT_TOKENS_PER_WRITE, req.max_tokens)))
-            return
-        seq = self.scheduler.submit(req.max_tokens, req.prompt_tokens)
-        try:
-            got = 0
-            while got < req.max_tokens:
-                batch = [await seq.queue.get()]
-                while not seq.queue.empty():
-                    batch.append(seq.queue.get_nowait())
-                got += len(batch)
+                batch = list(range(start, min(start + INSTANT_TOKENS_PER_WRITE, req.max_tokens)))
+                writes.append((time.monotonic(), len(batch)))
                 yield batch
-                if out.client_gone():
-                    return
-        finally:
-            if not seq.done:
-                self.scheduler.cancel(seq)
+        else:
+            seq = self.scheduler.submit(req.max_tokens, req.prompt_tokens)
+            try:
+                got = 0
+                while got < req.max_tokens:
+                    batch = [await seq.queue.get()]
+                    while not seq.queue.empty():
+                        batch.append(seq.queue.get_nowait())
+                    got += len(batch)
+                    writes.append((time.monotonic(), len(batch)))
+                    yield batch
+                    if out.client_gone():
+                        return
+            finally:
+                if not seq.done:
+                    self.scheduler.cancel(seq)
+            admitted = seq.admitted_at if seq.admitted_at is not None else arrived
+        self.metrics.observe(RequestTiming(arrived, admitted, writes, req.prompt_tokens))
 
     async def _stream(self, req: GenRequest, out: Responder, fault: str) -> None:
         chunks = ChunkWriter(req)
+        chunks.finish_in_last_token = not self.quirks.no_done
         stop_at = req.max_tokens // 2 if fault == "stop_midstream" else -1
         await out.start_stream()
+        role_sent = False
+        if self.quirks.role_first and req.kind == "chat":
+            out.write(chunks.role_only())
+            await out.drain()
+            role_sent = True
         sent = 0
         async with contextlib.aclosing(self._tokens(req, out)) as tokens:
-            sent = await self._write_tokens(tokens, chunks, out, stop_at, fault)
+            sent = await self._write_tokens(tokens, chunks, out, stop_at, fault, role_sent)
         if sent < req.max_tokens:
             return  # the client left, or the stream was cut on purpose
-        tail = [chunks.usage(sent)] if req.include_usage and fault != "no_usage" else []
-        out.write(b"".join([*tail, chunks.done()]))
+        with_usage = req.include_usage and fault != "no_usage"
+        if self.quirks.no_done:
+            out.write(chunks.final(sent, with_usage))
+        else:
+            out.write(b"".join([*([chunks.usage(sent)] if with_usage else []), chunks.done()]))
         await out.end()
 
     @staticmethod
     async def _write_tokens(tokens: AsyncIterator[list[int]], chunks: ChunkWriter, out: Responder,
-                            stop_at: int, fault: str) -> int:
+                            stop_at: int, fault: str, role_sent: bool = False) -> int:
         sent = 0
         async for batch in tokens:
-            buf = [chunks.role()] if sent == 0 else []
+            buf = [chunks.role()] if sent == 0 and not role_sent else []
             for index in batch:
                 if sent == stop_at:
                     out.write(b"".join(buf))
@@ -228,26 +275,50 @@ class SimOpenAIServer:
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL,
                  batching: BatchingModel | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN,
                  faults: FaultPlan | None = None, ready: Callable[[], bool] | None = None,
-                 on_batch: Callable[[int], None] | None = None) -> None:
+                 on_batch: Callable[[int], None] | None = None, quirks: EngineQuirks | None = None) -> None:
         self.app = OpenAIApp(model=model, batching=batching, max_model_len=max_model_len, faults=faults,
-                             ready=ready, on_batch=on_batch)
+                             ready=ready, on_batch=on_batch, quirks=quirks)
+        if self.app.quirks.listen_delay_s and port == 0:
+            port = free_port(host)  # the port is known before it opens
         self._http = HttpServer(self.app.handle, host, port)
+        self._fixed_port = port
+        self._opening: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()
+        """Set once the port is open (at once, or ``listen_delay_s`` after ``start``)."""
         self.host = host
 
     @property
     def port(self) -> int:
-        return self._http.port
+        return self._fixed_port if not self.listening.is_set() else self._http.port
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> None:
+        """Start the decode loop and open the port; with ``listen_delay_s``, the port opens that long
+        after (in the background: nothing listens while the model 'loads')."""
         self.app.start()
+        if self.app.quirks.listen_delay_s:
+            self._opening = asyncio.get_running_loop().create_task(self._open_later())
+        else:
+            await self._open()
+
+    async def _open(self) -> None:
         await self._http.start()
+        self.listening.set()
+
+    async def _open_later(self) -> None:
+        await asyncio.sleep(self.app.quirks.listen_delay_s)
+        await self._open()
 
     async def close(self) -> None:
-        await self._http.close()
+        if self._opening is not None:
+            self._opening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._opening
+        if self.listening.is_set():
+            await self._http.close()
         await self.app.stop()
 
     async def __aenter__(self) -> SimOpenAIServer:
@@ -256,6 +327,21 @@ class SimOpenAIServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def free_port(host: str) -> int:
+    """A port nothing listens on now (for a server that opens it later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def quirks_arg(spec: str) -> EngineQuirks:
+    """argparse type for ``--quirks``."""
+    try:
+        return EngineQuirks.parse(spec)
+    except QuirkError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_batching_args(parser: argparse.ArgumentParser) -> None:
@@ -286,8 +372,9 @@ def batching_to_args(model: BatchingModel) -> list[str]:
 
 async def _serve_forever(ns: argparse.Namespace) -> None:
     server = SimOpenAIServer(host=ns.host, port=ns.port, model=ns.model, batching=batching_from_args(ns),
-                             faults=FaultPlan(ns.fault, ns.fault_every))
+                             faults=FaultPlan(ns.fault, ns.fault_every), quirks=ns.quirks)
     await server.start()
+    await server.listening.wait()
     if ns.port_file:
         write_atomic(Path(ns.port_file), f"{server.port}\n")
     print(f"serving {server.url}", flush=True)
@@ -308,6 +395,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--fault", default="none", choices=FAULT_MODES)
     p.add_argument("--fault-every", type=int, default=1)
+    p.add_argument("--quirks", type=quirks_arg, default=EngineQuirks(),
+                   help="behave like another engine (kimitui/hosts/sim/quirks.py), e.g. transformers")
     add_batching_args(p)
     ns = p.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):

@@ -36,7 +36,9 @@ from kimitui.hosts.sim.openai_server import (
     OpenAIApp,
     add_batching_args,
     batching_from_args,
+    quirks_arg,
 )
+from kimitui.hosts.sim.quirks import EngineQuirks
 from kimitui.hosts.sim.watchdog import owner_alive, owner_from_env
 from kimitui.hosts.sim.worker import IGNORE_SIGTERM_ENV
 
@@ -192,8 +194,10 @@ async def _serve(ns: argparse.Namespace) -> None:
     batching = batching_from_args(ns)
     load = LoadFile(layout.load_json, batching.max_batch)
     app = OpenAIApp(model=ns.model, batching=batching, faults=FaultPlan(ns.fault, ns.fault_every),
-                    ready=server.ready, on_batch=load.on_batch, max_model_len=ns.max_model_len)
+                    ready=server.ready, on_batch=load.on_batch, max_model_len=ns.max_model_len, quirks=ns.quirks)
     app.start()
+    if ns.quirks.listen_delay_s:
+        await asyncio.sleep(ns.quirks.listen_delay_s)  # an engine that opens its port once loaded
     http = HttpServer(app.handle, ns.host, ns.port)
     await http.start()
     write_atomic(layout.port_file, f"{http.port}\n")
@@ -224,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--load-time", type=float, default=0.2)
     p.add_argument("--fault", default="none", choices=FAULT_MODES)
     p.add_argument("--fault-every", type=int, default=1)
+    p.add_argument("--quirks", type=quirks_arg, default=EngineQuirks(),
+                   help="behave like another engine (kimitui/hosts/sim/quirks.py)")
     add_batching_args(p)
     ns = p.parse_args(argv)
     asyncio.run(_serve(ns))

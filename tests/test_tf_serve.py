@@ -1,0 +1,226 @@
+"""``kimitui bench macro`` against a real third-party server: ``transformers serve`` on CPU with a tiny random
+model made by the test (tests/tf_server.py), started once for the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kimitui.core.campaign_events import ProbeResult
+from kimitui.core.events import MacroPoint
+from tests.campaign_rig import campaign_rig, small_config
+from tests.conftest import ROOT
+from tests.sshd import free_port
+from tests.test_campaign import phases_of
+from tests.tf_server import (
+    START_TIMEOUT_S,
+    TfServer,
+    TimingProxy,
+    healthy,
+    make_tiny_model,
+    post_json,
+    start_tf_server,
+    tf_serve_command,
+    wait_healthy,
+)
+
+VENV_BIN = Path(sys.executable).parent
+
+MAX_TOKENS = 16
+PROMPT = " ".join(["hello", "world"] * 500)
+"""About a thousand tokens: a prefill that puts the first token well after the role chunk."""
+INPUT_LEN = 1024
+
+
+@pytest.fixture(scope="module")
+def tf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TfServer]:
+    began = time.monotonic()
+    model_dir = make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+    made_s = time.monotonic() - began
+    server = start_tf_server(model_dir, log_dir=tmp_path_factory.mktemp("tf-serve-log"))
+    print(f"tiny model made in {made_s:.1f}s; transformers serve healthy {server.start_s:.1f}s after its start")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def proxy(tf_server: TfServer) -> Iterator[TimingProxy]:
+    relay = TimingProxy(tf_server.port)
+    try:
+        yield relay
+    finally:
+        relay.close()
+
+
+def _sse_data(body: bytes) -> list[str]:
+    return [line[len("data: "):] for line in body.decode().splitlines() if line.startswith("data: ")]
+
+
+def _bench(url: str, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kimitui", "bench", "macro", "--url", url, *flags],
+                          cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300,
+                          env=dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data")))
+
+
+def test_real_server_streams_as_transformers_does(tf_server: TfServer) -> None:
+    """What the client must cope with, checked on the real thing: the made model is listed under its path,
+    ``ignore_eos`` is a 422 naming it, and a chat stream is role chunk, MAX_TOKENS content chunks, a
+    content-free usage chunk, no [DONE]."""
+    with urllib.request.urlopen(f"{tf_server.url}/v1/models", timeout=30) as response:
+        assert [m["id"] for m in json.load(response)["data"]] == [tf_server.model]
+    chat_url = f"{tf_server.url}/v1/chat/completions"
+    body = {"model": tf_server.model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": MAX_TOKENS,
+            "stream": True}
+    status, text = post_json(chat_url, {**body, "ignore_eos": True})
+    assert status == 422 and b"ignore_eos" in text, text
+
+    status, text = post_json(chat_url, body)
+    assert status == 200, text
+    data = _sse_data(text)
+    assert "[DONE]" not in data
+    chunks = [json.loads(d) for d in data]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert deltas[0] == {"role": "assistant"}
+    assert all(d.get("content") for d in deltas[1:-1]) and len(deltas[1:-1]) == MAX_TOKENS
+    assert not deltas[-1].get("content") and chunks[-1]["usage"]["completion_tokens"] == MAX_TOKENS
+
+
+def test_role_chunk_comes_ahead_of_the_first_token(tf_server: TfServer, proxy: TimingProxy) -> None:
+    """The raw stopwatch sees the role chunk before generation: a client stopping its TTFT clock there
+    measures too little (what makes the TTFT test below discriminate)."""
+    body = {"model": tf_server.model, "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": MAX_TOKENS, "stream": True}
+    for _ in range(3):
+        assert post_json(f"{proxy.url}/v1/chat/completions", body)[0] == 200
+    gaps_ms = [(e.content_s - e.role_s) * 1000 for e in proxy.exchanges
+               if e.role_s is not None and e.content_s is not None]
+    assert len(gaps_ms) == 3
+    print(f"role chunk to first content: {[round(g, 2) for g in gaps_ms]} ms")
+    assert min(gaps_ms) > 0 and statistics.median(gaps_ms) > 5.0
+
+
+@pytest.mark.xfail(strict=True, reason="needs G1: a field the server rejects (ignore_eos) dropped, one warning")
+def test_default_bench_macro_completes_every_request(tf_server: TfServer, tmp_path: Path) -> None:
+    """The default sweep (no --no-ignore-eos) against transformers serve: every request completes and one
+    warning names the field dropped."""
+    sweep = tmp_path / "sweep.json"
+    res = _bench(tf_server.url, tmp_path, "--concurrency", "1,2", "--requests", "4",
+                 "--max-tokens", str(MAX_TOKENS), "--output", str(sweep))
+    assert res.returncode == 0, res.stderr
+    levels = json.loads(sweep.read_text())["levels"]
+    assert [(lv["concurrency"], lv["completed"], lv["failed"]) for lv in levels] == [(1, 4, 0), (2, 4, 0)]
+    assert [lv["total_output_tokens"] for lv in levels] == [4 * MAX_TOKENS] * 2  # the model never stops early
+    warnings = [line for line in res.stderr.splitlines() if "ignore_eos" in line and "warning" in line.lower()]
+    assert len(warnings) == 1, res.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="needs G1: chat TTFT stopped at the first token-bearing chunk, "
+                                       "not at the role-only delta")
+def test_chat_ttft_is_the_first_content_chunk(tf_server: TfServer, proxy: TimingProxy, tmp_path: Path) -> None:
+    """Each request's TTFT is the time from its POST to its first content chunk as a raw relay saw them, within
+    1 ms (the median; with a 1024-token prompt the role chunk comes tens of ms earlier), not the time to the
+    role chunk."""
+    requests_out = tmp_path / "requests.jsonl"
+    res = _bench(proxy.url, tmp_path, "--endpoint", "chat", "--no-ignore-eos", "--concurrency", "1",
+                 "--requests", "8", "--input-len", str(INPUT_LEN), "--max-tokens", str(MAX_TOKENS),
+                 "--requests-out", str(requests_out))
+    assert res.returncode == 0, res.stderr
+    records = [json.loads(line) for line in requests_out.read_text().splitlines()]
+    assert len(records) == 8 and all(r["status"] == "ok" for r in records), records
+    exchanges = [e for e in proxy.exchanges if e.content_s is not None and e.role_s is not None]
+    diffs_ms = []
+    for record in records:
+        exchange = min(exchanges, key=lambda e: abs(e.post_s - record["start"]))
+        assert abs(exchange.post_s - record["start"]) < 0.05, (record, exchange)
+        assert exchange.content_s is not None
+        diffs_ms.append(record["ttft_ms"] - (exchange.content_s - exchange.post_s) * 1000)
+    print(f"client TTFT minus the relay's time to the first content: {[round(d, 2) for d in diffs_ms]} ms")
+    assert abs(statistics.median(diffs_ms)) < 1.0, diffs_ms
+
+
+# --- a campaign against it, the server a supervisord program ----------------------------------------------
+
+SUPERVISOR_CONF = """\
+[unix_http_server]
+file={d}/supervisor.sock
+[supervisord]
+logfile={d}/supervisord.log
+pidfile={d}/supervisord.pid
+nodaemon=true
+[rpcinterface:supervisor]
+supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
+[supervisorctl]
+serverurl=unix://{d}/supervisor.sock
+[program:tfserve]
+command={command} {model} --host 127.0.0.1 --port {port} --device cpu
+environment=CUDA_VISIBLE_DEVICES="",HF_HUB_OFFLINE="1",TOKENIZERS_PARALLELISM="false",OMP_NUM_THREADS="1"
+autostart=true
+autorestart=false
+startsecs=0
+stopwaitsecs=10
+redirect_stderr=true
+stdout_logfile={d}/tfserve.log
+"""
+
+
+@pytest.fixture
+def supervised_tf_server(tf_server: TfServer, tmp_path: Path,
+                         monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
+    """supervisord running ``transformers serve`` (the module's model) as program ``tfserve``; yields the
+    config and the server's URL once /health answers. supervisorctl is found on PATH, as on a host."""
+    d = tmp_path / "sv"
+    d.mkdir()
+    port = free_port()
+    conf = d / "supervisord.conf"
+    conf.write_text(SUPERVISOR_CONF.format(d=d, command=" ".join(tf_serve_command()), model=tf_server.model,
+                                           port=port))
+    monkeypatch.setenv("PATH", f"{VENV_BIN}:{os.environ['PATH']}")
+    proc = subprocess.Popen([str(VENV_BIN / "supervisord"), "-c", str(conf)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, lambda: (d / "tfserve.log").read_text(errors="replace")
+                     if (d / "tfserve.log").exists() else "")
+        yield conf, url
+    finally:
+        proc.terminate()  # supervisord stops its program (SIGTERM, then SIGKILL after stopwaitsecs)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.xfail(strict=True, reason="needs G1: the macro phase and the post-restart probe drop ignore_eos")
+async def test_a_campaign_against_transformers_serve_under_supervisord(
+        supervised_tf_server: tuple[Path, str], tmp_path: Path) -> None:
+    """Phase 1 against the real server, the transition stops it through supervisorctl (the simulated GPUs'
+    holders killed, verified clean), the restart starts it and waits for its /health, the probe measures it."""
+    conf, url = supervised_tf_server
+    cfg = small_config(["macro", "cleanup", "restart", "check"],
+                       service={"spec": f"supervisor:tfserve@{conf}", "api_url": url},
+                       macro={"concurrency": [1, 2], "requests": "2x", "max_tokens": MAX_TOKENS},
+                       cleanup={"graceful_s": 15}, restart={"health_s": START_TIMEOUT_S},
+                       # a freshly started server's first requests run cold (about a third slower here), and
+                       # the machine's load moves between the phases: the probe is checked, drift is not the point
+                       check={"margin_pct": 90, "ttft_margin_pct": 1000})
+    async with campaign_rig(cfg, tmp_path) as rig:
+        end = await rig.machine.run()
+    assert phases_of(rig.events) == [(p, s) for p in ("macro", "cleanup", "restart", "check")
+                                     for s in ("start", "ok")], end
+    assert end.status == "done", end
+    assert [(p.concurrency, p.metrics['completed']) for p in rig.of(MacroPoint)] == [(1, 2), (2, 4)]
+    (probe,) = rig.of(ProbeResult)
+    assert probe.failed == 0 and probe.tok_s and probe.baseline_tok_s, probe
+    assert healthy(url), "the server is back after the campaign"
