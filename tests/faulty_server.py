@@ -13,6 +13,12 @@ Modes (``Behavior.mode``):
   long_line   after ``fail_after`` chunks, a ``data:`` line of ``long_line_bytes`` that never ends, written
               in pieces of 64 KiB, each after the last was taken by the client (until it closes)
 
+Engine quirks (transformers serve's, each on its own): ``reject_fields`` answers 422 with transformers'
+``{"detail": "Unexpected fields in the request: {'ignore_eos'}"}`` to a request that sends one of them;
+``role_chunk`` sends a role-only chat delta first, ``role_gap_s`` after it the first token; ``finish_chunk``
+ends with a content-free chunk (``finish_reason`` and the usage), ``final_delay_s`` after the last token;
+``done=False`` sends no ``[DONE]``.
+
 It has no ``/tokenize`` (404, as servers other than vLLM): its ``usage.prompt_tokens`` comes from its own
 toy tokenizer (``count_prompt``, different from the simulated vLLM server's), so a client can only
 calibrate its prompt lengths from usage. ``Behavior.prompt_tokens`` fixes the count instead.
@@ -62,6 +68,8 @@ class Behavior:
     role_chunk: bool = False
     barrier: int = 0
     barrier_timeout_s: float = 5.0
+    barrier_spares_probes: bool = False
+    """One-token requests (the sweep's request-field check, the calibration's) pass the barrier."""
     burst: bool = False
     yield_chunks: bool = False
     prompt_tokens: int | None = None
@@ -71,6 +79,16 @@ class Behavior:
     long_line_bytes: int = 100 * 1024 * 1024
     """mode long_line: how long the endless line is (then the event ends, as a JSON object would not)."""
     stamp: bool = False
+    reject_fields: tuple[str, ...] = ()
+    """Request fields answered with a 422 naming them (as transformers serve does for ``ignore_eos``)."""
+    role_gap_s: float = 0.0
+    """With ``role_chunk``: how long after the role-only chunk the first token chunk goes."""
+    finish_chunk: bool = False
+    """End with a chunk whose choice has no content, only ``finish_reason`` (the usage rides on it)."""
+    final_delay_s: float = 0.0
+    """How long after the last token chunk what follows it (usage, finish chunk, [DONE]) goes."""
+    done: bool = True
+    """Send ``data: [DONE]`` at the end."""
     gate: asyncio.Event | None = None
     """When set: the paced stream holds what follows its token chunks (usage, [DONE]) until the event is set
     (a request kept in flight while something else happens)."""
@@ -204,6 +222,11 @@ class FaultyServer:
         if b.mode == "status":
             self._json(writer, b.status, b.body.encode())
             return True
+        rejected = sorted(set(b.reject_fields) & set(req))
+        if rejected:
+            detail = f"Unexpected fields in the request: {set(rejected)}"
+            self._json(writer, 422, json.dumps({"detail": detail}).encode())
+            return True
         chat = path.endswith("chat/completions")
         prompt_tokens = b.prompt_tokens if b.prompt_tokens is not None else count_prompt(req, chat)
         n = b.n_tokens if b.n_tokens is not None else int(req.get("max_tokens") or 16)
@@ -216,7 +239,8 @@ class FaultyServer:
         self.stats.active += 1
         self.stats.peak_active = max(self.stats.peak_active, self.stats.active)
         try:
-            return await self._stream(reader, writer, chat, n, chunked, prompt_tokens) and (chunked or length)
+            probe = req.get("max_tokens") == 1
+            return await self._stream(reader, writer, chat, n, chunked, prompt_tokens, probe) and (chunked or length)
         finally:
             self.stats.active -= 1
 
@@ -242,7 +266,7 @@ class FaultyServer:
                 "choices": [{"index": 0, "text": text, "finish_reason": None}]}
 
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool, n: int,
-                      chunked: bool, prompt_tokens: int) -> bool:
+                      chunked: bool, prompt_tokens: int, probe: bool = False) -> bool:
         b = self.behavior
         frame = (lambda d: b"%x\r\n%s\r\n" % (len(d), d)) if chunked else (lambda d: d)
         k = max(1, b.tokens_per_chunk)
@@ -260,15 +284,21 @@ class FaultyServer:
             fault_at = min(b.fail_after, len(frames))
             frames = frames[:fault_at]
         else:
-            if b.mode != "no_usage":
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": n + prompt_tokens}
+            if b.finish_chunk:
+                end: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+                end.update({"delta": {}} if chat else {"text": ""})
+                frames.append(frame(self._event({"id": "x", "object": "chunk", "model": "fake-model",
+                                                 "choices": [end],
+                                                 **({} if b.mode == "no_usage" else {"usage": usage})})))
+            elif b.mode != "no_usage":
                 frames.append(frame(self._event({"id": "x", "object": "text_completion", "model": "fake-model",
-                                                 "choices": [], "usage": {
-                                                     "prompt_tokens": prompt_tokens, "completion_tokens": n,
-                                                     "total_tokens": n + prompt_tokens}})))
-            frames.append(frame(self._event("[DONE]")))
+                                                 "choices": [], "usage": usage})))
+            if b.done:
+                frames.append(frame(self._event("[DONE]")))
             if chunked:
                 frames.append(b"0\r\n\r\n")
-        if b.barrier:
+        if b.barrier and not (b.barrier_spares_probes and probe):
             if self.stats.active >= b.barrier:
                 self._barrier_event.set()
             with contextlib.suppress(TimeoutError):
@@ -281,14 +311,18 @@ class FaultyServer:
             writer.write(b"".join(frames))
         else:
             start = time.perf_counter() + b.first_delay_s
-            ntok = len(sizes) + (1 if chat and b.role_chunk else 0)
+            role = 1 if chat and b.role_chunk else 0
+            ntok = len(sizes) + role
             for i, f in enumerate(frames):
                 if i < ntok:
-                    delay = start + i * b.interval_s - time.perf_counter()
+                    delay = start + i * b.interval_s + (b.role_gap_s if role and i else 0.0) - time.perf_counter()
                     if delay > 0:
                         await asyncio.sleep(delay)
                     elif b.yield_chunks:
                         await asyncio.sleep(0)
+                if i == ntok and b.final_delay_s > 0:
+                    await writer.drain()
+                    await asyncio.sleep(b.final_delay_s)
                 if i == ntok and b.gate is not None:
                     await b.gate.wait()
                 j = i - (ntok - len(sizes))  # index among the token chunks (after a role chunk)
@@ -344,10 +378,18 @@ async def _main(argv: list[str]) -> None:
     p.add_argument("--stamp", action="store_true", help="stamp each token chunk with its send time")
     p.add_argument("--status", type=int, help="answer every completion with this HTTP status (mode status)")
     p.add_argument("--body", default=Behavior.body, help="the body of a --status answer")
+    p.add_argument("--transformers", action="store_true",
+                   help="transformers serve's ways: 422 to ignore_eos, a role-only chunk first, a content-free "
+                        "finish chunk with the usage last, no [DONE]")
+    p.add_argument("--role-gap", type=float, default=0.0, help="with --transformers: role chunk to first token (s)")
     a = p.parse_args(argv)
+    quirks: dict[str, Any] = {}
+    if a.transformers:
+        quirks = {"reject_fields": ("ignore_eos",), "role_chunk": True, "role_gap_s": a.role_gap,
+                  "finish_chunk": True, "done": False}
     srv = FaultyServer(Behavior(interval_s=a.interval, tokens_per_chunk=a.tokens_per_chunk, burst=a.burst,
                                 yield_chunks=a.yield_chunks, stamp=a.stamp, mode="status" if a.status else "ok",
-                                status=a.status or 500, body=a.body), port=a.port)
+                                status=a.status or 500, body=a.body, **quirks), port=a.port)
     srv.stats.keep_bodies = False
     await srv.start()
     print(f"PORT {srv.port}", flush=True)

@@ -47,8 +47,10 @@ def client(request: pytest.FixtureRequest) -> str:
 
 
 def measured(srv: FaultyServer, result: SweepResult) -> list[dict]:
-    """The bodies the server received after the sweep's calibration requests (see bench.macro.lengths)."""
-    return srv.stats.bodies[result.lengths.counts if result.lengths and result.lengths.method == "usage" else 0:]
+    """The bodies the server received after the sweep's request-field check (one request, see
+    bench.macro.fields) and its calibration requests (see bench.macro.lengths)."""
+    return srv.stats.bodies[1 + (result.lengths.counts if result.lengths and result.lengths.method == "usage"
+                                 else 0):]
 
 
 async def one_request(client: str, url: str, body: bytes, est: int = 3, chat: bool = False,
@@ -85,8 +87,8 @@ async def test_level_metrics_on_a_known_server(client: str) -> None:
         cfg = MacroConfig(client=client, url=srv.url, model="m", concurrency=[4], requests=8, max_tokens=20, warmup=2)
         result = await run_sweep(cfg, events.append)
         assert result.lengths is not None and result.lengths.method == "usage"  # no /tokenize here
-        # the calibration's counting requests, the warm-up, then the measured ones (counted below)
-        assert srv.stats.requests == result.lengths.counts + 2 + 8
+        # the request-field check, the calibration's counting requests, the warm-up, then the measured ones
+        assert srv.stats.requests == 1 + result.lengths.counts + 2 + 8
     m = result.levels[0].metrics
     assert m["completed"] == 8 and m["failed"] == 0 and m["num_prompts"] == 8
     assert m["total_output_tokens"] == 160  # usage, not the 40 chunks
@@ -132,8 +134,8 @@ async def test_chat_sse_variants_and_request_body(client: str) -> None:
     m = result.levels[0].metrics
     assert m["completed"] == 2 and m["total_output_tokens"] == 10 and m["usage_missing"] == 0
     assert m["input_len_method"] == "usage" and m["mean_input_tokens"] == m["min_input_tokens"] == 128
-    # vLLM's rule: the role-only first chunk is the first token chunk, so TTFT is the first delay
-    assert 50 <= m["mean_ttft_ms"] < 50 + SLACK_S * 1000
+    # the role-only first chunk is not a token: TTFT is the first token chunk's, one interval after it
+    assert 60 <= m["mean_ttft_ms"] < 50 + SLACK_S * 1000
     assert body["messages"][0]["role"] == "user" and body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 5 and body["max_completion_tokens"] == 5 and body["ignore_eos"] is True
@@ -165,7 +167,7 @@ async def test_jsonl_prompts_and_model_discovery(tmp_path: Path, client: str) ->
         cfg = MacroConfig(url=srv.url, concurrency=[1], requests=2, dataset=path, endpoint="chat",
                           warmup=0, client=client)
         result = await run_sweep(cfg, lambda e: None)
-        bodies = srv.stats.bodies
+        bodies = measured(srv, result)
     assert result.model == "fake-model" and bodies[0]["model"] == "fake-model"
     assert bodies[0]["messages"] == [{"role": "user", "content": "hello there"}]
     assert bodies[1]["messages"] == [{"role": "user", "content": "hi"}]
@@ -174,10 +176,11 @@ async def test_jsonl_prompts_and_model_discovery(tmp_path: Path, client: str) ->
 
 async def test_concurrency_150_is_really_reached(client: str, tmp_path: Path) -> None:
     # The server holds every stream until 150 are open at once: a pool capped at 100 cannot get there.
-    # (Dataset prompts: no calibration requests, which would each wait out the barrier.)
+    # (Dataset prompts: no calibration requests; the one-token request-field check passes the barrier.)
     (tmp_path / "p.jsonl").write_text('{"prompt": "x"}\n')
     barrier_timeout_s = 10.0
-    async with FaultyServer(Behavior(barrier=150, barrier_timeout_s=barrier_timeout_s, n_tokens=2)) as srv:
+    async with FaultyServer(Behavior(barrier=150, barrier_timeout_s=barrier_timeout_s, n_tokens=2,
+                                     barrier_spares_probes=True)) as srv:
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[150], requests=150, max_tokens=2,
                           warmup=0, client=client, dataset=tmp_path / "p.jsonl")
         t = time.perf_counter()

@@ -34,7 +34,8 @@ async def test_sim_tokenize_gives_every_prompt_its_exact_length(endpoint: str) -
     # the sim's toy tokenizer makes about a quarter of the candidates 2 tokens: only the others are used
     assert all(toy_tokenizer.count_text(w) == 1 for w in cal.words) and len(cal.words) >= MIN_WORDS
     assert toy_tokenizer.count_text(" ".join(CANDIDATES)) > len(CANDIDATES)
-    assert tokenized == cal.counts and generated == 2 * (1 + 8)  # counting cost no generation request
+    # counting cost no generation request (the one before the levels is the request-field check)
+    assert tokenized == cal.counts and generated == 1 + 2 * (1 + 8)
     for level in result.levels:
         assert [r.input_tokens for r in level.records] == [100] * 8
         assert all(r.input_from_usage and r.target_input == 100 for r in level.records)
@@ -51,7 +52,7 @@ async def test_usage_calibration_without_tokenize_is_exact_too() -> None:
     async with FaultyServer(Behavior(n_tokens=3)) as srv:
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[2], requests=10, input_len=333, max_tokens=3, warmup=0)
         result = await run_sweep(cfg, lambda e: None)
-        bodies = srv.stats.bodies
+        bodies = srv.stats.bodies[1:]  # after the request-field check (bench.macro.fields)
     cal = result.lengths
     assert cal is not None and cal.method == "usage"
     assert all(len(w) <= 2 for w in cal.words)  # this tokenizer's one-token words

@@ -110,7 +110,6 @@ def test_role_chunk_comes_ahead_of_the_first_token(tf_server: TfServer, proxy: T
     assert min(gaps_ms) > 0 and statistics.median(gaps_ms) > 5.0
 
 
-@pytest.mark.xfail(strict=True, reason="needs G1: a field the server rejects (ignore_eos) dropped, one warning")
 def test_default_bench_macro_completes_every_request(tf_server: TfServer, tmp_path: Path) -> None:
     """The default sweep (no --no-ignore-eos) against transformers serve: every request completes and one
     warning names the field dropped."""
@@ -125,8 +124,6 @@ def test_default_bench_macro_completes_every_request(tf_server: TfServer, tmp_pa
     assert len(warnings) == 1, res.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="needs G1: chat TTFT stopped at the first token-bearing chunk, "
-                                       "not at the role-only delta")
 def test_chat_ttft_is_the_first_content_chunk(tf_server: TfServer, proxy: TimingProxy, tmp_path: Path) -> None:
     """Each request's TTFT is the time from its POST to its first content chunk as a raw relay saw them, within
     1 ms (the median; with a 1024-token prompt the role chunk comes tens of ms earlier), not the time to the
@@ -202,7 +199,6 @@ def supervised_tf_server(tf_server: TfServer, tmp_path: Path,
             proc.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="needs G1: the macro phase and the post-restart probe drop ignore_eos")
 async def test_a_campaign_against_transformers_serve_under_supervisord(
         supervised_tf_server: tuple[Path, str], tmp_path: Path) -> None:
     """Phase 1 against the real server, the transition stops it through supervisorctl (the simulated GPUs'

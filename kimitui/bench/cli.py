@@ -85,8 +85,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    default=None, help="percentiles reported for TTFT, TPOT, ITL, E2EL, e.g. 50,90,95,99,99.9 "
                                       "(default 90,99)")
     p.add_argument("--dataset", type=Path, help='JSONL prompts: {"prompt": ...} or {"messages": [...]} a line')
+    p.add_argument("--ignore-eos", dest="ignore_eos", action="store_true", default=True,
+                   help="send vLLM's ignore_eos, so every output is --max-tokens long (the default; a server "
+                        "that refuses it gets the run without it, and a warning)")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
-                   help="do not send ignore_eos (for servers that reject it)")
+                   help="do not send ignore_eos (outputs may end early: lengths come from usage)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
                    help="SLOs in ms (vLLM's form), e.g. ttft:200,tpot:50 or ttft:200 tpot:50 (keys ttft, tpot, "
@@ -164,8 +167,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kimitui.bench.macro.exports import RequestsOut, write_csv
     from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
     from kimitui.campaign.phases import macro_phase
-    from kimitui.core.describe import verdict_line
-    from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict
+    from kimitui.core.describe import describe, verdict_line
+    from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
     from kimitui.core.printable import printable
 
     try:
@@ -201,6 +204,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         elif isinstance(ev, LogLine):
             progress.clear()
             print(f"{ev.level}: {printable(ev.message)}", file=sys.stderr, flush=True)
+        elif isinstance(ev, RequestFieldsDropped):
+            progress.clear()
+            print(f"warning: {describe(ev)}", file=sys.stderr, flush=True)
 
     async def recorded_sweep(host: str, meta: dict[str, Any], cancel: asyncio.Event) -> SweepResult:
         """The sweep as a recorded session (its path said first): every event it publishes goes to the run

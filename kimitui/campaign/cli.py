@@ -24,7 +24,7 @@ from kimitui.core.printable import printable
 PRINTED = frozenset({"phase_start", "phase_end", "campaign_plan", "campaign_control", "campaign_resume",
                      "campaign_end", "drain_progress", "decode_budget", "probe_result", "cleanup_plan",
                      "step_preview", "consent", "signal", "signal_outcome", "step_result", "verification",
-                     "macro_point", "micro_end", "topology"})
+                     "macro_point", "request_fields_dropped", "micro_end", "topology"})
 """What a headless campaign prints (samples, progress and per-request records go to the run file only)."""
 
 STEPS_ASKED = {"cleanup": ("drain", "graceful", "process", "others", "device", "reset", "abort_restart"),

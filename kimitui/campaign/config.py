@@ -37,6 +37,8 @@ class MacroSettings:
     warmup: int = 1
     endpoint: str = "completions"
     model: str = ""
+    ignore_eos: bool = True
+    """Send vLLM's ``ignore_eos`` (a server that refuses it gets the run without it, with a warning)."""
     goodput: str = ""
     """SLOs in ms, vLLM's ``--goodput`` form (``ttft:200,tpot:50``); empty: none."""
 
@@ -50,7 +52,7 @@ class MacroSettings:
         return MacroConfig(url=url, model=self.model or None, endpoint=self.endpoint,  # type: ignore[arg-type]
                            concurrency=list(self.concurrency if levels is None else levels), requests=count,
                            requests_per_stream=per_stream, max_tokens=self.max_tokens, input_len=self.input_len,
-                           warmup=self.warmup, slo=parse_goodput([self.goodput]))
+                           warmup=self.warmup, slo=parse_goodput([self.goodput]), ignore_eos=self.ignore_eos)
 
 
 @dataclass(slots=True)
@@ -427,6 +429,7 @@ input_len = 128
 warmup = 1
 endpoint = "completions"  # or chat
 # model = ""            # default: the first model /v1/models lists
+ignore_eos = true       # vLLM's: every output max_tokens long; a server that refuses it runs without (a warning)
 # goodput = "ttft:200,tpot:50"  # SLOs in ms (ttft, tpot, e2el): goodput, the top concurrency meeting them at p99
 
 [cleanup]

@@ -13,7 +13,7 @@ import dataclasses
 
 from kimitui.campaign.phases import Publish, now
 from kimitui.core.campaign_events import ProbeResult
-from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart
+from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart, RequestFieldsDropped
 from kimitui.core.state import level_failed
 from kimitui.core.typed import finite
 
@@ -54,7 +54,7 @@ def compare(metrics: dict[str, object] | None, baseline: MacroPoint | None, marg
 
 async def check_phase(publish: Publish, url: str, baseline: MacroPoint | None, *, requests: int, max_tokens: int,
                       input_len: int, endpoint: str, model: str | None, margin_pct: float,
-                      ttft_margin_pct: float, cancel: asyncio.Event) -> ProbeResult:
+                      ttft_margin_pct: float, cancel: asyncio.Event, ignore_eos: bool = True) -> ProbeResult:
     from kimitui.bench.macro import MacroConfig, run_sweep
 
     publish(PhaseStart(now(), phase="check", title=f"post-restart probe: {requests} single-stream requests "
@@ -64,10 +64,13 @@ async def check_phase(publish: Publish, url: str, baseline: MacroPoint | None, *
     def keep(ev: Event) -> None:  # the probe's warnings, said as the check's; its points are not a sweep
         if isinstance(ev, LogLine):
             publish(dataclasses.replace(ev, source="check"))
+        elif isinstance(ev, RequestFieldsDropped):  # the restarted server refused a field: the probe went without
+            publish(ev)
 
     try:
         cfg = MacroConfig(url=url, model=model or None, endpoint=endpoint, concurrency=[1],  # type: ignore[arg-type]
-                          requests=requests, max_tokens=max_tokens, input_len=input_len, warmup=0)
+                          requests=requests, max_tokens=max_tokens, input_len=input_len, warmup=0,
+                          ignore_eos=ignore_eos)
         try:
             sweep = await run_sweep(cfg, keep, cancel=cancel)
             metrics = sweep.levels[0].metrics if sweep.levels else None

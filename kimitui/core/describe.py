@@ -32,6 +32,7 @@ from kimitui.core.events import (
     PhaseEnd,
     PhaseStart,
     ProcRef,
+    RequestFieldsDropped,
     ServerSample,
     SignalLate,
     SignalOutcome,
@@ -54,6 +55,7 @@ SOURCES: dict[type[Event], str] = {
     SignalSent: "signal", SignalOutcome: "signal", SignalLate: "signal", StepResult: "cleanup", Verification: "verify",
     HostCommand: "cleanup",
     MacroPoint: "macro", MacroProgress: "macro", MacroVerdict: "macro", ServerSample: "macro",
+    RequestFieldsDropped: "macro",
     ConnectionState: "connection",
     Topology: "topology", MicroPlan: "micro", MicroEnv: "micro", MicroEnd: "micro",
 }
@@ -90,6 +92,8 @@ def level_of(ev: Event) -> str:
         return "error" if level_failed(ev) else "info"
     if isinstance(ev, MacroProgress):
         return "error" if ev.status == "failed" else "info"
+    if isinstance(ev, RequestFieldsDropped):
+        return "warning"
     if isinstance(ev, ConnectionState):
         return "info" if ev.state in ("connecting", "connected", "closed") else "warning"
     if isinstance(ev, Topology):
@@ -167,6 +171,8 @@ def _words(ev: Event, state: SessionState | None) -> str | None:
             return f"sweep {ev.status}: levels {','.join(map(str, ev.levels))}" + (
                 f" ({ev.elapsed_s:.1f} s)" if ev.status in ("cancelled", "done") else "")
         return None  # progress within a level: the panel shows it, the log would only repeat it
+    if isinstance(ev, RequestFieldsDropped):
+        return fields_dropped_line(ev)
     if isinstance(ev, Topology):
         return (f"{ev.host or 'host'}: {ev.summary or 'topology read'}" + (f" ({ev.source})" if ev.source else "")
                 + ("; " + "; ".join(ev.errors) if ev.errors else ""))
@@ -202,6 +208,23 @@ def server_words(point: MacroPoint) -> str:
         if mean is not None:
             parts.append(f"{name} {mean:.1f} ms" + (f" (client {overhead:+.1f} ms)" if overhead is not None else ""))
     return f"; server {point.metrics.get('server_engine', '')}: " + ", ".join(parts) if parts else ""
+
+
+FIELD_CONSEQUENCES = {
+    "ignore_eos": "outputs may end before max_tokens (at the model's end of sequence): output lengths come from "
+                  "usage",
+    "stream_options": "the server may send no usage: output tokens are then counted from content chunks "
+                      "(a lower bound)",
+    "max_completion_tokens": "max_tokens alone caps the output",
+}
+"""What going without each optional request field means for the figures."""
+
+
+def fields_dropped_line(ev: RequestFieldsDropped) -> str:
+    named = ", ".join(ev.fields) or "no field"
+    what = "; ".join(FIELD_CONSEQUENCES.get(f, f"{f} is not sent") for f in ev.fields)
+    return (f"the server refused {named} ({ev.reason}): the request was retried without "
+            f"{'them' if len(ev.fields) > 1 else 'it'} and the rest of the run goes without; {what}")
 
 
 def late_line(ev: SignalLate) -> str:

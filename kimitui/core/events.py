@@ -333,7 +333,8 @@ class MacroRequests(Event):
     level ends, before its ``MacroPoint``: ``requests[k]`` is request ``first + k`` of ``total``, in
     dispatch order. Each is an object: ``start_ms`` (after ``origin``, the level's first dispatch in unix
     seconds), ``end_ms`` and ``chunk_ms`` (token chunk arrivals; after the request's start), ``in``,
-    ``out``, ``max_tokens``, and when they apply ``target_in``, ``error``, ``in_estimated``,
+    ``out``, ``max_tokens``, and when they apply ``target_in``, ``first_ms`` (a role-only chunk ahead of the
+    first token), ``error``, ``in_estimated``,
     ``usage_missing``, ``sched_ms``, ``late_ms``."""
 
     type: ClassVar[str] = "macro_requests"
@@ -367,6 +368,18 @@ class ServerSample(Event):
     """The fraction of the KV cache in use (0 to 1)."""
     preemptions: float | None = None
     """Preemptions since the server started (a counter)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFieldsDropped(Event):
+    """The server refused request fields the load generator sends by default (vLLM's ``ignore_eos``, ...):
+    its first answer, a 4xx naming them, was retried without them, and the rest of the run goes without."""
+
+    type: ClassVar[str] = "request_fields_dropped"
+    fields: list[str] = field(default_factory=list)
+    reason: str = ""
+    """The server's answer that named them (``HTTP 422: ...``)."""
+    url: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -566,6 +579,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MacroProgress,
         MacroRequests,
         ServerSample,
+        RequestFieldsDropped,
         MacroVerdict,
         GemmRow,
         AllReduceRow,

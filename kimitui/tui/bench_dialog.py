@@ -3,7 +3,8 @@
 Defaults: the live host's OpenAI URL, the model ``/v1/models`` lists first, completions, concurrency
 1,2,...,128, ``4x`` requests per level (4 per concurrency slot: 4 at c=1, 512 at c=128, so c=1 is over in
 seconds and every level reaches its concurrency; a plain number is a fixed count per level), 128 output
-tokens, 128-token synthetic prompts, one warm-up request per level.
+tokens, 128-token synthetic prompts, one warm-up request per level, vLLM's ``ignore_eos`` sent (a server
+that refuses it gets the sweep without it, and a warning).
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ def form_defaults(url: str, previous: MacroConfig | None = None) -> dict[str, st
         return {"url": previous.url, "model": previous.model or "", "endpoint": previous.endpoint,
                 "concurrency": ",".join(map(str, previous.concurrency)), "requests": requests,
                 "max-tokens": str(previous.max_tokens), "input-len": str(previous.input_len),
-                "warmup": str(previous.warmup)}
+                "warmup": str(previous.warmup), "ignore-eos": "yes" if previous.ignore_eos else "no"}
     return {"url": url, "model": "", "endpoint": "completions",
             "concurrency": ",".join(map(str, DEFAULT_LEVELS)), "requests": DEFAULT_REQUESTS,
-            "max-tokens": "128", "input-len": "128", "warmup": "1"}
+            "max-tokens": "128", "input-len": "128", "warmup": "1", "ignore-eos": "yes"}
 
 
 def _int(values: dict[str, str], key: str, what: str) -> int:
@@ -61,12 +62,15 @@ def parse_form(values: dict[str, str]) -> MacroConfig:
     endpoint = values["endpoint"]
     if endpoint not in ("completions", "chat"):
         raise ConfigError(f"unknown endpoint {endpoint!r}")
+    ignore_eos = values.get("ignore-eos", "yes")
+    if ignore_eos not in ("yes", "no"):
+        raise ConfigError(f"ignore_eos: yes or no, not {ignore_eos!r}")
     config = MacroConfig(
         url=values["url"].strip(), model=values["model"].strip() or None,
         endpoint="chat" if endpoint == "chat" else "completions",
         concurrency=levels, requests=requests, requests_per_stream=per_stream,
         max_tokens=_int(values, "max-tokens", "max tokens"), input_len=_int(values, "input-len", "input length"),
-        warmup=_int(values, "warmup", "warm-up"),
+        warmup=_int(values, "warmup", "warm-up"), ignore_eos=ignore_eos == "yes",
     )
     config.validate()
     return config
@@ -116,6 +120,11 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
                 yield Static("/v1/completions or /v1/chat/completions", classes="hint")
             for key, label, hint in FIELDS[2:]:
                 yield from self._row(key, label, hint)
+            with Horizontal(classes="row"):
+                yield Label("ignore_eos")
+                yield Select([("send", "yes"), ("do not send", "no")], value=self.values["ignore-eos"],
+                             allow_blank=False, compact=True, id="ignore-eos")
+                yield Static("vLLM's: outputs of max tokens (refused: dropped)", classes="hint")
             yield Static("", id="dialog-error")
             with Horizontal(id="dialog-buttons"):
                 yield Button("Start", variant="primary", id="start", compact=True)
@@ -133,6 +142,7 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
     def form_values(self) -> dict[str, str]:
         values = {key: self.query_one(f"#{key}", Input).value for key, _, _ in FIELDS}
         values["endpoint"] = str(self.query_one("#endpoint", Select).value)
+        values["ignore-eos"] = str(self.query_one("#ignore-eos", Select).value)
         return values
 
     def submit(self) -> None:

@@ -106,6 +106,8 @@ class MacroConfig:
     """Percentiles reported for TTFT, TPOT, ITL and E2EL (vLLM's ``--metric-percentiles``)."""
     ignore_eos: bool = True
     """Send ``ignore_eos`` (a vLLM extension) so every request yields ``max_tokens`` tokens."""
+    omit_fields: tuple[str, ...] = ()
+    """Request fields left out of every request: the ones the server refused (``fields.check_fields``)."""
     temperature: float = 0.0
     seed: int = 0
     timeouts: Timeouts = field(default_factory=Timeouts)

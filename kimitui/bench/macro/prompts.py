@@ -130,4 +130,6 @@ class PromptSource:
         body["stream_options"] = {"include_usage": True}
         if cfg.ignore_eos:
             body["ignore_eos"] = True
+        for name in cfg.omit_fields:
+            body.pop(name, None)
         return body

@@ -2,10 +2,11 @@
 
 A level's *origin* is its first dispatch (``t0`` of its first request). A record holds the request's
 start after the origin, the arrival of each of its token chunks after its start (the first is its TTFT,
-the last its E2EL), its end (last byte or failure) after its start, its tokens in and out, and its error.
-Every time is rounded to ``MS_DIGITS`` decimals of a millisecond (10 µs), so a record is small and the
-level's summary, which ``metrics.summarize`` computes from the records and nothing else, recomputes
-exactly from a run file or a ``--requests-out`` file.
+the last its E2EL), the arrival of a role-only chunk that came before the first token, its end (last byte
+or failure) after its start, its tokens in and out, and its error. Every time is rounded to ``MS_DIGITS``
+decimals of a millisecond (10 µs), so a record is small and the level's summary, which
+``metrics.summarize`` computes from the records and nothing else, recomputes exactly from a run file or a
+``--requests-out`` file.
 
 Records are built when the level ends, from the arrival times the stream parser appended (one float a
 chunk): nothing here runs while requests stream. They are published as ``MacroRequests`` events, up to
@@ -33,6 +34,9 @@ class RequestRecord:
     """The request's end (its last byte, or the failure) after its start."""
     chunk_ms: list[float] = field(default_factory=list)
     """Arrival of each token chunk after the start: ``chunk_ms[0]`` is the TTFT, ``chunk_ms[-1]`` the E2EL."""
+    first_ms: float | None = None
+    """Arrival of the first chunk with a choice (a role-only delta) after the start, where it came before
+    the first token chunk (None: with it, as on vLLM, or no chunk at all)."""
     input_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None
@@ -66,6 +70,8 @@ class RequestRecord:
                                "in": self.input_tokens, "out": self.output_tokens, "max_tokens": self.max_tokens}
         if self.target_input is not None:
             out["target_in"] = self.target_input
+        if self.first_ms is not None:
+            out["first_ms"] = self.first_ms
         if self.error is not None:
             out["error"] = self.error
         if not self.input_from_usage:
@@ -82,6 +88,7 @@ class RequestRecord:
     def from_json(cls, obj: dict[str, Any]) -> RequestRecord:
         return cls(start_ms=float(obj["start_ms"]), end_ms=float(obj["end_ms"]),
                    chunk_ms=[float(x) for x in obj.get("chunk_ms") or []],
+                   first_ms=None if obj.get("first_ms") is None else float(obj["first_ms"]),
                    input_tokens=int(obj.get("in", 0)), output_tokens=int(obj.get("out", 0)),
                    error=obj.get("error"), input_from_usage=not obj.get("in_estimated", False),
                    usage_missing=bool(obj.get("usage_missing", False)), target_input=obj.get("target_in"),
@@ -121,6 +128,7 @@ def build(sent: Sequence[Sent], origin: float) -> list[RequestRecord]:
         out.append(RequestRecord(
             start_ms=_ms(t0 - origin), end_ms=_ms(o.end - t0),
             chunk_ms=[round((t - t0) * _SCALE) / _UNIT for t in o.times],
+            first_ms=_ms(o.first_chunk - t0) if o.times and 0.0 < o.first_chunk < o.times[0] else None,
             input_tokens=o.prompt_tokens, output_tokens=o.output_tokens if o.success else 0, error=o.error,
             input_from_usage=o.prompt_from_usage, usage_missing=o.usage_missing, target_input=s.target_input,
             max_tokens=s.max_tokens, sched_ms=None if s.sched is None else _ms(s.sched - origin),
@@ -150,6 +158,7 @@ def export_lines(ev: MacroRequests) -> Iterator[dict[str, Any]]:
                "start": round(ev.origin + r.start_ms / 1000.0, 6), "start_ms": r.start_ms,
                "status": "ok" if r.success else "failed", "error": r.error,
                "ttft_ms": r.ttft_ms if r.chunk_ms else None, "e2el_ms": r.e2el_ms if r.chunk_ms else None,
+               "first_chunk_ms": r.first_ms if r.first_ms is not None else (r.ttft_ms if r.chunk_ms else None),
                "end_ms": r.end_ms, "chunk_ms": r.chunk_ms, "input_tokens": r.input_tokens,
                "output_tokens": r.output_tokens, "target_input_tokens": r.target_input,
                "max_tokens": r.max_tokens, "input_estimated": not r.input_from_usage,

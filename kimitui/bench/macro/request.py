@@ -1,9 +1,16 @@
 """One streamed request, timed the way vLLM's benchmark times it.
 
 ``t0`` is taken by the caller once the concurrency slot is held. A *token chunk* is an SSE event whose
-``choices`` is non-empty (vLLM's rule: its role-only first chat chunk counts too). Each token chunk's
-arrival is appended to ``times`` (the only per-chunk work besides parsing: one list append); TTFT is
-the first arrival minus ``t0``, E2EL the last minus ``t0``, ITL the gaps between successive arrivals.
+first choice carries a token: non-empty ``text`` (completions) or ``content``, ``reasoning_content``
+(``reasoning``) or ``tool_calls`` (chat). A role-only delta (``{"role": "assistant"}``, which some
+servers, transformers serve among them, send before they generate) and a content-free final chunk
+(``finish_reason`` / ``usage`` only) are not: they would stop the TTFT clock early and add a gap that is
+not between tokens. On vLLM the role and the first token arrive together, so nothing changes there.
+Each token chunk's arrival is appended to ``times`` (the only per-chunk work besides parsing: one list
+append); TTFT is the first arrival minus ``t0``, E2EL the last minus ``t0``, ITL the gaps between
+successive arrivals. ``first_chunk`` keeps the arrival of the first chunk with any choice (the role
+chunk, where there is one). A stream with choices but no token chunk at all (an output that is only an
+end-of-sequence) is timed by its choice chunks instead.
 Arrival is the time the byte block that completed the event was read, taken once per block (events that
 arrive together share it). Output tokens come from ``usage.completion_tokens``;
 without a usage chunk the request still succeeds and counts its non-empty content chunks (a lower bound),
@@ -49,6 +56,8 @@ class RequestOutcome:
     """E2EL: last token chunk minus t0."""
     times: list[float] = field(default_factory=list)
     """perf_counter at the arrival of each token chunk."""
+    first_chunk: float = 0.0
+    """perf_counter at the arrival of the first chunk with a choice (a role-only one counts; 0: none)."""
     output_tokens: int = 0
     prompt_tokens: int = 0
     prompt_from_usage: bool = False
@@ -165,8 +174,8 @@ class StreamAccount:
     stream ended properly and fills the outcome (TTFT, E2EL, token count).
     """
 
-    __slots__ = ("_chat", "_completion_tokens", "_content_chunks", "_out", "chunks", "decoder", "done",
-                 "usage_seen")
+    __slots__ = ("_chat", "_completion_tokens", "_content_chunks", "_last_choice", "_out", "chunks", "decoder",
+                 "done", "usage_seen")
 
     def __init__(self, out: RequestOutcome, chat: bool) -> None:
         self._out = out
@@ -176,6 +185,7 @@ class StreamAccount:
         self.usage_seen = False
         self._completion_tokens = 0
         self._content_chunks = 0
+        self._last_choice = 0.0
         self.chunks = 0
 
     def feed(self, block: bytes, now: float) -> None:
@@ -201,11 +211,21 @@ class StreamAccount:
                 except (ValueError, AttributeError):
                     raise _Fail(f"malformed SSE: {_short(payload, 60)}") from None
                 if choices:
+                    if not chunks:
+                        out.first_chunk = now
                     chunks += 1
-                    arrived(now)
                     try:
                         c0 = choices[0]
-                        text = c0["delta"].get("content") if chat else c0.get("text")
+                        if chat:
+                            delta = c0["delta"]
+                            text = delta.get("content")
+                            if (text or delta.get("reasoning_content") or delta.get("reasoning")
+                                    or delta.get("tool_calls")):
+                                arrived(now)
+                        else:
+                            text = c0.get("text")
+                            if text:
+                                arrived(now)
                     except (KeyError, TypeError, AttributeError, IndexError):
                         text = None
                     if text:
@@ -223,6 +243,8 @@ class StreamAccount:
                     msg = err.get("message", err) if isinstance(err, dict) else err
                     raise _Fail(f"server error in stream: {_short(str(msg), 80)}")
         finally:
+            if chunks != self.chunks:
+                self._last_choice = now
             self.chunks = chunks
             self._content_chunks = content_chunks
 
@@ -235,13 +257,16 @@ class StreamAccount:
             if payload == DONE:
                 self.done = True
         done = self.done or self.usage_seen
-        times = self._out.times
+        out = self._out
+        times = out.times
+        if not times and self.chunks:  # choices but no token in them: time the stream by its choice chunks
+            times += [out.first_chunk] if self._last_choice == out.first_chunk else [out.first_chunk,
+                                                                                   self._last_choice]
         if not times:
             raise _Fail("no token chunk before the end of the stream" if done
                         else "stream closed early (before [DONE])")
         if not done:
             raise _Fail("stream closed early (before [DONE])")
-        out = self._out
         out.chunks = self.chunks
         out.ttft = times[0] - out.t0
         out.latency = times[-1] - out.t0

@@ -1,18 +1,21 @@
 """The concurrency sweep: prepare the prompts' lengths, then warm up, run, measure and publish each level;
 cancel keeps finished levels.
 
-``run_sweep`` (``prepare_sweep`` then ``run_plan``) publishes a ``LogLine`` saying how the input lengths are
-obtained, then for each finished level (the moment it ends) its ``MacroRequests`` records and its
-``MacroPoint`` summary, and ``LogLine`` warnings (usage missing, failures, a concurrency not reached, a
-client that may have distorted the figures). It publishes no phase: the macro phase (its start, its end
-and whether it failed) is ``kimitui.campaign.phases.macro_phase``'s, the one that Textual's worker, the
-headless CLI and the campaign call. It reports progress through ``progress`` at about 10 Hz; it returns
-the whole sweep.
+``run_sweep`` (``prepare_sweep`` then ``run_plan``) first sends one short request to find the optional
+fields the server refuses (``fields``): a ``RequestFieldsDropped`` warning names them, and the run (its
+config's ``omit_fields``, each level's ``request_fields_dropped``) goes without them. It publishes a
+``LogLine`` saying how the input lengths are obtained, then for each finished level (the moment it ends)
+its ``MacroRequests`` records and its ``MacroPoint`` summary, and ``LogLine`` warnings (usage missing,
+failures, a concurrency not reached, a client that may have distorted the figures). It publishes no
+phase: the macro phase (its start, its end and whether it failed) is
+``kimitui.campaign.phases.macro_phase``'s, the one that Textual's worker, the headless CLI and the
+campaign call. It reports progress through ``progress`` at about 10 Hz; it returns the whole sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -25,6 +28,7 @@ from kimitui.bench.macro import records as rec
 from kimitui.bench.macro import verdict as vd
 from kimitui.bench.macro.arrivals import Arrival, load_trace
 from kimitui.bench.macro.config import MacroConfig
+from kimitui.bench.macro.fields import check_fields_or_cancel
 from kimitui.bench.macro.http_stream import lean_unsupported
 from kimitui.bench.macro.lengths import (
     Calibration,
@@ -39,7 +43,7 @@ from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
 from kimitui.bench.macro.server_scrape import ServerScraper
 from kimitui.bench.macro.transport import headers, ssl_context
-from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict
+from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
 
 PHASE = "macro"
 SOURCE = "macro"
@@ -67,6 +71,9 @@ class SweepResult:
     cancelled: bool = False
     lengths: Calibration | None = None
     """How the synthetic prompts got their lengths (None: dataset prompts)."""
+    fields_dropped: tuple[str, ...] = ()
+    """Request fields the server refused, left out of the whole run (``fields.check_fields``)."""
+    fields_dropped_reason: str = ""
     verdict: MacroVerdict | None = None
     """The sweep's verdict (``verdict``), once it has ended with at least one level."""
 
@@ -85,6 +92,8 @@ class SweepResult:
             "config": self.config.to_dict(),
             "input_lengths": self.lengths.describe() if self.lengths is not None else "dataset prompts",
             "single_stream_tok_s": self.single_stream_tok_s,
+            "request_fields_dropped": list(self.fields_dropped),
+            "request_fields_dropped_reason": self.fields_dropped_reason or None,
             "cancelled": self.cancelled,
             "levels": [{"concurrency": lv.concurrency, **lv.metrics} for lv in self.levels],
             "verdict": verdict_dict(self.verdict),
@@ -208,15 +217,24 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
                    progress: Callable[[LevelProgress], None] | None = None,
                    cancel: asyncio.Event | None = None) -> SweepResult:
     """Run a prepared sweep's levels in order (see the module docstring); no phase of its own."""
-    config, model, client = plan.config, plan.model, plan.client
+    model, client = plan.model, plan.client
     cancel = cancel or asyncio.Event()
-    result = plan.result = SweepResult(config=config, model=model)
-    levels = plan.levels
     if plan.fallback is not None:
         publish(LogLine(t=_now(), level="warning", source=SOURCE,
                         message=f"lean HTTP client not usable ({plan.fallback}): using httpx"))
+    found = await check_fields_or_cancel(plan.config, model, cancel)
+    if found.dropped:
+        plan.config = dataclasses.replace(plan.config, omit_fields=plan.config.omit_fields + found.dropped)
+        publish(RequestFieldsDropped(t=_now(), fields=list(found.dropped), reason=found.reason,
+                                     url=plan.config.base_url + plan.config.endpoint_path))
+    config = plan.config
+    result = plan.result = SweepResult(config=config, model=model, fields_dropped=found.dropped,
+                                       fields_dropped_reason=found.reason)
+    levels = plan.levels
     scraper: ServerScraper | None = None
     try:
+        if cancel.is_set():  # cancelled during the field check
+            return result
         lengths: LengthModel | None = None
         method = "dataset"
         if plan.dataset is None:
@@ -244,6 +262,8 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
                 break
             if scraper is not None:
                 run.metrics.update(scraper.level_figures(run.metrics))
+            if found.dropped:
+                run.metrics["request_fields_dropped"] = list(found.dropped)
             _publish_level(publish, level, run)
             result.levels.append(LevelResult(c, run.metrics, run.records))
     finally:
