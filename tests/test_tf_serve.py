@@ -136,14 +136,20 @@ def test_chat_ttft_is_the_first_content_chunk(tf_server: TfServer, proxy: Timing
     records = [json.loads(line) for line in requests_out.read_text().splitlines()]
     assert len(records) == 8 and all(r["status"] == "ok" for r in records), records
     exchanges = [e for e in proxy.exchanges if e.content_s is not None and e.role_s is not None]
-    diffs_ms = []
+    diffs_ms, gaps_ms = [], []
     for record in records:
         exchange = min(exchanges, key=lambda e: abs(e.post_s - record["start"]))
         assert abs(exchange.post_s - record["start"]) < 0.05, (record, exchange)
-        assert exchange.content_s is not None
+        assert exchange.content_s is not None and exchange.role_s is not None
         diffs_ms.append(record["ttft_ms"] - (exchange.content_s - exchange.post_s) * 1000)
-    print(f"client TTFT minus the relay's time to the first content: {[round(d, 2) for d in diffs_ms]} ms")
-    assert abs(statistics.median(diffs_ms)) < 1.0, diffs_ms
+        gaps_ms.append((exchange.content_s - exchange.role_s) * 1000)
+    print(f"client TTFT minus the relay's time to the first content: {[round(d, 2) for d in diffs_ms]} ms "
+          f"(role chunk {statistics.median(gaps_ms):.1f} ms ahead)")
+    # causal bounds, not a stopwatch race on a busy machine: the client cannot see the content before the
+    # relay passed it on (its clock starts before the relay sees the POST), so a clock stopped at the role
+    # chunk would read a whole role gap early; the figure itself (within 1 ms on an idle machine) is printed
+    assert min(diffs_ms) > -1.0, diffs_ms
+    assert statistics.median(diffs_ms) < statistics.median(gaps_ms) / 2, (diffs_ms, gaps_ms)
 
 
 # --- a campaign against it, the server a supervisord program ----------------------------------------------
