@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from kimitui.hosts.agent import start_time_of
+from kimitui.hosts.local import LocalHost
+from tests.pythons import agent_pythons, label, require
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
@@ -120,3 +122,16 @@ def procs_by_pid(sample: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 def agent_env_python() -> str:
     return os.environ.get("KIMITUI_TEST_PYTHON", sys.executable)
+
+
+PYTHONS = agent_pythons()
+
+
+@pytest.fixture(params=PYTHONS, ids=[label(p) for p in PYTHONS])
+async def host(request: pytest.FixtureRequest) -> AsyncIterator[LocalHost]:
+    """A local host whose agent runs under each python the suite tests (the oldest supported, the newest)."""
+    h = LocalHost("box", python=require(request.param))
+    try:
+        yield h
+    finally:
+        await h.close()

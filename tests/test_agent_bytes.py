@@ -21,10 +21,11 @@ from kimitui.cleanup import auto_consent
 from kimitui.core.events import StepPreview
 from kimitui.hosts.agent import parse_cmdline, parse_stat, read_stat
 from kimitui.hosts.local import LocalHost
+from tests.agent_helpers import host as host  # a fixture: a local agent under each python
 from tests.agent_helpers import make_sim_dir, wait_until
 from tests.cleanup_support import HERE as CLEANUP_SUPPORT
 from tests.cleanup_support import SimDir, make_sim
-from tests.pythons import agent_pythons, label, require
+from tests.pythons import agent_pythons
 from tests.test_cleanup import Rig, results
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,13 +142,6 @@ def test_stat_is_parsed_as_bytes_after_the_last_paren() -> None:
 PYTHONS = agent_pythons()
 
 
-@pytest.fixture(params=PYTHONS, ids=[label(p) for p in PYTHONS])
-async def host(request: pytest.FixtureRequest) -> AsyncIterator[LocalHost]:
-    h = LocalHost("box", python=require(request.param))
-    try:
-        yield h
-    finally:
-        await h.close()
 
 
 async def test_names_that_are_not_utf8_are_visible_with_their_start_time(

@@ -8,7 +8,7 @@ import asyncio
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,8 +16,9 @@ import pytest
 from kimitui.cleanup.services import PidService
 from kimitui.hosts.base import HostError, ProcId, RequestFailed
 from kimitui.hosts.local import LocalHost
+from tests.agent_helpers import host as host  # a fixture: a local agent under each python
 from tests.agent_helpers import wait_until
-from tests.pythons import agent_pythons, label, require
+from tests.pythons import agent_pythons
 
 PYTHONS = agent_pythons()
 ANSWER_S = 20.0
@@ -25,13 +26,6 @@ ANSWER_S = 20.0
 without the fix the answer never comes before the blocked request ends, which the test holds until after."""
 
 
-@pytest.fixture(params=PYTHONS, ids=[label(p) for p in PYTHONS])
-async def host(request: pytest.FixtureRequest) -> AsyncIterator[LocalHost]:
-    h = LocalHost("box", python=require(request.param))
-    try:
-        yield h
-    finally:
-        await h.close()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,18 +22,12 @@ from kimitui.hosts.agent import read_stat, start_time_of
 from kimitui.hosts.base import HostError, OutcomeUnknown, ProcId, RequestFailed
 from kimitui.hosts.local import LocalHost
 from tests.agent_helpers import Children, children, make_sim_dir, pid_gone, wait_until  # noqa: F401
+from tests.agent_helpers import host as host  # a fixture: a local agent under each python
 from tests.pythons import agent_pythons, label, require
 
 PYTHONS = agent_pythons()
 
 
-@pytest.fixture(params=PYTHONS, ids=[label(p) for p in PYTHONS])
-async def host(request: pytest.FixtureRequest) -> AsyncIterator[LocalHost]:
-    h = LocalHost("box", python=require(request.param))
-    try:
-        yield h
-    finally:
-        await h.close()
 
 
 def version_of(python: str) -> str:

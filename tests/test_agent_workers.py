@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -15,19 +14,13 @@ from kimitui.hosts.agent import read_stat
 from kimitui.hosts.base import HostError
 from kimitui.hosts.link import WorkerLost
 from kimitui.hosts.local import LocalHost
+from tests.agent_helpers import host as host  # a fixture: a local agent under each python
 from tests.agent_helpers import pid_gone, wait_until
 from tests.pythons import agent_pythons, label, require
 
 PYTHONS = agent_pythons()
 
 
-@pytest.fixture(params=PYTHONS, ids=[label(p) for p in PYTHONS])
-async def host(request: pytest.FixtureRequest) -> AsyncIterator[LocalHost]:
-    h = LocalHost("box", python=require(request.param))
-    try:
-        yield h
-    finally:
-        await h.close()
 
 
 STREAMER = b"""\

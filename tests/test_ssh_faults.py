@@ -54,7 +54,7 @@ signal.signal(signal.SIGUSR1, count)
 signal.signal(signal.SIGUSR2, count)
 open(path, "w").close()
 while True:
-    time.sleep(1)
+    signal.pause()
 """
 
 
