@@ -14,8 +14,9 @@
 #   safety   scripts/device_safety.py: only the service is cleaned, another GPU holder only with `others`, a
 #            stand-in nvidia-persistenced and an NVML monitor spared, a worker whose name is not UTF-8 cleaned
 #   micro    scripts/device_micro.sh: the GEMM benchmark through the host program, fidelity, cancel
-#   loadgen  benchmarks/loadgen.py --quick --servers burst, client and server pinned to 2 cores
+#   loadgen  benchmarks/loadgen.py --quick --servers sim,burst (with and without /metrics reads), pinned to 2 cores
 #   campaign scripts/device_campaign.sh: the whole campaign headless against a stand-in for vLLM
+#   tfcampaign scripts/device_tf_campaign.sh: the same against transformers serve on the GPU (a real engine)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kimitui-device-run}
@@ -94,15 +95,22 @@ part_micro() {
 
 part_loadgen() {
   local d="$OUT/work/loadgen"; mkdir -p "$d"
-  timeout 300 taskset -c 0,1 $PY benchmarks/loadgen.py --quick --servers burst --clients lean,httpx > "$d/loadgen.txt" 2>&1
+  timeout 300 taskset -c 0,1 $PY benchmarks/loadgen.py --quick --servers sim,burst --clients lean,httpx > "$d/loadgen.txt" 2>&1
   say "loadgen (taskset -c 0,1): rc $?"
-  grep -E "tok/s|ITL|floor|PASS|MISS" "$d/loadgen.txt" | head -20 >> "$OUT/summary.txt"
+  grep -E "tok/s|ITL|floor|PASS|MISS|metrics read" "$d/loadgen.txt" | head -20 >> "$OUT/summary.txt"
 }
 
 part_campaign() {
   local d="$OUT/work/campaign"; mkdir -p "$d"
   OUT="$d" timeout 560 bash scripts/device_campaign.sh > "$d/run.log" 2>&1
   say "campaign: rc $?"
+  cat "$d/campaign.txt" >> "$OUT/summary.txt"
+}
+
+part_tfcampaign() {
+  local d="$OUT/work/tfcampaign"; mkdir -p "$d"
+  OUT="$d" timeout 570 bash scripts/device_tf_campaign.sh > "$d/run.log" 2>&1
+  say "tfcampaign: rc $?"
   cat "$d/campaign.txt" >> "$OUT/summary.txt"
 }
 
