@@ -47,16 +47,21 @@ while True:
     [pynvml.nvmlDeviceGetMemoryInfo(h) for h in hs]; time.sleep(0.2)' > "$W/monitor.out" 2>&1 &
 MON=$!
 began=$(date +%s%3N)
-$PY - "$PORT" <<'PYEOF'
-import sys, time, urllib.request
+$PY - "$PORT" "$W/supervisord.conf" <<'PYEOF'
+import subprocess, sys, time, urllib.request
 deadline = time.monotonic() + 150
 while time.monotonic() < deadline:
     try:
         urllib.request.urlopen("http://127.0.0.1:%s/health" % sys.argv[1], timeout=2).read()
         break
     except Exception:
+        state = subprocess.run(["supervisorctl", "-c", sys.argv[2], "status", "tfserve"], capture_output=True,
+                               text=True).stdout
+        if "EXITED" in state or "FATAL" in state:
+            break  # the server died while loading: its log says why
         time.sleep(0.2)
 PYEOF
+cp "$W/tfserve.log" "$OUT/tfserve-start.log" 2>/dev/null
 echo "service: $(supervisorctl -c "$W/supervisord.conf" status tfserve), healthy after $(( $(date +%s%3N) - began )) ms" | tee "$OUT/campaign.txt"
 # warm the GPU path once (the first CUDA request compiles kernels) so the sweep measures the server, not that
 $PY - "$PORT" "$W/model" <<'PYEOF' | tee -a "$OUT/campaign.txt"
