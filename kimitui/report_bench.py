@@ -8,6 +8,7 @@ from typing import Any
 
 from kimitui.core.describe import verdict_line
 from kimitui.core.events import AllReduceRow, MacroPoint, first_error, level_failed
+from kimitui.core.printable import printable
 from kimitui.core.state import SessionState, Sweep
 from kimitui.core.typed import finite
 from kimitui.report_format import fmt_bytes, fmt_num, percentile, table
@@ -93,6 +94,11 @@ def _sweep(sweep: Sweep) -> list[str]:
     methods = sorted({str(p.metrics["input_len_method"]) for p in points if "input_len_method" in p.metrics})
     if methods:
         lines += ["", "Input lengths: " + ", ".join(_METHODS.get(x, x) for x in methods) + "."]
+    dropped = sorted({str(f) for p in points for f in _listed(p.metrics.get("request_fields_dropped"))})
+    if dropped:
+        names = ", ".join(f"`{printable(f)}`" for f in dropped)
+        lines += ["", f"Request fields the server rejected: {names}; the sweep went without them (without "
+                      "`ignore_eos` an output may end before max_tokens: its length is the server's usage count)."]
     lines += _verdict(sweep)
     client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in _listed(p.metrics.get("client_warnings"))]
     if client:

@@ -95,6 +95,9 @@ reset = "no"
 restart = "yes"
 abort_restart = "yes"
 [macro]
+# transformers 5.17 pinned to a folder answers GET /v1/models with 500 when ~/.cache/huggingface/hub is
+# missing (it scans that cache for the list): the model is named here, as an operator would
+model = "$W/model"
 concurrency = [1, 2, 4]
 requests = "2x"
 max_tokens = 32

@@ -83,6 +83,8 @@ class Behavior:
     """Request fields answered with a 422 naming them (as transformers serve does for ``ignore_eos``)."""
     role_gap_s: float = 0.0
     """With ``role_chunk``: how long after the role-only chunk the first token chunk goes."""
+    models_status: int = 200
+    """``GET /v1/models`` answered with this status (500: transformers 5.17 pinned to a folder, no HF cache)."""
     finish_chunk: bool = False
     """End with a chunk whose choice has no content, only ``finish_reason`` (the usage rides on it)."""
     final_delay_s: float = 0.0
@@ -209,6 +211,9 @@ class FaultyServer:
     async def _handle(self, method: str, path: str, raw: bytes, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> bool:
         b = self.behavior
+        if method == "GET" and path == "/v1/models" and b.models_status != 200:
+            self._json(writer, b.models_status, b"Internal Server Error")
+            return True
         if method == "GET" and path == "/v1/models":
             self._json(writer, 200, b'{"object": "list", "data": [{"id": "fake-model", "object": "model"}]}')
             return True
@@ -382,6 +387,7 @@ async def _main(argv: list[str]) -> None:
                    help="transformers serve's ways: 422 to ignore_eos, a role-only chunk first, a content-free "
                         "finish chunk with the usage last, no [DONE]")
     p.add_argument("--role-gap", type=float, default=0.0, help="with --transformers: role chunk to first token (s)")
+    p.add_argument("--models-status", type=int, default=200, help="the status GET /v1/models answers")
     a = p.parse_args(argv)
     quirks: dict[str, Any] = {}
     if a.transformers:
@@ -389,7 +395,8 @@ async def _main(argv: list[str]) -> None:
                   "finish_chunk": True, "done": False}
     srv = FaultyServer(Behavior(interval_s=a.interval, tokens_per_chunk=a.tokens_per_chunk, burst=a.burst,
                                 yield_chunks=a.yield_chunks, stamp=a.stamp, mode="status" if a.status else "ok",
-                                status=a.status or 500, body=a.body, **quirks), port=a.port)
+                                status=a.status or 500, body=a.body, models_status=a.models_status, **quirks),
+                       port=a.port)
     srv.stats.keep_bodies = False
     await srv.start()
     print(f"PORT {srv.port}", flush=True)

@@ -301,3 +301,23 @@ async def test_a_one_gpu_host_is_told_at_the_start_that_phase_3_will_have_no_ver
     analysis = [e for e in rig.of(PhaseEnd) if e.phase == "analysis"][-1]
     assert not analysis.ok and "no all-reduce" in analysis.note
     assert end.status == "done" and end.note == "every phase over; not ok: Phase 3 analysis"
+
+
+@pytest.mark.parametrize("metrics_url", ["", "http://127.0.0.1:9/metrics"])
+async def test_phase_1_reads_the_metrics_url_the_campaign_names(metrics_url: str, tmp_path: Path) -> None:
+    """The sweep reads the server's /metrics at the campaign's ``metrics_url`` (the one the drain reads), or at the
+    API's own /metrics when none is named: a URL with nothing behind it is said once, and Phase 1 goes on."""
+    from kimitui.core.events import ServerSample
+
+    cfg = small_config(["macro"], service={"metrics_url": metrics_url} if metrics_url else {})
+    async with campaign_rig(cfg, tmp_path) as rig:
+        end = await rig.machine.run()
+    assert end.status == "done", end
+    said = [e.message for e in rig.of(LogLine) if "server metrics" in e.message]
+    if metrics_url:
+        assert not rig.of(ServerSample) and len(said) == 1, said
+        assert said[0].startswith(f"no server metrics (GET {metrics_url}:"), said
+    else:
+        assert rig.of(ServerSample) and said == [f"server metrics: vllm at {rig.host.api_url}/metrics, read every "
+                                                 "200 ms"], said
+        assert all("server_mean_ttft_ms" in p.metrics for p in rig.of(MacroPoint))

@@ -112,6 +112,24 @@ def test_a_server_that_does_not_answer_is_a_recorded_phase_that_could_not_start(
     assert span.phase == "macro" and span.ok is False
 
 
+def test_a_model_list_that_fails_names_the_way_round_it(capsys: pytest.CaptureFixture[str], data_home: Path) -> None:
+    """transformers 5.17 pinned to a folder answers ``GET /v1/models`` with 500 when the Hugging Face cache folder
+    is missing (seen on the device): the one line says to name the model, and naming it runs the sweep."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "faulty_server.py"), "--models-status", "500"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = f"http://127.0.0.1:{int(proc.stdout.readline().split()[1])}"
+        assert _run(["--url", url, "--concurrency", "1", "--requests", "1", "--max-tokens", "4"]) == 1
+        (cause,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("kimitui bench macro: ")]
+        assert cause.endswith(f"GET {url}/v1/models: HTTP 500 (name the model instead: --model, or [macro] model "
+                              "in a campaign file)"), cause
+        assert _run(["--url", url, "--model", "m", "--concurrency", "1", "--requests", "1", "--max-tokens", "4"]) == 0
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
 @pytest.fixture(scope="module")
 def refusing_url() -> Iterator[str]:
     """A real server that lists a model and answers every completion 503."""

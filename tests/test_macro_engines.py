@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from kimitui.bench.cli import add_parser, cmd_bench
-from kimitui.bench.macro import MacroConfig, run_sweep
+from kimitui.bench.macro import ConfigError, MacroConfig, run_sweep
 from kimitui.bench.macro import records as rec
 from kimitui.bench.macro.fields import named_fields
 from kimitui.bench.macro.request import RequestOutcome, StreamAccount
@@ -175,6 +175,15 @@ def test_ignore_eos_is_a_key_of_the_campaign_and_a_field_of_the_dialog() -> None
     assert form_defaults("http://x")["ignore-eos"] == "yes"
     cfg = parse_form({**form_defaults("http://x"), "ignore-eos": "no"})
     assert cfg.ignore_eos is False and form_defaults("http://x", cfg)["ignore-eos"] == "no"
+
+
+def test_the_dialog_takes_goodput_slos_and_keeps_them_for_the_next_sweep() -> None:
+    assert form_defaults("http://x")["goodput"] == "" and parse_form(form_defaults("http://x")).slo.ttft_ms is None
+    cfg = parse_form({**form_defaults("http://x"), "goodput": "ttft:200, tpot:50"})
+    assert (cfg.slo.ttft_ms, cfg.slo.tpot_ms, cfg.slo.e2el_ms) == (200.0, 50.0, None)
+    assert form_defaults("http://x", cfg)["goodput"] == "ttft:200,tpot:50"
+    with pytest.raises(ConfigError, match="goodput takes ttft:MS"):
+        parse_form({**form_defaults("http://x"), "goodput": "ttft=200"})
 
 
 # -- TTFT at the first token ---------------------------------------------------------------------------------

@@ -166,6 +166,18 @@ def test_report_shows_a_failed_level_as_failed(tmp_path):
     assert "peak **50 tok/s** at concurrency 1" in macro and "1 level(s) FAILED" in macro
 
 
+def test_report_names_the_request_fields_the_server_rejected(tmp_path):
+    """A sweep that went without ``ignore_eos`` (the server answered 422 naming it) says so in the report, once,
+    beside what follows for the output lengths."""
+    metrics = {"output_throughput": 50.0, "completed": 4, "failed": 0, "num_prompts": 4,
+               "request_fields_dropped": ["ignore_eos"]}
+    points = [MacroPoint(1.0, concurrency=1, metrics=metrics), MacroPoint(2.0, concurrency=2, metrics=metrics)]
+    path = write_run(tmp_path / "dropped.jsonl", [PhaseStart(0.5, phase="macro"), *points], host="h")
+    macro = _section(render_report(RunReader(path)), "## Serving sweep (macro)")
+    assert macro.count("Request fields the server rejected: `ignore_eos`") == 1, macro
+    assert "usage count" in macro
+
+
 def test_summary_on_the_sample_run(folded):
     _, state = folded
     text = summarize(RunReader(SAMPLE))

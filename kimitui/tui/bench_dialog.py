@@ -4,7 +4,7 @@ Defaults: the live host's OpenAI URL, the model ``/v1/models`` lists first, comp
 1,2,...,128, ``4x`` requests per level (4 per concurrency slot: 4 at c=1, 512 at c=128, so c=1 is over in
 seconds and every level reaches its concurrency; a plain number is a fixed count per level), 128 output
 tokens, 128-token synthetic prompts, one warm-up request per level, vLLM's ``ignore_eos`` sent (a server
-that refuses it gets the sweep without it, and a warning).
+that refuses it gets the sweep without it, and a warning), no goodput SLOs (vLLM's ``--goodput`` form).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from kimitui.bench.macro import ConfigError, MacroConfig
 from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, parse_levels, parse_requests
+from kimitui.bench.macro.verdict import parse_goodput, slo_dict, slo_text
 from kimitui.tui import fmt
 
 FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -31,6 +32,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("max-tokens", "max tokens", "output tokens per request"),
     ("input-len", "input length", "synthetic prompt tokens"),
     ("warmup", "warm-up", "requests per level, not counted"),
+    ("goodput", "goodput SLOs", "ms at p99: ttft:200,tpot:50 (blank: none)"),
 )
 
 
@@ -42,10 +44,11 @@ def form_defaults(url: str, previous: MacroConfig | None = None) -> dict[str, st
         return {"url": previous.url, "model": previous.model or "", "endpoint": previous.endpoint,
                 "concurrency": ",".join(map(str, previous.concurrency)), "requests": requests,
                 "max-tokens": str(previous.max_tokens), "input-len": str(previous.input_len),
-                "warmup": str(previous.warmup), "ignore-eos": "yes" if previous.ignore_eos else "no"}
+                "warmup": str(previous.warmup), "ignore-eos": "yes" if previous.ignore_eos else "no",
+                "goodput": slo_text(slo_dict(previous.slo))}
     return {"url": url, "model": "", "endpoint": "completions",
             "concurrency": ",".join(map(str, DEFAULT_LEVELS)), "requests": DEFAULT_REQUESTS,
-            "max-tokens": "128", "input-len": "128", "warmup": "1", "ignore-eos": "yes"}
+            "max-tokens": "128", "input-len": "128", "warmup": "1", "ignore-eos": "yes", "goodput": ""}
 
 
 def _int(values: dict[str, str], key: str, what: str) -> int:
@@ -71,6 +74,7 @@ def parse_form(values: dict[str, str]) -> MacroConfig:
         concurrency=levels, requests=requests, requests_per_stream=per_stream,
         max_tokens=_int(values, "max-tokens", "max tokens"), input_len=_int(values, "input-len", "input length"),
         warmup=_int(values, "warmup", "warm-up"), ignore_eos=ignore_eos == "yes",
+        slo=parse_goodput([values.get("goodput", "")]),
     )
     config.validate()
     return config
@@ -85,13 +89,14 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
         width: 96; max-width: 100%; height: auto; max-height: 100%; border: round $accent; background: $surface;
         padding: 0 1; border-title-color: $accent; border-title-style: bold;
     }
-    MacroDialog .row { height: 1; margin-bottom: 1; }
+    MacroDialog .row { height: 1; }
     MacroDialog .row Label { width: 13; color: $text-muted; }
     MacroDialog .row Input, MacroDialog .row Select { width: 32; }
     MacroDialog .row .hint { width: 1fr; padding-left: 1; color: $text-muted; text-wrap: nowrap;
                              text-overflow: ellipsis; }
     MacroDialog #dialog-error { height: auto; color: $error; text-style: bold; }
     MacroDialog #dialog-buttons { height: 1; align-horizontal: right; margin-top: 1; }
+    MacroDialog #dialog-box { padding-top: 1; }
     MacroDialog #dialog-buttons Button { margin-left: 2; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [

@@ -104,22 +104,24 @@ class SweepResult:
 
 
 async def discover_model(cfg: MacroConfig) -> str:
-    """The first model ``GET /v1/models`` lists."""
+    """The first model ``GET /v1/models`` lists. An engine whose list fails (transformers 5.17 pinned to a
+    folder answers 500 when the Hugging Face cache folder is missing) is named with the way round it."""
     url = cfg.base_url + "/v1/models"
+    hint = " (name the model instead: --model, or [macro] model in a campaign file)"
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.timeouts.connect_s, read=cfg.timeouts.read_s),
                                      headers=headers(cfg)) as client:
             resp = await client.get(url)
             if resp.status_code != 200:
-                raise MacroError(f"GET {url}: HTTP {resp.status_code}")
+                raise MacroError(f"GET {url}: HTTP {resp.status_code}{hint}")
             data = resp.json().get("data") or []
             if not data or not isinstance(data[0], dict) or "id" not in data[0]:
-                raise MacroError(f"GET {url}: no model listed")
+                raise MacroError(f"GET {url}: no model listed{hint}")
             return str(data[0]["id"])
     except httpx.HTTPError as exc:
         raise MacroError(f"GET {url}: {type(exc).__name__}: {exc}") from None
     except (ValueError, AttributeError):
-        raise MacroError(f"GET {url}: not an OpenAI model list") from None
+        raise MacroError(f"GET {url}: not an OpenAI model list{hint}") from None
 
 
 async def prepare_lengths(cfg: MacroConfig, model: str) -> tuple[Calibration, list[str]]:
