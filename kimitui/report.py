@@ -212,7 +212,17 @@ def step_after_sample(d: RunDigest, n: int, step: StepState) -> HostSample | Non
     return d._sample(k) if k >= 0 else None
 
 
-def _memory_table(d: RunDigest, before_t: float, after: HostSample | None, done: float, label: str) -> list[str]:
+def _earlier_result(d: RunDigest, n: int, step: StepState, since: float, until: float) -> str:
+    """The step of cleanup ``n`` whose result came in (since, until]: a sample before it cannot show it."""
+    for other in d.state.cleanups[n].steps.values():
+        done = d.step_done_at.get((n, other.step))
+        if other is not step and done is not None and since < done <= until:
+            return other.step
+    return ""
+
+
+def _memory_table(d: RunDigest, n: int, step: StepState, before_t: float, after: HostSample | None, done: float,
+                  label: str) -> list[str]:
     before = d.sample_at_or_before(before_t)
     if before is None or after is None:
         return ["No samples around this step."]
@@ -230,6 +240,9 @@ def _memory_table(d: RunDigest, before_t: float, after: HostSample | None, done:
     when = "the last before the next step or phase began"
     if after.t < done:
         when += f"; taken before this step's result at {fmt_offset(done, origin)}"
+    earlier = _earlier_result(d, n, step, before.t, before_t)
+    if earlier:
+        label += f"; taken before step {earlier}'s result: a change may be that step's"
     note = f"Samples at {fmt_offset(before.t, origin)} ({label}) and {fmt_offset(after.t, origin)} ({when}); MiB."
     return [note, "", *table(["GPU", "before", "after", "change", "total"], rows)]
 
@@ -272,7 +285,7 @@ def _step_section(d: RunDigest, n: int, step: StepState) -> list[str]:
     elif not d.sample_idx:
         lines += ["No samples in this run, so no memory comparison.", ""]
     else:
-        lines += [*_memory_table(d, before, step_after_sample(d, n, step), done, label), ""]
+        lines += [*_memory_table(d, n, step, before, step_after_sample(d, n, step), done, label), ""]
     return lines
 
 
