@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kimitui.core.campaign_events import BudgetRow, DecodeBudget
-from kimitui.core.describe import impossible_verdict_words, no_verdict_words
+from kimitui.core.describe import impossible_words, no_verdict_words
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint
 from kimitui.core.figures import TPOT_STATISTIC, budget_impossible, step_tpot
 from kimitui.core.state import SessionState, level_failed
@@ -249,8 +249,6 @@ def _verdict(row: BudgetRow | None, ar_count: int, state: SessionState, link: st
     known = {k: v for k, v in parts.items() if v is not None}
     if "gemm" not in known or (ar_count and "allreduce" not in known):
         return "", no_verdict_words(row)
-    if budget_impossible(row):
-        return "", impossible_verdict_words(row)
     bound = max(known, key=lambda k: known[k] or 0.0)
     t = row.tpot_ms
     size_b = row.m * 7168 * 2
@@ -273,4 +271,6 @@ def _verdict(row: BudgetRow | None, ar_count: int, state: SessionState, link: st
         text += f" The all-reduce is not the bound: {_pct(row.allreduce_ms, t)} of the step."
     if stand_ins:
         text += " Stand-ins: " + "; ".join(sorted(stand_ins)) + "."
+    if budget_impossible(row):
+        text += " " + impossible_words(row)
     return bound, text

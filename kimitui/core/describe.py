@@ -422,18 +422,21 @@ def no_verdict_words(row: BudgetRow) -> str:
     return f"no verdict at the plateau (concurrency {row.m}): {what}"
 
 
-def impossible_verdict_words(row: BudgetRow) -> str:
+def impossible_words(row: BudgetRow) -> str:
+    """What a verdict adds for a plateau row whose measured parts exceed its TPOT."""
     measured = (row.allreduce_ms or 0.0) + (row.gemm_ms or 0.0)
-    return (f"no verdict at the plateau (concurrency {row.m}): the measured parts ({measured:.1f} ms) exceed the "
-            f"TPOT ({row.tpot_ms or 0.0:.1f} ms): stand-ins, or the micro figures overstate")
+    return (f"IMPOSSIBLE at M={row.m}: the measured parts ({measured:.1f} ms) exceed the TPOT "
+            f"({row.tpot_ms or 0.0:.1f} ms): stand-ins, or the micro figures overstate; the shares are not exact.")
 
 
 def budget_verdict(budget: DecodeBudget) -> str:
     """The budget's verdict as every surface writes it: the recorded one; for a plateau row that lacks a
-    part, or whose parts exceed its TPOT, what is wrong there (a run recorded before the words said it)."""
+    part, what is missing there; for one whose parts exceed its TPOT, that said too (a run recorded before
+    the words said them)."""
     row = next((r for r in budget.rows if r.m == budget.plateau_m), None)
     if row is not None and missing_parts(row) and not budget.bound:
         return no_verdict_words(row)
-    if row is not None and budget_impossible(row):
-        return impossible_verdict_words(row)
-    return budget.verdict or "none"
+    verdict = budget.verdict or "none"
+    if row is not None and budget_impossible(row) and "IMPOSSIBLE" not in verdict:
+        verdict += " " + impossible_words(row)
+    return verdict
