@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from kimitui.core.describe import Started, describe, preview_table, signal_status, unknown_start
 from kimitui.core.events import ConnectionState, HostSample, StepResult
-from kimitui.core.procdisplay import DASH, start_wall_time
+from kimitui.core.procdisplay import clock_label, command_gist, start_wall_time
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import CleanupState, SessionState, StepState, fold
 from kimitui.report_bench import allreduce_section, gemm_section, macro_section
@@ -104,16 +104,13 @@ def fmt_offset(t: float, origin: float) -> str:
 
 
 def _started(sample: HostSample | None) -> Started:
-    """A process's start as the report writes it: a UTC time of day, from the boot time of the sample before
-    (the STARTED column of the preview; '-' when the sample does not carry it)."""
+    """A process's start as the report writes it: ``procdisplay.clock_label`` in UTC (the screen's words), from
+    the boot time of the sample before (the STARTED column of the preview; '-' when the sample does not
+    carry it)."""
     if sample is None or sample.boot_time is None or not sample.clock_ticks:
         return unknown_start
-    boot, ticks = sample.boot_time, sample.clock_ticks
-
-    def started(start: int | None) -> str:
-        t = start_wall_time(start, boot, ticks)
-        return DASH if t is None else _utc(t, "%H:%M:%S") or "n/a"
-    return started
+    boot, ticks, now = sample.boot_time, sample.clock_ticks, sample.t
+    return lambda start: clock_label(start_wall_time(start, boot, ticks), now, utc=True)
 
 
 def fmt_mib(v: float | None) -> str:
@@ -177,9 +174,56 @@ def _step_window(d: RunDigest, n: int, step: StepState) -> tuple[float | None, f
     return None, done, ""
 
 
-def _memory_table(d: RunDigest, before_t: float, after_t: float, label: str) -> list[str]:
+def _step_begin(d: RunDigest, n: int, step: StepState) -> float | None:
+    """When the step began: its preview, its consent or its start (its result less its duration), the earliest."""
+    done = d.step_done_at.get((n, step.step))
+    times = [e.t for e in (step.preview, step.consent) if e is not None]
+    if done is not None:
+        times.append(done - (step.elapsed_s or 0.0))
+    return min(times) if times else None
+
+
+def _next_begin(d: RunDigest, n: int, step: StepState) -> float | None:
+    """When the next thing after the step began: a later step of its cleanup, a phase, a later cleanup (a
+    phase's end too: what follows it starts there); None when nothing followed."""
+    begin = _step_begin(d, n, step)
+    if begin is None:
+        return None
+    c = d.state.cleanups[n]
+    times = [t for other in c.steps.values() if other is not step and (t := _step_begin(d, n, other)) is not None]
+    times += [p.start for p in d.state.phases] + [p.end for p in d.state.phases if p.end is not None]
+    times += [later.plan.t for later in d.state.cleanups[n + 1:]]
+    later = [t for t in times if t > begin]
+    return min(later) if later else None
+
+
+def step_after_sample(d: RunDigest, n: int, step: StepState) -> HostSample | None:
+    """The sample that shows memory after the step: the last one before the next step or phase began (a
+    sample after that is the next one's, not this step's); the first after its result when nothing followed."""
+    done = d.step_done_at.get((n, step.step))
+    if done is None:
+        return None
+    nxt = _next_begin(d, n, step)
+    if nxt is None:
+        return d.sample_at_or_after(done)
+    if nxt <= done:  # the next began before this one's result: the last sample at the result
+        return d.sample_at_or_before(done)
+    k = bisect.bisect_left(d.sample_times, nxt) - 1
+    return d._sample(k) if k >= 0 else None
+
+
+def _earlier_result(d: RunDigest, n: int, step: StepState, since: float, until: float) -> str:
+    """The step of cleanup ``n`` whose result came in (since, until]: a sample before it cannot show it."""
+    for other in d.state.cleanups[n].steps.values():
+        done = d.step_done_at.get((n, other.step))
+        if other is not step and done is not None and since < done <= until:
+            return other.step
+    return ""
+
+
+def _memory_table(d: RunDigest, n: int, step: StepState, before_t: float, after: HostSample | None, done: float,
+                  label: str) -> list[str]:
     before = d.sample_at_or_before(before_t)
-    after = d.sample_at_or_after(after_t)
     if before is None or after is None:
         return ["No samples around this step."]
     b = {g.index: g for g in before.gpus}
@@ -193,8 +237,13 @@ def _memory_table(d: RunDigest, before_t: float, after_t: float, label: str) -> 
         rows.append([str(i), fmt_mib(ub), fmt_mib(ua), change,
                      fmt_mib(total.mem_total_mib if total is not None else None)])
     origin = d.reader.start_time
-    note = (f"Samples at {fmt_offset(before.t, origin)} ({label}) and "
-            f"{fmt_offset(after.t, origin)} (after the step's result); MiB.")
+    when = "the last before the next step or phase began"
+    if after.t < done:
+        when += f"; taken before this step's result at {fmt_offset(done, origin)}"
+    earlier = _earlier_result(d, n, step, before.t, before_t)
+    if earlier:
+        label += f"; taken before step {earlier}'s result: a change may be that step's"
+    note = f"Samples at {fmt_offset(before.t, origin)} ({label}) and {fmt_offset(after.t, origin)} ({when}); MiB."
     return [note, "", *table(["GPU", "before", "after", "change", "total"], rows)]
 
 
@@ -236,7 +285,7 @@ def _step_section(d: RunDigest, n: int, step: StepState) -> list[str]:
     elif not d.sample_idx:
         lines += ["No samples in this run, so no memory comparison.", ""]
     else:
-        lines += [*_memory_table(d, before, done, label), ""]
+        lines += [*_memory_table(d, n, step, before, step_after_sample(d, n, step), done, label), ""]
     return lines
 
 
@@ -247,9 +296,9 @@ def _signals(d: RunDigest, c: CleanupState) -> list[str]:
     for step in c.steps.values():
         for r in step.signals:
             s = r.sent
-            rows.append([fmt_offset(s.t, origin), step.step, s.signal, str(s.pid),
-                         "n/a" if s.start_time is None else str(s.start_time), short(s.cmdline, 48),
-                         signal_status(r)])
+            started = _started(d.sample_at_or_before(s.t))
+            rows.append([fmt_offset(s.t, origin), step.step, s.signal, str(s.pid), started(s.start_time),
+                         short(command_gist(s.cmdline), 48), signal_status(r)])
     if not rows:
         return [*lines, "No signals were sent.", ""]
     return lines + table(["time", "step", "signal", "pid", "start", "command", "outcome"], rows,
@@ -291,8 +340,12 @@ def render_report(reader: RunReader) -> str:
     def sample_at(t: float, after: bool) -> HostSample | None:
         return d.sample_at_or_after(t) if after else d.sample_at_or_before(t)
 
+    def after_step(cleanup: CleanupState, step: StepState) -> HostSample | None:
+        return step_after_sample(d, d.state.cleanups.index(cleanup), step)
+
     sections = [_header(d), _phases(d), campaign.campaign_section(d.state, reader.end_time),
-                campaign.transition_memory(d.state, sample_at), campaign.drain_section(d.state), _cleanup(d),
+                campaign.transition_memory(d.state, sample_at, after_step), campaign.drain_section(d.state),
+                _cleanup(d),
                 macro_section(d.state), gemm_section(d.state), allreduce_section(d.state),
                 campaign.budget_section(d.state),
                 campaign.check_section(d.state)]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kimitui.core.describe import verdict_line
+from kimitui.core.describe import gemm_words, single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, MacroPoint, first_error, level_failed
+from kimitui.core.figures import percentile, single_stream
 from kimitui.core.printable import printable
 from kimitui.core.state import SessionState, Sweep
 from kimitui.core.typed import finite
-from kimitui.report_format import fmt_bytes, fmt_num, percentile, table
+from kimitui.report_format import fmt_bytes, fmt_num, table
 
 
 def peak_point(points: list[MacroPoint]) -> MacroPoint | None:
@@ -55,16 +56,15 @@ def macro_section(state: SessionState) -> list[str]:
 
 def _sweep(sweep: Sweep) -> list[str]:
     points = sweep.point_list
-    single = points[0] if points and points[0].concurrency == 1 and not level_failed(points[0]) else None
+    single = single_stream(points)
     peak = peak_point(points)
     head = []
-    single_tok = single.metric("output_throughput") if single is not None else None
-    if single is not None and single_tok is not None:
-        tpot = single.metric("mean_tpot_ms")
-        head.append(f"Single stream: **{single_tok:.1f} output tok/s**"
-                    + (f" (TPOT {tpot:.1f} ms)" if tpot is not None else ""))
+    if single.tok_s is not None:
+        tpot = sweep.points[1].metric("mean_tpot_ms")
+        head.append(f"Single stream: **{single_stream_words(single).replace('tok/s', 'output tok/s')}**"
+                    + (f" (TPOT mean {tpot:.1f} ms)" if tpot is not None else ""))
     else:
-        head.append("Single stream: not measured (no concurrency 1 point with a completed request)")
+        head.append(f"Single stream: {single_stream_words(single)}")
     if peak is not None:
         head.append(f"peak **{fmt_num(peak.metrics['output_throughput'], '.0f')} tok/s** at concurrency "
                     f"{peak.concurrency}")
@@ -88,8 +88,8 @@ def _sweep(sweep: Sweep) -> list[str]:
                      fmt_num(m.get(f"{pk}_ttft_ms")),
                      fmt_num(m.get("mean_tpot_ms")), fmt_num(m.get(f"{pk}_tpot_ms")), fmt_num(m.get("mean_itl_ms")),
                      fmt_num(m.get("mean_e2el_ms"), ".0f"), _input_cell(p), fmt_num(m.get("duration"))])
-    lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT", f"TTFT {pk}", "TPOT", f"TPOT {pk}", "ITL",
-                    "E2EL", "input tok", "duration s"], rows)
+    lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT mean", f"TTFT {pk}", "TPOT mean", f"TPOT {pk}",
+                    "ITL mean", "E2EL mean", "input tok", "duration s"], rows)
     lines += _server_table(points)
     methods = sorted({str(p.metrics["input_len_method"]) for p in points if "input_len_method" in p.metrics})
     if methods:
@@ -225,11 +225,9 @@ def gemm_section(state: SessionState) -> list[str]:
         return [*lines, "No GEMM rows in this run."]
     rows = []
     for r in rows_in:
-        roof = f"{r.roofline_us:.2f}" if r.roofline_us is not None else "n/a"
-        pct = f"{r.roofline_us / r.time_us:.0%}" if r.roofline_us is not None and r.time_us > 0 else "n/a"
-        err = "-" if r.rel_err is None else f"{r.rel_err:.4f}" + (" FAIL" if r.correct is False else "")
-        rows.append([r.name, str(r.m), f"{r.n} x {r.k}", r.dtype, r.backend or "-", r.kernel, f"{r.time_us:.2f}", roof,
-                     pct, f"{r.tflops:.2f}", f"{r.gbps:.0f}", err])
+        w = gemm_words(r)
+        rows.append([w[k] for k in ("name", "m", "nk", "dtype", "backend", "kernel", "time", "roofline", "pct_roof",
+                                    "tflops", "gbps", "rel_err")])
     checked = [r for r in rows_in if r.correct is not None]
     head = [*lines, *_micro_env(state, "gemm"),
             "Times in us; roofline = bytes moved / memory bandwidth (the copy measured on the host); "

@@ -45,17 +45,6 @@ def table(head: list[str], rows: list[list[Any]], align: str = "") -> list[str]:
     return out
 
 
-def percentile(sorted_values: list[float], p: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), on sorted values."""
-    n = len(sorted_values)
-    if n == 0:
-        return 0.0
-    rank = (n - 1) * p / 100.0
-    lo = math.floor(rank)
-    hi = min(lo + 1, n - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
-
-
 def fmt_bytes(n: int) -> str:
     for unit, scale in (("MB", 1e6), ("KB", 1e3)):
         if n >= scale:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kimitui.core.describe import single_stream_line
+from kimitui.core.figures import single_stream
 from kimitui.core.runfile import RunReader
 from kimitui.report import digest, fmt_duration, fmt_time
 from kimitui.report_bench import peak_point
@@ -51,8 +53,8 @@ def summarize(reader: RunReader) -> str:
 
     peak = peak_point(s.macro_points)
     if peak is not None:
-        single = s.single_stream_tok_s()
-        tail = f"; single stream {single:.0f} tok/s" if isinstance(single, int | float) else ""
+        single = single_stream(s.macro_points)
+        tail = f"; {single_stream_line(single, '.0f')}" if single.state != "not run" else ""
         out.append(_line("macro", f"peak {peak.metric('output_throughput') or 0.0:.0f} tok/s at concurrency "
                           f"{peak.concurrency}{tail} ({len(s.macro)} points)"))
     else:

@@ -88,7 +88,7 @@ def test_the_fold_keeps_each_level_distribution_and_the_report_draws_it(run_file
         assert sum(level.tpot_ms) / 250 == pytest.approx(point["mean_tpot_ms"])
     report = render_report(RunReader(run_file))
     macro = report[report.index("## Serving sweep (macro)"):]
-    assert "| concurrency | ok/failed | output tok/s | TTFT | TTFT p99.9 | TPOT | TPOT p99.9 |" in macro
+    assert "| concurrency | ok/failed | output tok/s | TTFT mean | TTFT p99.9 | TPOT mean | TPOT p99.9 |" in macro
     assert "Input lengths: exact, counted by the server's /tokenize." in macro
     for name in ("TTFT", "TPOT"):
         block = macro[macro.index(f"{name} per request at each level"):]

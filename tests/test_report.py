@@ -89,8 +89,27 @@ def _row(i: int, before: float, after: float, total: float) -> str:
     return f"| {i} | {before:,.0f} | {after:,.0f} | {after - before:+,.0f} | {total:,.0f} |"
 
 
+def _begin(step) -> float:
+    times = [e.t for e in (step.preview, step.consent) if e is not None]
+    return min([*times, step.result.t - (step.elapsed_s or 0.0)])
+
+
+def _after_step(events: list[Event], state: SessionState, name: str) -> dict[int, float]:
+    """GPU memory of the last sample before the next step or phase began after the step ``name``."""
+    cleanup = state.cleanup
+    assert cleanup is not None
+    step = cleanup.steps[name]
+    begin = _begin(step)
+    later = [_begin(o) for o in cleanup.steps.values() if o is not step and o.result is not None]
+    later += [p.start for p in state.phases] + [p.end for p in state.phases if p.end is not None]
+    nxt = min(t for t in later if t > begin)
+    samples = [e for e in events if isinstance(e, HostSample) and e.t < nxt]
+    return {g.index: g.mem_used_mib for g in samples[-1].gpus if g.mem_used_mib is not None}
+
+
 def test_report_memory_around_each_cleanup_step(report, folded):
-    """Expected figures from the folded run: the sample before each step's consent and after its result."""
+    """Expected figures from the folded run: the sample before each step's consent, and after it the last
+    sample before the next step or phase began."""
     events, state = folded
     cleanup = state.cleanup
     assert cleanup is not None
@@ -104,16 +123,47 @@ def test_report_memory_around_each_cleanup_step(report, folded):
         section = report[report.index(f"### Step {name}"): report.index(f"### Step {names[k + 1]}")]
         assert step.consent is not None and step.result is not None
         before = _mem_at(events, step.consent.t, after=False)
-        after = _mem_at(events, step.result.t, after=True)
+        after = _after_step(events, state, name)
         for i in sorted(before):
             assert _row(i, before[i], after[i], totals[i]) in section, (name, i)
         assert f"Consent: {describe(step.consent)}" in section
         assert f"in {step.elapsed_s:.2f} s" in section.splitlines()[0]
-    # what the run says of them: the stuck workers keep theirs through graceful, the probe through process
+    # what the run says of them: the stuck workers keep theirs through graceful
     graceful = cleanup.steps["graceful"]
-    kept = [i for i, m in _mem_at(events, graceful.result.t, after=True).items() if m > 90_000]  # type: ignore[union-attr]
+    kept = [i for i, m in _after_step(events, state, "graceful").items() if m > 90_000]
     assert kept == sorted({g for ref in graceful.preview.targets for g in ref.gpus  # type: ignore[union-attr]
                            if ref.pid in {o.pid for o in graceful.outcomes if o.outcome == "survived"}})
+
+
+def test_report_credits_memory_to_the_step_that_freed_it(report):
+    """Issue 20 item 3 on the bundled campaign: the skipped drain frees nothing (its "after" sample is no
+    longer the one after the graceful SIGTERM), and the verify step's GPU 0 is clean (not 2,860 MiB of
+    Phase 2's benchmark, started after the cleanup ended); the transition table says the same."""
+    drain = report[report.index("### Step drain"): report.index("### Step graceful")]
+    assert "| 0 | 92,411 | 92,411 | +0 | 97,887 |" in drain and "-92,411" not in drain
+    verify = report[report.index("### Step verify"): report.index("### Step reset")]
+    assert "| 0 | 0 | 0 | +0 | 97,887 |" in verify and "2,860" not in verify
+    memory = _section(report, "## GPU memory through the transition")
+    assert "| 0 | 90.2 | 90.2 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 |" in memory
+    assert "2.8" not in memory
+
+
+def test_report_signals_show_start_times_and_distinct_commands(report, folded):
+    """Issue 20 item 3: the Signals table's start is a time of day (the preview's STARTED words), never
+    raw clock ticks, and its command keeps what tells the processes apart (not `…/python -S -m kim…`)."""
+    _, state = folded
+    cleanup = state.cleanup
+    assert cleanup is not None
+    signals = report[report.index("### Signals"): report.index("### Verification")]
+    rows = [line.split(" | ") for line in signals.splitlines() if line.startswith("| +")]
+    records = [r.sent for step in cleanup.steps.values() for r in step.signals]
+    assert rows and len(rows) == len(records)
+    for cells, sent in zip(rows, records, strict=True):
+        assert str(sent.start_time) not in cells[4] and len(cells[4]) == 8 and cells[4].count(":") == 2, cells
+        assert cells[5].startswith("kimitui.hosts.sim."), cells
+    assert {c[5] for c in rows} >= {c[5] for c in rows if "service" in c[5]} and len({c[5] for c in rows}) > 1
+    preview = report[report.index("### Step graceful"): report.index("### Step process")]
+    assert all(c[4] in preview for c in rows)  # the same words as the preview's STARTED column
 
 
 def test_report_signals_and_verdict(report, folded):

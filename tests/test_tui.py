@@ -206,12 +206,12 @@ async def test_jump_to_end_then_benchmark_and_cleanup_views(run_path: Path) -> N
         assert macro.cell_text("1", "output_throughput") == "72"
         single = str(app.query_one("#single-stream").render())
         assert "71.5 tok/s" in single and "peak 1536 tok/s" in single
-        gemm = app.query_one(GemmTable)
+        gemm = app.query_one("#gemm-table", GemmTable)
         assert gemm.column_texts("name") == ["qkv_proj", "o_proj", "moe_up"]
-        assert gemm.cell_text("0", "eff") == "80%"
-        ar = app.query_one(AllReduceTable)
-        assert ar.column_texts("time_us") == ["27.8", "70.0"]
-        assert ar.cell_text("0", "size") == "1.8 MiB"
+        assert gemm.cell_text("0", "roof") == "80%"
+        ar = app.query_one("#allreduce-table", AllReduceTable)
+        assert ar.column_texts("e_time") == ["27.8", "70.0"]
+        assert ar.cell_text("1835008", "size") == "1,835,008"
         view = app.query_one(BenchView)
         assert view.plot is not None and view.plot.is_mounted
         await pilot.pause()

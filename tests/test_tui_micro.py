@@ -20,7 +20,8 @@ from kimitui.core.session import Session
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.layout import create_layout, make_gpus
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.micro_view import MicroGemmTable, MicroView, NcclTable, ShapesTable
+from kimitui.tui.bench_tables import AllReduceTable, GemmTable
+from kimitui.tui.micro_view import MicroView, ShapesTable
 
 BIG = (120, 40)
 
@@ -71,7 +72,7 @@ async def test_the_micro_tab_replays_a_recorded_run(micro_run: Path) -> None:
         await pilot.press("e", "u")
         assert app.query_one("#views", TabbedContent).active == "micro"
         await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
-        gemm = app.query_one(MicroGemmTable)
+        gemm = app.query_one("#micro-gemm", GemmTable)
         await wait_for(pilot, lambda: len(gemm.row_keys) == len(session.state.gemm), "GEMM rows")
         status = str(app.query_one("#micro-status", Static).render())
         assert "SIMULATED" in status and "gemm" in status and "done" in status
@@ -79,7 +80,7 @@ async def test_the_micro_tab_replays_a_recorded_run(micro_run: Path) -> None:
         shapes = app.query_one(ShapesTable)
         assert shapes.column_texts("name")[:2] == ["fused_qkv_a", "q_b_proj"]
         assert shapes.cell_text("moe_w13", "nk") == "[384, 512, 7168]"
-        nccl = app.query_one(NcclTable)
+        nccl = app.query_one("#micro-nccl", AllReduceTable)
         assert nccl.cell_text("14336", "tokens") == "1" and nccl.cell_text("14336", "e_wrong") == "0"
         view = app.query_one(MicroView)
         latency, = view.plotted["ar-latency"]  # type: ignore[misc]
@@ -144,9 +145,10 @@ async def test_the_bundled_campaign_shows_its_micro_rows() -> None:
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "u")
         await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
-        gemm = app.query_one(MicroGemmTable)
+        gemm = app.query_one("#micro-gemm", GemmTable)
         await wait_for(pilot, lambda: len(gemm.row_keys) == len(session.state.gemm) > 0, "GEMM rows")
         status = str(app.query_one("#micro-status", Static).render())
         assert status.startswith("micro run ") and "SIMULATED" in status
         sizes = {r.size_bytes for r in session.state.allreduce if r.burst == 1}
-        assert len(app.query_one(NcclTable).row_keys) == len(sizes) > 0  # a line per size: eager and graph
+        nccl = app.query_one("#micro-nccl", AllReduceTable)
+        assert len(nccl.row_keys) == len(sizes) > 0  # a line per size: eager and graph

@@ -167,7 +167,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kimitui.bench.macro.exports import RequestsOut, write_csv
     from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
     from kimitui.campaign.phases import macro_phase
-    from kimitui.core.describe import describe, verdict_line
+    from kimitui.core.describe import describe, single_stream_line, verdict_line
     from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
     from kimitui.core.printable import printable
 
@@ -276,8 +276,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     finally:
         if requests_out is not None:
             requests_out.close()
-    if not args.json and result.single_stream_tok_s is not None:
-        print(f"single stream: {result.single_stream_tok_s:.1f} tok/s (output throughput at concurrency 1)")
+    if not args.json and result.single_stream.state != "not run":
+        print(f"{single_stream_line(result.single_stream)} (output throughput at concurrency 1)")
     if args.output:
         print(f"sweep written to {args.output}", file=sys.stderr)
     if args.csv:

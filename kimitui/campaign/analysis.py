@@ -22,7 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kimitui.core.campaign_events import BudgetRow, DecodeBudget
+from kimitui.core.describe import impossible_words, no_verdict_words
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint
+from kimitui.core.figures import TPOT_STATISTIC, budget_impossible, step_tpot
 from kimitui.core.state import SessionState, level_failed
 
 PLATEAU_WITHIN = 0.05
@@ -100,14 +102,6 @@ def _allreduce_series(rows: Iterable[AllReduceRow], count: int) -> tuple[dict[in
     return {m: v[1] for m, v in best.items()}, {m: v[2] for m, v in best.items()}
 
 
-def _tpot(point: MacroPoint) -> float | None:
-    for key in ("median_tpot_ms", "mean_tpot_ms"):
-        v = point.metric(key)
-        if v is not None and v > 0:
-            return v
-    return None
-
-
 def _server_check(point: MacroPoint, tpot: float | None) -> list[str]:
     """The level's decode step cross-checked against the server's own inter-token latency (its /metrics,
     over the same requests): what the client's TPOT holds beyond the server's step."""
@@ -163,7 +157,9 @@ def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
     for p in points:
         m = p.concurrency
         notes: list[str] = []
-        tpot = _tpot(p)
+        tpot, stat = step_tpot(p)
+        if tpot is not None and stat != TPOT_STATISTIC:
+            notes.append(f"TPOT: the {stat} (the level has no {TPOT_STATISTIC})")
         tok = p.metric("output_throughput")
         ar, how = _interpolate(ar_ms, m) if ar_count else (0.0, "tensor parallel 1: no all-reduce")
         if ar is None:
@@ -225,8 +221,8 @@ def _link(state: SessionState) -> str:
 
 
 def _assumptions(state: SessionState, ar_count: int, layers: int, link: str, fused: str | None) -> list[str]:
-    out = ["TPOT at concurrency M is one decode step of a batch of M (closed loop; the first token, prefill, is "
-           "not in TPOT)"]
+    out = [f"TPOT ({TPOT_STATISTIC} of the level's requests) at concurrency M is one decode step of a batch of M "
+           "(closed loop; the first token, prefill, is not in TPOT)"]
     if ar_count:
         out.append(f"{ar_count} all-reduces per step ({ALLREDUCES_PER_LAYER} per layer x {layers} layers); the "
                    "embedding all-reduce and the logits gather are not counted")
@@ -252,8 +248,7 @@ def _verdict(row: BudgetRow | None, ar_count: int, state: SessionState, link: st
     parts = {"allreduce": row.allreduce_ms, "gemm": row.gemm_ms, "rest": row.rest_ms}
     known = {k: v for k, v in parts.items() if v is not None}
     if "gemm" not in known or (ar_count and "allreduce" not in known):
-        return "", (f"no verdict at the plateau (concurrency {row.m}): the micro benchmarks measured nothing at "
-                    f"M={row.m}")
+        return "", no_verdict_words(row)
     bound = max(known, key=lambda k: known[k] or 0.0)
     t = row.tpot_ms
     size_b = row.m * 7168 * 2
@@ -276,4 +271,6 @@ def _verdict(row: BudgetRow | None, ar_count: int, state: SessionState, link: st
         text += f" The all-reduce is not the bound: {_pct(row.allreduce_ms, t)} of the step."
     if stand_ins:
         text += " Stand-ins: " + "; ".join(sorted(stand_ins)) + "."
+    if budget_impossible(row):
+        text += " " + impossible_words(row)
     return bound, text

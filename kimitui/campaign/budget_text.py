@@ -4,6 +4,8 @@ dashboard's Analysis tab draw the same bars)."""
 from __future__ import annotations
 
 from kimitui.core.campaign_events import BudgetRow, DecodeBudget
+from kimitui.core.describe import budget_row_note, share_words, tpot_label
+from kimitui.core.figures import budget_impossible, budget_shares
 
 SEGMENTS: tuple[tuple[str, str, str], ...] = (
     ("allreduce", "#", "all-reduce (122 per step)"),
@@ -39,30 +41,27 @@ def bar_text(row: BudgetRow, width: int) -> str:
     return "".join(chars[k] * n for k, n in stacked_bar(row, width))
 
 
-def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.1f}"
-
-
-def _pct(v: float | None, total: float | None) -> str:
-    return "" if v is None or not total else f" {v / total:>4.0%}"
-
-
 def legend() -> str:
     return "  ".join(f"{c} {what}" for _, c, what in SEGMENTS)
 
 
+BUDGET_HEAD = ("M", "tok/s", tpot_label(), "all-reduce", "INT4 GEMMs", "bf16 GEMMs", "rest")
+
+
+def budget_cells(row: BudgetRow, digits: str = ".2f") -> list[str]:
+    """A budget row's cells under ``BUDGET_HEAD``, the report's and the terminal's: each part with its share
+    of the TPOT, an impossible part flagged in its cell (``describe.share_words``)."""
+    t = row.tpot_ms
+    return [str(row.m), "n/a" if row.tok_s is None else f"{row.tok_s:.0f}", "n/a" if t is None else f"{t:{digits}}",
+            *(share_words(s, t, digits) for s in budget_shares(row))]
+
+
 def budget_lines(budget: DecodeBudget, width: int = 40) -> list[str]:
-    """The budget as a terminal shows it: one line per M (ms and share of each part, the bar), the legend."""
-    head = f"{'M':>5} {'tok/s':>7} {'TPOT':>7} {'all-red':>12} {'INT4':>12} {'bf16':>12} {'rest':>12}  bar"
-    out = [head]
-    for r in budget.rows:
-        t = r.tpot_ms
-        out.append(f"{r.m:>5} {_num(r.tok_s):>7} {_ms(t):>7} {_ms(r.allreduce_ms) + _pct(r.allreduce_ms, t):>12} "
-                   f"{_ms(r.int4_gemm_ms) + _pct(r.int4_gemm_ms, t):>12} "
-                   f"{_ms(r.bf16_gemm_ms) + _pct(r.bf16_gemm_ms, t):>12} {_ms(r.rest_ms) + _pct(r.rest_ms, t):>12}  "
-                   f"{bar_text(r, width)}")
-    return [*out, f"  (ms per decode step; {legend()})"]
-
-
-def _num(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.0f}"
+    """The budget as a terminal shows it: one line per M (ms and share of each part, the bar), the legend,
+    and each M's notes (an impossible row first)."""
+    rows = [list(BUDGET_HEAD), *(budget_cells(r, ".1f") for r in budget.rows)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(BUDGET_HEAD))]
+    bars = ["bar", *(bar_text(r, width) + (" !" if budget_impossible(r) else "") for r in budget.rows)]
+    out = [" ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + "  " + bar
+           for row, bar in zip(rows, bars, strict=True)]
+    return [*out, f"  (ms per decode step; {legend()})", *(f"  {budget_row_note(r)}" for r in budget.rows)]

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kimitui.campaign.budget_text import SEGMENTS, bar_text
+from kimitui.campaign.budget_text import BUDGET_HEAD, SEGMENTS, bar_text, budget_cells
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.campaign_words import drain_words, phase_title, probe_words
+from kimitui.core.describe import budget_row_note, budget_verdict
 from kimitui.core.events import HostSample, MacroPoint
-from kimitui.core.state import SessionState, level_failed
+from kimitui.core.figures import TPOT_STATISTIC, budget_impossible
+from kimitui.core.state import CleanupState, SessionState, StepState, level_failed
 from kimitui.report_format import fmt_duration, table
 
 SampleAt = Callable[[float, bool], HostSample | None]
 """(t, after) -> the sample at or before t (after=False) or at or after t (after=True)."""
+AfterStep = Callable[[CleanupState, StepState], HostSample | None]
+"""The sample that shows a step's memory after it (``kimitui.report.step_after_sample``)."""
 PLOT_WIDTH = 50
 
 
@@ -53,21 +57,21 @@ def campaign_section(state: SessionState, end_time: float) -> list[str]:
     return lines
 
 
-def transition_memory(state: SessionState, sample_at: SampleAt) -> list[str]:
-    """Per GPU: its used memory at the transition's start, after each step, and at its end (GiB)."""
+def transition_memory(state: SessionState, sample_at: SampleAt, after_step: AfterStep) -> list[str]:
+    """Per GPU: its used memory at the transition's start, after each step (the last sample before the next
+    step or phase began: ``after_step``), and at its end (GiB)."""
     span = next((s for s in state.phases if s.phase == "cleanup"), None)
     if state.campaign is not None:
         span = next((s for s in state.phases if s.phase == "cleanup" and s.start >= state.campaign.plan.t), span)
     if span is None:
         return []
     cleanup = next((c for c in state.cleanups if c.plan.t >= span.start), None)
-    marks: list[tuple[str, float, bool]] = [("start", span.start, False)]
+    samples = [("start", sample_at(span.start, False))]
     if cleanup is not None:
-        marks += [(s.step, s.result.t, True) for s in cleanup.steps.values() if s.result is not None
-                  and (span.end is None or s.result.t <= span.end)]
+        samples += [(s.step, after_step(cleanup, s)) for s in cleanup.steps.values() if s.result is not None
+                    and (span.end is None or s.result.t <= span.end)]
     if span.end is not None:
-        marks.append(("end", span.end, True))
-    samples = [(label, sample_at(t, after)) for label, t, after in marks]
+        samples.append(("end", sample_at(span.end, False)))
     samples = [(label, s) for label, s in samples if s is not None]
     if not samples:
         return ["## GPU memory through the transition", "", "No samples in this run."]
@@ -80,8 +84,8 @@ def transition_memory(state: SessionState, sample_at: SampleAt) -> list[str]:
             row.append("n/a" if g is None or g.mem_used_mib is None else f"{g.mem_used_mib / 1024:.1f}")
         rows.append(row)
     return ["## GPU memory through the transition", "",
-            "Used memory per GPU in GiB: at the transition's start, in the first sample after each step's result, "
-            "at its end.", "",
+            "Used memory per GPU in GiB: at the transition's start, after each step (the last sample before the next "
+            "step or phase began), at its end (the last sample before it).", "",
             *table(["GPU", *[label for label, _ in samples]], rows), ""]
 
 
@@ -118,23 +122,19 @@ def budget_section(state: SessionState) -> list[str]:
 
         budget = decode_budget(state)
         computed = " (computed by the report: the run has no analysis phase)"
-    lines += [f"**Verdict{computed}:** {budget.verdict or 'none'}", ""]
+    lines += [f"**Verdict{computed}:** {budget_verdict(budget)}", ""]
     if budget.rows:
         rows = []
         for r in budget.rows:
-            t = r.tpot_ms
-
-            def cell(v: float | None, t: float | None = t) -> str:
-                return "n/a" if v is None else f"{v:.2f}" + (f" ({v / t:.0%})" if t else "")
-
-            rows.append([str(r.m) + (" (plateau)" if r.m == budget.plateau_m else ""),
-                         "n/a" if r.tok_s is None else f"{r.tok_s:.0f}", "n/a" if t is None else f"{t:.2f}",
-                         cell(r.allreduce_ms), cell(r.int4_gemm_ms), cell(r.bf16_gemm_ms), cell(r.rest_ms)])
-        lines += ["ms per decode step at concurrency M (share of the TPOT); the rest is attention, routing, "
-                  "sampling, scheduling (not measured).", "",
-                  *table(["M", "tok/s", "TPOT", "all-reduce", "INT4 GEMMs", "bf16 GEMMs", "rest"], rows), "",
+            cells = budget_cells(r)
+            rows.append([cells[0] + (" (plateau)" if r.m == budget.plateau_m else ""), *cells[1:]])
+        lines += [f"ms per decode step at concurrency M (share of the TPOT, the {TPOT_STATISTIC} of the level's "
+                  "requests); the rest is attention, routing, sampling, scheduling (not measured). A part above the "
+                  "TPOT is flagged `!`: no share of a step can exceed the step.", "",
+                  *table(list(BUDGET_HEAD), rows), "",
                   "```text",
-                  *[f"M={r.m:<5}{bar_text(r, PLOT_WIDTH)}" for r in budget.rows],
+                  *[f"M={r.m:<5}{bar_text(r, PLOT_WIDTH)}" + ("  ! the parts exceed the TPOT" if budget_impossible(r)
+                                                             else "") for r in budget.rows],
                   "",
                   *[f"{char} {what}" for _, char, what in SEGMENTS], "```", ""]
     if budget.assumptions:
@@ -143,9 +143,8 @@ def budget_section(state: SessionState) -> list[str]:
         lines += ["Stand-ins (not the production kernel):", "", *[f"- {s}" for s in budget.stand_ins], ""]
     if budget.missing:
         lines += ["Not in the budget:", "", *[f"- {m}" for m in budget.missing], ""]
-    for r in budget.rows:
-        if r.notes:
-            lines.append(f"- M={r.m}: " + "; ".join(r.notes))
+    if budget.rows:
+        lines += ["Per M:", "", *[f"- {budget_row_note(r)}" for r in budget.rows]]
     return lines
 
 

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kimitui.core.campaign_events import CAMPAIGN_EVENT_TYPES
+from kimitui.core.campaign_events import CAMPAIGN_EVENT_TYPES, BudgetRow, DecodeBudget
 from kimitui.core.campaign_words import SOURCE as CAMPAIGN_SOURCE
 from kimitui.core.campaign_words import campaign_level, campaign_line
 from kimitui.core.events import (
@@ -21,6 +21,7 @@ from kimitui.core.events import (
     ConnectionState,
     Consent,
     Event,
+    GemmRow,
     HostCommand,
     LogLine,
     MacroPoint,
@@ -43,6 +44,15 @@ from kimitui.core.events import (
     Verification,
     first_error,
     level_failed,
+)
+from kimitui.core.figures import (
+    TPOT_STATISTIC,
+    Share,
+    SingleStream,
+    budget_impossible,
+    correctness_failed,
+    missing_parts,
+    roofline_pct,
 )
 from kimitui.core.printable import printable
 from kimitui.core.procdisplay import DASH, clock_label, command_gist, gpu_list, unit_label
@@ -268,7 +278,7 @@ def sample_started(state: SessionState | None) -> Started:
     """Starts read with the boot time and tick rate of the host's latest sample, when it carries them."""
     if state is None or state.boot_time is None or not state.clock_ticks:
         return unknown_start
-    return lambda ticks: clock_label(state.started_at(ticks))
+    return lambda ticks: clock_label(state.started_at(ticks), state.clock or None)
 
 
 def _ref_row(r: ProcRef, started: Started) -> list[str]:
@@ -333,3 +343,100 @@ def verdict_line(ev: MacroVerdict) -> str:
     elif ev.peak_tok_s is not None:
         parts.append(f"no knee: tok/s still grows at the last level ({ev.peak_tok_s:.0f} tok/s)")
     return "; ".join(parts) if parts else "no levels"
+
+
+# -- derived figures in words (the figures are kimitui.core.figures'; every view, the CLI and the report) --
+
+
+def single_stream_words(ss: SingleStream, digits: str = ".1f") -> str:
+    """The single-stream headline's value: ``49.3 tok/s``, or why there is none (never 0.0 for a level
+    where every request failed)."""
+    if ss.tok_s is not None:
+        return f"{ss.tok_s:{digits}} tok/s"
+    return {"failed": "FAILED (every request at concurrency 1 failed)",
+            "not run": "not measured (no concurrency 1 level)",
+            "no figure": "no figure (concurrency 1 recorded no output tok/s)"}.get(ss.state, "not measured")
+
+
+def single_stream_line(ss: SingleStream, digits: str = ".1f") -> str:
+    return f"single stream {single_stream_words(ss, digits)}"
+
+
+GEMM_FAIL = "FAIL"
+"""The mark of a GEMM row whose output is off the reference by more than the limit, on every surface."""
+
+
+def gemm_words(g: GemmRow) -> dict[str, str]:
+    """A GEMM row's cells, the same on the Benchmarks and Micro tabs, the CLI and the report (each shows
+    the columns it has room for): a row that failed its correctness check says FAIL in its error cell."""
+    pct = roofline_pct(g)
+    err = "-" if g.rel_err is None else f"{g.rel_err:.4f}"
+    if correctness_failed(g):
+        err = GEMM_FAIL if g.rel_err is None else f"{err} {GEMM_FAIL}"
+    return {"name": printable(g.name), "m": str(g.m), "nk": f"{g.n} x {g.k}", "dtype": printable(g.dtype or DASH),
+            "backend": printable(g.backend or DASH), "kernel": printable(g.kernel or DASH),
+            "time": f"{g.time_us:.2f}", "roofline": DASH if g.roofline_us is None else f"{g.roofline_us:.2f}",
+            "pct_roof": DASH if pct is None else f"{pct:.0f}%", "tflops": f"{g.tflops:.2f}",
+            "gbps": f"{g.gbps:.0f}", "rel_err": err}
+
+
+def tpot_label(stat: str = TPOT_STATISTIC) -> str:
+    """How a TPOT column or axis names its statistic: ``TPOT median``, ``TPOT mean``."""
+    return f"TPOT {stat}"
+
+
+def share_words(s: Share, tpot: float | None, digits: str = ".2f") -> str:
+    """One part of a decode step in a budget row: ``2.45 (12%)``; an impossible part flagged in the cell
+    (``254.64 > TPOT!``, ``none: parts > TPOT!``), never a share above 100% or below 0."""
+    if s.ms is None:
+        return "n/a"
+    if s.flag == "negative":
+        return f"none: over by {-s.ms:{digits}}!"
+    if s.flag == "exceeds the TPOT":
+        return f"{s.ms:{digits}} > TPOT {tpot:{digits}}!" if tpot else f"{s.ms:{digits}}!"
+    return f"{s.ms:{digits}}" + (f" ({s.share:.0%})" if s.share is not None else "")
+
+
+def budget_row_note(row: BudgetRow) -> str:
+    """A budget row's notes, with the impossible flagged first; every M has a line."""
+    notes = list(row.notes)
+    if budget_impossible(row):
+        if not any("exceed the TPOT" in n for n in notes):
+            notes.append("the measured parts exceed the TPOT (stand-ins, or the micro figures overstate)")
+        return f"M={row.m}: IMPOSSIBLE, no shares: " + "; ".join(notes)
+    return f"M={row.m}: " + ("; ".join(notes) if notes else "every part measured")
+
+
+PART_WORDS = {"allreduce": "the all-reduce", "gemm": "the GEMMs"}
+
+
+def missing_words(m: int, parts: list[str]) -> str:
+    """``the all-reduce at M=64 was not measured``; ``the all-reduce and the GEMMs at M=64 were not measured``."""
+    what = " and ".join(PART_WORDS.get(p, p) for p in parts)
+    return f"{what} at M={m} {'were' if len(parts) > 1 or parts == ['gemm'] else 'was'} not measured"
+
+
+def no_verdict_words(row: BudgetRow) -> str:
+    parts = missing_parts(row)
+    what = missing_words(row.m, parts) if parts else f"the micro benchmarks measured nothing at M={row.m}"
+    return f"no verdict at the plateau (concurrency {row.m}): {what}"
+
+
+def impossible_words(row: BudgetRow) -> str:
+    """What a verdict adds for a plateau row whose measured parts exceed its TPOT."""
+    measured = (row.allreduce_ms or 0.0) + (row.gemm_ms or 0.0)
+    return (f"IMPOSSIBLE at M={row.m}: the measured parts ({measured:.1f} ms) exceed the TPOT "
+            f"({row.tpot_ms or 0.0:.1f} ms): stand-ins, or the micro figures overstate; the shares are not exact.")
+
+
+def budget_verdict(budget: DecodeBudget) -> str:
+    """The budget's verdict as every surface writes it: the recorded one; for a plateau row that lacks a
+    part, what is missing there; for one whose parts exceed its TPOT, that said too (a run recorded before
+    the words said them)."""
+    row = next((r for r in budget.rows if r.m == budget.plateau_m), None)
+    if row is not None and missing_parts(row) and not budget.bound:
+        return no_verdict_words(row)
+    verdict = budget.verdict or "none"
+    if row is not None and budget_impossible(row) and "IMPOSSIBLE" not in verdict:
+        verdict += " " + impossible_words(row)
+    return verdict

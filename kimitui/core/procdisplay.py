@@ -73,21 +73,22 @@ def start_wall_time(start_ticks: int | None, boot_time: float | None, ticks_per_
     return boot_time + start_ticks / ticks_per_s
 
 
-def local_time(fmt: str, t: float) -> str:
-    """``time.strftime(fmt)`` of ``t`` in local time; ``n/a`` for a time the platform's calendar does not
-    hold (a hand-edited 1e20, NaN)."""
+def local_time(fmt: str, t: float, utc: bool = False) -> str:
+    """``time.strftime(fmt)`` of ``t`` in local time (UTC with ``utc``); ``n/a`` for a time the platform's
+    calendar does not hold (a hand-edited 1e20, NaN)."""
     try:
-        return time.strftime(fmt, time.localtime(t))
+        return time.strftime(fmt, time.gmtime(t) if utc else time.localtime(t))
     except (OverflowError, OSError, ValueError):
         return "n/a"
 
 
-def clock_label(t: float | None, now: float | None = None) -> str:
-    """``14:02:07`` for a time within the last day, ``Nov 30 14:02`` before; ``-`` when unknown."""
+def clock_label(t: float | None, now: float | None = None, utc: bool = False) -> str:
+    """A process's start (or any past time) as every surface writes it: ``14:02:07`` within the day before
+    ``now``, ``Nov 30 14:02`` before; ``-`` when unknown. Local time on screen, UTC in the report (``utc``)."""
     if t is None:
         return DASH
     now = time.time() if now is None else now
-    return local_time("%H:%M:%S" if now - t < 86_400 else "%b %d %H:%M", t)
+    return local_time("%H:%M:%S" if now - t < 86_400 else "%b %d %H:%M", t, utc)
 
 
 def gpu_list(indices: Sequence[int]) -> str:

@@ -46,6 +46,7 @@ from kimitui.core.events import (
     metrics_error,
     metrics_failed,
 )
+from kimitui.core.figures import single_stream
 from kimitui.core.procdisplay import start_wall_time
 from kimitui.core.typed import finite
 
@@ -373,10 +374,7 @@ class SessionState:
         return self.sweeps[-1] if self.sweeps else None
 
     def single_stream_tok_s(self) -> float | None:
-        point = self.macro.get(1)
-        if point is None or level_failed(point):
-            return None
-        return point.metric("output_throughput")
+        return single_stream(self.macro_points).tok_s
 
     def started_at(self, start_ticks: int | None) -> float | None:
         """When a process started (unix seconds, the recording side's clock), from its start time in clock

@@ -15,10 +15,11 @@ from textual.renderables.bar import Bar as BarRenderable
 from textual.widget import Widget
 from textual.widgets import Digits, Label, Static
 
+from kimitui.core.describe import single_stream_words
 from kimitui.core.events import MacroPoint, MacroVerdict, first_error, level_failed
+from kimitui.core.figures import SingleStream, single_stream
 from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
-from kimitui.tui.bench_runner import headline
 
 
 class FractionFill(Widget):
@@ -82,10 +83,10 @@ def single_stream_content(points: list[MacroPoint], verdict: MacroVerdict | None
     """One line: the headline, the peak and where, the number of points (a failed level has neither), and
     the sweep's verdict once it has one: the knee and the highest concurrency meeting the SLOs at p99."""
     ok = [p for p in points if not level_failed(p)]
-    tok = headline(ok)
+    single = single_stream(points)
     peak = max(ok, key=lambda p: p.metric("output_throughput") or 0.0, default=None)
-    parts: list[str | tuple[str, str]] = [("single stream ", "$text-muted"),
-                                          (fmt.num(tok, "{:.1f}", " tok/s"), "bold $accent")]
+    style = "bold $accent" if single.tok_s is not None else "bold $error" if single.state == "failed" else "$text-muted"
+    parts: list[str | tuple[str, str]] = [("single stream ", "$text-muted"), (single_stream_words(single), style)]
     peak_tok = peak.metric("output_throughput") if peak is not None else None
     if peak is not None and peak_tok:
         parts += [("   peak ", "$text-muted"), (f"{peak_tok:.0f} tok/s", "bold"),
@@ -203,9 +204,12 @@ class HeadlineBox(Vertical):
         self.border_title = "single stream"
         self._shown: tuple[str, str] | None = None
 
-    def show(self, value: float | None, measuring: bool) -> None:
-        text = headline_text(value)
-        caption = "measuring (c=1 running)" if value is None and measuring else "tok/s at concurrency 1"
+    def show(self, single: SingleStream, measuring: bool) -> None:
+        text = headline_text(single.tok_s)
+        if single.state == "not run":
+            caption = "measuring (c=1 running)" if measuring else "tok/s at concurrency 1"
+        else:
+            caption = "tok/s at concurrency 1" if single.tok_s is not None else single_stream_words(single)
         if (text, caption) == self._shown:
             return
         self._shown = (text, caption)

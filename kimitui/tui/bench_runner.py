@@ -20,8 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from kimitui.core.describe import single_stream_line
 from kimitui.core.events import Event, MacroPoint
-from kimitui.core.state import SessionState, Sweep, level_failed
+from kimitui.core.figures import SingleStream, single_stream
+from kimitui.core.state import SessionState, Sweep
 
 if TYPE_CHECKING:
     # kimitui.bench.macro imports httpx: loaded when a sweep starts, not with the app (first frame)
@@ -177,8 +179,8 @@ class MacroController:
         if status == "failed":
             self.app.notify(f"the sweep failed: {error}", title="macro sweep", severity="error", timeout=10)
         elif result is not None:
-            single = result.single_stream_tok_s
-            head = f"; single stream {single:.1f} tok/s" if single is not None else ""
+            single = result.single_stream
+            head = f"; {single_stream_line(single)}" if single.state != "not run" else ""
             what = (f"cancelled after {len(result.levels)} of {len(run.levels)} levels" if status == "cancelled"
                     else f"{len(result.levels)} levels in {run.elapsed_s:.1f} s")
             self.app.notify(what + head, title="macro sweep", timeout=8)
@@ -190,20 +192,9 @@ class MacroController:
             pass
 
 
-def headline(points: list[MacroPoint]) -> float | None:
-    """Output tok/s at concurrency 1, if that level is among ``points``."""
-    for p in points:
-        if p.concurrency == 1:
-            return p.metric("output_throughput")
-    return None
-
-
-def sweep_headline(sweep: Sweep | None) -> float | None:
-    """The sweep's single-stream output tok/s (None when c=1 did not run, or every request of it failed)."""
-    if sweep is None:
-        return None
-    point = sweep.points.get(1)
-    return None if point is None or level_failed(point) else headline([point])
+def sweep_headline(sweep: Sweep | None) -> SingleStream:
+    """The sweep's single-stream headline (``figures.single_stream``)."""
+    return single_stream(sweep.point_list if sweep is not None else [])
 
 
 def tab_label(sweep: Sweep | None) -> str:
@@ -213,6 +204,6 @@ def tab_label(sweep: Sweep | None) -> str:
     p = sweep.progress
     levels = len(sweep.levels)
     level = f"{p.level_index + 1}/{levels}" if p is not None and p.stage else f"0/{levels}"
-    single = sweep_headline(sweep)
+    single = sweep_headline(sweep).tok_s
     head = f" · 1 stream {single:.1f} tok/s" if single is not None else ""
     return f"{TAB_LABEL} ▶ {level}{head}"

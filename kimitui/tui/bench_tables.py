@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from kimitui.core.describe import gemm_words
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, first_error, level_failed
+from kimitui.core.figures import correctness_failed
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
@@ -56,33 +58,25 @@ def macro_cells(p: MacroPoint) -> list[Cell]:
 
 
 def gemm_cells(g: GemmRow) -> list[Cell]:
-    eff = g.roofline_us / g.time_us * 100 if g.roofline_us and g.time_us else None
-    return [
-        Text(fmt.shorten(fmt.printable(g.name), 17)),
-        _r(str(g.m)), _r(str(g.n)), _r(str(g.k)),
-        Text(g.dtype or "-"),
-        Text(fmt.shorten(fmt.printable(g.kernel or "-"), 10)),
-        _r(fmt.num(g.time_us, "{:.1f}")),
-        _r(fmt.num(g.tflops, "{:.1f}")),
-        _r(fmt.num(g.gbps, "{:.0f}")),
-        _r(fmt.num(g.roofline_us, "{:.1f}")),
-        _r(fmt.num(eff, "{:.0f}", "%")),
-        _r(fmt.num(g.rel_err, "{:.1e}")),
-    ]
+    """A GEMM row in ``describe.gemm_words``' cells (the CLI's and the report's); a row that failed its
+    correctness check says FAIL, in red."""
+    w = gemm_words(g)
+    return [Text(fmt.shorten(w["name"], 18)), _r(w["m"]), _r(w["nk"]), Text(fmt.shorten(w["dtype"], 9)),
+            Text(fmt.shorten(w["backend"], 10)), _r(w["time"]), _r(w["tflops"]), _r(w["gbps"]), _r(w["pct_roof"]),
+            Text(w["rel_err"], justify="right", style="bold red" if correctness_failed(g) else "")]
 
 
-def allreduce_cells(a: AllReduceRow) -> list[Cell]:
-    return [
-        _r(size_label(a.size_bytes)),
-        _r(str(a.count)),
-        Text(a.dtype),
-        _r(str(a.ranks)),
-        _r(fmt.num(a.tokens)),
-        _r(str(a.burst)),
-        _r(fmt.num(a.time_us, "{:.1f}")),
-        _r(fmt.num(a.algbw_gbps, "{:.1f}")),
-        _r(fmt.num(a.busbw_gbps, "{:.1f}")),
-    ]
+def nccl_cells(modes: dict[str, AllReduceRow]) -> list[Cell]:
+    """One message size in nccl-tests' columns: its eager and its CUDA-graph row side by side."""
+    first = next(iter(modes.values()))
+    cells: list[Cell] = [_r(f"{first.size_bytes:,}"), _r(f"{first.count:,}"), Text(first.dtype[:8]),
+                         _r(fmt.num(first.tokens))]
+    for mode in ("eager", "graph"):
+        r = modes.get(mode)
+        cells += [_r(fmt.num(r.time_us if r else None, "{:.1f}")),
+                  _r(fmt.num(r.algbw_gbps if r else None, "{:.2f}")),
+                  _r(fmt.num(r.busbw_gbps if r else None, "{:.2f}")), _r(fmt.num(r.wrong if r else None))]
+    return cells
 
 
 class MacroTable(KeyedTable):
@@ -107,22 +101,27 @@ class MacroTable(KeyedTable):
 
 
 class GemmTable(KeyedTable):
-    COLUMNS = (
-        ("name", "GEMM", 17), ("m", "M", 6), ("n", "N", 6), ("k", "K", 6), ("dtype", "dtype", 5),
-        ("kernel", "kernel", 10), ("time_us", "time us", 8), ("tflops", "TFLOPS", 7),
-        ("gbps", "GB/s", 6), ("roofline_us", "roof us", 7), ("eff", "eff", 5), ("rel_err", "rel err", 8),
-    )
+    """The GEMM rows: the Benchmarks tab's (every row) and the Micro tab's (the latest run's)."""
 
-    def show(self, state: SessionState) -> None:
-        self.sync([(str(i), gemm_cells(g)) for i, g in enumerate(state.gemm)])
+    COLUMNS = (("name", "GEMM", 18), ("m", "M", 4), ("nk", "N x K", 11), ("dtype", "dtype", 9),
+               ("backend", "backend", 10), ("time", "time us", 9), ("tflops", "TFLOP/s", 7), ("gbps", "GB/s", 6),
+               ("roof", "% roof", 6), ("err", "rel err", 11))
+
+    def show(self, rows_in: list[GemmRow]) -> None:
+        self.sync([(str(i), gemm_cells(g)) for i, g in enumerate(rows_in)])
 
 
 class AllReduceTable(KeyedTable):
-    COLUMNS = (
-        ("size", "size", 10), ("count", "count", 10), ("dtype", "dtype", 9), ("ranks", "ranks", 5),
-        ("tokens", "tokens", 6), ("burst", "burst", 5), ("time_us", "time us", 9),
-        ("algbw", "algbw GB/s", 10), ("busbw", "busbw GB/s", 10),
-    )
+    """The all-reduce rows in nccl-tests' columns; torch's all-reduce works in place, so the two groups are
+    eager and CUDA graph. A burst row (``burst_line``) is not among them."""
 
-    def show(self, state: SessionState) -> None:
-        self.sync([(str(i), allreduce_cells(a)) for i, a in enumerate(state.allreduce)])
+    COLUMNS = (("size", "size (B)", 11), ("count", "count", 10), ("type", "type", 8), ("tokens", "M", 4),
+               ("e_time", "eager us", 9), ("e_alg", "algbw", 7), ("e_bus", "busbw", 7), ("e_wrong", "#wrong", 6),
+               ("g_time", "graph us", 9), ("g_alg", "algbw", 7), ("g_bus", "busbw", 7), ("g_wrong", "#wrong", 6))
+
+    def show(self, rows_in: list[AllReduceRow]) -> None:
+        by_size: dict[int, dict[str, AllReduceRow]] = {}
+        for r in rows_in:
+            if r.burst == 1:
+                by_size.setdefault(r.size_bytes, {})[r.mode] = r
+        self.sync([(str(size), nccl_cells(by_size[size])) for size in sorted(by_size)])

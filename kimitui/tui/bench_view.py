@@ -148,8 +148,8 @@ class BenchView(VerticalScroll):
         self.query_one(HeadlineBox).show(sweep_headline(sweep), measuring=sweep is not None and sweep.active)
         self.query_one(SweepPanel).show(state, points, live)
         self.query_one(MacroTable).show_points(points)
-        self.query_one(GemmTable).show(state)
-        self.query_one(AllReduceTable).show(state)
+        self.query_one("#gemm-table", GemmTable).show(state.gemm)
+        self.query_one("#allreduce-table", AllReduceTable).show(state.allreduce)
         self._draw_plots(state.sweeps[-SERIES:])
         self._draw_server(sweep.server if sweep is not None else [])
 

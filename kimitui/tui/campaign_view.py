@@ -11,6 +11,8 @@ from textual.widgets import Static
 from kimitui.campaign.budget_text import SEGMENTS, budget_lines, stacked_bar
 from kimitui.core.campaign_state import PHASE_TITLES, CampaignState
 from kimitui.core.campaign_words import drain_words, probe_words
+from kimitui.core.describe import budget_verdict, tpot_label
+from kimitui.core.figures import budget_impossible
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 
@@ -84,12 +86,15 @@ def bars_content(state: SessionState, width: int) -> Content:
     if budget is None:
         return Content.assemble(("No decode-step budget yet: Phase 3 of a campaign computes it from Phase 1's "
                                  "TPOT and Phase 2's GEMMs and all-reduces.", "$text-muted"))
-    bar_w = max(width - 44, 10)  # the label (28), " ◀ plateau" (10), padding and the scrollbar
-    parts: list[str | tuple[str, str]] = [("where a decode step's time goes, per concurrency M", "bold $accent")]
+    bar_w = max(width - 46, 10)  # the label (28), " ! ◀ plateau" (12), padding and the scrollbar
+    parts: list[str | tuple[str, str]] = [(f"where a decode step's time goes, per concurrency M (tok/s, "
+                                           f"{tpot_label()})", "bold $accent")]
     for r in budget.rows:
         tok = fmt.num(r.tok_s, "{:.0f}", " tok/s")
         tpot = fmt.num(r.tpot_ms, "{:.1f}", " ms")
         plateau = " ◀ plateau" if r.m == budget.plateau_m else ""
+        if budget_impossible(r):
+            plateau = " !" + plateau  # the notes under the table say which part
         parts += ["\n", (f"M={r.m:<4}", "bold"), f" {tok:>10} {tpot:>9} "]
         for key, cells in stacked_bar(r, bar_w):
             char = next(c for k, c, _ in SEGMENTS if k == key)
@@ -106,7 +111,7 @@ def verdict_content(state: SessionState) -> Content:
     if budget is None:
         return Content("")
     style = "bold $success" if budget.bound else "bold $warning"
-    parts: list[str | tuple[str, str]] = [("Verdict: ", "bold"), (fmt.printable(budget.verdict or "none"), style)]
+    parts: list[str | tuple[str, str]] = [("Verdict: ", "bold"), (fmt.printable(budget_verdict(budget)), style)]
     if budget.assumptions:
         parts += [("\n\nAssumptions", "bold $accent")]
         parts += [f"\n  - {fmt.printable(a)}" for a in budget.assumptions]

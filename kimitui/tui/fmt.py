@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 # shared with the CLI and the report
 from kimitui.core.printable import printable as printable
 from kimitui.core.printable import printable_lines as printable_lines
+from kimitui.core.procdisplay import clock_label, local_time
 from kimitui.core.procdisplay import command_gist as command_gist
 from kimitui.core.procdisplay import gpu_list as gpu_list
-from kimitui.core.procdisplay import local_time
 from kimitui.core.procdisplay import unit_label as unit_label
 
 DASH = "-"
@@ -133,12 +133,8 @@ def time_of_day(t: float | None) -> str:
 
 
 def started(at: float | None, now: float) -> str:
-    """When a process started: its time of day within the last day, else its date; '-' when unknown."""
-    if at is None:
-        return DASH
-    if now - at < 86400:
-        return local_time("%H:%M:%S", at)
-    return local_time("%b %d", at)
+    """When a process started (``procdisplay.clock_label``, the CLI's and the report's words)."""
+    return clock_label(at, now)
 
 
 def speed(value: float) -> str:

@@ -16,9 +16,11 @@ from textual.widgets import Static
 
 from kimitui.core.describe import describe
 from kimitui.core.events import AllReduceRow, GemmRow
+from kimitui.core.figures import roofline_pct
 from kimitui.core.state import MicroRunState, SessionState
 from kimitui.tui import fmt
-from kimitui.tui.keyed_table import Cell, KeyedTable
+from kimitui.tui.bench_tables import AllReduceTable, GemmTable
+from kimitui.tui.keyed_table import KeyedTable
 
 if TYPE_CHECKING:
     from textual_plotext import PlotextPlot
@@ -61,15 +63,16 @@ def roofline_series(rows: list[GemmRow]) -> Series:
     torch-int4, else bf16)."""
     best: dict[str, str] = {}
     for g in rows:
-        if g.roofline_us and g.time_us > 0:
+        if roofline_pct(g) is not None:
             cur = best.get(g.name)
             if cur is None or BACKEND_RANK.get(g.backend, 9) < BACKEND_RANK.get(cur, 9):
                 best[g.name] = g.backend
     out: Series = {}
     for g in rows:
-        if best.get(g.name) == g.backend and g.roofline_us and g.time_us > 0:
+        pct = roofline_pct(g)
+        if best.get(g.name) == g.backend and pct is not None:
             label = fmt.printable(f"{g.name} ({g.backend or '?'})")
-            out.setdefault(label, []).append((float(g.m), g.roofline_us / g.time_us * 100))
+            out.setdefault(label, []).append((float(g.m), pct))
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -159,52 +162,6 @@ class ShapesTable(KeyedTable):
         self.sync(rows)
 
 
-class MicroGemmTable(KeyedTable):
-    COLUMNS = (("name", "GEMM", 18), ("m", "M", 4), ("nk", "N x K", 11), ("dtype", "dtype", 9),
-               ("backend", "backend", 10), ("time", "time us", 9), ("tflops", "TFLOP/s", 7), ("gbps", "GB/s", 6),
-               ("roof", "% roof", 6), ("err", "rel err", 8))
-
-    def show(self, rows_in: list[GemmRow]) -> None:
-        rows = []
-        for i, g in enumerate(rows_in):
-            pct = g.roofline_us / g.time_us * 100 if g.roofline_us and g.time_us else None
-            err = fmt.num(g.rel_err, "{:.4f}") + ("!" if g.correct is False else "")
-            cells: list[Cell] = [Text(fmt.shorten(fmt.printable(g.name), 18)), _r(str(g.m)), _r(f"{g.n}x{g.k}"),
-                                 Text(fmt.shorten(fmt.printable(g.dtype), 9)), Text(fmt.printable(g.backend or "-")),
-                                 _r(fmt.num(g.time_us, "{:.2f}")),
-                                 _r(fmt.num(g.tflops, "{:.1f}")), _r(fmt.num(g.gbps, "{:.0f}")),
-                                 _r(fmt.num(pct, "{:.0f}", "%")), _r(err)]
-            rows.append((str(i), cells))
-        self.sync(rows)
-
-
-class NcclTable(KeyedTable):
-    """nccl-tests' columns; torch's all-reduce works in place, so the two groups are eager and CUDA graph."""
-
-    COLUMNS = (("size", "size (B)", 11), ("count", "count", 10), ("type", "type", 8), ("tokens", "M", 4),
-               ("e_time", "eager us", 9), ("e_alg", "algbw", 7), ("e_bus", "busbw", 7), ("e_wrong", "#wrong", 6),
-               ("g_time", "graph us", 9), ("g_alg", "algbw", 7), ("g_bus", "busbw", 7), ("g_wrong", "#wrong", 6))
-
-    def show(self, rows_in: list[AllReduceRow]) -> None:
-        by_size: dict[int, dict[str, AllReduceRow]] = {}
-        for r in rows_in:
-            if r.burst == 1:
-                by_size.setdefault(r.size_bytes, {})[r.mode] = r
-        rows = []
-        for size in sorted(by_size):
-            modes = by_size[size]
-            first = next(iter(modes.values()))
-            cells: list[Cell] = [_r(f"{size:,}"), _r(f"{first.count:,}"), Text(first.dtype[:8]),
-                                 _r(fmt.num(first.tokens))]
-            for mode in ("eager", "graph"):
-                r = modes.get(mode)
-                cells += [_r(fmt.num(r.time_us if r else None, "{:.1f}")),
-                          _r(fmt.num(r.algbw_gbps if r else None, "{:.2f}")),
-                          _r(fmt.num(r.busbw_gbps if r else None, "{:.2f}")), _r(fmt.num(r.wrong if r else None))]
-            rows.append((str(size), cells))
-        self.sync(rows)
-
-
 # --- the view --------------------------------------------------------------------------------------------
 
 
@@ -226,10 +183,10 @@ class MicroView(VerticalScroll):
         yield Static("Shapes (per GPU, from the run's plan)", classes="section")
         yield ShapesTable(id="micro-shapes")
         yield Static("GEMM", classes="section", id="micro-gemm-title")
-        yield MicroGemmTable(id="micro-gemm")
+        yield GemmTable(id="micro-gemm")
         yield Static("All-reduce (nccl-tests' columns; torch all-reduces in place: eager and CUDA graph)",
                      classes="section")
-        yield NcclTable(id="micro-nccl")
+        yield AllReduceTable(id="micro-nccl")
         yield Static(id="micro-bursts")
 
     def _ensure_plots(self) -> dict[str, PlotextPlot]:
@@ -246,10 +203,10 @@ class MicroView(VerticalScroll):
         gemm, ar = run_rows(state)
         self.query_one("#micro-status", Static).update(status_text(state))
         self.query_one(ShapesTable).show(state)
-        self.query_one(MicroGemmTable).show(gemm)
+        self.query_one("#micro-gemm", GemmTable).show(gemm)
         title = "GEMM" + (f"   ({INT4_HINT})" if any(g.backend == "torch-int4" for g in gemm) else "")
         self.query_one("#micro-gemm-title", Static).update(title)
-        self.query_one(NcclTable).show(ar)
+        self.query_one("#micro-nccl", AllReduceTable).show(ar)
         bursts = [r for r in ar if r.burst > 1]
         self.query_one("#micro-bursts", Static).update(
             "\n".join(f"burst: {r.burst} all-reduces at M={r.tokens}: "

@@ -5,17 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from kimitui.core.figures import percentile
 
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """numpy.percentile(values, p) with the default linear interpolation; values sorted ascending."""
-    n = len(sorted_values)
-    if n == 0:
-        return 0.0
-    rank = (n - 1) * p / 100.0
-    lo = math.floor(rank)
-    hi = min(lo + 1, n - 1)
-    frac = rank - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+__all__ = ["mean_std", "percentile", "pword"]
 
 
 def pword(p: float) -> str:

@@ -43,7 +43,9 @@ from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
 from kimitui.bench.macro.server_scrape import ServerScraper
 from kimitui.bench.macro.transport import headers, ssl_context
+from kimitui.core.describe import single_stream_line
 from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
+from kimitui.core.figures import SingleStream, single_stream_of
 
 PHASE = "macro"
 SOURCE = "macro"
@@ -78,12 +80,14 @@ class SweepResult:
     """The sweep's verdict (``verdict``), once it has ended with at least one level."""
 
     @property
+    def single_stream(self) -> SingleStream:
+        """The headline: output tok/s at concurrency 1 (``figures.single_stream_of``: none for a level
+        where every request failed)."""
+        return single_stream_of((lv.concurrency, lv.metrics) for lv in self.levels)
+
+    @property
     def single_stream_tok_s(self) -> float | None:
-        """The headline: output tok/s at concurrency 1 (None when that level did not run)."""
-        for level in self.levels:
-            if level.concurrency == 1:
-                return level.metrics.get("output_throughput")
-        return None
+        return self.single_stream.tok_s
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -209,9 +213,8 @@ def sweep_note(result: SweepResult) -> str:
     levels = len(result.config.concurrency)
     note = (f"cancelled after {len(result.levels)} of {levels} levels" if result.cancelled
             else f"{levels} levels")
-    single = result.single_stream_tok_s
-    if single is not None:
-        note += f"; single stream {single:.1f} tok/s"
+    if result.single_stream.state != "not run":
+        note += "; " + single_stream_line(result.single_stream)
     return note
 
 

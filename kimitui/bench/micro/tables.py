@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from kimitui.core.describe import describe, details
+from kimitui.core.describe import describe, details, gemm_words
 from kimitui.core.events import (
     AllReduceRow,
     Event,
@@ -29,8 +29,8 @@ from kimitui.core.printable import printable_lines
 
 INT4_NOTE = ("torch-int4 is torch._weight_int4pack_mm (tinygemm): correct, but honest only near M=1; it stands "
              "in for Marlin where vLLM is not installed")
-GEMM_HEAD = (f"{'GEMM':<20} {'M':>4} {'N x K':>12} {'dtype':<14} {'backend':<10} {'time us':>9} {'TFLOP/s':>8} "
-             f"{'GB/s':>7} {'% roof':>7} {'rel err':>8}")
+GEMM_HEAD = (f"{'GEMM':<20} {'M':>4} {'N x K':>13} {'dtype':<14} {'backend':<10} {'time us':>9} {'TFLOP/s':>8} "
+             f"{'GB/s':>7} {'% roof':>7} {'rel err':>11}")
 NCCL_HEAD = (
     "#                                                   eager (in place)                    CUDA graph (in place)\n"
     "#       size       count      type redop  root     time    algbw    busbw  #wrong     time    algbw"
@@ -39,15 +39,11 @@ NCCL_HEAD = (
     "   (GB/s)")
 
 
-def pct_roof(g: GemmRow) -> float | None:
-    return g.roofline_us / g.time_us * 100 if g.roofline_us and g.time_us > 0 else None
-
-
 def gemm_line(g: GemmRow) -> str:
-    pct = pct_roof(g)
-    err = "-" if g.rel_err is None else f"{g.rel_err:.4f}" + ("" if g.correct is not False else "!")
-    return (f"{g.name[:20]:<20} {g.m:>4} {f'{g.n}x{g.k}':>12} {g.dtype[:14]:<14} {g.backend[:10]:<10} "
-            f"{g.time_us:>9.2f} {g.tflops:>8.2f} {g.gbps:>7.0f} {'-' if pct is None else f'{pct:.0f}%':>7} {err:>8}")
+    """A GEMM row under ``GEMM_HEAD``, in ``describe.gemm_words``' cells (the dashboard's and the report's)."""
+    w = gemm_words(g)
+    return (f"{w['name'][:20]:<20} {w['m']:>4} {w['nk']:>13} {w['dtype'][:14]:<14} {w['backend'][:10]:<10} "
+            f"{w['time']:>9} {w['tflops']:>8} {w['gbps']:>7} {w['pct_roof']:>7} {w['rel_err']:>11}")
 
 
 def _cols(r: AllReduceRow | None) -> str:

@@ -1,0 +1,145 @@
+"""Every figure derived from recorded rows, made here once: the views, the CLI and the report call these
+(their words are in ``kimitui.core.describe``), so no two surfaces can compute one figure two ways.
+
+- the single-stream headline: output tok/s at concurrency 1, and whether that level ran or failed;
+- the TPOT statistic a level's decode step is read with (the median, vLLM's ``median_tpot_ms``);
+- a GEMM row's % of its memory roofline and its correctness mark;
+- percentiles (numpy's default interpolation, as vLLM computes them);
+- the decode-step budget's shares of the TPOT and which of them are impossible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from kimitui.core.campaign_events import BudgetRow
+from kimitui.core.events import GemmRow, MacroPoint, metrics_failed
+from kimitui.core.typed import finite
+
+# -- statistics ---------------------------------------------------------------------------------------------
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """numpy.percentile(values, p) with the default linear interpolation; values sorted ascending (0.0
+    for none)."""
+    n = len(sorted_values)
+    if n == 0:
+        return 0.0
+    rank = (n - 1) * p / 100.0
+    lo = math.floor(rank)
+    hi = min(lo + 1, n - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
+
+
+# -- the single-stream headline -----------------------------------------------------------------------------
+
+SingleState = Literal["measured", "failed", "not run", "no figure"]
+
+
+@dataclass(frozen=True, slots=True)
+class SingleStream:
+    """Output tok/s at concurrency 1: ``tok_s`` only when that level ran and completed requests."""
+
+    state: SingleState
+    tok_s: float | None = None
+
+
+def single_stream_of(levels: Iterable[tuple[int, Mapping[str, object]]]) -> SingleStream:
+    """The headline from (concurrency, metrics) pairs: a level where every request failed has no
+    throughput (never 0.0)."""
+    for concurrency, metrics in levels:
+        if concurrency != 1:
+            continue
+        if metrics_failed(metrics):
+            return SingleStream("failed")
+        tok = finite(metrics.get("output_throughput"))
+        return SingleStream("measured", tok) if tok is not None else SingleStream("no figure")
+    return SingleStream("not run")
+
+
+def single_stream(points: Iterable[MacroPoint]) -> SingleStream:
+    return single_stream_of((p.concurrency, p.metrics) for p in points)
+
+
+# -- the TPOT statistic -------------------------------------------------------------------------------------
+
+TPOT_STATISTIC = "median"
+"""The TPOT a level's decode step is read with, in the budget and the plots (the tables show the mean and
+p99, and say so)."""
+
+
+def step_tpot(point: MacroPoint) -> tuple[float | None, str]:
+    """(the level's TPOT in ms, the statistic it is): the median; the mean for a level recorded without a
+    median (an older run), said so."""
+    for stat in (TPOT_STATISTIC, "mean"):
+        v = point.metric(f"{stat}_tpot_ms")
+        if v is not None and v > 0:
+            return v, stat
+    return None, TPOT_STATISTIC
+
+
+# -- GEMM rows ----------------------------------------------------------------------------------------------
+
+
+def roofline_pct(g: GemmRow) -> float | None:
+    """The row's % of its memory roofline (roofline time / measured time x 100)."""
+    return g.roofline_us / g.time_us * 100 if g.roofline_us and g.time_us > 0 else None
+
+
+def correctness_failed(g: GemmRow) -> bool:
+    """The row's output was checked against the reference and is off by more than the limit."""
+    return g.correct is False
+
+
+# -- the decode-step budget ---------------------------------------------------------------------------------
+
+ShareFlag = Literal["", "not measured", "exceeds the TPOT", "negative"]
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One part of a decode step: its ms, its share of the TPOT, and what is impossible about it."""
+
+    key: str
+    ms: float | None
+    share: float | None
+    flag: ShareFlag
+
+
+def budget_shares(row: BudgetRow) -> list[Share]:
+    """The row's parts (all-reduce, INT4 GEMMs, bf16 GEMMs, rest) with their shares of the TPOT; a part
+    above the TPOT, or a negative rest (the measured parts above the TPOT), is flagged: no share of a
+    step can exceed the step."""
+    t = row.tpot_ms
+    out = []
+    for key, ms in (("allreduce", row.allreduce_ms), ("int4", row.int4_gemm_ms), ("bf16", row.bf16_gemm_ms),
+                    ("rest", row.rest_ms)):
+        share = ms / t if ms is not None and t else None
+        flag: ShareFlag = ""
+        if ms is None:
+            flag = "not measured"
+        elif ms < 0:
+            flag = "negative"
+        elif t and ms > t:
+            flag = "exceeds the TPOT"
+        out.append(Share(key, ms, share, flag))
+    return out
+
+
+def budget_impossible(row: BudgetRow) -> bool:
+    """The measured parts of the row add up to more than its TPOT."""
+    return any(s.flag in ("exceeds the TPOT", "negative") for s in budget_shares(row))
+
+
+def missing_parts(row: BudgetRow) -> list[str]:
+    """The parts a row needs for a verdict and lacks: 'allreduce', 'gemm' (a TP=1 run has an all-reduce
+    of 0.0, never None)."""
+    out = []
+    if row.allreduce_ms is None:
+        out.append("allreduce")
+    if row.gemm_ms is None:
+        out.append("gemm")
+    return out
