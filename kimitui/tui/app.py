@@ -24,6 +24,7 @@ from textual.containers import Horizontal
 from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from kimitui.core.events import Event
@@ -96,6 +97,12 @@ class KimituiApp(App[None]):
         Binding("F", "free_gpus", "Free GPUs", key_display="F"),
         Binding("R", "restart_service", "Restart service", key_display="R", show=False),
         Binding("x", "cancel_cleanup", "Cancel cleanup", show=False),
+        # The tab bar has focus after a view key: these keys scroll the view shown (a focused table or log
+        # takes them first)
+        Binding("pageup", "scroll_view('page_up')", show=False),
+        Binding("pagedown", "scroll_view('page_down')", show=False),
+        Binding("up", "scroll_view('scroll_up')", show=False),
+        Binding("down", "scroll_view('scroll_down')", show=False),
         Binding("f1,question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         # A replay hides the live keys above (check_action); pressed, the key falls through to these
@@ -481,6 +488,17 @@ class KimituiApp(App[None]):
         if self.active_view != "micro" or not self.micro.running:
             raise SkipAction()  # the key's other bindings get it
         self.micro.cancel()
+
+    def action_scroll_view(self, action: str) -> None:
+        """Scroll the view shown (the Dashboard: its process table), whatever has focus on the dashboard."""
+        if self.screen is not self.screen_stack[0]:
+            raise SkipAction()  # a modal screen's keys are its own
+        views: dict[str, Widget | None] = {"dashboard": self._proc_table, "bench": self._bench,
+                                           "cleanup": self._cleanup, "micro": self._micro, "analysis": self._analysis}
+        view = views.get(self.active_view)
+        if view is None:
+            raise SkipAction()
+        getattr(view, f"action_{action}")()
 
     def action_show_view(self, view: str) -> None:
         if view in VIEWS:
