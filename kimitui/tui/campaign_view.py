@@ -84,11 +84,20 @@ class CampaignStrip(Static):
     CampaignStrip.-shown { display: block; }
     """
 
+    _last: tuple[SessionState, bool] | None = None
+
     def show(self, state: SessionState, live: bool) -> None:
+        self._last = (state, live)
         shown = state.campaign is not None
         self.set_class(shown, "-shown")
         if shown:
-            self.update(strip_content(state, live, self.size.width or 120), layout=False)
+            # hidden until now, the strip has no width yet: the screen's (it spans it)
+            width = self.size.width or self.app.size.width or 120
+            self.update(strip_content(state, live, width), layout=False)
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.show(*self._last)
 
 
 def bars_content(state: SessionState, width: int) -> Content:
