@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kimitui",
         description="Terminal dashboard for a GPU profiling campaign: telemetry, safe cleanup, benchmarks, replay.",
     )
+    from kimitui import __version__
+
+    parser.add_argument("--version", action="version", version=f"kimitui {__version__}")
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("replay", help="play a recorded run in the dashboard (the bundled sample run by default)")

@@ -33,7 +33,7 @@ def summarize(reader: RunReader) -> str:
             if p.end is None:
                 parts.append(f"{p.phase} {fmt_duration(reader.end_time - p.start)} unfinished")
             else:
-                parts.append(f"{p.phase} {fmt_duration(p.end - p.start)} {'ok' if p.ok else 'FAILED'}")
+                parts.append(f"{p.phase} {fmt_duration(p.end - p.start)} {p.outcome}")
         out.append(_line("phases", "; ".join(parts)))
     else:
         out.append(_line("phases", "none recorded"))

@@ -497,3 +497,44 @@ def test_audit_log_appends(tmp_path: Path) -> None:
     assert [r["event"] for r in recs] == ["signal", "signal_outcome"]
     assert recs[0]["pid"] == 5 and recs[0]["operator"] == "op" and recs[0]["host"] == "h"
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+async def test_the_service_steps_list_the_nvml_monitor_they_leave_alone(rig: Rig, sim: SimDir) -> None:
+    """The graceful and process previews show the handle-only monitor on the GPUs as left alone (as the
+    summary does), not tickable there: those steps signal only the service's processes."""
+    sim.start_service(n=4, ignore=2)
+    workers = sorted(sim.holder_pids())
+    monitor = sim.start_ready("monitor")
+    await rig.settled({*workers, monitor})
+    ex = rig.executor(auto_consent(["graceful", "process", "device"], "tester"), PidService(pidfile=str(sim.pidfile)))
+    await ex.run()
+    previews = {p.step: p for p in rig.of(StepPreview)}
+    for step in ("graceful", "process"):
+        spared = {r.pid: r for r in previews[step].spared}
+        assert monitor in spared, (step, previews[step].spared)
+        assert "NVML monitor" in spared[monitor].reason and not is_optional(spared[monitor])
+        assert monitor not in {r.pid for r in previews[step].targets}
+    assert alive(monitor)
+
+
+async def test_a_graceful_step_whose_main_pid_is_unticked_does_not_wait_for_it(rig: Rig, sim: SimDir) -> None:
+    """The operator unticks the main pid (the graceful stop of a pid service is its SIGTERM): nothing is
+    signalled and the step ends at once, not after its whole wait."""
+    main = sim.start_service(n=2)
+    await rig.settled(set(sim.holder_pids()))
+
+    async def untick_main(preview: StepPreview) -> ConsentDecision:
+        if preview.step != "graceful":
+            return ConsentDecision(False, None, "tester", "not this step")
+        return ConsentDecision(True, [r.pid for r in preview.targets if r.pid != main], "tester", "unticked main")
+
+    slow = Deadlines(graceful_s=60.0, term_grace_s=0.5, kill_s=2.0, verify_s=1.0, sample_s=10.0, poll_s=0.01)
+    ex = rig.executor(untick_main, PidService(pidfile=str(sim.pidfile)), deadlines=slow)
+    begun = time.monotonic()
+    await ex.run()
+    graceful = results(rig)["graceful"]
+    assert time.monotonic() - begun < 30.0
+    assert graceful.elapsed_s is not None and graceful.elapsed_s < 10.0, graceful
+    assert graceful.status == "skipped" and f"main pid {main} unticked" in graceful.reason, graceful
+    assert not [s for s in rig.signals(main) if s.step == "graceful"]
+    assert alive(main)

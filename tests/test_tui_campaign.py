@@ -14,7 +14,7 @@ from kimitui.core.events import Consent, PhaseStart
 from kimitui.live_context import LiveContext
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.campaign_runner import RUNNING, CampaignRunner
-from kimitui.tui.campaign_view import CampaignStrip, strip_content
+from kimitui.tui.campaign_view import SHORT, CampaignStrip, strip_content
 from kimitui.tui.cleanup_consent import ConsentScreen
 from tests.campaign_rig import POLL_S, Rig, campaign_rig, small_config
 
@@ -78,7 +78,8 @@ async def test_a_aborts_the_campaign_from_the_dashboard(tmp_path: Path) -> None:
 
 def test_the_strip_fits_its_width_and_keeps_the_keys_where_they_fit() -> None:
     """Mid-campaign on a live host the strip ends with the keys; at a width where the whole hint would be
-    cut at the screen's edge, the short one is shown, and at 80 columns none (the footer lists them)."""
+    cut at the screen's edge, the short one is shown; at 80 columns the phases go by their letters and
+    what comes next stays."""
     from kimitui.core.replay import state_at
     from kimitui.core.runfile import RunReader
     from kimitui.resources import bundled_sample_run
@@ -94,5 +95,29 @@ def test_the_strip_fits_its_width_and_keeps_the_keys_where_they_fit() -> None:
             assert content.cell_length <= w, w
     assert widths[200].plain.endswith("P pause/go on · S skip next · A abort")
     assert widths[120].plain.endswith("P/S/A") and widths[120].cell_length <= 120
-    assert "P/S/A" not in widths[80].plain and "pause" not in widths[80].plain
+    assert "pause" not in widths[80].plain  # the long hint does not fit
+    assert "next: Phase 3 analysis" in widths[80].plain and widths[80].cell_length <= 80
     assert "pause" not in strip_content(state, live=False, width=200).plain  # a replay has no keys to give
+
+
+def test_the_strip_keeps_what_comes_next_at_80_columns() -> None:
+    """At 80 columns every phase's state and what comes next are on the strip, within the width: the phases
+    done or to come by their letter, the running one by its name."""
+    from kimitui.core.replay import state_at
+    from kimitui.core.runfile import RunReader
+    from kimitui.resources import bundled_sample_run
+
+    reader = RunReader(bundled_sample_run())
+    starts = [i for i in range(len(reader)) if isinstance(reader.decoded(i), PhaseStart)]
+    assert len(starts) >= 5
+    for i in starts:
+        state = state_at(reader, i + 1)
+        assert state.campaign is not None
+        nxt = state.campaign.next_phase
+        for live in (True, False):
+            content = strip_content(state, live=live, width=80)
+            assert content.cell_length <= 80, content.plain
+            if nxt is not None:
+                assert "next: " in content.plain, content.plain
+            running = [n for n in state.campaign.phases if state.campaign.shown_status(n) == "running"]
+            assert running and all(SHORT[n] in content.plain for n in running), content.plain

@@ -36,6 +36,9 @@ def gpu_list(gpus: list[int]) -> str:
     return ",".join(map(str, gpus)) if gpus else "none"
 
 
+MONITOR_LEFT = "handle only (an NVML monitor): left alone (the others and device steps may tick it)"
+
+
 def split_safe(ex: StepContext, cands: list[tuple[Candidate, str]]) -> tuple[list[tuple[Candidate, str]],
                                                                                    list[tuple[Candidate, str]]]:
     targets, spared = [], []
@@ -67,6 +70,7 @@ async def graceful(ex: StepContext) -> StepResult:
         return ex.result("graceful", "skipped", f"no {svc.label} processes left{why}", started)
     targets, spared = split_safe(ex, left)
     spared += ex.service_reused(scan, sample)
+    spared += _monitors(ex, sample, [*left, *spared])
     main = next((c for c, _ in left if (c.pid, c.start_time) == ex.main), None)
     if isinstance(svc, PidService):
         if main is None:
@@ -80,6 +84,10 @@ async def graceful(ex: StepContext) -> StepResult:
         return ex.result("graceful", "declined", "operator declined", started)
     if not confirmed.procs:
         return ex.result("graceful", "skipped", "nothing confirmed", started)
+    if isinstance(svc, PidService) and main is not None and (main.pid, main.start_time) not in confirmed.procs:
+        # the stop is the main pid's SIGTERM: unticked, nothing is stopped and there is nothing to wait for
+        return ex.result("graceful", "skipped", f"main pid {main.pid} unticked: not signalled, nothing waited "
+                         "for (the process step previews what is left)", started)
     d = ex.target.deadlines
     failure = note = ""
     ex.acted()
@@ -142,14 +150,17 @@ async def process(ex: StepContext) -> StepResult:
                          "cleanup began" + (f" ({len(reused)} pid reused, left alone)" if reused else ""), started)
     targets, spared = split_safe(ex, cands)
     spared += elsewhere + reused
+    spared += _monitors(ex, sample, [*cands, *spared])
     return await _ask_and_terminate(ex, "process", targets, spared, "processes", started)
 
 
 # --- b2. the others: on the GPUs, not the service ------------------------------------------------------
 
-def _handle_only(ex: StepContext, sample: HostSample, held: set[int]) -> list[tuple[Candidate, str]]:
+def _handle_only(ex: StepContext, sample: HostSample, held: set[int],
+                 tickable: bool = True) -> list[tuple[Candidate, str]]:
     """The processes on the GPUs in scope that are no holder: handle-only monitors (tickable) and those whose
-    memory is all outside the scope."""
+    memory is all outside the scope. Not ``tickable`` (the service's steps, which signal none of them): the
+    monitors only, shown as left alone."""
     scope = set(ex.scope)
     spared: list[tuple[Candidate, str]] = []
     for p in sample.procs:
@@ -157,7 +168,8 @@ def _handle_only(ex: StepContext, sample: HostSample, held: set[int]) -> list[tu
             continue
         outside = out_of_scope_reason(p, scope)
         if outside is not None:
-            spared.append((ex.from_sample(p), outside))
+            if tickable:
+                spared.append((ex.from_sample(p), outside))
             continue
         if not (proc_gpus(p) & scope) or p.kind != "handle":
             continue
@@ -165,9 +177,18 @@ def _handle_only(ex: StepContext, sample: HostSample, held: set[int]) -> list[tu
         refusal = ex.refusal(c)
         if refusal is not None:
             spared.append((c, f"protected: {refusal}"))
-        else:
+        elif tickable:
             spared.append((c, f"{OPTIONAL}handle only (an NVML monitor): left alone unless ticked"))
+        else:
+            spared.append((c, MONITOR_LEFT))
     return spared
+
+
+def _monitors(ex: StepContext, sample: HostSample, listed: list[tuple[Candidate, str]]) -> list[tuple[Candidate, str]]:
+    """The handle-only monitors on the GPUs in scope, for a service step's preview (left alone, as the
+    cleanup's summary says)."""
+    held = {c.pid for c, _ in listed} | {p.pid for p in cuda_holders(sample, ex.scope)}
+    return _handle_only(ex, sample, held, tickable=False)
 
 
 async def others(ex: StepContext) -> StepResult:

@@ -44,6 +44,7 @@ from kimitui.core.events import (
     Verification,
     first_error,
     level_failed,
+    phase_outcome,
 )
 from kimitui.core.figures import (
     TPOT_STATISTIC,
@@ -133,7 +134,8 @@ def _words(ev: Event, state: SessionState | None) -> str | None:
     if isinstance(ev, PhaseStart):
         return f"phase {ev.phase} started" + (f": {ev.title}" if ev.title else "")
     if isinstance(ev, PhaseEnd):
-        return f"phase {ev.phase} {'ended' if ev.ok else 'FAILED'}" + (f": {ev.note}" if ev.note else "")
+        outcome = phase_outcome(ev.ok, ev.note)
+        return f"phase {ev.phase} {'ended' if outcome == 'ok' else outcome}" + (f": {ev.note}" if ev.note else "")
     if isinstance(ev, CleanupPlan):
         what = (f"{ev.service} ({ev.manager})" if ev.service
                 else "no service (none: free the GPUs of whatever holds them)")

@@ -122,6 +122,23 @@ class PhaseEnd(Event):
     note: str = ""
 
 
+def phase_outcome(ok: bool | None, note: str) -> str:
+    """How a phase ended, as the record says it, in one word: ok, cancelled (the operator's cancel or an
+    interrupt: a sweep's "cancelled after 2 of 5 levels", a micro run's "gemm done, allreduce cancelled"),
+    refused (a micro run the GPUs' holders stopped before it began), cut off (kimitui stopped during it),
+    else FAILED."""
+    if ok:
+        return "ok"
+    note = note.strip()
+    if note.startswith("refused"):
+        return "refused"
+    if note.startswith("cut off"):  # kimitui.core.campaign_events.CUT_OFF
+        return "cut off"
+    if note.startswith(("cancelled", "interrupted")) or ("cancelled" in note and "failed" not in note):
+        return "cancelled"
+    return "FAILED"
+
+
 @dataclass(frozen=True, slots=True)
 class CleanupPlan(Event):
     type: ClassVar[str] = "cleanup_plan"

@@ -104,6 +104,10 @@ def split_index(reader: RunReader) -> tuple[list[int], list[int]]:
     return samples, others
 
 
+PREV_GRACE_S = 2.0
+"""How soon after a boundary (wall seconds) a previous-phase jump goes past it to the one before."""
+
+
 class Player:
     """Plays a run into a session: pause, speed, step, seek, phase jumps."""
 
@@ -120,6 +124,10 @@ class Player:
         # phase end and the next phase start recorded at the same time are one boundary, and playing on
         # from it publishes nothing that was already "at" the boundary.
         self._boundaries = sorted({reader.index_at(reader.times[i]) for i in reader.indices_of(*PHASE_TYPES)})
+        self._starts = sorted({reader.index_at(reader.times[i]) for i in reader.indices_of("phase_start")})
+        """The boundaries where a phase starts (where p goes while the replay plays)."""
+        self._landed: tuple[int, float] | None = None
+        """The phase start a previous-phase jump while playing last went to (its index), and when."""
         self.run_time = reader.start_time
         self._last_now: float | None = None
 
@@ -206,15 +214,33 @@ class Player:
         return True
 
     def prev_phase(self) -> bool:
-        """Jump just past the previous phase boundary (or to the start)."""
-        k = bisect.bisect_left(self._boundaries, self.position) - 1
-        if k < 0:
+        """Jump just past the previous phase boundary (or to the start). Playing, to a phase's start: the
+        one before the phase now playing when that began less than PREV_GRACE_S (of wall time at this speed)
+        ago, or when p landed on it less than PREV_GRACE_S ago; so pressed again and again, p goes back a
+        phase each time (the run plays on past the start it landed on)."""
+        if self.paused:
+            k = bisect.bisect_left(self._boundaries, self.position) - 1
+            target = self._boundaries[k] if k >= 0 else None
+        else:
+            starts = self._starts
+            k = bisect.bisect_left(starts, self.position) - 1
+            landed = self._landed
+            if landed is not None and k >= landed[0] and self.clock() - landed[1] < PREV_GRACE_S:
+                k = landed[0] - 1
+            elif k >= 0 and self.run_time - self._time_at(starts[k]) < PREV_GRACE_S * self.speed:
+                k -= 1
+            target = starts[k] if k >= 0 else None
+            self._landed = (k, self.clock()) if k >= 0 else None
+        if target is None:
             if self.position == 0:
                 return False
             self.seek_index(0)
             return True
-        self.seek_index(self._boundaries[k])
+        self.seek_index(target)
         return True
+
+    def _time_at(self, position: int) -> float:
+        return self.reader.times[position - 1] if position else self.reader.start_time
 
     def to_end(self) -> None:
         self.seek_index(len(self.reader))

@@ -45,6 +45,7 @@ from kimitui.core.events import (
     level_failed,
     metrics_error,
     metrics_failed,
+    phase_outcome,
 )
 from kimitui.core.figures import single_stream
 from kimitui.core.procdisplay import start_wall_time
@@ -63,6 +64,11 @@ class PhaseSpan:
     end: float | None = None
     ok: bool | None = None
     note: str = ""
+
+    @property
+    def outcome(self) -> str:
+        """``phase_outcome`` of its end; "unfinished" while it has none."""
+        return "unfinished" if self.end is None else phase_outcome(self.ok, self.note)
 
 
 FINAL = frozenset({"done", "skipped", "declined", "failed"})

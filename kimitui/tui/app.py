@@ -24,6 +24,7 @@ from textual.containers import Horizontal
 from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from kimitui.core.events import Event
@@ -58,7 +59,7 @@ EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"
 VIEWS = ("dashboard", "bench", "cleanup", "micro", "analysis")
 REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
                             "step", "to_end"})
-LIVE_ACTIONS = frozenset({"macro_sweep", "free_gpus", "restart_service"})
+LIVE_ACTIONS = frozenset({"macro_sweep", "free_gpus", "restart_service", "micro_run"})
 CAMPAIGN_ACTIONS = frozenset({"campaign_pause", "campaign_skip", "campaign_abort"})
 """Keys of a campaign run in the dashboard (kimitui campaign FILE): shown only then."""
 """Keys that act on a live host: a replay leaves them out of its footer (pressed, they say why not)."""
@@ -73,8 +74,8 @@ class KimituiApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         # before any other x binding: on the Benchmarks tab x cancels the sweep, elsewhere it is skipped
         Binding("M", "macro_sweep", "Sweep", key_display="M"),
-        Binding("x", "cancel_macro_key", "Cancel sweep", show=False),
-        Binding("x", "cancel_micro_key", "Cancel micro", show=False),
+        Binding("x", "cancel_macro_key", "Cancel", key_display="x"),
+        Binding("x", "cancel_micro_key", "Cancel", key_display="x"),
         # The footer shows a pair of keys as one entry (+/- speed, n/p phase, d/b/c/u/a views) and leaves out
         # the one-event step (.): it fits 80 columns; the help lists every key.
         Binding("space", "toggle_pause", "Pause"),
@@ -92,17 +93,26 @@ class KimituiApp(App[None]):
         Binding("P", "campaign_pause", "Pause campaign", key_display="P/S/A"),
         Binding("S", "campaign_skip", "Skip next phase", show=False),
         Binding("A", "campaign_abort", "Abort campaign", show=False),
-        Binding("K", "micro_run", "Micro run", key_display="K", show=False),
+        Binding("K", "micro_run", "Micro", key_display="K"),
         Binding("F", "free_gpus", "Free GPUs", key_display="F"),
-        Binding("R", "restart_service", "Restart service", key_display="R", show=False),
-        Binding("x", "cancel_cleanup", "Cancel cleanup", show=False),
+        Binding("R", "restart_service", "Restart", key_display="R"),
+        Binding("x", "cancel_cleanup", "Cancel", key_display="x"),
+        Binding("x", "cancel_cleanup_idle", show=False),  # nothing to cancel: it says so
+        # The tab bar has focus after a view key: these keys scroll the view shown (a focused table or log
+        # takes them first)
+        Binding("pageup", "scroll_view('page_up')", show=False),
+        Binding("pagedown", "scroll_view('page_down')", show=False),
+        Binding("up", "scroll_view('scroll_up')", show=False),
+        Binding("down", "scroll_view('scroll_down')", show=False),
         Binding("f1,question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
         # A replay hides the live keys above (check_action); pressed, the key falls through to these
         # hidden ones, which run the same action: it says why not.
         Binding("M", "in_replay('macro_sweep')", show=False),
         Binding("F", "in_replay('free_gpus')", show=False),
         Binding("R", "in_replay('restart_service')", show=False),
+        Binding("K", "in_replay('micro_run')", show=False),
     ]
 
     def __init__(
@@ -145,6 +155,7 @@ class KimituiApp(App[None]):
         self._drawn: dict[str, tuple[int, str]] = {}
         self._tab_label = TAB_LABEL
         self._status_key: tuple[object, ...] | None = None
+        self._running_key: tuple[object, ...] | None = None
         self._colors: tuple[str, Colors] | None = None
         self._last_redraw = 0.0
         """When redraw last ran (time.monotonic), for the cap."""
@@ -314,6 +325,11 @@ class KimituiApp(App[None]):
                 self._tabs.get_tab("bench").label = label
         view = self.active_view
         stamp = (self.session.version, self.theme)
+        running = (self.macro.running, self.micro.running, view, self.campaign is not None and self.campaign.running,
+                   self._cleanup_running())
+        if running != self._running_key:  # the footer's x and the keys that apply
+            self._running_key = running
+            self.refresh_bindings()
         if self._drawn.get(view) == stamp:
             return
         self._drawn[view] = stamp
@@ -373,6 +389,11 @@ class KimituiApp(App[None]):
 
         self.run_worker(mount(), group="views", name=f"mount {view}")
 
+    def _cleanup_running(self) -> bool:
+        # not imported until a cleanup is started (F, R, the palette): then none runs
+        runner = sys.modules.get("kimitui.tui.cleanup_runner")
+        return runner is not None and bool(runner.running(self))
+
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if hasattr(self, "_status"):
             self.redraw()
@@ -386,6 +407,12 @@ class KimituiApp(App[None]):
             return self.player is None
         if action == "in_replay":
             return self.player is not None
+        if action == "cancel_macro_key":  # the x keys: in the footer while what they cancel runs
+            return self.macro.running and self.active_view == "bench"
+        if action == "cancel_micro_key":
+            return self.micro.running and self.active_view == "micro"
+        if action in ("cancel_cleanup", "cancel_cleanup_idle"):
+            return self._cleanup_running() == (action == "cancel_cleanup")
         return not (action in REPLAY_ACTIONS and self.player is None)
 
     def action_in_replay(self, action: str) -> None:
@@ -482,6 +509,17 @@ class KimituiApp(App[None]):
             raise SkipAction()  # the key's other bindings get it
         self.micro.cancel()
 
+    def action_scroll_view(self, action: str) -> None:
+        """Scroll the view shown (the Dashboard: its process table), whatever has focus on the dashboard."""
+        if self.screen is not self.screen_stack[0]:
+            raise SkipAction()  # a modal screen's keys are its own
+        views: dict[str, Widget | None] = {"dashboard": self._proc_table, "bench": self._bench,
+                                           "cleanup": self._cleanup, "micro": self._micro, "analysis": self._analysis}
+        view = views.get(self.active_view)
+        if view is None:
+            raise SkipAction()
+        getattr(view, f"action_{action}")()
+
     def action_show_view(self, view: str) -> None:
         if view in VIEWS:
             self._tabs.active = view
@@ -511,6 +549,31 @@ class KimituiApp(App[None]):
         from kimitui.tui.cleanup_runner import cancel_cleanup
 
         cancel_cleanup(self)
+
+    def action_cancel_cleanup_idle(self) -> None:
+        self.action_cancel_cleanup()
+
+    def busy(self) -> str | None:
+        """What acts on the host now (Ctrl-C asks before quitting), or None."""
+        if self._cleanup_running():
+            return "a cleanup step is running"
+        if self.campaign is not None and self.campaign.running:
+            return "a campaign is running"
+        if self.macro.running:
+            return "a sweep is running"
+        if self.micro.running:
+            return "a micro run is running"
+        return None
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C: quit, as in htop and k9s; while something acts on the host, ask first (again: quit)."""
+        from kimitui.tui.quit_screen import QuitScreen
+
+        busy = self.busy()
+        if busy is None or isinstance(self.screen, QuitScreen):
+            self.exit()
+            return
+        self.push_screen(QuitScreen(busy), callback=lambda quit_: self.exit() if quit_ else None)
 
     def action_restart_service(self) -> None:
         from kimitui.tui.cleanup_runner import restart_service

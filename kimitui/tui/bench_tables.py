@@ -115,7 +115,8 @@ class AllReduceTable(KeyedTable):
     """The all-reduce rows in nccl-tests' columns; torch's all-reduce works in place, so the two groups are
     eager and CUDA graph. A burst row (``burst_line``) is not among them."""
 
-    COLUMNS = (("size", "size (B)", 11), ("count", "count", 10), ("type", "type", 8), ("tokens", "M", 4),
+    # size, count and M as wide as their widest value: a number is never cut (1,073,741,824 B)
+    COLUMNS = (("size", "size (B)", None), ("count", "count", None), ("type", "type", 8), ("tokens", "M", None),
                ("e_time", "eager us", 9), ("e_alg", "algbw", 7), ("e_bus", "busbw", 7), ("e_wrong", "#wrong", 6),
                ("g_time", "graph us", 9), ("g_alg", "algbw", 7), ("g_bus", "busbw", 7), ("g_wrong", "#wrong", 6))
 

@@ -27,23 +27,35 @@ def strip_content(state: SessionState, live: bool, width: int = 120) -> Content:
     c = state.campaign
     if c is None:
         return Content("")
-    parts: list[str | tuple[str, str]] = [(" campaign ", "bold reverse $secondary"), " "]
-    for name, phase in c.phases.items():
-        status = c.shown_status(name)
-        mark, style = MARKS.get(status, ("?", ""))
-        label = SHORT.get(name, name)
-        parts += [(f"{mark} ", style), (label, style if status != "pending" else "$text-muted")]
-        if status == "running" and phase.start is not None:
-            parts.append((f" {fmt.duration(state.clock - phase.start)}", "$text-muted"))
-        parts.append("  ")
-    parts += _where(c, state)
-    content = Content.assemble(*parts)
+    content = _phases_and_where(c, state, short=False)
+    if content.cell_length > width:
+        # too wide for the line: the phases that are done or still to come by their letter, so what runs and
+        # what comes next stay whole (the line's end would be cut at the screen's edge)
+        content = _phases_and_where(c, state, short=True)
     if live and c.end is None:
         # the keys where they fit (the footer lists them too): a line cut at the screen's edge would cut them
         for hint in KEY_HINTS:
             if content.cell_length + len(hint) <= width:
                 return Content.assemble(content, (hint, "$text-muted"))
     return content
+
+
+def _phases_and_where(c: CampaignState, state: SessionState, short: bool) -> Content:
+    parts: list[str | tuple[str, str]] = [(" campaign ", "bold reverse $secondary"), " "]
+    for name, phase in c.phases.items():
+        status = c.shown_status(name)
+        mark, style = MARKS.get(status, ("?", ""))
+        label = SHORT.get(name, name)
+        if short and status in ("done", "pending", "skipped"):
+            label = fmt.PHASE_LETTERS.get(name, name[:1].upper())
+            parts += [(mark, style), (label, style if status != "pending" else "$text-muted"), " "]
+            continue
+        parts += [(f"{mark} ", style), (label, style if status != "pending" else "$text-muted")]
+        if status == "running" and phase.start is not None:
+            parts.append((f" {fmt.duration(state.clock - phase.start)}", "$text-muted"))
+        parts.append(" " if short else "  ")
+    parts += _where(c, state)
+    return Content.assemble(*parts)
 
 
 KEY_HINTS = ("   P pause/go on · S skip next · A abort", "   P/S/A")
@@ -74,11 +86,20 @@ class CampaignStrip(Static):
     CampaignStrip.-shown { display: block; }
     """
 
+    _last: tuple[SessionState, bool] | None = None
+
     def show(self, state: SessionState, live: bool) -> None:
+        self._last = (state, live)
         shown = state.campaign is not None
         self.set_class(shown, "-shown")
         if shown:
-            self.update(strip_content(state, live, self.size.width or 120), layout=False)
+            # hidden until now, the strip has no width yet: the screen's (it spans it)
+            width = self.size.width or self.app.size.width or 120
+            self.update(strip_content(state, live, width), layout=False)
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.show(*self._last)
 
 
 def bars_content(state: SessionState, width: int) -> Content:

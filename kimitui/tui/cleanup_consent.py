@@ -40,10 +40,14 @@ GPUS_HELD = "GPU memory still held"
 TICKED, UNTICKED, LOCKED = "[x]", "[ ]", " - "
 WIDE_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("start", "Start", 8), ("user", "User", 8),
                 ("gpus", "GPUs", 4), ("mem", "Memory", 9), ("unit", "Unit", 15))
-COMPACT_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("gpus", "GPUs", 4), ("mem", "Memory", 9))
+COMPACT_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("start", "Start", 8), ("user", "User", 8),
+                   ("gpus", "GPUs", 4), ("mem", "Memory", 9))
 """Then one column of the command over why (a row of two or three lines), as wide as what is left. Below
-COMPACT_WIDTH columns the start, user and unit go (they are in the audit log): the command and why stay."""
+COMPACT_WIDTH columns the unit goes (it is in the audit log) and the command column narrows: whose process
+it is and when it started (which process a pid is) stay."""
 COMPACT_WIDTH = 100
+MIN_WHAT_WIDTH = 20
+"""The command column's least width (what 80 columns leave it beside the compact columns is 21)."""
 MAX_WIDTH = 150
 WHY_LINES = 2
 CHROME_LINES = 9
@@ -68,10 +72,11 @@ def ref_cells(ref: ProcRef, tick: Text, why_style: str, width: int, compact: boo
     for line in lines[1:]:
         what.append("\n" + line, style=why_style)
     mem = Text(fmt.mem_mib(ref.mem_mib), justify="right")
-    if compact:
-        return [tick, str(ref.pid), fmt.gpu_list(ref.gpus), mem, what], len(lines)
     # a str cell is markup, and the user and the unit come from the host: their brackets escaped
-    cells: list[str | Text] = [tick, str(ref.pid), started, escape(fmt.shorten(fmt.printable(ref.user or "?"), 8)),
+    user = escape(fmt.shorten(fmt.printable(ref.user or "?"), 8))
+    if compact:
+        return [tick, str(ref.pid), started, user, fmt.gpu_list(ref.gpus), mem, what], len(lines)
+    cells: list[str | Text] = [tick, str(ref.pid), started, user,
                                fmt.gpu_list(ref.gpus), mem, escape(fmt.shorten(fmt.unit_label(ref.unit), 15)), what]
     return cells, len(lines)
 
@@ -81,7 +86,7 @@ def what_width(screen_width: int, compact: bool) -> int:
     with their padding (2 each), the column's own padding (2) and a scrollbar (2)."""
     columns = COMPACT_COLUMNS if compact else WIDE_COLUMNS
     fixed = sum(w for _, _, w in columns) + 2 * (len(columns) + 1) + 6
-    return max(min(screen_width, MAX_WIDTH) - fixed, 24)
+    return max(min(screen_width, MAX_WIDTH) - fixed, MIN_WHAT_WIDTH)
 
 
 def table_heights(avail: int, need: tuple[int, int]) -> tuple[int, int]:

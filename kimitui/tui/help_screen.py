@@ -29,7 +29,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("ph M C U", "memory views: where phases began (Macro, Cleanup, micro U, Analysis, Restart, check K)"),
     ("ctrl+p", "command palette: controls, views, themes"),
     ("F1 / ?", "this help"),
-    ("q", "quit"),
+    ("q / ctrl+c", "quit (ctrl+c asks first while a cleanup, sweep, micro run or campaign runs)"),
 )
 
 

@@ -352,6 +352,12 @@ class KeyedTable(ScrollView, can_focus=True):
             self.refresh()
 
     def _refresh_row(self, index: int) -> None:
+        if not self.size.height:
+            # Off screen (a hidden tab: Textual maps no region for it, and keeps the lines it last drew). A
+            # line's repaint would be cut to nothing and the old lines would come back when shown: drop them
+            # all, so the table is drawn from its rows when it is shown again.
+            self.refresh()
+            return
         y = 1 + index - round(self.scroll_y)
         if 1 <= y < self.size.height:
             self.refresh(Region(0, y, self.size.width, 1))

@@ -16,7 +16,6 @@ CONNECTION_STYLES = {
     "lost": "bold $error",
     "failed": "bold $error",
     "closed": "$text-muted",
-    "replay": "$secondary",
 }
 
 
@@ -30,17 +29,24 @@ def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, h
     narrow = width < NARROW
     clock = fmt.time_of_day if narrow else fmt.clock
     parts: list[str | tuple[str, str]] = [] if narrow else [(" kimitui ", "bold reverse $primary")]
+    if replay is not None:  # what is shown is a record, whatever the host's connection was then
+        parts += [" ", (" REPLAY ", "bold reverse $secondary")]
     parts.append(" ")
     parts.append((fmt.printable(state.host or host or "no host"), "bold"))
     conn = state.connection
-    if replay is not None and conn == "unknown":
-        conn = "replay"
-    parts += ["  ", (conn, CONNECTION_STYLES.get(conn, ""))]
+    if replay is None:
+        parts += ["  ", (conn, CONNECTION_STYLES.get(conn, ""))]
+    elif conn not in ("unknown", "connected"):  # the run's connection at this point, when it was not up
+        parts += ["  ", (f"was {conn}", CONNECTION_STYLES.get(conn, ""))]
     phase = state.phase
     if phase is not None:
         parts += [("  " if narrow else "  phase ", "$text-muted"), (phase.phase, "bold $accent")]
-    elif state.phases:
+    elif state.phases and state.phases[-1].outcome in ("ok", "unfinished"):
         parts += [("  after ", "$text-muted"), (state.phases[-1].phase, "$accent")]
+    elif state.phases:  # a phase that did not run as asked is named with how it ended, not "after" it
+        last = state.phases[-1]
+        style = "bold $error" if last.outcome == "FAILED" else "bold $warning"
+        parts += ["  ", (f"{last.phase} {last.outcome}", style)]
     else:
         parts.append(("  no phase", "$text-muted"))
     parts.append("  ")
