@@ -134,7 +134,7 @@ async def test_all_reduce_sizes_and_counts_are_whole_in_the_micro_tab(tmp_path: 
     """A 1 GiB all-reduce's size, element count and M read whole on screen (a number is never cut)."""
     from kimitui.core.events import AllReduceRow, PhaseEnd, PhaseStart
     from kimitui.core.runfile import write_run
-    from kimitui.tui.micro_view import NcclTable
+    from kimitui.tui.bench_tables import AllReduceTable
 
     size, count = 1 << 30, 1 << 29
     t = 1_700_000_000.0
@@ -147,8 +147,8 @@ async def test_all_reduce_sizes_and_counts_are_whole_in_the_micro_tab(tmp_path: 
     app = replay_app(path)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "u")
-        await wait_for(pilot, lambda: len(app.query_one(NcclTable).row_keys) == 2, "the all-reduce rows")
-        table = app.query_one(NcclTable)
+        await wait_for(pilot, lambda: len(app.query_one("#micro-nccl", AllReduceTable).row_keys) == 2, "the all-reduce rows")
+        table = app.query_one("#micro-nccl", AllReduceTable)
         app.query_one("#micro-view").scroll_to_widget(table, animate=False, top=True)
 
         def gib_line() -> str:
