@@ -97,10 +97,24 @@ class ScreenShadow:
     def __init__(self) -> None:
         self.rows: list[list[Cell]] = []
         self.width = 0
+        self.strips: list[dict[int, Strip]] = []
+        """Per row, the strips whose cells the row holds, by column: a chop that is the same (immutable)
+        strip again is skipped without looking at its cells (Textual keeps a line it did not repaint)."""
 
     def reset(self, width: int, height: int) -> None:
         self.width = width
         self.rows = [[UNKNOWN] * width for _ in range(height)]
+        self.strips = [{} for _ in range(height)]
+
+    def _took(self, y: int, x: int, strip: Strip | None) -> None:
+        """Row ``y`` now holds ``strip``'s cells from ``x`` (None: cells not known): forget the strips it
+        covered."""
+        end = x + (strip.cell_length if strip is not None else self.width)
+        held = self.strips[y]
+        for at in [at for at, old in held.items() if at < end and at + old.cell_length > x]:
+            del held[at]
+        if strip is not None:
+            held[x] = strip
 
     def _paint(self, y: int, x: int, painted: tuple[list[Cell], list[Style | None]] | None, length: int) -> None:
         if not 0 <= y < len(self.rows):
@@ -110,6 +124,8 @@ class ScreenShadow:
         if x >= end:
             return
         row[x:end] = painted[0][: end - x] if painted is not None else [UNKNOWN] * (end - x)
+        if painted is None:
+            self._took(y, x, None)
 
     def take_full(self, update: LayoutUpdate, width: int, height: int, color_system: ColorSystem) -> None:
         """A full update is sent as it is: it becomes the picture."""
@@ -119,7 +135,10 @@ class ScreenShadow:
         for y, line in enumerate(update.strips, region.y):
             x = region.x
             for strip in line:
-                self._paint(y, x, strip_cells(strip, color_system), strip.cell_length)
+                painted = strip_cells(strip, color_system)
+                self._paint(y, x, painted, strip.cell_length)
+                if painted is not None and 0 <= y < len(self.rows):
+                    self._took(y, x, strip)
                 x += strip.cell_length
 
     def diff(self, update: ChopsUpdate, console: Console) -> str:
@@ -131,9 +150,9 @@ class ScreenShadow:
         for y in sorted(lines):
             if not 0 <= y < len(self.rows):
                 continue
-            row = self.rows[y]
+            row, held = self.rows[y], self.strips[y]
             for x, strip in update.chops[y].items():
-                if strip is None or x >= self.width:
+                if strip is None or x >= self.width or held.get(x) is strip:
                     continue
                 painted = strip_cells(strip, color_system)
                 if painted is None:  # a control sequence: sent as it is, its cells no longer known
@@ -144,6 +163,7 @@ class ScreenShadow:
                 for start, end in _changed_runs(row, x, cells):
                     runs.append((start, y, cells[start - x:end - x], styles[start - x:end - x]))
                 row[x:x + len(cells)] = cells
+                self._took(y, x, strip)
         # The runs do not overlap: written a look at a time, the SGR changes once a look, not once a run
         runs.sort(key=lambda run: (repr(run[2][0][1]), run[1], run[0]))
         for x, y, cells, styles in runs:
