@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import httpx
-
 from kimitui.cleanup.context import StepContext
 from kimitui.core.campaign_events import DrainProgress
 from kimitui.core.events import StepResult
@@ -44,6 +42,8 @@ def parse_in_flight(text: str) -> InFlight:
 
 
 async def read_in_flight(url: str, timeout: float = READ_TIMEOUT_S) -> InFlight:
+    import httpx  # here, not at the top: the dashboard's first frame does not wait for it
+
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
             resp = await client.get(url)
