@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from kimitui.cleanup.context import StepContext
 from kimitui.core.campaign_events import DrainProgress
+from kimitui.core.error_words import exc_words
 from kimitui.core.events import StepResult
 from kimitui.core.server_metrics import MetricsError, parse_snapshot
 
@@ -48,7 +49,7 @@ async def read_in_flight(url: str, timeout: float = READ_TIMEOUT_S) -> InFlight:
         async with httpx.AsyncClient(timeout=timeout) as client:
             resp = await client.get(url)
     except httpx.HTTPError as exc:
-        raise MetricsError(f"GET {url}: {type(exc).__name__}: {exc}") from None
+        raise MetricsError(f"GET {url}: {type(exc).__name__}: {exc_words(exc)}") from None
     if resp.status_code != 200:
         raise MetricsError(f"GET {url}: HTTP {resp.status_code}")
     return parse_in_flight(resp.text)

@@ -43,6 +43,7 @@ from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
 from kimitui.bench.macro.server_scrape import ServerScraper
 from kimitui.bench.macro.transport import headers, ssl_context
+from kimitui.core.error_words import exc_words
 from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
 
 PHASE = "macro"
@@ -117,7 +118,7 @@ async def discover_model(cfg: MacroConfig) -> str:
                 raise MacroError(f"GET {url}: no model listed")
             return str(data[0]["id"])
     except httpx.HTTPError as exc:
-        raise MacroError(f"GET {url}: {type(exc).__name__}: {exc}") from None
+        raise MacroError(f"GET {url}: {type(exc).__name__}: {exc_words(exc)}") from None
     except (ValueError, AttributeError):
         raise MacroError(f"GET {url}: not an OpenAI model list") from None
 
