@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kimitui.core.error_words import json_words
 from kimitui.core.events import (
     ConnectionState,
     Event,
@@ -101,7 +102,7 @@ def parse_agent_line(line: str, host: str = "", clock: Clock = time.time) -> Age
             return dataclasses.replace(event, message=_one_line(event.message))
         raise EventDecodeError(f"unexpected type {kind!r}")
     except json.JSONDecodeError as exc:
-        reason = f"not JSON ({exc.msg} at column {exc.colno})"
+        reason = f"not JSON ({json_words(exc)})"
     except (EventDecodeError, TypeError, ValueError, AssertionError) as exc:
         reason = str(exc) or type(exc).__name__
     snippet = line if len(line) <= 80 else line[:77] + "..."

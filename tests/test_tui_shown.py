@@ -147,7 +147,8 @@ async def test_all_reduce_sizes_and_counts_are_whole_in_the_micro_tab(tmp_path: 
     app = replay_app(path)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "u")
-        await wait_for(pilot, lambda: len(app.query_one("#micro-nccl", AllReduceTable).row_keys) == 2, "the all-reduce rows")
+        await wait_for(pilot, lambda: len(app.query_one("#micro-nccl", AllReduceTable).row_keys) == 2,
+                       "the all-reduce rows")
         table = app.query_one("#micro-nccl", AllReduceTable)
         app.query_one("#micro-view").scroll_to_widget(table, animate=False, top=True)
 

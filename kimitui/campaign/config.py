@@ -140,6 +140,12 @@ def _kind(value: Any) -> str:
             list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
 
 
+def _kinds(value: Any) -> str:
+    """The plural of ``_kind``: "whole numbers", not "a whole numbers"."""
+    return {bool: "true/false values", int: "whole numbers", float: "numbers", str: "strings", list: "lists",
+            dict: "tables"}.get(type(value), f"{type(value).__name__} values")
+
+
 def _got(value: Any) -> str:
     """What the file gave, short: a scalar as written (cut at 40 characters), a list or table by its kind
     (its repr could be megabytes, or nested past the recursion limit)."""
@@ -170,7 +176,7 @@ def _check_type(where: str, value: Any, default: Any) -> Any:
     else:
         ok = True
     if not ok:
-        want = f"a list of {_kind(default[0])}s" if isinstance(default, list) and default else \
+        want = f"a list of {_kinds(default[0])}" if isinstance(default, list) and default else \
             "a list of whole numbers" if isinstance(default, list) else _kind(default)
         raise CampaignConfigError(f"{where}: expected {want}, got {_got(value)}")
     return value

@@ -13,10 +13,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import httpx
-
 from kimitui.cleanup.context import StepContext
 from kimitui.core.campaign_events import DrainProgress
+from kimitui.core.error_words import exc_words
 from kimitui.core.events import StepResult
 from kimitui.core.server_metrics import MetricsError, parse_snapshot
 
@@ -44,11 +43,13 @@ def parse_in_flight(text: str) -> InFlight:
 
 
 async def read_in_flight(url: str, timeout: float = READ_TIMEOUT_S) -> InFlight:
+    import httpx  # here, not at the top: the dashboard's first frame does not wait for it
+
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
             resp = await client.get(url)
     except httpx.HTTPError as exc:
-        raise MetricsError(f"GET {url}: {type(exc).__name__}: {exc}") from None
+        raise MetricsError(f"GET {url}: {type(exc).__name__}: {exc_words(exc)}") from None
     if resp.status_code != 200:
         raise MetricsError(f"GET {url}: HTTP {resp.status_code}")
     return parse_in_flight(resp.text)

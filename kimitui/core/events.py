@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
+from kimitui.core.error_words import json_words
 from kimitui.core.typed import NON_FINITE, FieldTypeError, build, finite
 
 ProcKind = Literal["cuda", "handle", "unknown"]
@@ -648,7 +649,7 @@ def decode(line: str | bytes) -> Event:
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise EventDecodeError(f"not JSON: {exc.msg} at column {exc.colno}") from exc
+        raise EventDecodeError(f"not JSON: {json_words(exc)}") from exc
     except UnicodeDecodeError as exc:
         raise EventDecodeError(f"not UTF-8 at byte {exc.start}") from exc
     except ValueError as exc:  # an integer of more than 4300 digits (sys.set_int_max_str_digits)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
 
 class MetricsError(Exception):
     """The metrics could not be read or hold no engine's gauges (one line)."""
@@ -92,6 +90,8 @@ def _known_lines(text: str) -> str:
 def read_samples(text: str) -> dict[str, float]:
     """Every sample of the engines' names, summed over its label sets (per engine, model, ...); a histogram
     bucket is not read (only its ``_sum`` and ``_count``). MetricsError when the text is not Prometheus'."""
+    from prometheus_client.parser import text_string_to_metric_families  # not on the first frame's path
+
     found: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(_known_lines(text)):

@@ -47,15 +47,21 @@ from kimitui.tui.palette import Colors
 from kimitui.tui.proc_table import ProcTable
 from kimitui.tui.process_clock import since_process_start
 from kimitui.tui.replay_info import ReplayInfo
+from kimitui.tui.screen_diff import ScreenShadow, minimal_update
 from kimitui.tui.status_bar import StatusBar
 from kimitui.tui.themes import load_themes, resolve_theme
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from textual.screen import Screen
+
     from kimitui.tui.campaign_runner import CampaignRunner
 
 TICK_HZ = 20.0
 REDRAW_HZ = 8.0
 EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"
+"""1: exit once the first frame is drawn; sample: once the first frame showing a host sample is drawn (the
+startup benchmark, benchmarks/startup.py, reads the time printed then)."""
 VIEWS = ("dashboard", "bench", "cleanup", "micro", "analysis")
 REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
                             "step", "to_end"})
@@ -150,6 +156,7 @@ class KimituiApp(App[None]):
         if player is not None:
             self.startup_warnings += player.reader.warnings
         self.first_frame_s: float | None = None
+        self._exit_after: str | None = None
         self.frames = 0
         """Redraws that found something new (for tests and the benchmark)."""
         self._drawn: dict[str, tuple[int, str]] = {}
@@ -164,6 +171,8 @@ class KimituiApp(App[None]):
         self._unsubscribe: Callable[[], None] | None = None
         self._replay_timers: list[Timer] = []
         self._loop_thread = threading.get_ident()
+        self._shadow = ScreenShadow()
+        """What the terminal shows: a partial update sends only the cells that differ from it."""
         self.macro = MacroController(self)
         """The macro sweep started from the dashboard (live only): dialog, worker, progress, cancel."""
         self.micro = MicroController(self)
@@ -234,13 +243,15 @@ class KimituiApp(App[None]):
             self._unsubscribe = self.session.subscribe(self._on_event)
         if self.campaign is not None:
             self.campaign.start()
+        self._exit_after = os.environ.get(EXIT_AFTER_FIRST_FRAME_ENV)
         self.redraw()
-        if os.environ.get(EXIT_AFTER_FIRST_FRAME_ENV) == "1":
+        if self._exit_after == "1":
             self.call_after_refresh(self._first_frame_drawn)
 
     def _first_frame_drawn(self) -> None:
-        self.first_frame_s = since_process_start()
-        self.exit()
+        if self.first_frame_s is None:
+            self.first_frame_s = since_process_start()
+            self.exit()
 
     def on_resize(self, event: Resize) -> None:
         self._apply_compact(event.size.width, event.size.height)
@@ -252,6 +263,16 @@ class KimituiApp(App[None]):
         footer.show_command_palette = width >= COMPACT_WIDTH  # ^p is in the help; the keys need the room
 
     # -- drawing
+
+    def _display(self, screen: Screen[object], renderable: RenderableType | None) -> None:
+        # Textual's one place that writes a frame: a partial one is cut to the cells that changed
+        driver = self._driver
+        written = (renderable is not None and not self._batch_count and self._running and not self._closed
+                   and not self.is_headless and driver is not None)
+        if written and driver is not None and not driver.is_inline:
+            renderable = minimal_update(self._shadow, renderable, (self.size.width, self.size.height),
+                                        self.console)  # type: ignore[assignment]
+        super()._display(screen, renderable)
 
     @property
     def colors(self) -> Colors:
@@ -343,6 +364,9 @@ class KimituiApp(App[None]):
             if self._proc_table.border_title != title:  # setting it repaints, even to the same text
                 self._proc_table.border_title = title
             self._event_log.show(state, colors)
+            if state.gpus and self._exit_after == "sample":
+                self._exit_after = None
+                self.call_after_refresh(self._first_frame_drawn)
         elif view == "bench":
             if self._bench is None:
                 self._mount_view(view)

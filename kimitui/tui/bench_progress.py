@@ -154,7 +154,8 @@ def sweep_status(sweep: Sweep | None, live: bool) -> Content:
         done = len(points)
         word, style = (("done", "bold $success") if status == "done" else ("cancelled", "bold $warning"))
         kept = " (finished levels kept)" if done else ""
-        tail = f" after {done} of {levels} levels{kept}" if status == "cancelled" else f": {done} levels"
+        counted = f"{done} level{'' if done == 1 else 's'}"
+        tail = f" after {done} of {levels} levels{kept}" if status == "cancelled" else f": {counted}"
         parts = [(word, style), f"{tail} in {p.elapsed_s:.1f} s"]
         if failed:
             parts += [", ", (f"{len(failed)} failed ({failures_text(sweep)})", "bold $error")]

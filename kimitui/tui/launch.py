@@ -61,11 +61,12 @@ async def run_live(session: Session, sources: list[EventSource], live: LiveConte
     """The dashboard on a live session (``kimitui``, ``demo``, ``connect``, ``campaign``): ``sources`` are
     pumped into ``session`` while it runs; ``prepare`` sees the app before it starts (the campaign gives it
     its runner). Returns the exit status (``exit_status``); the caller closes the session and its sources."""
-    from kimitui.tui.app import KimituiApp
+    from kimitui.tui.app import KimituiApp, print_first_frame
 
     app = KimituiApp(session, theme=theme, host_label=live.label, sources=sources, run_path=session.recorder.path,
                      live=live)
     if prepare is not None:
         prepare(app)
     await app.run_async()
+    print_first_frame(app)
     return exit_status(app)

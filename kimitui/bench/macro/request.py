@@ -27,6 +27,7 @@ from time import perf_counter
 import httpx
 
 from kimitui.bench.macro.sse import DONE, SSEDecoder, SSEOverflow
+from kimitui.core.error_words import exc_words
 
 _loads = json.loads
 _scan_once = json.JSONDecoder().scan_once
@@ -115,7 +116,7 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: bytes, est_p
     except httpx.PoolTimeout:
         out.error = "timeout: connection pool"
     except httpx.ConnectError as exc:
-        out.error = f"connect error: {_short(str(exc) or type(exc).__name__, 80)}"
+        out.error = f"connect error: {_short(exc_words(exc), 80)}"
     except httpx.RemoteProtocolError as exc:
         msg = str(exc)
         if "incomplete" in msg.lower() or "closed" in msg.lower() or "disconnect" in msg.lower():
@@ -125,7 +126,7 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: bytes, est_p
     except httpx.HTTPError as exc:
         out.error = f"{type(exc).__name__}: {_short(str(exc), 80)}"
     except OSError as exc:
-        out.error = f"{type(exc).__name__}: {_short(str(exc), 80)}"
+        out.error = f"{type(exc).__name__}: {_short(exc_words(exc), 80)}"
     out.end = perf_counter()
     out.success = out.error is None
     return out

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import httpx
 
+from kimitui.core.error_words import exc_words
 from kimitui.core.events import Event, LogLine, ServerSample
 from kimitui.core.server_metrics import MetricsError, ServerSnapshot, level_means_ms, parse_snapshot
 
@@ -138,7 +139,7 @@ class ServerScraper:
         try:
             resp = await self._client.get(self.url)
         except httpx.HTTPError as exc:
-            raise MetricsError(f"GET {self.url}: {type(exc).__name__}: {exc}") from None
+            raise MetricsError(f"GET {self.url}: {type(exc).__name__}: {exc_words(exc)}") from None
         if resp.status_code != 200:
             raise MetricsError(f"GET {self.url}: HTTP {resp.status_code}")
         return parse_snapshot(resp.text)

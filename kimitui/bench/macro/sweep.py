@@ -44,6 +44,7 @@ from kimitui.bench.macro.request import stream_request
 from kimitui.bench.macro.server_scrape import ServerScraper
 from kimitui.bench.macro.transport import headers, ssl_context
 from kimitui.core.describe import single_stream_line
+from kimitui.core.error_words import exc_words
 from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
 from kimitui.core.figures import SingleStream, single_stream_of
 
@@ -123,7 +124,7 @@ async def discover_model(cfg: MacroConfig) -> str:
                 raise MacroError(f"GET {url}: no model listed{hint}")
             return str(data[0]["id"])
     except httpx.HTTPError as exc:
-        raise MacroError(f"GET {url}: {type(exc).__name__}: {exc}") from None
+        raise MacroError(f"GET {url}: {type(exc).__name__}: {exc_words(exc)}") from None
     except (ValueError, AttributeError):
         raise MacroError(f"GET {url}: not an OpenAI model list{hint}") from None
 

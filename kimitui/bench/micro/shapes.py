@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimitui.core.error_words import json_words
+
 ACT_BYTES = 2
 """Activations are bf16 on the wire and in the GEMMs."""
 
@@ -177,7 +179,7 @@ def load_config(path: Path | None) -> dict[str, Any]:
     except OSError as exc:
         raise ShapeError(f"{path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
-        raise ShapeError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ShapeError(f"{path}: not JSON ({json_words(exc, 'line')})") from None
     if not isinstance(data, dict):
         raise ShapeError(f"{path}: not a JSON object")
     data.setdefault("_name", str(path))

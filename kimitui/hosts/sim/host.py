@@ -36,6 +36,7 @@ from kimitui.hosts.sim.layout import (
     SimLayout,
     create_layout,
     make_gpus,
+    remove_stale_layouts,
 )
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_to_args
 from kimitui.hosts.sim.quirks import EngineQuirks
@@ -150,6 +151,7 @@ class SimHost(LocalHost):
         """Make the directory, start the monitor / stray holder, start the service and wait until ready."""
         if self._layout is not None:
             raise HostError(f"{self.name}: already started")
+        remove_stale_layouts()  # those of a sim killed before it could remove its own
         self._layout = create_layout(self.gpus)
         self._tools = install_tools(self._layout.root)
         try:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import tempfile
 import uuid
 from dataclasses import asdict, dataclass
@@ -30,6 +32,9 @@ DEFAULT_TOTAL_MIB = 97_887
 DEFAULT_RESERVED_MIB = 616
 DEFAULT_DRIVER = "sim-580"
 DEV_FILE_BYTES = 4096
+PREFIX = "kimitui-sim-"
+OWNER_FILE = "owner.json"
+"""In each sim directory: the pid and start time (clock ticks after boot) of the process that made it."""
 _UUID_NAMESPACE = uuid.UUID("6b1d3c7e-5f0a-4c55-9a43-6b696d697475")  # fixed: uuids are stable across runs
 
 
@@ -140,7 +145,10 @@ def write_atomic(path: Path, text: str) -> None:
 
 def create_layout(gpus: list[SimGpu], *, driver: str = DEFAULT_DRIVER, parent: str | None = None) -> SimLayout:
     """Make a fresh ``kimitui-sim-*`` directory with the GPU list and the device files."""
-    layout = SimLayout(Path(tempfile.mkdtemp(prefix="kimitui-sim-", dir=parent)))
+    from kimitui.hosts.agent import start_time_of
+
+    layout = SimLayout(Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent)))
+    write_atomic(layout.root / OWNER_FILE, json.dumps({"pid": os.getpid(), "start_time": start_time_of(os.getpid())}))
     for sub in (layout.dev_dir, layout.holders_dir, layout.run_dir):
         sub.mkdir()
     devs = [layout.gpu_dev(g.index) for g in gpus] + [layout.ctl_dev, layout.uvm_dev]
@@ -151,3 +159,42 @@ def create_layout(gpus: list[SimGpu], *, driver: str = DEFAULT_DRIVER, parent: s
     write_atomic(layout.gpus_json, json.dumps({"driver": driver, "gpus": [asdict(g) for g in gpus]}, indent=1))
     write_atomic(layout.load_json, json.dumps({"util": 0}))
     return layout
+
+
+def _owner_of(root: Path) -> tuple[int, int] | None:
+    """The recorded owner of a sim directory; None when there is no readable record."""
+    try:
+        data = json.loads((root / OWNER_FILE).read_text())
+        pid, start = data["pid"], data["start_time"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if type(pid) is not int or type(start) is not int or pid <= 0:
+        return None
+    return pid, start
+
+
+def remove_stale_layouts(parent: str | None = None) -> list[Path]:
+    """Remove the ``kimitui-sim-*`` directories left by a sim whose owner is gone (a ``kill -9``): only this
+    user's real directories whose owner record names a process that no longer runs with that start time. A
+    directory with no readable record, another user's, or a live owner's is left alone. The ones removed."""
+    from kimitui.hosts.agent import start_time_of
+
+    removed: list[Path] = []
+    base = Path(parent or tempfile.gettempdir())
+    try:
+        entries = [e for e in base.iterdir() if e.name.startswith(PREFIX)]
+    except OSError:
+        return removed
+    for root in entries:
+        try:
+            info = root.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        owner = _owner_of(root)
+        if owner is None or start_time_of(owner[0]) == owner[1]:
+            continue
+        shutil.rmtree(root, ignore_errors=True)
+        removed.append(root)
+    return removed

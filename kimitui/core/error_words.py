@@ -1,0 +1,43 @@
+"""An error from a library, in words a user reads: ``[Errno 111] Connect call failed ('127.0.0.1', 8000)`` and
+``All connection attempts failed`` say "connection refused" (or what the errno means), a JSON decoder's
+``Unterminated string starting at`` is not followed by a second "at"."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+
+_ERRNO = re.compile(r"\[Errno (-?\d+)\]\s*")
+
+
+def os_words(message: str) -> str:
+    """``message`` with each ``[Errno N] ...`` said as the errno's words, lower case (``connection refused``);
+    a message with no errno number as it is."""
+    found = _ERRNO.search(message)
+    if found is None:
+        return message
+    number = int(found.group(1))
+    words = os.strerror(number) if number in errno.errorcode else f"error {number}"
+    return words[:1].lower() + words[1:]
+
+
+def exc_words(exc: BaseException) -> str:
+    """What went wrong, in words: an OSError's strerror, an errno found in the chain of causes (httpx wraps
+    the socket's), else the exception's own text (its class name when it has none)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno is not None and seen.errno in errno.errorcode:
+            words = os.strerror(seen.errno)
+            return words[:1].lower() + words[1:]
+        if _ERRNO.search(str(seen)):
+            return os_words(str(seen))
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
+def json_words(exc: json.JSONDecodeError, where: str = "column") -> str:
+    """``Expecting value at column 5``: the decoder's message (some end on "at" already), then the place."""
+    place = exc.colno if where == "column" else exc.lineno
+    return f"{exc.msg.removesuffix(' at')} at {where} {place}"

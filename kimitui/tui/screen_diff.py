@@ -1,0 +1,261 @@
+"""Send the terminal only the cells that changed.
+
+Textual repaints a widget's dirty lines whole: a GPU row whose utilisation went from 39 % to 40 % is sent
+as its 84 cells with their styles, twice a second for every GPU, which over SSH on a slow link is what the
+operator feels. ``ScreenShadow`` keeps what the terminal shows (a character and a style a cell) and turns
+each partial update (Textual's ``ChopsUpdate``) into the runs of cells that differ from it, each written
+at its position, as curses does. A full update (``LayoutUpdate``: the first frame, a resize, a screen
+pushed) is sent whole and taken as the new picture, so the shadow never drifts from the terminal for long.
+"""
+
+from __future__ import annotations
+
+from rich.cells import get_character_cell_size
+from rich.color import ColorSystem
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
+from textual._compositor import ChopsUpdate, CompositorUpdate, LayoutUpdate
+from textual.strip import SGR_STYLES, Strip
+
+Look = tuple[str, str, str, str | None] | None
+"""What a style looks like on the terminal: its SGR parameters (attributes, foreground, background) and its
+link; None: the terminal's default (Textual's styles also carry meta, the widget and offset a click goes to,
+which the terminal never sees)."""
+Cell = tuple[str, Look]
+"""One terminal cell: its character ("" for the right half of a wide one) and its look."""
+
+UNKNOWN: Cell = ("\0", None)
+"""A cell whose content the terminal shows is not known (never drawn, or drawn by a control sequence)."""
+
+MERGE_GAP = 6
+"""Unchanged cells between two changed runs below which they are sent as one (a cursor move costs more)."""
+
+
+def look_of(style: Style | None, color_system: ColorSystem) -> Look:
+    if style is None:
+        return None
+    attributes = style._attributes & style._set_attributes
+    attrs = ";".join(SGR_STYLES[bit] for bit in range(attributes.bit_length()) if attributes & (1 << bit))
+    fg = ";".join(style._color.downgrade(color_system).get_ansi_codes()) if style._color is not None else ""
+    bg = (";".join(style._bgcolor.downgrade(color_system).get_ansi_codes(False))
+          if style._bgcolor is not None else "")
+    if not (attrs or fg or bg or style._link):
+        return None
+    return (attrs, fg, bg, style._link)
+
+
+def sgr_change(before: Look, after: Look) -> str:
+    """The SGR sequence from ``before`` to ``after``: only the colour that changed when the attributes are
+    the same, else a reset and the whole of ``after``."""
+    if after is None:
+        return "\x1b[0m"
+    attrs, fg, bg, _ = after
+    if before is not None and before[0] == attrs and (fg or not before[1]) and (bg or not before[2]):
+        codes = [code for code, was in ((fg, before[1]), (bg, before[2])) if code != was]
+        return f"\x1b[{';'.join(codes)}m" if codes else ""
+    return f"\x1b[{';'.join(['0', *(code for code in (attrs, fg, bg) if code)])}m"
+
+
+def strip_cells(strip: Strip, color_system: ColorSystem) -> tuple[list[Cell], list[Style | None]] | None:
+    """The cells a strip paints, left to right, and each one's style; None when it holds a control segment
+    (not diffed)."""
+    cells: list[Cell] = []
+    styles: list[Style | None] = []
+    for text, style, control in strip:
+        if control:
+            return None
+        look = look_of(style, color_system)
+        for char in text:
+            width = get_character_cell_size(char)
+            if width == 0:
+                if cells:  # a combining mark joins the cell before it
+                    prev, prev_look = cells[-1]
+                    cells[-1] = (prev + char, prev_look)
+                continue
+            cells.append((char, look))
+            styles.append(style)
+            if width == 2:
+                cells.append(("", look))
+                styles.append(style)
+    return cells, styles
+
+
+class DiffUpdate(CompositorUpdate):
+    """An update already turned into terminal sequences (only the changed cells)."""
+
+    def __init__(self, sequences: str) -> None:
+        self.sequences = sequences
+
+    def render_segments(self, console: Console) -> str:
+        return self.sequences
+
+
+class ScreenShadow:
+    """What the terminal shows, cell by cell, as far as the updates sent to it say."""
+
+    def __init__(self) -> None:
+        self.rows: list[list[Cell]] = []
+        self.width = 0
+        self.strips: list[dict[int, Strip]] = []
+        """Per row, the strips whose cells the row holds, by column: a chop that is the same (immutable)
+        strip again is skipped without looking at its cells (Textual keeps a line it did not repaint)."""
+
+    def reset(self, width: int, height: int) -> None:
+        self.width = width
+        self.rows = [[UNKNOWN] * width for _ in range(height)]
+        self.strips = [{} for _ in range(height)]
+
+    def _took(self, y: int, x: int, strip: Strip | None) -> None:
+        """Row ``y`` now holds ``strip``'s cells from ``x`` (None: cells not known): forget the strips it
+        covered."""
+        end = x + (strip.cell_length if strip is not None else self.width)
+        held = self.strips[y]
+        for at in [at for at, old in held.items() if at < end and at + old.cell_length > x]:
+            del held[at]
+        if strip is not None:
+            held[x] = strip
+
+    def _paint(self, y: int, x: int, painted: tuple[list[Cell], list[Style | None]] | None, length: int) -> None:
+        if not 0 <= y < len(self.rows):
+            return
+        row = self.rows[y]
+        end = min(x + length, self.width)
+        if x >= end:
+            return
+        row[x:end] = painted[0][: end - x] if painted is not None else [UNKNOWN] * (end - x)
+        if painted is None:
+            self._took(y, x, None)
+
+    def take_full(self, update: LayoutUpdate, width: int, height: int, color_system: ColorSystem) -> None:
+        """A full update is sent as it is: it becomes the picture."""
+        if width != self.width or height != len(self.rows):
+            self.reset(width, height)
+        region = update.region
+        for y, line in enumerate(update.strips, region.y):
+            x = region.x
+            for strip in line:
+                painted = strip_cells(strip, color_system)
+                self._paint(y, x, painted, strip.cell_length)
+                if painted is not None and 0 <= y < len(self.rows):
+                    self._took(y, x, strip)
+                x += strip.cell_length
+
+    def diff(self, update: ChopsUpdate, console: Console) -> str:
+        """The sequences that bring the terminal from the shadow to ``update``'s lines; the shadow follows."""
+        color_system = console._color_system or ColorSystem.TRUECOLOR
+        out = _Writer()
+        runs: list[tuple[int, int, list[Cell], list[Style | None]]] = []
+        lines = {y for y, _, _ in update.spans}
+        for y in sorted(lines):
+            if not 0 <= y < len(self.rows):
+                continue
+            row, held = self.rows[y], self.strips[y]
+            for x, strip in update.chops[y].items():
+                if strip is None or x >= self.width or held.get(x) is strip:
+                    continue
+                painted = strip_cells(strip, color_system)
+                if painted is None:  # a control sequence: sent as it is, its cells no longer known
+                    out.raw(x, y, strip.render(console))
+                    self._paint(y, x, None, strip.cell_length)
+                    continue
+                cells, styles = painted[0][: self.width - x], painted[1]
+                for start, end in _changed_runs(row, x, cells):
+                    runs.append((start, y, cells[start - x:end - x], styles[start - x:end - x]))
+                row[x:x + len(cells)] = cells
+                self._took(y, x, strip)
+        # The runs do not overlap: written a look at a time, the SGR changes once a look, not once a run
+        runs.sort(key=lambda run: (repr(run[2][0][1]), run[1], run[0]))
+        for x, y, cells, styles in runs:
+            out.cells(x, y, cells, styles, console)
+        return out.done()
+
+
+class _Writer:
+    """Terminal sequences for runs of cells: a cursor move only where the cursor is not already, an SGR only
+    where the look changes (one reset at the end, as Textual leaves the terminal after a frame)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.at: tuple[int, int] | None = None
+        self.look: Look = None
+
+    def move(self, x: int, y: int) -> None:
+        if self.at == (x, y):
+            return
+        if self.at is not None and self.at[1] == y and self.at[0] < x:
+            self.parts.append(f"\x1b[{x - self.at[0]}C")
+        else:
+            self.parts.append(f"\x1b[{y + 1};{x + 1}H")
+        self.at = (x, y)
+
+    def raw(self, x: int, y: int, rendered: str) -> None:
+        """Sequences rendered by Textual (they end on a reset); where the cursor ends is not known."""
+        self.move(x, y)
+        self.parts.append(rendered)
+        self.at, self.look = None, None
+
+    def cells(self, x: int, y: int, cells: list[Cell], styles: list[Style | None], console: Console) -> None:
+        if any(style is not None and style._link for style in styles):
+            self.raw(x, y, _render(cells, styles, console))
+            return
+        self.move(x, y)
+        for char, look in cells:
+            if look != self.look:
+                self.parts.append(sgr_change(self.look, look))
+                self.look = look
+            self.parts.append(char)
+        self.at = (x + len(cells), y)
+
+    def done(self) -> str:
+        if self.look is not None:
+            self.parts.append("\x1b[0m")
+        return "".join(self.parts)
+
+
+def _changed_runs(row: list[Cell], x: int, cells: list[Cell]) -> list[tuple[int, int]]:
+    """[start, end) screen columns where ``cells`` (painted from ``x``) differ from ``row``, near runs
+    merged, never starting or ending inside a wide character."""
+    runs: list[list[int]] = []
+    for i, cell in enumerate(cells):
+        if row[x + i] != cell:
+            if runs and i - runs[-1][1] <= MERGE_GAP:
+                runs[-1][1] = i + 1
+            else:
+                runs.append([i, i + 1])
+    out = []
+    for start, end in runs:
+        while start > 0 and cells[start][0] == "":
+            start -= 1
+        while end < len(cells) and cells[end][0] == "":
+            end += 1
+        out.append((x + start, x + end))
+    return out
+
+
+def _render(cells: list[Cell], styles: list[Style | None], console: Console) -> str:
+    """The cells as one strip of segments, a segment per run of one look."""
+    segments: list[Segment] = []
+    text: list[str] = []
+    look, style = cells[0][1], styles[0]
+    for (char, cell_look), cell_style in zip(cells, styles, strict=True):
+        if cell_look != look:
+            segments.append(Segment("".join(text), style))
+            text, look, style = [], cell_look, cell_style
+        text.append(char)
+    segments.append(Segment("".join(text), style))
+    return Strip(segments).render(console)
+
+
+def minimal_update(shadow: ScreenShadow, update: object, size: tuple[int, int],
+                   console: Console) -> object:
+    """The update to write instead of ``update``: only the changed cells of a partial one; a full one as
+    it is (the shadow takes it)."""
+    if isinstance(update, LayoutUpdate):
+        shadow.take_full(update, *size, console._color_system or ColorSystem.TRUECOLOR)
+        return update
+    if isinstance(update, ChopsUpdate):
+        if shadow.width != size[0] or len(shadow.rows) != size[1]:
+            shadow.reset(*size)  # a resize with no full update yet: nothing is known
+        return DiffUpdate(shadow.diff(update, console))
+    return update

@@ -1,0 +1,99 @@
+"""The screen diff (kimitui/tui/screen_diff.py): what it writes leaves the terminal as Textual's own updates
+would, in fewer bytes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+from textual._compositor import ChopsUpdate, LayoutUpdate
+
+from kimitui.core.events import GpuSample, HostSample, ProcSample
+from kimitui.core.session import QueueSource, Session
+from kimitui.tui import app as app_module
+from kimitui.tui.app import KimituiApp
+from kimitui.tui.screen_diff import ScreenShadow, minimal_update
+from tests.screen_emulator import Terminal
+
+SIZE = (120, 40)
+
+
+class Capturing(KimituiApp):
+    """The dashboard, headless, keeping every update Textual hands to the terminal."""
+
+    CSS_PATH = str(Path(app_module.__file__).with_name("app.tcss"))
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.updates: list[object] = []
+
+    def _display(self, screen, renderable):  # type: ignore[no-untyped-def]
+        if renderable is not None:
+            self.updates.append(renderable)
+        super()._display(screen, renderable)
+
+
+def sample(seq: int) -> HostSample:
+    gpus = [GpuSample(i, f"GPU-{i}", "NVIDIA H200", mem_used_mib=90000.0 + (seq * 37 + i) % 900,
+                      mem_total_mib=143771.0, util_pct=float((seq * 7 + i) % 100), temp_c=50.0 + seq % 3,
+                      power_w=300.0 + seq % 50, sm_clock_mhz=1980.0) for i in range(8)]
+    procs = [ProcSample(pid=1000 + k, start_time=5000 + k, user="vllm", gpu_mem_mib={k % 8: 1400.0 + seq},
+                        kind="cuda", cmdline=f"python3 worker {k}", state="S", gpus=[k % 8]) for k in range(16)]
+    return HostSample(t=1000.0 + seq / 2, host="h", seq=seq, gpus=gpus, procs=procs)
+
+
+async def test_the_diff_leaves_the_screen_as_textual_would() -> None:
+    source = QueueSource()
+    app = Capturing(Session(), sources=[source], host_label="h")
+    async with app.run_test(size=SIZE) as pilot:
+        for seq in range(1, 9):
+            source.put(sample(seq))
+            deadline = time.monotonic() + 10
+            while app.session.state.sample_seq != seq or app.frames == 0:
+                assert time.monotonic() < deadline, f"sample {seq} not drawn"
+                await pilot.pause()
+            await pilot.pause(0.05)
+        app.action_show_view("cleanup")  # another tab: a bigger partial update
+        await pilot.pause(0.2)
+        app.action_show_view("dashboard")
+        await pilot.pause(0.2)
+        console = Console(color_system="256", force_terminal=True, width=SIZE[0], height=SIZE[1])
+        whole, diffed = Terminal(*SIZE), Terminal(*SIZE)
+        shadow = ScreenShadow()
+        sent_whole = sent_diffed = partial = 0
+        for update in app.updates:
+            if not isinstance(update, LayoutUpdate | ChopsUpdate):
+                continue
+            before = update.render_segments(console)
+            after = minimal_update(shadow, update, SIZE, console).render_segments(console)  # type: ignore[attr-defined]
+            whole.feed(before)
+            diffed.feed(after)
+            assert diffed.cells == whole.cells, f"update {partial}: the screens differ:\n{diffed.text()}"
+            if isinstance(update, ChopsUpdate):
+                partial += 1
+                sent_whole += len(before.encode())
+                sent_diffed += len(after.encode())
+    assert partial >= 8
+    assert "GPU" in whole.text()
+    assert sent_diffed * 3 < sent_whole, (sent_diffed, sent_whole)
+
+
+def test_a_wide_character_is_sent_whole() -> None:
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.geometry import Region
+    from textual.strip import Strip
+
+    console = Console(color_system="256", force_terminal=True, width=10, height=1)
+    red = Style(color="red")
+    shadow = ScreenShadow()
+    first = LayoutUpdate([[Strip([Segment("ab中cdef  ", red)])]], Region(0, 0, 10, 1))
+    minimal_update(shadow, first, (10, 1), console)
+    chops = ChopsUpdate([{0: Strip([Segment("ab文cdef  ", red)])}], [(0, 0, 10)], [[10]])
+    out = minimal_update(shadow, chops, (10, 1), console).render_segments(console)  # type: ignore[attr-defined]
+    term = Terminal(10, 1)
+    term.feed(first.render_segments(console))
+    term.feed(out)
+    assert term.text() == "ab文cdef  "
+    assert "\x1b[1;3H" in out and "cdef" not in out

@@ -1,0 +1,33 @@
+"""What the first frame needs, and nothing more: the modules the dashboard's start imports (the CLI and its
+parser, the live and replay entry points, the app, the simulated host) leave the heavy ones for later."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FIRST_FRAME_PATH = """
+import json, sys
+from kimitui.cli import build_parser
+build_parser().parse_args(["demo"])
+import kimitui.bench.cli, kimitui.bench.micro.cli, kimitui.campaign.cli, kimitui.cleanup.cli
+import kimitui.live_commands, kimitui.targets, kimitui.telemetry, kimitui.hosts.sim.host, kimitui.hosts.local
+import kimitui.tui.launch, kimitui.tui.app, kimitui.core.replay, kimitui.core.runfile, kimitui.resources
+print(json.dumps(sorted(sys.modules)))
+"""
+
+HEAVY = ("httpx", "prometheus_client", "asyncssh", "plotext", "textual_plotext", "torch", "numpy",
+         "kimitui.report", "kimitui.campaign.report")
+"""Needed by a sweep, a drain, an SSH host, a chart or a report: imported when one is used."""
+
+
+def test_the_first_frame_imports_none_of_the_heavy_modules() -> None:
+    out = subprocess.run([sys.executable, "-c", FIRST_FRAME_PATH], cwd=ROOT, capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    loaded = set(json.loads(out.stdout))
+    assert "kimitui.tui.app" in loaded and "textual.app" in loaded
+    assert sorted(m for m in HEAVY if m in loaded) == []
