@@ -39,7 +39,9 @@ def drawn(app: KimituiApp, view: str) -> bool:
     """The view holds what its replay position has (its tables filled, its plots drawn)."""
     if view == "bench":
         found = app.query(BenchView)
-        return bool(found) and len(found.first().plotted) == 3 and bool(found.first().query_one(MacroTable).row_keys)
+        view = found.first() if found else None
+        return (view is not None and len(view.plotted) == 3 and bool(view.query_one(MacroTable).row_keys)
+                and view.drawn_at_their_width())
     if view == "cleanup":
         tables = app.query(StepTable)
         return bool(tables) and bool(tables.first().row_keys)

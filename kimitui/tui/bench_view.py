@@ -10,8 +10,10 @@ sweep panel say it failed and why.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -104,6 +106,7 @@ class BenchView(VerticalScroll):
         self.plotted_server: dict[str, list[list[tuple[float, float]]]] = {}
         """What each server plot shows: its lines of (seconds into the sweep, value)."""
         self._last_sweeps: list[Sweep] | None = None
+        self._last_server: list[ServerSample] = []
 
     @property
     def plot(self) -> PlotextPlot | None:
@@ -134,13 +137,26 @@ class BenchView(VerticalScroll):
 
     def _ensure_plots(self) -> dict[str, PlotextPlot]:
         if not self.plots:
-            from textual_plotext import PlotextPlot  # heavy: imported on first show only
-
+            plot_class = resized_plot_class()  # heavy: imported on first show only
             for key in [k for k, _, _ in PLOTS] + [k for k, _ in SERVER_PLOTS]:
-                plot = PlotextPlot(id=f"{key}-plot")
+                plot = plot_class(self._draw_again, id=f"{key}-plot")
                 self.plots[key] = plot
                 self.query_one(f"#{key}-box").mount(plot)
+            # a plot just mounted has no width yet (its x ticks would be chosen for 8 cells) and the view's
+            # own size may not change when it is laid out: drawn again once the layout gave it its width
+            self.call_after_refresh(self._draw_again)
         return self.plots
+
+    def drawn_at_their_width(self) -> bool:
+        """Every plot shown and drawn so far was drawn at the width it has now (its ticks chosen for it)."""
+        return all(self._plot_keys[key][-1] == plot.size.width for key, plot in self.plots.items()
+                   if key in self._plot_keys and plot.size.width)
+
+    def _draw_again(self) -> None:
+        if self._last_sweeps is not None:
+            self._draw_plots(self._last_sweeps)
+        if self._last_server:
+            self._draw_server(self._last_server)
 
     def show(self, state: SessionState, live: bool = False) -> None:
         sweep = state.sweep
@@ -189,6 +205,7 @@ class BenchView(VerticalScroll):
 
     def _draw_server(self, samples: list[ServerSample]) -> None:
         """The server's gauges through the latest sweep; the row is hidden while it has none."""
+        self._last_server = samples
         row = self.query_one("#server-plots")
         row.display = bool(samples)
         if not samples:
@@ -201,6 +218,23 @@ class BenchView(VerticalScroll):
             self._plot_keys[key] = stamp
             self.plotted_server[key] = lines
             draw_in_time(plots[key], lines, ("running", "waiting") if key == "server-requests" else ("KV %",))
+
+
+@functools.cache
+def resized_plot_class() -> type[PlotextPlot]:
+    """A plot that calls back when its size changes: its x ticks are chosen for its width, and a plot can be
+    resized while the view holding it is not (a scrollbar appears, the boxes share the row anew)."""
+    from textual_plotext import PlotextPlot
+
+    class ResizedPlot(PlotextPlot):
+        def __init__(self, on_resized: Callable[[], None], **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._on_resized = on_resized
+
+        def on_resize(self) -> None:
+            self.call_after_refresh(self._on_resized)
+
+    return ResizedPlot
 
 
 SERIES_COLORS = ("green", "yellow", "magenta", "cyan")
