@@ -163,3 +163,10 @@ def test_an_fp8_weight_is_one_byte_an_element_on_both_sides() -> None:
         gemm.weight_bytes(1, 1, "nf3")
     with pytest.raises(shapes.ShapeError):
         shapes.weight_bytes(1, 1, "nf3")
+
+
+def test_no_module_of_the_host_side_or_its_launcher_is_over_600_lines() -> None:
+    root = Path(bundle.HOSTSIDE)
+    files = sorted(root.rglob("*.py")) + sorted((root.parent / "hosts").glob("*.py"))
+    long = {str(p.relative_to(root.parent)): n for p in files if (n := len(p.read_text().splitlines())) > 600}
+    assert len(files) > 20 and long == {}
