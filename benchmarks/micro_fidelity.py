@@ -36,8 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kimitui.bench.micro import gemm_worker as gw
 from kimitui.bench.micro.shapes import KIMI_K25, shapes_for
+from kimitui.hostside import gemm as gw
+from kimitui.hostside import gemm_torch as gt
 
 TOLERANCE = 0.05
 ABS_US = 1.0
@@ -160,7 +161,7 @@ def main() -> int:
         return 2
     device = "cuda:0" if cuda else "cpu"
     wargs = gw.parse_args(["--shapes", "[]", "--rotate-mb", str(args.rotate_mb if cuda else 0)])
-    bench = gw.Bench(torch, device, wargs, 0.0)
+    bench = gt.Bench(torch, device, wargs, 0.0)
     ms = [int(m) for m in args.ms.split(",")]
     wanted = {s for s in args.shapes.split(",") if s}
     shapes = [g for g in shapes_for(KIMI_K25, args.tp).gemms if not wanted or g.name in wanted]
@@ -183,15 +184,15 @@ def main() -> int:
     for s in shapes:
         group = gw.parse_dtype(s.dtype)
         g = group[2] if group[0] == "int" else 32
-        q, sc, wref = gw.quantized(torch, s.n, s.k, g, device, bench.gen)
+        q, sc, wref = gt.quantized(torch, s.n, s.k, g, device, bench.gen)
         sz = torch.stack([sc, torch.zeros_like(sc)], dim=2).contiguous()
         packed = bench.int4.pack(q)
         for backend in ("torch-int4", "bf16"):
             if backend == "torch-int4":
-                copies = gw.copies_for(gw.weight_bytes(s.n, s.k, f"int4-g{g}"), wargs)
+                copies = gt.copies_for(gw.weight_bytes(s.n, s.k, f"int4-g{g}"), wargs)
                 ws = [packed] + [packed.clone() for _ in range(copies - 1)]
             else:
-                copies = gw.copies_for(s.n * s.k * 2, wargs)
+                copies = gt.copies_for(s.n * s.k * 2, wargs)
                 ws = [wref] + [wref.clone() for _ in range(copies - 1)]
             for m in ms:
                 x = bench.randn(m, s.k)

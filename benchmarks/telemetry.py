@@ -3,8 +3,8 @@
 Figures (each a function registered in FIGURES; add yours the same way):
   agent-cost   the agent's cost per sample of all GPUs: NVML when pynvml finds GPUs, else the simulated
                driver on an 8-GPU sim dir; next to one `nvidia-smi --query-gpu` call where nvidia-smi
-               exists. Needs only the stdlib (+ pynvml): it loads kimitui/hosts/agent.py by path, so it
-               runs on a bare GPU host too.
+               exists. Needs only the stdlib (+ pynvml): it loads the agent's payload (kimitui/hosts/bundle.py)
+               the way a GPU host does, so it runs on a bare GPU host too.
   ssh-latency  sample-to-state latency over SSH on loopback at 4 Hz: a real sshd (tests/sshd.py), the agent
                on an 8-GPU sim dir streamed through SshHost + TelemetrySource into a Session; latency is the
                time from the agent taking a sample to the fold having it.
@@ -21,7 +21,7 @@ Targets (issue 3): <= 1 ms per 8-GPU sample; latency <= 50 ms beyond the interva
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -32,20 +32,27 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-AGENT_PATH = ROOT / "kimitui" / "hosts" / "agent.py"
 
 
-def load_agent() -> ModuleType:
-    """The agent module, loaded by path (no kimitui import, as on a GPU host)."""
-    spec = importlib.util.spec_from_file_location("kimitui_agent", AGENT_PATH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def load_agent() -> SimpleNamespace:
+    """The agent's modules, loaded from its payload through the bootstrap's in-memory importer, as on a GPU
+    host (the payload's builder reads the files; nothing else of kimitui is imported)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from kimitui.hosts import bundle
+
+    exec(compile(bundle.program(bundle.AGENT), "kimitui-agent", "exec"), {})  # installs; runs nothing
+    names = {"nvml": ["NvmlSource"], "gpu": ["NoDriver"], "simdriver": ["SimSource"], "sampler": ["Sampler"],
+             "sources": ["source_config"], "holders": ["HolderScan"], "procfs": ["start_time_of"]}
+    found = {}
+    for module, attrs in names.items():
+        mod = importlib.import_module(f"hostside.{module}")
+        found.update({a: getattr(mod, a) for a in attrs})
+    return SimpleNamespace(**found)
 
 
 def timed(fn: Callable[[], Any], n: int) -> list[float]:

@@ -1,6 +1,6 @@
 """Live telemetry: agent lines -> events, and the source that keeps a host's sample stream flowing.
 
-``TelemetrySource(host).events()`` asks the host's agent (kimitui/hosts/agent.py, one per host, shared
+``TelemetrySource(host).events()`` asks the host's agent (kimitui/hostside/agent/, one per host, shared
 with the cleanup's requests) for a sample stream, turns each line into a HostSample / LogLine, and keeps
 it flowing: when the channel drops or lines stop coming, it reports ``lost``, reconnects through the
 host's link (the one layer that retries and backs off) and reports ``connected`` with the gap (seconds

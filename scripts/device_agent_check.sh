@@ -7,7 +7,7 @@
 # Outputs go to $OUT (a temporary folder when unset). Under 2 minutes.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-AGENT="$ROOT/kimitui/hosts/agent.py"
+AGENT=(env PYTHONPATH="$ROOT" "${PYTHON:-python3}" -u -m kimitui.hostside.agent)  # from the tree, no bootstrap
 OUT=${OUT:-$(mktemp -d /tmp/kimitui-device-XXXXXX)}
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/kimitui-work-XXXXXX)
@@ -64,10 +64,10 @@ say "holder pid $HOLDER (torch), monitor pid $MONITOR (NVML only)"
 
 # 1. the agent run directly; stdin is a pipe that closes after ~1.8 s, so it exits on its own (liveness)
 T0=$(date +%s.%N)
-sleep 1.8 | timeout 20 $PY -u "$AGENT" --sample --interval 0.5 > "$OUT/agent-direct.jsonl"
+sleep 1.8 | timeout 20 "${AGENT[@]}" --sample --interval 0.5 > "$OUT/agent-direct.jsonl"
 say "agent direct: rc $? after $(since "$T0") s, $(grep -c '"sample"' "$OUT/agent-direct.jsonl") samples"
 # 2. the nvidia-smi fallback
-sleep 1.2 | timeout 30 $PY -u "$AGENT" --sample --interval 0.5 --no-nvml > "$OUT/agent-smi.jsonl"
+sleep 1.2 | timeout 30 "${AGENT[@]}" --sample --interval 0.5 --no-nvml > "$OUT/agent-smi.jsonl"
 say "agent nvidia-smi fallback: rc $?, $(grep -c '"sample"' "$OUT/agent-smi.jsonl") samples"
 nvidia-smi --query-gpu=index,uuid,memory.used,memory.reserved,memory.total,utilization.gpu,temperature.gpu,power.draw,clocks.current.sm \
   --format=csv > "$OUT/query-gpu.csv" 2>&1
@@ -76,9 +76,9 @@ nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 
 # 3. through the bootstrap, as TelemetrySource starts it (source sent on stdin, length-prefixed)
 cat > "$WORK/bootstrap.py" <<'EOF'
-import importlib.util, subprocess, sys, time, json
-spec = importlib.util.spec_from_file_location("agent", sys.argv[1]); agent = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(agent)
+import subprocess, sys, time, json
+sys.path.insert(0, sys.argv[1])
+from kimitui.hosts import launch as agent  # stdlib only: the payload's builder reads kimitui/hostside
 p = subprocess.Popen(agent.agent_command("python3", ("--sample", "--interval", "0.5")), stdin=subprocess.PIPE,
                      stdout=subprocess.PIPE)
 p.stdin.write(agent.agent_payload()); p.stdin.flush()
@@ -88,7 +88,7 @@ open(sys.argv[2], "w").write("".join(lines))
 print("bootstrap: %s, then %d samples; exit %d %.0f ms after stdin closed"
       % (json.loads(lines[0]).get("type"), sum('"sample"' in l for l in lines), rc, (time.monotonic() - t0) * 1e3))
 EOF
-$PY "$WORK/bootstrap.py" "$AGENT" "$OUT/agent-bootstrap.jsonl" 2>&1 | tee -a "$OUT/summary.txt"
+$PY "$WORK/bootstrap.py" "$ROOT" "$OUT/agent-bootstrap.jsonl" 2>&1 | tee -a "$OUT/summary.txt"
 
 # 4. the agent's figures next to nvidia-smi's, and the classes it gave
 cat > "$WORK/compare.py" <<'EOF'
@@ -150,7 +150,7 @@ timeout 60 $PY "$ROOT/benchmarks/telemetry.py" --only agent-cost --samples 2000 
 
 # 6. kill the holder while an agent samples at 10 Hz; time until nvidia-smi and the agent see the memory back
 say ""
-(sleep 12 | $PY -u "$AGENT" --sample --interval 0.1 > "$OUT/agent-release.jsonl") &
+(sleep 12 | "${AGENT[@]}" --sample --interval 0.1 > "$OUT/agent-release.jsonl") &
 RELEASE_AGENT=$!; STARTED+=("$RELEASE_AGENT")
 wait_for "$OUT/agent-release.jsonl" '"sample"' 10
 KILL_T=$(date +%s.%N)

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kimitui.hosts.agent import start_time_of
 from kimitui.hosts.local import LocalHost
+from kimitui.hostside.procfs import start_time_of
 from tests.pythons import agent_pythons, label, require
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -40,7 +40,7 @@ sim, mode, gpus, mib = sys.argv[1], sys.argv[2], [int(g) for g in sys.argv[3].sp
 files = [open(os.path.join(sim, "dev", n), "r+b") for n in ["nvidia%d" % g for g in gpus] + ["nvidiactl", "nvidia-uvm"]]
 maps = [mmap.mmap(f.fileno(), 4096) for f in files] if mode in ("cuda", "stray") else []
 if mode == "cuda":
-    from kimitui.hosts.agent import start_time_of
+    from kimitui.hostside.procfs import start_time_of
     start = start_time_of(os.getpid())
     tmp = os.path.join(sim, "holders", ".%d.tmp" % os.getpid())
     with open(tmp, "w") as fh:

@@ -34,7 +34,7 @@ RESERVED_MIB = 616.0
 
 def start_time(pid: int) -> int | None:
     """The start time of a live process (None: gone or a zombie), read by the agent's helper."""
-    from kimitui.hosts.agent import start_time_of
+    from kimitui.hostside.procfs import start_time_of
 
     return start_time_of(pid)
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kimitui.hosts.agent import read_stat, start_time_of
+from kimitui.hostside.procfs import read_stat, start_time_of
 
 POLL_S = 0.02
 """Interval between checks of a condition waited on with a deadline."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kimitui.hosts import agent
+from kimitui.hostside import gpu, holders, nvml, procfs, smi
 from tests.conftest import FIXTURES
 
 UUID0 = "GPU-08163954-12d0-d1cc-c80c-d7eb06938ec1"
@@ -30,38 +30,38 @@ def fd_targets(listing: str) -> list[str]:
 
 @pytest.mark.parametrize("name,power", [("query-gpu.csv", 115.70), ("query-gpu-nounits.csv", 115.72)])
 def test_query_gpu_with_and_without_units(name: str, power: float) -> None:
-    gpus = agent.parse_query_gpu(fixture(name))
+    gpus = smi.parse_query_gpu(fixture(name))
     assert [g["index"] for g in gpus] == [0, 1]  # the header line (with units) is not a row
     g0 = gpus[0]
     assert (g0["uuid"], g0["name"]) == (UUID0, "NVIDIA H200")
     assert (g0["mem_used_mib"], g0["mem_total_mib"], g0["mem_reserved_mib"]) == (8157, 143771, 616)
     assert (g0["util_pct"], g0["temp_c"], g0["power_w"], g0["sm_clock_mhz"]) == (0, 33, power, 1980)
     assert gpus[1]["mem_used_mib"] == 4343 and gpus[1]["uuid"] == UUID1
-    assert set(g0) == set(agent.new_gpu(0, "", ""))  # the GpuSample shape, nothing else (no fan)
+    assert set(g0) == set(gpu.new_gpu(0, "", ""))  # the GpuSample shape, nothing else (no fan)
 
 
 @pytest.mark.parametrize("name", ["query-apps.csv", "query-apps-nounits.csv"])
 def test_query_apps(name: str) -> None:
-    assert agent.parse_query_apps(fixture(name)) == [(557, 8148.0, UUID0), (557, 4334.0, UUID1)]
+    assert smi.parse_query_apps(fixture(name)) == [(557, 8148.0, UUID0), (557, 4334.0, UUID1)]
 
 
 def test_csv_cells() -> None:
-    assert [agent.csv_number(c) for c in (" 8157 MiB", "115.70 W", "[N/A]", "N/A", "[Not Supported]", "")] == [
+    assert [smi.csv_number(c) for c in (" 8157 MiB", "115.70 W", "[N/A]", "N/A", "[Not Supported]", "")] == [
         8157.0, 115.70, None, None, None, None]
 
 
 # --- /proc ----------------------------------------------------------------------------------------------
 
 def test_stat_status_cgroup_cmdline_of_the_holder() -> None:
-    st = agent.parse_stat(fixture("holder-stat.txt"))
+    st = procfs.parse_stat(fixture("holder-stat.txt"))
     assert (st.pid, st.comm, st.state, st.ppid, st.start_time) == (557, "python3", "S", 554, 2637)
-    odd = agent.parse_stat("42 (a) b (c)) R 7 3 5 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 999 0 0")
+    odd = procfs.parse_stat("42 (a) b (c)) R 7 3 5 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 999 0 0")
     assert odd == (42, "a) b (c)", "R", 7, 3, 5, 999)  # comm may hold ") (": split at the last ")"
-    assert agent.parse_status_uid(fixture("holder-status.txt")) == 0
-    assert agent.parse_cgroup(fixture("holder-cgroup.txt")) == (None, "3f40fbd2217a529a6eec9460b727a71a")
-    cmd = agent.parse_cmdline((FIXTURES / "holder-cmdline.txt").read_bytes())
+    assert procfs.parse_status_uid(fixture("holder-status.txt")) == 0
+    assert procfs.parse_cgroup(fixture("holder-cgroup.txt")) == (None, "3f40fbd2217a529a6eec9460b727a71a")
+    cmd = procfs.parse_cmdline((FIXTURES / "holder-cmdline.txt").read_bytes())
     assert cmd.startswith("python3 -c import torch,time;") and "\0" not in cmd  # captured with NUL -> space
-    assert agent.parse_cmdline(b"python3\0-c\0import torch\0") == "python3 -c import torch"
+    assert procfs.parse_cmdline(b"python3\0-c\0import torch\0") == "python3 -c import torch"
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -75,19 +75,19 @@ def test_stat_status_cgroup_cmdline_of_the_holder() -> None:
     ("0::/user.slice/user-0.slice/session-3.scope\n", (None, None)),
 ])
 def test_cgroup_unit_or_container(text: str, expected: tuple[str | None, str | None]) -> None:
-    assert agent.parse_cgroup(text) == expected
+    assert procfs.parse_cgroup(text) == expected
 
 
 def test_holder_maps_the_devices_and_the_nvml_monitor_only_opens_them() -> None:
     prefix = "/dev/nvidia"
     holder_maps, monitor_maps = fixture("holder-maps-nvidia.txt"), fixture("nvmlonly-maps-nvidia.txt")
-    assert agent.maps_device_paths(holder_maps, prefix) == {
+    assert holders.maps_device_paths(holder_maps, prefix) == {
         "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"}
-    assert agent.maps_device_paths(monitor_maps, prefix) == set()  # libcuda / libnvidia-ml are not devices
-    assert agent.classify_holding(fd_targets(fixture("holder-fd.txt")), holder_maps, prefix) == ("cuda", [0, 1])
-    assert agent.classify_holding(fd_targets(fixture("nvmlonly-fd.txt")), monitor_maps, prefix) == (
+    assert holders.maps_device_paths(monitor_maps, prefix) == set()  # libcuda / libnvidia-ml are not devices
+    assert holders.classify_holding(fd_targets(fixture("holder-fd.txt")), holder_maps, prefix) == ("cuda", [0, 1])
+    assert holders.classify_holding(fd_targets(fixture("nvmlonly-fd.txt")), monitor_maps, prefix) == (
         "handle", [0, 1])
-    assert agent.classify_holding(["/dev/null", "pipe:[1]"], "", prefix) == (None, [])
+    assert holders.classify_holding(["/dev/null", "pipe:[1]"], "", prefix) == (None, [])
 
 
 def test_classes_agree_with_fuser() -> None:
@@ -97,9 +97,9 @@ def test_classes_agree_with_fuser() -> None:
         parts = line.split()
         pid_at = 2 if parts[0].startswith("/dev/") else 1
         access[int(parts[pid_at])] = parts[pid_at + 1]
-    ours = {557: agent.classify_holding(fd_targets(fixture("holder-fd.txt")),
+    ours = {557: holders.classify_holding(fd_targets(fixture("holder-fd.txt")),
                                         fixture("holder-maps-nvidia.txt"), "/dev/nvidia")[0],
-            558: agent.classify_holding(fd_targets(fixture("nvmlonly-fd.txt")),
+            558: holders.classify_holding(fd_targets(fixture("nvmlonly-fd.txt")),
                                         fixture("nvmlonly-maps-nvidia.txt"), "/dev/nvidia")[0]}
     assert {pid: "cuda" if a.endswith("m") else "handle" for pid, a in access.items()} == ours
 
@@ -124,11 +124,11 @@ def fake_proc_root(root: Path) -> Path:
 
 def test_proc_pipeline_on_the_captured_processes(tmp_path: Path) -> None:
     root = fake_proc_root(tmp_path / "proc")
-    scan = agent.HolderScan(str(root), "/dev/nvidia", skip=set(), every=2.0)
-    holders = scan.update(0.0, set())
-    assert holders == {557: ("cuda", [0, 1], True), 558: ("handle", [0, 1], True)}
+    scan = holders.HolderScan(str(root), "/dev/nvidia", skip=set(), every=2.0)
+    held = scan.update(0.0, set())
+    assert held == {557: ("cuda", [0, 1], True), 558: ("handle", [0, 1], True)}
     mem = {557: {0: 8148.0, 1: 4334.0}, 4242: {0: 512.0}}  # 4242: a host pid this view cannot see
-    procs = {p["pid"]: p for p in agent.build_procs(mem, holders, agent.ProcDetails(str(root)), skip=set())}
+    procs = {p["pid"]: p for p in holders.build_procs(mem, held, holders.ProcDetails(str(root)), skip=set())}
     h = procs[557]
     assert (h["kind"], h["gpus"], h["gpu_mem_mib"], h["flags"]) == ("cuda", [0, 1], {"0": 8148.0, "1": 4334.0}, [])
     assert (h["user"], h["start_time"], h["ppid"], h["state"]) == ("root", 2637, 554, "S")
@@ -142,7 +142,7 @@ def test_proc_pipeline_on_the_captured_processes(tmp_path: Path) -> None:
                                     "cmdline", "state", "ppid", "gpus", "visible", "flags", "exe"}
     assert h["exe"] == "/usr/bin/python3.12" and ghost["exe"] is None
     # the agent itself never lists itself as a holder
-    assert 558 not in agent.HolderScan(str(root), "/dev/nvidia", skip={558}, every=2.0).update(0.0, set())
+    assert 558 not in holders.HolderScan(str(root), "/dev/nvidia", skip={558}, every=2.0).update(0.0, set())
 
 
 # --- NVML, through a fake pynvml that answers with the captured figures ------------------------------------
@@ -206,11 +206,11 @@ class FakeNvml:
 
 
 def smi_gpu(index: int) -> dict[str, Any]:
-    return agent.parse_query_gpu(fixture("query-gpu-nounits.csv"))[index]
+    return smi.parse_query_gpu(fixture("query-gpu-nounits.csv"))[index]
 
 
 def test_nvml_memory_matches_nvidia_smi_not_v1_used() -> None:
-    src = agent.NvmlSource(FakeNvml())
+    src = nvml.NvmlSource(FakeNvml())
     assert src.driver == "580.159.04"
     gpus, procs = src.sample()
     g0 = gpus[0]
@@ -224,14 +224,14 @@ def test_nvml_memory_matches_nvidia_smi_not_v1_used() -> None:
 
 
 def test_nvml_v1_only_reports_used_with_reserved_inside() -> None:
-    gpus, _ = agent.NvmlSource(FakeNvml(v2=False)).sample()
+    gpus, _ = nvml.NvmlSource(FakeNvml(v2=False)).sample()
     assert round(gpus[0]["mem_used_mib"], 1) == round(9197977600 / 1048576, 1) == 8771.9
     assert gpus[0]["mem_reserved_mib"] is None
 
 
 def test_nvml_fields_fail_on_their_own_and_a_lost_gpu_does_not_stop_the_rest() -> None:
     fake = FakeNvml(no_util=True)
-    src = agent.NvmlSource(fake)
+    src = nvml.NvmlSource(fake)
     fake.lost = {1}  # falls off the bus after init
     gpus, procs = src.sample()
     assert gpus[0]["util_pct"] is None and gpus[0]["temp_c"] == 33.0 and gpus[0]["error"] is None
@@ -244,6 +244,6 @@ def test_nvml_fields_fail_on_their_own_and_a_lost_gpu_does_not_stop_the_rest() -
 
 
 def test_nvml_gpu_lost_at_init_is_listed_with_its_error() -> None:
-    gpus, _ = agent.NvmlSource(FakeNvml(lost={0})).sample()
+    gpus, _ = nvml.NvmlSource(FakeNvml(lost={0})).sample()
     assert gpus[0]["error"] == "NVMLError: GPU is lost" and gpus[0]["mem_used_mib"] is None
     assert gpus[1]["mem_used_mib"] is not None

@@ -1,7 +1,8 @@
-"""The agent runs on the host's own python, 3.8 and newer: it is linted for 3.8 (vermin for library calls,
-ruff's per-file target for syntax), the lints are shown to catch what broke it before (zip(strict=),
-os.pidfd_open, 3.9+ syntax), and pythons older than 3.8 get one line naming what was found and what is
-needed. (The request tests run it under 3.8 and the newest python: tests/test_agent_requests.py.)"""
+"""The host side (kimitui/hostside: the agent, the workers) runs on the host's own python, 3.8 and newer:
+every module is linted for 3.8 (vermin for library calls, ruff's per-file target for syntax), the lints are
+shown to catch what broke it before (zip(strict=), os.pidfd_open, 3.9+ syntax), and pythons older than 3.8
+get one line naming what was found and what is needed. (The request tests run the agent under 3.8 and the
+newest python: tests/test_agent_requests.py; tests/test_hostside.py loads every program's payload.)"""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.hosts.agent import agent_command, agent_payload
 from kimitui.hosts.base import HostFatal
+from kimitui.hosts.launch import agent_command, agent_payload
 from kimitui.hosts.local import LocalHost
 from tests.pythons import MISSING_38, agent_pythons, too_old_pythons
 
 ROOT = Path(__file__).resolve().parent.parent
-AGENT = ROOT / "kimitui" / "hosts" / "agent.py"
+HOSTSIDE = ROOT / "kimitui" / "hostside"
+HOSTSIDE_FILES = sorted(HOSTSIDE.rglob("*.py"))
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -30,10 +32,11 @@ def test_python_38_is_there_to_test_on() -> None:
     assert agent_pythons()[0], MISSING_38
 
 
-def test_vermin_finds_nothing_newer_than_38_in_the_agent() -> None:
-    res = vermin(AGENT)
+def test_vermin_finds_nothing_newer_than_38_on_the_host_side() -> None:
+    res = vermin(HOSTSIDE)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Minimum required versions: 3." in res.stdout
+    assert len(HOSTSIDE_FILES) > 15  # the package, not an empty folder
 
 
 @pytest.mark.parametrize("code,feature", [
@@ -47,15 +50,17 @@ def test_vermin_catches_what_broke_the_agent_on_38(tmp_path: Path, code: str, fe
     assert res.returncode != 0 and feature in res.stdout, res.stdout
 
 
-def test_ruff_checks_the_agents_syntax_for_38() -> None:
+@pytest.mark.parametrize("path", [HOSTSIDE / "procfs.py", HOSTSIDE / "agent" / "server.py", HOSTSIDE / "gemm.py"],
+                         ids=lambda p: p.name)
+def test_ruff_checks_the_host_sides_syntax_for_38(path: Path) -> None:
     code = "with (open('a') as f, open('b') as g):\n    pass\n"
     ruff = [str(VENV_BIN / "ruff"), "check", "--output-format", "concise", "--stdin-filename"]
-    res = subprocess.run([*ruff, str(AGENT.relative_to(ROOT)), "-"], input=code, capture_output=True, text=True,
+    res = subprocess.run([*ruff, str(path.relative_to(ROOT)), "-"], input=code, capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
     assert "on Python 3.8" in res.stdout, res.stdout
     elsewhere = subprocess.run([*ruff, "kimitui/hosts/base.py", "-"], input=code, capture_output=True, text=True,
                                cwd=ROOT, timeout=60)
-    assert "on Python 3.8" not in elsewhere.stdout  # the 3.8 target is the agent's alone
+    assert "on Python 3.8" not in elsewhere.stdout  # the 3.8 target is the host side's alone
 
 
 async def test_every_python_older_than_38_here_gets_one_line() -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.hosts.agent import read_stat, start_time_of
 from kimitui.hosts.base import HostError, OutcomeUnknown, ProcId, RequestFailed
 from kimitui.hosts.local import LocalHost
+from kimitui.hostside.procfs import read_stat, start_time_of
 from tests.agent_helpers import Children, children, make_sim_dir, pid_gone, wait_until  # noqa: F401
 from tests.agent_helpers import host as host  # a fixture: a local agent under each python
 from tests.pythons import agent_pythons, label, require

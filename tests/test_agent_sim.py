@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from kimitui.hosts.agent import agent_command, agent_payload
+from kimitui.hosts.launch import agent_command, agent_payload
 from kimitui.hosts.local import LocalHost
 from tests.agent_helpers import (
     Children,

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.hosts.agent import agent_command, agent_payload, line_tag
 from kimitui.hosts.base import Host
+from kimitui.hosts.launch import agent_command, agent_payload
 from kimitui.hosts.local import LocalHost
+from kimitui.hostside.wire import line_tag
 from tests.sshd import sshd_server, until
 from tests.test_ssh_host import make_host
 

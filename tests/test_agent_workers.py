@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from kimitui.hosts.agent import read_stat
 from kimitui.hosts.base import HostError
 from kimitui.hosts.link import WorkerLost
 from kimitui.hosts.local import LocalHost
+from kimitui.hostside.procfs import read_stat
 from tests.agent_helpers import host as host  # a fixture: a local agent under each python
 from tests.agent_helpers import pid_gone, wait_until
 from tests.pythons import agent_pythons, label, require

@@ -25,7 +25,7 @@ from kimitui.core.describe import preview_text as preview_table
 from kimitui.core.events import ProcRef, StepPreview, Verification, from_dict
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
-from kimitui.hosts.agent import start_time_of
+from kimitui.hostside.procfs import start_time_of
 
 POLL_S = 0.05
 """Interval between checks of a condition waited on with a deadline."""

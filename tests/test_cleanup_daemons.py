@@ -18,9 +18,9 @@ from kimitui.cleanup import CleanupExecutor, CleanupTarget, ConsentDecision, Sam
 from kimitui.cleanup.safety import Candidate, SafetyPolicy, host_daemon
 from kimitui.core.events import SignalSent, StepPreview, decode, encode
 from kimitui.core.session import Session
-from kimitui.hosts.agent import process_table, read_exe
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive as sim_alive
+from kimitui.hostside.procfs import process_table, read_exe
 from kimitui.telemetry import TelemetrySource
 from tests.cleanup_support import HERE, SimDir, alive, start_time
 from tests.conftest import ROOT

@@ -4,7 +4,8 @@ functions included), and as what the headless commands really load when they run
 - the core (kimitui.core) imports nothing else of kimitui;
 - nothing outside kimitui.tui imports textual (or textual_plotext);
 - bench/ and cleanup/ import neither kimitui.tui nor kimitui.hosts.sim;
-- the host agent imports nothing of kimitui (it is sent to the GPU host alone);
+- the host side (kimitui.hostside: the agent, the workers, the /proc library) imports nothing of kimitui but
+  itself, and nothing but the stdlib, pynvml, torch and vLLM (it is sent to the GPU host alone);
 - the cleanup steps reach the executor only through kimitui.cleanup.context.StepContext, and assign none of
   its fields.
 """
@@ -91,10 +92,6 @@ def test_bench_and_cleanup_know_neither_the_tui_nor_the_simulator(package: str) 
     assert offenders(package, ("kimitui.tui", "kimitui.hosts.sim")) == []
 
 
-def test_the_agent_is_self_contained() -> None:
-    assert offenders("kimitui.hosts.agent", ("kimitui",)) == []
-
-
 CLEANUP_STEPS = ["kimitui.cleanup.steps", "kimitui.cleanup.drain"]
 """They reach the executor through kimitui.cleanup.context.StepContext only."""
 
@@ -149,18 +146,50 @@ def test_the_executor_implements_the_step_interface() -> None:
     assert not isinstance(object(), StepContext)
 
 
-HOST_PROGRAMS = ["kimitui.hosts.agent", "kimitui.bench.micro.gemm_worker", "kimitui.bench.micro.allreduce_worker"]
+HOSTSIDE = sorted(m for m in GRAPH if m == "kimitui.hostside" or m.startswith("kimitui.hostside."))
 """Sent to the GPU host and run by its own python3: stdlib, plus torch / vLLM / pynvml where present."""
+HOST_LIBRARIES = {"torch", "vllm", "pynvml", "__future__"}
 
 
-@pytest.mark.parametrize("module", HOST_PROGRAMS)
-def test_the_programs_sent_to_the_host_are_self_contained(module: str) -> None:
-    assert offenders(module, ("kimitui",)) == []
-    allowed = set(sys.stdlib_module_names) | {"torch", "vllm", "pynvml", "__future__"}
-    foreign = sorted(n for n in GRAPH[module] if n.split(".")[0] not in allowed)
-    assert foreign == []
+def hostside_offenders(module: str) -> list[str]:
+    """What MODULE imports that the host does not have: kimitui outside kimitui.hostside, or anything
+    that is neither the stdlib nor torch, vLLM or pynvml."""
+    bad = offenders(module, ("kimitui",), allowed=("kimitui.hostside",))
+    allowed = set(sys.stdlib_module_names) | HOST_LIBRARIES
+    bad += [f"{module} imports {n}" for n in sorted(GRAPH[module])
+            if n.split(".")[0] not in allowed and not n.startswith("kimitui.")]
+    return bad
+
+
+def test_the_host_side_is_every_module_sent_to_the_host() -> None:
+    assert {"kimitui.hostside.procfs", "kimitui.hostside.agent.server", "kimitui.hostside.gemm",
+            "kimitui.hostside.allreduce", "kimitui.hostside.bootstrap"} <= set(HOSTSIDE)
+    assert not [m for m in GRAPH if m.endswith(("gemm_worker", "allreduce_worker")) or m == "kimitui.hosts.agent"]
+
+
+@pytest.mark.parametrize("module", HOSTSIDE)
+def test_the_host_side_imports_only_itself_and_what_the_host_has(module: str) -> None:
+    assert hostside_offenders(module) == []
     path = ROOT / (module.replace(".", "/") + ".py")
+    if not path.is_file():
+        path = ROOT / module.replace(".", "/") / "__init__.py"
     ast.parse(path.read_text(), str(path), feature_version=(3, 8))  # the host's python3 may be 3.8
+
+
+def test_the_host_side_checker_sees_a_violation() -> None:
+    bad = PKG / "hostside" / "_contract_probe.py"
+    try:
+        bad.write_text("from . import procfs\nfrom ..hosts import base\nimport textual\n"
+                       "def f():\n    import numpy\n    from kimitui.core import events\n")
+        GRAPH[module_name(bad)] = imports_of(bad)
+        found = hostside_offenders(module_name(bad))
+    finally:
+        bad.unlink()
+        GRAPH.pop(module_name(bad), None)
+    probe = "kimitui.hostside._contract_probe imports "
+    for name in ("kimitui.hosts.base", "kimitui.core.events", "textual", "numpy"):
+        assert probe + name in found
+    assert not [line for line in found if "procfs" in line]  # a sibling is allowed
 
 
 def test_the_contract_checker_sees_a_violation(tmp_path: Path) -> None:

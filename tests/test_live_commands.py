@@ -17,9 +17,9 @@ from kimitui.core.events import ConnectionState, HostSample
 from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
-from kimitui.hosts.agent import start_time_of
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.ssh import SshHost
+from kimitui.hostside.procfs import start_time_of
 from kimitui.telemetry import TelemetrySource
 from tests.sshd import SshServer, sshd_server
 

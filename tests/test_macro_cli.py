@@ -18,7 +18,7 @@ from kimitui.bench.cli import add_parser, cmd_bench
 from kimitui.core.events import PhaseEnd, PhaseStart
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import fold_all
-from kimitui.hosts.agent import start_time_of
+from kimitui.hostside.procfs import start_time_of
 from tests.conftest import ROOT
 
 POLL_S = 0.05

@@ -16,9 +16,9 @@ from kimitui.bench.micro.runner import LineState, MicroConfig, MicroRunner, pars
 from kimitui.core.events import Event, GemmRow, LogLine, MicroEnd, MicroEnv, MicroPlan, MicroProgress
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import fold_all
-from kimitui.hosts import agent
 from kimitui.hosts.base import ProcId
 from kimitui.hosts.local import LocalHost
+from kimitui.hostside import procfs
 from tests.conftest import ROOT
 
 TINY = ROOT / "tests" / "fixtures" / "micro" / "tiny-deepseek-config.json"
@@ -119,7 +119,7 @@ def group_members(pgid: int) -> list[ProcId]:
     """Live processes of process group ``pgid`` (zombies excluded)."""
     out = []
     for name in os.listdir("/proc"):
-        st = agent.read_stat(int(name)) if name.isdigit() else None
+        st = procfs.read_stat(int(name)) if name.isdigit() else None
         if st is not None and st.pgrp == pgid and st.state not in ("Z", "X"):
             out.append(ProcId(st.pid, st.start_time))
     return out

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from kimitui.bench.micro.topology import format_topology, parse_topology
-from kimitui.hosts import agent
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.layout import create_layout, make_gpus
+from kimitui.hostside import topology
 from tests.conftest import FIXTURES
 
 BUS = ["00000000:00:06.0", "00000000:00:07.0"]  # the 2 x H200 capture's bus ids
@@ -57,7 +57,7 @@ class FakeNvml:
 
 
 def test_nvml_topology_of_two_nvlinked_h200s() -> None:
-    topo = parse_topology(agent.nvml_topology(FakeNvml()), "h200x2", 1.0)
+    topo = parse_topology(topology.nvml_topology(FakeNvml()), "h200x2", 1.0)
     assert topo.source == "nvml" and [g.bus_id for g in topo.gpus] == BUS
     assert topo.links == [["X", "NV18"], ["NV18", "X"]] and topo.p2p == [["X", "OK"], ["OK", "X"]]
     assert topo.link_kind == "NVLink" and topo.link_gbps == 450.0  # 18 links x 25 GB/s per direction
@@ -71,14 +71,14 @@ def test_nvml_topology_of_two_nvlinked_h200s() -> None:
 
 def test_every_nvml_call_fails_on_its_own() -> None:
     nv = FakeNvml(broken=("nvmlDeviceGetP2PStatus", "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetMaxPcieLinkWidth"))
-    topo = parse_topology(agent.nvml_topology(nv), "h", 1.0)
+    topo = parse_topology(topology.nvml_topology(nv), "h", 1.0)
     assert topo.links[0][1] == "NV18" and topo.p2p[0][1] == "U" and topo.gpus[0].cpu_affinity == ""
     assert topo.gpus[0].pcie_width_max is None and topo.gpus[0].pcie_width == 16
     assert any("GPUs 0,1: P2P" in e for e in topo.errors) and any("CPU affinity" in e for e in topo.errors)
 
 
 def test_pcie_only_from_the_real_nvidia_smi_xml() -> None:
-    data = agent.smi_xml_topology((FIXTURES / "nvidia-smi-q.xml").read_text())
+    data = topology.smi_xml_topology((FIXTURES / "nvidia-smi-q.xml").read_text())
     topo = parse_topology(data, "h200x2", 1.0)
     assert [(g.index, g.name, g.bus_id) for g in topo.gpus] == [(0, "NVIDIA H200", BUS[0]), (1, "NVIDIA H200", BUS[1])]
     assert all((g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) == (5, 5, 16, 16) for g in topo.gpus)
@@ -89,12 +89,12 @@ def test_pcie_only_from_the_real_nvidia_smi_xml() -> None:
 
 def test_the_simulated_host_reports_a_modelled_pcie_gen5_topology(tmp_path: Any) -> None:
     layout = create_layout(make_gpus(8), parent=str(tmp_path))
-    topo = parse_topology(agent.collect_topology(sim_dir=str(layout.root)), "demo", 1.0)
+    topo = parse_topology(topology.collect_topology(sim_dir=str(layout.root)), "demo", 1.0)
     assert topo.simulated and topo.source == "modelled"
     assert topo.summary == ("8 x PCIe Gen5 x16, no NVLink, P2P OK, 2 NUMA nodes, all-reduce over PCIe: 63 GB/s per "
                             "direction")
     assert topo.links[0][1] == "NODE" and topo.links[0][7] == "SYS" and topo.link_gbps == 63.0
-    assert agent.cpu_list([0b1011, 1], 64) == "0-1,3,64"
+    assert topology.cpu_list([0b1011, 1], 64) == "0-1,3,64"
 
 
 def test_bad_topology_data_is_an_error_line_not_a_crash() -> None:

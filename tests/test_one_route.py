@@ -135,7 +135,7 @@ def test_the_host_boot_time_moves_with_the_sample_clock() -> None:
 
 
 def test_an_agent_sample_carries_the_boot_time_through_to_the_fold() -> None:
-    """What the agent must send (kimitui/hosts/agent.py, not filled yet): ``boot_time`` and ``clock_ticks``
+    """What the agent must send (kimitui/hostside/sampler.py, not filled yet): ``boot_time`` and ``clock_ticks``
     in its sample object; the parser keeps them, the fold turns start ticks into times."""
     from kimitui.telemetry import parse_agent_line
 

@@ -19,8 +19,8 @@ from kimitui.core.events import HostSample, ProcRef, StepPreview
 from kimitui.core.procdisplay import clock_label, command_gist, unit_label
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import SessionState, fold
-from kimitui.hosts import agent
 from kimitui.hosts.local import LocalHost
+from kimitui.hostside import procfs
 from kimitui.resources import find_run
 from kimitui.telemetry import TelemetrySource
 from kimitui.tui import fmt
@@ -80,7 +80,7 @@ async def started_from_a_sample(host: Any, tmp_path: Path) -> tuple[Started, int
     before = time.time()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        st = agent.read_stat(child.pid)
+        st = procfs.read_stat(child.pid)
         assert st is not None
         src = TelemetrySource(host, interval=0.1, sim_dir=str(make_sim_dir(tmp_path / "sim")))
         sample = None

@@ -18,11 +18,12 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from kimitui.hosts.agent import guarded_signal, read_stat
-from kimitui.hosts.agent import start_time_of as read_start_time
 from kimitui.hosts.base import ProcId
 from kimitui.hosts.sim import SimHost
 from kimitui.hosts.sim.layout import DEFAULT_GPU_NAME
+from kimitui.hostside.procfs import read_stat
+from kimitui.hostside.procfs import start_time_of as read_start_time
+from kimitui.hostside.signals import guarded_signal
 
 POLL_S = 0.01
 """Interval between checks of a condition waited on with a deadline."""

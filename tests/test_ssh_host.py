@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from kimitui.hosts import bundle
 from kimitui.hosts.base import HostError, HostFatal, ProcId
 from kimitui.hosts.ssh import SshHost
+from tests.agent_helpers import make_sim_dir
 from tests.pythons import agent_pythons, label, require, too_old_pythons
 from tests.sshd import SshServer, alive, require_sshd, sshd_server, start_time, until
 
@@ -145,6 +147,25 @@ async def test_remote_python_picks_the_interpreter(server: SshServer, python: st
         assert hello.executable == python
         assert (await h.run(["echo", "ok"])).stdout == "ok\n"
         assert (await h.signal(ProcId(1, start_time(1)), signal.SIGTERM)).outcome == "refused"
+
+
+@pytest.mark.parametrize("python", agent_pythons(), ids=[label(p) for p in agent_pythons()])
+async def test_the_host_side_runs_over_ssh_under_each_python(server: SshServer, python: str, tmp_path: Path) -> None:
+    """The agent's payload and a worker's (kimitui/hosts/bundle.py) loaded from memory under 3.8 and the
+    newest python, on one login: the agent's topology request and the modelled GEMM worker."""
+    before = accepted_logins(server)
+    sim = make_sim_dir(tmp_path / "sim")
+    async with make_host(server, python=require(python)) as h:
+        topo = await h.request("topology", {"sim_dir": str(sim)})
+        assert topo["source"] == "modelled" and len(topo["gpus"]) == 2
+        w = await h.start_worker(bundle.program(bundle.GEMM), [
+            "--shapes", json.dumps([{"name": "o_proj", "n": 7168, "k": 1024, "dtype": "int4-g32"}]),
+            "--ms", "1", "--backends", "marlin", "--modelled", "rtx-pro-6000"])
+        lines = [line async for line in w.lines()]
+        assert w.returncode == 0, w.stderr_tail
+        assert lines[0]["type"] == "hello" and lines[0]["python"] == (await h.link.connect()).python
+        assert [line["rows"] for line in lines if line["type"] == "done"] == [1]
+    assert accepted_logins(server) - before == 1
 
 
 async def test_a_missing_or_old_python_is_one_line_without_retry(server: SshServer) -> None:

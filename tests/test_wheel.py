@@ -97,13 +97,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
 def test_the_wheel_holds_every_file_of_the_package(installed: Installed) -> None:
     """Every file under kimitui/ is in the wheel: the themes, the bundled runs, the stylesheet, and the
-    modules sent to a host by path (the agent, the micro workers)."""
+    modules sent to a host from their files (the host side: the agent, the micro workers)."""
     tree = {p.relative_to(installed.source).as_posix() for p in (installed.source / "kimitui").rglob("*")
             if p.is_file()}
     with zipfile.ZipFile(installed.wheel) as whl:
         packed = {n for n in whl.namelist() if n.startswith("kimitui/")}
     assert tree - packed == set(), "not in the wheel (pyproject.toml's package-data?)"
-    for needed in ("kimitui/hosts/agent.py", "kimitui/bench/micro/gemm_worker.py", "kimitui/tui/app.tcss",
+    for needed in ("kimitui/hostside/bootstrap.py", "kimitui/hostside/agent/server.py", "kimitui/hostside/gemm.py",
+                   "kimitui/tui/app.tcss",
                    "kimitui/data/sample_runs/" + bundled_sample_run().name, "kimitui/data/themes/kimitui-dark.toml"):
         assert needed in packed
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from kimitui.hosts.agent import ancestry
+from kimitui.hostside.procfs import ancestry
 
 
 @dataclass(slots=True)

@@ -1,10 +1,10 @@
 """The one interface every host offers, and the one program that serves it on the host.
 
 A host is reached through a transport (``open_channel``: a local subprocess, an SSH channel) that starts
-the agent (kimitui/hosts/agent.py) on the host's own python; every operation after that is a request on
-that one channel (``AgentLink``): the sample stream, process scans, stats, file reads, guarded signals,
-commands, detached starts, HTTP probes and benchmark workers. Local, SSH and simulated hosts differ only
-in the transport.
+the agent (kimitui/hostside/agent/, started by kimitui/hosts/launch.py) on the host's own python; every
+operation after that is a request on that one channel (``AgentLink``): the sample stream, process scans,
+stats, file reads, guarded signals, commands, detached starts, HTTP probes and benchmark workers. Local,
+SSH and simulated hosts differ only in the transport.
 
 A process is named by (pid, start time) so a signal can never reach a process that reused the pid, and a
 signal request is never resent: when the channel drops with one in flight, it fails with OutcomeUnknown.

@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimitui.hosts.agent import MIN_PYTHON, agent_command, agent_payload, line_tag
 from kimitui.hosts.base import (
     Channel,
     Host,
@@ -36,6 +35,8 @@ from kimitui.hosts.base import (
     Sleep,
     StateCallback,
 )
+from kimitui.hosts.launch import MIN_PYTHON, agent_command, agent_payload
+from kimitui.hostside.wire import line_tag
 
 NEEDED = f"python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}"
 LATE_REPLY_OPS = frozenset({"signal"})

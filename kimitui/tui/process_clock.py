@@ -12,7 +12,7 @@ import time
 
 
 def _start_perf() -> float:
-    from kimitui.hosts.agent import start_time_of  # the one /proc/PID/stat parser
+    from kimitui.hostside.procfs import start_time_of  # the one /proc/PID/stat parser
 
     now = time.perf_counter()
     try:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimitui.bench.micro import allreduce_worker, gemm_worker
 from kimitui.bench.micro.shapes import ShapePlan, load_config, shapes_for
 from kimitui.bench.micro.topology import parse_topology
 from kimitui.bench.micro.workers import WorkerHost, WorkerProcess
@@ -37,6 +36,8 @@ from kimitui.core.events import (
     Topology,
 )
 from kimitui.core.procdisplay import gpu_list
+from kimitui.hosts import bundle
+from kimitui.hostside import allreduce, gemm
 
 Publish = Callable[[Event], None]
 DEFAULT_MS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -284,15 +285,15 @@ class MicroRunner:
     def totals(self, plan: ShapePlan, scope: list[int]) -> dict[str, int]:
         cfg, out = self.cfg, {}
         if "gemm" in cfg.parts:
-            items, _ = gemm_worker.plan_items([g.to_dict() for g in plan.gemms], cfg.backends)
+            items, _ = gemm.plan_items([g.to_dict() for g in plan.gemms], cfg.backends)
             if cfg.cpu or cfg.modelled:  # no Marlin on a CPU; the model has no tinygemm
                 drop = "marlin" if cfg.cpu else "torch-int4"
                 items = [dict(i, backends=[b for b in i["backends"] if b != drop]) for i in items]
             out["gemm"] = max(0, sum(len(i["backends"]) for i in items) * len(cfg.ms) - len(cfg.skip.get("gemm", ())))
         if "allreduce" in cfg.parts:
-            ns = allreduce_worker.parse_args(self.allreduce_argv(plan, scope))
+            ns = allreduce.parse_args(self.allreduce_argv(plan, scope))
             modes = [m for m in ns.modes if m == "eager" or (m == "graph" and not cfg.cpu)]
-            out["allreduce"] = max(0, len(allreduce_worker.sizes_for(ns)) * len(modes) + len(ns.burst_tokens)
+            out["allreduce"] = max(0, len(allreduce.sizes_for(ns)) * len(modes) + len(ns.burst_tokens)
                                    - len(cfg.skip.get("allreduce", ())))
         return out
 
@@ -323,15 +324,15 @@ class MicroRunner:
                 self._end(part, "skipped", "an all-reduce needs 2 GPUs or more in scope", 0.0)
                 continue
             argv = self.gemm_argv(plan, scope) if part == "gemm" else self.allreduce_argv(plan, scope)
-            source = (gemm_worker if part == "gemm" else allreduce_worker).__file__
-            await self._run_part(part, Path(source).read_bytes(), argv)
+            program = bundle.program(bundle.GEMM if part == "gemm" else bundle.ALLREDUCE)
+            await self._run_part(part, program.encode("utf-8"), argv)
         return res
 
     def _sizes(self, plan: ShapePlan, scope: list[int]) -> list[int]:
         if "allreduce" not in self.cfg.parts:
             return []
-        ns = allreduce_worker.parse_args(self.allreduce_argv(plan, scope))
-        return [s for s, _ in allreduce_worker.sizes_for(ns)]
+        ns = allreduce.parse_args(self.allreduce_argv(plan, scope))
+        return [s for s, _ in allreduce.sizes_for(ns)]
 
     def _refusal(self, sample: HostSample | None, scope: list[int]) -> MicroEnd | None:
         cfg = self.cfg

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kimitui.core.error_words import json_words
+from kimitui.hostside.gemm import dtype_bits
+from kimitui.hostside.gemm import weight_bytes as stored_weight_bytes
 
 ACT_BYTES = 2
 """Activations are bf16 on the wire and in the GEMMs."""
@@ -147,24 +149,16 @@ class ShapePlan:
 
 
 def weight_bytes(n: int, k: int, dtype: str) -> int:
-    bits, group = parse_dtype(dtype)
-    if group is None:
-        return n * k * bits // 8
-    return n * k * bits // 8 + (n * k // group) * 2
+    parse_dtype(dtype)  # a ShapeError for a dtype no one knows
+    return stored_weight_bytes(n, k, dtype)
 
 
 def parse_dtype(dtype: str) -> tuple[int, int | None]:
     """(bits per weight, group size or None): bf16 -> (16, None), int4-g32 -> (4, 32), fp8 -> (8, None)."""
-    m = re.fullmatch(r"int(\d+)-g(\d+)", dtype)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    if dtype.startswith("fp8"):
-        return 8, None
-    if dtype in ("bf16", "fp16", "bfloat16", "float16"):
-        return 16, None
-    if dtype in ("fp32", "float32"):
-        return 32, None
-    raise ShapeError(f"unknown weight dtype {dtype!r}")
+    found = dtype_bits(dtype)
+    if found is None:
+        raise ShapeError(f"unknown weight dtype {dtype!r}")
+    return found
 
 
 # -- reading configs ------------------------------------------------------------------------------------

@@ -11,24 +11,16 @@ Stdlib only: holder processes import this module and nothing heavy.
 from __future__ import annotations
 
 import ctypes
-import json
 import mmap
 import os
 import signal
 from dataclasses import dataclass, field
 
-from kimitui.hosts.agent import start_time_of
-from kimitui.hosts.sim.layout import DEV_FILE_BYTES, SimLayout, write_atomic
+from kimitui.hosts.sim.layout import SimLayout
+from kimitui.hostside import simholder
 
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
-
-
-def own_start_time() -> int:
-    """This process's start time in clock ticks after boot (/proc/self/stat field 22)."""
-    start = start_time_of(os.getpid())
-    assert start is not None
-    return start
 
 
 @dataclass
@@ -49,27 +41,13 @@ class DeviceHandles:
 
 def open_devices(layout: SimLayout, gpus: list[int], *, mapped: bool) -> DeviceHandles:
     """Open nvidiactl, nvidia-uvm and each ``nvidia<gpu>``; map them all when ``mapped``."""
-    paths = [layout.ctl_dev, layout.uvm_dev] + [layout.gpu_dev(i) for i in gpus]
-    handles = DeviceHandles()
-    for path in paths:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        handles.fds.append(fd)
-        if mapped:
-            handles.maps.append(mmap.mmap(fd, DEV_FILE_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))
-    return handles
+    fds, maps = simholder.open_device_files(str(layout.root), gpus, mapped)
+    return DeviceHandles(fds, maps)
 
 
 def write_holder_record(layout: SimLayout, mem_mib: dict[int, int], *, util: int | None = None) -> None:
     """Record the memory this process holds, as ``holders/<own pid>.json``."""
-    pid = os.getpid()
-    record: dict[str, object] = {
-        "pid": pid,
-        "start_time": own_start_time(),
-        "mem_mib": {str(gpu): int(mib) for gpu, mib in mem_mib.items()},
-    }
-    if util is not None:
-        record["util"] = util
-    write_atomic(layout.holder_file(pid), json.dumps(record))
+    simholder.write_holder_record(str(layout.root), {gpu: int(mib) for gpu, mib in mem_mib.items()}, util)
 
 
 def _libc() -> ctypes.CDLL | None:

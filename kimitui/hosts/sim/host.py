@@ -23,8 +23,6 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from kimitui.hosts.agent import guarded_signal
-from kimitui.hosts.agent import start_time_of as read_start_time
 from kimitui.hosts.base import HostError, ProcId
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.batching import BatchingModel
@@ -44,6 +42,8 @@ from kimitui.hosts.sim.service import DEFAULT_WORKER_MEM_MIB, STUCK_RANKS_ENV
 from kimitui.hosts.sim.teardown import alive, kill_everything, session_members
 from kimitui.hosts.sim.tools import install_tools
 from kimitui.hosts.sim.watchdog import OWNER_ENV
+from kimitui.hostside.procfs import start_time_of as read_start_time
+from kimitui.hostside.signals import guarded_signal
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[3])
 """The folder holding the kimitui package: the simulated processes import it from there."""

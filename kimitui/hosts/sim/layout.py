@@ -1,6 +1,6 @@
 """The simulated host's directory: GPU list, device files, holder records, service run files.
 
-This layout is the contract with the agent's simulated NVML source (kimitui/hosts/agent.py):
+This layout is the contract with the agent's simulated NVML source (kimitui/hostside/simdriver.py):
 
 - ``DIR/gpus.json``: ``{"driver": "sim-580", "gpus": [{"index", "uuid", "name", "total_mib",
   "reserved_mib", "pci"}, ...]}``

@@ -14,8 +14,9 @@ import signal
 import time
 from collections.abc import Iterable
 
-from kimitui.hosts.agent import guarded_signal, read_stat, start_time_of
 from kimitui.hosts.base import ProcId
+from kimitui.hostside.procfs import read_stat, start_time_of
+from kimitui.hostside.signals import guarded_signal
 
 
 def session_members(sessions: Iterable[int]) -> list[ProcId]:

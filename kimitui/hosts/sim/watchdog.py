@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from kimitui.hosts.agent import start_time_of
+from kimitui.hostside.procfs import start_time_of
 
 OWNER_ENV = "KIMITUI_SIM_OWNER"
 

@@ -1,11 +1,11 @@
 """kimitui's all-reduce micro-benchmark worker: one launcher, one process per GPU (rank), on the GPU host.
 
-Self-contained (stdlib + torch), sent to the host and run by ITS python3 (3.8+); imports nothing of
-kimitui. The launcher stays stdlib-only and forks the ranks before any of them imports torch (so no CUDA
-state is ever forked); they meet through a FileStore in a temporary folder. Cancel: SIGTERM to the
-launcher's process group ends every rank (the host program does, on cancel and when its caller goes away);
-the launcher also ends them when it is signalled alone or a rank fails; each rank dies with the launcher
-(PR_SET_PDEATHSIG).
+Sent with worker_start as one payload with the hostside modules it imports (stdlib; torch inside the
+ranks) and run by the host's python3 (3.8+): kimitui/hosts/bundle.py. The launcher stays stdlib-only and
+forks the ranks before any of them imports torch (so no CUDA state is ever forked); they meet through a
+FileStore in a temporary folder. Cancel: SIGTERM to the launcher's process group ends every rank (the host
+program does, on cancel and when its caller goes away); the launcher also ends them when it is signalled
+alone or a rank fails; each rank dies with the launcher (PR_SET_PDEATHSIG).
 
 JSON lines on stdout (rank 0 reports; any rank reports its own error):
   hello {part, pid, python, ranks, simulated}
@@ -32,23 +32,12 @@ import sys
 import tempfile
 import time
 
+from .simholder import hold_simulated_memory
+from .wire import event, event_log
+
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MODELS = {"rtx-pro-6000": {"device": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "latency_us": 24.0,
                            "graph_latency_us": 19.0, "busbw_gbps": 40.0, "link": "PCIe Gen5 x16"}}
-
-
-def emit(kind: str, **fields: object) -> None:
-    """One line, one write(2): lines of different ranks never interleave (a pipe write up to 4 KiB is
-    atomic)."""
-    line = json.dumps(dict({"type": kind, "t": time.time()}, **fields), separators=(",", ":")) + "\n"
-    try:
-        os.write(1, line.encode())
-    except BrokenPipeError:
-        os._exit(0)
-
-
-def log(level: str, message: str) -> None:
-    emit("log", level=level, message=message)
 
 
 def sizes_for(args: argparse.Namespace) -> list:
@@ -89,35 +78,15 @@ def die_with_parent() -> None:
         pass
 
 
-def hold_simulated_memory(sim_dir: str, gpu: int, mib: int) -> list:
-    """The simulated host's driver counts memory per live (pid, start time) holder record; a CUDA
-    context maps the device files."""
-    import mmap
-
-    with open("/proc/self/stat", "rb") as fh:  # bytes: the process name need not be UTF-8
-        start = int(fh.read().rpartition(b")")[2].split()[19])
-    keep = []
-    dev = os.path.join(sim_dir, "dev", "nvidia")
-    for path in (dev + "ctl", dev + "-uvm", dev + str(gpu)):
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        keep.append(fd)
-        keep.append(mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))
-    path = os.path.join(sim_dir, "holders", f"{os.getpid()}.json")
-    with open(path + ".tmp", "w") as fh:
-        fh.write(json.dumps({"pid": os.getpid(), "start_time": start, "mem_mib": {str(gpu): mib}, "util": 35}))
-    os.replace(path + ".tmp", path)
-    return keep
-
-
 def modelled_rank(rank: int, args: argparse.Namespace, release: int) -> int:
-    keep = hold_simulated_memory(args.sim_dir, args.gpus[rank], args.sim_mib) if args.sim_dir else []
+    keep = hold_simulated_memory(args.sim_dir, [args.gpus[rank]], args.sim_mib, 35) if args.sim_dir else []
     if rank != 0:
         os.read(release, 1)  # held until the launcher ends the run (or dies)
         del keep
         return 0
     model = MODELS[args.modelled]
     rnd = random.Random(args.seed)
-    emit("env", torch="", device=model["device"] + " (simulated)", ranks=args.ranks, simulated=True,
+    event("env", torch="", device=model["device"] + " (simulated)", ranks=args.ranks, simulated=True,
          backends={"nccl": f"modelled: {args.ranks} ranks over {model['link']}, small messages "
                            f"{model['latency_us']:g} us, busbw {model['busbw_gbps']:g} GB/s (simulated)"},
          notes=["modelled figures, not measured (REFERENCE: PCIe Gen5 NCCL ~24 us up to 64 KB, busbw 37-41 GB/s)"])
@@ -135,22 +104,22 @@ def modelled_rank(rank: int, args: argparse.Namespace, release: int) -> int:
         for mode in modes:
             if f"{mode}|{size}" in skip:
                 continue
-            emit("progress", item=f"{size} B {mode}", done=done, total=total)
+            event("progress", item=f"{size} B {mode}", done=done, total=total)
             if args.pace:
                 time.sleep(args.pace)  # a modelled run takes time like a real one: progress is visible
-            emit("row", **row(args, size, tokens, mode, time_us(size, mode), 0, simulated=True))
+            event("row", **row(args, size, tokens, mode, time_us(size, mode), 0, simulated=True))
             done += 1
     for m in args.burst_tokens:
         if f"burst|{m}" in skip:
             continue
-        emit("progress", item=f"burst of {args.burst} at M={m}", done=done, total=total)
+        event("progress", item=f"burst of {args.burst} at M={m}", done=done, total=total)
         if args.pace:
             time.sleep(args.pace)
         size = m * args.hidden * DTYPE_BYTES[args.dtype]
         per = time_us(size, "graph")
-        emit("row", **row(args, size, m, "graph", per, 0, args.burst, per * args.burst, simulated=True))
+        event("row", **row(args, size, m, "graph", per, 0, args.burst, per * args.burst, simulated=True))
         done += 1
-    emit("done", rows=done, elapsed_s=None)
+    event("done", rows=done, elapsed_s=None)
     return 0
 
 
@@ -179,7 +148,7 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
                 nccl = " NCCL " + ".".join(map(str, torch.cuda.nccl.version()))
             except Exception:
                 nccl = ""
-        emit("env", torch=torch.__version__, device=torch.cuda.get_device_name(device) if cuda else "cpu",
+        event("env", torch=torch.__version__, device=torch.cuda.get_device_name(device) if cuda else "cpu",
              ranks=n, simulated=False,
              backends={args.backend: f"torch.distributed {args.backend}{nccl}, {n} ranks, one process per "
                                        f"{'GPU' if cuda else 'CPU rank'}"},
@@ -228,7 +197,7 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
     sizes = sizes_for(args)
     modes = [m for m in args.modes if m == "eager" or (m == "graph" and cuda)]
     if lead and "graph" in args.modes and not cuda:
-        log("info", f"graph mode needs CUDA: eager only with {args.backend}")
+        event_log("info", f"graph mode needs CUDA: eager only with {args.backend}")
     burst_mode = "graph" if cuda else "eager"
     skip = set(args.skip)
     total = len(sizes) * len(modes) + len(args.burst_tokens) - len(skip)
@@ -248,7 +217,7 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
             if f"{mode}|{size}" in skip:  # a resumed run has it
                 continue
             if lead:
-                emit("progress", item=f"{size} B {mode}", done=done, total=total)
+                event("progress", item=f"{size} B {mode}", done=done, total=total)
             for _ in range(args.warmup):
                 dist.all_reduce(x)
             if mode == "eager":
@@ -259,14 +228,14 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
                 t = timed(g.replay, 3) / iters
                 del g
             if lead:
-                emit("row", **row(args, size, tokens, mode, t, wrong))
+                event("row", **row(args, size, tokens, mode, t, wrong))
             done += 1
     hidden_el = args.hidden
     for m in args.burst_tokens:
         if f"burst|{m}" in skip:
             continue
         if lead:
-            emit("progress", item=f"burst of {args.burst} at M={m}", done=done, total=total)
+            event("progress", item=f"burst of {args.burst} at M={m}", done=done, total=total)
         bufs = [torch.zeros(m * hidden_el, dtype=dtype, device=device) for _ in range(args.burst)]
 
         def step(bufs: list = bufs) -> None:
@@ -283,14 +252,14 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
             burst_us = timed(step, 3)
         if lead:
             size = m * hidden_el * DTYPE_BYTES[args.dtype]
-            emit("row", **row(args, size, m, burst_mode, burst_us / args.burst, 0, args.burst, burst_us))
+            event("row", **row(args, size, m, burst_mode, burst_us / args.burst, 0, args.burst, burst_us))
         done += 1
         del bufs
     sync()
     dist.barrier()
     dist.destroy_process_group()
     if lead:
-        emit("done", rows=done, elapsed_s=None)
+        event("done", rows=done, elapsed_s=None)
     return 0
 
 
@@ -303,10 +272,10 @@ def rank_process(rank: int, args: argparse.Namespace, store: str, release: int) 
     try:
         code = modelled_rank(rank, args, release) if args.modelled else torch_rank(rank, args, store)
     except ImportError as exc:
-        emit("error", message=f"rank {rank}: this host's python cannot import torch ({exc})")
+        event("error", message=f"rank {rank}: this host's python cannot import torch ({exc})")
     except Exception as exc:
         text = str(exc).strip().splitlines()
-        emit("error", message=f"rank {rank}: {type(exc).__name__}: {text[0][:300] if text else ''}")
+        event("error", message=f"rank {rank}: {type(exc).__name__}: {text[0][:300] if text else ''}")
     os._exit(code)
 
 
@@ -371,7 +340,7 @@ class Launcher:
             rank, code = ended
             if code and not failed:
                 failed = code
-                emit("error", message=f"rank {rank} exited with status {code}: stopping the other ranks")
+                event("error", message=f"rank {rank} exited with status {code}: stopping the other ranks")
                 self.stop()
             elif rank == 0 and self.args.modelled:
                 os.close(self.release_w)  # the lead is done: the other modelled ranks let go
@@ -424,7 +393,7 @@ def parse_args(argv: list) -> argparse.Namespace:
 def main(argv: list | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     t0 = time.time()
-    emit("hello", part="allreduce", pid=os.getpid(), python=".".join(map(str, sys.version_info[:3])),
+    event("hello", part="allreduce", pid=os.getpid(), python=".".join(map(str, sys.version_info[:3])),
          ranks=args.ranks, simulated=bool(args.modelled))
     launcher = Launcher(args)
     stopping = {"signal": 0}
@@ -443,9 +412,6 @@ def main(argv: list | None = None) -> int:
     finally:
         launcher.cleanup()
     if code == 0:
-        log("info", f"all {args.ranks} ranks ended in {time.time() - t0:.1f} s")
+        event_log("info", f"all {args.ranks} ranks ended in {time.time() - t0:.1f} s")
     return 1 if code else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,107 @@
+"""The NVML source (pynvml, where installed)."""
+
+from __future__ import annotations
+
+from .gpu import MIB, NoDriver, new_gpu, text
+from .wire import err
+
+TYPE_CHECKING = False  # typing is not imported at run time: this module stays light
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .gpu import ProcMem
+
+
+class NvmlSource:
+    name = "nvml"
+
+    def __init__(self, nvml: Any = None) -> None:
+        if nvml is None:
+            try:
+                import pynvml as nvml  # type: ignore
+            except ImportError:
+                raise NoDriver("pynvml not installed") from None
+        self.nv = nvml
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            raise NoDriver(str(exc) or type(exc).__name__) from None
+        self.driver = text(self._try(nvml.nvmlSystemGetDriverVersion))
+        self.fatal_codes = {getattr(nvml, n) for n in ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED",
+                                                         "NVML_ERROR_UNINITIALIZED") if hasattr(nvml, n)}
+        self.v2 = getattr(nvml, "nvmlMemory_v2", None)
+        self.handles: list[tuple[Any, dict[str, Any]]] = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+                self.handles.append((h, new_gpu(i, text(self._try(nvml.nvmlDeviceGetUUID, h)) or "",
+                                                text(self._try(nvml.nvmlDeviceGetName, h)) or "")))
+            except Exception as exc:
+                gpu = new_gpu(i, "", "")
+                gpu["error"] = err(exc)
+                self.handles.append((None, gpu))
+
+    @staticmethod
+    def _try(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception:
+            return None
+
+    def _memory(self, h: Any) -> tuple[float, float, float | None]:
+        """(used, total, reserved) MiB. mem_used_mib is reported the way nvidia-smi shows it: EXCLUDING the
+        driver's reserved memory (NVML v2 'used'); reserved is its own field. Only where v2 is missing
+        (old driver / pynvml) 'used' is NVML v1's, which INCLUDES reserved, and reserved is null."""
+        if self.v2 is not None:
+            try:
+                m = self.nv.nvmlDeviceGetMemoryInfo(h, version=self.v2)
+                return m.used / MIB, m.total / MIB, m.reserved / MIB
+            except Exception as exc:
+                if self._fatal(exc):
+                    raise
+                self.v2 = None  # not supported here: v1 from now on
+        m = self.nv.nvmlDeviceGetMemoryInfo(h)
+        return m.used / MIB, m.total / MIB, None
+
+    def _fatal(self, exc: Exception) -> bool:
+        return getattr(exc, "value", None) in self.fatal_codes
+
+    def sample(self) -> tuple[list[dict[str, Any]], ProcMem]:
+        nv = self.nv
+        gpus = []
+        procs: ProcMem = {}
+        for h, static in self.handles:
+            gpu = dict(static)
+            gpus.append(gpu)
+            if h is None:
+                continue
+            try:
+                for key, fn in (("mem", self._memory),
+                                ("util_pct", lambda h: nv.nvmlDeviceGetUtilizationRates(h).gpu),
+                                ("temp_c", lambda h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+                                ("power_w", lambda h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                                ("sm_clock_mhz", lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                                ("procs", nv.nvmlDeviceGetComputeRunningProcesses),
+                                ("gprocs", nv.nvmlDeviceGetGraphicsRunningProcesses)):
+                    try:
+                        value = fn(h)
+                    except Exception as exc:  # each field fails on its own to null (fan: NotSupported)
+                        if self._fatal(exc):
+                            raise
+                        continue
+                    if key == "mem":
+                        gpu["mem_used_mib"], gpu["mem_total_mib"], gpu["mem_reserved_mib"] = value
+                    elif key in ("procs", "gprocs"):
+                        for p in value or ():
+                            used = getattr(p, "usedGpuMemory", None)
+                            per = procs.setdefault(int(p.pid), {})
+                            # C+G: the same process in both lists; nvidia-smi shows it once
+                            per[gpu["index"]] = max(per.get(gpu["index"], 0.0), (used or 0) / MIB)
+                    else:
+                        gpu[key] = float(value)
+            except Exception as exc:  # fell off the bus: this GPU only, null fields and the reason
+                gpus[-1] = dict(static, error=err(exc))
+                for per in procs.values():
+                    per.pop(static["index"], None)
+        return gpus, procs
+

@@ -1,0 +1,211 @@
+"""/proc: the one parser of /proc/PID/stat, the other per-process files, and the process table.
+
+Imported on both sides: by the agent on the host and, locally, by the simulator, the cleanup and the TUI
+(start_time_of, ancestry, read_stat). Light on purpose: os, pwd and re only.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing is not imported at run time: this module stays light
+if TYPE_CHECKING:
+    from typing import Any
+
+
+ProcStat = namedtuple("ProcStat", "pid comm state ppid pgrp session start_time")
+"""/proc/PID/stat fields 1-6 and 22 (start time: clock ticks after boot; with the pid, a process's identity)."""
+
+
+STAT_MAX_BYTES = 4096
+"""/proc/PID/stat is one line of 52 numbers and a name of at most 15 bytes (64 for a kernel thread)."""
+PROC_MAX_BYTES = 1 << 20
+"""The most read of /proc/PID/status, cmdline, cgroup: a cmdline longer than this (ARG_MAX allows 2 MiB) is
+cut, never waited on in full."""
+MAPS_MAX_BYTES = 64 << 20
+
+
+def wire_text(raw: bytes) -> str:
+    """Bytes from /proc (a name, a command line, a path: whatever the process or the kernel put there) as
+    text for the wire: UTF-8 where it is, each byte that is not shown as a visible ``\\xNN`` escape (the
+    kernel cuts a name at 15 bytes, mid-character; argv can be any bytes)."""
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def read_bounded(path: str, limit: int) -> bytes:
+    """At most LIMIT bytes of a /proc file (or any regular file): OSError when it cannot be read."""
+    with open(path, "rb") as fh:
+        return fh.read(limit)
+
+
+def parse_stat(data: bytes | str) -> ProcStat:
+    """Parse /proc/PID/stat (bytes: the name is whatever the process set, cut at 15 bytes, so it need not
+    be UTF-8); the name may hold spaces and ')', so split at the last ')'."""
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    head, _, rest = raw.rpartition(b")")
+    pid_s, _, comm = head.partition(b" (")
+    f = rest.split()
+    return ProcStat(int(pid_s), wire_text(comm), f[0].decode("ascii", "replace"), int(f[1]), int(f[2]),
+                    int(f[3]), int(f[19]))
+
+
+def read_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:
+    """The process's stat, or None when it is gone (zombies are returned, state Z)."""
+    try:
+        return parse_stat(read_bounded(f"{proc_root}/{pid}/stat", STAT_MAX_BYTES))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def start_time_of(pid: int, proc_root: str = "/proc") -> int | None:
+    """The start time of a live process; None when it is gone or a zombie."""
+    st = read_stat(pid, proc_root)
+    return None if st is None or st.state in ("Z", "X") else st.start_time
+
+
+def ancestry(pid: int, proc_root: str = "/proc") -> list[ProcStat]:
+    """The ancestors of PID, its parent first, up to (not including) PID 1."""
+    out: list[ProcStat] = []
+    seen = {pid}
+    st = read_stat(pid, proc_root)
+    while st is not None and st.ppid > 1 and st.ppid not in seen:
+        seen.add(st.ppid)
+        st = read_stat(st.ppid, proc_root)
+        if st is not None:
+            out.append(st)
+    return out
+
+
+class StatReader:
+    """/proc/PID/stat, read at most once per sample (tick() starts one): the sim driver's liveness check
+    and the process details share the read."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.root = proc_root
+        self.memo: dict[int, ProcStat | None] = {}
+
+    def tick(self) -> None:
+        self.memo = {}
+
+    def get(self, pid: int) -> ProcStat | None:
+        if pid not in self.memo:
+            self.memo[pid] = read_stat(pid, self.root)
+        return self.memo[pid]
+
+
+
+# --- the other /proc files -----------------------------------------------------------------------
+
+def parse_status_uid(data: bytes | str) -> int | None:
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    for line in raw.splitlines():
+        if line.startswith(b"Uid:"):
+            return int(line.split()[1])
+    return None
+
+
+_CONTAINER_RES = (
+    re.compile(r"(?:docker|cri-containerd|crio|libpod)-([0-9a-f]{12,64})\.scope"),
+    re.compile(r"/(?:docker|process_api|lxc|containerd|libpod)/([0-9A-Za-z][0-9A-Za-z_.-]*)"),
+    re.compile(r"kubepods.*/([0-9a-f]{64})"),
+)
+
+
+def parse_cgroup(data: bytes | str) -> tuple[str | None, str | None]:
+    """(systemd unit, container id) from /proc/PID/cgroup (v1 or v2; a path need not be UTF-8)."""
+    text = wire_text(data) if isinstance(data, bytes) else data
+    unit = container = None
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        if unit is None:
+            for part in reversed(path.split("/")):
+                if part.endswith(".service"):
+                    unit = part
+                    break
+        if container is None:
+            for rx in _CONTAINER_RES:
+                m = rx.search(path)
+                if m:
+                    container = m.group(1)
+                    break
+    return unit, container
+
+
+def parse_cmdline(raw: bytes) -> str:
+    return wire_text(raw.rstrip(b"\0").replace(b"\0", b" "))
+
+
+_USERS: dict[int, str] = {}
+
+
+def user_name(uid: int | None) -> str | None:
+    if uid is None:
+        return None
+    if uid not in _USERS:
+        try:
+            _USERS[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            _USERS[uid] = str(uid)
+    return _USERS[uid]
+
+
+def _read_uid(pid: int, proc_root: str) -> int | None:
+    try:
+        return parse_status_uid(read_bounded(f"{proc_root}/{pid}/status", PROC_MAX_BYTES))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_exe(pid: int, proc_root: str = "/proc") -> str | None:
+    """The executable's path (readlink /proc/PID/exe): set by the kernel at exec, unlike argv. None when
+    unreadable (another user's process without the right to look, a kernel thread, gone). Read as bytes: a
+    path need not be UTF-8 (shown with escapes, as names are)."""
+    try:
+        return wire_text(os.readlink(os.fsencode(f"{proc_root}/{pid}/exe")))
+    except OSError:
+        return None
+
+
+def _read_cmdline(pid: int, proc_root: str) -> str:
+    try:
+        return parse_cmdline(read_bounded(f"{proc_root}/{pid}/cmdline", PROC_MAX_BYTES))
+    except OSError:
+        return ""
+
+
+def process_table(proc_root: str = "/proc") -> dict[str, Any]:
+    """Every process (pid, ppid, start, state, uid, user, cmdline), and who is scanning: this process and
+    its ancestors (over SSH: the session's sshd processes and the listening sshd)."""
+    me = os.getpid()
+    procs = []
+    for name in os.listdir(proc_root):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        st = read_stat(pid, proc_root)
+        if st is None:
+            continue
+        uid = _read_uid(pid, proc_root)
+        procs.append({"pid": pid, "ppid": st.ppid, "state": st.state, "start": st.start_time, "uid": uid,
+                      "user": user_name(uid), "cmdline": _read_cmdline(pid, proc_root),
+                      "exe": read_exe(pid, proc_root)})
+    return {"self_pid": me, "uid": os.getuid(), "user": user_name(os.getuid()),
+            "ancestors": [a.pid for a in ancestry(me, proc_root)], "procs": procs}
+
+
+
+def boot_time(proc_root: str = "/proc") -> float | None:
+    """When the host booted (unix seconds, ``btime`` of /proc/stat): with the clock tick rate it turns a
+    process's start (ticks after boot) into a time of day."""
+    try:
+        with open(os.path.join(proc_root, "stat")) as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+

@@ -1,0 +1,115 @@
+"""The simulated driver: the GPU source that reads DIR (gpus.json, holders/<pid>.json, load.json,
+leaked.json). What a process does to hold memory on it is simholder.py."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .gpu import NoDriver, new_gpu
+from .procfs import StatReader
+
+TYPE_CHECKING = False  # typing is not imported at run time: this module stays light
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .gpu import ProcMem
+
+
+class SimSource:
+    """The simulated driver: DIR/gpus.json, DIR/holders/<pid>.json, optional DIR/load.json. Memory counts
+    only while the holder is alive (not a zombie, same start time): freed the moment it exits. Optional
+    DIR/leaked.json ({"<gpu>": MiB}) is memory counted used with no holder, until something (a simulated
+    GPU reset) removes it."""
+
+    name = "sim"
+
+    def __init__(self, sim_dir: str, stat: StatReader | None = None) -> None:
+        self.dir, self.stat = sim_dir, stat or StatReader()
+        try:
+            with open(os.path.join(sim_dir, "gpus.json")) as fh:
+                spec = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise NoDriver(f"sim dir {sim_dir}: {exc}") from None
+        self.driver = str(spec.get("driver", "sim"))
+        self.spec = spec["gpus"]
+        self.cache: dict[str, tuple[int, dict[str, Any] | None]] = {}
+
+    def _holders(self) -> list[dict[str, Any]]:
+        out = []
+        seen = set()
+        try:
+            entries = list(os.scandir(os.path.join(self.dir, "holders")))
+        except OSError:
+            entries = []
+        for e in entries:
+            if not e.name.endswith(".json"):
+                continue
+            seen.add(e.name)
+            try:
+                mtime = e.stat().st_mtime_ns
+            except OSError:
+                continue
+            cached = self.cache.get(e.name)
+            if cached is None or cached[0] != mtime:
+                try:
+                    with open(e.path) as fh:
+                        cached = (mtime, json.load(fh))
+                except (OSError, ValueError):
+                    cached = (mtime, None)  # a torn or foreign file: ignored
+                self.cache[e.name] = cached
+            data = cached[1]
+            if isinstance(data, dict) and self._alive(data):
+                out.append(data)
+        for gone in set(self.cache) - seen:
+            del self.cache[gone]
+        return out
+
+    def _alive(self, holder: dict[str, Any]) -> bool:
+        try:
+            st = self.stat.get(int(holder["pid"]))
+        except (KeyError, ValueError, TypeError):
+            return False
+        return st is not None and st.state not in ("Z", "X") and st.start_time == holder.get("start_time")
+
+    def sample(self) -> tuple[list[dict[str, Any]], ProcMem]:
+        self.stat.tick()  # fresh liveness every sample: memory is freed the moment a holder exits
+        procs: ProcMem = {}
+        used: dict[int, float] = {}
+        util: dict[int, float] = {}
+        for h in self._holders():
+            per = procs.setdefault(int(h["pid"]), {})
+            for k, mib in (h.get("mem_mib") or {}).items():
+                per[int(k)] = per.get(int(k), 0.0) + float(mib)
+                used[int(k)] = used.get(int(k), 0.0) + float(mib)
+                util[int(k)] = max(util.get(int(k), 0.0), float(h.get("util", 0) or 0))
+        # memory no process holds (what a crashed context can leave until a GPU reset): only the sim has it
+        try:
+            with open(os.path.join(self.dir, "leaked.json")) as fh:
+                leaked = json.load(fh)
+            for k, mib in leaked.items():
+                used[int(k)] = used.get(int(k), 0.0) + float(mib)
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+        load = None
+        try:
+            with open(os.path.join(self.dir, "load.json")) as fh:
+                load = float(json.load(fh).get("util"))
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+        gpus = []
+        for s in self.spec:
+            i = int(s["index"])
+            gpu = new_gpu(i, s.get("uuid", ""), s.get("name", ""))
+            busy = used.get(i, 0.0) > 0
+            u = (load if load is not None else util.get(i, 0.0)) if busy else 0.0
+            u = min(100.0, max(0.0, u))
+            max_w, idle_w = float(s.get("max_w", 600)), float(s.get("idle_w", 60))
+            gpu.update(mem_used_mib=used.get(i, 0.0), mem_total_mib=float(s["total_mib"]),
+                       mem_reserved_mib=float(s.get("reserved_mib", 0)), util_pct=u,
+                       temp_c=round(32 + 0.45 * u, 1), power_w=round(idle_w + (max_w - idle_w) * u / 100, 1),
+                       sm_clock_mhz=2100.0 if busy else 180.0)
+            gpus.append(gpu)
+        return gpus, procs
+
+
