@@ -1,5 +1,5 @@
 import sys
 
-from kimitui.cli import main
+from kimitui.commands.main import main
 
 sys.exit(main())

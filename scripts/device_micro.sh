@@ -32,11 +32,11 @@ status=0
 
 # 1. The GEMM benchmark and the one-GPU parts (telemetry, GPU-memory check, topology, copy bandwidth) through
 #    the CLI, recorded. An all-reduce needs 2 GPUs: on one it is reported as skipped.
-timeout -s INT 300 $PY -m kimitui.cli bench micro --host local --gemm --allreduce > "$OUT/micro.txt" 2> "$OUT/micro.log"
+timeout -s INT 300 $PY -m kimitui bench micro --host local --gemm --allreduce > "$OUT/micro.txt" 2> "$OUT/micro.log"
 rc=$?; echo "exit status $rc" >> "$OUT/micro.log"; [ $rc -eq 0 ] || status=1
 run=$(ls -t "$XDG_DATA_HOME"/kimitui/runs/*.jsonl 2>/dev/null | head -1)
 if [ -n "$run" ]; then
-  $PY -m kimitui.cli report "$run" > "$OUT/micro-report.md" 2>&1
+  $PY -m kimitui report "$run" > "$OUT/micro-report.md" 2>&1
   gzip -c "$run" > "$OUT/h200-micro.jsonl.gz"
 fi
 
@@ -46,7 +46,7 @@ rc=$?; echo "exit status $rc" >> "$OUT/fidelity.txt"; [ $rc -eq 0 ] || status=1
 
 # 3. Cancel: start a GEMM run, SIGINT it once its first row is out, then look at the GPU's processes.
 {
-  timeout -k 20 150 $PY -m kimitui.cli bench micro --host local --gemm --json > "$OUT/.cancel.jsonl" \
+  timeout -k 20 150 $PY -m kimitui bench micro --host local --gemm --json > "$OUT/.cancel.jsonl" \
     2> "$OUT/.cancel.err" &
   pid=$!
   for _ in $(seq 1 600); do grep -q '"gemm_row"' "$OUT/.cancel.jsonl" 2>/dev/null && break; sleep 0.1; done

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUFFIXES = {".py", ".toml", ".md", ".sh", ".cfg", ".txt"}
-SKIP = ("docs/device-runs/",)
+SKIP = ("docs/device-runs/", "scripts/move_modules.py")
 
 
 def module_file(name: str) -> Path:

@@ -267,7 +267,7 @@ async def test_the_probe_flags_a_service_that_came_back_slower(tmp_path: Path) -
 
 
 async def test_a_headless_campaign_never_waits_on_a_prompt(tmp_path: Path) -> None:
-    from kimitui.campaign.cli import CampaignUsageError, apply_answers
+    from kimitui.commands.campaign import CampaignUsageError, apply_answers
 
     cfg = small_config(consent={"process": "ask", "device": "ask"})
     try:

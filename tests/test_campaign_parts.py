@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 from kimitui.campaign.analysis import decode_budget
-from kimitui.campaign.budget_text import stacked_bar
 from kimitui.campaign.config import DEMO_TEXT, demo_config
 from kimitui.campaign.probe import compare
 from kimitui.cleanup.drain import MetricsError, parse_in_flight, read_in_flight
@@ -21,6 +20,7 @@ from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, MicroPlan, To
 from kimitui.core.state import SessionState, fold
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
+from kimitui.report.budget_text import stacked_bar
 from kimitui.tui.fmt import phase_marks
 
 POLL_S = 0.02
@@ -174,8 +174,8 @@ def test_the_demo_campaign_reaches_the_plateau_level() -> None:
 def test_the_consent_table_takes_others_apart_and_headless_must_answer_it() -> None:
     """``others`` (what holds the GPUs and is not the service) is a step of the consent policy: the file
     answers it, it defaults to ask, and a headless campaign that leaves it at ask is refused before it runs."""
-    from kimitui.campaign.cli import CampaignUsageError, apply_answers
     from kimitui.campaign.config import INIT_TEXT, parse_config
+    from kimitui.commands.campaign import CampaignUsageError, apply_answers
 
     data = tomllib.loads(DEMO_TEXT)
     assert data["consent"]["others"] == "yes"  # the demo's host is simulated: all on it is the command's

@@ -156,7 +156,7 @@ def test_a_holder_that_is_not_the_service_is_left_alone_without_others_and_named
     assert [g["index"] for g in verification["gpus"] if not g["clean"]] == [3]
     assert_nothing_left(res, events)
     # the replay and the report say the same, from the run's events
-    from kimitui.report import render_report
+    from kimitui.report.markdown import render_report
 
     reader = RunReader(Path(events[-1]["run_file"]))
     state = state_at(reader, len(reader))
@@ -542,7 +542,7 @@ def test_restart_after_a_clean_verify_brings_the_demo_service_back(tmp_path: Pat
 def test_reset_and_restart_flags_consent_to_their_steps() -> None:
     import argparse
 
-    from kimitui.cleanup.cli import _consent, add_parser
+    from kimitui.commands.cleanup import _consent, add_parser
     sub = argparse.ArgumentParser().add_subparsers()
     parser = add_parser(sub)
 
@@ -562,9 +562,9 @@ def test_the_default_service_and_the_simulated_deadlines_come_from_what_the_targ
     """Not from the target's name: the opened target's meta (``target_meta`` before it is opened)."""
     import argparse
 
-    from kimitui.cleanup.cli import _service
     from kimitui.cleanup.services import SimService
     from kimitui.cleanup.setup import UsageError
+    from kimitui.commands.cleanup import _service
     from kimitui.targets import target_meta
 
     demo = target_meta("demo")

@@ -17,7 +17,6 @@ from textual.widgets import Static
 from kimitui.bench.macro.config import MacroConfig
 from kimitui.bench.macro.sweep import LevelResult, SweepResult, sweep_note
 from kimitui.bench.micro.tables import TextPrinter
-from kimitui.campaign.budget_text import budget_lines
 from kimitui.core.campaign_events import BudgetRow
 from kimitui.core.describe import budget_verdict, gemm_words
 from kimitui.core.events import Event, GemmRow, MacroPoint
@@ -26,8 +25,9 @@ from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
 from kimitui.core.state import fold_all
-from kimitui.report import render_report
-from kimitui.summary import summarize
+from kimitui.report.budget_text import budget_lines
+from kimitui.report.markdown import render_report
+from kimitui.report.summary import summarize
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.bench_tables import GemmTable
 from kimitui.tui.campaign_view import table_content, verdict_content

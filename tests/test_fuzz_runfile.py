@@ -21,8 +21,8 @@ from kimitui.core.replay import Player
 from kimitui.core.runfile import RunFileError, RunReader
 from kimitui.core.session import Session
 from kimitui.core.state import fold_all
-from kimitui.report import render_report
-from kimitui.summary import summarize
+from kimitui.report.markdown import render_report
+from kimitui.report.summary import summarize
 from tests.fuzz_runs import Run, load_bundled, mutate, slice_of
 
 SEED = 20261201

@@ -92,6 +92,132 @@ def test_bench_and_cleanup_know_neither_the_tui_nor_the_simulator(package: str) 
     assert offenders(package, ("kimitui.tui", "kimitui.hosts.sim")) == []
 
 
+ENGINES = ("kimitui.bench", "kimitui.cleanup", "kimitui.hosts")
+ABOVE_ENGINES = ("kimitui.campaign", "kimitui.commands", "kimitui.tui", "kimitui.report")
+
+
+@pytest.mark.parametrize("package", ENGINES)
+def test_the_engines_import_no_campaign_command_report_or_tui(package: str) -> None:
+    """An engine (a load generator, the cleanup, a host) is used by the campaign, the commands and the views;
+    it never reaches up to them (docs/architecture.md)."""
+    assert offenders(package, ABOVE_ENGINES) == []
+
+
+def test_only_the_commands_and_the_entry_point_import_the_commands() -> None:
+    """commands/ is where engines, campaign and TUI are wired together: nothing below it imports it."""
+    bad = [line for line in offenders("kimitui", ("kimitui.commands",))
+           if not line.startswith(("kimitui.commands", "kimitui.__main__"))]
+    assert bad == []
+
+
+def test_the_report_knows_no_command_campaign_machine_or_tui() -> None:
+    assert offenders("kimitui.report", ("kimitui.commands", "kimitui.tui", "kimitui.campaign.machine",
+                                        "kimitui.campaign.phases")) == []
+
+
+def module_edges(path: Path, modules: set[str]) -> set[str]:
+    """The kimitui modules this file's import statements load: ``from P import m`` of a submodule m loads P.m
+    (P's __init__ is already loading when a submodule of P asks for a sibling: not an edge back to P), of a
+    name defined in P loads P; ``import P.m`` loads P.m."""
+    tree = ast.parse(path.read_text(), str(path))
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            for alias in node.names:
+                full = f"{mod}.{alias.name}"
+                out.add(full if full in modules else mod)
+    return (out & modules) - {me}
+
+
+EDGES = {module_name(p): module_edges(p, set(GRAPH)) for p in PKG.rglob("*.py")}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module in GRAPH (module -> the modules it loads), each
+    sorted: Tarjan's algorithm, iterative."""
+    modules = set(graph)
+    edges = {m: sorted(graph[m] & modules - {m}) for m in graph}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in sorted(modules):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(edges[node]):
+                work.append((node, i + 1))
+                nxt = edges[node][i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    group.append(top)
+                    if top == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return sorted(groups)
+
+
+KNOWN_CYCLES = [
+    # issue 21 item 4: the vocabulary grows by side effect (events <- campaign_events; the fold <-> describe)
+    ["kimitui.core.campaign_events", "kimitui.core.events"],
+    ["kimitui.core.describe", "kimitui.core.state"],
+    ["kimitui.hosts.base", "kimitui.hosts.link"],
+]
+"""Cycles that issue 21 has yet to break; the TUI's (its controllers import the app back: item 2) is checked
+apart below. The list only shrinks: a new cycle fails the test."""
+
+
+def test_no_import_cycle_beyond_the_known_ones() -> None:
+    found = [group for group in import_cycles(EDGES) if not group[0].startswith("kimitui.tui")]
+    assert [g for g in found if g not in KNOWN_CYCLES] == [], "a new import cycle"
+    assert [g for g in KNOWN_CYCLES if g not in found] == [], "a known cycle is gone: take it off KNOWN_CYCLES"
+
+
+def test_the_tui_cycle_does_not_reach_beyond_the_tui() -> None:
+    for group in import_cycles(EDGES):
+        if group[0].startswith("kimitui.tui"):
+            assert all(m.startswith("kimitui.tui") for m in group), group
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_agent_is_self_contained() -> None:
+    assert offenders("kimitui.hosts.agent", ("kimitui",)) == []
+
+
 CLEANUP_STEPS = ["kimitui.cleanup.steps", "kimitui.cleanup.drain"]
 """They reach the executor through kimitui.cleanup.context.StepContext only."""
 
@@ -207,7 +333,7 @@ def test_the_contract_checker_sees_a_violation(tmp_path: Path) -> None:
 
 PROBE = """
 import json, sys
-from kimitui import cli
+from kimitui.commands import main as cli
 argv = json.loads(sys.argv[1])
 try:
     cli.main(argv)

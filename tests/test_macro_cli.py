@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.bench.cli import add_parser, cmd_bench
+from kimitui.commands.bench import add_parser, cmd_bench
 from kimitui.core.events import PhaseEnd, PhaseStart
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import fold_all
@@ -261,7 +261,7 @@ def test_the_cli_and_the_dialog_default_to_the_same_request_count(server_url: st
 
 def test_the_sweep_is_recorded_and_replays_and_reports(server_url: str, data_home: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from kimitui.cli import main
+    from kimitui.commands.main import main
     from kimitui.core.events import MacroPoint, MacroProgress, PhaseEnd, PhaseStart
     from kimitui.core.runfile import RunReader
 

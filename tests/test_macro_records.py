@@ -20,7 +20,7 @@ from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.state import fold_all
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
-from kimitui.report import render_report
+from kimitui.report.markdown import render_report
 
 MODEL = BatchingModel.from_targets(single_stream_tps=2000, plateau_tps=32000, plateau_batch=32, prefill_tps=200_000)
 

@@ -25,7 +25,7 @@ from kimitui.core.events import Event, MacroPoint, MacroVerdict, decode, encode
 from kimitui.core.state import fold_all
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
-from kimitui.report_bench import macro_section
+from kimitui.report.bench import macro_section
 from kimitui.tui.bench_progress import single_stream_content
 
 

@@ -29,7 +29,7 @@ CPU_ARGS = ["--device", "cpu", "--config", str(TINY), "--tp", "2", "--ms", "1,4"
 
 def test_bench_micro_cpu_path_end_to_end(tmp_path: Path) -> None:
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
-    out = subprocess.run([sys.executable, "-m", "kimitui.cli", "bench", "micro", "--host", "local", "--json",
+    out = subprocess.run([sys.executable, "-m", "kimitui", "bench", "micro", "--host", "local", "--json",
                           *CPU_ARGS], capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [json.loads(line) for line in out.stdout.splitlines()]
@@ -59,7 +59,7 @@ def test_bench_micro_cpu_path_end_to_end(tmp_path: Path) -> None:
     assert state.micro is not None and state.micro.status("gemm") == state.micro.status("allreduce") == "done"
     assert len(state.gemm) == len(gemm) and len(state.allreduce) == len(ar)
     assert state.micro.progress["allreduce"].total == plan["totals"]["allreduce"]
-    report = subprocess.run([sys.executable, "-m", "kimitui.cli", "report", str(run)], capture_output=True,
+    report = subprocess.run([sys.executable, "-m", "kimitui", "report", str(run)], capture_output=True,
                             text=True, timeout=60, cwd=ROOT)
     assert "moe (2 of 8)" in report.stdout and "honest only near M=1" in report.stdout
 
@@ -70,7 +70,7 @@ def test_ctrl_c_at_the_terminal_cancels_every_rank(tmp_path: Path) -> None:
     import signal
 
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
-    argv = [sys.executable, "-m", "kimitui.cli", "bench", "micro", "--host", "local", "--json", "--allreduce",
+    argv = [sys.executable, "-m", "kimitui", "bench", "micro", "--host", "local", "--json", "--allreduce",
             *CPU_ARGS[:-8], "--sweep-max", "64M", "--burst-tokens", "1"]
     proc = subprocess.Popen([*argv, "--iters", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env=env, start_new_session=True)
@@ -210,7 +210,7 @@ def test_usage_errors_are_one_line_before_any_host_is_opened(tmp_path: Path) -> 
                           (["--config", str(tmp_path / "missing.json")], "missing.json"),
                           (["--modes", "lazy"], "modes lazy"),
                           (["--tp", "3", "--config", str(TINY)], "not divisible by TP 3")):
-        out = subprocess.run([sys.executable, "-m", "kimitui.cli", "bench", "micro", "--host", "local", "--device",
+        out = subprocess.run([sys.executable, "-m", "kimitui", "bench", "micro", "--host", "local", "--device",
                               "cpu", *extra], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
         assert out.returncode == 2 and expect in out.stderr and out.stderr.count("\n") == 1, (extra, out.stderr)
     assert not (tmp_path / "kimitui").exists()  # nothing was recorded: no session was started

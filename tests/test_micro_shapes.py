@@ -78,7 +78,7 @@ def test_an_hf_config_file_and_a_tp_that_does_not_divide(tmp_path: Path) -> None
 
 
 def _kimitui(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kimitui.cli", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", "kimitui", *args], capture_output=True, text=True, timeout=60,
                           cwd=ROOT)
 
 

@@ -89,7 +89,7 @@ async def test_modelled_run_holds_simulated_memory_and_cancel_frees_every_gpu() 
 
 def test_bench_micro_demo_runs_to_the_end_and_records_a_simulated_run(tmp_path: Path) -> None:
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
-    out = subprocess.run([sys.executable, "-m", "kimitui.cli", "bench", "micro", "--host", "demo", "--json",
+    out = subprocess.run([sys.executable, "-m", "kimitui", "bench", "micro", "--host", "demo", "--json",
                           "--pace", "0.01", "--ms", "1,8,64", "--sweep-max", "64K", "--burst-tokens", "1,8",
                           "--interval", "0.2"], capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-3000:]

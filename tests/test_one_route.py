@@ -9,8 +9,8 @@ import io
 import time
 from pathlib import Path
 
-from kimitui.cleanup.cli import printer
 from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
+from kimitui.commands.cleanup import printer
 from kimitui.core.describe import describe
 from kimitui.core.events import CleanupPlan, HostSample, MacroProgress, StepResult
 from kimitui.core.replay import Player

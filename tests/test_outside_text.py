@@ -37,8 +37,8 @@ from kimitui.core.events import (
 )
 from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.session import Session
-from kimitui.report import render_report
-from kimitui.summary import summarize
+from kimitui.report.markdown import render_report
+from kimitui.report.summary import summarize
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.cleanup_consent import ConsentScreen
 from kimitui.tui.proc_table import ProcTable

@@ -11,7 +11,7 @@ from kimitui.core.describe import describe, preview_text
 from kimitui.core.events import LogLine, ProcRef, StepPreview
 from kimitui.core.printable import printable, printable_lines
 from kimitui.core.procdisplay import command_gist, unit_label
-from kimitui.report_format import document, table
+from kimitui.report.format import document, table
 
 ESCAPED = ("Cc", "Cf", "Cs", "Zl", "Zp")
 

@@ -15,9 +15,9 @@ from kimitui.core.describe import describe, signal_status
 from kimitui.core.events import ConnectionState, Event, HostSample, LogLine, MacroPoint, PhaseStart
 from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.state import SessionState, fold_all
-from kimitui.report import render_report
-from kimitui.report_format import fmt_duration
-from kimitui.summary import summarize
+from kimitui.report.format import fmt_duration
+from kimitui.report.markdown import render_report
+from kimitui.report.summary import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "kimitui" / "data" / "sample_runs" / "campaign-demo-8x-rtx-pro-6000.jsonl.gz"

@@ -19,7 +19,7 @@ from kimitui.core.describe import describe
 from kimitui.core.events import Event, LogLine, MacroPoint, ServerSample, decode, encode
 from kimitui.core.server_metrics import parse_snapshot
 from kimitui.core.state import SessionState, fold
-from kimitui.report_bench import macro_section
+from kimitui.report.bench import macro_section
 from tests.faulty_server import Behavior, FaultyServer
 
 TTFT_S, ITL_S, E2E_S, QUEUE_S = 0.030, 0.004, 0.050, 0.002
@@ -252,7 +252,7 @@ def test_phase_3_checks_each_decode_step_against_the_servers_itl() -> None:
 def test_the_cli_refuses_a_bad_scrape_interval_or_metrics_url(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from kimitui.bench.cli import add_parser, cmd_bench
+    from kimitui.commands.bench import add_parser, cmd_bench
 
     parser = argparse.ArgumentParser(prog="kimitui")
     add_parser(parser.add_subparsers(dest="command"))

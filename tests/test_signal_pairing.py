@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimitui.cleanup.cli import text_line
+from kimitui.commands.cleanup import text_line
 from kimitui.core.describe import signal_status
 from kimitui.core.events import (
     CleanupPlan,
@@ -19,7 +19,7 @@ from kimitui.core.events import (
 )
 from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.state import SessionState, fold, fold_all
-from kimitui.report import render_report
+from kimitui.report.markdown import render_report
 from kimitui.tui.cleanup_view import signals_content
 
 T = 1_700_000_000.0

@@ -12,16 +12,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FIRST_FRAME_PATH = """
 import json, sys
-from kimitui.cli import build_parser
+from kimitui.commands.main import build_parser
 build_parser().parse_args(["demo"])
-import kimitui.bench.cli, kimitui.bench.micro.cli, kimitui.campaign.cli, kimitui.cleanup.cli
-import kimitui.live_commands, kimitui.targets, kimitui.telemetry, kimitui.hosts.sim.host, kimitui.hosts.local
+import kimitui.commands.bench, kimitui.commands.micro, kimitui.commands.campaign, kimitui.commands.cleanup
+import kimitui.commands.live, kimitui.targets, kimitui.telemetry, kimitui.hosts.sim.host, kimitui.hosts.local
 import kimitui.tui.launch, kimitui.tui.app, kimitui.core.replay, kimitui.core.runfile, kimitui.resources
 print(json.dumps(sorted(sys.modules)))
 """
 
 HEAVY = ("httpx", "prometheus_client", "asyncssh", "plotext", "textual_plotext", "torch", "numpy",
-         "kimitui.report", "kimitui.campaign.report")
+         "kimitui.report.markdown", "kimitui.report.campaign")
 """Needed by a sweep, a drain, an SSH host, a chart or a report: imported when one is used."""
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.cli import main
+from kimitui.commands.main import main
 from kimitui.core.describe import describe
 from kimitui.core.events import ConnectionState, Event, PhaseEnd, PhaseStart
 from kimitui.core.runfile import write_run

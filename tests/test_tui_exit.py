@@ -20,7 +20,7 @@ def to_end(self):
 
 if sys.argv[2] == "crash":
     KimituiApp.action_to_end = to_end
-from kimitui.cli import main
+from kimitui.commands.main import main
 sys.exit(main(["replay", sys.argv[1]]))
 """
 

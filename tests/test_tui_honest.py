@@ -27,7 +27,7 @@ from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.session import Session
 from kimitui.core.state import SessionState, fold_all
-from kimitui.report import render_report
+from kimitui.report.markdown import render_report
 from kimitui.resources import bundled_sample_run
 from kimitui.tui import fmt
 from kimitui.tui.app import KimituiApp

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from kimitui.core.runfile import RunReader
-from kimitui.report import render_report
+from kimitui.report.markdown import render_report
+from kimitui.report.summary import summarize
 from kimitui.resources import bundled_sample_run
-from kimitui.summary import summarize
 from tests.conftest import ROOT
 from tests.terminal import on_a_terminal
 

@@ -8,12 +8,12 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from kimitui.campaign.budget_text import SEGMENTS, budget_lines, stacked_bar
 from kimitui.core.campaign_state import PHASE_TITLES, CampaignState
 from kimitui.core.campaign_words import drain_words, probe_words
 from kimitui.core.describe import budget_verdict, tpot_label
 from kimitui.core.figures import budget_impossible
 from kimitui.core.state import SessionState
+from kimitui.report.budget_text import SEGMENTS, budget_lines, stacked_bar
 from kimitui.tui import fmt
 
 MARKS = {"done": ("✓", "$success"), "failed": ("✗", "bold $error"), "running": ("▶", "bold $accent"),

@@ -1,4 +1,4 @@
-"""Markdown pieces the report's sections share (kimitui.report, kimitui.campaign.report)."""
+"""Markdown pieces the report's sections share (kimitui.report.markdown, kimitui.report.campaign)."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "analysis, the restart, the check), in the dashboard or --headless")
     p.add_argument("--resume", type=Path, metavar="RUN", help="with --campaign: go on with the campaign in RUN")
     _add_theme(p)
-    from kimitui.campaign import cli as campaign_cli
+    from kimitui.commands import campaign as campaign_cli
 
     campaign_cli.add_run_options(p, theme=False)
     campaign_cli.add_parser(sub)
@@ -76,13 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-new-host-key", action="store_true")
     _add_remote_python(p)
 
-    from kimitui.bench import cli as bench_cli
+    from kimitui.commands import bench as bench_cli
 
     bench_cli.add_parser(sub)
-    from kimitui.cleanup import cli as cleanup_cli
+    from kimitui.commands import cleanup as cleanup_cli
 
     cleanup_cli.add_parser(sub)
-    from kimitui.bench.micro import cli as micro_cli
+    from kimitui.commands import micro as micro_cli
 
     micro_cli.add_shapes_parser(sub)
     _add_theme(parser, default=None)
@@ -95,7 +95,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     path = find_run(args.file)
     if args.summary:
-        from kimitui.summary import summarize
+        from kimitui.report.summary import summarize
 
         print(summarize(RunReader(path)))
         return 0
@@ -108,7 +108,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from kimitui.core.runfile import RunReader
-    from kimitui.report import render_report
+    from kimitui.report.markdown import render_report
     from kimitui.resources import find_run
 
     if args.output:
@@ -161,17 +161,17 @@ def write_whole(path: Path, text: str, option: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from kimitui.bench import cli as bench_cli
-    from kimitui.bench.micro import cli as micro_cli
-    from kimitui.campaign import cli as campaign_cli
-    from kimitui.cleanup import cli as cleanup_cli
+    from kimitui.commands import bench as bench_cli
+    from kimitui.commands import campaign as campaign_cli
+    from kimitui.commands import cleanup as cleanup_cli
+    from kimitui.commands import micro as micro_cli
     from kimitui.core.runfile import RunFileError
 
     handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench,
                 "cleanup": cleanup_cli.cmd_cleanup, "shapes": micro_cli.cmd_shapes,
                 "campaign": campaign_cli.cmd_campaign}
     try:
-        from kimitui import live_commands
+        from kimitui.commands import live as live_commands
 
         handlers.update(live_commands.HANDLERS)
         if args.command == "demo" and args.campaign:

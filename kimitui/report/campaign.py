@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kimitui.campaign.budget_text import BUDGET_HEAD, SEGMENTS, bar_text, budget_cells
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.campaign_words import drain_words, phase_title, probe_words
 from kimitui.core.describe import budget_row_note, budget_verdict
 from kimitui.core.events import HostSample, MacroPoint
 from kimitui.core.figures import TPOT_STATISTIC, budget_impossible
 from kimitui.core.state import CleanupState, SessionState, StepState, level_failed
-from kimitui.report_format import fmt_duration, table
+from kimitui.report.budget_text import BUDGET_HEAD, SEGMENTS, bar_text, budget_cells
+from kimitui.report.format import fmt_duration, table
 
 SampleAt = Callable[[float, bool], HostSample | None]
 """(t, after) -> the sample at or before t (after=False) or at or after t (after=True)."""
 AfterStep = Callable[[CleanupState, StepState], HostSample | None]
-"""The sample that shows a step's memory after it (``kimitui.report.step_after_sample``)."""
+"""The sample that shows a step's memory after it (``kimitui.report.markdown.step_after_sample``)."""
 PLOT_WIDTH = 50
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from kimitui.core.describe import single_stream_line
 from kimitui.core.figures import single_stream
 from kimitui.core.runfile import RunReader
-from kimitui.report import digest, fmt_duration, fmt_time
-from kimitui.report_bench import peak_point
-from kimitui.report_format import document
+from kimitui.report.bench import peak_point
+from kimitui.report.format import document
+from kimitui.report.markdown import digest, fmt_duration, fmt_time
 
 _W = 10
 

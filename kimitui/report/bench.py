@@ -12,7 +12,7 @@ from kimitui.core.figures import percentile, single_stream
 from kimitui.core.printable import printable
 from kimitui.core.state import SessionState, Sweep
 from kimitui.core.typed import finite
-from kimitui.report_format import fmt_bytes, fmt_num, table
+from kimitui.report.format import fmt_bytes, fmt_num, table
 
 
 def peak_point(points: list[MacroPoint]) -> MacroPoint | None:
@@ -45,7 +45,7 @@ def macro_section(state: SessionState) -> list[str]:
     sweeps = [s for s in state.sweeps if s.points]
     if not sweeps:
         return [*lines, "No macro benchmark points in this run."]
-    from kimitui.campaign.report import throughput_plot
+    from kimitui.report.campaign import throughput_plot
 
     for n, sweep in enumerate(sweeps):
         if len(sweeps) > 1:

@@ -1,4 +1,4 @@
-"""A recorded run as a Markdown report: phases, the campaign (kimitui.campaign.report: its phases, GPU
+"""A recorded run as a Markdown report: phases, the campaign (kimitui.report.campaign: its phases, GPU
 memory through the transition, the drain, the decode-step budget and verdict, the post-restart check), GPU
 memory around each cleanup step, signals, the verification verdict and the benchmark tables.
 
@@ -20,8 +20,8 @@ from kimitui.core.events import ConnectionState, HostSample, StepResult
 from kimitui.core.procdisplay import clock_label, command_gist, start_wall_time
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import CleanupState, SessionState, StepState, fold
-from kimitui.report_bench import allreduce_section, gemm_section, macro_section
-from kimitui.report_format import document, fmt_duration, table
+from kimitui.report.bench import allreduce_section, gemm_section, macro_section
+from kimitui.report.format import document, fmt_duration, table
 
 # -- reading a run once -----------------------------------------------------------------------------------
 
@@ -333,7 +333,7 @@ def _warnings(reader: RunReader) -> list[str]:
 
 def render_report(reader: RunReader) -> str:
     """The whole run as Markdown."""
-    from kimitui.campaign import report as campaign
+    from kimitui.report import campaign
 
     d = digest(reader)
 

@@ -112,8 +112,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--csv", type=Path, help="write the levels as CSV to this file (one row a level)")
     p.add_argument("--requests-out", type=Path, metavar="FILE.jsonl",
                    help="write every measured request (start, TTFT, chunk times, tokens, error) as JSON Lines")
-    # --- micro (kimitui/bench/micro/cli.py) -------------------------------------------------------------
-    from kimitui.bench.micro import cli as micro_cli
+    # --- micro (kimitui/commands/micro.py) ---------------------------------------------------------------
+    from kimitui.commands import micro as micro_cli
 
     micro_cli.add_micro_parser(sub)
     # --- end micro ----------------------------------------------------------------------------------------
@@ -152,9 +152,9 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    # --- micro (kimitui/bench/micro/cli.py) -------------------------------------------------------------
+    # --- micro (kimitui/commands/micro.py) ---------------------------------------------------------------
     if getattr(args, "bench_command", None) == "micro":
-        from kimitui.bench.micro import cli as micro_cli
+        from kimitui.commands import micro as micro_cli
 
         return micro_cli.cmd_micro(args)
     # --- end micro ----------------------------------------------------------------------------------------
