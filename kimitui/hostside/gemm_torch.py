@@ -9,7 +9,7 @@ import math
 import statistics
 import time
 
-from .gemm import DATASHEET_GBPS, INT4_HONEST, as_backend, figures, parse_dtype, row_bytes, row_key, weight_bytes
+from .gemm_rows import DATASHEET_GBPS, INT4_HONEST, as_backend, figures, parse_dtype, row_bytes, row_key, weight_bytes
 from .wire import event, event_log
 
 

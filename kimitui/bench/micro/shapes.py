@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kimitui.core.error_words import json_words
-from kimitui.hostside.gemm import dtype_bits
-from kimitui.hostside.gemm import weight_bytes as stored_weight_bytes
+from kimitui.hostside.gemm_rows import dtype_bits
+from kimitui.hostside.gemm_rows import weight_bytes as stored_weight_bytes
 
 ACT_BYTES = 2
 """Activations are bf16 on the wire and in the GEMMs."""

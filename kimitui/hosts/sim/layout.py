@@ -145,7 +145,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 def create_layout(gpus: list[SimGpu], *, driver: str = DEFAULT_DRIVER, parent: str | None = None) -> SimLayout:
     """Make a fresh ``kimitui-sim-*`` directory with the GPU list and the device files."""
-    from kimitui.hosts.agent import start_time_of
+    from kimitui.hostside.procfs import start_time_of
 
     layout = SimLayout(Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent)))
     write_atomic(layout.root / OWNER_FILE, json.dumps({"pid": os.getpid(), "start_time": start_time_of(os.getpid())}))
@@ -177,7 +177,7 @@ def remove_stale_layouts(parent: str | None = None) -> list[Path]:
     """Remove the ``kimitui-sim-*`` directories left by a sim whose owner is gone (a ``kill -9``): only this
     user's real directories whose owner record names a process that no longer runs with that start time. A
     directory with no readable record, another user's, or a live owner's is left alone. The ones removed."""
-    from kimitui.hosts.agent import start_time_of
+    from kimitui.hostside.procfs import start_time_of
 
     removed: list[Path] = []
     base = Path(parent or tempfile.gettempdir())
