@@ -1,3 +1,5 @@
 """kimitui: a terminal dashboard for GPU profiling campaigns."""
 
-__version__ = "0.1.0"
+from kimitui._version import __version__
+
+__all__ = ["__version__"]

@@ -1,9 +1,11 @@
 """Where kimitui's shipped data and the user's own files are.
 
-Shipped data (themes, bundled runs) is package data, found through importlib.resources from the
-``kimitui.data`` module itself, so it works from a wheel, a pipx install or a clone, and never through
-``kimitui.__file__`` or the name ``kimitui`` (a folder named ``kimitui`` in the working directory can
-shadow that as a namespace package). User files follow the XDG base directories.
+Shipped data (themes, bundled runs) lives at the top of the repository (``themes/``, ``sample_runs/``) and is
+package data of the wheel, mapped in under ``kimitui/data/`` (pyproject.toml's package-dir). It is found
+through importlib.resources from the ``kimitui.data`` module itself, so it works from a wheel or a pipx
+install, and never through ``kimitui.__file__`` or the name ``kimitui`` (a folder named ``kimitui`` in the
+working directory can shadow that as a namespace package); from a clone (the folders are not under
+kimitui/data there) it is found beside the package. User files follow the XDG base directories.
 """
 
 from __future__ import annotations
@@ -28,8 +30,16 @@ def data_dir() -> Traversable:
     return resources.files(_data)
 
 
+def shipped_dir(name: str) -> Path:
+    """``themes`` or ``sample_runs``: under kimitui/data in an installed wheel, at the top of a clone."""
+    installed = Path(str(data_dir().joinpath(name)))
+    if installed.is_dir():
+        return installed
+    return Path(str(data_dir())).parent.parent / name
+
+
 def builtin_themes_dir() -> Path:
-    return Path(str(data_dir().joinpath("themes")))
+    return shipped_dir("themes")
 
 
 def user_themes_dir() -> Path:
@@ -39,7 +49,7 @@ def user_themes_dir() -> Path:
 
 
 def bundled_runs_dir() -> Path:
-    return Path(str(data_dir().joinpath("sample_runs")))
+    return shipped_dir("sample_runs")
 
 
 def bundled_runs() -> list[Path]:

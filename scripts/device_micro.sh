@@ -9,7 +9,7 @@
 #   micro.txt          `kimitui bench micro --host local --gemm`: topology, backends, copy bandwidth, GEMM table
 #   micro.log          its stderr (recording path, warnings)
 #   micro-report.md    `kimitui report` of the recorded run (the GEMM and all-reduce sections)
-#   h200-micro.jsonl.gz  the recorded run, for kimitui/data/sample_runs/ (replay: kimitui replay FILE)
+#   h200-micro.jsonl.gz  the recorded run, for sample_runs/ (replay: kimitui replay FILE)
 #   fidelity.txt/.json benchmarks/micro_fidelity.py: worker figures vs a plain CUDA-event loop (target 5%)
 #   cancel.txt         a GEMM run cancelled mid-way (SIGINT): exit status, and the GPU's processes after it
 # Finishes in about 5 minutes (each step has its own time limit; the whole stays under 9 minutes).

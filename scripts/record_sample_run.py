@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record the bundled sample run: ``kimitui demo --campaign --headless`` (the embedded default campaign on
 the simulated 8 x RTX PRO 6000 host, samples every 0.5 s), gzipped to
-kimitui/data/sample_runs/campaign-demo-8x-rtx-pro-6000.jsonl.gz.
+sample_runs/campaign-demo-8x-rtx-pro-6000.jsonl.gz.
 
 It is a real recording, so two runs differ in their times and figures (the machine's load shows in the
 macro phase). Usage: .venv/bin/python scripts/record_sample_run.py [--out FILE]
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = ROOT / "kimitui" / "data" / "sample_runs" / "campaign-demo-8x-rtx-pro-6000.jsonl.gz"
+DEFAULT_OUT = ROOT / "sample_runs" / "campaign-demo-8x-rtx-pro-6000.jsonl.gz"
 
 
 def record(out: Path) -> Path:

@@ -1,6 +1,6 @@
 """`kimitui cleanup` end to end: the real CLI as a subprocess against --host demo (the simulated 8-GPU host:
 a vLLM-like service whose last two workers ignore SIGTERM, plus an NVML-only monitor), its one-line usage
-errors, the terminal consent, and the real cleanup recorded on 2 x H200 in kimitui/data/sample_runs/."""
+errors, the terminal consent, and the real cleanup recorded on 2 x H200 in sample_runs/."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ POLL_S = 0.05
 
 ROOT = Path(__file__).resolve().parent.parent
 KIMITUI = [sys.executable, "-m", "kimitui"]
-REAL_RUN = ROOT / "kimitui" / "data" / "sample_runs" / "real-cleanup-2x-h200.jsonl.gz"
+REAL_RUN = ROOT / "sample_runs" / "real-cleanup-2x-h200.jsonl.gz"
 
 
 def run_cli(args: list[str], tmp_path: Path, timeout: float = 120,

@@ -33,7 +33,7 @@ from kimitui.tui.bench_tables import GemmTable
 from kimitui.tui.campaign_view import table_content, verdict_content
 
 ROOT = Path(__file__).resolve().parent.parent
-H200_CAMPAIGN = ROOT / "kimitui" / "data" / "sample_runs" / "campaign-1x-h200.jsonl.gz"
+H200_CAMPAIGN = ROOT / "sample_runs" / "campaign-1x-h200.jsonl.gz"
 FAILED_C1 = {"completed": 0, "failed": 2, "num_prompts": 2, "output_throughput": 0.0, "duration": 1.0,
              "failures": {"HTTP 500": 2}}
 OK_C8 = {"completed": 16, "failed": 0, "num_prompts": 16, "output_throughput": 321.5, "mean_tpot_ms": 24.0,

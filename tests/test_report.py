@@ -20,7 +20,7 @@ from kimitui.report.markdown import render_report
 from kimitui.report.summary import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "kimitui" / "data" / "sample_runs" / "campaign-demo-8x-rtx-pro-6000.jsonl.gz"
+SAMPLE = ROOT / "sample_runs" / "campaign-demo-8x-rtx-pro-6000.jsonl.gz"
 
 
 def campaign_events() -> list[Event]:

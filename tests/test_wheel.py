@@ -30,7 +30,7 @@ from kimitui.resources import bundled_sample_run
 from tests.conftest import ROOT
 from tests.terminal import on_a_terminal
 
-SOURCES = ("kimitui", "pyproject.toml", "README.md")
+SOURCES = ("kimitui", "themes", "sample_runs", "pyproject.toml", "README.md")
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
@@ -100,6 +100,8 @@ def test_the_wheel_holds_every_file_of_the_package(installed: Installed) -> None
     modules sent to a host from their files (the host side: the agent, the micro workers)."""
     tree = {p.relative_to(installed.source).as_posix() for p in (installed.source / "kimitui").rglob("*")
             if p.is_file()}
+    for shipped in ("themes", "sample_runs"):  # at the top of the repository, mapped in under kimitui/data/
+        tree |= {f"kimitui/data/{shipped}/{p.name}" for p in (installed.source / shipped).iterdir() if p.is_file()}
     with zipfile.ZipFile(installed.wheel) as whl:
         packed = {n for n in whl.namelist() if n.startswith("kimitui/")}
     assert tree - packed == set(), "not in the wheel (pyproject.toml's package-data?)"
@@ -107,6 +109,18 @@ def test_the_wheel_holds_every_file_of_the_package(installed: Installed) -> None
                    "kimitui/tui/app.tcss",
                    "kimitui/data/sample_runs/" + bundled_sample_run().name, "kimitui/data/themes/kimitui-dark.toml"):
         assert needed in packed
+
+
+def test_every_package_folder_is_listed_for_the_wheel() -> None:
+    """pyproject.toml lists the packages (the data folders are mapped in, so none are found): a new folder of
+    modules under kimitui/ must be listed there, or the wheel goes without it."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "kimitui").rglob("*.py")
+               if "__pycache__" not in p.parts}
+    assert folders - listed == set()
+    assert {"kimitui.data.themes", "kimitui.data.sample_runs"} <= listed
 
 
 def test_the_installed_package_is_imported_from_the_venv_with_its_data(installed: Installed) -> None:
@@ -120,8 +134,8 @@ def test_the_installed_package_is_imported_from_the_venv_with_its_data(installed
     found = json.loads(proc.stdout)
     assert Path(found["file"]).is_relative_to(installed.venv)
     assert not any(Path(p).resolve() == ROOT for p in found["path"] if p)
-    assert found["runs"] == sorted(p.name for p in (ROOT / "kimitui/data/sample_runs").glob("*.jsonl.gz"))
-    assert found["themes"] == sorted(p.name for p in (ROOT / "kimitui/data/themes").glob("*.toml"))
+    assert found["runs"] == sorted(p.name for p in (ROOT / "sample_runs").glob("*.jsonl.gz"))
+    assert found["themes"] == sorted(p.name for p in (ROOT / "themes").glob("*.toml"))
 
 
 def test_replay_summary_and_report_of_the_bundled_run(installed: Installed) -> None:

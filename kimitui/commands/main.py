@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kimitui",
         description="Terminal dashboard for a GPU profiling campaign: telemetry, safe cleanup, benchmarks, replay.",
     )
-    from kimitui import __version__
+    from kimitui._version import __version__
 
     parser.add_argument("--version", action="version", version=f"kimitui {__version__}")
     sub = parser.add_subparsers(dest="command")

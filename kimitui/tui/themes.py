@@ -1,5 +1,5 @@
 """Themes as data: TOML files mapped onto Textual's ``Theme`` fields. The built-in ones ship as package
-data (``kimitui/data/themes``); the operator's own are read from ``$XDG_CONFIG_HOME/kimitui/themes``
+data (``themes/`` at the top of the repository); the operator's own are read from ``$XDG_CONFIG_HOME/kimitui/themes``
 (``~/.config/kimitui/themes``), where a theme of a built-in's name replaces it.
 
 A theme file holds top-level keys named like Theme's fields (``name``, ``primary``, ``secondary``,
