@@ -61,3 +61,15 @@ def test_one_level_done_is_said_in_the_singular() -> None:
         fold(state, ev)
     shown = sweep_status(state.sweep, live=False).plain
     assert shown.startswith("done: 1 level in "), shown
+
+
+def test_a_tls_error_is_said_in_its_own_words_not_by_its_errno() -> None:
+    """ssl.SSLError is an OSError whose errno is OpenSSL's (a certificate that fails has errno 1): read as a
+    system errno it said "operation not permitted" (the https test of the load generator caught it)."""
+    import ssl
+
+    error = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    wrapped = ConnectionError("All connection attempts failed")
+    wrapped.__cause__ = error
+    assert "CERTIFICATE_VERIFY_FAILED" in exc_words(wrapped)
+    assert "not permitted" not in exc_words(error)

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import re
+import ssl
 
 _ERRNO = re.compile(r"\[Errno (-?\d+)\]\s*")
 
@@ -25,9 +26,12 @@ def os_words(message: str) -> str:
 
 def exc_words(exc: BaseException) -> str:
     """What went wrong, in words: an OSError's strerror, an errno found in the chain of causes (httpx wraps
-    the socket's), else the exception's own text (its class name when it has none)."""
+    the socket's), a TLS error's own text (its errno is OpenSSL's: 1 is not "operation not permitted"), else
+    the exception's own text (its class name when it has none)."""
     seen: BaseException | None = exc
     while seen is not None:
+        if isinstance(seen, ssl.SSLError):  # an OSError whose errno is OpenSSL's code, not the system's
+            return str(seen) or type(seen).__name__
         if isinstance(seen, OSError) and seen.errno is not None and seen.errno in errno.errorcode:
             words = os.strerror(seen.errno)
             return words[:1].lower() + words[1:]
