@@ -61,7 +61,7 @@ async def test_the_whole_campaign_runs_and_its_record_folds_the_same(tmp_path: P
     assert {p.status for p in c.phases.values()} == {"done"}
     assert state.budget == budget and state.probe == probe
     # the budget is a pure function of the fold: recomputed from the record it says the same
-    from kimitui.campaign.analysis import decode_budget
+    from kimitui.phases.analysis import decode_budget
 
     again = decode_budget(state, budget.t)
     assert again.rows == budget.rows and again.verdict == budget.verdict

@@ -11,15 +11,15 @@ import tomllib
 import httpx
 import pytest
 
-from kimitui.campaign.analysis import decode_budget
 from kimitui.campaign.config import DEMO_TEXT, demo_config
-from kimitui.campaign.probe import compare
 from kimitui.cleanup.drain import MetricsError, parse_in_flight, read_in_flight
 from kimitui.core.campaign_events import BudgetRow
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, MicroPlan, Topology
 from kimitui.core.state import SessionState, fold
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
+from kimitui.phases.analysis import decode_budget
+from kimitui.phases.check import compare
 from kimitui.report.budget_text import stacked_bar
 from kimitui.tui.fmt import phase_marks
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.campaign.transition import restart_phase
 from kimitui.cleanup import PidService, auto_consent
 from kimitui.cleanup.plan import CleanupTarget
 from kimitui.core.campaign_events import CampaignControl
 from kimitui.core.events import Consent, Event, PhaseEnd, PhaseStart, StepPreview
 from kimitui.hosts.local import LocalHost
+from kimitui.phases.restart import restart_phase
 from tests.campaign_rig import POLL_S, campaign_rig, small_config
 from tests.cleanup_support import make_sim
 from tests.faulty_server import Behavior, FaultyServer

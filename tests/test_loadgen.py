@@ -16,7 +16,6 @@ from kimitui.bench.macro import LevelProgress, MacroConfig, SweepResult, run_swe
 from kimitui.bench.macro.arrivals import schedule
 from kimitui.bench.macro.http_stream import LeanClient
 from kimitui.bench.macro.request import RequestOutcome, stream_request
-from kimitui.campaign.phases import macro_phase
 from kimitui.core.events import (
     Event,
     LogLine,
@@ -28,6 +27,7 @@ from kimitui.core.events import (
     PhaseStart,
 )
 from kimitui.core.state import SessionState, fold
+from kimitui.phases.macro import macro_phase
 from tests.faulty_server import Behavior, FaultyServer, count_prompt
 
 POLL_S = 0.01

@@ -19,8 +19,8 @@ import pytest
 from kimitui.bench.macro import LevelProgress, MacroConfig, Timeouts, run_sweep
 from kimitui.bench.macro.http_stream import LeanClient, _Conn, lean_unsupported
 from kimitui.bench.macro.request import Gauge, RequestOutcome, StreamAccount
-from kimitui.campaign.phases import macro_phase
 from kimitui.core.events import Event, LogLine, PhaseStart
+from kimitui.phases.macro import macro_phase
 from tests.faulty_server import Behavior, FaultyServer
 
 

@@ -24,11 +24,11 @@ from kimitui.bench.macro import records as rec
 from kimitui.bench.macro.fields import named_fields
 from kimitui.bench.macro.request import RequestOutcome, StreamAccount
 from kimitui.campaign.config import INIT_TEXT, parse_config
-from kimitui.campaign.probe import check_phase
 from kimitui.commands.bench import add_parser, cmd_bench
 from kimitui.core.describe import describe, level_of
 from kimitui.core.events import Event, LogLine, MacroPoint, MacroRequests, RequestFieldsDropped, decode, encode
 from kimitui.core.runfile import RunReader
+from kimitui.phases.check import check_phase
 from kimitui.tui.bench_dialog import form_defaults, parse_form
 from tests.conftest import ROOT
 from tests.faulty_server import Behavior, FaultyServer

@@ -1,4 +1,4 @@
-"""The macro phase has one orchestrator (``kimitui.campaign.phases.macro_phase``): one start and one end,
+"""The macro phase has one orchestrator (``kimitui.phases.macro.macro_phase``): one start and one end,
 one 'starting' progress, a phase that could not start recorded as such, and an honest end: a sweep whose
 every level failed ends its phase not ok with the first error, which the fold, the panel and the campaign
 strip all read (one judgement, ``kimitui.core.state.sweep_failure``)."""
@@ -11,10 +11,10 @@ import socket
 import pytest
 
 from kimitui.bench.macro import MacroConfig, MacroError, Timeouts, run_sweep
-from kimitui.campaign.phases import SweepProgress, macro_phase
 from kimitui.core.campaign_events import CampaignPlan
 from kimitui.core.events import Event, MacroPoint, MacroProgress, PhaseEnd, PhaseStart
 from kimitui.core.state import fold_all
+from kimitui.phases.macro import SweepProgress, macro_phase
 from kimitui.tui.bench_progress import sweep_status
 from kimitui.tui.campaign_view import strip_content
 from tests.faulty_server import Behavior, FaultyServer

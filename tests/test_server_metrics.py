@@ -237,7 +237,7 @@ async def test_the_benchmarks_tab_plots_the_servers_gauges_through_the_sweep() -
 
 
 def test_phase_3_checks_each_decode_step_against_the_servers_itl() -> None:
-    from kimitui.campaign.analysis import decode_budget
+    from kimitui.phases.analysis import decode_budget
 
     state = SessionState()
     fold(state, MacroPoint(t=1.0, concurrency=4, metrics={"completed": 8, "output_throughput": 400.0,

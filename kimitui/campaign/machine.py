@@ -21,7 +21,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from kimitui.campaign import phases, probe, transition
 from kimitui.campaign.config import CampaignConfig
 from kimitui.campaign.resume import ResumePlan
 from kimitui.cleanup.audit import AuditLog
@@ -36,6 +35,7 @@ from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.events import Event, LogLine, StepPreview
 from kimitui.core.session import Session
 from kimitui.hosts.base import Host
+from kimitui.phases import analysis, check, macro, micro, restart, transition
 
 
 @dataclass(slots=True)
@@ -360,7 +360,7 @@ class Campaign:
         cfg = m.macro_config(self.api_url, levels)
         cfg.metrics_url = self.cfg.metrics_url or None  # the sweep reads the metrics the drain reads
         try:
-            await phases.macro_phase(self.publish, cfg, self._cancel)
+            await macro.macro_phase(self.publish, cfg, self._cancel)
         except (ConfigError, MacroError) as exc:
             self._log(f"Phase 1 could not run: {exc}", "error")
         return self._phase_ok("macro")
@@ -389,7 +389,7 @@ class Campaign:
             self._log(f"no telemetry before Phase 2: {exc}", "warning")
         scope = parse_gpus(self.cfg.cleanup.gpus) or (sorted(g.index for g in sample.gpus) if sample else [])
         if sample is not None and not mi.force and "cleanup" in self.cfg.phases:
-            free, sample = await phases.free_before_micro(
+            free, sample = await micro.free_before_micro(
                 sample, scope, self.feed, self._cleanup,
                 lambda why: self._log(f"the GPUs hold memory again before Phase 2 ({why}): the transition runs again",
                                       "warning"))
@@ -403,13 +403,13 @@ class Campaign:
         if self.target.simulated:
             cfg.modelled, cfg.sim_dir, cfg.pace_s = "rtx-pro-6000", self.target.sim_dir, mi.pace_s
         try:
-            await phases.micro_phase(self.publish, self.target.host, self.target.label, cfg, sample, self._cancel)
+            await micro.micro_phase(self.publish, self.target.host, self.target.label, cfg, sample, self._cancel)
         except MicroError as exc:
             self._log(f"Phase 2 could not run: {exc}", "error")
         return self._phase_ok("micro")
 
     async def _analysis(self) -> bool:
-        await phases.analysis_phase(self.publish, self.state)
+        await analysis.analysis_phase(self.publish, self.state)
         return self._phase_ok("analysis")
 
     async def _restart(self, offered: bool = False) -> bool:
@@ -420,7 +420,7 @@ class Campaign:
                                                                   if offered else ""))
         audit = self.audit_factory()
         try:
-            await transition.restart_phase(self.target.host, target, self.consent, self.publish, title, audit=audit,
+            await restart.restart_phase(self.target.host, target, self.consent, self.publish, title, audit=audit,
                                            skip_if_running=True, view=self.feed)
         finally:
             audit.close()
@@ -444,7 +444,7 @@ class Campaign:
     async def _check(self) -> bool:
         m, k = self.cfg.macro, self.cfg.check
         baseline = self.state.macro.get(1)
-        await probe.check_phase(self.publish, self.api_url, baseline, requests=k.requests,
+        await check.check_phase(self.publish, self.api_url, baseline, requests=k.requests,
                                 max_tokens=k.max_tokens or m.max_tokens, input_len=m.input_len, endpoint=m.endpoint,
                                 model=m.model or None, margin_pct=k.margin_pct, ttft_margin_pct=k.ttft_margin_pct,
                                 cancel=self._cancel, ignore_eos=m.ignore_eos)

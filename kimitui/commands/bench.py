@@ -166,10 +166,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kimitui.bench.macro import ConfigError, MacroError, SweepPlan, SweepResult
     from kimitui.bench.macro.exports import RequestsOut, write_csv
     from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
-    from kimitui.campaign.phases import macro_phase
     from kimitui.core.describe import describe, single_stream_line, verdict_line
     from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
     from kimitui.core.printable import printable
+    from kimitui.phases.macro import macro_phase
 
     try:
         cfg = _config(args)

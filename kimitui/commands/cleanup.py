@@ -28,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from kimitui.campaign.transition import cleanup_phase
 from kimitui.cleanup.consent import ConsentCallback, auto_consent, current_operator
 from kimitui.cleanup.plan import OTHERS_NOT_CONSENTED, Deadlines
 from kimitui.cleanup.prompt import terminal_consent
@@ -47,6 +46,7 @@ from kimitui.core.printable import printable
 from kimitui.core.procdisplay import command_gist
 from kimitui.core.session import Session
 from kimitui.core.state import CleanupState, SessionState
+from kimitui.phases.transition import cleanup_phase
 
 CONSENT_STEPS = ("drain", "graceful", "process", "others", "device", "verify", "reset", "restart")
 """Names --yes takes. ``verify`` only reads (it always runs); naming it is allowed for clarity."""

@@ -152,10 +152,10 @@ async def free_simulated_gpus(opened: Any, feed: Any, publish: Any, sample: Any,
     memory), its consent the campaign's policy, yes to each step (the simulated host and all on it belong to
     this command). Returns (free, the sample after)."""
     from kimitui.campaign.machine import policy_consent
-    from kimitui.campaign.phases import free_before_micro
-    from kimitui.campaign.transition import cleanup_phase
     from kimitui.cleanup.consent import current_operator
     from kimitui.cleanup.setup import build_target, default_deadlines, parse_service
+    from kimitui.phases.micro import free_before_micro
+    from kimitui.phases.transition import cleanup_phase
 
     host = opened.host
     api_url = opened.meta.get("api_url") or ""
@@ -188,7 +188,6 @@ async def _micro(args: argparse.Namespace) -> int:
 
     from kimitui.bench.micro.shapes import load_config, shapes_for
     from kimitui.bench.micro.tables import TextPrinter
-    from kimitui.campaign.phases import micro_phase
     from kimitui.core.events import (
         AllReduceRow,
         Event,
@@ -198,6 +197,7 @@ async def _micro(args: argparse.Namespace) -> int:
         MicroPlan,
         Topology,
     )
+    from kimitui.phases.micro import micro_phase
     from kimitui.targets import TargetError, host_gpus, new_session, open_target
 
     cfg = _config(args)

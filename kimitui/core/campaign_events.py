@@ -127,7 +127,7 @@ class BudgetRow:
 @dataclass(frozen=True, slots=True)
 class DecodeBudget(Event):
     """Phase 3: the decode-step budget per measured concurrency and the verdict on what bounds
-    throughput, with its assumptions (computed by ``kimitui.campaign.analysis`` from the fold)."""
+    throughput, with its assumptions (computed by ``kimitui.phases.analysis`` from the fold)."""
 
     type: ClassVar[str] = "decode_budget"
     rows: list[BudgetRow] = field(default_factory=list)

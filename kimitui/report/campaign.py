@@ -118,7 +118,7 @@ def budget_section(state: SessionState) -> list[str]:
         if not state.macro or not state.gemm:
             return [*lines, "No budget: the run has no analysis phase, and not both the macro points and the GEMM "
                             "rows to compute one."]
-        from kimitui.campaign.analysis import decode_budget
+        from kimitui.phases.analysis import decode_budget
 
         budget = decode_budget(state)
         computed = " (computed by the report: the run has no analysis phase)"

@@ -5,7 +5,7 @@ The sweep runs as a Textual worker in the app's own event loop (``run_sweep`` is
 recorded and drawn like any other (a cancelled sweep keeps its finished levels), and the live redraw
 cap applies. Progress is an event too: the load generator's ``LevelProgress`` (about 10 a second) is
 published as a ``MacroProgress`` when a level starts or ends and at most every
-``kimitui.campaign.phases.PROGRESS_EVERY_S`` between (the campaign's macro phase: one code path), and the
+``kimitui.phases.macro.PROGRESS_EVERY_S`` between (the campaign's macro phase: one code path), and the
 sweep's start and end (with its status or error) are ``MacroProgress`` events. The sweep panel and the
 tab's label are drawn from the fold alone, so a replay of the run file shows the same panel. The UI
 shares the loop with the load generator: redraws are capped at 8 Hz and small, but for figures to
@@ -28,7 +28,7 @@ from kimitui.core.state import SessionState, Sweep
 if TYPE_CHECKING:
     # kimitui.bench.macro imports httpx: loaded when a sweep starts, not with the app (first frame)
     from kimitui.bench.macro import LevelProgress, MacroConfig, SweepResult
-    from kimitui.campaign.phases import SweepProgress
+    from kimitui.phases.macro import SweepProgress
     from kimitui.tui.app import KimituiApp
 
 RunStatus = Literal["running", "cancelling", "done", "cancelled", "failed"]
@@ -120,7 +120,7 @@ class MacroController:
         except ConfigError as exc:
             self.app.notify(str(exc), title="macro sweep", severity="error")
             return
-        from kimitui.campaign.phases import SweepProgress
+        from kimitui.phases.macro import SweepProgress
 
         run = MacroRun(config)
         run.recorder = SweepProgress(self._publish, run.levels)
@@ -148,7 +148,7 @@ class MacroController:
 
     async def _work(self, run: MacroRun) -> None:
         from kimitui.bench.macro import ConfigError, MacroError
-        from kimitui.campaign.phases import macro_phase
+        from kimitui.phases.macro import macro_phase
 
         def seen(p: LevelProgress) -> None:
             run.progress = p

@@ -16,7 +16,6 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kimitui.campaign.transition import cleanup_phase, restart_phase
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentDecision, current_operator
 from kimitui.cleanup.executor import CleanupReport
@@ -27,6 +26,8 @@ from kimitui.cleanup.setup import UsageError, build_target, default_deadlines, p
 from kimitui.core.events import LogLine, StepPreview, StepResult
 from kimitui.core.session import Session
 from kimitui.live_context import LiveContext
+from kimitui.phases.restart import restart_phase
+from kimitui.phases.transition import cleanup_phase
 from kimitui.tui.cleanup_consent import ConsentScreen
 from kimitui.tui.cleanup_dialog import DEFAULT_THRESHOLD_MIB, CleanupRequest, CleanupSetupScreen
 

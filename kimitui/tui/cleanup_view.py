@@ -105,7 +105,7 @@ def verdict_content(cleanup: CleanupState | None) -> Content:
 
 
 def last_cleanup_span(state: SessionState) -> PhaseSpan | None:
-    """The latest cleanup phase of the run (not kimitui.campaign.transition.cleanup_phase, which runs one)."""
+    """The latest cleanup phase of the run (not kimitui.phases.transition.cleanup_phase, which runs one)."""
     for span in reversed(state.phases):
         if span.phase == "cleanup":
             return span

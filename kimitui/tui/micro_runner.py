@@ -82,7 +82,7 @@ class MicroController:
             self.app.notify("a micro run is in progress: x on the Micro tab cancels it", title="micro", timeout=5)
             return
         from kimitui.bench.micro.runner import MicroConfig
-        from kimitui.campaign.phases import micro_phase
+        from kimitui.phases.micro import micro_phase
 
         state = self.app.session.state
         sample = HostSample(state.sample_t, host=state.host, gpus=list(state.gpus.values()), procs=list(state.procs)) \

@@ -1,7 +1,7 @@
 """The macro benchmark: a streaming load generator for OpenAI-compatible servers, with vLLM's metrics.
 
 Entry point: ``run_sweep(config, publish, progress=None, cancel=None) -> SweepResult`` (no phase of its own:
-the macro phase is ``kimitui.campaign.phases.macro_phase``).
+the macro phase is ``kimitui.phases.macro.macro_phase``).
 """
 
 from kimitui.bench.macro.config import SLO, ConfigError, MacroConfig, RampUp, Timeouts

@@ -8,7 +8,7 @@ config's ``omit_fields``, each level's ``request_fields_dropped``) goes without 
 its ``MacroRequests`` records and its ``MacroPoint`` summary, and ``LogLine`` warnings (usage missing,
 failures, a concurrency not reached, a client that may have distorted the figures). It publishes no
 phase: the macro phase (its start, its end and whether it failed) is
-``kimitui.campaign.phases.macro_phase``'s, the one that Textual's worker, the headless CLI and the
+``kimitui.phases.macro.macro_phase``'s, the one that Textual's worker, the headless CLI and the
 campaign call. It reports progress through ``progress`` at about 10 Hz; it returns the whole sweep.
 """
 
@@ -306,7 +306,7 @@ async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
                     progress: Callable[[LevelProgress], None] | None = None,
                     cancel: asyncio.Event | None = None) -> SweepResult:
     """Prepare and run every level of ``config.concurrency`` in order; see the module docstring. It
-    publishes no phase: ``kimitui.campaign.phases.macro_phase`` is the macro phase.
+    publishes no phase: ``kimitui.phases.macro.macro_phase`` is the macro phase.
 
     Raises ``ConfigError`` for a configuration that cannot run and ``MacroError`` when the model must be
     discovered and cannot be. Request failures never raise: they are counted in each level's metrics.

@@ -1,43 +1,20 @@
-"""The campaign's phases as workers, each the one code path that sequences its phase: its PhaseStart, its
-steps, its PhaseEnd (also when it fails, is cancelled or cannot start). The campaign machine, the cleanup
-CLI, ``kimitui bench macro`` / ``bench micro`` and the dashboard's F, M, K and R actions all call these.
-
-- ``macro_phase``: the serving sweep (``run_sweep`` has no phase of its own: this starts and ends it), its
-  progress published as ``MacroProgress`` events for the panel (live and replayed alike);
-- ``cleanup_phase`` and ``restart_phase`` (``kimitui.campaign.transition``): the escalation and the restart;
-- ``micro_phase``: the GEMM and all-reduce benchmarks (``free_before_micro``: the transition first when the
-  GPUs hold memory);
-- ``analysis_phase``: the decode-step budget and its verdict (``kimitui.campaign.analysis``);
-- ``check_phase`` (``kimitui.campaign.probe``): the post-restart probe.
-"""
+"""Phase 1, macro: the serving sweep as a phase."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kimitui.core.events import Event, HostSample, LogLine, MacroProgress, PhaseEnd, PhaseStart
+from kimitui.core.events import MacroProgress, PhaseEnd, PhaseStart
+from kimitui.phases.base import Publish, now
 
 if TYPE_CHECKING:
     from kimitui.bench.macro import LevelProgress, MacroConfig, SweepPlan, SweepResult
-    from kimitui.bench.micro.runner import MicroConfig, MicroResult
-    from kimitui.bench.micro.workers import WorkerHost
-    from kimitui.cleanup.sample_feed import SampleFeed
-    from kimitui.core.campaign_events import DecodeBudget
-    from kimitui.core.state import SessionState
 
-Publish = Callable[[Event], None]
 PROGRESS_EVERY_S = 0.25
 """While a level runs, its progress is published at most this often (a level's start and end at once)."""
-
-
-def now() -> float:
-    return time.time()
-
-
-# --- Phase 1: macro ------------------------------------------------------------------------------------
 
 
 class SweepProgress:
@@ -156,70 +133,3 @@ async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
     else:
         progress.emit("cancelled" if result.cancelled else "done")
     return result
-
-
-# --- Phase 2: micro ------------------------------------------------------------------------------------
-
-
-async def free_before_micro(sample: HostSample, scope: list[int] | None, feed: SampleFeed,
-                            transition: Callable[[], Awaitable[bool]], say: Callable[[str], None],
-                            threshold_mib: float = 256.0) -> tuple[bool, HostSample]:
-    """Before Phase 2: when the GPUs in scope (all: None) hold memory, ``say`` why and run the transition
-    (``transition``: the cleanup phase); Phase 2 then starts from a sample taken after it. Returns (free,
-    sample); not free when the transition did not free them. The campaign's Phase 2 and ``kimitui bench
-    micro`` on a simulated host (whose vLLM holds its GPUs) both go this way."""
-    from kimitui.bench.micro.runner import gpu_holders
-
-    busy, holders = gpu_holders(sample, scope or sorted(g.index for g in sample.gpus), threshold_mib)
-    if not busy and not holders:
-        return True, sample
-    say("; ".join(busy) or f"{len(holders)} holders")
-    if not await transition():
-        return False, sample
-    return True, await feed.latest(after=time.monotonic(), timeout=30.0)
-
-
-
-async def micro_phase(publish: Publish, host: WorkerHost, host_name: str, cfg: MicroConfig,
-                      sample: HostSample | None, cancel: asyncio.Event) -> MicroResult:
-    """The micro benchmarks as a phase (a refusal, the GPUs holding memory, ends it not ok with why)."""
-    from kimitui.bench.micro.runner import MicroRunner
-
-    runner = MicroRunner(host, host_name, cfg, publish, cancel)
-    publish(PhaseStart(now(), phase="micro", title="GEMM and all-reduce micro benchmarks"
-                       + (" (simulated)" if cfg.modelled else "")))
-    ok, note = False, ""
-    try:
-        result = await runner.run(sample)
-        ok = result.ok
-        note = ", ".join(f"{p.part} {p.status}" for p in result.parts.values())
-        if result.refused or any(p.status == "refused" for p in result.parts.values()):
-            note = "refused: " + (next(iter(result.parts.values())).detail if result.parts else "GPUs in use")
-        return result
-    except asyncio.CancelledError:
-        note = "interrupted"
-        raise
-    except Exception as exc:
-        note = f"could not run: {exc}"
-        raise
-    finally:
-        publish(PhaseEnd(now(), phase="micro", ok=ok, note=note))
-
-
-# --- Phase 3: analysis ---------------------------------------------------------------------------------
-
-
-async def analysis_phase(publish: Publish, state: SessionState) -> DecodeBudget:
-    """Where a decode step's time goes, from what the fold holds (a pure function of it), published."""
-    from kimitui.campaign.analysis import decode_budget
-
-    publish(PhaseStart(now(), phase="analysis", title="where a decode step's time goes"))
-    budget = decode_budget(state, now())
-    publish(budget)
-    for line in budget.missing:
-        publish(LogLine(now(), level="warning", source="analysis", message=line))
-    ok = bool(budget.bound)
-    publish(PhaseEnd(now(), phase="analysis", ok=ok,
-                     note=f"bound by {budget.bound}" if ok else "no verdict: " + ("; ".join(budget.missing)
-                                                                                   or "nothing to compare")))
-    return budget

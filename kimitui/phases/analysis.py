@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from kimitui.core.campaign_events import BudgetRow, DecodeBudget
 from kimitui.core.describe import impossible_words, no_verdict_words
-from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint
+from kimitui.core.events import AllReduceRow, GemmRow, LogLine, MacroPoint, PhaseEnd, PhaseStart
 from kimitui.core.figures import TPOT_STATISTIC, budget_impossible, step_tpot
 from kimitui.core.state import SessionState, level_failed
+from kimitui.phases.base import Publish, now
 
 PLATEAU_WITHIN = 0.05
 """A level within this fraction of the highest output tok/s is on the plateau."""
@@ -274,3 +275,17 @@ def _verdict(row: BudgetRow | None, ar_count: int, state: SessionState, link: st
     if budget_impossible(row):
         text += " " + impossible_words(row)
     return bound, text
+
+
+async def analysis_phase(publish: Publish, state: SessionState) -> DecodeBudget:
+    """Where a decode step's time goes, from what the fold holds (a pure function of it), published."""
+    publish(PhaseStart(now(), phase="analysis", title="where a decode step's time goes"))
+    budget = decode_budget(state, now())
+    publish(budget)
+    for line in budget.missing:
+        publish(LogLine(now(), level="warning", source="analysis", message=line))
+    ok = bool(budget.bound)
+    publish(PhaseEnd(now(), phase="analysis", ok=ok,
+                     note=f"bound by {budget.bound}" if ok else "no verdict: " + ("; ".join(budget.missing)
+                                                                                   or "nothing to compare")))
+    return budget
