@@ -80,7 +80,11 @@ def nccl_cells(modes: dict[str, AllReduceRow]) -> list[Cell]:
 
 
 class MacroTable(KeyedTable):
+    """Every sweep's points, sweep by sweep (a second sweep adds its rows under the first one's); the Sweep
+    column, numbered as the plots' legend, is shown once there is more than one."""
+
     COLUMNS = (
+        ("sweep", "Sweep", 5),
         ("concurrency", "Conc", 5),
         ("output_throughput", "Out tok/s", 9),
         ("requests", "ok/sent", 7),
@@ -92,12 +96,26 @@ class MacroTable(KeyedTable):
         ("error", "first error", None),
     )
 
-    def show(self, state: SessionState) -> None:
-        self.show_points(state.macro_points)
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.set_column_hidden("sweep", True)
 
-    def show_points(self, points: list[MacroPoint]) -> None:
-        rows: list[Row] = [(str(p.concurrency), macro_cells(p)) for p in points]
+    def show(self, state: SessionState) -> None:
+        self.show_sweeps([sweep.point_list for sweep in state.sweeps])
+
+    def show_sweeps(self, sweeps: list[list[MacroPoint]]) -> None:
+        """Each sweep's points (oldest first), a row each, keyed ``row_key(n, concurrency)``; the sweeps
+        with points are numbered from 1, as the report numbers them."""
+        numbered = list(enumerate([points for points in sweeps if points], start=1))
+        self.set_column_hidden("sweep", len(numbered) < 2)
+        rows: list[Row] = [(row_key(n, p.concurrency), [_r(str(n)), *macro_cells(p)])
+                           for n, points in numbered for p in points]
         self.sync(rows)
+
+
+def row_key(sweep: int, concurrency: int) -> str:
+    """A sweep-points row: '2:16' is the second sweep's concurrency 16 (sweeps numbered from 1)."""
+    return f"{sweep}:{concurrency}"
 
 
 class GemmTable(KeyedTable):

@@ -2,10 +2,10 @@
 against concurrency (output tok/s, median TTFT, median TPOT; plotext, imported on first show), the
 sweep's points, and the micro benchmark tables.
 
-The table and headline show the latest sweep; the plots show it and the sweeps before it (up to
-``SERIES``), each a series of its own, on an x axis of every planned level, so the points fill in without
-the axis moving. A level where every request failed is not a point (it is no zero): the table and the
-sweep panel say it failed and why.
+The headline shows the latest sweep; the table every sweep's points, sweep by sweep; the plots the
+latest sweep and the ones before it (up to ``SERIES``), each a series of its own, on an x axis of every
+planned level, so the points fill in without the axis moving. A level where every request failed is not
+a point (it is no zero): the table and the sweep panel say it failed and why.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class BenchView(VerticalScroll):
         points = sweep.point_list if sweep is not None else []
         self.query_one(HeadlineBox).show(sweep_headline(sweep), measuring=sweep is not None and sweep.active)
         self.query_one(SweepPanel).show(state, points, live)
-        self.query_one(MacroTable).show_points(points)
+        self.query_one(MacroTable).show(state)
         self.query_one("#gemm-table", GemmTable).show(state.gemm)
         self.query_one("#allreduce-table", AllReduceTable).show(state.allreduce)
         self._draw_plots(state.sweeps[-SERIES:])
