@@ -110,7 +110,7 @@ async def test_replay_opens_with_gpu_and_process_tables(run_path: Path) -> None:
         # largest first: the 8 workers, each on its own GPU
         top = procs.row_keys[:8]
         assert [int(k.split(":")[0]) for k in top] == WORKER_PIDS
-        assert procs.cell_text(top[0], "memory") == "89.6 GiB"
+        assert procs.cell_text(top[0], "memory") == "89.64"  # GiB, the column says
         assert procs.cell_text(top[0], "kind") == "cuda"
         assert procs.cell_text(top[0], "unit") == "vllm.service"
         monitor = next(k for k in procs.row_keys if k.startswith(f"{MONITOR_PID}:"))

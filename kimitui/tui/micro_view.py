@@ -103,7 +103,7 @@ def status_text(state: SessionState) -> Text:
         out.append("\nrefused: " + fmt.printable(refused.detail), style="bold red")
         for h in refused.holders[:4]:
             out.append(f"\n  pid {h.pid:<7} {fmt.printable(h.user or '?')}  GPU {fmt.gpu_list(h.gpus):<5} "
-                       f"{fmt.mem_mib(h.mem_mib):>9}  {fmt.shorten(fmt.command_gist(h.cmdline), 60)}")
+                       f"{fmt.mib(h.mem_mib):>7} MiB  {fmt.shorten(fmt.command_gist(h.cmdline), 60)}")
         if len(refused.holders) > 4:
             out.append(f"\n  and {len(refused.holders) - 4} more", style="dim")
     for part in p.parts:
