@@ -311,3 +311,36 @@ async def test_cleanup_tab_elapsed_matches_the_fold_on_the_bundled_run() -> None
         for name, step in cleanup.steps.items():
             if step.elapsed_s is not None:
                 assert table.cell_text(name, "elapsed") == f"{step.elapsed_s:.2f} s"
+
+
+async def test_the_plots_legend_numbers_a_sweep_as_the_table_does(tmp_path: Path) -> None:
+    """A first sweep whose every request failed has rows (FAILED) but no line: the lines of the two after
+    it are sweeps 2 and 3 in the legend, as in the table and the report (not 1 and 2)."""
+    t = 1_750_000_000.0
+    ev: list[object] = [PhaseStart(t, phase="macro", title="down")]
+    for c in (1, 2):
+        t += 1.0
+        ev.append(MacroPoint(t, concurrency=c, metrics={"completed": 0, "failed": 4 * c, "num_prompts": 4 * c,
+                                                        "errors": ["HTTP 503: model loading"]}))
+    ev.append(PhaseEnd(t, phase="macro", ok=False))
+    for scale in (1.0, 1.5):
+        ev.append(PhaseStart(t, phase="macro", title="up"))
+        for c in (1, 2):
+            t += 1.0
+            ev.append(MacroPoint(t, concurrency=c, metrics={"output_throughput": 50.0 * c * scale,
+                                                            "median_ttft_ms": 10.0, "median_tpot_ms": 20.0,
+                                                            "completed": 4 * c, "failed": 0, "num_prompts": 4 * c}))
+        ev.append(PhaseEnd(t, phase="macro"))
+    app = replay_app(write_run(tmp_path / "three.jsonl", ev, host="h"))  # type: ignore[arg-type]
+    async with app.run_test(size=BIG) as pilot:
+        await pilot.press("e", "b")
+        await wait_for(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        view = app.query_one(BenchView)
+        table = view.query_one(MacroTable)
+        await wait_for(pilot, lambda: table.row_count == 6 and len(view.plotted_series.get("throughput", [])) == 2,
+                       "six rows, two lines")
+        assert table.column_texts("sweep") == ["1", "1", "2", "2", "3", "3"]
+        assert table.column_texts("output_throughput") == ["FAILED", "FAILED", "50", "100", "75", "150"]
+        legend = str(view.plots["throughput"].render())
+        assert "sweep 2" in legend and "sweep 3" in legend and "sweep 1" not in legend
+        assert "### Sweep 3: up" in render_report(RunReader(tmp_path / "three.jsonl"))

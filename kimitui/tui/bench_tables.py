@@ -7,7 +7,7 @@ from rich.text import Text
 from kimitui.core.describe import gemm_words
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, first_error, level_failed
 from kimitui.core.figures import correctness_failed
-from kimitui.core.state import SessionState
+from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 
@@ -101,16 +101,23 @@ class MacroTable(KeyedTable):
         self.set_column_hidden("sweep", True)
 
     def show(self, state: SessionState) -> None:
-        self.show_sweeps([sweep.point_list for sweep in state.sweeps])
-
-    def show_sweeps(self, sweeps: list[list[MacroPoint]]) -> None:
-        """Each sweep's points (oldest first), a row each, keyed ``row_key(n, concurrency)``; the sweeps
-        with points are numbered from 1, as the report numbers them."""
-        numbered = list(enumerate([points for points in sweeps if points], start=1))
+        """Each sweep's points (oldest first), a row each, keyed ``row_key(number, concurrency)``."""
+        numbered = [(n, sweep.point_list) for n, sweep in zip(sweep_numbers(state.sweeps), state.sweeps, strict=True)
+                    if sweep.points]
         self.set_column_hidden("sweep", len(numbered) < 2)
         rows: list[Row] = [(row_key(n, p.concurrency), [_r(str(n)), *macro_cells(p)])
                            for n, points in numbered for p in points]
         self.sync(rows)
+
+
+def sweep_numbers(sweeps: list[Sweep]) -> list[int]:
+    """Each sweep's number, as the sweep-points table, the plots' legend and the report give it: the
+    sweeps with points counted from 1; one without points yet takes the next number."""
+    numbers, n = [], 0
+    for sweep in sweeps:
+        n += bool(sweep.points)
+        numbers.append(n if sweep.points else n + 1)
+    return numbers
 
 
 def row_key(sweep: int, concurrency: int) -> str:
