@@ -144,8 +144,17 @@ def test_report_credits_memory_to_the_step_that_freed_it(report):
     verify = report[report.index("### Step verify"): report.index("### Step reset")]
     assert "| 0 | 0 | 0 | +0 | 97,887 |" in verify and "2,860" not in verify
     memory = _section(report, "## GPU memory through the transition")
-    assert "| 0 | 90.2 | 90.2 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 |" in memory
-    assert "2.8" not in memory
+    assert "| 0 | 92,411 | 92,411 | 0 | 0 | 0 | 0 | 0 | 0 |" in memory
+    assert "2,860" not in memory
+
+
+def test_report_gives_gpu_memory_in_mib_throughout(report):
+    """Issue 20 item 8: one unit in the report: the transition's table is in MiB, as the steps' tables and
+    the verification are (it was in GiB beside them)."""
+    memory = _section(report, "## GPU memory through the transition")
+    assert "Used memory per GPU in MiB" in memory
+    assert "GiB" not in report
+    assert "| GPU | used MiB | baseline MiB | clean | holders |" in report
 
 
 def test_report_signals_show_start_times_and_distinct_commands(report, folded):

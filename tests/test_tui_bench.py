@@ -116,8 +116,8 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
 
             view = app.screen_stack[0].query_one(BenchView)
             table = view.query_one(MacroTable)
-            await wait_for(pilot, lambda: table.row_keys == ["1", "4", "16"], "3 table rows")
-            assert table.cell_text("16", "output_throughput") == f"{toks[16]:.0f}"
+            await wait_for(pilot, lambda: table.row_keys == ["1:1", "1:4", "1:16"], "3 table rows")
+            assert table.cell_text("1:16", "output_throughput") == f"{toks[16]:.0f}"
             await wait_for(pilot, lambda: view.query_one(Digits).value == headline_text(toks[1]), "the headline")
             assert "single stream" in text_of(app, "#single-stream")
             assert f"{toks[1]:.1f} tok/s" in text_of(app, "#single-stream")
@@ -175,7 +175,7 @@ async def test_cancel_mid_sweep_keeps_the_finished_levels() -> None:
             assert sorted(state.macro) == [1, 4]
             assert any("cancelling the sweep" in n for n in notes(app))
             view = app.screen_stack[0].query_one(BenchView)
-            await wait_for(pilot, lambda: view.query_one(MacroTable).row_keys == ["1", "4"], "2 table rows")
+            await wait_for(pilot, lambda: view.query_one(MacroTable).row_keys == ["1:1", "1:4"], "2 table rows")
             await wait_for(pilot, lambda: "cancelled after 2 of 3 levels" in text_of(app, "#sweep-status"),
                            "the cancelled status")
             assert [c for c, _ in view.plotted["throughput"][1]] == [1, 4]

@@ -75,8 +75,8 @@ async def test_a_sweep_whose_every_request_fails_is_shown_failed_with_counts_and
             assert "every request failed at 3 levels" in status and "done" not in status
             assert "c=1: 4 of 4 requests failed" in status and "503" in status and "model loading" in status
             table = view.query_one(MacroTable)
-            await wait_for(pilot, lambda: table.row_keys == ["1", "2", "4"], "3 rows")
-            for c, sent in (("1", 4), ("2", 8), ("4", 16)):
+            await wait_for(pilot, lambda: table.row_keys == ["1:1", "1:2", "1:4"], "3 rows")
+            for c, sent in (("1:1", 4), ("1:2", 8), ("1:4", 16)):
                 assert table.cell_text(c, "output_throughput") == "FAILED"
                 assert table.cell_text(c, "requests") == f"0/{sent}"
                 assert "model loading" in table.cell_text(c, "error")
@@ -264,7 +264,27 @@ async def test_a_second_sweep_is_plotted_beside_the_first(tmp_path: Path) -> Non
         assert first == [(1, 50.0), (2, 100.0), (4, 200.0)]
         assert second == [(1, 75.0), (2, 150.0), (4, 300.0)]
         assert view.query_one("#throughput-box").border_title.endswith("2 sweeps")
-        assert view.query_one(MacroTable).cell_text("4", "output_throughput") == "300"
+        assert view.query_one(MacroTable).cell_text("2:4", "output_throughput") == "300"
+
+
+async def test_a_second_sweep_keeps_the_first_ones_rows_in_the_table_by_sweep(tmp_path: Path) -> None:
+    """The sweep-points table holds both sweeps' rows, each marked with its sweep (a second sweep used to
+    replace the first one's rows); on screen as in the table."""
+    app = replay_app(_two_sweeps(tmp_path / "two.jsonl"))
+    async with app.run_test(size=BIG) as pilot:
+        await pilot.press("e", "b")
+        await wait_for(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        table = app.query_one(BenchView).query_one(MacroTable)
+        await wait_for(pilot, lambda: table.row_count == 6, "six rows")
+        assert table.column_texts("sweep") == ["1", "1", "1", "2", "2", "2"]
+        assert table.column_texts("concurrency") == ["1", "2", "4"] * 2
+        assert table.column_texts("output_throughput") == ["50", "100", "200", "75", "150", "300"]
+        await pilot.pause()
+        lines = [line for line in screen_text(app).splitlines() if "/4" in line or "/8" in line or "/16" in line]
+        cells = [line.strip(" │").split()[:3] for line in lines]
+        assert cells == [["1", "1", "50"], ["1", "2", "100"], ["1", "4", "200"],
+                         ["2", "1", "75"], ["2", "2", "150"], ["2", "4", "300"]], lines
+        assert "Sweep" in next(line for line in screen_text(app).splitlines() if "Out tok/s" in line)
 
 
 async def test_keys_typed_fast_after_tab_in_the_sweep_dialog_go_to_the_next_field() -> None:
@@ -291,3 +311,36 @@ async def test_cleanup_tab_elapsed_matches_the_fold_on_the_bundled_run() -> None
         for name, step in cleanup.steps.items():
             if step.elapsed_s is not None:
                 assert table.cell_text(name, "elapsed") == f"{step.elapsed_s:.2f} s"
+
+
+async def test_the_plots_legend_numbers_a_sweep_as_the_table_does(tmp_path: Path) -> None:
+    """A first sweep whose every request failed has rows (FAILED) but no line: the lines of the two after
+    it are sweeps 2 and 3 in the legend, as in the table and the report (not 1 and 2)."""
+    t = 1_750_000_000.0
+    ev: list[object] = [PhaseStart(t, phase="macro", title="down")]
+    for c in (1, 2):
+        t += 1.0
+        ev.append(MacroPoint(t, concurrency=c, metrics={"completed": 0, "failed": 4 * c, "num_prompts": 4 * c,
+                                                        "errors": ["HTTP 503: model loading"]}))
+    ev.append(PhaseEnd(t, phase="macro", ok=False))
+    for scale in (1.0, 1.5):
+        ev.append(PhaseStart(t, phase="macro", title="up"))
+        for c in (1, 2):
+            t += 1.0
+            ev.append(MacroPoint(t, concurrency=c, metrics={"output_throughput": 50.0 * c * scale,
+                                                            "median_ttft_ms": 10.0, "median_tpot_ms": 20.0,
+                                                            "completed": 4 * c, "failed": 0, "num_prompts": 4 * c}))
+        ev.append(PhaseEnd(t, phase="macro"))
+    app = replay_app(write_run(tmp_path / "three.jsonl", ev, host="h"))  # type: ignore[arg-type]
+    async with app.run_test(size=BIG) as pilot:
+        await pilot.press("e", "b")
+        await wait_for(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        view = app.query_one(BenchView)
+        table = view.query_one(MacroTable)
+        await wait_for(pilot, lambda: table.row_count == 6 and len(view.plotted_series.get("throughput", [])) == 2,
+                       "six rows, two lines")
+        assert table.column_texts("sweep") == ["1", "1", "2", "2", "3", "3"]
+        assert table.column_texts("output_throughput") == ["FAILED", "FAILED", "50", "100", "75", "150"]
+        legend = str(view.plots["throughput"].render())
+        assert "sweep 2" in legend and "sweep 3" in legend and "sweep 1" not in legend
+        assert "### Sweep 3: up" in render_report(RunReader(tmp_path / "three.jsonl"))

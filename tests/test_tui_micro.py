@@ -4,6 +4,7 @@ host that still holds its GPUs is refused and names the holders, then runs when 
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -152,3 +153,57 @@ async def test_the_bundled_campaign_shows_its_micro_rows() -> None:
         sizes = {r.size_bytes for r in session.state.allreduce if r.burst == 1}
         nccl = app.query_one("#micro-nccl", AllReduceTable)
         assert len(nccl.row_keys) == len(sizes) > 0  # a line per size: eager and graph
+
+
+def plot_y_labels(screen: str, title: str) -> list[str]:
+    """The y tick labels of the plot boxed under ``title``, top to bottom, as the screen shows them."""
+    lines = screen.splitlines()
+    top = next(i for i, line in enumerate(lines) if title in line)
+    left = lines[top].rindex("╭", 0, lines[top].index(title))
+    right = lines[top].index("╮", left)
+    labels = []
+    for line in lines[top + 1:]:
+        box = line[left:right + 1]
+        if box.startswith("╰"):
+            break
+        if "┤" in box:
+            labels.append(box[1:box.index("┤")].strip())
+    return labels
+
+
+def tick_value(label: str) -> float:
+    return float(label[:-1]) * 1000 if label.endswith("k") else float(label)
+
+
+async def test_the_all_reduce_latency_plot_has_a_log_axis() -> None:
+    """The latency spans decades (a few us at 1 KiB, ms at 64 MiB): its y axis is logarithmic, labelled
+    at powers of ten, so the small sizes are not a flat line at the bottom."""
+    from kimitui.resources import bundled_sample_run
+    from tests.screen_text import screen_text
+
+    session = Session()
+    app = KimituiApp(session, player=Player(RunReader(bundled_sample_run()), session, clock=FakeClock()))
+    async with app.run_test(size=BIG) as pilot:
+        await pilot.press("e", "u")
+        await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
+        view = app.query_one(MicroView)
+        await wait_for(pilot, lambda: bool(view.plotted.get("ar-latency", ({},))[0]), "the latency plot")
+        latency, = view.plotted["ar-latency"]  # type: ignore[misc]
+        times = [t for pts in latency.values() for _, t in pts]  # type: ignore[attr-defined]
+        assert max(times) / min(times) > 100  # decades apart: what a linear axis flattens
+        await wait_for(pilot, lambda: len(plot_y_labels(screen_text(app), "all-reduce us")) >= 3, "y labels")
+        screen = screen_text(app)
+        labels = plot_y_labels(screen, "all-reduce us")
+        values = [tick_value(label) for label in labels]
+        assert all(a / b == 10 for a, b in itertools.pairwise(values)), labels
+        assert values[-1] <= min(times) and values[0] >= max(times), (labels, min(times), max(times))
+        assert "all-reduce us (log)" in screen  # the box says so
+
+
+def test_log_ticks_cover_the_range_with_round_values() -> None:
+    from kimitui.tui.micro_view import log_ticks, us_tick
+
+    assert log_ticks(3.2, 47_790) == [1, 10, 100, 1_000, 10_000, 100_000]
+    assert log_ticks(19, 25) == [10, 20, 50]  # within a decade: 1, 2 and 5 times its powers of ten
+    assert log_ticks(20, 20) == [10, 20, 50]  # one value: a tick either side
+    assert [us_tick(t) for t in (10, 500, 1000, 20_000)] == ["10", "500", "1k", "20k"]

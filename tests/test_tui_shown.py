@@ -80,7 +80,7 @@ async def test_the_consent_table_at_80x24_keeps_whose_process_and_when_it_starte
             started = fmt.started(state.started_at(ref.start_time), state.clock)
             assert started != fmt.DASH
             assert f" {started} " in line and f" {ref.user} " in line, (ref, line)
-            assert fmt.mem_mib(ref.mem_mib) in line, line
+            assert fmt.mib(ref.mem_mib) in line, line
             assert max(len(ln) for ln in text.splitlines()) <= 80
 
 

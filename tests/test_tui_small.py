@@ -53,7 +53,7 @@ async def test_consent_modal_at_80x24_shows_every_row_and_keeps_its_controls() -
                 controls_on_screen(text)
                 line = next((ln for ln in text.splitlines() if f" {ref.pid} " in ln and "action:" not in ln), None)
                 assert line is not None, (ref.pid, text)
-                assert fmt.mem_mib(ref.mem_mib) in line
+                assert fmt.mib(ref.mem_mib) in line
                 gist, *why = what_lines(ref, what_width(SMALL[0], compact=True))
                 assert gist in line, (gist, line)
                 assert why and all(w in text for w in why), (why, text)  # why, wrapped to the column
@@ -120,8 +120,8 @@ async def test_benchmarks_tab_keeps_its_plots_at_80x24() -> None:
 
 async def test_the_process_table_gives_a_narrow_terminal_to_the_command() -> None:
     # at 80 columns the Unit and User columns left the command 9 characters ("kimitui.h"): they go first
-    for size, shown, gone in ((SMALL, ("PID", "GPUs", "Memory", "Kind", "Command"), ("User", "Unit")),
-                              ((120, 40), ("PID", "User", "GPUs", "Memory", "Kind", "Unit", "Command"), ())):
+    for size, shown, gone in ((SMALL, ("PID", "GPUs", "GPU GiB", "Kind", "Command"), ("User", "Unit")),
+                              ((120, 40), ("PID", "User", "GPUs", "GPU GiB", "Kind", "Unit", "Command"), ())):
         app = replay_app(bundled_sample_run())
         async with app.run_test(size=size) as pilot:
             await pilot.press("n")  # the first phase: the service's processes are up

@@ -59,7 +59,7 @@ def campaign_section(state: SessionState, end_time: float) -> list[str]:
 
 def transition_memory(state: SessionState, sample_at: SampleAt, after_step: AfterStep) -> list[str]:
     """Per GPU: its used memory at the transition's start, after each step (the last sample before the next
-    step or phase began: ``after_step``), and at its end (GiB)."""
+    step or phase began: ``after_step``), and at its end (MiB, as the rest of the report)."""
     span = next((s for s in state.phases if s.phase == "cleanup"), None)
     if state.campaign is not None:
         span = next((s for s in state.phases if s.phase == "cleanup" and s.start >= state.campaign.plan.t), span)
@@ -81,10 +81,10 @@ def transition_memory(state: SessionState, sample_at: SampleAt, after_step: Afte
         row = [str(i)]
         for _, s in samples:
             g = next((g for g in s.gpus if g.index == i), None) if s is not None else None
-            row.append("n/a" if g is None or g.mem_used_mib is None else f"{g.mem_used_mib / 1024:.1f}")
+            row.append("n/a" if g is None or g.mem_used_mib is None else f"{g.mem_used_mib:,.0f}")
         rows.append(row)
     return ["## GPU memory through the transition", "",
-            "Used memory per GPU in GiB: at the transition's start, after each step (the last sample before the next "
+            "Used memory per GPU in MiB: at the transition's start, after each step (the last sample before the next "
             "step or phase began), at its end (the last sample before it).", "",
             *table(["GPU", *[label for label, _ in samples]], rows), ""]
 

@@ -7,7 +7,7 @@ from rich.text import Text
 from kimitui.core.describe import gemm_words
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, first_error, level_failed
 from kimitui.core.figures import correctness_failed
-from kimitui.core.state import SessionState
+from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
 from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 
@@ -80,7 +80,11 @@ def nccl_cells(modes: dict[str, AllReduceRow]) -> list[Cell]:
 
 
 class MacroTable(KeyedTable):
+    """Every sweep's points, sweep by sweep (a second sweep adds its rows under the first one's); the Sweep
+    column, numbered as the plots' legend, is shown once there is more than one."""
+
     COLUMNS = (
+        ("sweep", "Sweep", 5),
         ("concurrency", "Conc", 5),
         ("output_throughput", "Out tok/s", 9),
         ("requests", "ok/sent", 7),
@@ -92,12 +96,33 @@ class MacroTable(KeyedTable):
         ("error", "first error", None),
     )
 
-    def show(self, state: SessionState) -> None:
-        self.show_points(state.macro_points)
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.set_column_hidden("sweep", True)
 
-    def show_points(self, points: list[MacroPoint]) -> None:
-        rows: list[Row] = [(str(p.concurrency), macro_cells(p)) for p in points]
+    def show(self, state: SessionState) -> None:
+        """Each sweep's points (oldest first), a row each, keyed ``row_key(number, concurrency)``."""
+        numbered = [(n, sweep.point_list) for n, sweep in zip(sweep_numbers(state.sweeps), state.sweeps, strict=True)
+                    if sweep.points]
+        self.set_column_hidden("sweep", len(numbered) < 2)
+        rows: list[Row] = [(row_key(n, p.concurrency), [_r(str(n)), *macro_cells(p)])
+                           for n, points in numbered for p in points]
         self.sync(rows)
+
+
+def sweep_numbers(sweeps: list[Sweep]) -> list[int]:
+    """Each sweep's number, as the sweep-points table, the plots' legend and the report give it: the
+    sweeps with points counted from 1; one without points yet takes the next number."""
+    numbers, n = [], 0
+    for sweep in sweeps:
+        n += bool(sweep.points)
+        numbers.append(n if sweep.points else n + 1)
+    return numbers
+
+
+def row_key(sweep: int, concurrency: int) -> str:
+    """A sweep-points row: '2:16' is the second sweep's concurrency 16 (sweeps numbered from 1)."""
+    return f"{sweep}:{concurrency}"
 
 
 class GemmTable(KeyedTable):

@@ -2,10 +2,10 @@
 against concurrency (output tok/s, median TTFT, median TPOT; plotext, imported on first show), the
 sweep's points, and the micro benchmark tables.
 
-The table and headline show the latest sweep; the plots show it and the sweeps before it (up to
-``SERIES``), each a series of its own, on an x axis of every planned level, so the points fill in without
-the axis moving. A level where every request failed is not a point (it is no zero): the table and the
-sweep panel say it failed and why.
+The headline shows the latest sweep; the table every sweep's points, sweep by sweep; the plots the
+latest sweep and the ones before it (up to ``SERIES``), each a series of its own, on an x axis of every
+planned level, so the points fill in without the axis moving. A level where every request failed is not
+a point (it is no zero): the table and the sweep panel say it failed and why.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from kimitui.core.events import MacroPoint, ServerSample
 from kimitui.core.state import SessionState, Sweep, level_failed
 from kimitui.tui.bench_progress import HeadlineBox, SweepPanel, single_stream_content
 from kimitui.tui.bench_runner import sweep_headline
-from kimitui.tui.bench_tables import AllReduceTable, GemmTable, MacroTable
+from kimitui.tui.bench_tables import AllReduceTable, GemmTable, MacroTable, sweep_numbers
 
 if TYPE_CHECKING:
     from textual_plotext import PlotextPlot
@@ -105,7 +105,8 @@ class BenchView(VerticalScroll):
         self._plot_keys: dict[str, object] = {}
         self.plotted_server: dict[str, list[list[tuple[float, float]]]] = {}
         """What each server plot shows: its lines of (seconds into the sweep, value)."""
-        self._last_sweeps: list[Sweep] | None = None
+        self._last_sweeps: list[tuple[int, Sweep]] | None = None
+        """The sweeps plotted, each with its number."""
         self._last_server: list[ServerSample] = []
 
     @property
@@ -163,10 +164,10 @@ class BenchView(VerticalScroll):
         points = sweep.point_list if sweep is not None else []
         self.query_one(HeadlineBox).show(sweep_headline(sweep), measuring=sweep is not None and sweep.active)
         self.query_one(SweepPanel).show(state, points, live)
-        self.query_one(MacroTable).show_points(points)
+        self.query_one(MacroTable).show(state)
         self.query_one("#gemm-table", GemmTable).show(state.gemm)
         self.query_one("#allreduce-table", AllReduceTable).show(state.allreduce)
-        self._draw_plots(state.sweeps[-SERIES:])
+        self._draw_plots(list(zip(sweep_numbers(state.sweeps), state.sweeps, strict=True))[-SERIES:])
         self._draw_server(sweep.server if sweep is not None else [])
 
     def on_resize(self) -> None:
@@ -174,21 +175,24 @@ class BenchView(VerticalScroll):
         if self._last_sweeps is not None:
             self.call_after_refresh(self._draw_plots, self._last_sweeps)
 
-    def _draw_plots(self, sweeps: list[Sweep]) -> None:
+    def _draw_plots(self, sweeps: list[tuple[int, Sweep]]) -> None:
         self._last_sweeps = sweeps
         plots = self._ensure_plots()
-        levels = sorted({c for s in sweeps for c in s.levels})
+        levels = sorted({c for _, s in sweeps for c in s.levels})
         for key, title, metrics in PLOTS:
             metric: str | None = None
             series: list[list[tuple[int, float]]] = []
-            for sweep in sweeps:
+            numbers: list[int] = []
+            for n, sweep in sweeps:
                 m, one = plot_series(sweep.point_list, metrics)
-                if sweep is sweeps[-1] or one:
+                if sweep is sweeps[-1][1] or one:
                     series.append(one)
+                    numbers.append(n)
                 metric = m or metric
             latest = series[-1] if series else []
             axis = sorted(set(levels) | {c for one in series for c, _ in one})
-            stamp = (metric, tuple(tuple(one) for one in series), tuple(axis), plots[key].size.width)
+            stamp = (metric, tuple(tuple(one) for one in series), tuple(numbers), tuple(axis),
+                     plots[key].size.width)
             box = self.query_one(f"#{key}-box")
             label = title if key == "throughput" else f"{title} ({stat_word(metric) or 'median'})"
             if len(series) > 1:
@@ -200,7 +204,7 @@ class BenchView(VerticalScroll):
             self._plot_keys[key] = stamp
             self.plotted[key] = (metric, latest)
             self.plotted_series[key] = series
-            draw(plots[key], series, axis)
+            draw(plots[key], series, axis, numbers)
 
 
     def _draw_server(self, samples: list[ServerSample]) -> None:
@@ -261,8 +265,10 @@ def spaced_ticks(levels: list[int], lo: float, hi: float, width: int) -> list[in
     return kept
 
 
-def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[int]) -> None:
-    """A line per sweep over log2(concurrency), ticks at the levels, y from 0 to a round top."""
+def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[int],
+         numbers: list[int] | None = None) -> None:
+    """A line per sweep over log2(concurrency), ticks at the levels, y from 0 to a round top; with more
+    than one, each labelled with its sweep's number (``numbers``, else 1, 2, ...)."""
     plt = plot.plt
     plt.clear_figure()
     plt.xlabel("concurrency")
@@ -283,7 +289,8 @@ def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[in
         if len(one) > 1:
             # cell-aligned dots: a braille line is drawn at sub-cell positions, off the level markers
             plt.plot(xs, ys, marker="dot", color=color)
-        plt.scatter(xs, ys, marker="●", color=color, label=f"sweep {n + 1}" if len(series) > 1 else None)
+        number = numbers[n] if numbers is not None else n + 1
+        plt.scatter(xs, ys, marker="●", color=color, label=f"sweep {number}" if len(series) > 1 else None)
         top = max(top, *ys)
     if top > 0:
         ticks = nice_ticks(top)

@@ -39,9 +39,9 @@ GPUS_HELD = "GPU memory still held"
 """The start of a restart preview while the GPUs still hold memory (kimitui.cleanup.steps.GPUS_HELD)."""
 TICKED, UNTICKED, LOCKED = "[x]", "[ ]", " - "
 WIDE_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("start", "Start", 8), ("user", "User", 8),
-                ("gpus", "GPUs", 4), ("mem", "Memory", 9), ("unit", "Unit", 15))
+                ("gpus", "GPUs", 4), ("mem", "GPU MiB", 9), ("unit", "Unit", 15))
 COMPACT_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("start", "Start", 8), ("user", "User", 8),
-                   ("gpus", "GPUs", 4), ("mem", "Memory", 9))
+                   ("gpus", "GPUs", 4), ("mem", "GPU MiB", 9))
 """Then one column of the command over why (a row of two or three lines), as wide as what is left. Below
 COMPACT_WIDTH columns the unit goes (it is in the audit log) and the command column narrows: whose process
 it is and when it started (which process a pid is) stay."""
@@ -71,7 +71,7 @@ def ref_cells(ref: ProcRef, tick: Text, why_style: str, width: int, compact: boo
     what.append(lines[0])
     for line in lines[1:]:
         what.append("\n" + line, style=why_style)
-    mem = Text(fmt.mem_mib(ref.mem_mib), justify="right")
+    mem = Text(fmt.mib(ref.mem_mib), justify="right")
     # a str cell is markup, and the user and the unit come from the host: their brackets escaped
     user = escape(fmt.shorten(fmt.printable(ref.user or "?"), 8))
     if compact:

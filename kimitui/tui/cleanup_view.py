@@ -78,7 +78,7 @@ def plan_content(cleanup: CleanupState | None) -> Content:
         ("plan ", "$text-muted"), (fmt.printable(plan.service or "GPUs"), "bold"),
         (" via ", "$text-muted"), fmt.printable(plan.manager or "-"),
         (" on GPUs ", "$text-muted"), fmt.gpu_list(plan.gpus),
-        (" clean below ", "$text-muted"), fmt.mem_mib(plan.clean_threshold_mib),
+        (" clean below ", "$text-muted"), f"{fmt.mib(plan.clean_threshold_mib)} MiB",
         (fmt.printable(f"  (cleanup {cleanup.plan.host or ''})"), "$text-muted") if cleanup.plan.host else "",
     )
 
@@ -94,7 +94,7 @@ def verdict_content(cleanup: CleanupState | None) -> Content:
         parts.append(fmt.printable(f"  {v.detail}"))
     for g in v.gpus:
         mark = ("ok", "$success") if g.clean else ("HELD", "bold $error")
-        parts += [f"\n  GPU {g.index}: {fmt.mem_mib(g.used_mib)} (baseline {fmt.mem_mib(g.baseline_mib)}) ",
+        parts += [f"\n  GPU {g.index}: {fmt.mib(g.used_mib)} MiB (baseline {fmt.mib(g.baseline_mib)} MiB) ",
                   mark]
         if g.holders:
             parts.append(f" holders {', '.join(map(str, g.holders))}")
@@ -135,8 +135,8 @@ def memory_content(state: SessionState, width: int) -> Content:
         return Content("")
     since = cleanup.plan.t - MEM_SINCE_S
     threshold = cleanup.plan.clean_threshold_mib
-    spark_w = max(width - 13, 6)
-    parts: list[str | tuple[str, str]] = [("GPU memory since the plan", "$text-muted")]
+    spark_w = max(width - 11, 6)
+    parts: list[str | tuple[str, str]] = [("GPU memory since the plan (MiB)", "$text-muted")]
     gpus = cleanup.plan.gpus or sorted(state.gpus)
     times = [t for t, _ in state.mem_history.get(gpus[0], ()) if t >= since] if gpus else []
     marks = fmt.phase_marks(times, [(p.start, p.phase) for p in state.phases], spark_w)
@@ -152,7 +152,7 @@ def memory_content(state: SessionState, width: int) -> Content:
         pad, drawn = spark[: spark_w - data], spark[spark_w - data:].replace(" ", "▁")
         style = "$text-muted" if last is None else "$success" if last <= threshold else "$warning"
         parts += ["\n", (f"{index:>2} ", "$text-muted"), pad, (drawn, "$primary"),
-                  (f" {fmt.gib(last):>5} GiB", style)]
+                  (f" {fmt.mib(last):>7}", style)]
     return Content.assemble(*parts)
 
 

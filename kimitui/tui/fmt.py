@@ -1,4 +1,9 @@
-"""Pure text formatting for the views: numbers, bars, sparklines, clocks. No textual import here."""
+"""Pure text formatting for the views: numbers, bars, sparklines, clocks. No textual import here.
+
+GPU memory has one unit a screen, said in its headers: GiB on the Dashboard (the GPU and process tables,
+the memory history), MiB on the Cleanup tab, the consent modal and the Micro tab (a clean threshold is tens
+of MiB), as in the report and the CLI.
+"""
 
 from __future__ import annotations
 
@@ -26,8 +31,14 @@ def num(value: float | int | None, fmt: str = "{:.0f}", suffix: str = "") -> str
         return DASH
 
 
-def gib(mib: float | None) -> str:
-    return num(None if mib is None else mib / 1024, "{:.1f}")
+def gib(mib: float | None, digits: int = 1) -> str:
+    """A figure in MiB as GiB, '92.8' (no unit: the column or the line says it)."""
+    return num(None if mib is None else mib / 1024, f"{{:.{digits}f}}")
+
+
+def mib(value: float | None) -> str:
+    """A figure in MiB, '92,411' (no unit: the column or the line says it)."""
+    return num(value, "{:,.0f}")
 
 
 def mem_label(used_mib: float | None, total_mib: float | None) -> str:
@@ -35,15 +46,6 @@ def mem_label(used_mib: float | None, total_mib: float | None) -> str:
     if used_mib is None and total_mib is None:
         return DASH
     return f"{gib(used_mib)}/{gib(total_mib)} GiB"
-
-
-def mem_mib(mib: float | None) -> str:
-    """A process' memory: MiB below 10 GiB, GiB above."""
-    if mib is None:
-        return DASH
-    if mib >= 10 * 1024:
-        return f"{mib / 1024:.1f} GiB"
-    return f"{mib:.0f} MiB"
 
 
 def bar(fraction: float | None, width: int) -> str:

@@ -46,7 +46,7 @@ class OverrideScreen(ModalScreen[bool]):
         if self.holders:
             parts += ["\n\n", (f"held by {len(self.holders)} process(es):", "bold")]
             for h in self.holders[: self.SHOWN]:
-                parts += ["\n", f"  pid {h.pid:<7} GPU {fmt.gpu_list(h.gpus):<5} {fmt.gib(h.mem_mib):>5} GiB  ",
+                parts += ["\n", f"  pid {h.pid:<7} GPU {fmt.gpu_list(h.gpus):<5} {fmt.mib(h.mem_mib):>7} MiB  ",
                           fmt.shorten(fmt.command_gist(h.cmdline), 40)]
             if len(self.holders) > self.SHOWN:
                 parts += ["\n", (f"  and {len(self.holders) - self.SHOWN} more (the Micro tab lists them)",

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from textual_plotext import PlotextPlot
 
 INT4_HINT = "torch-int4 (tinygemm) is honest only near M=1: it stands in for Marlin where vLLM is not installed"
-PLOTS = (("ar-latency", "all-reduce us vs size"), ("ar-busbw", "busbw GB/s vs size"),
+PLOTS = (("ar-latency", "all-reduce us (log)"), ("ar-busbw", "busbw GB/s vs size"),
          ("gemm-roof", "GEMM % of roofline vs M"), ("burst", "122-burst us vs M"))
 BACKEND_RANK = {"marlin": 0, "torch-int4": 1, "bf16": 2}
 Series = dict[str, list[tuple[float, float]]]
@@ -103,7 +103,7 @@ def status_text(state: SessionState) -> Text:
         out.append("\nrefused: " + fmt.printable(refused.detail), style="bold red")
         for h in refused.holders[:4]:
             out.append(f"\n  pid {h.pid:<7} {fmt.printable(h.user or '?')}  GPU {fmt.gpu_list(h.gpus):<5} "
-                       f"{fmt.mem_mib(h.mem_mib):>9}  {fmt.shorten(fmt.command_gist(h.cmdline), 60)}")
+                       f"{fmt.mib(h.mem_mib):>7} MiB  {fmt.shorten(fmt.command_gist(h.cmdline), 60)}")
         if len(refused.holders) > 4:
             out.append(f"\n  and {len(refused.holders) - 4} more", style="dim")
     for part in p.parts:
@@ -237,9 +237,16 @@ class MicroView(VerticalScroll):
                     plt.xlabel("M tokens")
             else:
                 lines: Series = data[0]  # type: ignore[assignment]
+                log_y = key == "ar-latency"  # a few us at 1 KiB to tens of ms at 1 GiB: decades apart
                 for name, pts in lines.items():
-                    xs = [math.log2(x) for x, _ in pts]  # sizes and M both double step by step
-                    plt.plot(xs, [y for _, y in pts], label=name, marker="dot")
+                    shown = [(x, y) for x, y in pts if y > 0] if log_y else pts
+                    xs = [math.log2(x) for x, _ in shown]  # sizes and M both double step by step
+                    plt.plot(xs, [math.log10(y) if log_y else y for _, y in shown], label=name, marker="dot")
+                ys_all = [y for pts in lines.values() for _, y in pts if y > 0]
+                if log_y and ys_all:
+                    ticks = log_ticks(min(ys_all), max(ys_all))
+                    plt.yticks([math.log10(t) for t in ticks], [us_tick(t) for t in ticks])
+                    plt.ylim(math.log10(ticks[0]), math.log10(ticks[-1]))
                 if key == "ar-busbw" and limit and lines:
                     xs_all = [math.log2(x) for pts in lines.values() for x, _ in pts]
                     plt.plot([min(xs_all), max(xs_all)], [limit, limit], label=f"link {limit:.0f}",
@@ -251,6 +258,26 @@ class MicroView(VerticalScroll):
                                [size_tick(x) if key != "gemm-roof" else f"{x:g}" for x in ticks])
                 plt.xlabel("message size" if key != "gemm-roof" else "M tokens")
             plots[key].refresh()
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Ticks for a log axis holding ``lo`` to ``hi`` (both > 0): the powers of ten from the one at or below
+    ``lo`` to the one at or above ``hi``; when that spans fewer than two decades, 1, 2 and 5 times them
+    within the range widened to its neighbouring 1-2-5 values (at least two ticks)."""
+    low, high = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    if high - low >= 2:
+        return [10.0 ** k for k in range(low, high + 1)]
+    steps = [m * 10.0 ** k for k in range(low - 1, high + 1) for m in (1, 2, 5)]
+    below = max(i for i, t in enumerate(steps) if t <= lo)
+    above = min(i for i, t in enumerate(steps) if t >= hi)
+    if below == above:  # one value: a tick either side of it too
+        below, above = below - 1, above + 1
+    return steps[below:above + 1]
+
+
+def us_tick(us: float) -> str:
+    """'500', '1k', '20k': a latency tick in us, short."""
+    return f"{us / 1000:g}k" if us >= 1000 else f"{us:g}"
 
 
 def size_tick(n: float) -> str:

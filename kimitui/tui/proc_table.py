@@ -39,7 +39,7 @@ def proc_cells(p: ProcSample, colors: Colors) -> list[Cell]:
         Text(str(p.pid), justify="right"),
         Text(fmt.shorten(fmt.printable(p.user or "-"), 10)),
         Text(fmt.gpu_list(proc_gpus(p))),
-        Text(fmt.mem_mib(mem) if p.gpu_mem_mib else "-", justify="right"),
+        Text(fmt.gib(mem, 2) if p.gpu_mem_mib else "-", justify="right"),  # GiB, as the GPU table
         Text(p.kind, style=kind_style(p.kind, colors)),
         Text(fmt.shorten(unit, 22), no_wrap=True),
         command,
@@ -56,7 +56,7 @@ class ProcTable(KeyedTable):
         ("pid", "PID", 7),
         ("user", "User", 8),
         ("gpus", "GPUs", 7),
-        ("memory", "Memory", 9),
+        ("memory", "GPU GiB", 9),
         ("kind", "Kind", 7),
         ("unit", "Unit", 18),
         ("command", "Command", None),

@@ -12,6 +12,7 @@ import asyncio
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from kimitui.core.replay import Player
@@ -19,6 +20,16 @@ from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import VIEWS, KimituiApp
+from kimitui.tui.event_log import EventLog
+from kimitui.tui.gpu_table import GpuTable
+
+DRAW_WAIT_S = 10.0
+
+
+def dashboard_drawn(app: KimituiApp) -> bool:
+    """The dashboard's GPU table and event log hold what the replay position has (mounted at start, so
+    they are filled whichever view is shown)."""
+    return bool(app.query_one(GpuTable).row_keys) and bool(app.query_one(EventLog).shown)
 
 
 def default_position(reader: RunReader) -> int:
@@ -41,7 +52,9 @@ async def save(run: Path, out: Path, at: int | None, view: str, theme: str | Non
         player.seek_index(default_position(reader) if at is None else at)
         app.action_show_view(view)
         app.redraw()
-        await pilot.pause(0.3)
+        deadline = time.monotonic() + DRAW_WAIT_S
+        while not dashboard_drawn(app) and time.monotonic() < deadline:  # the tables hold the position's rows
+            await pilot.pause()
         app.clear_notifications()
         await pilot.pause()
         out.parent.mkdir(parents=True, exist_ok=True)
