@@ -11,15 +11,22 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kimitui.core.campaign_events import (
+from kimitui.core.events import (
     CampaignControl,
     CampaignEnd,
     CampaignPlan,
+    Consent,
     DecodeBudget,
     DrainProgress,
+    Event,
+    LogLine,
+    MacroPoint,
+    PhaseEnd,
+    PhaseStart,
     ProbeResult,
+    StepPreview,
+    StepResult,
 )
-from kimitui.core.events import Consent, Event, LogLine, MacroPoint, PhaseEnd, PhaseStart, StepPreview, StepResult
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
 from kimitui.hosts.sim.batching import BatchingModel

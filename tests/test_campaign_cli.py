@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from kimitui.campaign.config import INIT_TEXT, CampaignConfigError, load_config
-from kimitui.core.campaign_events import CampaignResume
-from kimitui.core.events import MacroPoint, PhaseEnd
+from kimitui.core.events import CampaignResume, MacroPoint, PhaseEnd
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
 from tests.campaign_rig import POLL_S, SMALL
@@ -186,8 +185,7 @@ def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_aborts_a_headless_campaign_and_the_restart_is_offered(tmp_path: Path) -> None:
-    from kimitui.core.campaign_events import CampaignControl, CampaignEnd
-    from kimitui.core.events import Consent, PhaseStart, StepPreview
+    from kimitui.core.events import CampaignControl, CampaignEnd, Consent, PhaseStart, StepPreview
 
     proc = start(tmp_path, write_campaign(tmp_path, **{"graceful_s = 1": "graceful_s = 4"}))
     try:  # in the transition's graceful wait (it runs to its deadline): Ctrl-C

@@ -111,7 +111,7 @@ PHASES = ["macro", "cleanup", "micro", "analysis", "restart", "check"]
                                       {"macro": {"concurrency": [1, "x", None, 4]}}, {"macro": 5}])
 def test_resume_of_a_run_whose_plan_has_another_shape(tmp_path: Path, settings: dict[str, Any]) -> None:
     from kimitui.campaign.resume import plan_resume
-    from kimitui.core.campaign_events import CampaignPlan
+    from kimitui.core.events import CampaignPlan
     from kimitui.core.runfile import write_run
 
     path = tmp_path / "run.jsonl"

@@ -13,8 +13,7 @@ import pytest
 
 from kimitui.campaign.config import DEMO_TEXT, demo_config
 from kimitui.cleanup.drain import MetricsError, parse_in_flight, read_in_flight
-from kimitui.core.campaign_events import BudgetRow
-from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, MicroPlan, Topology
+from kimitui.core.events import AllReduceRow, BudgetRow, GemmRow, MacroPoint, MicroPlan, Topology
 from kimitui.core.state import SessionState, fold
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer

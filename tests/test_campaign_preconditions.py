@@ -18,8 +18,7 @@ import pytest
 
 from kimitui.cleanup import PidService, auto_consent
 from kimitui.cleanup.plan import CleanupTarget
-from kimitui.core.campaign_events import CampaignControl
-from kimitui.core.events import Consent, Event, PhaseEnd, PhaseStart, StepPreview
+from kimitui.core.events import CampaignControl, Consent, Event, PhaseEnd, PhaseStart, StepPreview
 from kimitui.hosts.local import LocalHost
 from kimitui.phases.restart import restart_phase
 from tests.campaign_rig import POLL_S, campaign_rig, small_config

@@ -4,8 +4,7 @@ skipped everywhere."""
 
 from __future__ import annotations
 
-from kimitui.core.campaign_events import CampaignControl, CampaignPlan, CampaignResume
-from kimitui.core.events import PhaseEnd, PhaseStart
+from kimitui.core.events import CampaignControl, CampaignPlan, CampaignResume, PhaseEnd, PhaseStart
 from kimitui.core.state import fold_all
 from kimitui.report.campaign import campaign_section
 from kimitui.tui.campaign_view import MARKS, strip_content

@@ -9,7 +9,6 @@ import math
 
 import pytest
 
-from kimitui.core import campaign_events, events
 from kimitui.core.events import (
     EVENT_TYPES,
     EventDecodeError,
@@ -17,9 +16,16 @@ from kimitui.core.events import (
     GpuSample,
     HostSample,
     ProcSample,
+    base,
+    campaign,
+    cleanup,
     decode,
     encode,
     from_dict,
+    host,
+    macro,
+    micro,
+    phase,
 )
 from kimitui.core.runfile import RunReader
 from kimitui.core.typed import FieldTypeError, build
@@ -36,7 +42,7 @@ def _error(cls: type, data: dict) -> str:
 
 def _records() -> list[type]:
     """Every dataclass the events modules declare: the events and the records inside them."""
-    return [v for mod in (events, campaign_events) for v in vars(mod).values()
+    return [v for mod in (base, host, phase, cleanup, macro, micro, campaign) for v in vars(mod).values()
             if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__module__ == mod.__name__]
 
 
@@ -148,3 +154,15 @@ def test_the_live_path_keeps_an_event_a_value() -> None:
     bad = parse_agent_line(json.dumps({"t": 5.0, "type": "sample", "seq": 1, "gpus": [{**GPU, "temp_c": "hot"}],
                                        "procs": []}), host="box")
     assert not isinstance(bad, HostSample) and "temp_c" in bad.message
+
+
+def test_the_registry_holds_every_event_each_module_declares_and_no_other() -> None:
+    """The registry reads each module's EVENTS (nothing registers itself by being imported): every Event
+    subclass of the vocabulary is declared, once, under its own name."""
+    from kimitui.core.events.base import Event
+
+    declared = [cls for mod in (host, phase, cleanup, macro, micro, campaign) for cls in mod.EVENTS]
+    defined = [v for mod in (host, phase, cleanup, macro, micro, campaign) for v in vars(mod).values()
+               if isinstance(v, type) and issubclass(v, Event) and v is not Event and v.__module__ == mod.__name__]
+    assert sorted(c.__name__ for c in declared) == sorted(c.__name__ for c in defined)
+    assert EVENT_TYPES == {cls.type: cls for cls in declared} and len(EVENT_TYPES) == len(declared)

@@ -17,9 +17,8 @@ from textual.widgets import Static
 from kimitui.bench.macro.config import MacroConfig
 from kimitui.bench.macro.sweep import LevelResult, SweepResult, sweep_note
 from kimitui.bench.micro.tables import TextPrinter
-from kimitui.core.campaign_events import BudgetRow
 from kimitui.core.describe import budget_verdict, gemm_words
-from kimitui.core.events import Event, GemmRow, MacroPoint
+from kimitui.core.events import BudgetRow, Event, GemmRow, MacroPoint
 from kimitui.core.figures import budget_shares, single_stream
 from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader, RunWriter

@@ -11,8 +11,7 @@ import socket
 import pytest
 
 from kimitui.bench.macro import MacroConfig, MacroError, Timeouts, run_sweep
-from kimitui.core.campaign_events import CampaignPlan
-from kimitui.core.events import Event, MacroPoint, MacroProgress, PhaseEnd, PhaseStart
+from kimitui.core.events import CampaignPlan, Event, MacroPoint, MacroProgress, PhaseEnd, PhaseStart
 from kimitui.core.state import fold_all
 from kimitui.phases.macro import SweepProgress, macro_phase
 from kimitui.tui.bench_progress import sweep_status

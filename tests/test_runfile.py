@@ -8,21 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.core.campaign_events import (
+from kimitui.core.events import (
+    EVENT_TYPES,
+    AllReduceRow,
     BudgetRow,
     CampaignControl,
     CampaignEnd,
     CampaignPlan,
     CampaignResume,
-    DecodeBudget,
-    DrainProgress,
-    ProbeResult,
-)
-from kimitui.core.events import (
-    EVENT_TYPES,
-    AllReduceRow,
     CleanupPlan,
     Consent,
+    DecodeBudget,
+    DrainProgress,
     EventDecodeError,
     GemmRow,
     GpuSample,
@@ -40,6 +37,7 @@ from kimitui.core.events import (
     MicroProgress,
     PhaseEnd,
     PhaseStart,
+    ProbeResult,
     ProcRef,
     ProcSample,
     RequestFieldsDropped,

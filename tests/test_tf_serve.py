@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.core.campaign_events import ProbeResult
-from kimitui.core.events import MacroPoint
+from kimitui.core.events import MacroPoint, ProbeResult
 from tests.campaign_rig import campaign_rig, small_config
 from tests.conftest import ROOT
 from tests.sshd import free_port

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from textual.pilot import Pilot
 
-from kimitui.core.campaign_events import CampaignControl
-from kimitui.core.events import Consent, PhaseStart
+from kimitui.core.events import CampaignControl, Consent, PhaseStart
 from kimitui.live_context import LiveContext
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.campaign_runner import RUNNING, CampaignRunner

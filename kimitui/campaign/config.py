@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kimitui.core.campaign_events import CAMPAIGN_PHASES
+from kimitui.core.events import CAMPAIGN_PHASES
 
 if TYPE_CHECKING:
     from kimitui.bench.macro.config import MacroConfig

@@ -30,9 +30,8 @@ from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
 from kimitui.cleanup.services import ServiceManager
 from kimitui.cleanup.setup import UsageError, build_target, parse_gpus, parse_service
 from kimitui.cleanup.steps import GPUS_HELD
-from kimitui.core.campaign_events import CampaignControl, CampaignEnd, CampaignPlan
 from kimitui.core.campaign_state import PHASE_TITLES
-from kimitui.core.events import Event, LogLine, StepPreview
+from kimitui.core.events import CampaignControl, CampaignEnd, CampaignPlan, Event, LogLine, StepPreview
 from kimitui.core.session import Session
 from kimitui.hosts.base import Host
 from kimitui.phases import analysis, check, macro, micro, restart, transition

@@ -18,9 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kimitui.core.campaign_events import CUT_OFF, CampaignPlan, CampaignResume
 from kimitui.core.campaign_state import PHASE_TITLES
-from kimitui.core.events import AllReduceRow, Event, MacroProgress, MicroEnd, PhaseEnd
+from kimitui.core.events import (
+    CUT_OFF,
+    AllReduceRow,
+    CampaignPlan,
+    CampaignResume,
+    Event,
+    MacroProgress,
+    MicroEnd,
+    PhaseEnd,
+)
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunFileError, RunReader
 from kimitui.core.state import SessionState, level_failed

@@ -14,9 +14,8 @@ import asyncio
 from dataclasses import dataclass
 
 from kimitui.cleanup.context import StepContext
-from kimitui.core.campaign_events import DrainProgress
 from kimitui.core.error_words import exc_words
-from kimitui.core.events import StepResult
+from kimitui.core.events import DrainProgress, StepResult
 from kimitui.core.server_metrics import MetricsError, parse_snapshot
 
 __all__ = ["InFlight", "MetricsError", "drain", "parse_in_flight", "read_in_flight"]

@@ -102,8 +102,7 @@ def apply_answers(cfg: CampaignConfig, yes: str | None, no: str | None, headless
 
 def printer(out: TextIO, as_json: bool, session: Any) -> Any:
     from kimitui.commands.cleanup import text_line
-    from kimitui.core.campaign_events import DecodeBudget
-    from kimitui.core.events import Event
+    from kimitui.core.events import DecodeBudget, Event
     from kimitui.report.budget_text import budget_lines
 
     t0: list[float] = []

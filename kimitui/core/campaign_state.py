@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kimitui.core.campaign_events import (
+from kimitui.core.events import (
     CUT_OFF,
     CampaignControl,
     CampaignEnd,
@@ -15,9 +15,11 @@ from kimitui.core.campaign_events import (
     CampaignResume,
     DecodeBudget,
     DrainProgress,
+    Event,
+    PhaseEnd,
+    PhaseStart,
     ProbeResult,
 )
-from kimitui.core.events import Event, PhaseEnd, PhaseStart
 
 PhaseStatus = str
 """pending, running, done, failed, skipped, cut off."""

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from kimitui.core.campaign_events import (
+from kimitui.core.campaign_state import PHASE_TITLES
+from kimitui.core.events import (
     CampaignControl,
     CampaignEnd,
     CampaignPlan,
     CampaignResume,
     DecodeBudget,
     DrainProgress,
+    Event,
     ProbeResult,
 )
-from kimitui.core.campaign_state import PHASE_TITLES
-from kimitui.core.events import Event
 
 SOURCE = "campaign"
 

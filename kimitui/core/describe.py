@@ -10,16 +10,18 @@ reads with the step's one duration (the fold's ``StepState.elapsed_s``), so ever
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
-from kimitui.core.campaign_events import CAMPAIGN_EVENT_TYPES, BudgetRow, DecodeBudget
 from kimitui.core.campaign_words import SOURCE as CAMPAIGN_SOURCE
 from kimitui.core.campaign_words import campaign_level, campaign_line
 from kimitui.core.events import (
+    CAMPAIGN_EVENT_TYPES,
+    BudgetRow,
     CleanupPlan,
     ConnectionState,
     Consent,
+    DecodeBudget,
     Event,
     GemmRow,
     HostCommand,
@@ -58,10 +60,46 @@ from kimitui.core.figures import (
 from kimitui.core.printable import printable
 from kimitui.core.procdisplay import DASH, clock_label, command_gist, gpu_list, unit_label
 
-if TYPE_CHECKING:
-    from kimitui.core.state import SessionState, SignalRecord
+
+class StepView(Protocol):
+    """What the words of a step's result read of the fold's step (``kimitui.core.state.StepState``)."""
+
+    @property
+    def result(self) -> StepResult | None: ...
+    @property
+    def elapsed_s(self) -> float | None: ...
+
+
+class CleanupView(Protocol):
+    @property
+    def steps(self) -> Mapping[str, StepView]: ...
+
+
+class StateView(Protocol):
+    """What describe reads of the fold's state (``kimitui.core.state.SessionState``), named here so that the
+    words do not import the fold that calls them."""
+
+    @property
+    def cleanup(self) -> CleanupView | None: ...
+    @property
+    def boot_time(self) -> float | None: ...
+    @property
+    def clock_ticks(self) -> int | None: ...
+    @property
+    def clock(self) -> float: ...
+    def started_at(self, start_ticks: int | None) -> float | None: ...
+
+
+class SignalView(Protocol):
+    """A signal and its outcome as the fold pairs them (``kimitui.core.state.SignalRecord``)."""
+
+    @property
+    def sent(self) -> SignalSent: ...
+    @property
+    def outcome(self) -> SignalOutcome | None: ...
 
 SOURCES: dict[type[Event], str] = {
+    **dict.fromkeys(CAMPAIGN_EVENT_TYPES, CAMPAIGN_SOURCE),
     PhaseStart: "phase", PhaseEnd: "phase", CleanupPlan: "cleanup", StepPreview: "cleanup", Consent: "cleanup",
     SignalSent: "signal", SignalOutcome: "signal", SignalLate: "signal", StepResult: "cleanup", Verification: "verify",
     HostCommand: "cleanup",
@@ -70,9 +108,6 @@ SOURCES: dict[type[Event], str] = {
     ConnectionState: "connection",
     Topology: "topology", MicroPlan: "micro", MicroEnv: "micro", MicroEnd: "micro",
 }
-
-
-SOURCES.update(dict.fromkeys(CAMPAIGN_EVENT_TYPES, CAMPAIGN_SOURCE))
 
 
 def source_of(ev: Event) -> str:
@@ -114,7 +149,7 @@ def level_of(ev: Event) -> str:
     return campaign_level(ev) or "info"
 
 
-def step_seconds(ev: StepResult, state: SessionState | None) -> float:
+def step_seconds(ev: StepResult, state: StateView | None) -> float:
     """The step's one duration: the fold's when the event was folded into ``state``, else the event's."""
     if state is not None and state.cleanup is not None:
         step = state.cleanup.steps.get(ev.step)
@@ -123,14 +158,14 @@ def step_seconds(ev: StepResult, state: SessionState | None) -> float:
     return ev.elapsed_s
 
 
-def describe(ev: Event, state: SessionState | None = None) -> str | None:
+def describe(ev: Event, state: StateView | None = None) -> str | None:
     """One line for the event (None: an event with no words, a sample), printable: what came from outside
     (a note, a reason, an error body, a host's name) has its control characters escaped."""
     line = _words(ev, state)
     return None if line is None else printable(line)
 
 
-def _words(ev: Event, state: SessionState | None) -> str | None:
+def _words(ev: Event, state: StateView | None) -> str | None:
     if isinstance(ev, PhaseStart):
         return f"phase {ev.phase} started" + (f": {ev.title}" if ev.title else "")
     if isinstance(ev, PhaseEnd):
@@ -255,7 +290,7 @@ def late_line(ev: SignalLate) -> str:
             f"({ev.after_s:.2f}s after the request): not delivered or ignored; nothing more was sent")
 
 
-def signal_status(record: SignalRecord) -> str:
+def signal_status(record: SignalView) -> str:
     """What became of a signal (the fold's pairing of a signal with its outcome), in the words the Cleanup tab
     and the report share: 'exited after 0.04 s', 'survived after 2.00 s (state S)', 'sent, waiting' (its
     outcome not seen yet), 'refused: protected' (not sent: no outcome comes)."""
@@ -276,7 +311,7 @@ def unknown_start(_ticks: int | None) -> str:
     return DASH
 
 
-def sample_started(state: SessionState | None) -> Started:
+def sample_started(state: StateView | None) -> Started:
     """Starts read with the boot time and tick rate of the host's latest sample, when it carries them."""
     if state is None or state.boot_time is None or not state.clock_ticks:
         return unknown_start

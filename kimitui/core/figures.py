@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from kimitui.core.campaign_events import BudgetRow
-from kimitui.core.events import GemmRow, MacroPoint, metrics_failed
+from kimitui.core.events import BudgetRow, GemmRow, MacroPoint, metrics_failed
 from kimitui.core.typed import finite
 
 # -- statistics ---------------------------------------------------------------------------------------------

@@ -12,14 +12,16 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from kimitui.core.campaign_events import CAMPAIGN_EVENT_TYPES, DecodeBudget, DrainProgress, ProbeResult
 from kimitui.core.campaign_state import CampaignFold, CampaignState, fold_campaign
 from kimitui.core.describe import describe, level_of, source_of
 from kimitui.core.events import (
+    CAMPAIGN_EVENT_TYPES,
     AllReduceRow,
     CleanupPlan,
     ConnectionState,
     Consent,
+    DecodeBudget,
+    DrainProgress,
     Event,
     GemmRow,
     GpuSample,
@@ -34,6 +36,7 @@ from kimitui.core.events import (
     MicroProgress,
     PhaseEnd,
     PhaseStart,
+    ProbeResult,
     ProcSample,
     ServerSample,
     SignalOutcome,

@@ -21,9 +21,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kimitui.core.campaign_events import BudgetRow, DecodeBudget
 from kimitui.core.describe import impossible_words, no_verdict_words
-from kimitui.core.events import AllReduceRow, GemmRow, LogLine, MacroPoint, PhaseEnd, PhaseStart
+from kimitui.core.events import (
+    AllReduceRow,
+    BudgetRow,
+    DecodeBudget,
+    GemmRow,
+    LogLine,
+    MacroPoint,
+    PhaseEnd,
+    PhaseStart,
+)
 from kimitui.core.figures import TPOT_STATISTIC, budget_impossible, step_tpot
 from kimitui.core.state import SessionState, level_failed
 from kimitui.phases.base import Publish, now

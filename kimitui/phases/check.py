@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from kimitui.core.campaign_events import ProbeResult
-from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart, RequestFieldsDropped
+from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart, ProbeResult, RequestFieldsDropped
 from kimitui.core.state import level_failed
 from kimitui.core.typed import finite
 from kimitui.phases.base import Publish, now

@@ -62,8 +62,7 @@ class CampaignRunner:
 
     def _follow(self, event: object) -> None:
         """Show the tab of each phase as it starts (the operator can switch away; the next phase brings it back)."""
-        from kimitui.core.campaign_events import CampaignControl
-        from kimitui.core.events import PhaseStart
+        from kimitui.core.events import CampaignControl, PhaseStart
 
         if isinstance(event, PhaseStart) and event.phase in VIEWS_BY_PHASE and self.app.is_running:
             self.app.action_show_view(VIEWS_BY_PHASE[event.phase])

@@ -1,6 +1,6 @@
 """The campaign's events: its plan, the operator's pause / skip / abort, a resume, its end, the drain of
 the server's requests before the graceful stop, the decode-step budget and its verdict (Phase 3), and the
-post-restart probe. Registered with the other events in ``kimitui.core.events`` (``EVENT_TYPES``).
+post-restart probe. Declared to the registry (``kimitui.core.events.registry``) with the others.
 
 Every campaign view and the report draw these from the fold (``kimitui.core.campaign_state``), so a
 replay shows the same. An event is a value: built once, never changed (``dataclasses.replace`` makes a
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from kimitui.core.events import EVENT_TYPES, Event
+from kimitui.core.events.base import Event
 
 CAMPAIGN_PHASES: tuple[str, ...] = ("macro", "cleanup", "micro", "analysis", "restart", "check")
 """The campaign's phases in order, by the names their PhaseStart / PhaseEnd events carry: Phase 1 macro,
@@ -166,4 +166,5 @@ class ProbeResult(Event):
 
 CAMPAIGN_EVENT_TYPES: tuple[type[Event], ...] = (CampaignPlan, CampaignControl, CampaignResume, CampaignEnd,
                                                    DrainProgress, DecodeBudget, ProbeResult)
-EVENT_TYPES.update({cls.type: cls for cls in CAMPAIGN_EVENT_TYPES})
+EVENTS = CAMPAIGN_EVENT_TYPES
+"""The events this module declares (the registry reads them)."""
