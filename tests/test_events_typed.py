@@ -165,4 +165,4 @@ def test_the_registry_holds_every_event_each_module_declares_and_no_other() -> N
     defined = [v for mod in (host, phase, cleanup, macro, micro, campaign) for v in vars(mod).values()
                if isinstance(v, type) and issubclass(v, Event) and v is not Event and v.__module__ == mod.__name__]
     assert sorted(c.__name__ for c in declared) == sorted(c.__name__ for c in defined)
-    assert EVENT_TYPES == {cls.type: cls for cls in declared} and len(EVENT_TYPES) == len(declared)
+    assert {cls.type: cls for cls in declared} == EVENT_TYPES and len(EVENT_TYPES) == len(declared)
