@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 20's draw and start figures on a real GPU host (from the repository root, wheels in .whl/ as
+# scripts/device_run.sh installs them): the local dashboard's start (benchmarks/startup.py --only local),
+# kimitui's local dashboard beside nvitop on the same host (benchmarks/vs_nvitop.py: start, bytes per 30 s,
+# CPU), and the dashboard's bytes and CPU on the simulated 8 GPUs x 64 processes (benchmarks/telemetry.py
+# --only dashboard-cpu) on a quiet machine. Writes $OUT/draw.txt.
+set -uo pipefail
+OUT=${OUT:-/tmp/kimitui-device-draw}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+{
+  echo "== $(date -u +%H:%M:%S) startup (local dashboard, first frame with this host's GPUs)"
+  timeout 120 $PY benchmarks/startup.py --only local --runs 5 2>&1
+  echo "== $(date -u +%H:%M:%S) kimitui beside nvitop"
+  timeout 300 $PY benchmarks/vs_nvitop.py --runs 3 --seconds 30 2>&1
+  echo "== $(date -u +%H:%M:%S) dashboard on the simulated host, 8 GPUs x 64 processes at 2 Hz"
+  timeout 200 $PY benchmarks/telemetry.py --only dashboard-cpu 2>&1
+  echo "== $(date -u +%H:%M:%S) done"
+} > "$OUT/draw.txt"
