@@ -34,7 +34,7 @@ from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.local import LocalHost
-from kimitui.telemetry import TelemetrySource
+from kimitui.hosts.telemetry import TelemetrySource
 from tests.cleanup_support import SimDir, alive, can_force_pids, make_sim, spawn_at_pid, start_time
 
 FAST = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=3.0, sample_s=10.0, poll_s=0.01)

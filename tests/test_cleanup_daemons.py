@@ -20,8 +20,8 @@ from kimitui.core.events import SignalSent, StepPreview, decode, encode
 from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive as sim_alive
+from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.hostside.procfs import process_table, read_exe
-from kimitui.telemetry import TelemetrySource
 from tests.cleanup_support import HERE, SimDir, alive, start_time
 from tests.conftest import ROOT
 from tests.test_cleanup import FAST, SHORT_VERIFY, Rig, results

@@ -120,12 +120,12 @@ async def test_the_dashboard_and_the_campaign_reset_the_demo_with_its_own_nvidia
     import os
 
     from kimitui.campaign.machine import CampaignHost
-    from kimitui.live_context import LiveContext
-    from kimitui.targets import open_target
+    from kimitui.live.context import LiveContext
+    from kimitui.live.targets import open_target
 
     async with open_target("demo", gpus=2) as opened:
         live = LiveContext.of(opened)
-        smi = opened.meta["nvidia_smi"]
+        smi = opened.facts.nvidia_smi
         assert live.nvidia_smi == smi and smi != "nvidia-smi"
         assert os.access(smi, os.X_OK)
         res = await opened.host.run([live.nvidia_smi, "--query-gpu=index,persistence_mode", "--format=csv,noheader"],

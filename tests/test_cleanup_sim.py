@@ -12,7 +12,7 @@ from kimitui.core.events import Event, SignalOutcome, SignalSent, StepPreview, S
 from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
-from kimitui.telemetry import TelemetrySource
+from kimitui.hosts.telemetry import TelemetrySource
 from tests.test_cleanup import FAST
 
 

@@ -19,8 +19,8 @@ from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.ssh import SshHost
+from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.hostside.procfs import start_time_of
-from kimitui.telemetry import TelemetrySource
 from tests.sshd import SshServer, sshd_server
 
 POLL_S = 0.05
