@@ -13,12 +13,13 @@ from kimitui.cleanup.reset_prep import parse_modes
 from kimitui.core.describe import describe
 from kimitui.core.events import Consent, HostCommand, StepPreview
 from kimitui.hosts.sim.tools import install_tools
+from tests.cleanup_rig import SHORT_VERIFY, Rig, results
 from tests.cleanup_support import SimDir, alive
-from tests.test_cleanup import SHORT_VERIFY, Rig, results
-from tests.test_cleanup import rig as rig  # a fixture
-from tests.test_cleanup import sim as sim  # a fixture
 from tests.test_cleanup_daemons import start_daemon
 from tests.test_cleanup_scope import leak
+
+SIM_GPUS = 4
+"""The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200x2"
 
