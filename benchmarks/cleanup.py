@@ -38,7 +38,7 @@ from kimitui.hosts.base import Host
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
 from kimitui.hosts.ssh import SshHost
-from kimitui.telemetry import TelemetrySource
+from kimitui.hosts.telemetry import TelemetrySource
 from tests.sshd import sshd_server
 
 FIXED_SLEEPS_S = 3 + 5 + 2

@@ -166,7 +166,7 @@ def ssh_latency(args: argparse.Namespace) -> None:
     from kimitui.core.events import HostSample
     from kimitui.core.session import Session
     from kimitui.hosts.ssh import SshHost
-    from kimitui.telemetry import TelemetrySource
+    from kimitui.hosts.telemetry import TelemetrySource
     from tests.sshd import start_sshd
 
     n = max(20, min(args.samples, 120))

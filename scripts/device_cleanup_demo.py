@@ -12,7 +12,7 @@ What it does, in under 3 minutes:
   3. starts an NVML-only monitor (pynvml in a loop; device files open, not mapped) that must survive;
   4. keeps recording telemetry with the service up for --hold-s seconds;
   5. runs the cleanup headless (a "cleanup" phase in the run) with auto-consent for the --yes steps, the
-     view fed by the real agent (kimitui.telemetry on NVML; the scans, stats and signals are requests to
+     view fed by the real agent (kimitui.hosts.telemetry on NVML; the scans, stats and signals are requests to
      the same agent), then records --after-s seconds of idle telemetry;
   6. prints every step, the time from the last consent to verified clean, and checks the monitor lived.
 With OUT set, the session is recorded to $OUT/cleanup-demo.jsonl (a run file `kimitui replay` plays),
@@ -255,7 +255,7 @@ async def demo(args: argparse.Namespace) -> int:
         else:
             session = Session()
         session.subscribe(printer(t0))
-        from kimitui.telemetry import TelemetrySource
+        from kimitui.hosts.telemetry import TelemetrySource
 
         host = LocalHost(os.uname().nodename)
         hosts.append(host)

@@ -19,7 +19,7 @@ from kimitui.core.runfile import RunWriter
 from kimitui.core.session import Session
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.host import SimHost
-from kimitui.telemetry import TelemetrySource
+from kimitui.hosts.telemetry import TelemetrySource
 
 POLL_S = 0.05
 

@@ -12,7 +12,7 @@ import select
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,10 +23,10 @@ from kimitui.hosts.local import LocalHost
 from kimitui.hostside.procfs import parse_cmdline, parse_stat, read_stat
 from tests.agent_helpers import host as host  # a fixture: a local agent under each python
 from tests.agent_helpers import make_sim_dir, wait_until
+from tests.cleanup_rig import Rig, results
 from tests.cleanup_support import HERE as CLEANUP_SUPPORT
-from tests.cleanup_support import SimDir, make_sim
+from tests.cleanup_support import SimDir
 from tests.pythons import agent_pythons
-from tests.test_cleanup import Rig, results
 
 REPO = Path(__file__).resolve().parent.parent
 CUT_NAME = "ab日本語ワーカー".encode()  # 23 bytes: the kernel keeps 15, cutting the 6th character after 2 bytes
@@ -176,13 +176,6 @@ async def test_names_that_are_not_utf8_are_visible_with_their_start_time(
 
 
 # --- a real cleanup ---------------------------------------------------------------------------------
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimDir]:
-    s = make_sim(tmp_path / "sim", gpus=2)
-    yield s
-    s.teardown()
-
 
 async def test_a_cleanup_kills_holders_whose_names_are_not_utf8_and_the_gpus_verify(
         sim: SimDir, tmp_path: Path, kids: Kids) -> None:

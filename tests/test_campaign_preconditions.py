@@ -22,10 +22,10 @@ from kimitui.core.events import CampaignControl, Consent, Event, PhaseEnd, Phase
 from kimitui.hosts.local import LocalHost
 from kimitui.phases.restart import restart_phase
 from tests.campaign_rig import POLL_S, campaign_rig, small_config
+from tests.cleanup_rig import FAST, Rig
 from tests.cleanup_support import make_sim
 from tests.faulty_server import Behavior, FaultyServer
 from tests.test_campaign_cli import kimitui, write_campaign
-from tests.test_cleanup import FAST, Rig
 
 
 def started(events: list[Event]) -> list[str]:

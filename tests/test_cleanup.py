@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -29,86 +28,15 @@ from kimitui.cleanup import (
 from kimitui.cleanup.audit import read_audit
 from kimitui.cleanup.hostprocs import HostProcs, ProcScan
 from kimitui.cleanup.services import ServiceNotFound
-from kimitui.core.events import Consent, GpuSample, HostSample, SignalOutcome, SignalSent, StepPreview, StepResult
-from kimitui.core.runfile import RunReader, RunWriter
-from kimitui.core.session import Session
+from kimitui.core.events import Consent, GpuSample, HostSample, SignalOutcome, SignalSent, StepPreview
+from kimitui.core.runfile import RunReader
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.local import LocalHost
-from kimitui.telemetry import TelemetrySource
-from tests.cleanup_support import SimDir, alive, can_force_pids, make_sim, spawn_at_pid, start_time
+from tests.cleanup_rig import FAST, SHORT_VERIFY, Rig, results
+from tests.cleanup_support import SimDir, alive, can_force_pids, spawn_at_pid, start_time
 
-FAST = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=3.0, sample_s=10.0, poll_s=0.01)
-SHORT_VERIFY = Deadlines(graceful_s=0.5, term_grace_s=0.3, kill_s=0.5, verify_s=0.5, sample_s=10.0, poll_s=0.01)
-"""For tests whose GPUs must end NOT clean: the verify deadline is what they wait for."""
-
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimDir]:
-    s = make_sim(tmp_path / "sim", gpus=4)
-    yield s
-    s.teardown()
-
-
-class Rig:
-    """The agent streaming samples of the sim dir into a SampleFeed, a recorded session, an audit log."""
-
-    def __init__(self, sim: SimDir, host: LocalHost, tmp: Path) -> None:
-        self.sim, self.host = sim, host
-        self.source = TelemetrySource(host, interval=0.1, sim_dir=str(sim.path), dev_prefix=sim.dev_prefix,
-                                      scan_interval=0.1)
-        self.feed = SampleFeed()
-        self.run_path = tmp / "run.jsonl"
-        self.session = Session(RunWriter(self.run_path, host=host.name))
-        self.audit_path = tmp / "audit.log"
-        self.audit = AuditLog(self.audit_path)
-        self.events: list[object] = []
-        self.session.subscribe(self.events.append)
-
-    async def start(self) -> None:
-        self.feed.follow(self.source.events(), publish=self.session.publish)
-        await self.feed.latest(timeout=15.0)
-
-    async def settled(self, pids: set[int], timeout: float = 5.0) -> HostSample:
-        """A sample in which the agent sees every one of these pids."""
-        deadline = time.monotonic() + timeout
-        after = None
-        while True:
-            s = await self.feed.latest(after=after)
-            after = time.monotonic()
-            if pids <= {p.pid for p in s.procs}:
-                return s
-            assert after < deadline, f"agent never saw {pids - {p.pid for p in s.procs}}"
-
-    def executor(self, consent: object, service: PidService | None = None, deadlines: Deadlines = FAST,
-                 **kw: object) -> CleanupExecutor:
-        target = CleanupTarget(host="test", service=service, deadlines=deadlines, operator="tester", **kw)  # type: ignore[arg-type]
-        return CleanupExecutor(self.host, target, self.feed, consent, publish=self.session.publish,  # type: ignore[arg-type]
-                               audit=self.audit)
-
-    async def close(self) -> None:
-        self.source.stop()
-        await self.feed.stop()
-        self.session.close()
-        self.audit.close()
-        await self.host.close()
-
-    def of(self, kind: type) -> list:
-        return [e for e in self.events if isinstance(e, kind)]
-
-    def signals(self, pid: int) -> list[SignalSent]:
-        return [e for e in self.of(SignalSent) if e.pid == pid]
-
-
-@pytest.fixture
-async def rig(sim: SimDir, tmp_path: Path) -> AsyncIterator[Rig]:
-    r = Rig(sim, LocalHost(), tmp_path)
-    await r.start()
-    yield r
-    await r.close()
-
-
-def results(r: Rig) -> dict[str, StepResult]:
-    return {e.step: e for e in r.of(StepResult)}
+SIM_GPUS = 4
+"""The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
 
 
 async def test_graceful_leaves_stuck_workers_then_process_kill_frees_them(rig: Rig, sim: SimDir) -> None:

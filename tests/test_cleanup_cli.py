@@ -559,18 +559,22 @@ def test_reset_and_restart_flags_consent_to_their_steps() -> None:
 
 
 def test_the_default_service_and_the_simulated_deadlines_come_from_what_the_target_says() -> None:
-    """Not from the target's name: the opened target's meta (``target_meta`` before it is opened)."""
+    """Not from the target's name: what the opened target says of itself (``target_facts`` before it opens)."""
     import argparse
 
     from kimitui.cleanup.services import SimService
     from kimitui.cleanup.setup import UsageError
     from kimitui.commands.cleanup import _service
-    from kimitui.targets import target_meta
+    from kimitui.live.targets import TargetFacts, target_facts
 
-    demo = target_meta("demo")
-    assert demo["simulated"] is True and demo["service"] == "sim:vllm"
-    assert not target_meta("local").get("simulated") and not target_meta("local").get("service")
+    demo = target_facts("demo")
+    assert demo.simulated is True and demo.service == "sim:vllm"
+    assert not target_facts("local").simulated and target_facts("local").service is None
+    # the run header's meta, as runs have always recorded it: only what is set, in this order
+    assert target_facts("ssh://gpu-node").recorded() == {"target": "ssh://gpu-node"}
+    assert list(TargetFacts("demo", True, "sim:vllm", "http://x", "/s/nvidia-smi").recorded()) == [
+        "target", "simulated", "service", "api_url", "nvidia_smi"]
     args = argparse.Namespace(service=None, health_url=None, host="lab-sim")
-    assert isinstance(_service(args, {"simulated": True, "service": "sim:vllm"}), SimService)
+    assert isinstance(_service(args, TargetFacts("lab-sim", simulated=True, service="sim:vllm")), SimService)
     with pytest.raises(UsageError, match="--service is required on lab-sim"):
-        _service(args, target_meta("lab-sim"))
+        _service(args, target_facts("lab-sim"))

@@ -20,13 +20,15 @@ from kimitui.core.events import SignalSent, StepPreview, decode, encode
 from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive as sim_alive
+from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.hostside.procfs import process_table, read_exe
-from kimitui.telemetry import TelemetrySource
+from tests.cleanup_rig import FAST, SHORT_VERIFY, Rig, results
 from tests.cleanup_support import HERE, SimDir, alive, start_time
 from tests.conftest import ROOT
-from tests.test_cleanup import FAST, SHORT_VERIFY, Rig, results
-from tests.test_cleanup import rig as rig  # a fixture
-from tests.test_cleanup import sim as sim  # a fixture
+
+SIM_GPUS = 4
+"""The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
+
 
 
 def start_daemon(sim: SimDir, tmp: Path, name: str = "nvidia-persistenced", mem: dict[int, float] | None = None) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,9 +24,9 @@ from kimitui.core.events import CleanupPlan, Consent, SignalSent, StepPreview, S
 from kimitui.hosts.base import CommandResult
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.host import SimHost
-from tests.cleanup_support import SimDir, alive, make_sim
+from tests.cleanup_rig import Rig, results
+from tests.cleanup_support import SimDir, alive
 from tests.sshd import SshServer, start_sshd
-from tests.test_cleanup import Rig, results
 from tests.test_cleanup_services import VENV_BIN, ToolHost
 
 POLL_S = 0.02
@@ -89,21 +89,6 @@ async def test_stale_pidfile_is_a_stopped_service_not_an_error(tmp_path: Path) -
     pidfile.write_text(f"{gone.pid}\n")
     found = await PidService(pidfile=str(pidfile)).locate(LocalHost("box"))
     assert found.found and found.pids == [] and f"main pid {gone.pid} is not running" in found.why
-
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimDir]:
-    s = make_sim(tmp_path / "sim", gpus=2)
-    yield s
-    s.teardown()
-
-
-@pytest.fixture
-async def rig(sim: SimDir, tmp_path: Path) -> AsyncIterator[Rig]:
-    r = Rig(sim, LocalHost(), tmp_path)
-    await r.start()
-    yield r
-    await r.close()
 
 
 async def test_a_missing_service_stops_the_cleanup_before_any_event(rig: Rig, sim: SimDir) -> None:

@@ -13,12 +13,13 @@ from kimitui.cleanup.reset_prep import parse_modes
 from kimitui.core.describe import describe
 from kimitui.core.events import Consent, HostCommand, StepPreview
 from kimitui.hosts.sim.tools import install_tools
+from tests.cleanup_rig import SHORT_VERIFY, Rig, results
 from tests.cleanup_support import SimDir, alive
-from tests.test_cleanup import SHORT_VERIFY, Rig, results
-from tests.test_cleanup import rig as rig  # a fixture
-from tests.test_cleanup import sim as sim  # a fixture
 from tests.test_cleanup_daemons import start_daemon
 from tests.test_cleanup_scope import leak
+
+SIM_GPUS = 4
+"""The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200x2"
 
@@ -120,12 +121,12 @@ async def test_the_dashboard_and_the_campaign_reset_the_demo_with_its_own_nvidia
     import os
 
     from kimitui.campaign.machine import CampaignHost
-    from kimitui.live_context import LiveContext
-    from kimitui.targets import open_target
+    from kimitui.live.context import LiveContext
+    from kimitui.live.targets import open_target
 
     async with open_target("demo", gpus=2) as opened:
         live = LiveContext.of(opened)
-        smi = opened.meta["nvidia_smi"]
+        smi = opened.facts.nvidia_smi
         assert live.nvidia_smi == smi and smi != "nvidia-smi"
         assert os.access(smi, os.X_OK)
         res = await opened.host.run([live.nvidia_smi, "--query-gpu=index,persistence_mode", "--format=csv,noheader"],

@@ -12,31 +12,15 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from kimitui.cleanup import ConsentDecision, auto_consent
 from kimitui.core.events import Consent, StepPreview, Verification
-from kimitui.hosts.local import LocalHost
-from tests.cleanup_support import SimDir, alive, make_sim
-from tests.test_cleanup import FAST, SHORT_VERIFY, Rig, results
+from tests.cleanup_rig import FAST, SHORT_VERIFY, Rig, results
+from tests.cleanup_support import SimDir, alive
 
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimDir]:
-    s = make_sim(tmp_path / "sim", gpus=4)
-    yield s
-    s.teardown()
-
-
-@pytest.fixture
-async def rig(sim: SimDir, tmp_path: Path) -> AsyncIterator[Rig]:
-    r = Rig(sim, LocalHost(), tmp_path)
-    await r.start()
-    yield r
-    await r.close()
+SIM_GPUS = 4
+"""The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
 
 
 def previews(rig: Rig, step: str) -> list[StepPreview]:
@@ -79,6 +63,7 @@ def fake_nvidia_smi(tmp: Path, sim: SimDir) -> tuple[Path, Path]:
     script.parent.mkdir()
     script.write_text(f"""#!{sys.executable}
 import json, os, sys
+
 args = sys.argv[1:]
 with open({str(calls)!r}, "a") as fh:
     fh.write(json.dumps(args) + "\\n")

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,25 +28,10 @@ from kimitui.cleanup.services import ServiceNotFound
 from kimitui.core.events import SignalOutcome, StepPreview, StepResult
 from kimitui.hosts.base import CommandResult, Host, HostError
 from kimitui.hosts.local import LocalHost
-from tests.cleanup_support import HERE, SimDir, alive, make_sim
-from tests.test_cleanup import FAST, Rig, results
+from tests.cleanup_rig import FAST, Rig, results
+from tests.cleanup_support import HERE, SimDir, alive
 
 VENV_BIN = Path(sys.executable).parent
-
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimDir]:
-    s = make_sim(tmp_path / "sim", gpus=2)
-    yield s
-    s.teardown()
-
-
-@pytest.fixture
-async def rig(sim: SimDir, tmp_path: Path) -> AsyncIterator[Rig]:
-    r = Rig(sim, LocalHost(), tmp_path)
-    await r.start()
-    yield r
-    await r.close()
 
 
 # --- supervisor, for real ------------------------------------------------------------------------------

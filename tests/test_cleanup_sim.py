@@ -12,8 +12,8 @@ from kimitui.core.events import Event, SignalOutcome, SignalSent, StepPreview, S
 from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
-from kimitui.telemetry import TelemetrySource
-from tests.test_cleanup import FAST
+from kimitui.hosts.telemetry import TelemetrySource
+from tests.cleanup_rig import FAST
 
 
 async def test_sim_host_escalation_frees_every_gpu_and_spares_the_monitor(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +22,9 @@ from kimitui.core.describe import describe
 from kimitui.core.events import SignalLate, SignalOutcome, SignalSent, StepPreview, StepResult
 from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.ssh import SshHost
-from tests.cleanup_support import SimDir, alive, make_sim, start_time
+from tests.cleanup_rig import SHORT_VERIFY, Rig, results
+from tests.cleanup_support import SimDir, alive, start_time
 from tests.sshd import SshServer, free_port, start_sshd, until
-from tests.test_cleanup import SHORT_VERIFY, Rig, results
 from tests.test_cleanup_services import exercise_hostile
 
 
@@ -35,13 +35,6 @@ def sshd(tmp_path: Path) -> Iterator[SshServer]:
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[SimDir]:
-    s = make_sim(tmp_path / "sim", gpus=2)
-    yield s
-    s.teardown()
 
 
 def ssh_host(server: SshServer) -> SshHost:

@@ -146,7 +146,7 @@ def test_a_line_that_is_no_event_is_one_clear_error(line: str | bytes, reason: s
 
 def test_the_live_path_keeps_an_event_a_value() -> None:
     """The agent's sample gets the host name and the local clock as new events, not by changing them."""
-    from kimitui.telemetry import parse_agent_line
+    from kimitui.hosts.telemetry import parse_agent_line
 
     line = json.dumps({"t": 5.0, "type": "sample", "seq": 1, "gpus": [GPU], "procs": []})
     ev = parse_agent_line(line, host="box")

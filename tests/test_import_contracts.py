@@ -96,7 +96,8 @@ def test_bench_and_cleanup_know_neither_the_tui_nor_the_simulator(package: str) 
 
 
 ENGINES = ("kimitui.bench", "kimitui.cleanup", "kimitui.hosts")
-ABOVE_ENGINES = ("kimitui.phases", "kimitui.campaign", "kimitui.commands", "kimitui.tui", "kimitui.report")
+ABOVE_ENGINES = ("kimitui.live", "kimitui.phases", "kimitui.campaign", "kimitui.commands", "kimitui.tui",
+                 "kimitui.report")
 
 
 @pytest.mark.parametrize("package", ENGINES)

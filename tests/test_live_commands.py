@@ -19,8 +19,8 @@ from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.ssh import SshHost
+from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.hostside.procfs import start_time_of
-from kimitui.telemetry import TelemetrySource
 from tests.sshd import SshServer, sshd_server
 
 POLL_S = 0.05
@@ -130,19 +130,19 @@ def test_watch_over_ssh_refuses_an_unknown_key_then_reports_no_driver(sshd: SshS
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[SimHost]:
+async def sim_host() -> AsyncIterator[SimHost]:
     async with SimHost(gpus=2, stuck_workers=0, nvml_monitor=True, load_time=0.05) as host:
         yield host
 
 
-async def test_telemetry_over_ssh_survives_a_dropped_connection(sim: SimHost, sshd: SshServer,
+async def test_telemetry_over_ssh_survives_a_dropped_connection(sim_host: SimHost, sshd: SshServer,
                                                                  tmp_path: Path) -> None:
     """The agent runs over a real SSH connection (against the simulated driver's files); the connection is
     dropped mid-stream: the state goes lost, the source reconnects, samples resume, the gap is recorded."""
     host = SshHost(sshd.target, known_hosts=str(sshd.known_hosts), client_keys=[str(sshd.client_key)],
                    config_paths=[], close_grace=0.3)
     host.backoff = (0.2, 0.5)
-    source = TelemetrySource(host, interval=0.1, sim_dir=sim.sim_dir, dev_prefix=sim.dev_prefix)
+    source = TelemetrySource(host, interval=0.1, sim_dir=sim_host.sim_dir, dev_prefix=sim_host.dev_prefix)
     path = tmp_path / "ssh-run.jsonl"
     session = Session(RunWriter(path, host=host.name))
     states: list[str] = []

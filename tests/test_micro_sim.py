@@ -18,7 +18,7 @@ from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.core.state import fold_all
 from kimitui.hosts.sim.host import SimHost
-from kimitui.telemetry import TelemetrySource
+from kimitui.hosts.telemetry import TelemetrySource
 from tests.conftest import ROOT
 
 

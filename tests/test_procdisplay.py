@@ -20,9 +20,9 @@ from kimitui.core.procdisplay import clock_label, command_gist, unit_label
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import SessionState, fold
 from kimitui.hosts.local import LocalHost
+from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.hostside import procfs
 from kimitui.resources import find_run
-from kimitui.telemetry import TelemetrySource
 from kimitui.tui import fmt
 from tests.agent_helpers import make_sim_dir
 from tests.sshd import SshServer, start_sshd

@@ -20,7 +20,7 @@ import pytest
 from kimitui.core.events import ConnectionState
 from kimitui.hosts.base import HostError, HostFatal, OutcomeUnknown, ProcId
 from kimitui.hosts.ssh import SshHost
-from kimitui.telemetry import TelemetrySource
+from kimitui.hosts.telemetry import TelemetrySource
 from tests.sshd import SshServer, free_port, sshd_server, start_time, until
 
 

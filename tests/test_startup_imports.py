@@ -15,7 +15,7 @@ import json, sys
 from kimitui.commands.main import build_parser
 build_parser().parse_args(["demo"])
 import kimitui.commands.bench, kimitui.commands.micro, kimitui.commands.campaign, kimitui.commands.cleanup
-import kimitui.commands.live, kimitui.targets, kimitui.telemetry, kimitui.hosts.sim.host, kimitui.hosts.local
+import kimitui.commands.live, kimitui.live.targets, kimitui.hosts.telemetry, kimitui.hosts.sim.host, kimitui.hosts.local
 import kimitui.tui.launch, kimitui.tui.app, kimitui.core.replay, kimitui.core.runfile, kimitui.resources
 print(json.dumps(sorted(sys.modules)))
 """

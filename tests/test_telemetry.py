@@ -14,8 +14,8 @@ from typing import Any
 from kimitui.core.events import ConnectionState, Event, GpuSample, HostSample, LogLine, ProcSample
 from kimitui.hosts.base import Channel, Host, HostError
 from kimitui.hosts.local import LocalHost
+from kimitui.hosts.telemetry import TelemetrySource, parse_agent_line, probe_host
 from kimitui.hostside.wire import line_tag
-from kimitui.telemetry import TelemetrySource, parse_agent_line, probe_host
 from tests.agent_helpers import (
     Children,
     children,  # noqa: F401 (fixture)

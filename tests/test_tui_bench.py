@@ -15,7 +15,7 @@ from kimitui.core.session import Session
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, SimOpenAIServer
-from kimitui.live_context import LiveContext
+from kimitui.live.context import LiveContext
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.bench_dialog import MacroDialog, parse_form

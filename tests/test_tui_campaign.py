@@ -10,7 +10,7 @@ from pathlib import Path
 from textual.pilot import Pilot
 
 from kimitui.core.events import CampaignControl, Consent, PhaseStart
-from kimitui.live_context import LiveContext
+from kimitui.live.context import LiveContext
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.campaign_runner import RUNNING, CampaignRunner
 from kimitui.tui.campaign_view import SHORT, CampaignStrip, strip_content

@@ -25,8 +25,8 @@ from kimitui.core.session import Session
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
-from kimitui.live_context import LiveContext
-from kimitui.telemetry import TelemetrySource
+from kimitui.hosts.telemetry import TelemetrySource
+from kimitui.live.context import LiveContext
 from kimitui.tui import cleanup_runner
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.cleanup_consent import TICKED, UNTICKED, ConsentScreen

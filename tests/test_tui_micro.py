@@ -99,8 +99,8 @@ async def test_the_micro_tab_replays_a_recorded_run(micro_run: Path) -> None:
 async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
     from kimitui.core.events import MicroEnd
     from kimitui.hosts.sim.host import SimHost
-    from kimitui.live_context import LiveContext
-    from kimitui.telemetry import TelemetrySource
+    from kimitui.hosts.telemetry import TelemetrySource
+    from kimitui.live.context import LiveContext
     from kimitui.tui.micro_runner import OverrideScreen
 
     async with SimHost(gpus=2, stuck_workers=0, nvml_monitor=False) as host:

@@ -39,7 +39,7 @@ from kimitui.phases import analysis, check, macro, micro, restart, transition
 
 @dataclass(slots=True)
 class CampaignHost:
-    """The host a campaign runs on, opened (``kimitui.targets.open_target``)."""
+    """The host a campaign runs on, opened (``kimitui.live.targets.open_target``)."""
 
     host: Host
     label: str

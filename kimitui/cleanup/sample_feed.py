@@ -4,7 +4,7 @@
 implements it over any stream of ``HostSample`` events (a TelemetrySource, a session's bus): feed it
 with ``push`` or let it ``follow`` a source. ``after`` is a local monotonic time: ``latest(after=t)``
 waits for a sample TAKEN after t, so a wait that follows a signal never judges a stale sample. A sample's
-``t`` is when it was taken on the recording side's clock: the telemetry source (kimitui.telemetry) maps the
+``t`` is when it was taken on the recording side's clock: the telemetry source (kimitui.hosts.telemetry) maps the
 host's clock there once, for the run file and for this feed alike; the feed only turns that wall time into
 local monotonic time (a sample that sat in a busy event loop keeps the time it was taken).
 """

@@ -211,7 +211,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     async def recorded_sweep(host: str, meta: dict[str, Any], cancel: asyncio.Event) -> SweepResult:
         """The sweep as a recorded session (its path said first): every event it publishes goes to the run
         file, then to the screen and --output."""
-        from kimitui.targets import record_session
+        from kimitui.live.targets import record_session
 
         session = record_session(host, {"command": "bench macro", **meta, "url": cfg.base_url})
         assert session.recorder is not None
@@ -235,13 +235,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.host is None:
             parts = urlsplit(cfg.base_url)
             return await recorded_sweep(parts.netloc or "url", {"target": "url"}, cancel)
-        from kimitui.targets import open_target
+        from kimitui.live.targets import open_target
 
         # The simulated host lives exactly as long as the sweep: leaving the block removes it (its
         # processes and directory), on success, on error and on Ctrl-C / SIGTERM alike.
         async with open_target(args.host) as opened:
             cfg.url = getattr(opened.host, "api_url", "") or ""
-            return await recorded_sweep(opened.host.name, opened.meta, cancel)
+            return await recorded_sweep(opened.host.name, opened.facts.recorded(), cancel)
 
     async def main() -> SweepResult:
         cancel = asyncio.Event()
@@ -258,7 +258,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     loop.remove_signal_handler(sig)
 
     from kimitui.hosts.base import HostError
-    from kimitui.targets import TargetError
+    from kimitui.live.targets import TargetError
 
     try:
         result = asyncio.run(main())

@@ -135,8 +135,8 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
     from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
     from kimitui.core.runfile import RunWriter
     from kimitui.core.session import Session
-    from kimitui.targets import TargetError, host_gpus, open_target, record_session
-    from kimitui.telemetry import TelemetrySource
+    from kimitui.hosts.telemetry import TelemetrySource
+    from kimitui.live.targets import TargetError, host_gpus, open_target, record_session
 
     headless = bool(args.headless)
     apply_answers(cfg, args.yes, args.no, headless)
@@ -150,9 +150,8 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
     gpus = 8
     async with open_target(cfg.host, accept_new_host_key=cfg.accept_new_host_key,
                            remote_python=cfg.remote_python or None, gpus=gpus) as opened:
-        target = CampaignHost(opened.host, opened.label, simulated=bool(opened.meta.get("simulated")),
-                              sim_dir=opened.telemetry_args.get("sim_dir"), api_url=opened.meta.get("api_url") or "",
-                              nvidia_smi=opened.meta.get("nvidia_smi") or "nvidia-smi")
+        target = CampaignHost(opened.host, opened.label, simulated=opened.facts.simulated, sim_dir=opened.sim_dir,
+                              api_url=opened.facts.api_url or "", nvidia_smi=opened.facts.nvidia_smi or "nvidia-smi")
         await preflight(cfg, target, list(resume.todo if resume is not None else cfg.phases),
                         lambda: host_gpus(opened, cfg.sample_interval_s))
         if resume is not None:
@@ -165,7 +164,7 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
         else:
             dropped = 0
             session = record_session(opened.host.name, {"command": "campaign", "campaign": cfg.name,
-                                                        "campaign_file": cfg.file, **opened.meta})
+                                                        "campaign_file": cfg.file, **opened.facts.recorded()})
         assert session.recorder is not None
         path = session.recorder.path
         source = TelemetrySource(opened.host, cfg.sample_interval_s, scan_interval=cfg.sample_interval_s,
@@ -240,7 +239,7 @@ async def _headless(machine: Any, session: Any, source: Any, feed: Any, args: ar
 
 async def _dashboard(machine: Any, session: Any, source: Any, feed: Any, opened: Any,
                      args: argparse.Namespace) -> int:
-    from kimitui.live_context import LiveContext
+    from kimitui.live.context import LiveContext
     from kimitui.tui.campaign_runner import CampaignRunner
     from kimitui.tui.launch import run_live
 
@@ -273,7 +272,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 def run(cfg: CampaignConfig, args: argparse.Namespace) -> int:
     from kimitui.cleanup.setup import UsageError
-    from kimitui.targets import run_command
+    from kimitui.live.targets import run_command
 
     async def main() -> int:
         try:

@@ -46,6 +46,7 @@ from kimitui.core.printable import printable
 from kimitui.core.procdisplay import command_gist
 from kimitui.core.session import Session
 from kimitui.core.state import CleanupState, SessionState
+from kimitui.live.targets import TargetFacts
 from kimitui.phases.transition import cleanup_phase
 
 CONSENT_STEPS = ("drain", "graceful", "process", "others", "device", "verify", "reset", "restart")
@@ -228,14 +229,14 @@ def _consent(args: argparse.Namespace, operator: str, started: Started = unknown
     return auto_consent((), operator), "no --yes and no terminal to ask on: every step declined"
 
 
-def _service(args: argparse.Namespace, meta: dict[str, Any]) -> ServiceManager | None:
+def _service(args: argparse.Namespace, facts: TargetFacts) -> ServiceManager | None:
     """The service the operator named; else the one the target names for itself (the simulated host's);
     else a choice is required (``none`` included), so no cleanup frees every GPU process by omission.
-    ``meta``: what the target says (``kimitui.targets.target_meta`` before it is opened, its ``meta`` after)."""
+    ``facts``: what the target says (``target_facts`` before it is opened, the opened target's after)."""
     if args.service is not None:
         return parse_service(args.service, args.health_url)
-    if meta.get("service"):
-        return parse_service(str(meta["service"]), args.health_url)
+    if facts.service:
+        return parse_service(facts.service, args.health_url)
     raise UsageError(f"--service is required on {args.host}: {CHOOSE_SERVICE}")
 
 
@@ -243,8 +244,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
     from kimitui.cleanup.audit import AuditLog
     from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
     from kimitui.cleanup.setup import check_gpus
-    from kimitui.targets import TargetError, host_gpus, new_session, open_target
-    from kimitui.telemetry import TelemetrySource
+    from kimitui.hosts.telemetry import TelemetrySource
+    from kimitui.live.targets import TargetError, host_gpus, new_session, open_target
 
     if not 0.1 <= args.interval <= 10:
         raise UsageError(f"--interval {args.interval} is out of range (0.1 to 10 seconds)")
@@ -257,8 +258,8 @@ async def _cleanup(args: argparse.Namespace) -> int:
     async with open_target(args.host, accept_new_host_key=args.accept_new_host_key,
                            remote_python=args.remote_python) as opened:
         host = opened.host
-        simulated = bool(opened.meta.get("simulated"))  # what the opened target says of itself
-        service = _service(args, opened.meta)
+        simulated = opened.facts.simulated  # what the opened target says of itself
+        service = _service(args, opened.facts)
         deadlines = _deadlines(args, simulated)
         if service is not None:
             try:  # before any step, before the session: a service the host does not have is an error
@@ -296,9 +297,9 @@ async def _cleanup(args: argparse.Namespace) -> int:
                                   args.allow_other_users, operator)
             # the simulated host brings its own (kimitui.hosts.sim.tools) unless one is named
             target.nvidia_smi = args.nvidia_smi if args.nvidia_smi != "nvidia-smi" else \
-                opened.meta.get("nvidia_smi", args.nvidia_smi)
-            target.systemctl = opened.meta.get("systemctl", target.systemctl)
-            api_url = opened.meta.get("api_url")  # the simulated host's server
+                opened.facts.nvidia_smi or args.nvidia_smi
+            target.systemctl = opened.facts.systemctl or target.systemctl
+            api_url = opened.facts.api_url  # the simulated host's server
             if service is not None:
                 target.metrics_url = args.metrics_url or (f"{api_url}/metrics" if api_url else None)
             title = f"{service.label if service else 'no service (none)'} on {host.name}" + (
@@ -341,12 +342,12 @@ async def _cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from kimitui.targets import run_command, target_meta
+    from kimitui.live.targets import run_command, target_facts
 
     try:
         parse_yes(args.yes)
         parse_gpus(args.gpus)
-        _service(args, target_meta(args.host))
+        _service(args, target_facts(args.host))
     except UsageError as exc:  # before any host is opened
         print(f"kimitui: {printable(str(exc))}", file=sys.stderr)
         return 2

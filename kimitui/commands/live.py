@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 from kimitui.core.events import ConnectionState, HostSample, LogLine
 from kimitui.core.printable import printable
-from kimitui.live_context import LiveContext
-from kimitui.targets import TargetError, check_interval, new_session, open_target, run_command
+from kimitui.live.context import LiveContext
+from kimitui.live.targets import TargetError, check_interval, new_session, open_target, run_command
 
 
 async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int:
-    from kimitui.telemetry import TelemetrySource
+    from kimitui.hosts.telemetry import TelemetrySource
     from kimitui.tui.launch import run_live
 
     async with open_target(target, accept_new_host_key=getattr(args, "accept_new_host_key", False),
@@ -46,7 +46,7 @@ def _sample_line(ev: HostSample) -> str:
 
 
 async def _watch(args: argparse.Namespace, out: Callable[[str], None]) -> int:
-    from kimitui.telemetry import TelemetrySource
+    from kimitui.hosts.telemetry import TelemetrySource
 
     interval = check_interval(args.interval)
     if args.count < 0:
@@ -100,7 +100,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
 def cmd_default(args: argparse.Namespace) -> int:
     """The dashboard on this machine's GPUs; without any, say so and offer the demo."""
     from kimitui.hosts.local import LocalHost
-    from kimitui.telemetry import probe_host
+    from kimitui.hosts.telemetry import probe_host
 
     async def probe() -> str | None:
         async with LocalHost(name=socket.gethostname()) as host:

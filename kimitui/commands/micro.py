@@ -158,11 +158,11 @@ async def free_simulated_gpus(opened: Any, feed: Any, publish: Any, sample: Any,
     from kimitui.phases.transition import cleanup_phase
 
     host = opened.host
-    api_url = opened.meta.get("api_url") or ""
-    service = parse_service(opened.meta.get("service") or "none", f"{api_url}/health" if api_url else None)
+    api_url = opened.facts.api_url or ""
+    service = parse_service(opened.facts.service or "none", f"{api_url}/health" if api_url else None)
     operator = current_operator()
     target = build_target(host.name, service, gpus, threshold_mib, default_deadlines(True), False, operator)
-    target.nvidia_smi = opened.meta.get("nvidia_smi") or "nvidia-smi"
+    target.nvidia_smi = opened.facts.nvidia_smi or "nvidia-smi"
     consent = policy_consent(dict.fromkeys(FREE_STEPS, "yes"), None, operator, lambda: False)
 
     async def transition() -> bool:
@@ -197,8 +197,8 @@ async def _micro(args: argparse.Namespace) -> int:
         MicroPlan,
         Topology,
     )
+    from kimitui.live.targets import TargetError, host_gpus, new_session, open_target
     from kimitui.phases.micro import micro_phase
-    from kimitui.targets import TargetError, host_gpus, new_session, open_target
 
     cfg = _config(args)
     cfg.validate()
@@ -225,17 +225,17 @@ async def _micro(args: argparse.Namespace) -> int:
             check_gpus(cfg.gpus, await host_gpus(opened, args.interval), opened.host.name)
         session = new_session(opened, "bench micro")
         session.subscribe(show)
-        simulated = bool(opened.meta.get("simulated"))
+        simulated = opened.facts.simulated
         if simulated:
             cfg.modelled = "rtx-pro-6000"
-            cfg.sim_dir = opened.telemetry_args.get("sim_dir")
+            cfg.sim_dir = opened.sim_dir
             cfg.pace_s = 0.02 if args.pace is None else args.pace
         feed = source = None
         try:
             sample = None
             if not cfg.cpu:
                 from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
-                from kimitui.telemetry import TelemetrySource
+                from kimitui.hosts.telemetry import TelemetrySource
 
                 source = TelemetrySource(opened.host, args.interval, **opened.telemetry_args)
                 feed = SampleFeed()
@@ -272,7 +272,7 @@ def cmd_micro(args: argparse.Namespace) -> int:
     from kimitui.bench.micro.shapes import ShapeError
     from kimitui.cleanup.setup import UsageError
     from kimitui.hosts.base import HostError
-    from kimitui.targets import TargetError
+    from kimitui.live.targets import TargetError
 
     try:
         return asyncio.run(_micro(args))

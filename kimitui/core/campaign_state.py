@@ -82,7 +82,7 @@ class CampaignState:
 
 
 @dataclass(slots=True)
-class CampaignFold:
+class CampaignRecords:
     """What the session state holds of campaigns: the latest campaign and its results."""
 
     campaign: CampaignState | None = None
@@ -91,7 +91,7 @@ class CampaignFold:
     probe: ProbeResult | None = None
 
 
-def fold_campaign(fold: CampaignFold, ev: Event) -> None:
+def fold_campaign(fold: CampaignRecords, ev: Event) -> None:
     c = fold.campaign
     if isinstance(ev, CampaignPlan):
         fold.campaign = CampaignState(ev, {p: CampaignPhase(p) for p in ev.phases})

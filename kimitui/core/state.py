@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from kimitui.core.campaign_state import CampaignFold, CampaignState, fold_campaign
+from kimitui.core.campaign_state import CampaignRecords, CampaignState, fold_campaign
 from kimitui.core.describe import describe, level_of, source_of
 from kimitui.core.events import (
     CAMPAIGN_EVENT_TYPES,
@@ -339,7 +339,7 @@ class SessionState:
     topology: Topology | None = None
     micro_runs: list[MicroRunState] = field(default_factory=list)
     log: deque[LogEntry] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
-    campaigns: CampaignFold = field(default_factory=CampaignFold)
+    campaigns: CampaignRecords = field(default_factory=CampaignRecords)
     """The latest campaign (kimitui.core.campaign_state), its drain, budget and probe."""
 
     @property

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from kimitui.hosts.link import AgentLink, Worker
+    from kimitui.hosts.link import AgentLink, RemoteWorker
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,9 +241,9 @@ class Host(abc.ABC):
         return res["status"] if isinstance(res["status"], int) else None
 
     async def start_worker(self, source: bytes | str, args: Sequence[str] = (), env: dict[str, str] | None = None,
-                           python: str | None = None, cwd: str | None = None) -> Worker:
+                           python: str | None = None, cwd: str | None = None) -> RemoteWorker:
         """Start a Python worker on the host from SOURCE (sent over the channel; nothing is read from the
-        host's disk). See ``kimitui.hosts.link.Worker`` for the whole contract::
+        host's disk). See ``kimitui.hosts.link.RemoteWorker`` for the whole contract::
 
             worker = await host.start_worker(SOURCE, ["--shape", "7168x1024"], {"CUDA_VISIBLE_DEVICES": "0"},
                                              python="/usr/bin/python3")

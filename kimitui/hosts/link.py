@@ -2,7 +2,7 @@
 
 ``AgentLink`` starts the agent through the host's transport (``Host.open_channel``), reads its hello,
 then demultiplexes what it writes: replies go to the request waiting on that id, samples and log lines to
-the subscribers (telemetry), worker lines to their ``Worker``. It is the one place that retries: each
+the subscribers (telemetry), worker lines to their ``RemoteWorker``. It is the one place that retries: each
 ``connect()`` makes one attempt, after the backoff wait when the previous one failed; a failure another
 attempt cannot fix (HostFatal: host key, authentication, a name that does not resolve, no usable python)
 is remembered and repeated at once, never retried.
@@ -92,7 +92,7 @@ def _line_type(line: bytes) -> str:
     return line[i + 8:j].decode("ascii", "replace") if j > 0 else ""
 
 
-class Worker:
+class RemoteWorker:
     """A Python worker the agent runs on the host (``Host.start_worker``).
 
     The contract (what the micro benchmarks code against):
@@ -212,7 +212,7 @@ class AgentLink:
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
-        self._workers: dict[int, Worker] = {}
+        self._workers: dict[int, RemoteWorker] = {}
         self._subscribers: list[asyncio.Queue[Any]] = []
         self._callbacks: list[StateCallback] = []
 
@@ -479,11 +479,11 @@ class AgentLink:
         raise RequestFailed(_one_line(msg.get("error") or "request failed"), str(msg.get("kind") or "error"))
 
     async def start_worker(self, source: bytes | str, args: list[str], env: dict[str, str], python: str | None,
-                           cwd: str | None) -> Worker:
+                           cwd: str | None) -> RemoteWorker:
         await self.connect()
         text = source.decode("utf-8") if isinstance(source, bytes) else source
         rid = next(self._ids)
-        worker = Worker(self, rid)
+        worker = RemoteWorker(self, rid)
         self._workers[rid] = worker  # before the request: its first lines may come before the reply is read
         try:
             res = await self.request("worker_start", {"source": text, "args": [str(a) for a in args],

@@ -30,7 +30,7 @@ from textual.widgets import Footer, TabbedContent, TabPane
 from kimitui.core.events import Event
 from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
-from kimitui.live_context import LiveContext
+from kimitui.live.context import LiveContext
 from kimitui.tui import fmt
 from kimitui.tui.bench_runner import TAB_LABEL, MacroController, tab_label
 from kimitui.tui.bench_view import BenchView

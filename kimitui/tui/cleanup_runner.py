@@ -25,7 +25,7 @@ from kimitui.cleanup.services import ServiceManager, service_missing
 from kimitui.cleanup.setup import UsageError, build_target, default_deadlines, parse_service
 from kimitui.core.events import LogLine, StepPreview, StepResult
 from kimitui.core.session import Session
-from kimitui.live_context import LiveContext
+from kimitui.live.context import LiveContext
 from kimitui.phases.restart import restart_phase
 from kimitui.phases.transition import cleanup_phase
 from kimitui.tui.cleanup_consent import ConsentScreen

@@ -14,7 +14,7 @@ from kimitui.core.session import EventSource, Session
 if TYPE_CHECKING:
     from textual.app import App
 
-    from kimitui.live_context import LiveContext
+    from kimitui.live.context import LiveContext
     from kimitui.tui.app import KimituiApp
 
 

@@ -86,7 +86,7 @@ class LoadFile:
 
 
 @dataclass
-class Worker:
+class SimRank:
     rank: int
     proc: subprocess.Popen[bytes]
     ready: bool = False
@@ -99,13 +99,13 @@ class Worker:
 class ApiServer:
     layout: SimLayout
     ns: argparse.Namespace
-    workers: list[Worker] = field(default_factory=list)
+    workers: list[SimRank] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     def ready(self) -> bool:
         return bool(self.workers) and all(w.ready and not w.exited for w in self.workers)
 
-    def _spawn(self, rank: int, stuck: bool) -> Worker:
+    def _spawn(self, rank: int, stuck: bool) -> SimRank:
         env = dict(os.environ)
         env.pop(IGNORE_SIGTERM_ENV, None)
         if stuck:
@@ -115,7 +115,7 @@ class ApiServer:
                 "--sim-dir", str(self.layout.root), "--gpu", str(rank), "--mem-mib", str(self.ns.worker_mem_mib),
                 "--load-time", str(self.ns.load_time), "--parent-pid", str(os.getpid())]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env)
-        return Worker(rank, proc)
+        return SimRank(rank, proc)
 
     def start_workers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -130,7 +130,7 @@ class ApiServer:
             w.pidfd = os.pidfd_open(w.proc.pid)
             loop.add_reader(w.pidfd, self._on_exit, w)
 
-    def _on_output(self, w: Worker) -> None:
+    def _on_output(self, w: SimRank) -> None:
         assert w.proc.stdout is not None
         fd = w.proc.stdout.fileno()
         try:
@@ -144,7 +144,7 @@ class ApiServer:
         if b"ready\n" in w.buf:
             w.ready = True
 
-    def _on_exit(self, w: Worker) -> None:
+    def _on_exit(self, w: SimRank) -> None:
         loop = asyncio.get_running_loop()
         loop.remove_reader(w.pidfd)
         os.close(w.pidfd)

@@ -20,7 +20,7 @@ from ..topology import collect_topology
 from ..wire import PROTOCOL, emit, err, log, set_token
 from .pool import Lane, Pool
 from .requests import READ_FILE_MAX_BYTES, NotRegularFile, RequestError, argv_of, env_with, read_regular_file
-from .workers import Worker
+from .workers import HostWorker
 
 TYPE_CHECKING = False  # typing is not imported at run time
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class Agent:
         self.pid = os.getpid()
         self.stream: SampleStream | None = None
         self.sources: dict[tuple[Any, ...], Any] = {}
-        self.workers: dict[int, Worker] = {}
+        self.workers: dict[int, HostWorker] = {}
         self.running: dict[int, Any] = {}  # run requests' processes, killed if the caller goes away
         self.lock = threading.Lock()
         self.pool = Pool()
@@ -293,7 +293,7 @@ class Agent:
             if exc.kind == "not_found":
                 raise RequestError(f"worker python not found: {python}", "not_found") from None
             raise
-        worker = Worker(wid, proc, workdir)
+        worker = HostWorker(wid, proc, workdir)
         self.workers[wid] = worker
         worker.start()
         return {"worker": wid, "pid": proc.pid, "python": python}

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class Worker:
+class HostWorker:
     """One worker: its own session and process group; stdout JSON lines go out tagged with its id."""
 
     TAIL = 8192

@@ -19,9 +19,9 @@ from kimitui.core.session import Session
 from kimitui.core.state import fold_all
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
-from kimitui.live_context import LiveContext
+from kimitui.hosts.telemetry import TelemetrySource
+from kimitui.live.context import LiveContext
 from kimitui.resources import bundled_runs
-from kimitui.telemetry import TelemetrySource
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.bench_progress import FractionBar
 from kimitui.tui.bench_view import BenchView
@@ -137,7 +137,7 @@ def test_the_host_boot_time_moves_with_the_sample_clock() -> None:
 def test_an_agent_sample_carries_the_boot_time_through_to_the_fold() -> None:
     """What the agent must send (kimitui/hostside/sampler.py, not filled yet): ``boot_time`` and ``clock_ticks``
     in its sample object; the parser keeps them, the fold turns start ticks into times."""
-    from kimitui.telemetry import parse_agent_line
+    from kimitui.hosts.telemetry import parse_agent_line
 
     line = ('{"t": 5000.0, "type": "sample", "host": "h", "seq": 1, "gpus": [], "procs": [], '
             '"boot_time": 1000.0, "clock_ticks": 100}')

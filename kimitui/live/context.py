@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from kimitui.hosts.base import Host
 
 if TYPE_CHECKING:
-    from kimitui.targets import OpenedHost
+    from kimitui.live.targets import OpenedTarget
 
 
 @dataclass(slots=True)
@@ -28,10 +28,10 @@ class LiveContext:
     """The GPU reset's tool on the host (the simulated host's own stand-in there)."""
 
     @classmethod
-    def of(cls, opened: OpenedHost, default_service: str | None = None, api_url: str | None = None) -> LiveContext:
+    def of(cls, opened: OpenedTarget, default_service: str | None = None, api_url: str | None = None) -> LiveContext:
         """What an opened target says of itself; ``default_service`` and ``api_url`` override its own (a
         campaign file names them)."""
-        return cls(opened.host, opened.label, default_service=default_service or opened.meta.get("service"),
-                   api_url=api_url or opened.meta.get("api_url"), simulated=bool(opened.meta.get("simulated")),
-                   sim_dir=opened.telemetry_args.get("sim_dir"),
-                   nvidia_smi=opened.meta.get("nvidia_smi") or "nvidia-smi")
+        facts = opened.facts
+        return cls(opened.host, opened.label, default_service=default_service or facts.service,
+                   api_url=api_url or facts.api_url, simulated=facts.simulated, sim_dir=opened.sim_dir,
+                   nvidia_smi=facts.nvidia_smi or "nvidia-smi")

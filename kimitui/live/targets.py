@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kimitui.core.printable import printable
@@ -40,21 +41,50 @@ def demo_stray(gpus: int) -> int | bool:
     return int(text)
 
 
-@dataclass(slots=True)
-class OpenedHost:
+@dataclass(frozen=True, slots=True)
+class TargetFacts:
+    """What a target says of itself: from its name alone before it is opened (``target_facts``: the demo is
+    simulated and names its own service), completed once it is (the simulated host's server and tools).
+    Commands check their arguments against it, then read the opened target's."""
+
+    target: str
+    simulated: bool = False
+    service: str | None = None
+    """A service spec (``sim:vllm``) the target names for itself; None: the operator names it."""
+    api_url: str | None = None
+    """The simulated host's OpenAI-compatible server."""
+    nvidia_smi: str | None = None
+    """The host's nvidia-smi where it is not the one on PATH (the simulated host's stand-in)."""
+    systemctl: str | None = None
+
+    def recorded(self) -> dict[str, Any]:
+        """The run header's ``meta`` keys, those set only (as runs have always recorded them)."""
+        keys = ("target", "simulated", "service", "api_url", "nvidia_smi", "systemctl")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) not in (None, False)}
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedTarget:
+    """A target opened for a command: its host, how it is named on screen, what it says of itself, and where
+    the simulated driver keeps its files (the telemetry and the micro workers read them there)."""
+
     host: Host
     label: str
-    telemetry_args: dict[str, Any] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
+    facts: TargetFacts
+    sim_dir: str | None = None
+    dev_prefix: str | None = None
+
+    @property
+    def telemetry_args(self) -> dict[str, Any]:
+        """``TelemetrySource``'s keyword arguments for this target (a simulated host's folder and devices)."""
+        return {k: v for k, v in (("sim_dir", self.sim_dir), ("dev_prefix", self.dev_prefix)) if v is not None}
 
 
-def target_meta(target: str) -> dict[str, Any]:
-    """What a target says of itself once opened (``OpenedHost.meta``) that its name alone tells: the demo is
-    simulated and names its own service (``sim:vllm``); any other target names none. Commands check their
-    arguments against it before a host is opened, then read the opened target's ``meta``."""
+def target_facts(target: str) -> TargetFacts:
+    """What a target's name alone tells of it: the demo is simulated and names its own service."""
     if target == "demo":
-        return {"target": "demo", "simulated": True, "service": "sim:vllm"}
-    return {"target": target}
+        return TargetFacts("demo", simulated=True, service="sim:vllm")
+    return TargetFacts(target)
 
 
 def check_interval(value: float) -> float:
@@ -65,10 +95,10 @@ def check_interval(value: float) -> float:
 
 @contextlib.asynccontextmanager
 async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: int = 8,
-                      check: bool = True, remote_python: str | None = None) -> AsyncIterator[OpenedHost]:
+                      check: bool = True, remote_python: str | None = None) -> AsyncIterator[OpenedTarget]:
     """A host for ``local``, ``demo`` or an SSH target; ``check`` makes sure it has a driver first.
     ``remote_python`` is the interpreter that runs the agent on an SSH host (default python3)."""
-    from kimitui.telemetry import probe_host
+    from kimitui.hosts.telemetry import probe_host
 
     if target == "demo":
         from kimitui.hosts.sim.host import SimHost
@@ -77,10 +107,10 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
         print(f"starting the simulated {gpus}-GPU host ...", file=sys.stderr)
         async with SimHost(gpus=gpus, name="demo", stray_holder=stray) as sim:
             print(f"simulated host ready: {sim.sim_dir}, OpenAI API at {sim.api_url}", file=sys.stderr)
-            yield OpenedHost(sim, f"demo ({gpus} simulated GPUs)",
-                             {"sim_dir": sim.sim_dir, "dev_prefix": sim.dev_prefix},
-                             {**target_meta("demo"), "api_url": sim.api_url, "nvidia_smi": sim.nvidia_smi,
-                              "systemctl": sim.systemctl})
+            facts = dataclasses.replace(target_facts("demo"), api_url=sim.api_url, nvidia_smi=sim.nvidia_smi,
+                                        systemctl=sim.systemctl)
+            yield OpenedTarget(sim, f"demo ({gpus} simulated GPUs)", facts, sim_dir=sim.sim_dir,
+                               dev_prefix=sim.dev_prefix)
         return
     host: Host
     if target == "local":
@@ -99,18 +129,18 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
             problem = await probe_host(host)
             if problem is not None:
                 raise TargetError(problem)
-        yield OpenedHost(host, host.name, {}, target_meta(target))
+        yield OpenedTarget(host, host.name, target_facts(target))
     except HostError as exc:
         raise TargetError(str(exc)) from None
     finally:
         await host.close()
 
 
-async def host_gpus(opened: OpenedHost, interval: float = 0.5, timeout: float = 30.0) -> list[int]:
+async def host_gpus(opened: OpenedTarget, interval: float = 0.5, timeout: float = 30.0) -> list[int]:
     """The GPU indexes of the host's first telemetry sample, taken before anything is recorded (a command
     checks its ``--gpus`` against them). The stream is stopped after it; the command's own starts afresh."""
     from kimitui.core.events import ConnectionState, HostSample
-    from kimitui.telemetry import TelemetrySource
+    from kimitui.hosts.telemetry import TelemetrySource
 
     source = TelemetrySource(opened.host, interval, **opened.telemetry_args)
     events = source.events()
@@ -145,8 +175,8 @@ def record_session(host: str, meta: dict[str, Any]) -> Session:
     return session
 
 
-def new_session(opened: OpenedHost, command: str) -> Session:
-    return record_session(opened.host.name, {"command": command, **opened.meta})
+def new_session(opened: OpenedTarget, command: str) -> Session:
+    return record_session(opened.host.name, {"command": command, **opened.facts.recorded()})
 
 
 def run_command(coro_factory: Callable[[], Any]) -> int:
