@@ -28,9 +28,6 @@ Cell = tuple[str, Look]
 UNKNOWN: Cell = ("\0", None)
 """A cell whose content the terminal shows is not known (never drawn, or drawn by a control sequence)."""
 
-MERGE_GAP = 6
-"""Unchanged cells between two changed runs below which they are sent as one (a cursor move costs more)."""
-
 
 def look_of(style: Style | None, color_system: ColorSystem) -> Look:
     if style is None:
@@ -51,6 +48,8 @@ def sgr_change(before: Look, after: Look) -> str:
     if after is None:
         return "\x1b[0m"
     attrs, fg, bg, _ = after
+    if before is None:  # the terminal's default look (a frame starts in it): nothing to reset
+        return f"\x1b[{';'.join(code for code in (attrs, fg, bg) if code)}m"
     if before is not None and before[0] == attrs and (fg or not before[1]) and (bg or not before[2]):
         codes = [code for code, was in ((fg, before[1]), (bg, before[2])) if code != was]
         return f"\x1b[{';'.join(codes)}m" if codes else ""
@@ -243,15 +242,23 @@ def _horizontal(dx: int) -> str:
 
 
 def _changed_runs(row: list[Cell], x: int, cells: list[Cell]) -> list[tuple[int, int]]:
-    """[start, end) screen columns where ``cells`` (painted from ``x``) differ from ``row``, near runs
-    merged, never starting or ending inside a wide character."""
+    """[start, end) screen columns where ``cells`` (painted from ``x``) differ from ``row``, each run of one
+    look, never starting or ending inside a wide character. Two runs of a look are sent as one when the
+    unchanged cells between them are of that look too and cost no more bytes than the cursor move over them."""
     runs: list[list[int]] = []
+    looks: list[Look] = []
     for i, cell in enumerate(cells):
-        if row[x + i] != cell:
-            if runs and i - runs[-1][1] <= MERGE_GAP:
+        if row[x + i] == cell:
+            continue
+        look = cell[1]
+        if runs and looks[-1] == look:
+            gap = cells[runs[-1][1]:i]
+            if not gap or (all(c[1] == look for c in gap)
+                           and sum(len(c[0].encode()) for c in gap) <= len(_steps(len(gap), "C", ""))):
                 runs[-1][1] = i + 1
-            else:
-                runs.append([i, i + 1])
+                continue
+        runs.append([i, i + 1])
+        looks.append(look)
     out = []
     for start, end in runs:
         while start > 0 and cells[start][0] == "":
