@@ -1,5 +1,6 @@
-"""A small terminal for tests: the sequences Textual and kimitui's screen diff write (cursor moves, SGR, text),
-applied to a grid of cells, each cell its character and the SGR state it was written with."""
+"""A small terminal for tests: the sequences Textual and kimitui's screen diff write (cursor moves, absolute and
+relative, SGR, text), applied to a grid of cells, each cell its character and the SGR state it was written with.
+A move right stops at the last column and one left at the first, as a VT100's do."""
 
 from __future__ import annotations
 
@@ -35,8 +36,16 @@ class Terminal:
         if final == "H":
             row, col = [*numbers, 1, 1][:2]
             self.y, self.x = max(row, 1) - 1, max(col, 1) - 1
-        elif final == "C":
-            self.x += numbers[0] if numbers and numbers[0] else 1
+        elif final in "ABCD":
+            n = numbers[0] if numbers and numbers[0] else 1
+            if final == "A":
+                self.y = max(self.y - n, 0)
+            elif final == "B":
+                self.y = min(self.y + n, self.height - 1)
+            elif final == "C":
+                self.x = min(self.x + n, self.width - 1)
+            else:
+                self.x = max(self.x - n, 0)
         elif final == "m":
             self._sgr(numbers or [0])
 
@@ -74,6 +83,9 @@ class Terminal:
                 continue
             if char == "\r":
                 self.x = 0
+                continue
+            if char == "\b":
+                self.x = max(self.x - 1, 0)
                 continue
             width = get_character_cell_size(char)
             if width == 0 or not (0 <= self.y < self.height and 0 <= self.x < self.width):

@@ -97,3 +97,41 @@ def test_a_wide_character_is_sent_whole() -> None:
     term.feed(out)
     assert term.text() == "ab文cdef  "
     assert "\x1b[1;3H" in out and "cdef" not in out
+
+
+def test_cursor_moves_are_the_shortest_and_land_where_meant() -> None:
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.geometry import Region
+    from textual.strip import Strip
+
+    from kimitui.tui.screen_diff import cursor_move
+
+    assert cursor_move(None, 61, 6) == "\x1b[7;62H"
+    assert cursor_move((64, 5), 62, 6) == "\x1b[B\b\b"  # one down, two back
+    assert cursor_move((64, 5), 60, 9) == "\x1b[10;61H"  # as short as the relative one: absolute
+    assert cursor_move((100, 12), 0, 13) == "\r\x1b[B"
+    assert cursor_move((5, 9), 0, 0) == "\x1b[H"
+    # One figure in each of 8 rows of a column (the GPU table's utilisation): each reached from the one above
+    console = Console(color_system="256", force_terminal=True, width=20, height=8)
+    red = Style(color="red")
+    shadow = ScreenShadow()
+    first = LayoutUpdate([[Strip([Segment(f"gpu {i}  41%".ljust(20), red)])] for i in range(8)], Region(0, 0, 20, 8))
+    minimal_update(shadow, first, (20, 8), console)
+    lines = [{0: Strip([Segment(f"gpu {i}  4{i}%".ljust(20), red)])} for i in range(8)]
+    chops = ChopsUpdate(lines, [(y, 0, 20) for y in range(8)], [[20]] * 8)
+    out = minimal_update(shadow, chops, (20, 8), console).render_segments(console)  # type: ignore[attr-defined]
+    term = Terminal(20, 8)
+    term.feed(first.render_segments(console))
+    term.feed(out)
+    assert term.text().splitlines() == [f"gpu {i}  4{i}%".ljust(20) for i in range(8)]
+    # rows 0 and 2-7 change (row 1 reads 41% still): one absolute move, then down and back a cell each
+    assert out == "\x1b[1;9H\x1b[31m0\x1b[2B\b2" + "".join(f"\x1b[B\b{i}" for i in range(3, 8)) + "\x1b[0m", repr(out)
+    # after a write to the last column the cursor's place is not sure: the next move is absolute
+    wide = ChopsUpdate([{0: Strip([Segment("gpu 0  40%".ljust(19) + "x", red)])},
+                        {0: Strip([Segment("gpu 1  40%".ljust(19) + "y", red)])}, *lines[2:]],
+                       [(0, 0, 20), (1, 0, 20)], [[20]] * 8)
+    out = minimal_update(shadow, wide, (20, 8), console).render_segments(console)  # type: ignore[attr-defined]
+    term.feed(out)
+    assert term.text().splitlines()[:2] == ["gpu 0  40%".ljust(19) + "x", "gpu 1  40%".ljust(19) + "y"]
+    assert "\x1b[2;" in out, repr(out)

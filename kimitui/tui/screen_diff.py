@@ -28,9 +28,6 @@ Cell = tuple[str, Look]
 UNKNOWN: Cell = ("\0", None)
 """A cell whose content the terminal shows is not known (never drawn, or drawn by a control sequence)."""
 
-MERGE_GAP = 6
-"""Unchanged cells between two changed runs below which they are sent as one (a cursor move costs more)."""
-
 
 def look_of(style: Style | None, color_system: ColorSystem) -> Look:
     if style is None:
@@ -51,6 +48,8 @@ def sgr_change(before: Look, after: Look) -> str:
     if after is None:
         return "\x1b[0m"
     attrs, fg, bg, _ = after
+    if before is None:  # the terminal's default look (a frame starts in it): nothing to reset
+        return f"\x1b[{';'.join(code for code in (attrs, fg, bg) if code)}m"
     if before is not None and before[0] == attrs and (fg or not before[1]) and (bg or not before[2]):
         codes = [code for code, was in ((fg, before[1]), (bg, before[2])) if code != was]
         return f"\x1b[{';'.join(codes)}m" if codes else ""
@@ -144,7 +143,7 @@ class ScreenShadow:
     def diff(self, update: ChopsUpdate, console: Console) -> str:
         """The sequences that bring the terminal from the shadow to ``update``'s lines; the shadow follows."""
         color_system = console._color_system or ColorSystem.TRUECOLOR
-        out = _Writer()
+        out = _Writer(self.width)
         runs: list[tuple[int, int, list[Cell], list[Style | None]]] = []
         lines = {y for y, _, _ in update.spans}
         for y in sorted(lines):
@@ -164,8 +163,13 @@ class ScreenShadow:
                     runs.append((start, y, cells[start - x:end - x], styles[start - x:end - x]))
                 row[x:x + len(cells)] = cells
                 self._took(y, x, strip)
-        # The runs do not overlap: written a look at a time, the SGR changes once a look, not once a run
-        runs.sort(key=lambda run: (repr(run[2][0][1]), run[1], run[0]))
+        # The runs do not overlap: written a look at a time (the SGR changes once a look, not once a run), the
+        # looks in the order they first appear on the screen, each look's runs top to bottom, left to right
+        runs.sort(key=lambda run: (run[1], run[0]))
+        order: dict[Look, int] = {}
+        for run in runs:
+            order.setdefault(run[2][0][1], len(order))
+        runs.sort(key=lambda run: order[run[2][0][1]])
         for x, y, cells, styles in runs:
             out.cells(x, y, cells, styles, console)
         return out.done()
@@ -175,7 +179,8 @@ class _Writer:
     """Terminal sequences for runs of cells: a cursor move only where the cursor is not already, an SGR only
     where the look changes (one reset at the end, as Textual leaves the terminal after a frame)."""
 
-    def __init__(self) -> None:
+    def __init__(self, width: int) -> None:
+        self.width = width
         self.parts: list[str] = []
         self.at: tuple[int, int] | None = None
         self.look: Look = None
@@ -183,10 +188,10 @@ class _Writer:
     def move(self, x: int, y: int) -> None:
         if self.at == (x, y):
             return
-        if self.at is not None and self.at[1] == y and self.at[0] < x:
-            self.parts.append(f"\x1b[{x - self.at[0]}C")
-        else:
-            self.parts.append(f"\x1b[{y + 1};{x + 1}H")
+        # After a write to the last column the terminal holds the cursor there, a wrap pending: only an
+        # absolute move is sure to land where meant
+        at = self.at if self.at is not None and self.at[0] < self.width else None
+        self.parts.append(cursor_move(at, x, y))
         self.at = (x, y)
 
     def raw(self, x: int, y: int, rendered: str) -> None:
@@ -213,16 +218,47 @@ class _Writer:
         return "".join(self.parts)
 
 
+def cursor_move(at: tuple[int, int] | None, x: int, y: int) -> str:
+    """The shortest sequence that takes the cursor from ``at`` (None: not known) to column ``x``, row ``y``,
+    as curses chooses: an absolute move, or moves relative to where it is (up or down, then right, left or
+    backspaces), or a carriage return and a move right. Every one is VT100's."""
+    absolute = f"\x1b[{y + 1};{x + 1}H" if x else f"\x1b[{y + 1}H" if y else "\x1b[H"
+    if at is None:
+        return absolute
+    vertical = _steps(y - at[1], "B", "A")
+    candidates = [absolute, vertical + _horizontal(x - at[0]), "\r" + _steps(x, "C", "") + vertical]
+    return min(candidates, key=len)
+
+
+def _steps(n: int, forward: str, back: str) -> str:
+    if n == 0:
+        return ""
+    final, n = (forward, n) if n > 0 else (back, -n)
+    return f"\x1b[{final}" if n == 1 else f"\x1b[{n}{final}"
+
+
+def _horizontal(dx: int) -> str:
+    return "\b" * -dx if -3 <= dx < 0 else _steps(dx, "C", "D")
+
+
 def _changed_runs(row: list[Cell], x: int, cells: list[Cell]) -> list[tuple[int, int]]:
-    """[start, end) screen columns where ``cells`` (painted from ``x``) differ from ``row``, near runs
-    merged, never starting or ending inside a wide character."""
+    """[start, end) screen columns where ``cells`` (painted from ``x``) differ from ``row``, each run of one
+    look, never starting or ending inside a wide character. Two runs of a look are sent as one when the
+    unchanged cells between them are of that look too and cost no more bytes than the cursor move over them."""
     runs: list[list[int]] = []
+    looks: list[Look] = []
     for i, cell in enumerate(cells):
-        if row[x + i] != cell:
-            if runs and i - runs[-1][1] <= MERGE_GAP:
+        if row[x + i] == cell:
+            continue
+        look = cell[1]
+        if runs and looks[-1] == look:
+            gap = cells[runs[-1][1]:i]
+            if not gap or (all(c[1] == look for c in gap)
+                           and sum(len(c[0].encode()) for c in gap) <= len(_steps(len(gap), "C", ""))):
                 runs[-1][1] = i + 1
-            else:
-                runs.append([i, i + 1])
+                continue
+        runs.append([i, i + 1])
+        looks.append(look)
     out = []
     for start, end in runs:
         while start > 0 and cells[start][0] == "":
