@@ -37,8 +37,8 @@ def first_frame(args: list[str], mode: str, timeout: float = 60.0) -> float | st
     """Seconds to the frame, or why there is none."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "KIMITUI_EXIT_AFTER_FIRST_FRAME": mode,
-           "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "", "KIMITUI_EXIT_AFTER_FIRST_FRAME": mode,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.Popen([sys.executable, "-m", "kimitui", *args], stdin=slave, stdout=slave, stderr=slave,
                             env=env, start_new_session=True, cwd=ROOT)

@@ -285,7 +285,7 @@ def _on_a_pty(load: str, duration: float, settle: float = 4.0) -> tuple[int, flo
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color"}
+    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": ""}  # 256 colours as TERM says, not the caller's
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.Popen([sys.executable, __file__, "--dashboard-child", load], stdin=slave, stdout=slave,
                             stderr=slave, env=env, start_new_session=True)

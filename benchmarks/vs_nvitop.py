@@ -1,7 +1,7 @@
 """kimitui's local dashboard beside nvitop on the same GPU host, measured the same way from outside:
 
-  start  seconds from the spawn to the first bytes on the terminal that show a GPU's memory figure
-         (nvitop: ``123MiB / 143771MiB``; kimitui: ``0.0/139.8 GiB`` or ``MiB``)
+  start  seconds from the spawn to the first bytes on the terminal that show a GPU memory unit (MiB, GiB)
+         (nvitop: ``0MiB``, a digit against the unit; kimitui: ``0.0/139.8 GiB``)
   bytes  bytes written to the terminal over the next ``--seconds`` (30 by default), per 30 s
   CPU    the CPU time of the command's whole process tree over that time, in % of one core
 
@@ -29,7 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TICKS = os.sysconf("SC_CLK_TCK")
-MEMORY = {"nvitop": re.compile(rb"\d+MiB\s*/\s*\d+MiB"), "kimitui": re.compile(rb"\d+(?:\.\d+)?/\d+(?:\.\d+)? ?[GM]iB")}
+MEMORY = {"nvitop": re.compile(rb"\d ?MiB"), "kimitui": re.compile(rb"\d+(?:\.\d+)?/\d+(?:\.\d+)? ?[GM]iB")}
+"""A GPU's memory figure on screen: nvitop (curses) draws one in pieces between cursor moves, so a number
+against its unit; kimitui (Textual) writes a cell's text whole, so used/total."""
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]")
 COMMANDS = {"nvitop": [sys.executable, "-m", "nvitop", "--interval", "0.5"],
             "kimitui": [sys.executable, "-m", "kimitui"]}
@@ -62,7 +64,8 @@ def measure(name: str, seconds: float) -> tuple[float, int, float] | str:
     """(start s, bytes over SECONDS, CPU % of a core) of one run, or why there is none."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "",  # 256 colours for both, as TERM says
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     began = time.monotonic()
     proc = subprocess.Popen(COMMANDS[name], stdin=slave, stdout=slave, stderr=slave, env=env,
                             start_new_session=True, cwd=ROOT)
