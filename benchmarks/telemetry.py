@@ -22,7 +22,11 @@ dashboard-cpu on the shared 2-core dev machine (load average 1-2), 30 s a load, 
   screen diff only (a3a20be)       16.7-17.4 KB, 1.93-2.26 %   15.4-15.6 KB, 1.67-2.00 %
   + line compositor                17.4 KB, 1.70 %             15.4 KB, 1.40 %
   + shortest cursor moves, runs    14.1 KB, 1.63-1.77 %        14.0-14.1 KB, 1.53-1.60 %
-    of one look (now)
+    of one look
+  - line compositor (now: it left  14.1 KB, 1.97 %             14.0 KB, 1.77 %
+    a stale line under load)
+  on the H200 host's CPU (docs/device-runs/draw-1xh200): 16.9 KB, 2.27 % / 17.4 KB, 1.90 %; kimitui's local
+  dashboard there (1 GPU): 2.7 KB per 30 s, 0.83-0.97 % (benchmarks/vs_nvitop.py).
 Where the rest of the CPU goes (serving, per 2 Hz frame, ~7 ms): the GPU table's 8 changed rows ~1.4 ms, the
 header line ~0.7 ms, the screen diff ~0.5 ms, the views' show() ~1.5 ms (GPU cells, memory history, the 64
 processes compared), Textual's message loop and timers ~1.5 ms; a frame where only the header changes costs

@@ -40,7 +40,6 @@ from kimitui.tui.commands import KimituiCommands
 from kimitui.tui.event_log import EventLog
 from kimitui.tui.gpu_table import GpuTable
 from kimitui.tui.help_screen import HelpScreen
-from kimitui.tui.line_compositor import LineScreen
 from kimitui.tui.memory_history import MemoryHistory
 from kimitui.tui.micro_runner import MicroController
 from kimitui.tui.micro_view import MicroView
@@ -264,9 +263,6 @@ class KimituiApp(App[None]):
         footer.show_command_palette = width >= COMPACT_WIDTH  # ^p is in the help; the keys need the room
 
     # -- drawing
-
-    def get_default_screen(self) -> Screen[object]:
-        return LineScreen(id="_default")  # a partial update renders the changed lines only
 
     def _display(self, screen: Screen[object], renderable: RenderableType | None) -> None:
         # Textual's one place that writes a frame: a partial one is cut to the cells that changed
