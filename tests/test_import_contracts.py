@@ -390,3 +390,13 @@ def test_every_file_named_test_holds_tests() -> None:
             empty.append(path.name)
     assert len(list((ROOT / "tests").glob("test_*.py"))) > 10
     assert empty == []
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_of_kimitui_is_over_600_lines() -> None:
+    """A module that does one job reads whole (issue 21): none is over 600 lines (none is generated)."""
+    files = sorted(PKG.rglob("*.py"))
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert len(files) > 100 and long == {}

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.events import Resize
 from textual.notifications import SeverityLevel
@@ -40,6 +40,7 @@ from kimitui.tui.commands import KimituiCommands
 from kimitui.tui.event_log import EventLog
 from kimitui.tui.gpu_table import GpuTable
 from kimitui.tui.help_screen import HelpScreen
+from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
 from kimitui.tui.memory_history import MemoryHistory
 from kimitui.tui.micro_runner import MicroController
 from kimitui.tui.micro_view import MicroView
@@ -62,13 +63,6 @@ REDRAW_HZ = 8.0
 EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"
 """1: exit once the first frame is drawn; sample: once the first frame showing a host sample is drawn (the
 startup benchmark, benchmarks/startup.py, reads the time printed then)."""
-VIEWS = ("dashboard", "bench", "cleanup", "micro", "analysis")
-REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
-                            "step", "to_end"})
-LIVE_ACTIONS = frozenset({"macro_sweep", "free_gpus", "restart_service", "micro_run"})
-CAMPAIGN_ACTIONS = frozenset({"campaign_pause", "campaign_skip", "campaign_abort"})
-"""Keys of a campaign run in the dashboard (kimitui campaign FILE): shown only then."""
-"""Keys that act on a live host: a replay leaves them out of its footer (pressed, they say why not)."""
 COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 30
 
@@ -77,49 +71,7 @@ class KimituiApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "kimitui"
     COMMANDS = App.COMMANDS | {KimituiCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        # before any other x binding: on the Benchmarks tab x cancels the sweep, elsewhere it is skipped
-        Binding("M", "macro_sweep", "Sweep", key_display="M"),
-        Binding("x", "cancel_macro_key", "Cancel", key_display="x"),
-        Binding("x", "cancel_micro_key", "Cancel", key_display="x"),
-        # The footer shows a pair of keys as one entry (+/- speed, n/p phase, d/b/c/u/a views) and leaves out
-        # the one-event step (.): it fits 80 columns; the help lists every key.
-        Binding("space", "toggle_pause", "Pause"),
-        Binding("plus,equals_sign", "faster", "Speed", key_display="+/-"),
-        Binding("minus", "slower", "Slower", key_display="-", show=False),
-        Binding("n", "next_phase", "Phase", key_display="n/p"),
-        Binding("p", "prev_phase", "Prev", show=False),
-        Binding("full_stop", "step", "Step", key_display=".", show=False),
-        Binding("e,end", "to_end", "End", key_display="e"),
-        Binding("d", "show_view('dashboard')", "Views", key_display="d/b/c/u/a"),
-        Binding("b", "show_view('bench')", "Bench", show=False),
-        Binding("c", "show_view('cleanup')", "Cleanup", show=False),
-        Binding("u", "show_view('micro')", "Micro", show=False),
-        Binding("a", "show_view('analysis')", "Analysis", show=False),
-        Binding("P", "campaign_pause", "Pause campaign", key_display="P/S/A"),
-        Binding("S", "campaign_skip", "Skip next phase", show=False),
-        Binding("A", "campaign_abort", "Abort campaign", show=False),
-        Binding("K", "micro_run", "Micro", key_display="K"),
-        Binding("F", "free_gpus", "Free GPUs", key_display="F"),
-        Binding("R", "restart_service", "Restart", key_display="R"),
-        Binding("x", "cancel_cleanup", "Cancel", key_display="x"),
-        Binding("x", "cancel_cleanup_idle", show=False),  # nothing to cancel: it says so
-        # The tab bar has focus after a view key: these keys scroll the view shown (a focused table or log
-        # takes them first)
-        Binding("pageup", "scroll_view('page_up')", show=False),
-        Binding("pagedown", "scroll_view('page_down')", show=False),
-        Binding("up", "scroll_view('scroll_up')", show=False),
-        Binding("down", "scroll_view('scroll_down')", show=False),
-        Binding("f1,question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
-        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
-        # A replay hides the live keys above (check_action); pressed, the key falls through to these
-        # hidden ones, which run the same action: it says why not.
-        Binding("M", "in_replay('macro_sweep')", show=False),
-        Binding("F", "in_replay('free_gpus')", show=False),
-        Binding("R", "in_replay('restart_service')", show=False),
-        Binding("K", "in_replay('micro_run')", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = BINDINGS
 
     def __init__(
         self,

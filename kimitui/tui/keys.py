@@ -1,0 +1,58 @@
+"""The dashboard's keys: the views, the replay's controls, the live actions, and which of them apply where
+(``KimituiApp.check_action`` reads the action sets)."""
+
+from __future__ import annotations
+
+from textual.binding import Binding, BindingType
+
+VIEWS = ("dashboard", "bench", "cleanup", "micro", "analysis")
+REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
+                            "step", "to_end"})
+LIVE_ACTIONS = frozenset({"macro_sweep", "free_gpus", "restart_service", "micro_run"})
+"""Keys that act on a live host: a replay leaves them out of its footer (pressed, they say why not)."""
+CAMPAIGN_ACTIONS = frozenset({"campaign_pause", "campaign_skip", "campaign_abort"})
+"""Keys of a campaign run in the dashboard (kimitui campaign FILE): shown only then."""
+
+BINDINGS: list[BindingType] = [
+        # before any other x binding: on the Benchmarks tab x cancels the sweep, elsewhere it is skipped
+        Binding("M", "macro_sweep", "Sweep", key_display="M"),
+        Binding("x", "cancel_macro_key", "Cancel", key_display="x"),
+        Binding("x", "cancel_micro_key", "Cancel", key_display="x"),
+        # The footer shows a pair of keys as one entry (+/- speed, n/p phase, d/b/c/u/a views) and leaves out
+        # the one-event step (.): it fits 80 columns; the help lists every key.
+        Binding("space", "toggle_pause", "Pause"),
+        Binding("plus,equals_sign", "faster", "Speed", key_display="+/-"),
+        Binding("minus", "slower", "Slower", key_display="-", show=False),
+        Binding("n", "next_phase", "Phase", key_display="n/p"),
+        Binding("p", "prev_phase", "Prev", show=False),
+        Binding("full_stop", "step", "Step", key_display=".", show=False),
+        Binding("e,end", "to_end", "End", key_display="e"),
+        Binding("d", "show_view('dashboard')", "Views", key_display="d/b/c/u/a"),
+        Binding("b", "show_view('bench')", "Bench", show=False),
+        Binding("c", "show_view('cleanup')", "Cleanup", show=False),
+        Binding("u", "show_view('micro')", "Micro", show=False),
+        Binding("a", "show_view('analysis')", "Analysis", show=False),
+        Binding("P", "campaign_pause", "Pause campaign", key_display="P/S/A"),
+        Binding("S", "campaign_skip", "Skip next phase", show=False),
+        Binding("A", "campaign_abort", "Abort campaign", show=False),
+        Binding("K", "micro_run", "Micro", key_display="K"),
+        Binding("F", "free_gpus", "Free GPUs", key_display="F"),
+        Binding("R", "restart_service", "Restart", key_display="R"),
+        Binding("x", "cancel_cleanup", "Cancel", key_display="x"),
+        Binding("x", "cancel_cleanup_idle", show=False),  # nothing to cancel: it says so
+        # The tab bar has focus after a view key: these keys scroll the view shown (a focused table or log
+        # takes them first)
+        Binding("pageup", "scroll_view('page_up')", show=False),
+        Binding("pagedown", "scroll_view('page_down')", show=False),
+        Binding("up", "scroll_view('scroll_up')", show=False),
+        Binding("down", "scroll_view('scroll_down')", show=False),
+        Binding("f1,question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
+        # A replay hides the live keys above (check_action); pressed, the key falls through to these
+        # hidden ones, which run the same action: it says why not.
+        Binding("M", "in_replay('macro_sweep')", show=False),
+        Binding("F", "in_replay('free_gpus')", show=False),
+        Binding("R", "in_replay('restart_service')", show=False),
+        Binding("K", "in_replay('micro_run')", show=False),
+    ]
