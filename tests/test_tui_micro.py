@@ -21,8 +21,8 @@ from kimitui.core.session import Session
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.layout import create_layout, make_gpus
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.bench_tables import AllReduceTable, GemmTable
 from kimitui.tui.micro_view import MicroView, ShapesTable
+from kimitui.tui.result_tables import AllReduceTable, GemmTable
 
 BIG = (120, 40)
 

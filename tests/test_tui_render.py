@@ -302,7 +302,7 @@ async def test_fraction_bar_draws_what_progress_bar_draws() -> None:
     from textual.containers import Horizontal
     from textual.widgets import ProgressBar
 
-    from kimitui.tui.bench_progress import FractionBar, FractionFill
+    from kimitui.tui.macro_progress import FractionBar, FractionFill
 
     class Bars(App[None]):
         CSS = "Horizontal { height: 1; width: 57; } ProgressBar { width: 1fr; } ProgressBar Bar { width: 1fr; }"

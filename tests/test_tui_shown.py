@@ -134,7 +134,7 @@ async def test_all_reduce_sizes_and_counts_are_whole_in_the_micro_tab(tmp_path: 
     """A 1 GiB all-reduce's size, element count and M read whole on screen (a number is never cut)."""
     from kimitui.core.events import AllReduceRow, PhaseEnd, PhaseStart
     from kimitui.core.runfile import write_run
-    from kimitui.tui.bench_tables import AllReduceTable
+    from kimitui.tui.result_tables import AllReduceTable
 
     size, count = 1 << 30, 1 << 29
     t = 1_700_000_000.0

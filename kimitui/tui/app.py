@@ -32,8 +32,6 @@ from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
 from kimitui.live.context import LiveContext
 from kimitui.tui import fmt
-from kimitui.tui.bench_runner import TAB_LABEL, MacroController, tab_label
-from kimitui.tui.bench_view import BenchView
 from kimitui.tui.campaign_view import AnalysisView, CampaignStrip
 from kimitui.tui.cleanup_view import CleanupView
 from kimitui.tui.commands import KimituiCommands
@@ -41,6 +39,8 @@ from kimitui.tui.event_log import EventLog
 from kimitui.tui.gpu_table import GpuTable
 from kimitui.tui.help_screen import HelpScreen
 from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
+from kimitui.tui.macro_runner import TAB_LABEL, MacroController, tab_label
+from kimitui.tui.macro_view import BenchView
 from kimitui.tui.memory_history import MemoryHistory
 from kimitui.tui.micro_runner import MicroController
 from kimitui.tui.micro_view import MicroView
