@@ -68,6 +68,7 @@ from kimitui.core.events import (
     StepResult,
 )
 from kimitui.hosts.local import LocalHost
+from tests.sshd import until
 
 OTHERS_STEP = "others"
 """The step whose consent is for the GPU holders that are not the service's (engineer A1's group): such a
@@ -683,10 +684,11 @@ class Table:
     async def _discover(self, root: int, expected: dict[int, tuple[LeafSpec, int | None]]) -> dict[int, int]:
         """token -> pid of every process of the tree, once each one has exec'd its program."""
         want = {tok: os.fsencode(_argv(self.prog, leaf)[0]) for tok, (leaf, _) in expected.items()}
-        deadline = time.monotonic() + SETUP_TIMEOUT_S
-        while True:
-            found: dict[int, int] = {}
-            queue = [(root, None)]
+        found: dict[int, int] = {}
+
+        def complete() -> bool:
+            found.clear()
+            queue: list[tuple[int, int | None]] = [(root, None)]
             while queue:
                 pid, parent_token = queue.pop()
                 argv = proc_argv(pid)
@@ -694,10 +696,11 @@ class Table:
                 if token in want and argv[0] == want[token] and expected[token][1] == parent_token:
                     found[token] = pid
                 queue += [(child, token) for child in proc_children(pid)]
-            if len(found) == len(expected):
-                return found
-            assert time.monotonic() < deadline, f"tree of table {self.spec.seed} incomplete: {found} of {expected}"
-            await asyncio.sleep(0.002)
+            return len(found) == len(expected)
+
+        await until(complete, SETUP_TIMEOUT_S, f"the tree of table {self.spec.seed} ({len(expected)} processes)",
+                    interval=0.002)
+        return found
 
     # --- pid reuse ------------------------------------------------------------------------------------
 
@@ -715,10 +718,9 @@ class Table:
         """End ``victim`` (a child of the harness), wait a clock tick past its start, and start another
         process with its pid."""
         assert victim.popen is not None
-        deadline = time.monotonic() + SETUP_TIMEOUT_S
-        while boot_ticks() <= victim.start_time + 2:  # the new start time must differ (and follow the pidfile)
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.002)
+        # the new start time must differ (and follow the pidfile)
+        await until(lambda: boot_ticks() > victim.start_time + 2, SETUP_TIMEOUT_S,
+                    "a clock tick past the victim's start", interval=0.002)
         # from here on no await: the pid is freed and taken again before another table spawns anything
         if victim.alive():
             victim.harness_killed = True
@@ -958,21 +960,25 @@ def _role_refusal(truth: Proc, step: str, ticked: bool, others_consented: bool, 
 async def reap(p: Proc) -> int | None:
     """The process's exit status (a signal as its negative number), waited for with a deadline; None when
     it is not (or no longer) a child of the harness."""
-    deadline = time.monotonic() + SETUP_TIMEOUT_S
-    while True:
+    status: list[int | None] = []
+
+    def exited() -> bool:
         if p.popen is not None:
             code = p.popen.poll()
             if code is not None:
-                return code
+                status.append(code)
         else:
             try:
-                pid, status = os.waitpid(p.pid, os.WNOHANG)
+                pid, raw = os.waitpid(p.pid, os.WNOHANG)
             except ChildProcessError:
-                return None
+                status.append(None)
+                return True
             if pid:
-                return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        assert time.monotonic() < deadline, f"{p.role} {p.pid} not reaped within {SETUP_TIMEOUT_S:g} s"
-        await asyncio.sleep(0.001)
+                status.append(-os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw))
+        return bool(status)
+
+    await until(exited, SETUP_TIMEOUT_S, f"{p.role} {p.pid} reaped", interval=0.001)
+    return status[0]
 
 
 def _depth(p: Proc, by_token: dict[int, Proc]) -> int:

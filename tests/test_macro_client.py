@@ -10,6 +10,7 @@ from kimitui.bench.macro import MacroConfig, run_sweep
 from kimitui.bench.macro.client_health import LoopLagProbe, warnings
 from kimitui.core.events import Event, LogLine, MacroPoint
 from tests.faulty_server import Behavior, FaultyServer
+from tests.sshd import until
 
 HOG_S, HOG_EVERY_S = 0.004, 0.006
 
@@ -63,10 +64,7 @@ async def test_a_busy_event_loop_is_measured_and_reported() -> None:
 async def test_probe_samples_only_while_started() -> None:
     probe = LoopLagProbe(interval_s=0.001)
     probe.start()
-    deadline = time.perf_counter() + 5
-    while len(probe.lags) < 5:
-        assert time.perf_counter() < deadline
-        await asyncio.sleep(0.001)
+    await until(lambda: len(probe.lags) >= 5, 5, "five loop-lag samples", interval=0.001)
     probe.stop()
     n = len(probe.lags)
     figures = probe.figures()

@@ -44,6 +44,7 @@ from kimitui.tui.cleanup_consent import ConsentScreen
 from kimitui.tui.proc_table import ProcTable
 from tests.conftest import ROOT
 from tests.screen_text import screen_text
+from tests.sshd import wait_for as poll_until
 from tests.test_tui import wait_for
 
 TITLE = "\x1b]0;pwned\x07"
@@ -178,10 +179,10 @@ def test_a_hostile_command_line_is_escaped_in_the_cleanup_previews_on_the_termin
         run_file = Path(err[end:until(b"\n", end) - 1].decode())
         first = until(b"proceed? [y/N] ")  # the first step asks: the host is up
         holder = _hostile_holder(sim_dir)
-        deadline = time.monotonic() + 60
-        while not _sampled(run_file, holder.pid):  # the telemetry has seen it: the next previews list it
-            assert time.monotonic() < deadline and holder.poll() is None, "the hostile holder was not sampled"
-            time.sleep(0.05)
+        # the telemetry has seen it: the next previews list it
+        poll_until(lambda: _sampled(run_file, holder.pid) or holder.poll() is not None, 60,
+                   "the hostile holder sampled", interval=0.05)
+        assert holder.poll() is None, "the hostile holder exited before it was sampled"
         mark = first
         os.write(master, b"n\n")
         # every later step is previewed with what holds the GPUs now, the hostile process among them
