@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,22 +37,31 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every module an import statement of this file names (relative imports resolved)."""
+def import_nodes(path: Path) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
+    """Every import statement of this file (those inside functions included), with the module a ``from``
+    import names, relative imports resolved ("" for a plain ``import``)."""
     tree = ast.parse(path.read_text(), str(path))
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-    out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            yield node, ""
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
                 base = base[: len(base) - node.level + 1]
-                mod = ".".join([*base, node.module] if node.module else base)
+                yield node, ".".join([*base, node.module] if node.module else base)
             else:
-                mod = node.module or ""
+                yield node, node.module or ""
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module an import statement of this file names (relative imports resolved)."""
+    out: set[str] = set()
+    for node, mod in import_nodes(path):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        else:
             out.add(mod)
             out.update(f"{mod}.{alias.name}" for alias in node.names)
     return out
@@ -123,24 +133,15 @@ def module_edges(path: Path, modules: set[str]) -> set[str]:
     """The kimitui modules this file's import statements load: ``from P import m`` of a submodule m loads P.m
     (P's __init__ is already loading when a submodule of P asks for a sibling: not an edge back to P), of a
     name defined in P loads P; ``import P.m`` loads P.m."""
-    tree = ast.parse(path.read_text(), str(path))
-    me = module_name(path)
-    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node, mod in import_nodes(path):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names if alias.name in modules)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                mod = ".".join([*base, node.module] if node.module else base)
-            else:
-                mod = node.module or ""
+        else:
             for alias in node.names:
                 full = f"{mod}.{alias.name}"
                 out.add(full if full in modules else mod)
-    return (out & modules) - {me}
+    return (out & modules) - {module_name(path)}
 
 
 EDGES = {module_name(p): module_edges(p, set(GRAPH)) for p in PKG.rglob("*.py")}
