@@ -11,6 +11,7 @@ not this server), and on loopback so is a request naming another host (a DNS reb
 from __future__ import annotations
 
 import argparse
+import asyncio
 import getpass
 import hmac
 import ipaddress
@@ -117,7 +118,10 @@ def check_args(args: argparse.Namespace) -> str | None:
 
 
 def ssh_line(port: int) -> str:
-    return f"ssh -L {port}:127.0.0.1:{port} {getpass.getuser()}@{socket.getfqdn()}"
+    name = socket.getfqdn()
+    if name.startswith("localhost") or "." not in name:
+        name = socket.gethostname()  # no domain known: the name the operator's ssh config most likely has
+    return f"ssh -L {port}:127.0.0.1:{port} {getpass.getuser()}@{name}"
 
 
 def _same_origin(origin: str, host: str) -> bool:
@@ -171,6 +175,24 @@ def make_server(command: str, args: argparse.Namespace, token: str | None, read_
             app = await super()._make_app()
             app.middlewares.append(guard(token, names))
             return app
+
+        visitors: set[asyncio.Task[Any]] = set()
+
+        async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+            task = asyncio.current_task()
+            assert task is not None
+            self.visitors.add(task)
+            try:
+                return await super().handle_websocket(request)
+            finally:
+                self.visitors.discard(task)
+
+        async def on_shutdown(self, app: web.Application) -> None:
+            # Each visitor's dashboard is told to quit (textual-serve does that when its handler is cancelled),
+            # and waited for: a host's session ends and is recorded whole, the simulated host is torn down.
+            for task in self.visitors:
+                task.cancel()
+            await asyncio.gather(*self.visitors, return_exceptions=True)
 
         async def handle_index(self, request: web.Request) -> Any:
             # textual-serve writes the page's own address into it (the websocket's URL): the one this page was
