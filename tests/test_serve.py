@@ -56,6 +56,17 @@ def test_what_cannot_be_served_is_one_line_and_exit_2(args: list[str], said: str
     assert done.stdout == ""
 
 
+def test_a_port_in_use_is_one_line_and_exit_2() -> None:
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        done = kimitui("serve", "--port", str(held.getsockname()[1]))
+    assert done.returncode == 2 and done.stdout == "", done  # nothing said of where it would serve
+    assert done.stderr.count("\n") == 1 and "Address already in use" in done.stderr, done.stderr
+
+
 def descendants(root: int) -> set[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -142,7 +153,8 @@ async def test_a_token_guards_every_page_and_websocket_and_a_foreign_origin_is_r
         async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:  # an IP's cookies too
             async with http.get(f"{server.url}/?token={TOKEN}") as r:
                 assert r.status == 200 and "ws://127.0.0.1" in await r.text()
-                assert r.cookies["kimitui_token"].value == TOKEN and r.cookies["kimitui_token"]["httponly"]
+                cookie = r.cookies[f"kimitui_token_{server.port}"]
+                assert cookie.value == TOKEN and cookie["httponly"] and cookie["samesite"] == "Strict"
             ws_url = f"ws://127.0.0.1:{server.port}/ws?width=100&height=30"
             with pytest.raises(aiohttp.WSServerHandshakeError) as foreign:
                 await http.ws_connect(ws_url, headers={"Origin": "http://evil.example"})
@@ -220,6 +232,7 @@ def test_the_dashboard_in_chromium_shows_the_gpus_and_refuses_an_action(tmp_path
         assert "(read-only;" in first and f"ssh -L {server.port}:127.0.0.1:{server.port} " in first, first
         assert status_of(server.url, host="evil.example") == 403  # a DNS rebinding: another name, refused
         assert status_of(server.url, host=f"localhost:{server.port}") == 200
+        assert status_of(server.url, host='x"><script>') == 400  # it would be written into the page
         chrome = browser(tmp_path)
         try:
             from selenium.webdriver.common.by import By

@@ -17,6 +17,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import re
 import shlex
 import socket
 import sys
@@ -31,7 +32,10 @@ if TYPE_CHECKING:
 
 TOKEN_ENV = "KIMITUI_SERVE_TOKEN"
 """The token, when not given on the command line (where other users of the host can read it in ps)."""
-COOKIE = "kimitui_token"
+COOKIE = "kimitui_token_{port}"
+"""The cookie that carries the token after the first page (cookies are per host, not per port)."""
+HOST_HEADER = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]+)?|\[[0-9A-Fa-f:.]+\](:[0-9]+)?")
+"""What a Host header may be: it is written into the page (its websocket's address)."""
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
@@ -117,6 +121,19 @@ def check_args(args: argparse.Namespace) -> str | None:
     return token
 
 
+def shown_host(bind: str) -> str:
+    """The host of the URL printed for ``bind``: 127.0.0.1 on loopback, this machine's name for every address."""
+    if is_loopback(bind):
+        return "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(bind)
+    except ValueError:
+        return bind
+    if address.is_unspecified:
+        return socket.getfqdn()
+    return f"[{bind}]" if address.version == 6 else bind
+
+
 def ssh_line(port: int) -> str:
     name = socket.getfqdn()
     if name.startswith("localhost") or "." not in name:
@@ -128,7 +145,7 @@ def _same_origin(origin: str, host: str) -> bool:
     return urlsplit(origin).netloc.lower() == host.lower()
 
 
-def guard(token: str | None, names: frozenset[str] | None) -> Any:
+def guard(token: str | None, names: frozenset[str] | None, cookie: str) -> Any:
     """The aiohttp middleware in front of textual-serve's routes; ``names``: the only host names a request may
     give (None: any)."""
     from aiohttp import web
@@ -136,6 +153,8 @@ def guard(token: str | None, names: frozenset[str] | None) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
         host = request.host
+        if not HOST_HEADER.fullmatch(host):
+            raise web.HTTPBadRequest(text="kimitui: a Host header that is not a host name\n")
         name = (urlsplit(f"//{host}").hostname or "").lower()
         if names is not None and name not in names:
             raise web.HTTPForbidden(text=f"kimitui: {printable(name)} is not this server's name\n")
@@ -145,12 +164,12 @@ def guard(token: str | None, names: frozenset[str] | None) -> Any:
         given = None
         if token is not None and not request.path.startswith("/static/"):
             given = request.query.get("token")
-            presented = given if given is not None else request.cookies.get(COOKIE, "")
+            presented = given if given is not None else request.cookies.get(cookie, "")
             if not hmac.compare_digest(presented.encode(), token.encode()):
                 raise web.HTTPForbidden(text="kimitui: this server needs its token: open the URL it printed\n")
         response = await handler(request)
         if given is not None and request.path == "/":
-            response.set_cookie(COOKIE, given, httponly=True, samesite="Strict", path="/")
+            response.set_cookie(cookie, given, httponly=True, samesite="Strict", path="/")
         return response
 
     return middleware
@@ -173,7 +192,7 @@ def make_server(command: str, args: argparse.Namespace, token: str | None, read_
 
         async def _make_app(self) -> web.Application:
             app = await super()._make_app()
-            app.middlewares.append(guard(token, names))
+            app.middlewares.append(guard(token, names, COOKIE.format(port=args.port)))
             return app
 
         visitors: set[asyncio.Task[Any]] = set()
@@ -202,7 +221,7 @@ def make_server(command: str, args: argparse.Namespace, token: str | None, read_
             return await super().handle_index(request)
 
         async def on_startup(self, app: web.Application) -> None:
-            url = f"http://{'127.0.0.1' if loopback else args.bind}:{args.port}/"
+            url = f"http://{shown_host(args.bind)}:{args.port}/"
             if token is not None:
                 url += "?token=<the token>" if args.token is None else f"?token={token}"
             mode = "read-only" if read_only else "actions ALLOWED from the browser"
@@ -215,6 +234,16 @@ def make_server(command: str, args: argparse.Namespace, token: str | None, read_
                       "--token asks for a token", flush=True)
 
     return KimituiServer(command, host=args.bind, port=args.port, title="kimitui")
+
+
+def _check_bindable(bind: str, port: int) -> None:
+    try:
+        family = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp's own listener does
+            probe.bind((bind, port))
+    except OSError as exc:
+        raise ServeError(f"--bind {bind} --port {port}: {exc.strerror or exc}") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -231,6 +260,7 @@ def _serve(args: argparse.Namespace) -> int:
         import textual_serve.server  # noqa: F401
     except ImportError:
         raise ServeError("kimitui serve needs textual-serve: pip install 'kimitui[serve]'") from None
+    _check_bindable(args.bind, args.port)  # before the lines that say where it serves
     read_only = not args.allow_actions
     command = visitor_command(args, read_only)
     server = make_server(command, args, token, read_only)
