@@ -67,6 +67,12 @@ def test_a_port_in_use_is_one_line_and_exit_2() -> None:
     assert done.stderr.count("\n") == 1 and "Address already in use" in done.stderr, done.stderr
 
 
+def test_a_host_that_cannot_be_reached_is_one_line_before_serving() -> None:
+    done = kimitui("serve", "--host", f"ssh://127.0.0.1:{free_port()}", "--port", str(free_port()))
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("kimitui: --host ssh://127.0.0.1:"), done.stderr
+
+
 def descendants(root: int) -> set[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):

@@ -246,6 +246,23 @@ def _check_bindable(bind: str, port: int) -> None:
         raise ServeError(f"--bind {bind} --port {port}: {exc.strerror or exc}") from None
 
 
+def _check_target(args: argparse.Namespace) -> None:
+    """A host reached once before serving (an unknown host key, a refused connection, no driver: one line now,
+    not a blank page for each visitor); the simulated host is started per visitor only."""
+    if args.replay is not None or args.host in (None, "demo"):
+        return
+    from kimitui.live.targets import TargetError, open_target
+
+    async def probe() -> None:
+        async with open_target(args.host, remote_python=args.remote_python):
+            pass
+
+    try:
+        asyncio.run(probe())
+    except TargetError as exc:
+        raise ServeError(f"--host {args.host}: {exc}") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         return _serve(args)
@@ -261,6 +278,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError:
         raise ServeError("kimitui serve needs textual-serve: pip install 'kimitui[serve]'") from None
     _check_bindable(args.bind, args.port)  # before the lines that say where it serves
+    _check_target(args)
     read_only = not args.allow_actions
     command = visitor_command(args, read_only)
     server = make_server(command, args, token, read_only)
