@@ -21,8 +21,8 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 HEAVY = ("httpx", "prometheus_client", "asyncssh", "plotext", "textual_plotext", "torch", "numpy",
-         "kimitui.report.markdown", "kimitui.report.campaign")
-"""Needed by a sweep, a drain, an SSH host, a chart or a report: imported when one is used."""
+         "kimitui.report.markdown", "kimitui.report.campaign", "aiohttp", "textual_serve")
+"""Needed by a sweep, a drain, an SSH host, a chart, a report or kimitui serve: imported when one is used."""
 
 
 def test_the_first_frame_imports_none_of_the_heavy_modules() -> None:

@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kimitui.commands import micro as micro_cli
 
     micro_cli.add_shapes_parser(sub)
+    from kimitui.commands import serve as serve_cli
+
+    serve_cli.add_parser(sub)
     _add_theme(parser, default=None)
     return parser
 
@@ -165,11 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     from kimitui.commands import campaign as campaign_cli
     from kimitui.commands import cleanup as cleanup_cli
     from kimitui.commands import micro as micro_cli
+    from kimitui.commands import serve as serve_cli
     from kimitui.core.runfile import RunFileError
 
     handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench,
                 "cleanup": cleanup_cli.cmd_cleanup, "shapes": micro_cli.cmd_shapes,
-                "campaign": campaign_cli.cmd_campaign}
+                "campaign": campaign_cli.cmd_campaign, "serve": serve_cli.cmd_serve}
     try:
         from kimitui.commands import live as live_commands
 

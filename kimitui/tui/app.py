@@ -31,7 +31,7 @@ from kimitui.core.events import Event
 from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
 from kimitui.live.context import LiveContext
-from kimitui.tui import fmt
+from kimitui.tui import fmt, keys
 from kimitui.tui.campaign_view import AnalysisView, CampaignStrip
 from kimitui.tui.cleanup_view import CleanupView
 from kimitui.tui.commands import KimituiCommands
@@ -83,6 +83,7 @@ class KimituiApp(App[None]):
         sources: list[EventSource] | None = None,
         run_path: Path | None = None,
         live: LiveContext | None = None,
+        read_only: bool | None = None,
     ) -> None:
         super().__init__()
         self.session = session
@@ -131,6 +132,10 @@ class KimituiApp(App[None]):
         """The micro benchmarks started from the dashboard (live only): worker, cancel, override."""
         self.campaign: CampaignRunner | None = None
         """The campaign this dashboard runs (kimitui campaign FILE), started when the app mounts."""
+        self.read_only = os.environ.get(keys.READ_ONLY_ENV) == "1" if read_only is None else read_only
+        """No action on the host can start here (kimitui serve's visitors): ``keys.make_read_only``."""
+        if self.read_only:
+            keys.make_read_only(self)
 
     # -- layout
 

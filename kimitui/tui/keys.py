@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+from typing import TYPE_CHECKING
+
 from textual.binding import Binding, BindingType
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 VIEWS = ("dashboard", "bench", "cleanup", "micro", "analysis")
 REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
@@ -12,6 +18,25 @@ LIVE_ACTIONS = frozenset({"macro_sweep", "free_gpus", "restart_service", "micro_
 """Keys that act on a live host: a replay leaves them out of its footer (pressed, they say why not)."""
 CAMPAIGN_ACTIONS = frozenset({"campaign_pause", "campaign_skip", "campaign_abort"})
 """Keys of a campaign run in the dashboard (kimitui campaign FILE): shown only then."""
+HOST_ACTIONS = LIVE_ACTIONS | CAMPAIGN_ACTIONS
+"""The actions that start, stop or signal something on the host: a read-only dashboard refuses them."""
+READ_ONLY_ENV = "KIMITUI_READ_ONLY"
+"""1: the dashboard is read-only (``kimitui serve`` without ``--allow-actions`` sets it for each visitor's app)."""
+READ_ONLY_NOTICE = "read-only: start with `--allow-actions`"
+
+
+def make_read_only(app: App[object]) -> None:
+    """Replace every action of ``HOST_ACTIONS`` on this app (its instance, not the class) by the refusal. Every
+    way in looks an action up by name on the app when it runs (a key, a click on the footer, the palette's
+    entries, ``in_replay``), so this one place covers them all, and an action added to the sets is covered
+    too."""
+
+    def refuse(action: str) -> None:
+        app.notify(READ_ONLY_NOTICE, title=action.replace("_", " "), severity="warning", timeout=6)
+
+    for action in HOST_ACTIONS:
+        setattr(app, f"action_{action}", partial(refuse, action))
+
 
 BINDINGS: list[BindingType] = [
         # before any other x binding: on the Benchmarks tab x cancels the sweep, elsewhere it is skipped
