@@ -126,6 +126,15 @@ def test_single_stream_peak_plateau_and_knee_agree(reports: tuple[str, str, str]
         assert rows[label]["plateau"] == "c=" + plateau_row["M"].split()[0]
 
 
+def test_the_readme_shows_the_pairs_first_table_as_compare_writes_it(reports: tuple[str, str, str]) -> None:
+    lines = reports[0].splitlines()
+    start = lines.index("| concurrency | figure | A | B | B vs A |")
+    end = lines.index("", start)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "\n".join(lines[start:end]) in readme
+    assert (ROOT / "docs" / "compare-budget.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_what_differs_is_named_first(reports: tuple[str, str, str]) -> None:
     text = reports[0]
     first = text.index("## ")
