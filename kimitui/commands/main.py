@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", nargs="?", type=Path, help="run file (.jsonl or .jsonl.gz), or a bundled run's name")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.5 to 64 (default 1)")
     p.add_argument("--summary", action="store_true", help="print a short text summary instead of the dashboard")
+    p.add_argument("--compare", type=Path, metavar="RUN_B",
+                   help="draw another run's tok/s-vs-concurrency curve and budget bars over this one's (the "
+                        "Benchmarks and Analysis tabs)")
     _add_theme(p)
 
     p = sub.add_parser("report", help="write a Markdown report of a run (the bundled sample run by default)")
@@ -92,6 +95,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from kimitui.resources import find_run
 
     path = find_run(args.file)
+    compare = find_run(args.compare) if args.compare is not None else None
+    if compare is not None and args.summary:
+        raise CliError("replay --compare draws in the dashboard: not with --summary (kimitui compare A B is the text)")
     if args.summary:
         from kimitui.report.summary import summarize
 
@@ -101,7 +107,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CliError(f"--speed {args.speed} is out of range (0.5 to 64)")
     from kimitui.tui.launch import run_replay
 
-    return run_replay(path, theme=args.theme, speed=args.speed)
+    return run_replay(path, theme=args.theme, speed=args.speed, compare=compare)
 
 
 def main(argv: list[str] | None = None) -> int:
