@@ -158,6 +158,10 @@ def throughput_compare(runs: list[Run]) -> list[str]:
 
     for r in runs:
         points = r.state.macro_points
+        if not level_tok_s(points):
+            rows.append([r.label, single_stream_words(single_stream(points)), "n/a", "n/a", "n/a",
+                         "no level measured tok/s"])
+            continue
         peak = peak_point(points)
         at, where = knee_of(r.state)
         rows.append([r.label, single_stream_words(single_stream(points)),
@@ -171,7 +175,7 @@ def throughput_compare(runs: list[Run]) -> list[str]:
     levels = sorted({c for s in scored.values() for c in s})
     lines += ["Output tok/s against concurrency (one bar a run, scaled to the highest):", "", "```text"]
     for c in levels:
-        for r in runs:
+        for r in [r for r in runs if scored[r.label]]:
             v = scored[r.label].get(c)
             bar = "" if v is None else "█" * round(v / top * PLOT_WIDTH)
             lines.append(f"c={c:<5}{r.label} {bar:<{PLOT_WIDTH}} {'n/a' if v is None else f'{v:7.0f}'}")
@@ -305,9 +309,14 @@ def _head(runs: list[Run]) -> list[str]:
         lines += ["**These runs differ in what they measured** (read every change below with that in mind):", "",
                   *[f"- {k}: " + "; ".join(f"{r.label} {r.facts.facts.get(k, '(none)')}" for r in runs)
                     for k in front], ""]
-    rest = [k for k in diff if k not in UP_FRONT]
+    rest = [k for k in diff if k not in UP_FRONT and not k.startswith("settings.")]
+    settings = [k.removeprefix("settings.") for k in diff if k.startswith("settings.")]
+    if len(settings) > 8:
+        rest.append(f"{len(settings)} campaign settings")
+    elif settings:
+        rest.append("the campaign settings " + ", ".join(settings))
     if rest:
-        lines += [f"Other differences: {', '.join(rest)} (the table at the end gives them).", ""]
+        lines += [f"Other differences: {'; '.join(rest)} (the table at the end gives them).", ""]
     if not diff:
         lines += ["The runs' hosts, GPUs, model, service and settings are the same.", ""]
     return lines
