@@ -152,6 +152,7 @@ def test_a_one_gpu_run_against_eight_says_so_up_front() -> None:
     head = text[:text.index("## ")]
     assert "- GPUs: A 8; B 1" in head and "- simulated: A yes; B no" in head
     assert "- GPU model: A NVIDIA RTX PRO 6000 Blackwell Server Edition; B NVIDIA H200" in head
+    assert "- driver: A sim-580; B 580.159.04" in head
 
 
 def test_runs_that_share_nothing_say_so_in_one_line() -> None:

@@ -5,13 +5,18 @@ one, 1 GPU against 8). All from the fold of the run (``kimitui.report.markdown.d
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from kimitui.core.events import LogLine
 from kimitui.report.markdown import RunDigest
 
-UP_FRONT = ("host", "GPUs", "GPU model", "model", "dtypes", "service", "simulated", "interconnect",
+_DRIVER = re.compile(r", driver (?P<driver>[^,]+), \d+ GPUs")
+"""The driver in the telemetry's first line of a stream (``hosts.telemetry``: agent pid, source, driver, GPUs)."""
+
+UP_FRONT = ("host", "GPUs", "GPU model", "driver", "model", "dtypes", "service", "simulated", "interconnect",
             "all-reduce backend")
 """The facts a comparison is meaningless without: a difference in any is said before the tables."""
 
@@ -38,6 +43,14 @@ def _gpus(d: RunDigest) -> tuple[str, str]:
         if run.plan.gpus:
             return str(len(run.plan.gpus)), "unknown"
     return "unknown", "unknown"
+
+
+def _driver(d: RunDigest) -> str:
+    for i in d.reader.indices_of("log"):
+        ev = d.reader.decoded(i)
+        if isinstance(ev, LogLine) and ev.source == "telemetry" and (m := _DRIVER.search(ev.message)):
+            return m.group("driver")
+    return "not recorded"
 
 
 def _model(d: RunDigest) -> str:
@@ -81,6 +94,7 @@ def run_facts(label: str, d: RunDigest) -> RunFacts:
         "host": h.host or d.state.host or "unknown",
         "GPUs": count,
         "GPU model": model,
+        "driver": _driver(d),
         "model": _model(d),
         "dtypes": _dtypes(d),
         "service": (c.plan.service if c is not None and c.plan.service else _plain(h.meta.get("service", "none"))),
