@@ -192,7 +192,7 @@ def level_tok_s(points: Iterable[MacroPoint]) -> list[tuple[int, float]]:
 
 NOISE_MIN_REQUESTS = 5
 """Fewer per-request records than this at a level in either run: too few to tell a change from noise."""
-NOISE_RULE = ("a change is *beyond noise* when the two runs' middle halves (p25 to p75) of the per-request "
+NOISE_RULE = ("a change is beyond noise when the two runs' middle halves (p25 to p75) of the per-request "
               "values at that level do not overlap (TTFT: the TTFT records; tok/s, TPOT, ITL, E2EL: the TPOT "
               f"records); fewer than {NOISE_MIN_REQUESTS} records in either run: too few to tell")
 """The rule in one line, as the compare report states it."""
