@@ -363,6 +363,7 @@ modules, the host link and the target are loaded)."""
 @pytest.mark.parametrize("argv", [
     ["replay", "--summary"],
     ["report"],
+    ["compare", "campaign-demo-8x-rtx-pro-6000-allreduce-1x", "campaign-demo-8x-rtx-pro-6000-allreduce-2x"],
     ["shapes", "--tp", "8"],
     # each command's own code, not only its parser: the host opened (this machine has no GPU, so it stops
     # there with its one line) or the server asked

@@ -137,3 +137,24 @@ async def test_prefill_time_grows_with_the_prompt() -> None:
     assert waits[0] < waits[1] / 2
     with pytest.raises(ValueError):
         BatchingModel.from_targets(prefill_tps=0)
+
+
+def test_a_faster_all_reduce_shortens_each_step_by_the_time_it_saves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundled pair's other half (KIMITUI_SIM_ALLREDUCE_SPEEDUP=2): the modelled all-reduce rows are
+    twice as fast, and each decode step of the simulated server is shorter by half its 122 all-reduces."""
+    from kimitui.hostside import allreduce
+
+    base = BatchingModel.from_targets()
+    assert base.allreduce_faster(1.0) is base
+    fast = base.allreduce_faster(2.0)
+    m = allreduce.MODELS["rtx-pro-6000"]
+    for batch in (1, 8, 128):
+        ar = 122 * (m["graph_latency_us"] + batch * 7168 * 2 * allreduce.bus_factor(8) / (m["busbw_gbps"] * 1e3))
+        assert base.step_time(batch) - fast.step_time(batch) == pytest.approx(ar / 2 * 1e-6)
+    assert 1 / fast.step_time(1) > 1 / base.step_time(1) and fast.throughput(128) > base.throughput(128)
+    monkeypatch.setenv(allreduce.SPEEDUP_ENV, "2")
+    assert allreduce.modelled("rtx-pro-6000")["busbw_gbps"] == 2 * m["busbw_gbps"]
+    assert allreduce.modelled("rtx-pro-6000")["graph_latency_us"] == m["graph_latency_us"] / 2
+    for bad in ("0.5", "fast", "inf", ""):
+        monkeypatch.setenv(allreduce.SPEEDUP_ENV, bad)
+        assert allreduce.modelled("rtx-pro-6000") == m

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from kimitui.commands.output import CliError
 from kimitui.core.printable import printable
-
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
 
 
 def _add_theme(p: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
@@ -41,11 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", nargs="?", type=Path, help="run file (.jsonl or .jsonl.gz), or a bundled run's name")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.5 to 64 (default 1)")
     p.add_argument("--summary", action="store_true", help="print a short text summary instead of the dashboard")
+    p.add_argument("--compare", type=Path, metavar="RUN_B",
+                   help="draw another run's tok/s-vs-concurrency curve and budget bars over this one's (the "
+                        "Benchmarks and Analysis tabs)")
     _add_theme(p)
 
     p = sub.add_parser("report", help="write a Markdown report of a run (the bundled sample run by default)")
     p.add_argument("file", nargs="?", type=Path, help="run file, or a bundled run's name")
-    p.add_argument("-o", "--output", type=Path, help="write to this file instead of standard output")
+    from kimitui.commands import compare as compare_cli
+
+    compare_cli.add_figure_options(p, "report")
+    compare_cli.add_parser(sub)
 
     p = sub.add_parser("demo", help="start the simulated 8-GPU host and open the dashboard on it")
     p.add_argument("--gpus", type=int, default=8)
@@ -97,6 +98,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from kimitui.resources import find_run
 
     path = find_run(args.file)
+    compare = find_run(args.compare) if args.compare is not None else None
+    if compare is not None and args.summary:
+        raise CliError("replay --compare draws in the dashboard: not with --summary (kimitui compare A B is the text)")
     if args.summary:
         from kimitui.report.summary import summarize
 
@@ -106,59 +110,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CliError(f"--speed {args.speed} is out of range (0.5 to 64)")
     from kimitui.tui.launch import run_replay
 
-    return run_replay(path, theme=args.theme, speed=args.speed)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from kimitui.core.runfile import RunReader
-    from kimitui.report.markdown import render_report
-    from kimitui.resources import find_run
-
-    if args.output:
-        _check_writable(args.output, "report -o")  # before the work: a typo costs no rendering
-    text = render_report(RunReader(find_run(args.file)))
-    if args.output:
-        write_whole(args.output, text, "report -o")
-        print(f"report written to {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-def _check_writable(path: Path, option: str) -> None:
-    """CliError (one line) when ``path`` cannot be a file written: a directory, a folder that is missing."""
-    if path.is_dir():
-        raise CliError(f"{option} {path}: is a directory; give the file to write")
-    if not path.parent.is_dir():
-        raise CliError(f"{option} {path}: no such directory {path.parent}")
-
-
-def write_whole(path: Path, text: str, option: str) -> None:
-    """``text`` into ``path`` whole or not at all (a temporary file beside it, renamed over it); CliError (one
-    line) when it cannot be written, with nothing left behind."""
-    _check_writable(path, option)
-    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: written to, never replaced
-        try:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise CliError(f"{option} {path}: {exc.strerror or exc}") from None
-        return
-    path = Path(os.path.realpath(path))  # a symlink to the report keeps pointing at it
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise CliError(f"{option} {path}: {exc.strerror or exc}") from None
+    return run_replay(path, theme=args.theme, speed=args.speed, compare=compare)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,11 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     from kimitui.commands import bench as bench_cli
     from kimitui.commands import campaign as campaign_cli
     from kimitui.commands import cleanup as cleanup_cli
+    from kimitui.commands import compare as compare_cli
     from kimitui.commands import micro as micro_cli
     from kimitui.commands import serve as serve_cli
     from kimitui.core.runfile import RunFileError
 
-    handlers = {"replay": cmd_replay, "report": cmd_report, "bench": bench_cli.cmd_bench,
+    handlers = {"replay": cmd_replay, "report": compare_cli.cmd_report, "compare": compare_cli.cmd_compare,
+                "bench": bench_cli.cmd_bench,
                 "cleanup": cleanup_cli.cmd_cleanup, "shapes": micro_cli.cmd_shapes,
                 "campaign": campaign_cli.cmd_campaign, "serve": serve_cli.cmd_serve}
     try:

@@ -5,11 +5,14 @@
 - the TPOT statistic a level's decode step is read with (the median, vLLM's ``median_tpot_ms``);
 - a GEMM row's % of its memory roofline and its correctness mark;
 - percentiles (numpy's default interpolation, as vLLM computes them);
-- the decode-step budget's shares of the TPOT and which of them are impossible.
+- the decode-step budget's shares of the TPOT and which of them are impossible;
+- a sweep's knee and plateau;
+- whether a change between two runs is beyond the runs' own spread (``kimitui compare``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -142,3 +145,88 @@ def missing_parts(row: BudgetRow) -> list[str]:
     if row.gemm_ms is None:
         out.append("gemm")
     return out
+
+
+# -- a sweep's knee and plateau -----------------------------------------------------------------------------
+
+KNEE_GROWTH = 0.10
+"""Growth of output tok/s per doubling of the concurrency below which the sweep has reached its knee."""
+PLATEAU_WITHIN = 0.05
+"""A level within this fraction of the highest output tok/s is on the plateau."""
+
+
+def growth_per_doubling(c0: int, tps0: float, c1: int, tps1: float) -> float:
+    """Relative growth of tok/s from level ``c0`` to ``c1``, per doubling of the concurrency."""
+    if tps0 <= 0 or c1 <= c0:
+        return math.inf if tps1 > tps0 else 0.0
+    return (tps1 / tps0) ** (1.0 / math.log2(c1 / c0)) - 1.0
+
+
+def knee(levels: Sequence[tuple[int, float]], growth: float = KNEE_GROWTH) -> int | None:
+    """The first concurrency past which tok/s grows by less than ``growth`` per doubling; ``levels`` are
+    (concurrency, output tok/s); a level that measured nothing (0 tok/s: every request failed) is left out.
+    None when it still grows at the last step (or fewer than two levels measured)."""
+    ordered = sorted((c, t) for c, t in levels if t > 0)
+    for (c0, t0), (c1, t1) in itertools.pairwise(ordered):
+        if growth_per_doubling(c0, t0, c1, t1) < growth:
+            return c0
+    return None
+
+
+def plateau(levels: Iterable[tuple[int, float]], within: float = PLATEAU_WITHIN) -> int | None:
+    """The lowest concurrency whose output tok/s is within ``within`` of the highest (None for no level)."""
+    scored = [(c, t) for c, t in levels if t > 0]
+    if not scored:
+        return None
+    top = max(t for _, t in scored)
+    return min(c for c, t in scored if t >= top * (1 - within))
+
+
+def level_tok_s(points: Iterable[MacroPoint]) -> list[tuple[int, float]]:
+    """(concurrency, output tok/s) of the levels that measured it (a failed level has none)."""
+    return [(p.concurrency, v) for p in points if not metrics_failed(p.metrics)
+            and (v := p.metric("output_throughput")) is not None]
+
+
+# -- a change between two runs, against their spread --------------------------------------------------------
+
+NOISE_MIN_REQUESTS = 5
+"""Fewer per-request records than this at a level in either run: too few to tell a change from noise."""
+NOISE_RULE = ("a change is beyond noise when the two runs' middle halves (p25 to p75) of the per-request "
+              "values at that level do not overlap (TTFT: the TTFT records; tok/s, TPOT, ITL, E2EL: the TPOT "
+              f"records); fewer than {NOISE_MIN_REQUESTS} records in either run: too few to tell")
+"""The rule in one line, as the compare report states it."""
+
+Noise = Literal["beyond noise", "within noise", "too few requests", "no records"]
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """The quartiles of one level's per-request values."""
+
+    n: int
+    p25: float
+    p50: float
+    p75: float
+
+
+def spread(values: Iterable[float]) -> Spread:
+    s = sorted(values)
+    return Spread(len(s), percentile(s, 25), percentile(s, 50), percentile(s, 75))
+
+
+def noise(a: Sequence[float], b: Sequence[float]) -> Noise:
+    """Whether the change between two runs' levels exceeds their own spread (``NOISE_RULE``)."""
+    if not a or not b:
+        return "no records"
+    if min(len(a), len(b)) < NOISE_MIN_REQUESTS:
+        return "too few requests"
+    sa, sb = spread(a), spread(b)
+    return "beyond noise" if sa.p75 < sb.p25 or sb.p75 < sa.p25 else "within noise"
+
+
+def change_pct(before: float | None, after: float | None) -> float | None:
+    """``after`` against ``before`` in per cent (None without both, or from zero)."""
+    if before is None or after is None or before == 0:
+        return None
+    return (after - before) / abs(before) * 100.0

@@ -38,6 +38,30 @@ from .wire import event, event_log
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MODELS = {"rtx-pro-6000": {"device": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "latency_us": 24.0,
                            "graph_latency_us": 19.0, "busbw_gbps": 40.0, "link": "PCIe Gen5 x16"}}
+SPEEDUP_ENV = "KIMITUI_SIM_ALLREDUCE_SPEEDUP"
+"""The simulated host only: its modelled all-reduce this many times faster (a before/after pair to compare;
+the simulated server's decode step is shortened by the same saving, kimitui.hosts.sim.batching)."""
+
+
+def allreduce_speedup() -> float:
+    """``SPEEDUP_ENV`` as a number of at least 1 (1: as modelled; anything unreadable is 1)."""
+    try:
+        k = float(os.environ.get(SPEEDUP_ENV, "") or 1.0)
+    except ValueError:
+        return 1.0
+    return k if k >= 1.0 and k < float("inf") else 1.0
+
+
+def modelled(name: str) -> dict:
+    """The model ``name``, made faster by ``allreduce_speedup()`` (said in its link's words)."""
+    model = dict(MODELS[name])
+    k = allreduce_speedup()
+    if k != 1.0:
+        model["latency_us"] /= k
+        model["graph_latency_us"] /= k
+        model["busbw_gbps"] *= k
+        model["link"] += f" (all-reduce {k:g}x faster, {SPEEDUP_ENV})"
+    return model
 
 
 def sizes_for(args: argparse.Namespace) -> list:
@@ -84,7 +108,7 @@ def modelled_rank(rank: int, args: argparse.Namespace, release: int) -> int:
         os.read(release, 1)  # held until the launcher ends the run (or dies)
         del keep
         return 0
-    model = MODELS[args.modelled]
+    model = modelled(args.modelled)
     rnd = random.Random(args.seed)
     event("env", torch="", device=model["device"] + " (simulated)", ranks=args.ranks, simulated=True,
          backends={"nccl": f"modelled: {args.ranks} ranks over {model['link']}, small messages "

@@ -32,12 +32,10 @@ from kimitui.core.events import (
     PhaseEnd,
     PhaseStart,
 )
-from kimitui.core.figures import TPOT_STATISTIC, budget_impossible, step_tpot
+from kimitui.core.figures import PLATEAU_WITHIN, TPOT_STATISTIC, budget_impossible, step_tpot
 from kimitui.core.state import SessionState, level_failed
 from kimitui.phases.base import Publish, now
 
-PLATEAU_WITHIN = 0.05
-"""A level within this fraction of the highest output tok/s is on the plateau."""
 ALLREDUCES_PER_LAYER = 2
 BOUND_WORDS = {"allreduce": "the all-reduce", "gemm": "the GEMMs",
                "rest": "the rest: attention, routing, sampling, scheduling (not measured)"}

@@ -331,8 +331,8 @@ def _warnings(reader: RunReader) -> list[str]:
     return lines + [f"- {w}" for w in reader.warnings]
 
 
-def render_report(reader: RunReader) -> str:
-    """The whole run as Markdown."""
+def render_report(reader: RunReader, figures: list[tuple[str, str]] | None = None) -> str:
+    """The whole run as Markdown; ``figures``: (title, path) of the images written for it, linked."""
     from kimitui.report import campaign
 
     d = digest(reader)
@@ -349,6 +349,8 @@ def render_report(reader: RunReader) -> str:
                 macro_section(d.state), gemm_section(d.state), allreduce_section(d.state),
                 campaign.budget_section(d.state),
                 campaign.check_section(d.state)]
+    if figures:
+        sections.append(["## Figures", "", *[f"![{title}]({path})" for title, path in figures]])
     body = [line for s in sections for line in ([*s, ""])]
     body += _warnings(reader)
     out: list[str] = []

@@ -15,6 +15,7 @@ from kimitui.core.figures import budget_impossible
 from kimitui.core.state import SessionState
 from kimitui.report.budget_text import SEGMENTS, budget_lines, stacked_bar
 from kimitui.tui import fmt
+from kimitui.tui.compare_overlay import CompareRun, compare_bar, compare_legend, compare_of, compare_rows_only_in_b
 
 MARKS = {"done": ("✓", "$success"), "failed": ("✗", "bold $error"), "running": ("▶", "bold $accent"),
          "skipped": ("⤼", "$text-muted"), "cut off": ("✂", "$warning"), "pending": ("·", "$text-muted")}
@@ -102,7 +103,8 @@ class CampaignStrip(Static):
             self.show(*self._last)
 
 
-def bars_content(state: SessionState, width: int) -> Content:
+def bars_content(state: SessionState, width: int, compare: CompareRun | None = None) -> Content:
+    """The budget's bars per M; with ``compare`` (replay --compare), run B's bar under each of A's."""
     budget = state.budget
     if budget is None:
         return Content.assemble(("No decode-step budget yet: Phase 3 of a campaign computes it from Phase 1's "
@@ -121,9 +123,15 @@ def bars_content(state: SessionState, width: int) -> Content:
             char = next(c for k, c, _ in SEGMENTS if k == key)
             parts.append((char * cells, SEGMENT_STYLES[key]))
         parts.append((plateau, "bold $accent"))
+        if compare is not None:
+            parts += compare_bar(compare, r.m, bar_w, SEGMENT_STYLES)
+    if compare is not None:
+        parts += compare_rows_only_in_b(compare, {r.m for r in budget.rows}, bar_w, SEGMENT_STYLES)
     parts.append("\n")
     for key, char, what in SEGMENTS:
         parts += ["\n  ", (char * 3, SEGMENT_STYLES[key]), f" {what}"]
+    if compare is not None:
+        parts += ["\n  ", compare_legend(compare)]
     return Content.assemble(*parts)
 
 
@@ -180,7 +188,7 @@ class AnalysisView(VerticalScroll):
 
     def show(self, state: SessionState) -> None:
         width = self.size.width or self.app.size.width  # 0 until the first layout
-        for wid, content in (("analysis-bars", bars_content(state, width)),
+        for wid, content in (("analysis-bars", bars_content(state, width, compare_of(self.app))),
                              ("analysis-verdict", verdict_content(state)), ("analysis-table", table_content(state)),
                              ("analysis-checks", checks_content(state))):
             self.query_one(f"#{wid}", Static).update(content)

@@ -30,9 +30,10 @@ def exit_status(app: App[object]) -> int:
 
 
 def run_replay(path: Path, theme: str | None = None, speed: float = 1.0,
-               themes_dir: Path | None = None) -> int:
-    """Replay a run file in the dashboard at its recorded pace (``speed`` times faster); returns the exit
-    status (``exit_status``).
+               themes_dir: Path | None = None, compare: Path | None = None) -> int:
+    """Replay a run file in the dashboard at its recorded pace (``speed`` times faster); ``compare``: another
+    run, folded whole, whose tok/s curve and budget bars the Benchmarks and Analysis tabs draw over this
+    one's (``tui.compare_overlay``). Returns the exit status (``exit_status``).
 
     Raises ``kimitui.core.runfile.RunFileError`` (a one-line message) when the file cannot be opened.
     """
@@ -51,6 +52,10 @@ def run_replay(path: Path, theme: str | None = None, speed: float = 1.0,
     player = Player(reader, session, speed=speed)
     player.set_speed(speed)
     app = KimituiApp(session, player=player, theme=theme, themes_dir=themes_dir, run_path=Path(path))
+    if compare is not None:
+        from kimitui.tui.compare_overlay import load_compare
+
+        app.compare_run = load_compare(compare)  # type: ignore[attr-defined]
     app.run()
     print_first_frame(app)
     return exit_status(app)

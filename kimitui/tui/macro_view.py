@@ -21,6 +21,7 @@ from textual.widgets import Static
 
 from kimitui.core.events import MacroPoint, ServerSample
 from kimitui.core.state import SessionState, Sweep, level_failed
+from kimitui.tui.compare_overlay import COMPARE_COLOR, compare_of
 from kimitui.tui.macro_progress import HeadlineBox, SweepPanel, single_stream_content
 from kimitui.tui.macro_runner import sweep_headline
 from kimitui.tui.result_tables import AllReduceTable, GemmTable, MacroTable, sweep_numbers
@@ -190,13 +191,19 @@ class BenchView(VerticalScroll):
                     numbers.append(n)
                 metric = m or metric
             latest = series[-1] if series else []
+            labels = [f"sweep {n}" for n in numbers] if len(series) > 1 else [None] * len(series)
+            compare = compare_of(self.app) if key == "throughput" else None
+            if compare is not None and compare.tok_s:  # replay --compare: run B's curve over A's
+                series, labels = [*series, compare.tok_s], [*(lb or "A" for lb in labels), compare.label]
             axis = sorted(set(levels) | {c for one in series for c, _ in one})
             stamp = (metric, tuple(tuple(one) for one in series), tuple(numbers), tuple(axis),
                      plots[key].size.width)
             box = self.query_one(f"#{key}-box")
             label = title if key == "throughput" else f"{title} ({stat_word(metric) or 'median'})"
-            if len(series) > 1:
-                label += f", {len(series)} sweeps"
+            if len(numbers) > 1:
+                label += f", {len(numbers)} sweeps"
+            if compare is not None and compare.tok_s:
+                label += ", cyan: B (--compare)"
             if box.border_title != label:
                 box.border_title = label
             if self._plot_keys.get(key) == stamp:
@@ -204,7 +211,7 @@ class BenchView(VerticalScroll):
             self._plot_keys[key] = stamp
             self.plotted[key] = (metric, latest)
             self.plotted_series[key] = series
-            draw(plots[key], series, axis, numbers)
+            draw(plots[key], series, axis, numbers, labels if compare is not None else None)
 
 
     def _draw_server(self, samples: list[ServerSample]) -> None:
@@ -266,9 +273,10 @@ def spaced_ticks(levels: list[int], lo: float, hi: float, width: int) -> list[in
 
 
 def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[int],
-         numbers: list[int] | None = None) -> None:
+         numbers: list[int] | None = None, labels: list[str | None] | None = None) -> None:
     """A line per sweep over log2(concurrency), ticks at the levels, y from 0 to a round top; with more
-    than one, each labelled with its sweep's number (``numbers``, else 1, 2, ...)."""
+    than one, each labelled with its sweep's number (``numbers``, else 1, 2, ...), or with ``labels``
+    (replay --compare: the last line is run B's, in its own colour)."""
     plt = plot.plt
     plt.clear_figure()
     plt.xlabel("concurrency")
@@ -284,13 +292,16 @@ def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[in
         if not one:
             continue
         color = SERIES_COLORS[(n - len(series)) % len(SERIES_COLORS)]
+        if labels is not None and n == len(series) - 1:
+            color = COMPARE_COLOR
         xs = [math.log2(c) for c, _ in one]
         ys = [v for _, v in one]
         if len(one) > 1:
             # cell-aligned dots: a braille line is drawn at sub-cell positions, off the level markers
             plt.plot(xs, ys, marker="dot", color=color)
-        number = numbers[n] if numbers is not None else n + 1
-        plt.scatter(xs, ys, marker="●", color=color, label=f"sweep {number}" if len(series) > 1 else None)
+        number = numbers[n] if numbers is not None and n < len(numbers) else n + 1
+        label = labels[n] if labels is not None else f"sweep {number}" if len(series) > 1 else None
+        plt.scatter(xs, ys, marker="●", color=color, label=label)
         top = max(top, *ys)
     if top > 0:
         ticks = nice_ticks(top)

@@ -21,7 +21,6 @@ The verdict, from the levels' records once the sweep ends:
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,9 +28,10 @@ from dataclasses import dataclass, field
 from kimitui.bench.macro.config import SLO, ConfigError
 from kimitui.bench.macro.records import RequestRecord
 from kimitui.bench.macro.stats import percentile
+from kimitui.core.figures import KNEE_GROWTH, growth_per_doubling, knee
 
-KNEE_GROWTH = 0.10
-"""Growth of output tok/s per doubling of the concurrency below which the sweep has reached its knee."""
+__all__ = ["KNEE_GROWTH", "growth_per_doubling", "knee"]  # defined with the other derived figures
+
 SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
@@ -86,24 +86,6 @@ def level_meets(records: Sequence[RequestRecord], slo: dict[str, float]) -> bool
         return False
     p99 = p99s(records)
     return all(p99[k] <= limit for k, limit in slo.items())
-
-
-def growth_per_doubling(c0: int, tps0: float, c1: int, tps1: float) -> float:
-    """Relative growth of tok/s from level ``c0`` to ``c1``, per doubling of the concurrency."""
-    if tps0 <= 0 or c1 <= c0:
-        return math.inf if tps1 > tps0 else 0.0
-    return (tps1 / tps0) ** (1.0 / math.log2(c1 / c0)) - 1.0
-
-
-def knee(levels: Sequence[tuple[int, float]], growth: float = KNEE_GROWTH) -> int | None:
-    """The first concurrency past which tok/s grows by less than ``growth`` per doubling; ``levels`` are
-    (concurrency, output tok/s); a level that measured nothing (0 tok/s: every request failed) is left out.
-    None when it still grows at the last step (or fewer than two levels measured)."""
-    ordered = sorted((c, t) for c, t in levels if t > 0)
-    for (c0, t0), (c1, t1) in itertools.pairwise(ordered):
-        if growth_per_doubling(c0, t0, c1, t1) < growth:
-            return c0
-    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,11 @@ class SimHost(LocalHost):
         """The simulated nvidia-persistenced (``persistence_daemon``), or None."""
         self.model = model
         self.load_time = load_time
-        self.batching = batching or BatchingModel.from_targets()
+        if batching is None:
+            from kimitui.hostside.allreduce import allreduce_speedup
+
+            batching = BatchingModel.from_targets().allreduce_faster(allreduce_speedup(), gpus)
+        self.batching = batching
         self.faults = faults or FaultPlan()
         self.quirks = quirks or EngineQuirks()
         """How the simulated service departs from vLLM (``quirks.py``)."""
