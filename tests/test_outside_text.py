@@ -40,8 +40,8 @@ from kimitui.core.session import Session
 from kimitui.report.markdown import render_report
 from kimitui.report.summary import summarize
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_consent import ConsentScreen
-from kimitui.tui.proc_table import ProcTable
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
+from kimitui.tui.widgets.proc_table import ProcTable
 from tests.conftest import ROOT
 from tests.screen_text import screen_text
 from tests.sshd import wait_for as poll_until

@@ -18,14 +18,14 @@ from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import QueueSource, Session
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_view import StepTable
-from kimitui.tui.event_log import EventLog
-from kimitui.tui.gpu_table import GpuTable
-from kimitui.tui.help_screen import HelpScreen
-from kimitui.tui.macro_view import BenchView
-from kimitui.tui.proc_table import ProcTable
-from kimitui.tui.result_tables import AllReduceTable, GemmTable, MacroTable
-from kimitui.tui.status_bar import StatusBar
+from kimitui.tui.screens.help_screen import HelpScreen
+from kimitui.tui.views.cleanup_view import StepTable
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.result_tables import AllReduceTable, GemmTable, MacroTable
+from kimitui.tui.widgets.event_log import EventLog
+from kimitui.tui.widgets.gpu_table import GpuTable
+from kimitui.tui.widgets.proc_table import ProcTable
+from kimitui.tui.widgets.status_bar import StatusBar
 from tests.tui_runs import API_PID, MONITOR_PID, STUCK, TOKS, WORKER_PIDS, write_test_run
 
 ROOT = Path(__file__).resolve().parent.parent

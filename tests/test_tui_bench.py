@@ -18,10 +18,10 @@ from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, SimOpenAIServer
 from kimitui.live.context import LiveContext
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.macro_dialog import MacroDialog, parse_form
-from kimitui.tui.macro_progress import FractionBar, headline_text
-from kimitui.tui.macro_view import BenchView
-from kimitui.tui.result_tables import MacroTable
+from kimitui.tui.screens.macro_dialog import MacroDialog, parse_form
+from kimitui.tui.views.macro_progress import FractionBar, headline_text
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.result_tables import MacroTable
 
 BIG = (120, 40)
 FAST = BatchingModel(base_s=0.01, per_seq_s=0.0002, max_batch=16)

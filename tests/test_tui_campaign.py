@@ -12,9 +12,9 @@ from textual.pilot import Pilot
 from kimitui.core.events import CampaignControl, Consent, PhaseStart
 from kimitui.live.context import LiveContext
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.campaign_runner import RUNNING, CampaignRunner
-from kimitui.tui.campaign_view import SHORT, CampaignStrip, strip_content
-from kimitui.tui.cleanup_consent import ConsentScreen
+from kimitui.tui.controllers.campaign import RUNNING, CampaignRunner
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
+from kimitui.tui.views.campaign_view import SHORT, CampaignStrip, strip_content
 from tests.campaign_rig import POLL_S, Rig, campaign_rig, small_config
 
 SIZE = (120, 40)

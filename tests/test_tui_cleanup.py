@@ -27,11 +27,11 @@ from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
 from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.live.context import LiveContext
-from kimitui.tui import cleanup_runner
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_consent import TICKED, UNTICKED, ConsentScreen
-from kimitui.tui.cleanup_dialog import CleanupSetupScreen
-from kimitui.tui.cleanup_view import StepTable
+from kimitui.tui.controllers import cleanup as cleanup_runner
+from kimitui.tui.screens.cleanup_consent import TICKED, UNTICKED, ConsentScreen
+from kimitui.tui.screens.cleanup_dialog import CleanupSetupScreen
+from kimitui.tui.views.cleanup_view import StepTable
 from tests.test_tui import replay_app, wait_for
 from tests.tui_runs import write_test_run
 

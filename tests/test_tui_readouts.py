@@ -31,17 +31,17 @@ from kimitui.report.markdown import render_report
 from kimitui.resources import bundled_sample_run
 from kimitui.tui import fmt
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_consent import ConsentScreen
-from kimitui.tui.cleanup_view import StepTable, step_cells
-from kimitui.tui.event_log import EventLog
-from kimitui.tui.help_screen import HelpScreen
-from kimitui.tui.macro_dialog import MacroDialog
-from kimitui.tui.macro_view import BenchView
 from kimitui.tui.palette import Colors
-from kimitui.tui.proc_table import proc_cells
-from kimitui.tui.replay_info import ReplayInfo
-from kimitui.tui.result_tables import MacroTable
-from kimitui.tui.status_bar import status_content
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
+from kimitui.tui.screens.help_screen import HelpScreen
+from kimitui.tui.screens.macro_dialog import MacroDialog
+from kimitui.tui.views.cleanup_view import StepTable, step_cells
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.replay_info import ReplayInfo
+from kimitui.tui.views.result_tables import MacroTable
+from kimitui.tui.widgets.event_log import EventLog
+from kimitui.tui.widgets.proc_table import proc_cells
+from kimitui.tui.widgets.status_bar import status_content
 from tests.faulty_server import Behavior, FaultyServer
 from tests.screen_text import screen_text
 from tests.test_tui import FakeClock, replay_app, wait_for

@@ -240,7 +240,7 @@ async def _headless(machine: Any, session: Any, source: Any, feed: Any, args: ar
 async def _dashboard(machine: Any, session: Any, source: Any, feed: Any, opened: Any,
                      args: argparse.Namespace) -> int:
     from kimitui.live.context import LiveContext
-    from kimitui.tui.campaign_runner import CampaignRunner
+    from kimitui.tui.controllers.campaign import CampaignRunner
     from kimitui.tui.launch import run_live
 
     live = LiveContext.of(opened, default_service=machine.cfg.service, api_url=machine.api_url)

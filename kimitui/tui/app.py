@@ -32,31 +32,31 @@ from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
 from kimitui.live.context import LiveContext
 from kimitui.tui import fmt
-from kimitui.tui.campaign_view import AnalysisView, CampaignStrip
-from kimitui.tui.cleanup_view import CleanupView
 from kimitui.tui.commands import KimituiCommands
-from kimitui.tui.event_log import EventLog
-from kimitui.tui.gpu_table import GpuTable
-from kimitui.tui.help_screen import HelpScreen
+from kimitui.tui.controllers.macro import TAB_LABEL, MacroController, tab_label
+from kimitui.tui.controllers.micro import MicroController
 from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
-from kimitui.tui.macro_runner import TAB_LABEL, MacroController, tab_label
-from kimitui.tui.macro_view import BenchView
-from kimitui.tui.memory_history import MemoryHistory
-from kimitui.tui.micro_runner import MicroController
-from kimitui.tui.micro_view import MicroView
 from kimitui.tui.palette import Colors
-from kimitui.tui.proc_table import ProcTable
-from kimitui.tui.process_clock import since_process_start
-from kimitui.tui.replay_info import ReplayInfo
 from kimitui.tui.screen_diff import ScreenShadow, minimal_update
-from kimitui.tui.status_bar import StatusBar
+from kimitui.tui.screens.help_screen import HelpScreen
 from kimitui.tui.themes import load_themes, resolve_theme
+from kimitui.tui.views.campaign_view import AnalysisView, CampaignStrip
+from kimitui.tui.views.cleanup_view import CleanupView
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.micro_view import MicroView
+from kimitui.tui.views.replay_info import ReplayInfo
+from kimitui.tui.widgets.event_log import EventLog
+from kimitui.tui.widgets.gpu_table import GpuTable
+from kimitui.tui.widgets.memory_history import MemoryHistory
+from kimitui.tui.widgets.proc_table import ProcTable
+from kimitui.tui.widgets.process_clock import since_process_start
+from kimitui.tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from textual.screen import Screen
 
-    from kimitui.tui.campaign_runner import CampaignRunner
+    from kimitui.tui.controllers.campaign import CampaignRunner
 
 TICK_HZ = 20.0
 REDRAW_HZ = 8.0
@@ -367,7 +367,7 @@ class KimituiApp(App[None]):
 
     def _cleanup_running(self) -> bool:
         # not imported until a cleanup is started (F, R, the palette): then none runs
-        runner = sys.modules.get("kimitui.tui.cleanup_runner")
+        runner = sys.modules.get("kimitui.tui.controllers.cleanup")
         return runner is not None and bool(runner.running(self))
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -398,7 +398,7 @@ class KimituiApp(App[None]):
 
     def campaign_busy(self) -> bool:
         """A campaign runs here: F, M, K and R say so instead of starting on the host beside it."""
-        from kimitui.tui.campaign_runner import RUNNING
+        from kimitui.tui.controllers.campaign import RUNNING
 
         if self.campaign is not None and self.campaign.running:
             self.notify(RUNNING, title="campaign", severity="warning", timeout=6)
@@ -516,13 +516,13 @@ class KimituiApp(App[None]):
     # -- cleanup (live only): the dialog, the consent modals and the worker are in cleanup_runner.py
 
     def action_free_gpus(self) -> None:
-        from kimitui.tui.cleanup_runner import free_gpus
+        from kimitui.tui.controllers.cleanup import free_gpus
 
         if not self.campaign_busy():
             free_gpus(self)
 
     def action_cancel_cleanup(self) -> None:
-        from kimitui.tui.cleanup_runner import cancel_cleanup
+        from kimitui.tui.controllers.cleanup import cancel_cleanup
 
         cancel_cleanup(self)
 
@@ -543,7 +543,7 @@ class KimituiApp(App[None]):
 
     def action_interrupt(self) -> None:
         """Ctrl-C: quit, as in htop and k9s; while something acts on the host, ask first (again: quit)."""
-        from kimitui.tui.quit_screen import QuitScreen
+        from kimitui.tui.screens.quit_screen import QuitScreen
 
         busy = self.busy()
         if busy is None or isinstance(self.screen, QuitScreen):
@@ -552,7 +552,7 @@ class KimituiApp(App[None]):
         self.push_screen(QuitScreen(busy), callback=lambda quit_: self.exit() if quit_ else None)
 
     def action_restart_service(self) -> None:
-        from kimitui.tui.cleanup_runner import restart_service
+        from kimitui.tui.controllers.cleanup import restart_service
 
         if not self.campaign_busy():
             restart_service(self)

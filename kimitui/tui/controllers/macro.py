@@ -96,7 +96,7 @@ class MacroController:
 
     def open_dialog(self) -> None:
         """``M`` / palette: the sweep dialog (live only)."""
-        from kimitui.tui.macro_dialog import MacroDialog
+        from kimitui.tui.screens.macro_dialog import MacroDialog
 
         live = self.app.live
         if live is None:

@@ -28,8 +28,8 @@ from kimitui.core.session import Session
 from kimitui.live.context import LiveContext
 from kimitui.phases.restart import restart_phase
 from kimitui.phases.transition import cleanup_phase
-from kimitui.tui.cleanup_consent import ConsentScreen
-from kimitui.tui.cleanup_dialog import DEFAULT_THRESHOLD_MIB, CleanupRequest, CleanupSetupScreen
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
+from kimitui.tui.screens.cleanup_dialog import DEFAULT_THRESHOLD_MIB, CleanupRequest, CleanupSetupScreen
 
 if TYPE_CHECKING:
     from kimitui.tui.app import KimituiApp

@@ -15,7 +15,7 @@ from kimitui.cleanup.consent import ConsentDecision
 from kimitui.cleanup.sample_feed import ViewTimeout
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.events import StepPreview
-from kimitui.tui.cleanup_consent import ConsentScreen
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
 
 if TYPE_CHECKING:
     from kimitui.tui.app import KimituiApp
