@@ -11,10 +11,10 @@ from textual.pilot import Pilot
 
 from kimitui.core.events import CampaignControl, Consent, PhaseStart
 from kimitui.live.context import LiveContext
-from kimitui.tui.app import KimituiApp
-from kimitui.tui.controllers.campaign import RUNNING, CampaignRunner
+from kimitui.tui.controllers.campaign import RUNNING
 from kimitui.tui.screens.cleanup_consent import ConsentScreen
 from kimitui.tui.views.campaign_view import SHORT, CampaignStrip, strip_content
+from tests.app_probe import ProbedApp
 from tests.campaign_rig import POLL_S, Rig, campaign_rig, small_config
 
 SIZE = (120, 40)
@@ -28,10 +28,10 @@ async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str) -> N
         await pilot.pause(POLL_S)
 
 
-def app_for(rig: Rig) -> KimituiApp:
+def app_for(rig: Rig) -> ProbedApp:
     live = LiveContext(rig.host, "demo", default_service="sim:vllm", api_url=rig.host.api_url, simulated=True)
-    app = KimituiApp(rig.session, host_label="demo", live=live, sources=[rig.source])
-    app.campaign = CampaignRunner(app, rig.machine)
+    app = ProbedApp(rig.session, host_label="demo", live=live, sources=[rig.source])
+    app.campaign.load(rig.machine)
     return app
 
 

@@ -101,7 +101,7 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
     from kimitui.hosts.sim.host import SimHost
     from kimitui.hosts.telemetry import TelemetrySource
     from kimitui.live.context import LiveContext
-    from kimitui.tui.controllers.micro import OverrideScreen
+    from kimitui.tui.screens.micro_override import OverrideScreen
 
     async with SimHost(gpus=2, stuck_workers=0, nvml_monitor=False) as host:
         source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix)

@@ -18,6 +18,7 @@ from kimitui.tui.widgets import keyed_table
 from kimitui.tui.widgets.gpu_table import NAME_WIDTH, GpuTable, gpu_cells
 from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.widgets.proc_table import ProcTable, proc_cells
+from tests.app_probe import ProbedApp
 
 COLORS = Colors(primary="#0178D4", accent="#ffa62b", success="#4EBF71", warning="#ffa62b", error="#ba3c5b",
                 muted="#808080", foreground="#e0e0e0")
@@ -255,11 +256,10 @@ async def test_keys_and_clicks_move_the_cursor_or_scroll() -> None:
 async def test_live_events_redraw_once_per_burst_and_nothing_between() -> None:
     from kimitui.core.events import HostSample
     from kimitui.core.session import Session
-    from kimitui.tui.app import KimituiApp
     from kimitui.tui.widgets.gpu_table import GpuTable as Gpus
 
     session = Session()
-    app = KimituiApp(session, host_label="live")
+    app = ProbedApp(session, host_label="live")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         frames = app.frames

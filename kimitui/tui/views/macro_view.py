@@ -21,8 +21,7 @@ from textual.widgets import Static
 
 from kimitui.core.events import MacroPoint, ServerSample
 from kimitui.core.state import SessionState, Sweep, level_failed
-from kimitui.tui.controllers.macro import sweep_headline
-from kimitui.tui.views.macro_progress import HeadlineBox, SweepPanel, single_stream_content
+from kimitui.tui.views.macro_progress import HeadlineBox, SweepPanel, single_stream_content, sweep_headline
 from kimitui.tui.views.result_tables import AllReduceTable, GemmTable, MacroTable, sweep_numbers
 
 if TYPE_CHECKING:
