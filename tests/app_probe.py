@@ -9,15 +9,20 @@ wants to know, seen through Textual itself, so the app carries no test-only stat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from textual.message import Message
 from textual.notifications import Notify
 
+from kimitui.tui import app as app_module
 from kimitui.tui.app import KimituiApp
 
 
 class ProbedApp(KimituiApp):
+    CSS_PATH = str(Path(app_module.__file__).with_name("app.tcss"))
+    """Textual reads a relative CSS_PATH beside the class's own module: here, beside the app's."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.notices: list[str] = []
