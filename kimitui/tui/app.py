@@ -60,7 +60,6 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from textual.screen import Screen
 
-
 TICK_HZ = 20.0
 REDRAW_HZ = 8.0
 EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"

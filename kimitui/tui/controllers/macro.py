@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from kimitui.core.describe import single_stream_line
-from kimitui.core.events import Event, MacroPoint
-from kimitui.core.state import SessionState
+from kimitui.core.events import Event
 from kimitui.tui.controllers.base import Controller
 from kimitui.tui.controllers.port import AppPort
 
@@ -47,16 +46,10 @@ class MacroRun:
     result: SweepResult | None = None
     error: str | None = None
     started: float = field(default_factory=time.monotonic)
-    started_wall: float = field(default_factory=time.time)
-    """Events of this sweep are stamped at or after this (time.time), earlier sweeps' points before it."""
     ended: float | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     recorder: SweepProgress | None = None
     """Publishes the sweep's progress as MacroProgress events (the campaign's macro phase does the same)."""
-
-    def points(self, state: SessionState) -> list[MacroPoint]:
-        """This sweep's points (the state keeps earlier sweeps' points at other concurrencies)."""
-        return [p for p in state.macro_points if p.t >= self.started_wall]
 
     @property
     def levels(self) -> list[int]:
@@ -69,15 +62,6 @@ class MacroRun:
     @property
     def elapsed_s(self) -> float:
         return (self.ended or time.monotonic()) - self.started
-
-    @property
-    def finished_levels(self) -> int:
-        if self.result is not None:
-            return len(self.result.levels)
-        p = self.progress
-        if p is None:
-            return 0
-        return p.level_index + (1 if p.stage == "done" else 0)
 
 
 class MacroController(Controller):
