@@ -106,7 +106,7 @@ class CleanupController(Controller):
     def _run_for(self, live: LiveContext, request: CleanupRequest) -> CleanupRun:
         from kimitui.tui.controllers.cleanup_run import CleanupRun
 
-        return CleanupRun(self.app, self.app.session, live, request, deadlines_for(live))
+        return CleanupRun(self.app, live, request, deadlines_for(live))
 
     def _begin(self, run: CleanupRun, what: str) -> None:
         self.current = run

@@ -21,7 +21,6 @@ from kimitui.cleanup.plan import STEPS, Deadlines
 from kimitui.cleanup.sample_feed import SampleFeed
 from kimitui.cleanup.setup import build_target
 from kimitui.core.events import LogLine, StepPreview, StepResult
-from kimitui.core.session import Session
 from kimitui.live.context import LiveContext
 from kimitui.phases.restart import restart_phase
 from kimitui.phases.transition import cleanup_phase
@@ -35,11 +34,11 @@ CANCEL_NOTE = "cancelled by the operator (x): this step and the rest declined"
 class CleanupRun:
     """One escalation (or restart) started from the dashboard: its consent modals and its worker."""
 
-    def __init__(self, app: AppPort, session: Session, live: LiveContext, request: CleanupRequest,
+    def __init__(self, app: AppPort, live: LiveContext, request: CleanupRequest,
                  deadlines: Deadlines, operator: str | None = None,
                  audit_factory: Callable[[], AuditLog] = AuditLog) -> None:
         self.app = app
-        self.session = session
+        self.session = app.session
         self.live = live
         self.request = request
         self.operator = operator or current_operator()
@@ -100,7 +99,7 @@ class CleanupRun:
     # -- the worker
 
     async def run(self) -> CleanupReport | None:
-        """The campaign's transition phase with this runner's consent (the modals)."""
+        """The campaign's transition phase with this run's consent (the modals)."""
         feed = SampleFeed()
         unsubscribe = self.session.subscribe(feed.push)
         audit = self.audit_factory()
