@@ -240,11 +240,12 @@ class Campaign:
 
     # --- the run ------------------------------------------------------------------------------------------
 
-    async def first_sample(self, timeout: float = FIRST_SAMPLE_S) -> None:
-        """Wait for the host's first sample, which the first phase reads; without one by ``timeout`` the
-        campaign is over before it began (finished, nothing published) and ViewTimeout says why."""
+    async def first_sample(self, timeout: float | None = None) -> None:
+        """Wait for the host's first sample, which the first phase reads; without one by ``timeout``
+        (``FIRST_SAMPLE_S``) the campaign is over before it began (finished, nothing published) and ViewTimeout
+        says why."""
         try:
-            await self.feed.latest(timeout=timeout)
+            await self.feed.latest(timeout=FIRST_SAMPLE_S if timeout is None else timeout)
         except ViewTimeout:
             self.finished = True
             raise
