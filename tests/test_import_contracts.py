@@ -6,10 +6,9 @@ functions included), and as what the headless commands really load when they run
 - bench/ and cleanup/ import neither kimitui.tui nor kimitui.hosts.sim;
 - the engines (bench/, cleanup/, hosts/) import no campaign, command, report or TUI module; only commands/
   imports commands/ (docs/architecture.md);
-- no import cycle among kimitui's modules beyond the known ones issue 21 has yet to break (a ratchet); none in
-  the TUI: its controllers never import the app (they see it as tui.controllers.port.AppPort, and use exactly
-  its members); its views and widgets call no engine, and neither they nor its screens start anything
-  (no phase, campaign, command, live wiring or controller);
+- no import cycle among kimitui's modules, the TUI included: its controllers never import the app (they see it
+  as tui.controllers.port.AppPort, and use exactly its members); its views and widgets call no engine, and
+  neither they nor its screens start anything (no phase, campaign, command, live wiring or controller);
 - the host side (kimitui.hostside: the agent, the workers, the /proc library) imports nothing of kimitui but
   itself, and nothing but the stdlib, pynvml, torch and vLLM (it is sent to the GPU host alone);
 - the cleanup steps reach the executor only through kimitui.cleanup.context.StepContext, and assign none of
@@ -194,23 +193,19 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(groups)
 
 
-KNOWN_CYCLES = [
-    # issue 21 item 4: a host makes its agent link on first use, and the link is typed by the host
-    ["kimitui.hosts.base", "kimitui.hosts.link"],
-]
-"""Cycles that issue 21 has yet to break. The list only shrinks: a new cycle fails the test."""
-
-
-def test_no_import_cycle_beyond_the_known_ones() -> None:
-    found = import_cycles(EDGES)
-    assert [g for g in found if g not in KNOWN_CYCLES] == [], "a new import cycle"
-    assert [g for g in KNOWN_CYCLES if g not in found] == [], "a known cycle is gone: take it off KNOWN_CYCLES"
+def test_no_import_cycle() -> None:
+    """No module is in a cycle (the host and its link: the link knows the host as ``LinkHost``; the TUI's
+    controllers know the app as ``AppPort``)."""
+    assert import_cycles(EDGES) == [], "an import cycle"
+    # the host makes its link; the link knows the host only as a LinkHost
+    assert "kimitui.hosts.link" in EDGES["kimitui.hosts.base"]
+    assert "kimitui.hosts.base" not in EDGES["kimitui.hosts.link"]
 
 
 def test_the_tui_controllers_never_import_the_app() -> None:
     """They type the app as AppPort (a Protocol), so the TUI has no import cycle (issue 21 item 2)."""
     assert offenders("kimitui.tui.controllers", ("kimitui.tui.app",)) == []
-    assert [g for g in import_cycles(EDGES) if any(m.startswith("kimitui.tui") for m in g)] == []
+    assert "kimitui.tui.controllers.macro" in EDGES["kimitui.tui.app"]  # the app owns them
 
 
 STARTERS = ("kimitui.phases", "kimitui.campaign", "kimitui.commands", "kimitui.live", "kimitui.tui.app",
@@ -318,6 +313,14 @@ def test_the_field_write_finder_sees_one(tmp_path: Path) -> None:
                      "    local = ex.report\n    local.clean = 2\n")
     assert [w.split(" ", 1)[1] for w in field_writes(probe)] == [
         "step: ex.last_signal_mono", "step: ex.report.clean"]
+
+
+def test_a_host_is_what_its_link_needs() -> None:
+    from kimitui.hosts.link import LinkHost
+    from kimitui.hosts.local import LocalHost
+
+    assert isinstance(LocalHost(), LinkHost)
+    assert not isinstance(object(), LinkHost)
 
 
 def test_the_executor_implements_the_step_interface() -> None:
