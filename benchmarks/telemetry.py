@@ -333,8 +333,8 @@ def table_cpu(args: argparse.Namespace) -> None:
     from textual.widgets import DataTable
 
     from kimitui.core.events import GpuSample
-    from kimitui.tui.gpu_table import GpuTable, gpu_cells
     from kimitui.tui.palette import Colors
+    from kimitui.tui.widgets.gpu_table import GpuTable, gpu_cells
 
     frames = max(50, min(args.samples, 600))
     colors = Colors(primary="#0178D4", accent="#ffa62b", success="#4EBF71", warning="#ffa62b", error="#ba3c5b",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kimitui.core.events import CampaignControl, CampaignPlan, CampaignResume, PhaseEnd, PhaseStart
 from kimitui.core.state import fold_all
 from kimitui.report.campaign import campaign_section
-from kimitui.tui.campaign_view import MARKS, strip_content
+from kimitui.tui.views.campaign_view import MARKS, strip_content
 
 PHASES = ["macro", "cleanup", "micro", "analysis"]
 

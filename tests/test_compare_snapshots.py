@@ -21,10 +21,10 @@ from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.resources import find_run
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.campaign_view import AnalysisView
 from kimitui.tui.compare_overlay import load_compare
-from kimitui.tui.macro_view import BenchView
-from kimitui.tui.result_tables import MacroTable
+from kimitui.tui.views.campaign_view import AnalysisView
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.result_tables import MacroTable
 
 PAIR = ("campaign-demo-8x-rtx-pro-6000-allreduce-1x", "campaign-demo-8x-rtx-pro-6000-allreduce-2x")
 POLL_S = 0.05

@@ -52,7 +52,7 @@ def test_a_list_of_whole_numbers_is_said_in_the_plural() -> None:
 def test_one_level_done_is_said_in_the_singular() -> None:
     from kimitui.core.events import MacroPoint, MacroProgress
     from kimitui.core.state import SessionState, fold
-    from kimitui.tui.macro_progress import sweep_status
+    from kimitui.tui.views.macro_progress import sweep_status
 
     state = SessionState()
     for ev in (MacroProgress(t=1.0, status="running", levels=[1]),

@@ -23,8 +23,8 @@ from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.live.context import LiveContext
 from kimitui.resources import bundled_runs
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.macro_progress import FractionBar
-from kimitui.tui.macro_view import BenchView
+from kimitui.tui.views.macro_progress import FractionBar
+from kimitui.tui.views.macro_view import BenchView
 from tests.test_tui import FakeClock, wait_for
 from tests.test_tui_bench import FAST, open_dialog, text_of
 

@@ -28,8 +28,8 @@ from kimitui.report.budget_text import budget_lines
 from kimitui.report.markdown import render_report
 from kimitui.report.summary import summarize
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.campaign_view import table_content, verdict_content
-from kimitui.tui.result_tables import GemmTable
+from kimitui.tui.views.campaign_view import table_content, verdict_content
+from kimitui.tui.views.result_tables import GemmTable
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_CAMPAIGN = ROOT / "sample_runs" / "campaign-1x-h200.jsonl.gz"

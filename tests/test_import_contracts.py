@@ -6,7 +6,9 @@ functions included), and as what the headless commands really load when they run
 - bench/ and cleanup/ import neither kimitui.tui nor kimitui.hosts.sim;
 - the engines (bench/, cleanup/, hosts/) import no campaign, command, report or TUI module; only commands/
   imports commands/ (docs/architecture.md);
-- no import cycle among kimitui's modules outside the TUI (whose own, issue 21 item 2, is checked apart);
+- no import cycle among kimitui's modules, the TUI included: its controllers never import the app (they see it
+  as tui.controllers.port.AppPort, and use exactly its members); its views and widgets call no engine, and
+  neither they nor its screens start anything (no phase, campaign, command, live wiring or controller);
 - the host side (kimitui.hostside: the agent, the workers, the /proc library) imports nothing of kimitui but
   itself, and nothing but the stdlib, pynvml, torch and vLLM (it is sent to the GPU host alone);
 - the cleanup steps reach the executor only through kimitui.cleanup.context.StepContext, and assign none of
@@ -191,20 +193,81 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(groups)
 
 
-def test_no_import_cycle_outside_the_tui() -> None:
-    """The TUI's cycle (its controllers import the app back: issue 21 item 2) is checked apart below; no
-    other module is in a cycle (the host and its link: the link knows the host as ``LinkHost``)."""
-    found = [group for group in import_cycles(EDGES) if not group[0].startswith("kimitui.tui")]
-    assert found == [], "an import cycle"
+def test_no_import_cycle() -> None:
+    """No module is in a cycle (the host and its link: the link knows the host as ``LinkHost``; the TUI's
+    controllers know the app as ``AppPort``)."""
+    assert import_cycles(EDGES) == [], "an import cycle"
     # the host makes its link; the link knows the host only as a LinkHost
     assert "kimitui.hosts.link" in EDGES["kimitui.hosts.base"]
     assert "kimitui.hosts.base" not in EDGES["kimitui.hosts.link"]
 
 
-def test_the_tui_cycle_does_not_reach_beyond_the_tui() -> None:
-    for group in import_cycles(EDGES):
-        if group[0].startswith("kimitui.tui"):
-            assert all(m.startswith("kimitui.tui") for m in group), group
+def test_the_tui_controllers_never_import_the_app() -> None:
+    """They type the app as AppPort (a Protocol), so the TUI has no import cycle (issue 21 item 2)."""
+    assert offenders("kimitui.tui.controllers", ("kimitui.tui.app",)) == []
+    assert "kimitui.tui.controllers.macro" in EDGES["kimitui.tui.app"]  # the app owns them
+
+
+STARTERS = ("kimitui.phases", "kimitui.campaign", "kimitui.commands", "kimitui.live", "kimitui.tui.app",
+            "kimitui.tui.controllers", "kimitui.tui.launch")
+"""What starts work on the host, or wires it: a view, a widget or a screen imports none of it."""
+
+
+@pytest.mark.parametrize("room", ["kimitui.tui.views", "kimitui.tui.widgets"])
+def test_views_and_widgets_call_no_engine(room: str) -> None:
+    """What they show comes from the fold (a view takes the state: docs/architecture.md), and its words from
+    the core or the report's text; starting work on the host is a controller's."""
+    assert offenders(room, ENGINES + STARTERS) == []
+
+
+def test_screens_start_nothing() -> None:
+    """A dialog may read its fields with the engine's parsers (a sweep's levels, a service spec) and is given
+    what it may call (the cleanup dialog its lookup); what its answer starts is the controller's."""
+    assert offenders("kimitui.tui.screens", STARTERS) == []
+
+
+def app_members_used(path: Path) -> set[str]:
+    """The attributes this module reads of an app: ``self.app.X`` and ``app.X`` (a parameter named app)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        self_app = isinstance(base, ast.Attribute) and base.attr == "app" and ast.unparse(base.value) == "self"
+        if self_app or (isinstance(base, ast.Name) and base.id == "app"):
+            out.add(node.attr)
+    return out
+
+
+def test_the_app_member_finder_sees_them(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("class C:\n    def f(self, app):\n        self.app.notify('x')\n        app._tabs.active = 'd'\n"
+                     "        self.apps.x, self.app.session.state\n")
+    assert app_members_used(probe) == {"notify", "_tabs", "session"}
+
+
+def test_the_controllers_use_exactly_the_app_port() -> None:
+    """AppPort names what the controllers use of the app, no more (a member no controller uses comes off it)
+    and no less (a controller reaching past it fails here)."""
+    from kimitui.tui.controllers.port import AppPort
+
+    port = {name for name in vars(AppPort) if not name.startswith("_")} | set(AppPort.__annotations__)
+    files = sorted((PKG / "tui" / "controllers").glob("*.py"))
+    used = set().union(*(app_members_used(f) for f in files))
+    assert len(files) >= 6
+    assert used == port
+
+
+async def test_the_app_is_an_app_port() -> None:
+    from kimitui.core.session import Session
+    from kimitui.tui.app import KimituiApp
+    from kimitui.tui.controllers.port import AppPort
+
+    app = KimituiApp(Session())
+    async with app.run_test(size=(100, 30)):  # running: its screen is there to be read
+        assert isinstance(app, AppPort) and all(c.app is app for c in app.controllers)
+    assert len(app.controllers) == 4
+    assert not isinstance(object(), AppPort)
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

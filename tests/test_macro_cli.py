@@ -239,7 +239,7 @@ def test_a_bad_url_is_a_one_line_usage_error(url: str, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"kimitui bench macro: url {url!r}"), err
     from kimitui.bench.macro import ConfigError
-    from kimitui.tui.macro_dialog import form_defaults, parse_form
+    from kimitui.tui.screens.macro_dialog import form_defaults, parse_form
 
     with pytest.raises(ConfigError, match="url"):  # the M dialog checks it the same way
         parse_form({**form_defaults(url)})
@@ -248,7 +248,7 @@ def test_a_bad_url_is_a_one_line_usage_error(url: str, capsys: pytest.CaptureFix
 def test_the_cli_and_the_dialog_default_to_the_same_request_count(server_url: str,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from kimitui.bench.macro.config import DEFAULT_REQUESTS
-    from kimitui.tui.macro_dialog import form_defaults, parse_form
+    from kimitui.tui.screens.macro_dialog import form_defaults, parse_form
 
     dialog = parse_form(form_defaults(server_url))
     assert (dialog.requests_per_stream, DEFAULT_REQUESTS) == (4, "4x")

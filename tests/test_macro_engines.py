@@ -29,7 +29,7 @@ from kimitui.core.describe import describe, level_of
 from kimitui.core.events import Event, LogLine, MacroPoint, MacroRequests, RequestFieldsDropped, decode, encode
 from kimitui.core.runfile import RunReader
 from kimitui.phases.check import check_phase
-from kimitui.tui.macro_dialog import form_defaults, parse_form
+from kimitui.tui.screens.macro_dialog import form_defaults, parse_form
 from tests.conftest import ROOT
 from tests.faulty_server import Behavior, FaultyServer
 

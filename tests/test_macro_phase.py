@@ -14,8 +14,8 @@ from kimitui.bench.macro import MacroConfig, MacroError, Timeouts, run_sweep
 from kimitui.core.events import CampaignPlan, Event, MacroPoint, MacroProgress, PhaseEnd, PhaseStart
 from kimitui.core.state import fold_all
 from kimitui.phases.macro import SweepProgress, macro_phase
-from kimitui.tui.campaign_view import strip_content
-from kimitui.tui.macro_progress import sweep_status
+from kimitui.tui.views.campaign_view import strip_content
+from kimitui.tui.views.macro_progress import sweep_status
 from tests.faulty_server import Behavior, FaultyServer
 
 LOADING = '{"error": {"message": "model loading", "type": "ServiceUnavailable"}}'

@@ -26,7 +26,7 @@ from kimitui.core.state import fold_all
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
 from kimitui.report.bench import macro_section
-from kimitui.tui.macro_progress import single_stream_content
+from kimitui.tui.views.macro_progress import single_stream_content
 
 
 def _ok(ttft: float, e2el: float, n: int) -> RequestRecord:

@@ -39,9 +39,9 @@ from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.session import Session
 from kimitui.report.markdown import render_report
 from kimitui.report.summary import summarize
-from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_consent import ConsentScreen
-from kimitui.tui.proc_table import ProcTable
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
+from kimitui.tui.widgets.proc_table import ProcTable
+from tests.app_probe import ProbedApp
 from tests.conftest import ROOT
 from tests.screen_text import screen_text
 from tests.sshd import wait_for as poll_until
@@ -230,7 +230,7 @@ async def test_the_dashboard_shows_outside_text_escaped_and_markup_literally() -
     session = Session()
     session.publish(_hostile_sample(t))
     session.publish(LogLine(t, "error", "agent", f"the agent said: {HOSTILE} {MARKUP}"))
-    app = KimituiApp(session)
+    app = ProbedApp(session)
     async with app.run_test(size=BIG, notifications=True) as pilot:
         procs = app.query_one(ProcTable)
         await wait_for(pilot, lambda: len(procs.row_keys) == 1, "the hostile process")
@@ -277,7 +277,7 @@ async def test_the_cleanup_and_benchmarks_tabs_show_outside_text_escaped() -> No
     session = Session()
     for ev in _hostile_run(time.time()):
         session.publish(ev)
-    app = KimituiApp(session)
+    app = ProbedApp(session)
     async with app.run_test(size=BIG) as pilot:
         for key, shown in (("c", "systemctl said: \\x1b]0;pwned"), ("b", "HTTP 500: \\x1b]0;pwned")):
             await pilot.press(key)

@@ -12,14 +12,14 @@ from textual._compositor import ChopsUpdate, LayoutUpdate
 from kimitui.core.events import GpuSample, HostSample, ProcSample
 from kimitui.core.session import QueueSource, Session
 from kimitui.tui import app as app_module
-from kimitui.tui.app import KimituiApp
 from kimitui.tui.screen_diff import ScreenShadow, minimal_update
+from tests.app_probe import ProbedApp
 from tests.screen_emulator import Terminal
 
 SIZE = (120, 40)
 
 
-class Capturing(KimituiApp):
+class Capturing(ProbedApp):
     """The dashboard, headless, keeping every update Textual hands to the terminal."""
 
     CSS_PATH = str(Path(app_module.__file__).with_name("app.tcss"))

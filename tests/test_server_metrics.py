@@ -208,7 +208,7 @@ async def test_the_benchmarks_tab_plots_the_servers_gauges_through_the_sweep() -
 
     from textual.app import App, ComposeResult
 
-    from kimitui.tui.macro_view import BenchView
+    from kimitui.tui.views.macro_view import BenchView
 
     class BenchApp(App[None]):
         CSS_PATH = str(Path(__file__).resolve().parent.parent / "kimitui" / "tui" / "app.tcss")

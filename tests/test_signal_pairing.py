@@ -20,7 +20,7 @@ from kimitui.core.events import (
 from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.state import SessionState, fold, fold_all
 from kimitui.report.markdown import render_report
-from kimitui.tui.cleanup_view import signals_content
+from kimitui.tui.views.cleanup_view import signals_content
 
 T = 1_700_000_000.0
 

@@ -22,13 +22,13 @@ from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.campaign_view import AnalysisView
-from kimitui.tui.cleanup_consent import ConsentScreen
-from kimitui.tui.cleanup_view import StepTable
-from kimitui.tui.event_log import EventLog
-from kimitui.tui.gpu_table import GpuTable
-from kimitui.tui.macro_view import BenchView
-from kimitui.tui.result_tables import MacroTable
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
+from kimitui.tui.views.campaign_view import AnalysisView
+from kimitui.tui.views.cleanup_view import StepTable
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.result_tables import MacroTable
+from kimitui.tui.widgets.event_log import EventLog
+from kimitui.tui.widgets.gpu_table import GpuTable
 
 SIZES = {"120x40": (120, 40), "80x24": (80, 24)}
 POLL_S = 0.05

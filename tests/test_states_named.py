@@ -13,7 +13,7 @@ from kimitui.core.describe import describe
 from kimitui.core.events import ConnectionState, Event, PhaseEnd, PhaseStart
 from kimitui.core.runfile import write_run
 from kimitui.core.state import fold_all
-from kimitui.tui.status_bar import status_content
+from kimitui.tui.widgets.status_bar import status_content
 from tests.test_tui import replay_app, status_text, wait_for
 
 T0 = 1_700_000_000.0

@@ -18,14 +18,15 @@ from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import QueueSource, Session
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_view import StepTable
-from kimitui.tui.event_log import EventLog
-from kimitui.tui.gpu_table import GpuTable
-from kimitui.tui.help_screen import HelpScreen
-from kimitui.tui.macro_view import BenchView
-from kimitui.tui.proc_table import ProcTable
-from kimitui.tui.result_tables import AllReduceTable, GemmTable, MacroTable
-from kimitui.tui.status_bar import StatusBar
+from kimitui.tui.screens.help_screen import HelpScreen
+from kimitui.tui.views.cleanup_view import StepTable
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.result_tables import AllReduceTable, GemmTable, MacroTable
+from kimitui.tui.widgets.event_log import EventLog
+from kimitui.tui.widgets.gpu_table import GpuTable
+from kimitui.tui.widgets.proc_table import ProcTable
+from kimitui.tui.widgets.status_bar import StatusBar
+from tests.app_probe import ProbedApp
 from tests.tui_runs import API_PID, MONITOR_PID, STUCK, TOKS, WORKER_PIDS, write_test_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,10 +46,10 @@ def run_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_test_run(tmp_path_factory.mktemp("tui") / "campaign.jsonl")
 
 
-def replay_app(path: Path, clock: FakeClock | None = None, **kwargs: object) -> KimituiApp:
+def replay_app(path: Path, clock: FakeClock | None = None, **kwargs: object) -> ProbedApp:
     session = Session()
     player = Player(RunReader(path), session, clock=clock or FakeClock())
-    return KimituiApp(session, player=player, **kwargs)  # type: ignore[arg-type]
+    return ProbedApp(session, player=player, **kwargs)  # type: ignore[arg-type]
 
 
 async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
@@ -349,7 +350,7 @@ async def test_palette_lists_replay_controls_and_themes(run_path: Path) -> None:
 async def test_live_source_is_pumped_into_the_views() -> None:
     source = QueueSource()
     session = Session()
-    app = KimituiApp(session, sources=[source], host_label="sim-host")
+    app = ProbedApp(session, sources=[source], host_label="sim-host")
     async with app.run_test(size=BIG) as pilot:
         assert "sim-host" in status_text(app)
         source.put(HostSample(t=1000.0, host="sim-host", seq=1,

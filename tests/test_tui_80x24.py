@@ -12,10 +12,10 @@ from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
 from kimitui.tui import fmt
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_consent import ConsentScreen, table_heights, what_lines, what_width
-from kimitui.tui.cleanup_dialog import CleanupSetupScreen
-from kimitui.tui.macro_view import BenchView
-from kimitui.tui.proc_table import ProcTable
+from kimitui.tui.screens.cleanup_consent import ConsentScreen, table_heights, what_lines, what_width
+from kimitui.tui.screens.cleanup_dialog import CleanupSetupScreen
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.widgets.proc_table import ProcTable
 from tests.screen_text import screen_text
 from tests.test_tui import replay_app, wait_for
 

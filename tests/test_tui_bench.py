@@ -18,10 +18,11 @@ from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, SimOpenAIServer
 from kimitui.live.context import LiveContext
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.macro_dialog import MacroDialog, parse_form
-from kimitui.tui.macro_progress import FractionBar, headline_text
-from kimitui.tui.macro_view import BenchView
-from kimitui.tui.result_tables import MacroTable
+from kimitui.tui.screens.macro_dialog import MacroDialog, parse_form
+from kimitui.tui.views.macro_progress import FractionBar, headline_text
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.result_tables import MacroTable
+from tests.app_probe import ProbedApp
 
 BIG = (120, 40)
 FAST = BatchingModel(base_s=0.01, per_seq_s=0.0002, max_batch=16)
@@ -43,9 +44,9 @@ async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str, time
         await pilot.pause()
 
 
-def live_app(url: str) -> KimituiApp:
+def live_app(url: str) -> ProbedApp:
     live = LiveContext(LocalHost(name="sim"), "sim", api_url=url, simulated=True)
-    return KimituiApp(Session(), host_label="sim", live=live)
+    return ProbedApp(Session(), host_label="sim", live=live)
 
 
 def notes(app: KimituiApp) -> list[str]:
@@ -239,7 +240,7 @@ def test_parse_form_requests_modes() -> None:
 async def test_replay_sweep_action_only_notifies_and_the_sample_run_shows_its_headline() -> None:
     session = Session()
     player = Player(RunReader(bundled_sample_run()), session, clock=lambda: 0.0)
-    app = KimituiApp(session, player=player)
+    app = ProbedApp(session, player=player)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("M")
         await pilot.pause()

@@ -7,14 +7,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from textual.pilot import Pilot
 
+from kimitui.campaign import machine as machine_module
 from kimitui.core.events import CampaignControl, Consent, PhaseStart
 from kimitui.live.context import LiveContext
-from kimitui.tui.app import KimituiApp
-from kimitui.tui.campaign_runner import RUNNING, CampaignRunner
-from kimitui.tui.campaign_view import SHORT, CampaignStrip, strip_content
-from kimitui.tui.cleanup_consent import ConsentScreen
+from kimitui.tui.controllers.campaign import RUNNING
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
+from kimitui.tui.views.campaign_view import SHORT, CampaignStrip, strip_content
+from tests.app_probe import ProbedApp
 from tests.campaign_rig import POLL_S, Rig, campaign_rig, small_config
 
 SIZE = (120, 40)
@@ -28,10 +30,10 @@ async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str) -> N
         await pilot.pause(POLL_S)
 
 
-def app_for(rig: Rig) -> KimituiApp:
+def app_for(rig: Rig) -> ProbedApp:
     live = LiveContext(rig.host, "demo", default_service="sim:vllm", api_url=rig.host.api_url, simulated=True)
-    app = KimituiApp(rig.session, host_label="demo", live=live, sources=[rig.source])
-    app.campaign = CampaignRunner(app, rig.machine)
+    app = ProbedApp(rig.session, host_label="demo", live=live, sources=[rig.source])
+    app.campaign.load(rig.machine)
     return app
 
 
@@ -74,6 +76,20 @@ async def test_a_aborts_the_campaign_from_the_dashboard(tmp_path: Path) -> None:
     assert c is not None and c.end is not None and c.end.status == "aborted"
     assert c.phases["cleanup"].status == "pending", "nothing after the abort ran; no restart was due"
 
+
+
+async def test_a_campaign_without_telemetry_ends_before_it_began(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """No sample from the host: the machine ends itself (nothing published), the dashboard says why."""
+    monkeypatch.setattr(machine_module, "FIRST_SAMPLE_S", 0.3)
+    async with campaign_rig(small_config(["micro"]), tmp_path, app_pumps=True) as rig:
+        live = LiveContext(rig.host, "demo", default_service="sim:vllm", api_url=rig.host.api_url, simulated=True)
+        app = ProbedApp(rig.session, host_label="demo", live=live)  # no source: nothing pumps the telemetry
+        app.campaign.load(rig.machine)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: any("no telemetry" in n for n in app.notices), "the notice")
+            assert rig.machine.finished and not app.campaign.running and app.busy() is None
+    assert rig.session.state.campaign is None, "no plan was published"
 
 def test_the_strip_fits_its_width_and_keeps_the_keys_where_they_fit() -> None:
     """Mid-campaign on a live host the strip ends with the keys; at a width where the whole hint would be

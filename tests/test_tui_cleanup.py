@@ -27,11 +27,13 @@ from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
 from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.live.context import LiveContext
-from kimitui.tui import cleanup_runner
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_consent import TICKED, UNTICKED, ConsentScreen
-from kimitui.tui.cleanup_dialog import CleanupSetupScreen
-from kimitui.tui.cleanup_view import StepTable
+from kimitui.tui.controllers import cleanup as cleanup_controller
+from kimitui.tui.controllers.cleanup_run import CANCEL_NOTE
+from kimitui.tui.screens.cleanup_consent import TICKED, UNTICKED, ConsentScreen
+from kimitui.tui.screens.cleanup_dialog import CleanupSetupScreen
+from kimitui.tui.views.cleanup_view import StepTable
+from tests.app_probe import ProbedApp
 from tests.test_tui import replay_app, wait_for
 from tests.tui_runs import write_test_run
 
@@ -62,14 +64,14 @@ async def live_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     tmp_path; ``deadlines`` replaces the demo's (3 s graceful, 2 s SIGTERM grace, 10 s verify)."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     if deadlines is not None:
-        monkeypatch.setattr(cleanup_runner, "deadlines_for", lambda live: Deadlines(**{
+        monkeypatch.setattr(cleanup_controller, "deadlines_for", lambda live: Deadlines(**{
             f: getattr(deadlines, f) for f in Deadlines.__dataclass_fields__}))
     async with SimHost(gpus=2, stuck_workers=1, nvml_monitor=True, load_time=0.05) as host:
         source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix)
         run_path = tmp_path / "run.jsonl"
         session = Session(RunWriter(run_path, host=host.name))
         live = LiveContext(host, "sim (2 simulated GPUs)", default_service="sim:vllm", simulated=True)
-        app = KimituiApp(session, host_label=live.label, sources=[source], run_path=run_path, live=live)
+        app = ProbedApp(session, host_label=live.label, sources=[source], run_path=run_path, live=live)
         try:
             async with app.run_test(size=SIZE) as pilot:
                 lv = Live(app, pilot, host, session, run_path)
@@ -95,7 +97,7 @@ async def start_cleanup(lv: Live) -> None:
     assert service.value == "sim:vllm"
     assert lv.app.screen.query_one("#setup-gpus", Input).value == "all"
     await lv.pilot.press("enter")
-    await wait_for(lv.pilot, lambda: cleanup_runner.current(lv.app) is not None, "the cleanup worker")
+    await wait_for(lv.pilot, lambda: lv.app.cleanup.current is not None, "the cleanup worker")
     assert lv.app.query_one("#views", TabbedContent).active == "cleanup"
 
 
@@ -137,7 +139,7 @@ async def untick(lv: Live, screen: ConsentScreen, pid: int) -> None:
 
 async def verified(lv: Live, timeout: float = 15.0) -> Verification:
     def done() -> bool:
-        runner = cleanup_runner.current(lv.app)
+        runner = lv.app.cleanup.current
         return runner is not None and runner.finished and lv.session.state.cleanup is not None \
             and lv.session.state.cleanup.verification is not None
 
@@ -300,14 +302,14 @@ async def test_cancel_declines_the_rest_and_is_recorded(tmp_path: Path, monkeypa
         await wait_for(lv.pilot, lambda: lv.app.screen is not graceful, "the modal closed by the cancel")
         v = await verified(lv)
         events = lv.events()
-        runner = cleanup_runner.current(lv.app)
+        runner = lv.app.cleanup.current
         assert runner is not None and runner.cancelled and runner.asked == 1  # no other modal came up
 
         assert not v.clean and alive(service)
         assert signalled(events) == set()
         given = consents(events)
         assert set(given) == {"graceful", "process", "device"}
-        assert all(not c.accepted and c.note == cleanup_runner.CANCEL_NOTE for c in given.values())
+        assert all(not c.accepted and c.note == CANCEL_NOTE for c in given.values())
         assert any(isinstance(e, LogLine) and "cancelled by the operator" in e.message for e in events)
         end = [e for e in events if isinstance(e, PhaseEnd)][-1]
         assert not end.ok and "cancelled by the operator" in end.note
@@ -322,7 +324,7 @@ async def test_cancel_declines_the_rest_and_is_recorded(tmp_path: Path, monkeypa
 async def test_setup_dialog_checks_its_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     live = LiveContext(LocalHost(name="box"), "box", default_service="systemd:vllm.service")
-    app = KimituiApp(Session(), host_label="box", live=live)
+    app = ProbedApp(Session(), host_label="box", live=live)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("F")
         await wait_for(pilot, lambda: isinstance(app.screen, CleanupSetupScreen), "the setup dialog")
@@ -339,7 +341,7 @@ async def test_setup_dialog_checks_its_fields(tmp_path: Path, monkeypatch: pytes
         assert app.screen is dialog and "GPU indexes" in str(dialog.query_one("#setup-error").render())
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, CleanupSetupScreen), "the dialog closed")
-        assert cleanup_runner.current(app) is None
+        assert app.cleanup.current is None
         await pilot.press("x")
         assert any("no cleanup running" in n for n in app.notices)
 
@@ -364,12 +366,12 @@ async def test_a_service_that_is_not_there_keeps_the_dialog_open(tmp_path: Path,
             service.value = spec
             await lv.pilot.press("enter")
             await wait_for(lv.pilot, lambda w=words: w in error(), f"the error for {spec!r}")
-            assert lv.app.screen is dialog and cleanup_runner.current(lv.app) is None
+            assert lv.app.screen is dialog and lv.app.cleanup.current is None
         assert "or none" in error()
         assert not [e for e in lv.events() if isinstance(e, (StepPreview, PhaseEnd))]
         service.value = "none"
         await lv.pilot.press("enter")
-        await wait_for(lv.pilot, lambda: cleanup_runner.current(lv.app) is not None, "the cleanup worker")
+        await wait_for(lv.pilot, lambda: lv.app.cleanup.current is not None, "the cleanup worker")
         others = await modal(lv, "others")  # no service: only the others group
         assert len(others.preview.targets) == 2  # the two workers, previewed as not the service
         assert all(r.reason.startswith("on the GPUs, not the service: ") for r in others.preview.targets)
@@ -394,7 +396,7 @@ async def test_replay_only_says_cleanup_needs_a_live_host(tmp_path: Path) -> Non
         await pilot.pause()
         assert not isinstance(app.screen, CleanupSetupScreen)
         assert any("cleanup needs a live host" in n for n in app.notices)
-        assert cleanup_runner.current(app) is None
+        assert app.cleanup.current is None
         started = time.monotonic()
         app.action_free_gpus()  # the palette's entry calls the same action
         assert time.monotonic() - started < 1 and not isinstance(app.screen, CleanupSetupScreen)
@@ -422,7 +424,7 @@ async def test_restart_from_the_dashboard_after_a_clean_cleanup(tmp_path: Path,
         await lv.pilot.press("enter")
 
         def restarted() -> bool:
-            runner = cleanup_runner.current(lv.app)
+            runner = lv.app.cleanup.current
             return runner is not None and runner.request.service_spec == "sim:vllm" and runner.finished \
                 and runner.note.startswith(("done", "failed", "skipped", "declined", "error"))
 
@@ -468,7 +470,7 @@ async def test_restart_of_a_running_service_says_so_before_asking(tmp_path: Path
         assert "ALREADY RUNNING" in title
         assert not screen.query("#consent-targets") and "SimHost" not in screen.preview.action
         await lv.pilot.press("escape")
-        runner = cleanup_runner.current(lv.app)
+        runner = lv.app.cleanup.current
         await wait_for(lv.pilot, lambda: runner is not None and runner.finished, "the restart to end")
         res = [e for e in lv.events() if isinstance(e, StepResult) and e.step == "restart"]
         assert [r.status for r in res] == ["declined"]

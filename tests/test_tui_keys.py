@@ -14,7 +14,7 @@ from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
-from kimitui.tui.quit_screen import QuitScreen
+from kimitui.tui.screens.quit_screen import QuitScreen
 from tests.screen_text import screen_text
 from tests.test_tui import FakeClock, replay_app, wait_for
 from tests.test_tui_cleanup import live_app, modal, start_cleanup

@@ -21,8 +21,8 @@ from kimitui.core.session import Session
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.layout import create_layout, make_gpus
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.micro_view import MicroView, ShapesTable
-from kimitui.tui.result_tables import AllReduceTable, GemmTable
+from kimitui.tui.views.micro_view import MicroView, ShapesTable
+from kimitui.tui.views.result_tables import AllReduceTable, GemmTable
 
 BIG = (120, 40)
 
@@ -101,7 +101,7 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
     from kimitui.hosts.sim.host import SimHost
     from kimitui.hosts.telemetry import TelemetrySource
     from kimitui.live.context import LiveContext
-    from kimitui.tui.micro_runner import OverrideScreen
+    from kimitui.tui.screens.micro_override import OverrideScreen
 
     async with SimHost(gpus=2, stuck_workers=0, nvml_monitor=False) as host:
         source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix)
@@ -201,7 +201,7 @@ async def test_the_all_reduce_latency_plot_has_a_log_axis() -> None:
 
 
 def test_log_ticks_cover_the_range_with_round_values() -> None:
-    from kimitui.tui.micro_view import log_ticks, us_tick
+    from kimitui.tui.views.micro_view import log_ticks, us_tick
 
     assert log_ticks(3.2, 47_790) == [1, 10, 100, 1_000, 10_000, 100_000]
     assert log_ticks(19, 25) == [10, 20, 50]  # within a decade: 1, 2 and 5 times its powers of ten

@@ -14,9 +14,9 @@ from textual.screen import Screen
 
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_dialog import CleanupSetupScreen
 from kimitui.tui.commands import palette_commands
 from kimitui.tui.keys import HOST_ACTIONS, LIVE_ACTIONS, READ_ONLY_ENV, READ_ONLY_NOTICE, REPLAY_ACTIONS
+from kimitui.tui.screens.cleanup_dialog import CleanupSetupScreen
 from tests.sshd import alive
 from tests.test_tui import replay_app, wait_for
 from tests.test_tui_cleanup import live_app

@@ -30,18 +30,18 @@ from kimitui.core.state import SessionState, fold_all
 from kimitui.report.markdown import render_report
 from kimitui.resources import bundled_sample_run
 from kimitui.tui import fmt
-from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_consent import ConsentScreen
-from kimitui.tui.cleanup_view import StepTable, step_cells
-from kimitui.tui.event_log import EventLog
-from kimitui.tui.help_screen import HelpScreen
-from kimitui.tui.macro_dialog import MacroDialog
-from kimitui.tui.macro_view import BenchView
 from kimitui.tui.palette import Colors
-from kimitui.tui.proc_table import proc_cells
-from kimitui.tui.replay_info import ReplayInfo
-from kimitui.tui.result_tables import MacroTable
-from kimitui.tui.status_bar import status_content
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
+from kimitui.tui.screens.help_screen import HelpScreen
+from kimitui.tui.screens.macro_dialog import MacroDialog
+from kimitui.tui.views.cleanup_view import StepTable, step_cells
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.replay_info import ReplayInfo
+from kimitui.tui.views.result_tables import MacroTable
+from kimitui.tui.widgets.event_log import EventLog
+from kimitui.tui.widgets.proc_table import proc_cells
+from kimitui.tui.widgets.status_bar import status_content
+from tests.app_probe import ProbedApp
 from tests.faulty_server import Behavior, FaultyServer
 from tests.screen_text import screen_text
 from tests.test_tui import FakeClock, replay_app, wait_for
@@ -177,7 +177,7 @@ async def test_the_consent_modal_shows_start_times_and_the_unit_as_the_process_t
     boot = t - 7200.0
     session = Session()
     session.publish(_sample(t, boot))
-    app = KimituiApp(session)
+    app = ProbedApp(session)
     ref = ProcRef(pid=42, start_time=360_000, user="ana", gpus=[0], mem_mib=10.0, unit="docker:5d6c468c1f2e9a0b",
                   cmdline="python3 /opt/x/probe.py --device 0", reason="NVML: 10 MiB on GPU 0", kind="cuda")
     async with app.run_test(size=BIG) as pilot:

@@ -13,11 +13,12 @@ from textual.geometry import Region
 from textual.widgets import DataTable
 
 from kimitui.core.events import GpuSample, ProcSample
-from kimitui.tui import keyed_table
-from kimitui.tui.gpu_table import NAME_WIDTH, GpuTable, gpu_cells
-from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors
-from kimitui.tui.proc_table import ProcTable, proc_cells
+from kimitui.tui.widgets import keyed_table
+from kimitui.tui.widgets.gpu_table import NAME_WIDTH, GpuTable, gpu_cells
+from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
+from kimitui.tui.widgets.proc_table import ProcTable, proc_cells
+from tests.app_probe import ProbedApp
 
 COLORS = Colors(primary="#0178D4", accent="#ffa62b", success="#4EBF71", warning="#ffa62b", error="#ba3c5b",
                 muted="#808080", foreground="#e0e0e0")
@@ -255,11 +256,10 @@ async def test_keys_and_clicks_move_the_cursor_or_scroll() -> None:
 async def test_live_events_redraw_once_per_burst_and_nothing_between() -> None:
     from kimitui.core.events import HostSample
     from kimitui.core.session import Session
-    from kimitui.tui.app import KimituiApp
-    from kimitui.tui.gpu_table import GpuTable as Gpus
+    from kimitui.tui.widgets.gpu_table import GpuTable as Gpus
 
     session = Session()
-    app = KimituiApp(session, host_label="live")
+    app = ProbedApp(session, host_label="live")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         frames = app.frames
@@ -282,7 +282,7 @@ def test_memory_history_lines_and_colours() -> None:
 
     from kimitui.core.events import HostSample
     from kimitui.core.state import SessionState, fold
-    from kimitui.tui.memory_history import history_content
+    from kimitui.tui.widgets.memory_history import history_content
 
     state = SessionState()
     for seq, used in enumerate((10000.0, 50000.0, 95000.0)):
@@ -302,7 +302,7 @@ async def test_fraction_bar_draws_what_progress_bar_draws() -> None:
     from textual.containers import Horizontal
     from textual.widgets import ProgressBar
 
-    from kimitui.tui.macro_progress import FractionBar, FractionFill
+    from kimitui.tui.views.macro_progress import FractionBar, FractionFill
 
     class Bars(App[None]):
         CSS = "Horizontal { height: 1; width: 57; } ProgressBar { width: 1fr; } ProgressBar Bar { width: 1fr; }"
@@ -332,7 +332,7 @@ async def test_memory_history_repaints_only_the_lines_that_changed() -> None:
 
     from kimitui.core.events import HostSample
     from kimitui.core.state import SessionState, fold
-    from kimitui.tui.memory_history import MemoryHistory
+    from kimitui.tui.widgets.memory_history import MemoryHistory
 
     class History(App[None]):
         CSS = "MemoryHistory { width: 34; }"

@@ -55,7 +55,7 @@ async def test_the_consent_table_at_80x24_keeps_whose_process_and_when_it_starte
     from kimitui.resources import bundled_sample_run
     from kimitui.tui import fmt
     from kimitui.tui.app import KimituiApp
-    from kimitui.tui.cleanup_consent import ConsentScreen
+    from kimitui.tui.screens.cleanup_consent import ConsentScreen
 
     reader = RunReader(bundled_sample_run())
     at = next(i for i in range(len(reader)) if isinstance(e := reader.decoded(i), StepPreview) and e.step == "graceful")
@@ -134,7 +134,7 @@ async def test_all_reduce_sizes_and_counts_are_whole_in_the_micro_tab(tmp_path: 
     """A 1 GiB all-reduce's size, element count and M read whole on screen (a number is never cut)."""
     from kimitui.core.events import AllReduceRow, PhaseEnd, PhaseStart
     from kimitui.core.runfile import write_run
-    from kimitui.tui.result_tables import AllReduceTable
+    from kimitui.tui.views.result_tables import AllReduceTable
 
     size, count = 1 << 30, 1 << 29
     t = 1_700_000_000.0

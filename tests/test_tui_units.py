@@ -14,10 +14,10 @@ from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.cleanup_consent import ConsentScreen
-from kimitui.tui.cleanup_view import StepTable
-from kimitui.tui.micro_view import MicroView
-from kimitui.tui.proc_table import ProcTable
+from kimitui.tui.screens.cleanup_consent import ConsentScreen
+from kimitui.tui.views.cleanup_view import StepTable
+from kimitui.tui.views.micro_view import MicroView
+from kimitui.tui.widgets.proc_table import ProcTable
 from tests.screen_text import screen_text
 from tests.test_tui import replay_app, wait_for
 

@@ -108,6 +108,10 @@ def policy_consent(policy: dict[str, str], ask: ConsentCallback | None, operator
     return decide
 
 
+FIRST_SAMPLE_S = 30.0
+"""How long a campaign waits for the host's first sample before it gives up."""
+
+
 class Campaign:
     def __init__(self, cfg: CampaignConfig, session: Session, target: CampaignHost, feed: SampleFeed,
                  ask: ConsentCallback | None = None, operator: str = "", headless: bool = False,
@@ -235,6 +239,16 @@ class Campaign:
                 self.held_before = None
 
     # --- the run ------------------------------------------------------------------------------------------
+
+    async def first_sample(self, timeout: float | None = None) -> None:
+        """Wait for the host's first sample, which the first phase reads; without one by ``timeout``
+        (``FIRST_SAMPLE_S``) the campaign is over before it began (finished, nothing published) and ViewTimeout
+        says why."""
+        try:
+            await self.feed.latest(timeout=FIRST_SAMPLE_S if timeout is None else timeout)
+        except ViewTimeout:
+            self.finished = True
+            raise
 
     async def run(self) -> CampaignEnd:
         cfg = self.cfg

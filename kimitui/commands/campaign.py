@@ -206,7 +206,7 @@ def _status(machine: Any) -> int:
 async def _headless(machine: Any, session: Any, source: Any, feed: Any, args: argparse.Namespace) -> int:
     session.subscribe(printer(sys.stdout, args.json, session))
     feed.follow(source.events(), publish=session.publish)
-    await feed.latest(timeout=30.0)
+    await machine.first_sample()
     task = asyncio.ensure_future(machine.run())
     loop = asyncio.get_running_loop()
     presses = [0]
@@ -240,17 +240,16 @@ async def _headless(machine: Any, session: Any, source: Any, feed: Any, args: ar
 async def _dashboard(machine: Any, session: Any, source: Any, feed: Any, opened: Any,
                      args: argparse.Namespace) -> int:
     from kimitui.live.context import LiveContext
-    from kimitui.tui.campaign_runner import CampaignRunner
     from kimitui.tui.launch import run_live
 
     live = LiveContext.of(opened, default_service=machine.cfg.service, api_url=machine.api_url)
     unsubscribe = session.subscribe(feed.push)
 
-    def give_runner(app: Any) -> None:
-        app.campaign = CampaignRunner(app, machine)
+    def give_campaign(app: Any) -> None:
+        app.campaign.load(machine)  # the app's campaign controller runs it once the app is up
 
     try:
-        rc = await run_live(session, [source], live, theme=args.theme, prepare=give_runner)
+        rc = await run_live(session, [source], live, theme=args.theme, prepare=give_campaign)
     finally:
         unsubscribe()
     return rc or _status(machine)

@@ -32,31 +32,33 @@ from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
 from kimitui.live.context import LiveContext
 from kimitui.tui import fmt, keys
-from kimitui.tui.campaign_view import AnalysisView, CampaignStrip
-from kimitui.tui.cleanup_view import CleanupView
 from kimitui.tui.commands import KimituiCommands
-from kimitui.tui.event_log import EventLog
-from kimitui.tui.gpu_table import GpuTable
-from kimitui.tui.help_screen import HelpScreen
+from kimitui.tui.controllers.base import Controller
+from kimitui.tui.controllers.campaign import RUNNING, CampaignController
+from kimitui.tui.controllers.cleanup import CleanupController
+from kimitui.tui.controllers.macro import MacroController
+from kimitui.tui.controllers.micro import MicroController
 from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
-from kimitui.tui.macro_runner import TAB_LABEL, MacroController, tab_label
-from kimitui.tui.macro_view import BenchView
-from kimitui.tui.memory_history import MemoryHistory
-from kimitui.tui.micro_runner import MicroController
-from kimitui.tui.micro_view import MicroView
 from kimitui.tui.palette import Colors
-from kimitui.tui.proc_table import ProcTable
-from kimitui.tui.process_clock import since_process_start
-from kimitui.tui.replay_info import ReplayInfo
 from kimitui.tui.screen_diff import ScreenShadow, minimal_update
-from kimitui.tui.status_bar import StatusBar
+from kimitui.tui.screens.help_screen import HelpScreen
 from kimitui.tui.themes import load_themes, resolve_theme
+from kimitui.tui.views.campaign_view import AnalysisView, CampaignStrip
+from kimitui.tui.views.cleanup_view import CleanupView
+from kimitui.tui.views.macro_progress import TAB_LABEL, tab_label
+from kimitui.tui.views.macro_view import BenchView
+from kimitui.tui.views.micro_view import MicroView
+from kimitui.tui.views.replay_info import ReplayInfo
+from kimitui.tui.widgets.event_log import EventLog
+from kimitui.tui.widgets.gpu_table import GpuTable
+from kimitui.tui.widgets.memory_history import MemoryHistory
+from kimitui.tui.widgets.proc_table import ProcTable
+from kimitui.tui.widgets.process_clock import since_process_start
+from kimitui.tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from textual.screen import Screen
-
-    from kimitui.tui.campaign_runner import CampaignRunner
 
 TICK_HZ = 20.0
 REDRAW_HZ = 8.0
@@ -95,8 +97,6 @@ class KimituiApp(App[None]):
         recorder = getattr(session, "recorder", None)
         self.run_path = run_path or (Path(recorder.path) if recorder is not None else None)
         """The run file: the replayed one, or the one this live session records to (shown in the help)."""
-        self.notices: list[str] = []
-        """Every notification's message this session, oldest first (toasts expire; this does not)."""
         loaded = load_themes(themes_dir)
         for t in loaded.themes:
             self.register_theme(t)
@@ -110,8 +110,6 @@ class KimituiApp(App[None]):
             self.startup_warnings += player.reader.warnings
         self.first_frame_s: float | None = None
         self._exit_after: str | None = None
-        self.frames = 0
-        """Redraws that found something new (for tests and the benchmark)."""
         self._drawn: dict[str, tuple[int, str]] = {}
         self._tab_label = TAB_LABEL
         self._status_key: tuple[object, ...] | None = None
@@ -130,8 +128,12 @@ class KimituiApp(App[None]):
         """The macro sweep started from the dashboard (live only): dialog, worker, progress, cancel."""
         self.micro = MicroController(self)
         """The micro benchmarks started from the dashboard (live only): worker, cancel, override."""
-        self.campaign: CampaignRunner | None = None
-        """The campaign this dashboard runs (kimitui campaign FILE), started when the app mounts."""
+        self.cleanup = CleanupController(self)
+        """The cleanup and the restart started from the dashboard (live only): dialog, consent, cancel."""
+        self.campaign = CampaignController(self)
+        """The campaign this dashboard runs (kimitui campaign FILE: ``load``), started when the app mounts."""
+        self.controllers: tuple[Controller, ...] = (self.cleanup, self.campaign, self.macro, self.micro)
+        """Each acting on the host, in the order Ctrl-C's question names the first one running."""
         self.read_only = os.environ.get(keys.READ_ONLY_ENV) == "1" if read_only is None else read_only
         """No action on the host can start here (kimitui serve's visitors): ``keys.make_read_only``."""
         if self.read_only:
@@ -143,7 +145,6 @@ class KimituiApp(App[None]):
                timeout: float | None = None, markup: bool = False) -> None:
         # Notices carry outside text (an error body, a note, a reason): printable, and not read as markup
         message, title = fmt.printable_lines(message), fmt.printable(title)
-        self.notices.append(message)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def compose(self) -> ComposeResult:
@@ -198,8 +199,7 @@ class KimituiApp(App[None]):
                                    self.set_interval(1 / REDRAW_HZ, self.redraw, name="redraw")]
         else:
             self._unsubscribe = self.session.subscribe(self._on_event)
-        if self.campaign is not None:
-            self.campaign.start()
+        self.campaign.start()  # when it was given one
         self._exit_after = os.environ.get(EXIT_AFTER_FIRST_FRAME_ENV)
         self.redraw()
         if self._exit_after == "1":
@@ -242,9 +242,8 @@ class KimituiApp(App[None]):
         return self._tabs.active or "dashboard"
 
     def on_unmount(self) -> None:
-        run = self.macro.run
-        if run is not None and run.active:
-            run.cancel.set()  # the app is going away: stop the sweep the graceful way
+        for controller in self.controllers:
+            controller.close()
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -296,22 +295,20 @@ class KimituiApp(App[None]):
         if key != self._status_key:
             self._status_key = key
             self._status.show(state, replay, live=bool(self.sources), host=self.host_label)
-            self._strip.show(state, live=self.campaign is not None and self.campaign.running)
+            self._strip.show(state, live=self.campaign.running)
             label = tab_label(state.sweep)
             if label != self._tab_label:
                 self._tab_label = label
                 self._tabs.get_tab("bench").label = label
         view = self.active_view
         stamp = (self.session.version, self.theme)
-        running = (self.macro.running, self.micro.running, view, self.campaign is not None and self.campaign.running,
-                   self._cleanup_running())
+        running = (view, *(c.running for c in self.controllers))
         if running != self._running_key:  # the footer's x and the keys that apply
             self._running_key = running
             self.refresh_bindings()
         if self._drawn.get(view) == stamp:
             return
         self._drawn[view] = stamp
-        self.frames += 1
         colors = self.colors
         if view == "dashboard":
             self._gpu_table.show(state, colors)
@@ -370,11 +367,6 @@ class KimituiApp(App[None]):
 
         self.run_worker(mount(), group="views", name=f"mount {view}")
 
-    def _cleanup_running(self) -> bool:
-        # not imported until a cleanup is started (F, R, the palette): then none runs
-        runner = sys.modules.get("kimitui.tui.cleanup_runner")
-        return runner is not None and bool(runner.running(self))
-
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if hasattr(self, "_status"):
             self.redraw()
@@ -383,7 +375,7 @@ class KimituiApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in CAMPAIGN_ACTIONS:
-            return self.campaign is not None
+            return self.campaign.loaded
         if action in LIVE_ACTIONS:  # False: not in a replay's footer, and the key goes to in_replay
             return self.player is None
         if action == "in_replay":
@@ -393,7 +385,7 @@ class KimituiApp(App[None]):
         if action == "cancel_micro_key":
             return self.micro.running and self.active_view == "micro"
         if action in ("cancel_cleanup", "cancel_cleanup_idle"):
-            return self._cleanup_running() == (action == "cancel_cleanup")
+            return self.cleanup.running == (action == "cancel_cleanup")
         return not (action in REPLAY_ACTIONS and self.player is None)
 
     def action_in_replay(self, action: str) -> None:
@@ -403,24 +395,19 @@ class KimituiApp(App[None]):
 
     def campaign_busy(self) -> bool:
         """A campaign runs here: F, M, K and R say so instead of starting on the host beside it."""
-        from kimitui.tui.campaign_runner import RUNNING
-
-        if self.campaign is not None and self.campaign.running:
+        if self.campaign.running:
             self.notify(RUNNING, title="campaign", severity="warning", timeout=6)
             return True
         return False
 
     def action_campaign_pause(self) -> None:
-        if self.campaign is not None:
-            self.campaign.toggle_pause()
+        self.campaign.toggle_pause()
 
     def action_campaign_skip(self) -> None:
-        if self.campaign is not None:
-            self.campaign.skip_next()
+        self.campaign.skip_next()
 
     def action_campaign_abort(self) -> None:
-        if self.campaign is not None:
-            self.campaign.abort()
+        self.campaign.cancel()
 
     def _after_control(self) -> None:
         self._sync_replay_timers()
@@ -471,7 +458,7 @@ class KimituiApp(App[None]):
 
     def action_macro_sweep(self) -> None:
         if not self.campaign_busy():
-            self.macro.open_dialog()
+            self.macro.start()
 
     def action_cancel_macro(self) -> None:
         self.macro.cancel()
@@ -518,37 +505,25 @@ class KimituiApp(App[None]):
             self.push_screen(HelpScreen(replay=self.player is not None,
                                         run_path=str(self.run_path) if self.run_path else None))
 
-    # -- cleanup (live only): the dialog, the consent modals and the worker are in cleanup_runner.py
+    # -- cleanup (live only): the dialog, the consent modals and the worker are controllers/cleanup.py's
 
     def action_free_gpus(self) -> None:
-        from kimitui.tui.cleanup_runner import free_gpus
-
         if not self.campaign_busy():
-            free_gpus(self)
+            self.cleanup.start()
 
     def action_cancel_cleanup(self) -> None:
-        from kimitui.tui.cleanup_runner import cancel_cleanup
-
-        cancel_cleanup(self)
+        self.cleanup.cancel()
 
     def action_cancel_cleanup_idle(self) -> None:
         self.action_cancel_cleanup()
 
     def busy(self) -> str | None:
         """What acts on the host now (Ctrl-C asks before quitting), or None."""
-        if self._cleanup_running():
-            return "a cleanup step is running"
-        if self.campaign is not None and self.campaign.running:
-            return "a campaign is running"
-        if self.macro.running:
-            return "a sweep is running"
-        if self.micro.running:
-            return "a micro run is running"
-        return None
+        return next((c.BUSY for c in self.controllers if c.running), None)
 
     def action_interrupt(self) -> None:
         """Ctrl-C: quit, as in htop and k9s; while something acts on the host, ask first (again: quit)."""
-        from kimitui.tui.quit_screen import QuitScreen
+        from kimitui.tui.screens.quit_screen import QuitScreen
 
         busy = self.busy()
         if busy is None or isinstance(self.screen, QuitScreen):
@@ -557,10 +532,8 @@ class KimituiApp(App[None]):
         self.push_screen(QuitScreen(busy), callback=lambda quit_: self.exit() if quit_ else None)
 
     def action_restart_service(self) -> None:
-        from kimitui.tui.cleanup_runner import restart_service
-
         if not self.campaign_busy():
-            restart_service(self)
+            self.cleanup.restart()
 
 
 def print_first_frame(app: KimituiApp) -> None:

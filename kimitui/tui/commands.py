@@ -4,19 +4,47 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from kimitui.core.replay import SPEEDS
 
 if TYPE_CHECKING:
-    from kimitui.tui.app import KimituiApp
+    from kimitui.core.replay import Player
+    from kimitui.live.context import LiveContext
+    from kimitui.tui.controllers.micro import MicroController
 
 Command = tuple[str, str, Callable[[], object]]
 
 
-def palette_commands(app: KimituiApp) -> list[Command]:
+class PaletteApp(Protocol):
+    """What the palette's entries call of the app (the app lists this module's provider: typed against this,
+    the palette does not import the app back)."""
+
+    player: Player | None
+    live: LiveContext | None
+    loaded_theme_names: list[str]
+    micro: MicroController
+
+    def action_toggle_pause(self) -> None: ...
+    def action_next_phase(self) -> None: ...
+    def action_prev_phase(self) -> None: ...
+    def action_step(self) -> None: ...
+    def action_to_end(self) -> None: ...
+    def action_set_speed(self, speed: float) -> None: ...
+    def action_show_view(self, view: str) -> None: ...
+    def action_macro_sweep(self) -> None: ...
+    def action_cancel_macro(self) -> None: ...
+    def action_free_gpus(self) -> None: ...
+    def action_restart_service(self) -> None: ...
+    def action_micro_run(self) -> None: ...
+    def action_help(self) -> None: ...
+    def action_cancel_cleanup(self) -> None: ...
+    def action_set_theme(self, name: str) -> None: ...
+
+
+def palette_commands(app: PaletteApp) -> list[Command]:
     """(title, help, callback) for every entry; replay entries only in replay mode."""
     out: list[Command] = []
     if app.player is not None:
@@ -57,7 +85,7 @@ def palette_commands(app: KimituiApp) -> list[Command]:
 
 class KimituiCommands(Provider):
     def _commands(self) -> list[Command]:
-        return palette_commands(cast("KimituiApp", self.app))
+        return palette_commands(cast("PaletteApp", self.app))
 
     async def discover(self) -> Hits:
         for title, help_text, callback in self._commands():

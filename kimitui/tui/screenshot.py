@@ -20,8 +20,8 @@ from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import VIEWS, KimituiApp
-from kimitui.tui.event_log import EventLog
-from kimitui.tui.gpu_table import GpuTable
+from kimitui.tui.widgets.event_log import EventLog
+from kimitui.tui.widgets.gpu_table import GpuTable
 
 DRAW_WAIT_S = 10.0
 

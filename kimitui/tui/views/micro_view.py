@@ -19,8 +19,8 @@ from kimitui.core.events import AllReduceRow, GemmRow
 from kimitui.core.figures import roofline_pct
 from kimitui.core.state import MicroRunState, SessionState
 from kimitui.tui import fmt
-from kimitui.tui.keyed_table import KeyedTable
-from kimitui.tui.result_tables import AllReduceTable, GemmTable
+from kimitui.tui.views.result_tables import AllReduceTable, GemmTable
+from kimitui.tui.widgets.keyed_table import KeyedTable
 
 if TYPE_CHECKING:
     from textual_plotext import PlotextPlot

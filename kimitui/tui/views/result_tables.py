@@ -9,7 +9,7 @@ from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, first_error, 
 from kimitui.core.figures import correctness_failed
 from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
-from kimitui.tui.keyed_table import Cell, KeyedTable, Row
+from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
 
 
 def _r(value: str) -> Text:

@@ -3,67 +3,27 @@
 
 The run is a worker in the app's loop; ``publish`` is ``session.publish``, so everything it does is an
 event, recorded and drawn like any other. A refusal (the GPUs hold memory) shows its holders on the tab
-and offers to run anyway, in a modal that says what that means.
+and offers to run anyway, in a modal that says what that means (``screens/micro_override.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Vertical
-from textual.content import Content
-from textual.screen import ModalScreen
-from textual.widgets import Static
-
-from kimitui.core.events import HostSample, ProcRef
-from kimitui.tui import fmt
-
-if TYPE_CHECKING:
-    from kimitui.tui.app import KimituiApp
+from kimitui.core.events import HostSample
+from kimitui.tui.controllers.base import Controller
+from kimitui.tui.controllers.port import AppPort
 
 NEEDS_LIVE = "the micro benchmarks need a live host (kimitui demo, kimitui connect HOST)"
 
 
-class OverrideScreen(ModalScreen[bool]):
-    """The GPUs hold memory: run anyway (y) or not (n / esc)."""
+class MicroController(Controller):
+    """The app's micro benchmarks: at most one run at a time."""
 
-    BINDINGS = [Binding("y", "answer(True)", "Run anyway"), Binding("n,escape", "answer(False)", "No")]
+    BUSY = "a micro run is running"
 
-    SHOWN = 6
-    """Holders listed by pid (the Micro tab lists every one)."""
-
-    def __init__(self, detail: str, holders: Sequence[ProcRef] = ()) -> None:
-        super().__init__()
-        self.detail, self.holders = detail, list(holders)
-
-    def compose(self) -> ComposeResult:
-        parts: list[str | tuple[str, str]] = [("The GPUs in scope hold memory", "bold"), "\n\n",
-                                              fmt.printable(self.detail)]
-        if self.holders:
-            parts += ["\n\n", (f"held by {len(self.holders)} process(es):", "bold")]
-            for h in self.holders[: self.SHOWN]:
-                parts += ["\n", f"  pid {h.pid:<7} GPU {fmt.gpu_list(h.gpus):<5} {fmt.mib(h.mem_mib):>7} MiB  ",
-                          fmt.shorten(fmt.command_gist(h.cmdline), 40)]
-            if len(self.holders) > self.SHOWN:
-                parts += ["\n", (f"  and {len(self.holders) - self.SHOWN} more (the Micro tab lists them)",
-                                 "$text-muted")]
-        parts += ["\n\nBenchmarks beside another process measure both and may run out of memory. Free the GPUs "
-                  "first (F), or run anyway:\n\n", ("y", "bold"), " run anyway    ", ("n", "bold"),
-                  " / esc: do not run"]
-        with Vertical(id="micro-override"):
-            yield Static(Content.assemble(*parts))
-
-    def action_answer(self, value: bool) -> None:
-        self.dismiss(value)
-
-
-class MicroController:
-    def __init__(self, app: KimituiApp) -> None:
-        self.app = app
+    def __init__(self, app: AppPort) -> None:
+        super().__init__(app)
         self.cancel_event: asyncio.Event | None = None
         self.task_running = False
         self.defaults: dict[str, object] = {}
@@ -74,6 +34,7 @@ class MicroController:
         return self.task_running
 
     def start(self, force: bool = False) -> None:
+        """``K`` / palette: run on the watched host (``force``: beside the memory holders, once asked)."""
         live = self.app.live
         if live is None:
             self.app.notify(NEEDS_LIVE, title="micro", severity="warning", timeout=6)
@@ -83,6 +44,7 @@ class MicroController:
             return
         from kimitui.bench.micro.runner import MicroConfig
         from kimitui.phases.micro import micro_phase
+        from kimitui.tui.screens.micro_override import OverrideScreen
 
         state = self.app.session.state
         sample = HostSample(state.sample_t, host=state.host, gpus=list(state.gpus.values()), procs=list(state.procs)) \
@@ -114,6 +76,7 @@ class MicroController:
             self.start(force=True)
 
     def cancel(self) -> None:
+        """Every rank is stopped, the GPUs are freed."""
         if self.cancel_event is not None and self.running:
             self.cancel_event.set()
             self.app.notify("cancelling: every rank is stopped", title="micro", timeout=4)

@@ -21,6 +21,8 @@ from kimitui.core.figures import SingleStream, single_stream
 from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
 
+TAB_LABEL = "Benchmarks"
+
 
 class FractionFill(Widget):
     """The bar of a FractionBar: Textual's bar renderable (ProgressBar's look), filled to the fraction."""
@@ -259,3 +261,20 @@ class SweepPanel(Vertical):
         for row in self.query(".progress-row"):
             if row.display != on:
                 row.display = on
+
+
+def sweep_headline(sweep: Sweep | None) -> SingleStream:
+    """The sweep's single-stream headline (``figures.single_stream``)."""
+    return single_stream(sweep.point_list if sweep is not None else [])
+
+
+def tab_label(sweep: Sweep | None) -> str:
+    """The Benchmarks tab's label: plain, or the sweep's level and the headline while it runs."""
+    if sweep is None or not sweep.active:
+        return TAB_LABEL
+    p = sweep.progress
+    levels = len(sweep.levels)
+    level = f"{p.level_index + 1}/{levels}" if p is not None and p.stage else f"0/{levels}"
+    single = sweep_headline(sweep).tok_s
+    head = f" · 1 stream {single:.1f} tok/s" if single is not None else ""
+    return f"{TAB_LABEL} ▶ {level}{head}"

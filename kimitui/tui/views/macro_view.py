@@ -22,9 +22,8 @@ from textual.widgets import Static
 from kimitui.core.events import MacroPoint, ServerSample
 from kimitui.core.state import SessionState, Sweep, level_failed
 from kimitui.tui.compare_overlay import COMPARE_COLOR, compare_of
-from kimitui.tui.macro_progress import HeadlineBox, SweepPanel, single_stream_content
-from kimitui.tui.macro_runner import sweep_headline
-from kimitui.tui.result_tables import AllReduceTable, GemmTable, MacroTable, sweep_numbers
+from kimitui.tui.views.macro_progress import HeadlineBox, SweepPanel, single_stream_content, sweep_headline
+from kimitui.tui.views.result_tables import AllReduceTable, GemmTable, MacroTable, sweep_numbers
 
 if TYPE_CHECKING:
     from textual_plotext import PlotextPlot

@@ -7,8 +7,8 @@ from rich.text import Text
 from kimitui.core.events import GpuSample
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
-from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors
+from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
 
 BAR_WIDTH = 10
 NAME_WIDTH = 18

@@ -13,8 +13,8 @@ from textual.widgets import Static
 from kimitui.core.describe import signal_status
 from kimitui.core.state import CleanupState, PhaseSpan, SessionState, StepState
 from kimitui.tui import fmt
-from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors
+from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
 
 STATUS_COLORS = {"done": "success", "failed": "error", "declined": "warning", "skipped": "muted",
                  "running": "accent", "confirmed": "primary", "previewed": "primary", "pending": "muted"}

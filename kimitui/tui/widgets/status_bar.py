@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
-from kimitui.tui.replay_info import ReplayInfo
+from kimitui.tui.views.replay_info import ReplayInfo
 
 CONNECTION_STYLES = {
     "connected": "bold $success",

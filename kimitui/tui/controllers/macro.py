@@ -21,19 +21,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from kimitui.core.describe import single_stream_line
-from kimitui.core.events import Event, MacroPoint
-from kimitui.core.figures import SingleStream, single_stream
-from kimitui.core.state import SessionState, Sweep
+from kimitui.core.events import Event
+from kimitui.tui.controllers.base import Controller
+from kimitui.tui.controllers.port import AppPort
 
 if TYPE_CHECKING:
     # kimitui.bench.macro imports httpx: loaded when a sweep starts, not with the app (first frame)
     from kimitui.bench.macro import LevelProgress, MacroConfig, SweepResult
     from kimitui.phases.macro import SweepProgress
-    from kimitui.tui.app import KimituiApp
 
 RunStatus = Literal["running", "cancelling", "done", "cancelled", "failed"]
 NEEDS_LIVE = "benchmarks need a live host (kimitui demo, kimitui connect HOST)"
-TAB_LABEL = "Benchmarks"
 EXIT_GRACE_S = 3.0
 """On app exit, how long the worker waits for the cancelled sweep to publish its end."""
 
@@ -48,16 +46,10 @@ class MacroRun:
     result: SweepResult | None = None
     error: str | None = None
     started: float = field(default_factory=time.monotonic)
-    started_wall: float = field(default_factory=time.time)
-    """Events of this sweep are stamped at or after this (time.time), earlier sweeps' points before it."""
     ended: float | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     recorder: SweepProgress | None = None
     """Publishes the sweep's progress as MacroProgress events (the campaign's macro phase does the same)."""
-
-    def points(self, state: SessionState) -> list[MacroPoint]:
-        """This sweep's points (the state keeps earlier sweeps' points at other concurrencies)."""
-        return [p for p in state.macro_points if p.t >= self.started_wall]
 
     @property
     def levels(self) -> list[int]:
@@ -71,21 +63,14 @@ class MacroRun:
     def elapsed_s(self) -> float:
         return (self.ended or time.monotonic()) - self.started
 
-    @property
-    def finished_levels(self) -> int:
-        if self.result is not None:
-            return len(self.result.levels)
-        p = self.progress
-        if p is None:
-            return 0
-        return p.level_index + (1 if p.stage == "done" else 0)
 
-
-class MacroController:
+class MacroController(Controller):
     """The app's macro sweep: at most one at a time. It draws nothing: it publishes."""
 
-    def __init__(self, app: KimituiApp) -> None:
-        self.app = app
+    BUSY = "a sweep is running"
+
+    def __init__(self, app: AppPort) -> None:
+        super().__init__(app)
         self.run: MacroRun | None = None
 
     @property
@@ -94,9 +79,9 @@ class MacroController:
 
     # -- actions --------------------------------------------------------------------------------------
 
-    def open_dialog(self) -> None:
-        """``M`` / palette: the sweep dialog (live only)."""
-        from kimitui.tui.macro_dialog import MacroDialog
+    def start(self) -> None:
+        """``M`` / palette: the sweep dialog (live only); its confirm starts the sweep."""
+        from kimitui.tui.screens.macro_dialog import MacroDialog
 
         live = self.app.live
         if live is None:
@@ -107,10 +92,10 @@ class MacroController:
                             timeout=5)
             return
         previous = self.run.config if self.run is not None else None
-        self.app.push_screen(MacroDialog(url=live.api_url or "", previous=previous), callback=self.start)
+        self.app.push_screen(MacroDialog(url=live.api_url or "", previous=previous), callback=self._confirmed)
 
-    def start(self, config: MacroConfig | None) -> None:
-        """Start a sweep (the dialog's result; None: the dialog was cancelled)."""
+    def _confirmed(self, config: MacroConfig | None) -> None:
+        """The dialog's result (None: it was cancelled): start the sweep."""
         if config is None or self.running:
             return
         from kimitui.bench.macro import ConfigError
@@ -130,19 +115,24 @@ class MacroController:
         self.app.run_worker(self._work(run), group="macro", name="macro sweep", exclusive=True,
                             exit_on_error=False)
 
-    def cancel(self) -> bool:
+    def cancel(self) -> None:
         """Ask the running sweep to stop: the level in progress is dropped, finished levels stay."""
         run = self.run
         if run is None or not run.active:
             self.app.notify("no sweep is running", title="macro sweep", timeout=3)
-            return False
+            return
         if run.status == "running":
             run.status = "cancelling"
             run.cancel.set()
             self.app.notify("cancelling the sweep: finished levels are kept", title="macro sweep", timeout=4)
             if run.recorder is not None:
                 run.recorder.emit("cancelling")
-        return True
+
+    def close(self) -> None:
+        """The app is going away: stop the sweep the graceful way (no notice: nothing is left to show it)."""
+        run = self.run
+        if run is not None and run.active:
+            run.cancel.set()
 
     # -- the worker -----------------------------------------------------------------------------------
 
@@ -191,19 +181,3 @@ class MacroController:
         except ValueError:  # the run file was closed under an exiting app: nothing left to draw either
             pass
 
-
-def sweep_headline(sweep: Sweep | None) -> SingleStream:
-    """The sweep's single-stream headline (``figures.single_stream``)."""
-    return single_stream(sweep.point_list if sweep is not None else [])
-
-
-def tab_label(sweep: Sweep | None) -> str:
-    """The Benchmarks tab's label: plain, or the sweep's level and the headline while it runs."""
-    if sweep is None or not sweep.active:
-        return TAB_LABEL
-    p = sweep.progress
-    levels = len(sweep.levels)
-    level = f"{p.level_index + 1}/{levels}" if p is not None and p.stage else f"0/{levels}"
-    single = sweep_headline(sweep).tok_s
-    head = f" · 1 stream {single:.1f} tok/s" if single is not None else ""
-    return f"{TAB_LABEL} ▶ {level}{head}"

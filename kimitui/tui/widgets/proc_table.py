@@ -7,8 +7,8 @@ from rich.text import Text
 from kimitui.core.events import ProcSample
 from kimitui.core.state import SessionState, proc_mem_mib
 from kimitui.tui import fmt
-from kimitui.tui.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.palette import Colors
+from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
 
 COMMAND_WIDTH = 120
 MIN_COMMAND_WIDTH = 40

@@ -1,0 +1,1 @@
+"""The modal screens: dialogs, consent, help, quit."""
