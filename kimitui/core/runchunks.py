@@ -12,8 +12,8 @@ reads the index, then decompresses only what it does not cover (the member being
 the index is missing, stale or torn: it is rebuilt, and written back when no recorder holds it).
 
 Rotation: ``SegmentedWriter`` starts ``NAME.1.jsonl.gz``, ``NAME.2.jsonl.gz`` ... once a segment's
-compressed size reaches its limit; ``ChunkedRun`` opens ``NAME.jsonl.gz`` with the segments after it as one
-run. See docs/run-format.md.
+compressed size reaches its limit; ``open_chunked`` (kimitui.core.runchunks_scan) opens ``NAME.jsonl.gz``
+with the segments after it as one run. See docs/run-format.md.
 """
 
 from __future__ import annotations
@@ -246,6 +246,7 @@ class SegmentedWriter:
         self._level = level
         self.segment = 0
         self.count = 0
+        self._done_bytes = 0
         self._writer = ChunkedWriter(self.path, header.to_json(), level)
 
     @property
@@ -254,11 +255,18 @@ class SegmentedWriter:
 
     @property
     def size(self) -> int:
+        """Compressed bytes of the segment being written."""
         return self._writer.size
+
+    @property
+    def total_size(self) -> int:
+        """Compressed bytes of every segment."""
+        return self._done_bytes + self._writer.size
 
     def append(self, event: Event) -> None:
         if self.rotate_bytes is not None and self._writer.size >= self.rotate_bytes and self._writer.count:
             self._writer.close()
+            self._done_bytes += self._writer.size
             self.segment += 1
             from dataclasses import replace
 
@@ -389,20 +397,6 @@ def is_chunked(path: Path) -> bool:
     return d.eof and d.unused_data[:2] == GZIP_MAGIC
 
 
-def open_chunked(path: Path) -> tuple[bytes, ChunkedRun]:
-    """The first segment's header line and the run's events, over every segment after it."""
-    files = [path]
-    while segment_path(path, len(files)).exists():
-        files.append(segment_path(path, len(files)))
-    found = _Found()
-    header = b""
-    for n, file in enumerate(files):
-        head = index_file(file, n, found)
-        if n == 0:
-            header = head
-    return header, ChunkedRun(files, found)
-
-
 def lock_or_none(fh: IO[bytes]) -> bool:
     """Whether the index could be locked (no recorder is writing it)."""
     try:
@@ -433,6 +427,3 @@ def decode_line(line: bytes) -> tuple[float, str] | str:
         return str(exc)
     return ev.t, ev.type
 
-
-
-from kimitui.core.runchunks_scan import index_file  # noqa: E402 (it imports this module's record format)

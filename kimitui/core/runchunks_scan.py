@@ -18,17 +18,19 @@ from kimitui.core.runchunks import (
     INDEX_FORMAT,
     INDEX_VERSION,
     MAX_MEMBER,
+    ChunkedRun,
     Member,
     _Found,
-    _Memory,
     _header_crc,
     _index_head,
     _member_record,
+    _Memory,
     decode_line,
     index_path,
     lock_or_none,
     points_of,
     prefix_event,
+    segment_path,
 )
 
 READ = 4 << 20
@@ -86,7 +88,7 @@ def index_file(path: Path, file_no: int, found: _Found) -> bytes:
 
 def _open_index(idx: Path) -> IO[bytes] | None:
     try:
-        return open(idx, "ab")  # noqa: SIM115 (locked, then maybe written)
+        return open(idx, "ab")
     except OSError:
         return None
 
@@ -277,3 +279,17 @@ def _write_back(handle: IO[bytes], header: bytes, found: _Found, first_new: int,
         handle.flush()
     except OSError:
         pass
+
+
+def open_chunked(path: Path) -> tuple[bytes, ChunkedRun]:
+    """The first segment's header line and the run's events, over every segment after it."""
+    files = [path]
+    while segment_path(path, len(files)).exists():
+        files.append(segment_path(path, len(files)))
+    found = _Found()
+    header = b""
+    for n, file in enumerate(files):
+        head = index_file(file, n, found)
+        if n == 0:
+            header = head
+    return header, ChunkedRun(files, found)

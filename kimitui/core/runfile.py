@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kimitui.core.runchunks import is_chunked, open_chunked
-from kimitui.core.runchunks_scan import ChunkError
 from kimitui.core.events import EVENT_TYPES, Event, EventDecodeError, PhaseEnd, PhaseStart, decode, encode
+from kimitui.core.runchunks import is_chunked
+from kimitui.core.runchunks_scan import ChunkError, open_chunked
 from kimitui.core.typed import FieldTypeError, build
 
 FORMAT_NAME = "kimitui-run"
