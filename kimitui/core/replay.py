@@ -145,6 +145,8 @@ class Player:
         self._boundaries = sorted({reader.index_at(reader.times[i]) for i in reader.indices_of(*PHASE_TYPES)})
         self._starts = sorted({reader.index_at(reader.times[i]) for i in reader.indices_of("phase_start")})
         """The boundaries where a phase starts (where p goes while the replay plays)."""
+        self.phase_marks = tuple(self._time_at(b) for b in self._starts)
+        """When each phase started (the position bar's marks)."""
         self._landed: tuple[int, float] | None = None
         """The phase start a previous-phase jump while playing last went to (its index), and when."""
         self.run_time = reader.start_time
@@ -246,7 +248,10 @@ class Player:
         self._last_now = None
 
     def seek_time(self, t: float) -> None:
+        """Go to run time ``t``: every event up to it published, the clock at ``t`` (within the run)."""
         self.seek_index(self.reader.index_at(t))
+        if self.position < len(self.reader):
+            self.run_time = max(self.run_time, min(t, self.reader.end_time))
 
     def next_phase(self) -> bool:
         """Jump just past the next phase boundary; False when there is none."""

@@ -47,6 +47,7 @@ from kimitui.tui.micro_view import MicroView
 from kimitui.tui.palette import Colors
 from kimitui.tui.proc_table import ProcTable
 from kimitui.tui.process_clock import since_process_start
+from kimitui.tui.replay_controls import ReplayControls
 from kimitui.tui.replay_info import ReplayInfo
 from kimitui.tui.screen_diff import ScreenShadow, minimal_update
 from kimitui.tui.status_bar import StatusBar
@@ -67,7 +68,7 @@ COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 30
 
 
-class KimituiApp(App[None]):
+class KimituiApp(ReplayControls):
     CSS_PATH = "app.tcss"
     TITLE = "kimitui"
     COMMANDS = App.COMMANDS | {KimituiCommands}
@@ -247,14 +248,14 @@ class KimituiApp(App[None]):
     def _tick(self) -> None:
         if self.player is not None:
             self.player.advance()
-            if self.player.paused or self.player.finished:
+            if self.player.paused or (self.player.finished and not self.player.loop):
                 self.redraw()  # END or PAUSED, before the timers stop
                 self._sync_replay_timers()
 
     def _sync_replay_timers(self) -> None:
         """Replay timers run only while the replay plays (the controls are the app's actions: they
         start them again)."""
-        idle = self.player is None or self.player.paused or self.player.finished
+        idle = self.player is None or self.player.paused or (self.player.finished and not self.player.loop)
         for timer in self._replay_timers:
             if idle:
                 timer.pause()
@@ -387,6 +388,8 @@ class KimituiApp(App[None]):
             return self.macro.running and self.active_view == "bench"
         if action == "cancel_micro_key":
             return self.micro.running and self.active_view == "micro"
+        if action == "seek_by":  # left/right take the focused tabs' arrows, not a dialog's
+            return self.player is not None and len(self.screen_stack) == 1
         if action in ("cancel_cleanup", "cancel_cleanup_idle"):
             return self._cleanup_running() == (action == "cancel_cleanup")
         return not (action in REPLAY_ACTIONS and self.player is None)
