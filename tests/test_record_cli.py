@@ -97,3 +97,27 @@ def test_record_refuses_an_output_it_would_not_write(tmp_path: Path) -> None:
         assert res.returncode == 2 and why in res.stderr, res.stderr
         assert res.stderr.count("kimitui:") == 1
     assert existing.read_bytes() == b"keep me"
+
+
+def test_record_a_host_without_a_driver_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """local and SSH targets are opened as the dashboard opens them: a host without a driver is refused
+    before anything is recorded."""
+    from tests.sshd import sshd_server
+
+    run = tmp_path / "x.jsonl.gz"
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+    res = subprocess.run([*KIMITUI, "record", "--host", "local", "-o", str(run)], capture_output=True, text=True,
+                         timeout=90, stdin=subprocess.DEVNULL, env=env)
+    assert res.returncode == 2 and "no NVIDIA driver" in res.stderr and "Traceback" not in res.stderr
+    with sshd_server() as sshd:
+        home = tmp_path / "home"
+        (home / ".ssh").mkdir(parents=True)
+        (home / ".ssh" / "config").write_text(
+            f"Host gpubox\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+            f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {home}/.ssh/known_hosts\n")
+        res = subprocess.run([*KIMITUI, "record", "--host", "ssh://gpubox", "--accept-new-host-key", "-o", str(run)],
+                             capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+                             env=dict(env, HOME=str(home)))
+    assert res.returncode == 2 and "no NVIDIA driver" in res.stderr and "Traceback" not in res.stderr
+    assert [line.startswith("kimitui:") for line in res.stderr.splitlines()].count(True) == 1
+    assert not run.exists() and not (tmp_path / "data").exists()

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from kimitui.core.events import Event
 from kimitui.core.state import fold_all
 from kimitui.core.timecode import parse_jump
+from kimitui.tui.app import KimituiApp
 from kimitui.tui.help_screen import HelpScreen
 from kimitui.tui.jump_dialog import JumpDialog
 from tests.test_state_replay import comparable
@@ -21,7 +23,8 @@ def run_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_test_run(tmp_path_factory.mktemp("controls") / "campaign.jsonl")
 
 
-def events_of(app) -> list:  # noqa: ANN001
+def events_of(app: KimituiApp) -> list[Event]:
+    assert app.player is not None
     return list(app.player.reader.events())
 
 
