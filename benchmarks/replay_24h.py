@@ -9,7 +9,8 @@ in a fresh child process:
 - open: ``RunReader(path)`` (the index read, nothing decompressed but the header);
 - seek: ``Player.seek_index`` to the middle (the first seek: it takes the fold's checkpoints up to there),
   then to 20 random positions and to the end; the slowest is the figure;
-- peak memory (ru_maxrss) of that process, after opening and every seek.
+- peak memory (ru_maxrss) of that process, after opening and every seek;
+- the dashboard's first frame on it (``kimitui replay``, as benchmarks/replay_load.py measures it; no target).
 
 Usage: .venv/bin/python benchmarks/replay_24h.py [--hours 24] [--dir DIR] [--rebuild]
 """
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.replay_load import GPUS, HZ, PROCS, run_header, run_lines  # noqa: E402
+from benchmarks.replay_load import GPUS, HZ, PROCS, first_frame, run_header, run_lines  # noqa: E402
 
 TARGETS = {"open_s": 1.0, "seek_s": 0.050, "peak_mb": 300.0}
 
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/kimitui-bench-24h"))
     parser.add_argument("--rebuild", action="store_true", help="generate the run again")
+    parser.add_argument("--no-tui", action="store_true", help="skip the first-frame measurement")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
@@ -119,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     print(_row("peak memory (open+seeks)", m["peak_mb"], "MB", TARGETS["peak_mb"]))
     if m["warnings"]:
         print(f"  reader warnings: {m['warnings']:.0f}")
+    if not args.no_tui:
+        ff = first_frame(path)
+        print(f"  first frame: {ff['error']}" if "error" in ff else _row("first frame (app clock)",
+                                                                          float(ff["first_frame_s"]), "s"))
     return 0
 
 
