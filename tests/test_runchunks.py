@@ -14,6 +14,7 @@ from kimitui.core.replay import Player, state_at
 from kimitui.core.runchunks import ChunkedWriter, SegmentedWriter, index_path, segment_path
 from kimitui.core.runfile import FORMAT_VERSION, RunHeader, RunReader
 from kimitui.core.state import fold_all
+from kimitui.resources import bundled_runs, find_run
 from tests.test_state_replay import campaign, comparable
 
 HEADER = RunHeader(FORMAT_VERSION, 1_000_000.0, "sim", {"command": "record"})
@@ -165,3 +166,20 @@ def test_rotated_segments_replay_as_one_run(tmp_path: Path, few_per_checkpoint: 
     assert_seeks_equal_fold(reader, events)
     later = RunReader(segment_path(base, 2))
     assert later.header.meta["segment"] == 2 and 0 < len(later) < len(events)
+
+
+@pytest.mark.parametrize("name", [p.name for p in bundled_runs()])
+def test_checkpoints_keep_every_field_of_the_bundled_runs(name: str, tmp_path: Path, few_per_checkpoint: None) -> None:
+    """The bundled runs (a campaign's every kind of event), rewritten chunked: a seek from the checkpoints
+    gives the whole state a seek from the start gives, field for field (the snapshots lose nothing)."""
+    plain = RunReader(find_run(name))
+    events = list(plain.events())
+    path = tmp_path / "run.jsonl.gz"
+    chunked(path, events, chunk_bytes=20_000)
+    reader = RunReader(path)
+    assert [reader.raw(i) for i in range(len(reader))] == [encode(e).encode() for e in events]
+    player = Player(reader)
+    for position in sorted({*positions(len(events)), *range(0, len(events), max(1, len(events) // 9))}):
+        player.seek_index(position)
+        assert player.session.state == state_at(plain, position), position
+        assert comparable(player.session.state) == comparable(fold_all(events[:position])), position
