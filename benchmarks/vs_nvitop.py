@@ -1,13 +1,14 @@
 """kimitui's local dashboard beside nvitop on the same GPU host, measured the same way from outside:
 
-  start  seconds from the spawn to the first bytes on the terminal that show a GPU memory unit (MiB, GiB)
-         (nvitop: ``0MiB``, a digit against the unit; kimitui: ``0.0/139.8 GiB``)
+  start  seconds from the spawn to the first screen that shows a GPU's memory figure (nvitop: ``4960MiB``,
+         kimitui: ``4.8/139.8 GiB``), read off a terminal emulator (pyte) fed what the command wrote: curses
+         sends only the cells that change, between cursor moves, so the bytes alone do not say what is shown
   bytes  bytes written to the terminal over the next ``--seconds`` (30 by default), per 30 s
   CPU    the CPU time of the command's whole process tree over that time, in % of one core
 
 Both at 2 Hz (nvitop ``--interval 0.5``, kimitui's default 0.5 s), each on a 120x40 pty, ``--runs`` times.
-Needs an NVIDIA GPU and nvitop importable (``python3 -m nvitop``; carried as a wheel to the device). Issue 20's
-targets: kimitui's start no later than nvitop's (<= 0.5 s), its bytes <= nvitop's, its CPU <= 1 % of a core.
+Needs an NVIDIA GPU, nvitop importable (``python3 -m nvitop``) and pyte (both carried as wheels to the device).
+Issue 20's targets: kimitui's start no later than nvitop's (<= 0.5 s), its bytes <= nvitop's, its CPU <= 1 % of a core.
 Run: ``python3 benchmarks/vs_nvitop.py [--runs 3] [--seconds 30]``.
 """
 
@@ -29,10 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TICKS = os.sysconf("SC_CLK_TCK")
-MEMORY = {"nvitop": re.compile(rb"\d ?MiB"), "kimitui": re.compile(rb"\d+(?:\.\d+)?/\d+(?:\.\d+)? ?[GM]iB")}
-"""A GPU's memory figure on screen: nvitop (curses) draws one in pieces between cursor moves, so a number
-against its unit; kimitui (Textual) writes a cell's text whole, so used/total."""
-ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]")
+MEMORY = {"nvitop": re.compile(r"\d+ ?MiB"), "kimitui": re.compile(r"\d+(?:\.\d+)?/\d+(?:\.\d+)? ?[GM]iB")}
+"""A GPU's memory figure on the screen."""
 COMMANDS = {"nvitop": [sys.executable, "-m", "nvitop", "--interval", "0.5"],
             "kimitui": [sys.executable, "-m", "kimitui"]}
 
@@ -60,6 +59,11 @@ def tree_cpu_s(root: int) -> float:
     return total
 
 
+def _shown(screen: object) -> str:
+    lines = [line.rstrip() for line in screen.display if line.strip()]  # type: ignore[attr-defined]
+    return " | ".join(lines)[-300:] or "(a blank screen)"
+
+
 def measure(name: str, seconds: float) -> tuple[float, int, float] | str:
     """(start s, bytes over SECONDS, CPU % of a core) of one run, or why there is none."""
     master, slave = pty.openpty()
@@ -70,7 +74,10 @@ def measure(name: str, seconds: float) -> tuple[float, int, float] | str:
     proc = subprocess.Popen(COMMANDS[name], stdin=slave, stdout=slave, stderr=slave, env=env,
                             start_new_session=True, cwd=ROOT)
     os.close(slave)
-    seen = b""
+    import pyte
+
+    screen = pyte.Screen(120, 40)
+    stream = pyte.ByteStream(screen)
     start_s: float | None = None
     counted = 0
     cpu0 = 0.0
@@ -82,22 +89,22 @@ def measure(name: str, seconds: float) -> tuple[float, int, float] | str:
                 break
             if not select.select([master], [], [], 0.1)[0]:
                 if proc.poll() is not None:
-                    return f"exited with {proc.returncode}: {ANSI.sub(b'', seen)[-200:]!r}"
+                    return f"exited with {proc.returncode}: {_shown(screen)}"
                 continue
             try:
                 chunk = os.read(master, 1 << 16)
             except OSError:
                 break
             if start_s is None:
-                seen += chunk
-                if MEMORY[name].search(ANSI.sub(b"", seen)):
+                stream.feed(chunk)
+                if MEMORY[name].search("\n".join(screen.display)):
                     start_s = time.monotonic() - began
                     t0, cpu0 = time.monotonic(), tree_cpu_s(proc.pid)
                     deadline = t0 + seconds + 5
             else:
                 counted += len(chunk)
         if start_s is None:
-            return f"no memory figure in 60 s: {ANSI.sub(b'', seen)[-200:]!r}"
+            return f"no memory figure in 60 s: {_shown(screen)}"
         elapsed = time.monotonic() - t0
         cpu = (tree_cpu_s(proc.pid) - cpu0) / elapsed * 100
         return start_s, int(counted * 30 / elapsed), cpu

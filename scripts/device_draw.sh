@@ -9,6 +9,10 @@ OUT=${OUT:-/tmp/kimitui-device-draw}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 {
+  echo "== $(date -u +%H:%M:%S) what the app's import costs here (python -X importtime, second run, cumulative ms)"
+  $PY -c "import kimitui.tui.app" 2>/dev/null
+  $PY -X importtime -c "import kimitui.tui.app" 2>&1 | sort -t'|' -k2 -n | tail -12 \
+    | awk -F'|' '{printf "  %7.0f ms  %s\n", $2 / 1000, $3}'
   echo "== $(date -u +%H:%M:%S) startup (local dashboard, first frame with this host's GPUs)"
   timeout 120 $PY benchmarks/startup.py --only local --runs 5 2>&1
   echo "== $(date -u +%H:%M:%S) kimitui beside nvitop"

@@ -17,6 +17,8 @@
 #   loadgen  benchmarks/loadgen.py --quick --servers sim,burst (with and without /metrics reads), pinned to 2 cores
 #   campaign scripts/device_campaign.sh: the whole campaign headless against a stand-in for vLLM
 #   tfcampaign scripts/device_tf_campaign.sh: the same against transformers serve on the GPU (a real engine)
+#   draw     scripts/device_draw.sh: the local dashboard's start, beside nvitop (start, bytes, CPU), the dashboard's
+#            bytes and CPU on 8 simulated GPUs x 64 processes
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kimitui-device-run}
@@ -112,6 +114,13 @@ part_tfcampaign() {
   OUT="$d" timeout 570 bash scripts/device_tf_campaign.sh > "$d/run.log" 2>&1
   say "tfcampaign: rc $?"
   cat "$d/campaign.txt" >> "$OUT/summary.txt"
+}
+
+part_draw() {
+  local d="$OUT/work/draw"; mkdir -p "$d"
+  OUT="$d" timeout 590 bash scripts/device_draw.sh > "$d/run.log" 2>&1
+  say "draw: rc $?"
+  cat "$d/draw.txt" >> "$OUT/summary.txt"
 }
 
 for part in "$@"; do

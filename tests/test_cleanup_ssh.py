@@ -67,10 +67,11 @@ async def test_cleanup_over_ssh_protects_the_session(sim: SimDir, sshd: SshServe
         assert not any(alive(p) for p in [main, *workers]) and alive(monitor)
         stuck = next(o.pid for o in rig.of(SignalOutcome) if o.step == "graceful" and o.outcome == "survived")
         assert [(s.signal, s.outcome) for s in rig.signals(stuck)] == [("SIGTERM", "sent"), ("SIGKILL", "sent")]
-        # the session's processes and sshd: protected, refused when ticked, never signalled
-        session = {p.pid for p in await host.session_pids()}
-        assert sshd.pid in session and session <= set(ex.safety.protected)
-        assert all(s.outcome == "refused" for s in rig.of(SignalSent) if s.pid in session | {sshd.pid})
+        # the agent's ancestors (the login's shell and sshd processes) and sshd: protected, refused when ticked,
+        # never signalled
+        ancestors = {p.pid for p in await host.ancestor_pids()}
+        assert sshd.pid in ancestors and ancestors <= set(ex.safety.protected)
+        assert all(s.outcome == "refused" for s in rig.of(SignalSent) if s.pid in ancestors | {sshd.pid})
         assert any(s.pid == sshd.pid and s.outcome == "refused" for s in rig.of(SignalSent))
         assert alive(sshd.pid) and sshd.proc.poll() is None
         assert not report.clean and {h.pid for h in report.verification.holders_left} == {sshd.pid}

@@ -118,15 +118,15 @@ async def test_signal_checks_start_time(host: SshHost) -> None:
 async def test_the_agent_refuses_its_own_session(host: SshHost, server: SshServer) -> None:
     """Asked directly (no cleanup policy in between), the agent refuses PID 1, itself, the sshd processes
     carrying its session and the listening sshd; each is still running afterwards."""
-    session = await host.session_pids()
-    assert session[0].comm == "sshd" and session[0].pid in server.connection_pids()
-    assert server.pid in [p.pid for p in session]
+    ancestors = await host.ancestor_pids()
+    assert ancestors[0].comm == "sshd" and ancestors[0].pid in server.connection_pids()
+    assert server.pid in [p.pid for p in ancestors]
     hello = await host.link.connect()
-    targets = [(1, start_time(1)), (hello.pid, hello.start_time)] + [(p.pid, p.start_time) for p in session]
+    targets = [(1, start_time(1)), (hello.pid, hello.start_time)] + [(p.pid, p.start_time) for p in ancestors]
     for pid, start in targets:
         res = await host.request("signal", {"pid": pid, "start_time": start, "sig": int(signal.SIGKILL)})
         assert res["outcome"] == "refused", (pid, res)
-    assert all(alive(p.pid) for p in session) and server.proc.poll() is None
+    assert all(alive(p.pid) for p in ancestors) and server.proc.poll() is None
     assert (await host.request("ping"))["agent_pid"] == hello.pid
 
 

@@ -184,7 +184,7 @@ class CleanupExecutor:
                             if not is_local(self.host) else "an ancestor of kimitui")
         if is_local(self.host):
             self.safety.protect(local_protected(), "kimitui itself or an ancestor")
-        for attr in ("protected_pids", "session_pids"):
+        for attr in ("protected_pids", "ancestor_pids"):
             extra: Any = getattr(self.host, attr, None)
             if callable(extra):
                 try:

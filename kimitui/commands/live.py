@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import json
 import socket
 import sys
@@ -15,27 +16,41 @@ from collections.abc import Callable
 
 from kimitui.core.events import ConnectionState, HostSample, LogLine
 from kimitui.core.printable import printable
+from kimitui.core.session import Prefetched
 from kimitui.live.context import LiveContext
 from kimitui.live.targets import TargetError, check_interval, new_session, open_target, run_command
 
 
 async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int:
     from kimitui.hosts.telemetry import TelemetrySource
-    from kimitui.tui.launch import run_live
 
-    async with open_target(target, accept_new_host_key=getattr(args, "accept_new_host_key", False),
-                           gpus=getattr(args, "gpus", 8), remote_python=getattr(args, "remote_python", None)) as opened:
-        session = new_session(opened, command)
-        source = TelemetrySource(opened.host, check_interval(args.interval), **opened.telemetry_args)
-        live = LiveContext.of(opened)
-        try:
-            rc = await run_live(session, [source], live, theme=args.theme)
-        finally:
-            source.stop()
-            session.close()
-        print(f"session recorded to {session.recorder.path} (replay: kimitui replay {session.recorder.path})",
-              file=sys.stderr)
-        return rc
+    # The first frame waits on two things that need not wait on each other: Textual's import (CPU, this
+    # process) and the host's first sample (the agent's start and the driver's, another process). The
+    # import runs in a thread while the loop opens the target and reads the first sample.
+    importing = asyncio.get_running_loop().run_in_executor(None, importlib.import_module, "kimitui.tui.app")
+    try:
+        async with open_target(target, accept_new_host_key=getattr(args, "accept_new_host_key", False),
+                               gpus=getattr(args, "gpus", 8),
+                               remote_python=getattr(args, "remote_python", None)) as opened:
+            session = new_session(opened, command)
+            source = TelemetrySource(opened.host, check_interval(args.interval), **opened.telemetry_args)
+            prefetched = Prefetched(source)
+            live = LiveContext.of(opened)
+            try:
+                await importing
+                from kimitui.tui.launch import run_live
+
+                rc = await run_live(session, [prefetched], live, theme=args.theme)
+            finally:
+                source.stop()
+                prefetched.close()
+                session.close()
+    finally:
+        with contextlib.suppress(Exception):  # a failed open waits for the thread, not leaving it mid-import
+            await importing
+    print(f"session recorded to {session.recorder.path} (replay: kimitui replay {session.recorder.path})",
+          file=sys.stderr)
+    return rc
 
 
 def _sample_line(ev: HostSample) -> str:

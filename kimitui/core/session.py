@@ -70,6 +70,44 @@ class Session:
             self.recorder.close()
 
 
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class Prefetched:
+    """A source started before its consumer: from construction on, its events are read into a queue (in the
+    running loop), and ``events()`` yields them in order, then the rest as they come. The dashboard starts
+    its host's telemetry this way before importing Textual, so the first sample is in hand when the first
+    frame is drawn. ``close()`` stops the reading (also when nothing ever consumed it)."""
+
+    def __init__(self, source: EventSource) -> None:
+        self.source = source
+        self._queue: asyncio.Queue[Event | _Failed | None] = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for event in self.source.events():
+                self._queue.put_nowait(event)
+        except Exception as exc:  # said where it is consumed, as the source itself would have raised it
+            self._queue.put_nowait(_Failed(exc))
+        finally:
+            self._queue.put_nowait(None)
+
+    async def events(self) -> AsyncIterator[Event]:
+        try:
+            while (item := await self._queue.get()) is not None:
+                if isinstance(item, _Failed):
+                    raise item.error
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._task.cancel()
+
+
 def default_runs_dir() -> Path:
     """Where live sessions are recorded: $XDG_DATA_HOME/kimitui/runs (~/.local/share/kimitui/runs)."""
     import os

@@ -15,19 +15,30 @@ from __future__ import annotations
 import abc
 import asyncio
 import base64
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
+
+from kimitui.hosts.channel import (
+    AncestorProcess,
+    Channel,
+    HostError,
+    HostFatal,
+    OutcomeUnknown,
+    ProcId,
+    RequestFailed,
+    Sleep,
+    StateCallback,
+)
 
 if TYPE_CHECKING:
     from kimitui.hosts.link import AgentLink, RemoteWorker
 
-
-@dataclass(frozen=True, slots=True)
-class ProcId:
-    pid: int
-    start_time: int
-    """Clock ticks after boot, /proc/PID/stat field 22."""
+__all__ = [
+    "BACKOFF", "NO_LIMIT_S", "AncestorProcess", "Channel", "CommandResult", "Host", "HostError", "HostFatal",
+    "OutcomeUnknown", "ProcId", "RequestFailed", "SignalDelivery", "SignalResult", "Sleep", "StateCallback",
+    "late_signal_result",
+]
 
 
 @dataclass(slots=True)
@@ -50,39 +61,6 @@ class SignalResult:
     detail: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class SessionProcess:
-    """An ancestor of the agent on the host: over SSH the session's shell and sshd processes, locally
-    kimitui itself and its parents. The agent refuses to signal these; the cleanup protects them too."""
-
-    pid: int
-    start_time: int
-    ppid: int
-    comm: str
-
-    @property
-    def proc_id(self) -> ProcId:
-        return ProcId(self.pid, self.start_time)
-
-
-class HostError(Exception):
-    """The host could not be reached or a request failed there (one clear line)."""
-
-
-class HostFatal(HostError):
-    """Another attempt cannot fix this (host key, authentication, a name that does not resolve, no usable
-    python on the host): the host stops retrying and says it once."""
-
-
-class OutcomeUnknown(HostError):
-    """The channel dropped (or stopped answering) with this request in flight: it may or may not have been
-    carried out. It is never resent; the caller looks again (re-scans) once the host is back."""
-
-    late: asyncio.Future[Any] | None = None
-    """When the channel is still up (the reply only came too late): the agent's reply should it come after
-    all (its raw message; ``late_signal_result`` reads a signal's). None when no reply can come."""
-
-
 def late_signal_result(reply: dict[str, Any]) -> SignalResult:
     """What a signal request's late reply says: the agent's outcome, or an error it answered with."""
     if reply.get("ok"):
@@ -90,41 +68,6 @@ def late_signal_result(reply: dict[str, Any]) -> SignalResult:
         return SignalResult(str(res.get("outcome")), str(res.get("detail") or ""))
     return SignalResult("error", " ".join(str(reply.get("error") or "request failed").split()))
 
-
-class RequestFailed(HostError):
-    """The agent answered the request with an error; ``kind`` is its class (bad_request, not_found,
-    permission, timeout, nodriver, too_large, error)."""
-
-    def __init__(self, message: str, kind: str = "error") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class Channel(Protocol):
-    """The agent's stdin and stdout on the host (what a transport opens)."""
-
-    def write(self, data: bytes) -> None: ...
-
-    async def drain(self) -> None:
-        """Wait until what was written can be sent; HostError when the channel is gone."""
-
-    async def readline(self) -> bytes:
-        """One line with its newline; b"" at the end; HostError when the transport fails."""
-
-    async def close(self) -> None:
-        """End of input for the agent (it ends its workers and exits), then the channel is closed."""
-
-    async def wait_exit(self, timeout: float) -> int | None:
-        """The agent's exit status once it has exited (None if it has not within the timeout)."""
-
-    def stderr_tail(self) -> str: ...
-
-    def end_reason(self) -> str:
-        """Why the channel ended, in a few words (a dropped connection, the agent's exit)."""
-
-
-StateCallback = Callable[[str, str], None]
-Sleep = Callable[[float], Awaitable[None]]
 
 NO_LIMIT_S = 7 * 86400.0
 """A command's time limit when the caller sets none."""
@@ -254,8 +197,8 @@ class Host(abc.ABC):
         """
         return await self.link.start_worker(source, list(args), dict(env or {}), python, cwd)
 
-    async def session_pids(self) -> list[SessionProcess]:
-        """The agent's ancestors (over SSH: the session's shell and sshd processes, and the listening
+    async def ancestor_pids(self) -> list[AncestorProcess]:
+        """The agent's ancestors (over SSH: the login's shell and sshd processes, and the listening
         sshd), nearest first. The agent refuses to signal them; the cleanup protects them too."""
         hello = await self.link.connect()
         return list(hello.ancestors)

@@ -20,18 +20,17 @@ import itertools
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from kimitui.hosts.base import (
+from kimitui.hosts.channel import (
+    AncestorProcess,
     Channel,
-    Host,
     HostError,
     HostFatal,
     OutcomeUnknown,
     RequestFailed,
-    SessionProcess,
     Sleep,
     StateCallback,
 )
@@ -45,6 +44,27 @@ QUICK_DEATH_S = 5.0
 """A channel that dies sooner than this after its hello counts as a failed attempt (backoff applies)."""
 
 
+@runtime_checkable
+class LinkHost(Protocol):
+    """What the link needs of its host (``kimitui.hosts.base.Host`` is one): the transport, and how to
+    start and retry the agent there. The link never imports the host class, which makes the link."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def python(self) -> str:
+        """The interpreter that runs the agent on the host."""
+
+    @property
+    def backoff(self) -> Sequence[float]: ...
+
+    @property
+    def first_line_s(self) -> float: ...
+
+    async def open_channel(self, argv: list[str]) -> Channel: ...
+
+
 @dataclass(frozen=True, slots=True)
 class AgentHello:
     pid: int
@@ -53,13 +73,13 @@ class AgentHello:
     executable: str
     host: str
     user: str | None
-    ancestors: list[SessionProcess]
+    ancestors: list[AncestorProcess]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AgentHello:
         return cls(int(d["agent_pid"]), d.get("start_time"), str(d.get("python", "")), str(d.get("executable", "")),
                    str(d.get("host", "")), d.get("user"),
-                   [SessionProcess(int(a[0]), int(a[1]), int(a[2]), str(a[3])) for a in d.get("ancestors") or []])
+                   [AncestorProcess(int(a[0]), int(a[1]), int(a[2]), str(a[3])) for a in d.get("ancestors") or []])
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +210,7 @@ class _Up:
 
 
 class AgentLink:
-    def __init__(self, host: Host, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(self, host: LinkHost, sleep: Sleep = asyncio.sleep) -> None:
         self.host = host
         self.sleep = sleep
         self.fatal: str | None = None

@@ -31,10 +31,10 @@ from typing import Literal
 
 import asyncssh
 
-from kimitui.hosts.base import Channel, Host, HostError, HostFatal, SessionProcess, Sleep
+from kimitui.hosts.base import AncestorProcess, Channel, Host, HostError, HostFatal, Sleep
 from kimitui.hosts.ssh_target import SshTarget, parse_target
 
-__all__ = ["ConnState", "SessionProcess", "SshHost", "SshTarget", "parse_target"]
+__all__ = ["AncestorProcess", "ConnState", "SshHost", "SshTarget", "parse_target"]
 
 ConnState = Literal["connecting", "reconnecting", "connected", "lost", "failed"]
 """connecting: a first attempt starts; reconnecting: an attempt after a loss or a failed attempt;

@@ -6,7 +6,7 @@
         await host.stop_service(); await host.start_service()
 
 It is a ``LocalHost``: commands, files and signals act on this machine, where the simulated GPU holders
-are real processes. ``close`` SIGKILLs everything the sim started (found by session and by recorded
+are real processes. ``close`` SIGKILLs everything the sim started (found by POSIX session and by recorded
 (pid, start time)), waits until it is gone, and removes the directory.
 """
 
@@ -39,7 +39,7 @@ from kimitui.hosts.sim.layout import (
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_to_args
 from kimitui.hosts.sim.quirks import EngineQuirks
 from kimitui.hosts.sim.service import DEFAULT_WORKER_MEM_MIB, STUCK_RANKS_ENV
-from kimitui.hosts.sim.teardown import alive, kill_everything, session_members
+from kimitui.hosts.sim.teardown import alive, kill_everything, posix_session_members
 from kimitui.hosts.sim.tools import install_tools
 from kimitui.hosts.sim.watchdog import OWNER_ENV
 from kimitui.hostside.procfs import start_time_of as read_start_time
@@ -90,7 +90,7 @@ class SimHost(LocalHost):
         """The API server now running (main PID of the service), or None."""
         self.monitor_proc: ProcId | None = None
         self.stray_proc: ProcId | None = None
-        self._sessions: set[int] = set()
+        self._posix_sessions: set[int] = set()
         self._started: set[ProcId] = set()
         self._children: list[subprocess.Popen[bytes]] = []
         self._pidfds: dict[int, asyncio.AbstractEventLoop] = {}
@@ -233,10 +233,10 @@ class SimHost(LocalHost):
         return time.monotonic() - start
 
     def service_tree(self) -> list[ProcId]:
-        """Every live process of the service's session (API server, its workers, orphaned workers)."""
+        """Every live process of the service's POSIX session (API server, its workers, orphaned workers)."""
         if self._service is None:
             return []
-        return session_members([self._service.pid])
+        return posix_session_members([self._service.pid])
 
     def gpu_holders(self) -> dict[int, list[ProcId]]:
         """GPU index -> every live process whose holder record claims memory there, oldest first (what the
@@ -259,8 +259,8 @@ class SimHost(LocalHost):
         return {gpu: procs[-1] for gpu, procs in self.gpu_holders().items()}
 
     def started_procs(self) -> list[ProcId]:
-        """Every process the sim started that is still alive (service session, monitor, stray)."""
-        return sorted(set(session_members(self._sessions)) | {p for p in self._started if alive(p)},
+        """Every process the sim started that is still alive (service POSIX session, monitor, stray)."""
+        return sorted(set(posix_session_members(self._posix_sessions)) | {p for p in self._started if alive(p)},
                       key=lambda p: p.pid)
 
     async def close(self) -> None:
@@ -269,7 +269,7 @@ class SimHost(LocalHost):
             return
         self._closed = True
         for _ in range(2):  # a second pass catches a worker forked while the first one ran
-            left = await kill_everything(self._sessions, self._started, timeout=10.0)
+            left = await kill_everything(self._posix_sessions, self._started, timeout=10.0)
             self._reap()
         self._unwatch_all()
         if self._layout is not None:
@@ -335,7 +335,7 @@ class SimHost(LocalHost):
     def _record(self, proc: subprocess.Popen[bytes]) -> ProcId:
         self._children.append(proc)
         self._watch_exit(proc)
-        self._sessions.add(proc.pid)  # start_new_session: the pid is the session id
+        self._posix_sessions.add(proc.pid)  # start_new_session: the pid is the session id
         start = read_start_time(proc.pid)
         pid = ProcId(proc.pid, start if start is not None else -1)
         self._started.add(pid)

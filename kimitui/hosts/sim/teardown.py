@@ -1,4 +1,4 @@
-"""Finding and killing everything a simulated host started, by session and by (pid, start time).
+"""Finding and killing everything a simulated host started, by POSIX session and by (pid, start time).
 
 Every process the sim starts leads its own session (the service: API server and workers; the monitor;
 the stray holder), and orphans keep their session when re-parented, so a /proc scan by session id finds
@@ -19,9 +19,10 @@ from kimitui.hostside.procfs import read_stat, start_time_of
 from kimitui.hostside.signals import guarded_signal
 
 
-def session_members(sessions: Iterable[int]) -> list[ProcId]:
-    """Live (not zombie) processes whose session id is one of ``sessions``."""
-    wanted = set(sessions)
+def posix_session_members(session_ids: Iterable[int]) -> list[ProcId]:
+    """Live (not zombie) processes whose POSIX session id (/proc/PID/stat field 6) is one of
+    ``session_ids``."""
+    wanted = set(session_ids)
     found: list[ProcId] = []
     if not wanted:
         return found
@@ -40,15 +41,15 @@ def alive(proc: ProcId) -> bool:
     return start_time_of(proc.pid) == proc.start_time
 
 
-async def kill_everything(sessions: Iterable[int], procs: Iterable[ProcId], *, timeout: float = 10.0,
+async def kill_everything(session_ids: Iterable[int], procs: Iterable[ProcId], *, timeout: float = 10.0,
                           poll_s: float = 0.01) -> list[ProcId]:
-    """SIGKILL every member of ``sessions`` and every live one of ``procs`` until none is left or the
-    deadline passes. Returns what is still alive (empty on success)."""
-    sessions = set(sessions)
+    """SIGKILL every member of the POSIX sessions ``session_ids`` and every live one of ``procs`` until none
+    is left or the deadline passes. Returns what is still alive (empty on success)."""
+    session_ids = set(session_ids)
     procs = set(procs)
     deadline = time.monotonic() + timeout
     while True:
-        targets = set(session_members(sessions)) | {p for p in procs if alive(p)}
+        targets = set(posix_session_members(session_ids)) | {p for p in procs if alive(p)}
         if not targets:
             return []
         if time.monotonic() >= deadline:
