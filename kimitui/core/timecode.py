@@ -16,7 +16,8 @@ _WALL = re.compile(r"@\s*(\d{1,2}):(\d{2})(?::(\d{2}))?")
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{1,2}):(\d{2})(?::(\d{2}))?")
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
+    """'1:02:03': a length of the run."""
     s = int(max(seconds, 0))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
@@ -72,6 +73,6 @@ def _wall_after(start: float, hh: int, mm: int, ss: int, text: str) -> float:
 
 def _inside(t: float, start: float, end: float, text: str) -> float:
     if t < start - 0.5 or t > end + 0.5:
-        raise ValueError(f"{text!r}: outside the run (it lasts {_span(end - start)}, from "
+        raise ValueError(f"{text!r}: outside the run (it lasts {span(end - start)}, from "
                          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start))})")
     return min(max(t, start), end)

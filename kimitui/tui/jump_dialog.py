@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from kimitui.core.timecode import HINT, parse_jump
+from kimitui.core.timecode import HINT, parse_jump, span
 
 
 class JumpDialog(ModalScreen[float | None]):
@@ -30,7 +30,8 @@ class JumpDialog(ModalScreen[float | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("jump to", classes="title")
+            yield Static(f"jump to (the run lasts {span(self.end - self.start)}, the replay is at "
+                         f"{span(self.now - self.start)})", classes="title")
             yield Input(placeholder="mm:ss, +30s, -5m, @14:05", id="jump-input")
             yield Static(HINT, id="jump-hint")
             yield Static("", id="jump-error")
