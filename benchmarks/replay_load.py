@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,10 +39,8 @@ TARGETS = {"open_s": 1.0, "seek_s": 0.050, "peak_mb": 300.0, "first_frame_s": 0.
 START = 1796112000.0
 
 
-def build_run(path: Path, hours: float = 1.0, seed: int = 0) -> int:
-    """Write the run line by line; returns the number of events."""
-    from kimitui.core.runfile import FORMAT_VERSION, RunHeader
-
+def run_lines(hours: float = 1.0, seed: int = 0) -> Iterator[tuple[float, str, str]]:
+    """The run's events as (time, type, line without its newline), generated line by line."""
     rng = random.Random(seed)
     n_samples = int(hours * 3600 * HZ)
     gpu_static = [(g, f"GPU-{rng.getrandbits(64):016x}-{g:04d}") for g in range(GPUS)]
@@ -61,37 +60,44 @@ def build_run(path: Path, hours: float = 1.0, seed: int = 0) -> int:
         for p in procs:
             p["state"] = "R" if (p["pid"] + v) % 4 == 0 else "S"
         variants.append(json.dumps(procs, separators=(",", ":")))
-    header = RunHeader(FORMAT_VERSION, START, "load-host", {"generator": "benchmarks/replay_load.py"})
+    for k in range(n_samples):
+        t = START + k / HZ
+        if k % (HZ * 600) == 0:
+            phase = f"phase{k // (HZ * 600)}"
+            if k:
+                yield t, "phase_end", (f'{{"t":{t:.3f},"type":"phase_end","phase":"phase{k // (HZ * 600) - 1}",'
+                                       '"ok":true,"note":""}')
+            yield t, "phase_start", f'{{"t":{t:.3f},"type":"phase_start","phase":"{phase}","title":"load"}}'
+        gpus = ",".join(
+            f'{{"index":{g},"uuid":"{uuid}","name":"NVIDIA RTX PRO 6000 Blackwell Server Edition",'
+            f'"mem_used_mib":{92985.0 + rng.randrange(0, 64)},"mem_total_mib":97887.0,'
+            f'"mem_reserved_mib":574.0,"util_pct":{float(rng.randrange(0, 100))},'
+            f'"temp_c":{float(rng.randrange(40, 70))},"power_w":{rng.uniform(80, 550):.1f},'
+            f'"sm_clock_mhz":2400.0,"error":null}}'
+            for g, uuid in gpu_static)
+        yield t, "sample", (f'{{"t":{t:.3f},"type":"sample","host":"load-host","seq":{k + 1},"gpus":[{gpus}],'
+                            f'"procs":{variants[k % 16]},"agent_pid":7781,"source":"nvml"}}')
+        if k % (HZ * 30) == 0:
+            yield t, "log", f'{{"t":{t:.3f},"type":"log","level":"info","source":"load","message":"tick {k}"}}'
+    t = START + n_samples / HZ
+    yield t, "phase_end", (f'{{"t":{t:.3f},"type":"phase_end","phase":"phase{(n_samples - 1) // (HZ * 600)}",'
+                           '"ok":true,"note":""}')
+
+
+def run_header(generator: str) -> str:
+    from kimitui.core.runfile import FORMAT_VERSION, RunHeader
+
+    return RunHeader(FORMAT_VERSION, START, "load-host", {"generator": generator}).to_json()
+
+
+def build_run(path: Path, hours: float = 1.0, seed: int = 0) -> int:
+    """Write the run line by line; returns the number of events."""
     count = 0
     with open(path, "w", encoding="utf-8", buffering=1 << 20) as fh:
-        fh.write(header.to_json() + "\n")
-        for k in range(n_samples):
-            t = START + k / HZ
-            if k % (HZ * 600) == 0:
-                phase = f"phase{k // (HZ * 600)}"
-                if k:
-                    fh.write(f'{{"t":{t:.3f},"type":"phase_end","phase":"phase{k // (HZ * 600) - 1}",'
-                             '"ok":true,"note":""}\n')
-                    count += 1
-                fh.write(f'{{"t":{t:.3f},"type":"phase_start","phase":"{phase}","title":"load"}}\n')
-                count += 1
-            gpus = ",".join(
-                f'{{"index":{g},"uuid":"{uuid}","name":"NVIDIA RTX PRO 6000 Blackwell Server Edition",'
-                f'"mem_used_mib":{92985.0 + rng.randrange(0, 64)},"mem_total_mib":97887.0,'
-                f'"mem_reserved_mib":574.0,"util_pct":{float(rng.randrange(0, 100))},'
-                f'"temp_c":{float(rng.randrange(40, 70))},"power_w":{rng.uniform(80, 550):.1f},'
-                f'"sm_clock_mhz":2400.0,"error":null}}'
-                for g, uuid in gpu_static)
-            fh.write(f'{{"t":{t:.3f},"type":"sample","host":"load-host","seq":{k + 1},"gpus":[{gpus}],'
-                     f'"procs":{variants[k % 16]},"agent_pid":7781,"source":"nvml"}}\n')
+        fh.write(run_header("benchmarks/replay_load.py") + "\n")
+        for _, _, line in run_lines(hours, seed):
+            fh.write(line + "\n")
             count += 1
-            if k % (HZ * 30) == 0:
-                fh.write(f'{{"t":{t:.3f},"type":"log","level":"info","source":"load","message":"tick {k}"}}\n')
-                count += 1
-        t = START + n_samples / HZ
-        fh.write(f'{{"t":{t:.3f},"type":"phase_end","phase":"phase{(n_samples - 1) // (HZ * 600)}",'
-                 '"ok":true,"note":""}\n')
-        count += 1
     return count
 
 

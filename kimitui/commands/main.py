@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-new-host-key", action="store_true")
     _add_remote_python(p)
 
+    from kimitui.commands import record as record_cli
+
+    record_cli.add_parser(sub)
     from kimitui.commands import bench as bench_cli
 
     bench_cli.add_parser(sub)
@@ -132,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         from kimitui.commands import live as live_commands
 
         handlers.update(live_commands.HANDLERS)
+        from kimitui.commands import record as record_cli
+
+        handlers["record"] = record_cli.cmd_record
         if args.command == "demo" and args.campaign:
             handlers["demo"] = campaign_cli.cmd_demo_campaign
         command = args.command or "default"

@@ -10,31 +10,75 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import json
+import pickle
 import time
 from collections.abc import Callable
 
 from kimitui.core.events import HostSample
 from kimitui.core.runfile import RunReader
+from kimitui.core.sample_memory import MEMORY_ERRORS, line_memory
 from kimitui.core.session import Session
 from kimitui.core.state import HISTORY_POINTS, SessionState, fold, record_memory
-from kimitui.core.typed import compile_type
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 PHASE_TYPES = ("phase_start", "phase_end")
 
 
-def state_at(reader: RunReader, position: int, *, _index: tuple[list[int], list[int]] | None = None
-             ) -> SessionState:
-    """The state after folding events [0, position) of the run."""
+CHECKPOINT_EVERY = 256
+"""Non-sample events between two snapshots of their fold (a day of 4 Hz samples has a few thousand)."""
+
+
+class Checkpoints:
+    """Snapshots of the fold of a run's non-sample events, every ``CHECKPOINT_EVERY`` of them, taken the first
+    time a seek goes past them: a seek starts from the nearest one before it instead of from the start.
+    Kept pickled in memory, never on disk (a snapshot is then a copy nothing else can change, and nothing
+    read from a file is ever unpickled)."""
+
+    def __init__(self, reader: RunReader, others: list[int]) -> None:
+        self._reader, self._others = reader, others
+        self._front = SessionState()
+        self._snaps: list[bytes] = [pickle.dumps(self._front)]
+        """Snapshot ``j``: the fold of others[: j * CHECKPOINT_EVERY]."""
+
+    def state_after(self, k: int) -> SessionState:
+        """A new state: the fold of the first ``k`` non-sample events (and no sample)."""
+        j = k // CHECKPOINT_EVERY
+        while len(self._snaps) <= j:
+            done = (len(self._snaps) - 1) * CHECKPOINT_EVERY
+            self._fold(self._front, done, done + CHECKPOINT_EVERY)
+            self._snaps.append(pickle.dumps(self._front))
+        state = pickle.loads(self._snaps[j])
+        self._fold(state, j * CHECKPOINT_EVERY, k)
+        return state
+
+    def _fold(self, state: SessionState, start: int, stop: int) -> None:
+        for i in self._others[start:stop]:
+            ev = self._reader.decoded(i)
+            if ev is not None:
+                fold(state, ev)
+
+
+def state_at(reader: RunReader, position: int, *, _index: tuple[list[int], list[int]] | None = None,
+             checkpoints: Checkpoints | None = None) -> SessionState:
+    """The state after folding events [0, position) of the run: every non-sample event (from the nearest
+    checkpoint) and the last samples the memory history holds."""
     samples, others = _index or split_index(reader)
     position = max(0, min(position, len(reader)))
     j = bisect.bisect_left(samples, position)
     window = samples[max(0, j - HISTORY_POINTS) : j]
     k = bisect.bisect_left(others, position)
-    state = SessionState()
+    # The non-sample events before the window are folded first: the window's samples play no part in them.
+    k0 = bisect.bisect_left(others, window[0]) if window else k
+    if checkpoints is None:
+        state = SessionState()
+        for i in others[:k0]:
+            ev = reader.decoded(i)
+            if ev is not None:
+                fold(state, ev)
+    else:
+        state = checkpoints.state_after(k0)
     last_sample = window[-1] if window else -1
-    for i in heapq.merge(others[:k], window):
+    for i in heapq.merge(others[k0:k], window):
         if i == last_sample or reader.types[i] != "sample":
             ev = reader.decoded(i)
             if ev is not None:
@@ -45,55 +89,27 @@ def state_at(reader: RunReader, position: int, *, _index: tuple[list[int], list[
     return state
 
 
-_TIME, _ = compile_type(float)
-_INDEX, _ = compile_type(int)
-_MIB, _ = compile_type(float | None)
-"""The checks of the fields a sample's memory history reads (``HostSample.t``, ``GpuSample.index`` and
-``mem_used_mib``), without building its GPUs: a seek reads hundreds of samples."""
-
-
 def _fold_history_only(state: SessionState, reader: RunReader, i: int) -> None:
-    """What an older sample leaves in the state once newer samples followed: its memory points. (Only the
-    fields read are checked, so a sample malformed elsewhere, in its process list say, leaves its memory
-    points here where a fold from the start skips it whole.)"""
+    """What an older sample leaves in the state once newer samples followed: its memory points, from the
+    run's index where it holds them, else from the line. (Only the fields read are checked, so a sample
+    malformed elsewhere, in its process list say, leaves its memory points here where a fold from the start
+    skips it whole.)"""
     if i in reader.skipped:
         return
-    try:
-        data = _sample_head(reader.raw(i))
-        t = _TIME(data["t"])
-        used = [(_INDEX(g["index"]), _MIB(g.get("mem_used_mib"))) for g in data.get("gpus", ())]
-    except (ValueError, LookupError, TypeError, AttributeError, RecursionError):  # not JSON, not UTF-8,
-        ev = reader.decoded(i)  # a field of the wrong type: the whole line, so the warning says why (once)
-        if not isinstance(ev, HostSample):
-            return
-        t, used = ev.t, [(g.index, g.mem_used_mib) for g in ev.gpus]
+    points = reader.memory_points(i)
+    if points is not None:
+        t, used = points
+    else:
+        try:
+            t, used = line_memory(reader.raw(i))
+        except MEMORY_ERRORS:  # not JSON, not UTF-8, a field of the wrong type: the whole line, so the
+            ev = reader.decoded(i)  # warning says why (once)
+            if not isinstance(ev, HostSample):
+                return
+            t, used = ev.t, [(g.index, g.mem_used_mib) for g in ev.gpus]
     record_memory(state, t, used)
     if t > state.clock:
         state.clock = t
-
-
-_DECODER = json.JSONDecoder()
-_GPUS_KEY = '"gpus":'
-
-
-def _sample_head(raw: bytes) -> dict:
-    """A sample's ``t`` and ``gpus`` without decoding its (much larger) process list: the GPU array is
-    parsed alone where the line has the writer's key order (t, type, host, seq, gpus, procs);
-    anything else is decoded whole."""
-    text = raw.decode()
-    k = text.find(_GPUS_KEY)
-    pk = text.find('"procs":')
-    if k > 0 and (pk < 0 or k < pk):
-        try:
-            gpus, _ = _DECODER.raw_decode(text, k + len(_GPUS_KEY))
-            head = json.loads(text[:k].rstrip(",") + "}")
-        except ValueError:
-            return json.loads(text)
-        if isinstance(gpus, list) and all(isinstance(g, dict) for g in gpus) and isinstance(head, dict) \
-                and "t" in head:
-            head["gpus"] = gpus
-            return head
-    return json.loads(text)
 
 
 def split_index(reader: RunReader) -> tuple[list[int], list[int]]:
@@ -120,12 +136,17 @@ class Player:
         self.paused = False
         self.position = 0
         self._index = split_index(reader)
+        self._checkpoints = Checkpoints(reader, self._index[1])
+        self.loop = False
+        """Playing on from the end starts again from the beginning."""
         # A boundary is a position in the run: just past every event at the boundary's instant, so a
         # phase end and the next phase start recorded at the same time are one boundary, and playing on
         # from it publishes nothing that was already "at" the boundary.
         self._boundaries = sorted({reader.index_at(reader.times[i]) for i in reader.indices_of(*PHASE_TYPES)})
         self._starts = sorted({reader.index_at(reader.times[i]) for i in reader.indices_of("phase_start")})
         """The boundaries where a phase starts (where p goes while the replay plays)."""
+        self.phase_marks = tuple(self._time_at(b) for b in self._starts)
+        """When each phase started (the position bar's marks)."""
         self._landed: tuple[int, float] | None = None
         """The phase start a previous-phase jump while playing last went to (its index), and when."""
         self.run_time = reader.start_time
@@ -150,6 +171,10 @@ class Player:
         every event due. Returns how many events were published."""
         now = self.clock() if now is None else now
         last, self._last_now = self._last_now, now
+        if self.loop and self.finished and not self.paused and last is not None and len(self.reader):
+            self.seek_index(0)  # looping: the end plays on from the start
+            self._last_now = now
+            return 0
         if self.paused or self.finished or last is None:
             return 0
         self.run_time = min(self.run_time + (now - last) * self.speed, self.reader.end_time)
@@ -194,16 +219,39 @@ class Player:
         self.run_time = self.reader.times[self.position]
         return self._publish_until(self.position + 1)
 
+    def step_back(self) -> int:
+        """Go back exactly one event (the state as it was before it) and pause there; 0 at the start."""
+        self.paused = True
+        if self.position == 0:
+            return 0
+        self.seek_index(self.position - 1)
+        return 1
+
+    def seek_by(self, seconds: float) -> None:
+        """Move the run's clock by ``seconds`` (negative: back), within the run."""
+        t = self.run_time + seconds
+        if t < self.reader.start_time or (seconds < 0 and t <= self.reader.start_time):
+            self.seek_index(0)
+        else:
+            self.seek_time(min(t, self.reader.end_time))
+
+    def toggle_loop(self) -> bool:
+        self.loop = not self.loop
+        return self.loop
+
     def seek_index(self, position: int) -> None:
         position = max(0, min(position, len(self.reader)))
-        self.session.state = state_at(self.reader, position, _index=self._index)
+        self.session.state = state_at(self.reader, position, _index=self._index, checkpoints=self._checkpoints)
         self.session.version += 1
         self.position = position
         self.run_time = self.reader.times[position - 1] if position else self.reader.start_time
         self._last_now = None
 
     def seek_time(self, t: float) -> None:
+        """Go to run time ``t``: every event up to it published, the clock at ``t`` (within the run)."""
         self.seek_index(self.reader.index_at(t))
+        if self.position < len(self.reader):
+            self.run_time = max(self.run_time, min(t, self.reader.end_time))
 
     def next_phase(self) -> bool:
         """Jump just past the next phase boundary; False when there is none."""

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from kimitui.core.events import EVENT_TYPES, Event, EventDecodeError, PhaseEnd, PhaseStart, decode, encode
+from kimitui.core.runchunks import is_chunked
+from kimitui.core.runchunks_scan import ChunkError, open_chunked
 from kimitui.core.typed import FieldTypeError, build
 
 FORMAT_NAME = "kimitui-run"
@@ -289,7 +291,14 @@ class RunReader:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.warnings: list[str] = []
+        self.skipped: dict[int, str] = {}
+        """Events of the index that did not decode: index -> why (each warned about once)."""
+        self._store: Any = None
+        """A chunked run's events (kimitui.core.runchunks), read member by member; None: a whole file."""
         try:
+            if is_chunked(self.path):
+                self._open_chunked()
+                return
             data, truncated, skipped = _read_capped(self.path)
         except FileNotFoundError as exc:
             raise RunFileError(f"{self.path}: no such run file") from exc
@@ -311,9 +320,19 @@ class RunReader:
         self._ends = array("q")
         self._lines = array("q")
         self.types: list[str] = []
-        self.skipped: dict[int, str] = {}
-        """Events of the index that did not decode: index -> why (each warned about once)."""
         self._index()
+
+    def _open_chunked(self) -> None:
+        try:
+            header_line, self._store = open_chunked(self.path)
+        except ChunkError as exc:
+            raise RunFileError(str(exc)) from exc
+        self.header = parse_header_line(header_line, self.path, self.warnings)
+        found = self._store.found
+        self.warnings += found.warnings
+        self.index_notes: list[str] = found.index_notes
+        self.times, self.types = found.times, found.types
+        self._make_monotonic()
 
     # -- opening
 
@@ -361,10 +380,13 @@ class RunReader:
         machines, a hand-edited file) gets a warning."""
         times = self.times
         late = 0
+        self._stamped: dict[int, float] = {}
+        """The events moved later: index -> the time on their line."""
         for i in range(1, len(times)):
             if times[i] < times[i - 1]:
                 if times[i - 1] - times[i] > LATE_OK_S:
                     late += 1
+                self._stamped[i] = times[i]
                 times[i] = times[i - 1]
         if late:
             self.warnings.append(f"{self.path.name}: {late} events were stamped more than {LATE_OK_S:g} s earlier "
@@ -389,11 +411,19 @@ class RunReader:
         return len(self.types)
 
     def raw(self, i: int) -> bytes:
+        if self._store is not None:
+            return self._store.raw(i)
         return bytes(self._view[self._offsets[i] : self._ends[i]])
 
+    def memory_points(self, i: int) -> tuple[float, list[tuple[int, float | None]]] | None:
+        """Sample ``i``'s time and memory points where the run's index holds them (a chunked run), else None."""
+        if self._store is None:
+            return None
+        return self._store.memory(i, self._stamped.get(i, self.times[i]))
+
     def line_of(self, i: int) -> int:
-        """The line of the file event ``i`` is on (the header is line 1)."""
-        return self._lines[i]
+        """The line of the file event ``i`` is on (the header is line 1; of its segment in a rotated run)."""
+        return self._store.line_of(i) if self._store is not None else self._lines[i]
 
     def event(self, i: int) -> Event:
         """Event ``i``, decoded; EventDecodeError when its line is no valid event."""
@@ -414,7 +444,7 @@ class RunReader:
         """Mark event ``i`` as not readable (warned about once)."""
         if i not in self.skipped:
             self.skipped[i] = reason
-            self.warnings.append(f"{self.path.name}: line {self._lines[i]} skipped: {reason}")
+            self.warnings.append(f"{self.path.name}: line {self.line_of(i)} skipped: {reason}")
 
     def events(self, start: int = 0, stop: int | None = None) -> Iterator[Event]:
         """Every readable event of [start, stop), in order; a line that is not one is skipped with a warning."""

@@ -27,10 +27,21 @@ class EventSource(Protocol):
     def events(self) -> AsyncIterator[Event]: ...
 
 
+class Recorder(Protocol):
+    """Where a session's events are written as they are published: a run file (``RunWriter``) or a
+    chunked, rotated recording (``kimitui.core.runchunks.SegmentedWriter``)."""
+
+    path: Path
+
+    def append(self, event: Event) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Session:
     """One profiling session: a bus with a recorder, the folded state, and any other sinks."""
 
-    def __init__(self, recorder: RunWriter | None = None) -> None:
+    def __init__(self, recorder: Recorder | None = None) -> None:
         self.recorder = recorder
         self.state = SessionState()
         self._sinks: list[Sink] = []

@@ -40,6 +40,7 @@ from kimitui.tui.controllers.macro import MacroController
 from kimitui.tui.controllers.micro import MicroController
 from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
 from kimitui.tui.palette import Colors
+from kimitui.tui.replay_controls import ReplayControls
 from kimitui.tui.screen_diff import ScreenShadow, minimal_update
 from kimitui.tui.screens.help_screen import HelpScreen
 from kimitui.tui.themes import load_themes, resolve_theme
@@ -69,7 +70,7 @@ COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 30
 
 
-class KimituiApp(App[None]):
+class KimituiApp(ReplayControls):
     CSS_PATH = "app.tcss"
     TITLE = "kimitui"
     COMMANDS = App.COMMANDS | {KimituiCommands}
@@ -251,14 +252,14 @@ class KimituiApp(App[None]):
     def _tick(self) -> None:
         if self.player is not None:
             self.player.advance()
-            if self.player.paused or self.player.finished:
+            if self.player.paused or (self.player.finished and not self.player.loop):
                 self.redraw()  # END or PAUSED, before the timers stop
                 self._sync_replay_timers()
 
     def _sync_replay_timers(self) -> None:
         """Replay timers run only while the replay plays (the controls are the app's actions: they
         start them again)."""
-        idle = self.player is None or self.player.paused or self.player.finished
+        idle = self.player is None or self.player.paused or (self.player.finished and not self.player.loop)
         for timer in self._replay_timers:
             if idle:
                 timer.pause()
@@ -384,6 +385,8 @@ class KimituiApp(App[None]):
             return self.macro.running and self.active_view == "bench"
         if action == "cancel_micro_key":
             return self.micro.running and self.active_view == "micro"
+        if action == "seek_by":  # left/right take the focused tabs' arrows, not a dialog's
+            return self.player is not None and len(self.screen_stack) == 1
         if action in ("cancel_cleanup", "cancel_cleanup_idle"):
             return self.cleanup.running == (action == "cancel_cleanup")
         return not (action in REPLAY_ACTIONS and self.player is None)

@@ -53,6 +53,11 @@ def palette_commands(app: PaletteApp) -> list[Command]:
             ("Replay: next phase", "n: jump past the next phase boundary", app.action_next_phase),
             ("Replay: previous phase", "p: jump past the previous phase boundary", app.action_prev_phase),
             ("Replay: step one event", ".", app.action_step),
+            ("Replay: step back one event", ",", app.action_step_back),
+            ("Replay: jump to a time…", "g: mm:ss, +30s, -5m, @14:05", app.action_jump),
+            ("Replay: 10 s back", "left", partial(app.action_seek_by, -10.0)),
+            ("Replay: 10 s forward", "right", partial(app.action_seek_by, 10.0)),
+            ("Replay: loop on / off", "l: the end plays on from the start", app.action_toggle_loop),
             ("Replay: jump to end", "e / End", app.action_to_end),
         ]
         out += [(f"Replay: speed {s:g}x", "set the replay speed", partial(app.action_set_speed, s))

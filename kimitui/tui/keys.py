@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 VIEWS = ("dashboard", "bench", "cleanup", "micro", "analysis")
 REPLAY_ACTIONS = frozenset({"toggle_pause", "faster", "slower", "set_speed", "next_phase", "prev_phase",
-                            "step", "to_end"})
+                            "step", "step_back", "seek_by", "jump", "toggle_loop", "to_end"})
 LIVE_ACTIONS = frozenset({"macro_sweep", "free_gpus", "restart_service", "micro_run"})
 """Keys that act on a live host: a replay leaves them out of its footer (pressed, they say why not)."""
 CAMPAIGN_ACTIONS = frozenset({"campaign_pause", "campaign_skip", "campaign_abort"})
@@ -44,13 +44,19 @@ BINDINGS: list[BindingType] = [
         Binding("x", "cancel_macro_key", "Cancel", key_display="x"),
         Binding("x", "cancel_micro_key", "Cancel", key_display="x"),
         # The footer shows a pair of keys as one entry (+/- speed, n/p phase, d/b/c/u/a views) and leaves out
-        # the one-event step (.): it fits 80 columns; the help lists every key.
+        # the one-event steps (. ,), the jump (g), loop (l) and the arrows: it fits 80 columns; the help lists
+        # every key.
         Binding("space", "toggle_pause", "Pause"),
         Binding("plus,equals_sign", "faster", "Speed", key_display="+/-"),
         Binding("minus", "slower", "Slower", key_display="-", show=False),
         Binding("n", "next_phase", "Phase", key_display="n/p"),
         Binding("p", "prev_phase", "Prev", show=False),
         Binding("full_stop", "step", "Step", key_display=".", show=False),
+        Binding("comma", "step_back", "Back", key_display=",", show=False),
+        Binding("left", "seek_by(-10)", "-10s", show=False, priority=True),  # over the tabs' arrows, in replay
+        Binding("right", "seek_by(10)", "+10s", show=False, priority=True),
+        Binding("g", "jump", "Jump", key_display="g", show=False),
+        Binding("l", "toggle_loop", "Loop", key_display="l", show=False),
         Binding("e,end", "to_end", "End", key_display="e"),
         Binding("d", "show_view('dashboard')", "Views", key_display="d/b/c/u/a"),
         Binding("b", "show_view('bench')", "Bench", show=False),

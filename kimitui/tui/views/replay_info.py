@@ -17,6 +17,10 @@ class ReplayInfo:
     finished: bool
     position: int
     total: int
+    start: float = 0.0
+    marks: tuple[float, ...] = ()
+    """When each phase started (run times): the position bar's marks."""
+    loop: bool = False
 
     @classmethod
     def of(cls, player: Player) -> ReplayInfo:
@@ -29,8 +33,11 @@ class ReplayInfo:
             finished=player.finished,
             position=player.position,
             total=len(player.reader),
+            start=player.reader.start_time,
+            marks=player.phase_marks,
+            loop=player.loop,
         )
 
     def key(self) -> tuple[object, ...]:
         """What changes the header: the clock to the tenth of a second and the controls."""
-        return (round(self.elapsed, 1), self.speed, self.paused, self.finished, self.position)
+        return (round(self.elapsed, 1), self.speed, self.paused, self.finished, self.position, self.loop)

@@ -1,4 +1,5 @@
-"""The header line: host, connection, phase, clock; in replay also elapsed/duration, speed, paused."""
+"""The header line: host, connection, phase, clock; in replay also elapsed/duration, the position bar with
+its phase marks (where the line has room), speed, paused, loop."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from textual.widgets import Static
 
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
+from kimitui.tui.position_bar import BAR_MAX, BAR_MIN, position_bar
 from kimitui.tui.views.replay_info import ReplayInfo
 
 CONNECTION_STYLES = {
@@ -53,18 +55,27 @@ def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, h
     if replay is not None:
         parts.append(clock(replay.run_time))
         parts.append(f"  {fmt.duration(min(replay.elapsed, replay.duration))}/{fmt.duration(replay.duration)}")
+        bar_at = len(parts)
         parts.append((f"  {fmt.speed(replay.speed)}", "bold"))
-        if replay.finished:
+        if replay.finished and not replay.loop:
             parts.append(("  END", "bold $success"))
         elif replay.paused:
             parts.append(("  PAUSED", "bold $warning"))
+        if replay.loop:
+            parts.append(("  LOOP", "bold $accent"))
         if not narrow:
             parts.append((f"  event {replay.position}/{replay.total}", "$text-muted"))
     else:
         parts.append(clock(state.clock))
         if live and not narrow:
             parts.append((f"  events {state.events}", "$text-muted"))
-    return Content.assemble(*parts)
+    content = Content.assemble(*parts)
+    if replay is not None:  # the position bar, as wide as the line has room for
+        cells = min(BAR_MAX, width - content.cell_length - 2)
+        if cells >= BAR_MIN:
+            parts[bar_at:bar_at] = ["  ", *position_bar(replay, cells)]
+            content = Content.assemble(*parts)
+    return content
 
 
 class StatusBar(Static):
