@@ -21,8 +21,8 @@ from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.resources import find_run
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.compare_overlay import load_compare
 from kimitui.tui.views.campaign_view import AnalysisView
+from kimitui.tui.views.compare_overlay import load_compare
 from kimitui.tui.views.macro_view import BenchView
 from kimitui.tui.views.result_tables import MacroTable
 

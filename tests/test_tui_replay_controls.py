@@ -11,8 +11,8 @@ from kimitui.core.events import Event
 from kimitui.core.state import fold_all
 from kimitui.core.timecode import parse_jump
 from kimitui.tui.app import KimituiApp
-from kimitui.tui.jump_dialog import JumpDialog
 from kimitui.tui.screens.help_screen import HelpScreen
+from kimitui.tui.screens.jump_dialog import JumpDialog
 from tests.test_state_replay import comparable
 from tests.test_tui import BIG, replay_app, status_text, wait_for
 from tests.tui_runs import write_test_run

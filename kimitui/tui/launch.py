@@ -53,7 +53,7 @@ def run_replay(path: Path, theme: str | None = None, speed: float = 1.0,
     player.set_speed(speed)
     app = KimituiApp(session, player=player, theme=theme, themes_dir=themes_dir, run_path=Path(path))
     if compare is not None:
-        from kimitui.tui.compare_overlay import load_compare
+        from kimitui.tui.views.compare_overlay import load_compare
 
         app.compare_run = load_compare(compare)  # type: ignore[attr-defined]
     app.run()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from textual.app import App
 
 from kimitui.core.replay import Player
-from kimitui.tui.jump_dialog import JumpDialog
+from kimitui.tui.screens.jump_dialog import JumpDialog
 
 SEEK_STEP_S = 10.0
 

@@ -15,7 +15,13 @@ from kimitui.core.figures import budget_impossible
 from kimitui.core.state import SessionState
 from kimitui.report.budget_text import SEGMENTS, budget_lines, stacked_bar
 from kimitui.tui import fmt
-from kimitui.tui.compare_overlay import CompareRun, compare_bar, compare_legend, compare_of, compare_rows_only_in_b
+from kimitui.tui.views.compare_overlay import (
+    CompareRun,
+    compare_bar,
+    compare_legend,
+    compare_of,
+    compare_rows_only_in_b,
+)
 
 MARKS = {"done": ("✓", "$success"), "failed": ("✗", "bold $error"), "running": ("▶", "bold $accent"),
          "skipped": ("⤼", "$text-muted"), "cut off": ("✂", "$warning"), "pending": ("·", "$text-muted")}

@@ -21,7 +21,7 @@ from textual.widgets import Static
 
 from kimitui.core.events import MacroPoint, ServerSample
 from kimitui.core.state import SessionState, Sweep, level_failed
-from kimitui.tui.compare_overlay import COMPARE_COLOR, compare_of
+from kimitui.tui.views.compare_overlay import COMPARE_COLOR, compare_of
 from kimitui.tui.views.macro_progress import HeadlineBox, SweepPanel, single_stream_content, sweep_headline
 from kimitui.tui.views.result_tables import AllReduceTable, GemmTable, MacroTable, sweep_numbers
 

@@ -8,8 +8,8 @@ from textual.widgets import Static
 
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
-from kimitui.tui.position_bar import BAR_MAX, BAR_MIN, position_bar
 from kimitui.tui.views.replay_info import ReplayInfo
+from kimitui.tui.widgets.position_bar import BAR_MAX, BAR_MIN, position_bar
 
 CONNECTION_STYLES = {
     "connected": "bold $success",
