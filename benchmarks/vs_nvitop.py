@@ -3,7 +3,8 @@
   start  seconds from the spawn to the first screen that shows a GPU's memory figure (nvitop: ``4960MiB``,
          kimitui: ``4.8/139.8 GiB``), read off a terminal emulator (pyte) fed what the command wrote: curses
          sends only the cells that change, between cursor moves, so the bytes alone do not say what is shown
-  bytes  bytes written to the terminal over the next ``--seconds`` (30 by default), per 30 s
+  bytes  bytes written to the terminal over the next ``--seconds`` (30 by default), per 30 s, counted from
+         ``SETTLE`` seconds after the start (both tools' first frames and layout, not what a watch costs)
   CPU    the CPU time of the command's whole process tree over that time, in % of one core
 
 Both at 2 Hz (nvitop ``--interval 0.5``, kimitui's default 0.5 s), each on a 120x40 pty, ``--runs`` times.
@@ -29,8 +30,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SETTLE = 5.0
 TICKS = os.sysconf("SC_CLK_TCK")
-MEMORY = {"nvitop": re.compile(r"\d+ ?MiB"), "kimitui": re.compile(r"\d+(?:\.\d+)?/\d+(?:\.\d+)? ?[GM]iB")}
+MEMORY = {"nvitop": re.compile(r"\d+(?:\.\d+)? ?[MG]iB"), "kimitui": re.compile(r"\d+(?:\.\d+)?/\d+(?:\.\d+)? ?[GM]iB")}
 """A GPU's memory figure on the screen."""
 COMMANDS = {"nvitop": [sys.executable, "-m", "nvitop", "--interval", "0.5"],
             "kimitui": [sys.executable, "-m", "kimitui"]}
@@ -80,13 +82,15 @@ def measure(name: str, seconds: float) -> tuple[float, int, float] | str:
     stream = pyte.ByteStream(screen)
     start_s: float | None = None
     counted = 0
-    cpu0 = 0.0
+    cpu0: float | None = None
     t0 = 0.0
     try:
         deadline = began + 60
         while time.monotonic() < deadline:
             if start_s is not None and time.monotonic() >= t0 + seconds:
                 break
+            if start_s is not None and cpu0 is None and time.monotonic() >= t0:
+                cpu0, t0 = tree_cpu_s(proc.pid), time.monotonic()  # the measured window starts
             if not select.select([master], [], [], 0.1)[0]:
                 if proc.poll() is not None:
                     return f"exited with {proc.returncode}: {_shown(screen)}"
@@ -99,12 +103,14 @@ def measure(name: str, seconds: float) -> tuple[float, int, float] | str:
                 stream.feed(chunk)
                 if MEMORY[name].search("\n".join(screen.display)):
                     start_s = time.monotonic() - began
-                    t0, cpu0 = time.monotonic(), tree_cpu_s(proc.pid)
+                    t0 = time.monotonic() + SETTLE
                     deadline = t0 + seconds + 5
-            else:
+            elif cpu0 is not None:
                 counted += len(chunk)
         if start_s is None:
             return f"no memory figure in 60 s: {_shown(screen)}"
+        if cpu0 is None:
+            return f"exited {SETTLE:g} s after its start: {_shown(screen)}"
         elapsed = time.monotonic() - t0
         cpu = (tree_cpu_s(proc.pid) - cpu0) / elapsed * 100
         return start_s, int(counted * 30 / elapsed), cpu

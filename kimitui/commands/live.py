@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import os
 import socket
 import sys
 from collections.abc import Callable
@@ -23,31 +24,42 @@ from kimitui.live.targets import TargetError, check_interval, new_session, open_
 
 async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int:
     from kimitui.hosts.telemetry import TelemetrySource
+    from kimitui.tui.first_look import FirstLook
 
     # The first frame waits on two things that need not wait on each other: Textual's import (CPU, this
     # process) and the host's first sample (the agent's start and the driver's, another process). The
-    # import runs in a thread while the loop opens the target and reads the first sample.
+    # import runs in a thread while the loop opens the target and reads the first sample, which is shown
+    # plainly (the first look) if it comes before the dashboard can show it.
     importing = asyncio.get_running_loop().run_in_executor(None, importlib.import_module, "kimitui.tui.app")
+    look: FirstLook | None = None
+    started = False
     try:
         async with open_target(target, accept_new_host_key=getattr(args, "accept_new_host_key", False),
                                gpus=getattr(args, "gpus", 8),
                                remote_python=getattr(args, "remote_python", None)) as opened:
             session = new_session(opened, command)
             source = TelemetrySource(opened.host, check_interval(args.interval), **opened.telemetry_args)
-            prefetched = Prefetched(source)
+            look = FirstLook(opened.label, sys.__stderr__)  # where Textual's driver writes
+            prefetched = Prefetched(source, on_event=look.offer)
             live = LiveContext.of(opened)
             try:
                 await importing
                 from kimitui.tui.launch import run_live
 
+                look.hand_over()
+                started = True
                 rc = await run_live(session, [prefetched], live, theme=args.theme)
             finally:
                 source.stop()
                 prefetched.close()
                 session.close()
     finally:
+        if look is not None and not started:
+            look.withdraw()
         with contextlib.suppress(Exception):  # a failed open waits for the thread, not leaving it mid-import
             await importing
+    if look.drawn_at is not None and os.environ.get("KIMITUI_EXIT_AFTER_FIRST_FRAME"):
+        print(f"first-look {look.drawn_at:.3f}", file=sys.stderr, flush=True)  # benchmarks/startup.py
     print(f"session recorded to {session.recorder.path} (replay: kimitui replay {session.recorder.path})",
           file=sys.stderr)
     return rc

@@ -79,10 +79,12 @@ class Prefetched:
     """A source started before its consumer: from construction on, its events are read into a queue (in the
     running loop), and ``events()`` yields them in order, then the rest as they come. The dashboard starts
     its host's telemetry this way before importing Textual, so the first sample is in hand when the first
-    frame is drawn. ``close()`` stops the reading (also when nothing ever consumed it)."""
+    frame is drawn. ``on_event`` sees each event as it is read (the dashboard's first look). ``close()``
+    stops the reading (also when nothing ever consumed it)."""
 
-    def __init__(self, source: EventSource) -> None:
+    def __init__(self, source: EventSource, on_event: Sink | None = None) -> None:
         self.source = source
+        self.on_event = on_event
         self._queue: asyncio.Queue[Event | _Failed | None] = asyncio.Queue()
         self._task = asyncio.get_running_loop().create_task(self._read())
 
@@ -90,6 +92,8 @@ class Prefetched:
         try:
             async for event in self.source.events():
                 self._queue.put_nowait(event)
+                if self.on_event is not None:
+                    self.on_event(event)
         except Exception as exc:  # said where it is consumed, as the source itself would have raised it
             self._queue.put_nowait(_Failed(exc))
         finally:

@@ -31,6 +31,7 @@ from kimitui.core.events import Event
 from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
 from kimitui.live.context import LiveContext
+from kimitui.live.process_clock import since_process_start
 from kimitui.tui import fmt, keys
 from kimitui.tui.commands import KimituiCommands
 from kimitui.tui.controllers.base import Controller
@@ -54,7 +55,6 @@ from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.gpu_table import GpuTable
 from kimitui.tui.widgets.memory_history import MemoryHistory
 from kimitui.tui.widgets.proc_table import ProcTable
-from kimitui.tui.widgets.process_clock import since_process_start
 from kimitui.tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:

@@ -41,6 +41,13 @@ def mib(value: float | None) -> str:
     return num(value, "{:,.0f}")
 
 
+def short_gpu_name(name: str) -> str:
+    for prefix in ("NVIDIA ", "Tesla "):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name
+
+
 def mem_label(used_mib: float | None, total_mib: float | None) -> str:
     """'96.9/97.9 GiB' with '-' for unknown parts."""
     if used_mib is None and total_mib is None:

@@ -14,19 +14,12 @@ BAR_WIDTH = 10
 NAME_WIDTH = 18
 
 
-def short_gpu_name(name: str) -> str:
-    for prefix in ("NVIDIA ", "Tesla "):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    return name
-
-
 def gpu_cells(g: GpuSample, colors: Colors, name_width: int) -> list[Cell]:
     fraction = fmt.mem_fraction(g.mem_used_mib, g.mem_total_mib)
     memory = Text(no_wrap=True)
     memory.append(fmt.bar(fraction, BAR_WIDTH), style=colors.level(fraction))
     memory.append(" " + fmt.mem_label(g.mem_used_mib, g.mem_total_mib))
-    name = Text(fmt.shorten(fmt.printable(short_gpu_name(g.name)) or "-", name_width), no_wrap=True)
+    name = Text(fmt.shorten(fmt.printable(fmt.short_gpu_name(g.name)) or "-", name_width), no_wrap=True)
     if g.error:
         name = Text(fmt.shorten(fmt.printable(f"! {g.error}"), name_width), style=colors.error, no_wrap=True)
     util = Text(fmt.num(g.util_pct, "{:.0f}", "%"), justify="right",
