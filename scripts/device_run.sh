@@ -17,6 +17,8 @@
 #   loadgen  benchmarks/loadgen.py --quick --servers sim,burst (with and without /metrics reads), pinned to 2 cores
 #   campaign scripts/device_campaign.sh: the whole campaign headless against a stand-in for vLLM
 #   tfcampaign scripts/device_tf_campaign.sh: the same against transformers serve on the GPU (a real engine)
+#   record   `kimitui record --host local` beside a torch holder for 15 s (stopped with SIGINT), then the run
+#            replayed (--summary) and read back: the headless recorder on a real driver
 #   draw     scripts/device_draw.sh: the local dashboard's start, beside nvitop (start, bytes, CPU), the dashboard's
 #            bytes and CPU on 8 simulated GPUs x 64 processes
 set -uo pipefail
@@ -114,6 +116,23 @@ part_tfcampaign() {
   OUT="$d" timeout 570 bash scripts/device_tf_campaign.sh > "$d/run.log" 2>&1
   say "tfcampaign: rc $?"
   cat "$d/campaign.txt" >> "$OUT/summary.txt"
+}
+
+part_record() {
+  local d="$OUT/work/record"; mkdir -p "$d"
+  $PY -c 'import time, torch; x = torch.empty(int(3e9), dtype=torch.uint8, device="cuda:0"); torch.cuda.synchronize(); print("ready", flush=True); time.sleep(120)' > "$d/holder.out" 2>&1 &
+  local holder=$!
+  for _ in $(seq 1 300); do grep -q ready "$d/holder.out" 2>/dev/null && break; sleep 0.2; done
+  XDG_DATA_HOME="$d/data" timeout -s INT 15 $PY -m kimitui record --host local -o "$d/local.jsonl.gz" \
+    --interval 0.25 > "$d/record.out" 2> "$d/record.err"
+  say "record: rc $? (SIGINT after 15 s); $(tail -2 "$d/record.err" | tr '\n' ' ')"
+  ls -l "$d"/local.jsonl.gz* | awk '{print "record: " $5 " bytes " $9}' | tee -a "$OUT/summary.txt"
+  XDG_DATA_HOME="$d/data" timeout 60 $PY -m kimitui replay "$d/local.jsonl.gz" --summary > "$d/summary.txt" 2>&1
+  say "record: replay --summary rc $?"
+  head -20 "$d/summary.txt" | sed 's/^/record:   /' | tee -a "$OUT/summary.txt"
+  $PY scripts/device_record_check.py "$d/local.jsonl.gz" "$holder" | tee -a "$OUT/summary.txt"
+  kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+  return 0
 }
 
 part_draw() {
