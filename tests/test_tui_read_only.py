@@ -17,6 +17,7 @@ from kimitui.tui.app import KimituiApp
 from kimitui.tui.commands import palette_commands
 from kimitui.tui.keys import HOST_ACTIONS, LIVE_ACTIONS, READ_ONLY_ENV, READ_ONLY_NOTICE, REPLAY_ACTIONS
 from kimitui.tui.screens.cleanup_dialog import CleanupSetupScreen
+from kimitui.tui.widgets.status_bar import StatusBar
 from tests.sshd import alive
 from tests.test_tui import replay_app, wait_for
 from tests.test_tui_cleanup import live_app
@@ -109,3 +110,5 @@ async def test_a_read_only_replay_says_read_only() -> None:
         await pilot.press("F")  # hidden in a replay: the key falls through to in_replay
         await wait_for(pilot, lambda: refusals(app) == 1, "the refusal")
         assert app.screen is app.screen_stack[0]
+        header = str(app.query_one(StatusBar).render())
+        assert "REPLAY" in header and "READ-ONLY" in header

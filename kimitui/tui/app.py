@@ -169,6 +169,7 @@ class KimituiApp(ReplayControls):
         # Kept as references: while a modal screen (help, palette) is on top, app.query_one would
         # search that screen, not the dashboard.
         self._status = self.query_one(StatusBar)
+        self._status.read_only = self.read_only
         self._strip = self.query_one(CampaignStrip)
         self._tabs = self.query_one("#views", TabbedContent)
         self._gpu_table = self.query_one(GpuTable)

@@ -26,13 +26,15 @@ NARROW = 100
 
 
 def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "",
-                   width: int = 120) -> Content:
+                   width: int = 120, read_only: bool = False) -> Content:
     """The header as styled content; colours are theme variables, so a theme switch restyles it."""
     narrow = width < NARROW
     clock = fmt.time_of_day if narrow else fmt.clock
     parts: list[str | tuple[str, str]] = [] if narrow else [(" kimitui ", "bold reverse $primary")]
     if replay is not None:  # what is shown is a record, whatever the host's connection was then
         parts += [" ", (" REPLAY ", "bold reverse $secondary")]
+    if read_only:  # kimitui serve's visitors: nothing on the host can be started from here
+        parts += [" ", (" READ-ONLY ", "bold reverse $warning")]
     parts.append(" ")
     parts.append((fmt.printable(state.host or host or "no host"), "bold"))
     conn = state.connection
@@ -86,11 +88,14 @@ class StatusBar(Static):
     """
 
     _last: tuple[SessionState, ReplayInfo | None, bool, str] | None = None
+    read_only = False
+    """Said in the header (set by the app when no action on the host can start)."""
 
     def show(self, state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "") -> None:
         self._last = (state, replay, live, host)
         # One line whatever it says: no layout pass (that would repaint the whole screen).
-        self.update(status_content(state, replay, live, host, self.size.width or 120), layout=False)
+        self.update(status_content(state, replay, live, host, self.size.width or 120, self.read_only),
+                    layout=False)
 
     def on_resize(self) -> None:
         if self._last is not None:
