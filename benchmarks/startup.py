@@ -41,6 +41,7 @@ def first_frame(args: list[str], mode: str, timeout: float = 60.0) -> tuple[floa
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "", "KIMITUI_EXIT_AFTER_FIRST_FRAME": mode,
+           "KIMITUI_STARTUP_TRACE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.Popen([sys.executable, "-m", "kimitui", *args], stdin=slave, stdout=slave, stderr=slave,
@@ -68,6 +69,9 @@ def first_frame(args: list[str], mode: str, timeout: float = 60.0) -> tuple[floa
         os.close(master)
     found = re.search(rb"first-frame ([0-9.]+)", out)
     look = re.search(rb"first-look ([0-9.]+)", out)
+    trace = re.search(rb"startup-trace ([^\r\n]*)", out)
+    if trace:
+        TRACES.append(trace.group(1).decode())
     if found:
         frame = float(found.group(1))
         return frame, min(frame, float(look.group(1))) if look else frame
@@ -81,6 +85,10 @@ def has_gpu() -> bool:
         return False
     listed = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
     return listed.returncode == 0 and "GPU" in listed.stdout
+
+
+TRACES: list[str] = []
+"""Each run's steps (kimitui/live/process_clock.py: mark), seconds from the process's start."""
 
 
 def _spread(times: list[float]) -> str:
@@ -114,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         if frames:
             print(f"  {name:<7} first frame {_spread(frames)}" + ("" if name == "replay" else
                   f"; GPUs on the screen {_spread(shown)}") + f"   target <= {target} s {_verdict(shown, target)}")
+            if TRACES:
+                print(f"          the last run's steps: {TRACES[-1]}")
+            TRACES.clear()
     return 0
 
 

@@ -19,6 +19,7 @@ from kimitui.core.events import ConnectionState, HostSample, LogLine
 from kimitui.core.printable import printable
 from kimitui.core.session import Prefetched
 from kimitui.live.context import LiveContext
+from kimitui.live.process_clock import mark, print_marks
 from kimitui.live.targets import TargetError, check_interval, new_session, open_target, run_command
 
 
@@ -31,12 +32,18 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
     # import runs in a thread while the loop opens the target and reads the first sample, which is shown
     # plainly (the first look) if it comes before the dashboard can show it.
     importing = asyncio.get_running_loop().run_in_executor(None, importlib.import_module, "kimitui.tui.app")
+    # While the import holds the GIL, the loop's turns (the agent's handshake, the first sample) wait up to
+    # a switch interval each: a shorter one for the overlap.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    importing.add_done_callback(lambda _: sys.setswitchinterval(switch))
     look: FirstLook | None = None
     started = False
     try:
         async with open_target(target, accept_new_host_key=getattr(args, "accept_new_host_key", False),
                                gpus=getattr(args, "gpus", 8),
                                remote_python=getattr(args, "remote_python", None)) as opened:
+            mark("opened")
             session = new_session(opened, command)
             source = TelemetrySource(opened.host, check_interval(args.interval), **opened.telemetry_args)
             look = FirstLook(opened.label, sys.__stderr__)  # where Textual's driver writes
@@ -44,6 +51,7 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
             live = LiveContext.of(opened)
             try:
                 await importing
+                mark("imported")
                 from kimitui.tui.launch import run_live
 
                 look.hand_over()
@@ -60,6 +68,7 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
             await importing
     if look.drawn_at is not None and os.environ.get("KIMITUI_EXIT_AFTER_FIRST_FRAME"):
         print(f"first-look {look.drawn_at:.3f}", file=sys.stderr, flush=True)  # benchmarks/startup.py
+    print_marks()
     print(f"session recorded to {session.recorder.path} (replay: kimitui replay {session.recorder.path})",
           file=sys.stderr)
     return rc

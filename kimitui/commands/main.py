@@ -117,6 +117,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from kimitui.live.process_clock import mark
+
+    mark("main")
     parser = build_parser()
     args = parser.parse_args(argv)
     from kimitui.commands import bench as bench_cli

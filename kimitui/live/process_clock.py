@@ -32,3 +32,21 @@ PROCESS_START = _start_perf()
 
 def since_process_start() -> float:
     return time.perf_counter() - PROCESS_START
+
+
+TRACE_ENV = "KIMITUI_STARTUP_TRACE"
+_marks: list[tuple[str, float]] = []
+
+
+def mark(what: str) -> None:
+    """Note when a step of the start was reached (kept only with $KIMITUI_STARTUP_TRACE set)."""
+    if os.environ.get(TRACE_ENV):
+        _marks.append((what, since_process_start()))
+
+
+def print_marks() -> None:
+    """The start's steps, one line, on stderr (benchmarks/startup.py prints them)."""
+    if _marks:
+        import sys
+
+        print("startup-trace " + " ".join(f"{what}={at:.3f}" for what, at in _marks), file=sys.stderr, flush=True)

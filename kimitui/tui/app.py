@@ -31,7 +31,7 @@ from kimitui.core.events import Event
 from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
 from kimitui.live.context import LiveContext
-from kimitui.live.process_clock import since_process_start
+from kimitui.live.process_clock import mark, since_process_start
 from kimitui.tui import fmt, keys
 from kimitui.tui.commands import KimituiCommands
 from kimitui.tui.controllers.base import Controller
@@ -210,6 +210,7 @@ class KimituiApp(ReplayControls):
     def _first_frame_drawn(self) -> None:
         if self.first_frame_s is None:
             self.first_frame_s = since_process_start()
+            mark("first-frame")
             self.exit()
 
     def on_resize(self, event: Resize) -> None:

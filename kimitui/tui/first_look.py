@@ -16,7 +16,7 @@ from typing import TextIO
 
 from kimitui.core.events import Event
 from kimitui.core.state import SessionState, fold
-from kimitui.live.process_clock import since_process_start
+from kimitui.live.process_clock import mark, since_process_start
 from kimitui.tui import fmt
 
 ALT_SCREEN_ON = "\x1b[?1049h\x1b[H\x1b[2J"
@@ -44,12 +44,16 @@ class FirstLook:
         self.out = out
         self.enabled = enabled and out is not None and _is_terminal(out)
         self.state = SessionState()
+        self._seen: set[str] = set()
         self.drawn_at: float | None = None
         """Seconds from this process's start to the first look (None: not drawn)."""
 
     def offer(self, event: Event) -> None:
         if not self.enabled:
             return
+        if event.type not in self._seen:  # the start's trace: when each kind of event first came
+            self._seen.add(event.type)
+            mark(f"first-{event.type}")
         fold(self.state, event)
         if self.drawn_at is None and self.state.gpus:
             self._draw()
@@ -64,6 +68,7 @@ class FirstLook:
             self.enabled = False
             return
         self.drawn_at = since_process_start()
+        mark("first-look")
 
     def hand_over(self) -> None:
         """The dashboard starts now and paints over the first look: nothing more is drawn."""
