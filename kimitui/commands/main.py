@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import sys
 from pathlib import Path
 
@@ -116,38 +117,35 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return run_replay(path, theme=args.theme, speed=args.speed, compare=compare)
 
 
+HANDLERS: dict[str, tuple[str, str]] = {
+    "default": ("live", "cmd_default"), "demo": ("live", "cmd_demo"), "connect": ("live", "cmd_connect"),
+    "watch": ("live", "cmd_watch"), "replay": ("main", "cmd_replay"), "report": ("compare", "cmd_report"),
+    "compare": ("compare", "cmd_compare"), "bench": ("bench", "cmd_bench"), "cleanup": ("cleanup", "cmd_cleanup"),
+    "shapes": ("micro", "cmd_shapes"), "campaign": ("campaign", "cmd_campaign"),
+    "demo-campaign": ("campaign", "cmd_demo_campaign"), "serve": ("serve", "cmd_serve"),
+    "record": ("record", "cmd_record"),
+}
+"""Each command's handler, as (module of kimitui.commands, function): imported when its command runs."""
+
+
 def main(argv: list[str] | None = None) -> int:
     from kimitui.live.process_clock import mark
 
     mark("main")
     parser = build_parser()
     args = parser.parse_args(argv)
-    from kimitui.commands import bench as bench_cli
-    from kimitui.commands import campaign as campaign_cli
-    from kimitui.commands import cleanup as cleanup_cli
-    from kimitui.commands import compare as compare_cli
-    from kimitui.commands import micro as micro_cli
-    from kimitui.commands import serve as serve_cli
     from kimitui.core.runfile import RunFileError
 
-    handlers = {"replay": cmd_replay, "report": compare_cli.cmd_report, "compare": compare_cli.cmd_compare,
-                "bench": bench_cli.cmd_bench,
-                "cleanup": cleanup_cli.cmd_cleanup, "shapes": micro_cli.cmd_shapes,
-                "campaign": campaign_cli.cmd_campaign, "serve": serve_cli.cmd_serve}
     try:
-        from kimitui.commands import live as live_commands
-
-        handlers.update(live_commands.HANDLERS)
-        from kimitui.commands import record as record_cli
-
-        handlers["record"] = record_cli.cmd_record
-        if args.command == "demo" and args.campaign:
-            handlers["demo"] = campaign_cli.cmd_demo_campaign
         command = args.command or "default"
-        handler = handlers.get(command)
-        if handler is None:
+        if command == "demo" and args.campaign:
+            command = "demo-campaign"
+        where = HANDLERS.get(command)
+        if where is None:
             parser.print_help()
             return 2
+        handler = cmd_replay if where == ("main", "cmd_replay") else getattr(
+            importlib.import_module(f"kimitui.commands.{where[0]}"), where[1])  # only the command's own module
         return handler(args)
     except (CliError, RunFileError, FileNotFoundError) as exc:
         print(f"kimitui: {printable(str(exc))}", file=sys.stderr)

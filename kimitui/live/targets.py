@@ -20,6 +20,7 @@ from typing import Any
 from kimitui.core.printable import printable
 from kimitui.core.session import Session, recorded_session
 from kimitui.hosts.base import Host, HostError
+from kimitui.live.process_clock import mark
 
 
 class TargetError(Exception):
@@ -126,6 +127,7 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
             raise TargetError(str(exc)) from None
     try:
         if check:
+            mark("probing")
             problem = await probe_host(host)
             if problem is not None:
                 raise TargetError(problem)
