@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import json
 import os
-import socket
 import sys
 from collections.abc import Callable
 
@@ -20,7 +19,7 @@ from kimitui.core.printable import printable
 from kimitui.core.session import Prefetched
 from kimitui.live.context import LiveContext
 from kimitui.live.process_clock import mark, print_marks
-from kimitui.live.targets import TargetError, check_interval, new_session, open_target, run_command
+from kimitui.live.targets import ProbeFailed, TargetError, check_interval, new_session, open_target, run_command
 
 
 async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int:
@@ -137,17 +136,20 @@ def cmd_connect(args: argparse.Namespace) -> int:
 
 def cmd_default(args: argparse.Namespace) -> int:
     """The dashboard on this machine's GPUs; without any, say so and offer the demo."""
-    from kimitui.hosts.local import LocalHost
-    from kimitui.hosts.telemetry import probe_host
-
-    async def probe() -> str | None:
-        async with LocalHost(name=socket.gethostname()) as host:
-            return await probe_host(host)
-
-    problem = asyncio.run(probe())
     args.interval = getattr(args, "interval", 0.5)
-    if problem is None:
-        return run_command(lambda: _dashboard("local", args, "local"))
+    failed: list[str] = []
+
+    async def dashboard() -> int:
+        try:
+            return await _dashboard("local", args, "local")
+        except ProbeFailed as exc:  # one agent start probes and then streams: no second start to look first
+            failed.append(str(exc))
+            return 1
+
+    rc = run_command(dashboard)
+    if not failed:
+        return rc
+    problem = failed[0]
     print(f"kimitui: {printable(problem)}", file=sys.stderr)
     print("Try the simulated 8-GPU host with `kimitui demo`, or replay a recorded campaign with "
           "`kimitui replay`.", file=sys.stderr)

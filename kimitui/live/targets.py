@@ -27,6 +27,10 @@ class TargetError(Exception):
     """A target that cannot be used: printed as one line."""
 
 
+class ProbeFailed(TargetError):
+    """The host answered, but cannot run the agent or has no NVIDIA driver (the probe's one-line reason)."""
+
+
 DEMO_STRAY_ENV = "KIMITUI_DEMO_STRAY_GPU"
 """Set to a GPU index, the demo also runs a stray CUDA context there that is not the service's (a forgotten
 notebook): the cleanup's others group, asked for apart (``--yes ...,others``)."""
@@ -130,7 +134,7 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
             mark("probing")
             problem = await probe_host(host)
             if problem is not None:
-                raise TargetError(problem)
+                raise ProbeFailed(problem)
         yield OpenedTarget(host, host.name, target_facts(target))
     except HostError as exc:
         raise TargetError(str(exc)) from None
