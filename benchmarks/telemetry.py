@@ -25,8 +25,10 @@ dashboard-cpu on the shared 2-core dev machine (load average 1-2), 30 s a load, 
     of one look
   - line compositor (now: it left  14.1 KB, 1.97 %             14.0 KB, 1.77 %
     a stale line under load)
-  on the H200 host's CPU (docs/device-runs/draw-1xh200): 16.9 KB, 2.27 % / 17.4 KB, 1.90 %; kimitui's local
-  dashboard there (1 GPU): 2.7 KB per 30 s, 0.83-0.97 % (benchmarks/vs_nvitop.py).
+  on the H200 host's CPU (docs/device-runs/draw-1xh200): 16.9 KB, 2.27 % / 17.4 KB, 1.90 %; again on
+  2026-12-02 (docs/device-runs/start-draw-1xh200-issue20): 14.1 KB, 2.20 % / 14.0 KB, 2.20 %. kimitui's local
+  dashboard there (1 GPU, benchmarks/vs_nvitop.py, counted from 5 s after the start): 2.8-3.0 KB per 30 s,
+  0.99-1.06 %, beside nvitop's 3.2-3.3 KB, 1.33-1.39 %.
 Where the rest of the CPU goes (serving, per 2 Hz frame, ~7 ms): the GPU table's 8 changed rows ~1.4 ms, the
 header line ~0.7 ms, the screen diff ~0.5 ms, the views' show() ~1.5 ms (GPU cells, memory history, the 64
 processes compared), Textual's message loop and timers ~1.5 ms; a frame where only the header changes costs
