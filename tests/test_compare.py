@@ -171,6 +171,18 @@ def test_one_run_is_no_comparison(tmp_path: Path) -> None:
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_run_read_in_part_is_said_before_any_figure(tmp_path: Path) -> None:
+    from kimitui.resources import find_run
+
+    whole = find_run(PAIR[1]).read_bytes()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) * 2 // 3])  # a copy that stopped mid-transfer
+    text = kimitui("compare", PAIR[0], str(cut)).stdout
+    head = text[:text.index("## ")]
+    assert "**Read in part**" in head and "- B: cut.jsonl.gz: compressed stream is truncated" in head
+    assert "**Read in part**" not in kimitui("compare", *PAIR).stdout
+
+
 def test_compare_writes_its_file_whole(tmp_path: Path) -> None:
     out = tmp_path / "cmp.md"
     kimitui("compare", *PAIR, "-o", str(out))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from kimitui.core.describe import budget_verdict, gemm_words, single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, DecodeBudget, GemmRow, MacroPoint, level_failed
 from kimitui.core.figures import NOISE_RULE, change_pct, knee, level_tok_s, noise, plateau, single_stream
+from kimitui.core.printable import printable
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import SessionState
 from kimitui.report.budget_text import BUDGET_HEAD, budget_cells
@@ -303,6 +304,10 @@ def _head(runs: list[Run]) -> list[str]:
              *table(["run", "file", "host", "created", "campaign"],
                     [[r.label, r.name, r.facts.facts["host"], fmt_time(r.digest.reader.header.created),
                       r.facts.facts.get("campaign", "-")] for r in runs], "lllll"), ""]
+    warned = [(r, w) for r in runs for w in r.digest.reader.warnings]
+    if warned:  # a run read in part changes every figure after the cut: said before any of them
+        lines += ["**Read in part** (a figure from the missing part is missing here too):", "",
+                  *[f"- {r.label}: {printable(w)}" for r, w in warned], ""]
     diff = differing([r.facts for r in runs])
     front = [k for k in diff if k in UP_FRONT]
     if front:
