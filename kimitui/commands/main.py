@@ -134,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     mark("main")
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # the local dashboard: its agent starts beside the imports that follow
+        from kimitui.hosts.local import prestart_agent
+
+        prestart_agent()
+        mark("agent-prestarted")
     from kimitui.core.runfile import RunFileError
 
     try:

@@ -305,12 +305,14 @@ class AgentLink:
 
     async def _start(self) -> _Up:
         name, python = self.host.name, self.host.python
-        token = secrets.token_hex(16)
-        tag = line_tag(token)
         ch = await self.host.open_channel(agent_command(python))
+        sent = getattr(ch, "token", None)  # an agent started ahead (hosts/local.py) has its payload already
+        token = sent or secrets.token_hex(16)
+        tag = line_tag(token)
         try:
-            ch.write(agent_payload(token))
-            await ch.drain()
+            if not sent:
+                ch.write(agent_payload(token))
+                await ch.drain()
             msg, chatter = await asyncio.wait_for(self._first_message(ch, tag), self.host.first_line_s)
         except TimeoutError:
             await ch.close()

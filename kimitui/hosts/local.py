@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
+import subprocess
 import sys
+import threading
+from dataclasses import dataclass
 
 from kimitui.hosts.base import Channel, Host, HostError, HostFatal
 
@@ -13,6 +17,9 @@ STDERR_TAIL = 16384
 
 class ProcessChannel:
     """A child process's stdin and stdout as the agent's channel; its stderr kept (the tail) for errors."""
+
+    token: str | None = None
+    """Set when the agent was started with its payload already (``prestart_agent``): the token it was sent."""
 
     def __init__(self, proc: asyncio.subprocess.Process, name: str) -> None:
         self.proc, self.name = proc, name
@@ -80,6 +87,97 @@ class ProcessChannel:
             await self._err_task
 
 
+@dataclass
+class Prestarted:
+    """The local agent started ahead of its host (``prestart_agent``), its payload being written."""
+
+    argv: list[str]
+    proc: subprocess.Popen[bytes]
+    token: str
+    writer: threading.Thread
+
+
+_prestarted: Prestarted | None = None
+
+
+def prestart_agent(python: str | None = None) -> None:
+    """Start the local agent now, before this process imports what its dashboard needs: the agent's own start
+    (its python, the host program, NVML) runs beside those imports instead of after them. The first
+    ``LocalHost`` on the same python takes it (``open_channel``); one nobody takes ends when this process
+    does (end of its input). Starting it is best effort: a failure here is the normal start's to say."""
+    global _prestarted
+    from kimitui.hosts.launch import agent_command, agent_payload
+
+    argv = agent_command(python or sys.executable)
+    token = secrets.token_hex(16)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError:
+        return
+    payload = agent_payload(token)
+
+    def write() -> None:  # larger than a pipe holds: written while the agent reads it, not by the caller
+        assert proc.stdin is not None
+        with contextlib.suppress(OSError, ValueError):
+            proc.stdin.write(payload)
+            proc.stdin.flush()
+
+    writer = threading.Thread(target=write, name="agent-payload", daemon=True)
+    writer.start()
+    _prestarted = Prestarted(argv, proc, token, writer)
+
+
+def take_prestarted(argv: list[str]) -> Prestarted | None:
+    """The prestarted agent if it was started with ``argv`` and still runs; else None (and one that does not
+    fit is ended: its input closed)."""
+    global _prestarted
+    pre, _prestarted = _prestarted, None
+    if pre is None:
+        return None
+    if pre.argv == argv and pre.proc.poll() is None:
+        return pre
+    with contextlib.suppress(OSError, ValueError):
+        assert pre.proc.stdin is not None
+        pre.proc.stdin.close()
+    return None
+
+
+class _AdoptedProcess:
+    """A ``subprocess.Popen`` seen as an ``asyncio.subprocess.Process`` (what ProcessChannel reads)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader,
+                 stderr: asyncio.StreamReader) -> None:
+        self._proc, self.stdin, self.stdout, self.stderr = proc, stdin, stdout, stderr
+        self.pid = proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll()
+
+    async def wait(self) -> int:
+        return await asyncio.to_thread(self._proc.wait)
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+
+async def adopt(pre: Prestarted, name: str) -> ProcessChannel:
+    """The prestarted agent as a channel; its ``token`` says the payload is sent (the link sends none)."""
+    assert pre.proc.stdin is not None and pre.proc.stdout is not None and pre.proc.stderr is not None
+    await asyncio.to_thread(pre.writer.join)
+    loop = asyncio.get_running_loop()
+    out = asyncio.StreamReader(limit=64 * 1024 * 1024)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(out), pre.proc.stdout)
+    err = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(err), pre.proc.stderr)
+    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, pre.proc.stdin)
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)  # type: ignore[arg-type]
+    channel = ProcessChannel(_AdoptedProcess(pre.proc, writer, out, err), name)  # type: ignore[arg-type]
+    channel.token = pre.token
+    return channel
+
+
 class LocalHost(Host):
     is_local = True
 
@@ -88,6 +186,9 @@ class LocalHost(Host):
         self.python = python or sys.executable
 
     async def open_channel(self, argv: list[str]) -> Channel:
+        pre = take_prestarted(argv)
+        if pre is not None:
+            return await adopt(pre, self.name)
         try:
             # a session of its own: a Ctrl-C at the terminal reaches kimitui, which cancels what runs and
             # then closes the agent's stdin; the agent is not interrupted in the middle of a request
