@@ -21,6 +21,9 @@ CONNECTION_STYLES = {
 }
 
 
+CAMPAIGN_WORDS = {"cleanup": "transition"}
+"""A phase as the campaign calls it, where that is not its recorded name."""
+
 NARROW = 100
 """Below this width the header drops the date and the event position (the controls stay)."""
 
@@ -30,6 +33,10 @@ def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, h
     """The header as styled content; colours are theme variables, so a theme switch restyles it."""
     narrow = width < NARROW
     clock = fmt.time_of_day if narrow else fmt.clock
+
+    def named(phase: str) -> str:  # in a campaign, the campaign's word (the strip's): the cleanup is its transition
+        return CAMPAIGN_WORDS.get(phase, phase) if state.campaign is not None else phase
+
     parts: list[str | tuple[str, str]] = [] if narrow else [(" kimitui ", "bold reverse $primary")]
     if replay is not None:  # what is shown is a record, whatever the host's connection was then
         parts += [" ", (" REPLAY ", "bold reverse $secondary")]
@@ -44,13 +51,13 @@ def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, h
         parts += ["  ", (f"was {conn}", CONNECTION_STYLES.get(conn, ""))]
     phase = state.phase
     if phase is not None:
-        parts += [("  " if narrow else "  phase ", "$text-muted"), (phase.phase, "bold $accent")]
+        parts += [("  " if narrow else "  phase ", "$text-muted"), (named(phase.phase), "bold $accent")]
     elif state.phases and state.phases[-1].outcome in ("ok", "unfinished"):
-        parts += [("  after ", "$text-muted"), (state.phases[-1].phase, "$accent")]
+        parts += [("  after ", "$text-muted"), (named(state.phases[-1].phase), "$accent")]
     elif state.phases:  # a phase that did not run as asked is named with how it ended, not "after" it
         last = state.phases[-1]
         style = "bold $error" if last.outcome == "FAILED" else "bold $warning"
-        parts += ["  ", (f"{last.phase} {last.outcome}", style)]
+        parts += ["  ", (f"{named(last.phase)} {last.outcome}", style)]
     else:
         parts.append(("  no phase", "$text-muted"))
     parts.append("  ")
