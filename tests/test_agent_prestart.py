@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from kimitui.hosts import local
-from kimitui.hosts.local import LocalHost, prestart_agent
+from kimitui.hosts import prestart as local
+from kimitui.hosts.local import LocalHost
+from kimitui.hosts.prestart import prestart_agent
 from tests.sshd import alive, until
 
 
@@ -64,3 +65,11 @@ async def test_one_started_on_another_python_is_not_taken_and_ends() -> None:
     finally:
         await host.close()
     await until(lambda: pre.proc.poll() is not None, 10.0, "the prestarted agent's exit (its input closed)")
+
+
+def test_only_the_local_dashboard_starts_an_agent_ahead() -> None:
+    from kimitui.commands.main import _is_the_local_dashboard
+
+    assert _is_the_local_dashboard([]) and _is_the_local_dashboard(["--interval", "0.25"])
+    assert not any(_is_the_local_dashboard(argv) for argv in (
+        ["demo"], ["replay", "run.jsonl"], ["watch", "--host", "local"], ["--help"], ["--version"], ["record"]))

@@ -149,6 +149,8 @@ def cmd_default(args: argparse.Namespace) -> int:
     rc = run_command(dashboard)
     if not failed:
         return rc
+    mark("probe-failed")
+    print_marks()
     problem = failed[0]
     print(f"kimitui: {printable(problem)}", file=sys.stderr)
     print("Try the simulated 8-GPU host with `kimitui demo`, or replay a recorded campaign with "

@@ -128,17 +128,25 @@ HANDLERS: dict[str, tuple[str, str]] = {
 """Each command's handler, as (module of kimitui.commands, function): imported when its command runs."""
 
 
+def _is_the_local_dashboard(argv: list[str]) -> bool:
+    """No subcommand named (an option's value never is one: `--theme demo` would only start an agent that
+    ends with this process), and not only asking for help or the version."""
+    return not any(a in HANDLERS for a in argv) and not {"-h", "--help", "--version"} & set(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     from kimitui.live.process_clock import mark
 
     mark("main")
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:  # the local dashboard: its agent starts beside the imports that follow
-        from kimitui.hosts.local import prestart_agent
+    if _is_the_local_dashboard(sys.argv[1:] if argv is None else argv):
+        # its agent (python, the host program, NVML) starts now, beside building the command line's parser
+        # and the imports that follow, rather than after them
+        from kimitui.hosts.prestart import prestart_agent
 
         prestart_agent()
         mark("agent-prestarted")
+    parser = build_parser()
+    args = parser.parse_args(argv)
     from kimitui.core.runfile import RunFileError
 
     try:

@@ -133,6 +133,7 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
         if check:
             mark("probing")
             problem = await probe_host(host)
+            mark("probed")
             if problem is not None:
                 raise ProbeFailed(problem)
         yield OpenedTarget(host, host.name, target_facts(target))
