@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 POLL_S = 0.01
@@ -133,6 +133,8 @@ class SimDir:
 
     path: Path
     gpus: int
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    """What spawn started (ended by teardown)."""
 
     @property
     def dev_prefix(self) -> str:
@@ -143,8 +145,10 @@ class SimDir:
         return self.path / "run" / "service.pid"
 
     def spawn(self, *args: str, user: str | None = None) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, str(HERE), args[0], str(self.path), *args[1:]],
-                                stdin=subprocess.DEVNULL, user=user)
+        child = subprocess.Popen([sys.executable, str(HERE), args[0], str(self.path), *args[1:]],
+                                 stdin=subprocess.DEVNULL, user=user)
+        self.children.append(child)
+        return child
 
     def holder_pids(self) -> set[int]:
         return {int(p.stem) for p in (self.path / "holders").glob("*.json")
@@ -177,6 +181,12 @@ class SimDir:
         return proc.pid
 
     def teardown(self) -> None:
+        # Our own children first, by their Popen (unreaped, the pid is theirs): one that had not yet written
+        # its record when the test ended (a quick test waits only for the pid) is ended too.
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
         for rec in (self.path / "spawned").iterdir():
             pid = int(rec.name)
             if start_time(pid) is not None and str(start_time(pid)) == rec.read_text():
