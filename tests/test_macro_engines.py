@@ -32,6 +32,7 @@ from kimitui.phases.check import check_phase
 from kimitui.tui.screens.macro_dialog import form_defaults, parse_form
 from tests.conftest import ROOT
 from tests.faulty_server import Behavior, FaultyServer
+from tests.sshd import until
 
 ROLE_GAP_S = 0.3
 """Between the role-only chunk and the first token: a TTFT taken at the role chunk is far below it."""
@@ -253,10 +254,7 @@ async def test_cancel_during_the_field_check_ends_the_sweep() -> None:
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[1], requests=2, max_tokens=3, warmup=0)
         cfg.timeouts.read_s = cfg.timeouts.total_s = 600.0
         sweep = asyncio.ensure_future(run_sweep(cfg, lambda e: None, cancel=cancel))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        while srv.stats.requests < 1 and loop.time() < deadline:
-            await asyncio.sleep(0.01)
+        await until(lambda: srv.stats.requests >= 1, 30.0, "the check's request at the server")
         assert srv.stats.requests == 1
         cancel.set()
         result = await asyncio.wait_for(sweep, 60)
