@@ -122,7 +122,10 @@ def test_full_consent_frees_every_gpu_kills_the_stuck_workers_and_spares_the_mon
     reader = RunReader(run_file)
     handles = {p.pid for i, ty in enumerate(reader.types) if ty == "sample"
                for p in reader.event(i).procs if p.kind == "handle"}  # type: ignore[attr-defined]
-    assert handles == monitors  # the monitor the agent saw is the one left alone
+    # The monitor the agent saw is the one left alone. A worker on its way out can show as a handle for a
+    # sample (the kernel unmaps a process's memory before it closes its files, and Python's finalizer
+    # unmaps before the interpreter exits), but only one that was signalled.
+    assert monitors <= handles and handles - monitors <= signalled
     state = state_at(reader, len(reader))
     assert state.cleanup is not None and state.cleanup.verification is not None
     assert state.cleanup.verification.clean and state.phases[-1].phase == "cleanup" and state.phases[-1].ok
