@@ -3,12 +3,13 @@ its phase marks (where the line has room), speed, paused, loop."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual.content import Content
-from textual.widgets import Static
 
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 from kimitui.tui.views.replay_info import ReplayInfo
+from kimitui.tui.widgets.part_lines import Line, Part, PartLines
 from kimitui.tui.widgets.position_bar import BAR_MAX, BAR_MIN, position_bar
 
 CONNECTION_STYLES = {
@@ -31,13 +32,19 @@ NARROW = 100
 def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "",
                    width: int = 120, read_only: bool = False) -> Content:
     """The header as styled content; colours are theme variables, so a theme switch restyles it."""
+    return Content.assemble(*status_parts(state, replay, live, host, width, read_only))
+
+
+def status_parts(state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "",
+                 width: int = 120, read_only: bool = False) -> Line:
+    """The header's parts: ``"text"`` or ``("text", style)``."""
     narrow = width < NARROW
     clock = fmt.time_of_day if narrow else fmt.clock
 
     def named(phase: str) -> str:  # in a campaign, the campaign's word (the strip's): the cleanup is its transition
         return CAMPAIGN_WORDS.get(phase, phase) if state.campaign is not None else phase
 
-    parts: list[str | tuple[str, str]] = [] if narrow else [(" kimitui ", "bold reverse $primary")]
+    parts: list[Part] = [] if narrow else [(" kimitui ", "bold reverse $primary")]
     if replay is not None:  # what is shown is a record, whatever the host's connection was then
         parts += [" ", (" REPLAY ", "bold reverse $secondary")]
     if read_only:  # kimitui serve's visitors: nothing on the host can be started from here
@@ -78,21 +85,21 @@ def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, h
         parts.append(clock(state.clock))
         if live and not narrow:
             parts.append((f"  events {state.events}", "$text-muted"))
-    content = Content.assemble(*parts)
     if replay is not None:  # the position bar, as wide as the line has room for
-        cells = min(BAR_MAX, width - content.cell_length - 2)
+        cells = min(BAR_MAX, width - sum(cell_len(p if isinstance(p, str) else p[0]) for p in parts) - 2)
         if cells >= BAR_MIN:
             parts[bar_at:bar_at] = ["  ", *position_bar(replay, cells)]
-            content = Content.assemble(*parts)
-    return content
+    return tuple(parts)
 
 
-class StatusBar(Static):
+class StatusBar(PartLines):
     """One line of what and where, drawn from the state and, in replay, the player's position."""
 
     DEFAULT_CSS = """
-    StatusBar { height: 1; background: $panel; color: $foreground; text-wrap: nowrap; text-overflow: ellipsis; }
+    StatusBar { height: 1; background: $panel; color: $foreground; }
     """
+
+    overflow_ellipsis = True
 
     _last: tuple[SessionState, ReplayInfo | None, bool, str] | None = None
     read_only = False
@@ -100,9 +107,8 @@ class StatusBar(Static):
 
     def show(self, state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "") -> None:
         self._last = (state, replay, live, host)
-        # One line whatever it says: no layout pass (that would repaint the whole screen).
-        self.update(status_content(state, replay, live, host, self.size.width or 120, self.read_only),
-                    layout=False)
+        # One line whatever it says: only the line is repainted, and only when it changed.
+        self.set_lines([status_parts(state, replay, live, host, self.size.width or 120, self.read_only)])
 
     def on_resize(self) -> None:
         if self._last is not None:
