@@ -107,12 +107,8 @@ class PartLines(Widget):
                     for part in self._lines[y] if (part if isinstance(part, str) else part[0])]
         strip = Strip(segments)
         if self.overflow_ellipsis and strip.cell_length > width > 0:
-            cut = strip.crop(0, width - 1)
-            last = segments[-1].style if segments else base
-            for segment in reversed(list(cut)):
-                last = segment.style
-                break
-            strip = Strip([*cut, Segment(ELLIPSIS, last)])
+            cut = list(strip.crop(0, width - 1))
+            strip = Strip([*cut, Segment(ELLIPSIS, cut[-1].style if cut else base)])
         strip = strip.adjust_cell_length(width, base).simplify()
         self._strips[y] = strip
         return strip
