@@ -328,8 +328,6 @@ async def test_fraction_bar_draws_what_progress_bar_draws() -> None:
 
 
 async def test_memory_history_repaints_only_the_lines_that_changed() -> None:
-    from textual.widgets import Static
-
     from kimitui.core.events import HostSample
     from kimitui.core.state import SessionState, fold
     from kimitui.tui.widgets.memory_history import MemoryHistory
@@ -344,16 +342,84 @@ async def test_memory_history_repaints_only_the_lines_that_changed() -> None:
     app = History()
     async with app.run_test(size=(60, 12)) as pilot:
         history = app.query_one(MemoryHistory)
+        assert [history.render_line(y).text.rstrip() for y in (0, 1)] == ["memory history (GiB)", "waiting for samples"]
+        refreshed: list[object] = []
+        refresh = history.refresh
+
+        def counting(*regions: object, **kwargs: object) -> object:
+            refreshed.append(regions or kwargs)
+            return refresh(*regions, **kwargs)  # type: ignore[arg-type]
+
         for seq in range(30):  # more samples than the sparkline's 23 cells
             # GPU 0 moves in the last sample; GPU 1 holds the same memory throughout, its line stays as it is
             used = 60000.0 if seq == 29 else 10000.0
             fold(state, HostSample(t=1000.0 + seq, host="h", seq=seq, procs=[], gpus=[gpu(0, used), gpu(1, 2048.0)]))
+            if seq == 29:
+                before = [history.render_line(y) for y in range(3)]
+                history.refresh = counting  # type: ignore[method-assign]
             history.show(state)
             await pilot.pause()
-            lines = list(history.query(Static))
-            if seq == 28:
-                before = [line.visual for line in lines]
-        after = [line.visual for line in lines]
-        assert [str(line.visual).split()[-1] for line in lines[1:]] == ["58.6", "2.0"]
+        after = [history.render_line(y) for y in range(3)]
+        assert [strip.text.split()[-1] for strip in after[1:]] == ["58.6", "2.0"]
         assert after[0] is before[0] and after[2] is before[2]  # the header and GPU 1: not drawn again
         assert after[1] is not before[1]
+        assert refreshed == [(Region(0, 1, 34, 1),)]  # only GPU 0's line is repainted
+
+
+async def test_part_lines_draw_what_a_static_with_the_same_content_draws() -> None:
+    """PartLines makes each part's segment from its style resolved once per look: the same cells as a Static
+    showing Content.assemble of the parts, across themes, widths (cut with an ellipsis) and a restyle."""
+    from textual.content import Content
+    from textual.widget import Widget
+    from textual.widgets import Static
+
+    from kimitui.tui.widgets.part_lines import ELLIPSIS, PartLines, line_content
+
+    lines = [
+        (("ph ", "$text-muted"), ("M   C", "bold $accent"), ("    GiB", "$text-muted")),
+        ("plain ", ("warn", "$warning on $panel"), "", (" err", "italic $error"), " 92.8"),
+        ((" 0 ", "$text-muted"), ("▁▂▃", "$success"), ("▅▆", "$warning"), ("█", "$error"), "  ·"),
+    ]
+
+    class Both(App[None]):
+        CSS = "PartLines, Static { width: 40; height: 3; color: $foreground; background: $surface; }"
+
+        def compose(self) -> ComposeResult:
+            yield PartLines(id="ours")
+            yield Static(Content("\n").join([line_content(line) for line in lines]), id="theirs")
+
+    def cells(widget: Widget) -> list[list[tuple[str, object]]]:
+        """Each cell as it looks: a blank's foreground is not seen (the padding after the text may carry
+        the widget's colour or none), unless it is underlined, struck through or reversed; the Static's
+        offsets for text selection (its meta) are not drawn."""
+        def look(char: str, style: Style) -> tuple[str, object]:
+            style = style.clear_meta_and_links()
+            if char == " " and not (style.underline or style.strike or style.reverse):
+                return char, style.bgcolor
+            return char, style
+        return [[look(char, seg.style or Style()) for seg in strip for char in seg.text]
+                for strip in widget.render_lines(Region(0, 0, widget.size.width, 3))]
+
+    app = Both()
+    async with app.run_test(size=(60, 8)) as pilot:
+        ours, theirs = app.query_one("#ours", PartLines), app.query_one("#theirs", Static)
+        ours.set_lines(lines)
+        await pilot.pause()
+        compared = 0
+        for theme in ("textual-dark", "textual-light", "nord"):
+            app.theme = theme
+            await pilot.pause()
+            assert cells(ours) == cells(theirs), theme
+            compared += 1
+        ours.styles.color = theirs.styles.color = "red"  # a restyle resolves the parts' styles again
+        await pilot.pause()
+        assert cells(ours) == cells(theirs)
+        assert ours.render().plain == theirs.render().plain  # type: ignore[union-attr]
+        assert compared == 3
+        # too long for the widget: cut one cell short with an ellipsis in the style of the last cell kept
+        ours.overflow_ellipsis = True
+        ours.styles.width = 10
+        await pilot.pause()
+        strip = ours.render_line(1)
+        assert strip.text == "plain warn"[:9] + ELLIPSIS and strip.cell_length == 10
+        assert list(strip)[-1].text == "war" + ELLIPSIS  # one segment: the same style as "war"
