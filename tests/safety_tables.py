@@ -561,8 +561,14 @@ def spawn_at(prog: Programs, leaf: LeafSpec, pid: int) -> subprocess.Popen[bytes
             popen.wait()
         return None
     finally:
+        # never behind a pid another process took meanwhile (the host's and the agents' own children fork on
+        # their own): a counter put back below it would hand out pids just freed, such as a stale main's
         with open(NS_LAST_PID, "w") as fh:
-            fh.write(resume)
+            fh.write(str(max(int(resume), _highest_pid())))
+
+
+def _highest_pid() -> int:
+    return max((int(name) for name in os.listdir("/proc") if name.isdigit()), default=0)
 
 
 @dataclass(slots=True)
@@ -643,6 +649,9 @@ class Table:
             self.reuse_pending = False
             main = self._main()
             assert main.popen is not None
+            if self.pidfile is not None:  # the service ran a while, then exited: a later process with its
+                written = time.time() - STALE_AGE_S  # pid (another table's, by chance) is provably not it
+                os.utime(self.pidfile, (written, written))
             main.harness_killed = True
             main.popen.kill()
             main.popen.wait()
