@@ -650,8 +650,7 @@ class Table:
             main = self._main()
             assert main.popen is not None
             if self.pidfile is not None:  # the service ran a while, then exited: a later process with its
-                written = time.time() - STALE_AGE_S  # pid (another table's, by chance) is provably not it
-                os.utime(self.pidfile, (written, written))
+                self._date_back_pidfile()  # pid (another table's, by chance) is provably not it
             main.harness_killed = True
             main.popen.kill()
             main.popen.wait()
@@ -751,10 +750,14 @@ class Table:
         mtime against the new process's start, to a few centiseconds, so one reused within that of its
         writing cannot be told from the service (said in the README, not tested)."""
         self.reuse_pending = False
-        assert self.main is not None and self.pidfile is not None
+        assert self.main is not None
+        self._date_back_pidfile()
+        await self._reuse(self.main)
+
+    def _date_back_pidfile(self) -> None:
+        assert self.pidfile is not None
         written = time.time() - STALE_AGE_S
         os.utime(self.pidfile, (written, written))
-        await self._reuse(self.main)
 
     # --- what the executor sees -----------------------------------------------------------------------
 

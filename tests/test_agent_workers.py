@@ -62,13 +62,13 @@ async def test_a_failing_worker_returns_its_stderr_tail(host: LocalHost) -> None
 
 
 STUBBORN = b"""\
-import json, signal, subprocess, sys, time
+import json, signal, subprocess, sys
 signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[1] == "ignore" else signal.SIG_DFL)
 child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
                           "signal.SIG_IGN); time.sleep(120)"])
 print(json.dumps({"child": child.pid}), flush=True)
 while True:
-    time.sleep(1)
+    signal.pause()  # until the signal that ends it (an ignored SIGTERM does not return here)
 """
 
 
