@@ -161,6 +161,8 @@ async def test_cells_render_as_datatable_renders_them() -> None:
         cells += [c for k in range(9) for c in proc_cells(proc(k), COLORS)]
         cells += [Text("x", style="on red", justify=j) for j in ("left", "center", "right", "default", "full")]
         cells += [Text("  pad  ", justify=j, style="underline") for j in ("left", "center", "right")]
+        cells += [Text("", justify=j, style="red") for j in ("left", "center", "right", "default", None)]
+        cells += [Text("", justify=j) for j in ("left", "default")]
         row = Style(color="#e0e0e0", bgcolor="#1e1e1e", meta={"row": 3, "column": 1})
         cursor = Style(color="#000000", bgcolor="#ffa62b", bold=True)
         cursor_post = Style.from_color(cursor.color) + Style.from_color(bgcolor=cursor.bgcolor)

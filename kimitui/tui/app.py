@@ -33,6 +33,7 @@ from kimitui.core.session import EventSource, Session
 from kimitui.live.context import LiveContext
 from kimitui.live.process_clock import mark, since_process_start
 from kimitui.tui import fmt, keys
+from kimitui.tui.band_compositor import BandScreen
 from kimitui.tui.commands import KimituiCommands
 from kimitui.tui.controllers.base import Controller
 from kimitui.tui.controllers.campaign import RUNNING, CampaignController
@@ -42,7 +43,7 @@ from kimitui.tui.controllers.micro import MicroController
 from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
 from kimitui.tui.palette import Colors
 from kimitui.tui.replay_controls import ReplayControls
-from kimitui.tui.screen_diff import ScreenShadow, minimal_update
+from kimitui.tui.screen_diff import DiffUpdate, ScreenShadow, minimal_update
 from kimitui.tui.screens.help_screen import HelpScreen
 from kimitui.tui.themes import load_themes, resolve_theme
 from kimitui.tui.views.campaign_view import AnalysisView, CampaignStrip
@@ -142,6 +143,9 @@ class KimituiApp(ReplayControls):
 
     # -- layout
 
+    def get_default_screen(self) -> Screen[object]:
+        return BandScreen(id="_default")
+
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
         # Notices carry outside text (an error body, a note, a reason): printable, and not read as markup
@@ -232,6 +236,21 @@ class KimituiApp(ReplayControls):
         if written and driver is not None and not driver.is_inline:
             renderable = minimal_update(self._shadow, renderable, (self.size.width, self.size.height),
                                         self.console)  # type: ignore[assignment]
+            if isinstance(renderable, DiffUpdate) and not any(self.cursor_position):
+                # Textual ends every frame with a move to the cursor's place: home, where no widget has put it.
+                # The cursor is hidden and the next update places itself, so the move is left out, and a frame
+                # with nothing changed writes nothing.
+                try:
+                    if renderable.sequences:
+                        self._begin_update()
+                        try:
+                            driver.write(renderable.sequences)
+                        finally:
+                            self._end_update()
+                        driver.flush()
+                finally:
+                    self.post_display_hook()
+                return
         super()._display(screen, renderable)
 
     @property

@@ -7,6 +7,7 @@ of MiB), as in the report and the CLI.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 # shared with the CLI and the report
@@ -73,7 +74,7 @@ def mem_fraction(used_mib: float | None, total_mib: float | None) -> float | Non
 
 
 def resample(values: Sequence[float | None], width: int) -> list[float | None]:
-    """The last ``width`` points of values, or values stretched to width when there are fewer.
+    """``values`` as they are when they are no more than ``width``, else squeezed into ``width`` cells.
 
     Each output cell takes the maximum of the points that fall in it, so a short spike stays visible; a
     cell whose every point is None (no reading) is None.
@@ -82,14 +83,21 @@ def resample(values: Sequence[float | None], width: int) -> list[float | None]:
         return []
     if len(values) <= width:
         return list(values)
-    step = len(values) / width
+    values = list(values)
+    if None not in values:
+        return [max(values[lo:hi]) for lo, hi in _cells(len(values), width)]  # type: ignore[type-var]
     out: list[float | None] = []
-    for i in range(width):
-        lo = int(i * step)
-        hi = max(lo + 1, int((i + 1) * step))
+    for lo, hi in _cells(len(values), width):
         read = [v for v in values[lo:hi] if v is not None]
         out.append(max(read) if read else None)
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _cells(n: int, width: int) -> tuple[tuple[int, int], ...]:
+    """The [lo, hi) points of each of ``width`` cells over ``n`` points (n > width)."""
+    step = n / width
+    return tuple((int(i * step), max(int(i * step) + 1, int((i + 1) * step))) for i in range(width))
 
 
 NO_READING = "·"
@@ -99,7 +107,11 @@ NO_READING = "·"
 def sparkline(values: Sequence[float | None], top: float, width: int) -> str:
     """Block characters scaled from 0 to ``top`` (a GPU's total memory), right-aligned in width; a cell
     without a reading is ``NO_READING``."""
-    points = resample(values, width)
+    return spark_cells(resample(values, width), top, width)
+
+
+def spark_cells(points: Sequence[float | None], top: float, width: int) -> str:
+    """``sparkline`` of points already resampled to at most ``width``."""
     if top <= 0:
         top = max((v for v in points if v is not None), default=0.0) or 1.0
     chars = []

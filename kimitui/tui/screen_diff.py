@@ -10,6 +10,8 @@ pushed) is sent whole and taken as the new picture, so the shadow never drifts f
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from rich.cells import get_character_cell_size
 from rich.color import ColorSystem
 from rich.console import Console
@@ -56,6 +58,20 @@ def sgr_change(before: Look, after: Look) -> str:
     return f"\x1b[{';'.join(['0', *(code for code in (attrs, fg, bg) if code)])}m"
 
 
+_LOOKS: dict[tuple[Style | None, ColorSystem], Look] = {}
+"""look_of's answers: a frame's strips share a few dozen styles."""
+
+
+def _look(style: Style | None, color_system: ColorSystem) -> Look:
+    key = (style, color_system)
+    look = _LOOKS.get(key, UNKNOWN)
+    if look is UNKNOWN:
+        if len(_LOOKS) > 4096:  # styles made and dropped (a theme tried, a link's id): start again
+            _LOOKS.clear()
+        look = _LOOKS[key] = look_of(style, color_system)
+    return look  # type: ignore[return-value]
+
+
 def strip_cells(strip: Strip, color_system: ColorSystem) -> tuple[list[Cell], list[Style | None]] | None:
     """The cells a strip paints, left to right, and each one's style; None when it holds a control segment
     (not diffed)."""
@@ -64,7 +80,11 @@ def strip_cells(strip: Strip, color_system: ColorSystem) -> tuple[list[Cell], li
     for text, style, control in strip:
         if control:
             return None
-        look = look_of(style, color_system)
+        look = _look(style, color_system)
+        if text.isascii() and text.isprintable():  # a cell a character
+            cells += zip(text, repeat(look))
+            styles += repeat(style, len(text))
+            continue
         for char in text:
             width = get_character_cell_size(char)
             if width == 0:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
+
 from rich.text import Text
 
 from kimitui.core.events import GpuSample
@@ -14,25 +17,57 @@ BAR_WIDTH = 10
 NAME_WIDTH = 18
 
 
-def gpu_cells(g: GpuSample, colors: Colors, name_width: int) -> list[Cell]:
+def _index_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
+    return Text(str(g.index), justify="right")
+
+
+def _name_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
+    if g.error:
+        return Text(fmt.shorten(fmt.printable(f"! {g.error}"), name_width), style=colors.error, no_wrap=True)
+    return Text(fmt.shorten(fmt.printable(fmt.short_gpu_name(g.name)) or "-", name_width), no_wrap=True)
+
+
+def _memory_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
     fraction = fmt.mem_fraction(g.mem_used_mib, g.mem_total_mib)
     memory = Text(no_wrap=True)
     memory.append(fmt.bar(fraction, BAR_WIDTH), style=colors.level(fraction))
     memory.append(" " + fmt.mem_label(g.mem_used_mib, g.mem_total_mib))
-    name = Text(fmt.shorten(fmt.printable(fmt.short_gpu_name(g.name)) or "-", name_width), no_wrap=True)
-    if g.error:
-        name = Text(fmt.shorten(fmt.printable(f"! {g.error}"), name_width), style=colors.error, no_wrap=True)
-    util = Text(fmt.num(g.util_pct, "{:.0f}", "%"), justify="right",
+    return memory
+
+
+def _util_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
+    return Text(fmt.num(g.util_pct, "{:.0f}", "%"), justify="right",
                 style=colors.level(None if g.util_pct is None else g.util_pct / 100))
-    return [
-        Text(str(g.index), justify="right"),
-        name,
-        memory,
-        util,
-        Text(fmt.num(g.temp_c, "{:.0f}", "C"), justify="right"),
-        Text(fmt.num(g.power_w, "{:.0f}", "W"), justify="right"),
-        Text(fmt.num(g.sm_clock_mhz, "{:.0f}"), justify="right"),
-    ]
+
+
+def _temp_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
+    return Text(fmt.num(g.temp_c, "{:.0f}", "C"), justify="right")
+
+
+def _power_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
+    return Text(fmt.num(g.power_w, "{:.0f}", "W"), justify="right")
+
+
+def _clock_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
+    return Text(fmt.num(g.sm_clock_mhz, "{:.0f}"), justify="right")
+
+
+CellMaker = Callable[[GpuSample, Colors, int], Cell]
+CELLS: tuple[tuple[Callable[[GpuSample], object], CellMaker], ...] = (
+    (attrgetter("index"), _index_cell),
+    (attrgetter("name", "error"), _name_cell),
+    (attrgetter("mem_used_mib", "mem_total_mib"), _memory_cell),
+    (attrgetter("util_pct"), _util_cell),
+    (attrgetter("temp_c"), _temp_cell),
+    (attrgetter("power_w"), _power_cell),
+    (attrgetter("sm_clock_mhz"), _clock_cell),
+)
+"""Each column's cell, and the figures of a sample it is made from (a cell whose figures did not change is
+kept as it is)."""
+
+
+def gpu_cells(g: GpuSample, colors: Colors, name_width: int) -> list[Cell]:
+    return [make(g, colors, name_width) for _, make in CELLS]
 
 
 class GpuTable(KeyedTable):
@@ -50,6 +85,8 @@ class GpuTable(KeyedTable):
         super().__init__(id=id, classes=classes)
         self.name_width = NAME_WIDTH
         self._last: tuple[SessionState, Colors] | None = None
+        self._made: dict[int, tuple[Colors, int, list[object], list[Cell]]] = {}
+        """Each GPU's cells as last made, with the colours, name width and figures they were made from."""
 
     def fitted_name_width(self) -> int:
         """The name column takes what the other columns leave (at least NAME_WIDTH, at most a long name)."""
@@ -66,5 +103,21 @@ class GpuTable(KeyedTable):
 
     def show(self, state: SessionState, colors: Colors) -> None:
         self._last = (state, colors)
-        rows: list[Row] = [(str(i), gpu_cells(state.gpus[i], colors, self.name_width)) for i in sorted(state.gpus)]
+        made: dict[int, tuple[Colors, int, list[object], list[Cell]]] = {}
+        rows: list[Row] = []
+        width = self.name_width
+        for i in sorted(state.gpus):
+            g = state.gpus[i]
+            figures = [read(g) for read, _ in CELLS]
+            last = self._made.get(i)
+            if last is None or last[0] != colors or last[1] != width:
+                cells = gpu_cells(g, colors, width)
+            elif last[2] == figures:
+                cells = last[3]  # the very cells: sync skips the row
+            else:
+                cells = [old if was == now else make(g, colors, width)
+                         for (_, make), old, was, now in zip(CELLS, last[3], last[2], figures, strict=True)]
+            made[i] = (colors, width, figures, cells)
+            rows.append((str(i), cells))
+        self._made = made
         self.sync(rows)

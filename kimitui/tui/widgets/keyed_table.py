@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions
 from rich.padding import Padding
 from rich.segment import Segment
@@ -35,6 +36,7 @@ Row = tuple[str, Sequence[Cell]]
 CELL_PADDING = 1
 """Blank cells either side of a cell's content (DataTable's default)."""
 HEADER = -1
+NO_STYLE = Style()
 """The header's row index (DataTable's numbering: the meta of its segments says row -1)."""
 
 
@@ -122,6 +124,20 @@ def render_cell(console: Console, options: ConsoleOptions, cell: Text, width: in
     plain = cell.plain
     justify = cell.justify or options.justify or "default"
     if (cell.end in ("\n", "") and "\n" not in plain and "\t" not in plain
+            and cell.cell_len <= inner and not cell.spans):
+        # One line that fits, in one style (a figure): what the steps below make of it, without the Text
+        # copies. A joined line's style is a span over it, rendered as that style alone; no style, no style.
+        cell_style = console.get_style(cell.style, default=null) if cell.style else None
+        if justify in ("left", "center", "right"):
+            text = plain if justify == "left" else plain.rstrip()
+            room = inner - cell_len(text)
+            left = 0 if justify == "left" else room if justify == "right" else room // 2
+            text_line = [Segment(" " * left + text + " " * (room - left), cell_style)]
+        else:
+            text_line = [Segment(plain, cell_style)] if plain else []
+            if cell.cell_len < inner:
+                text_line.append(Segment(" " * (inner - cell.cell_len), null))
+    elif (cell.end in ("\n", "") and "\n" not in plain and "\t" not in plain
             and cell.cell_len <= inner):
         # What Text.wrap does to one line that fits (Lines.justify), then its render as one joined line
         line = cell.copy()
@@ -149,7 +165,8 @@ def render_cell(console: Console, options: ConsoleOptions, cell: Text, width: in
         text_line = first if first is not None else [Segment(" " * inner, null)]
     # the padding either side, in its style ("none", the null style); Styled(pre_style=style, post_style)
     side = Segment(" " * CELL_PADDING, null)
-    return list(Segment.apply_style([side, *text_line, side], style=style, post_style=post_style))
+    # simplified here, once a cell: a row is not simplified again (its cells' styles differ: each names its column)
+    return list(Segment.simplify(Segment.apply_style([side, *text_line, side], style=style, post_style=post_style)))
 
 
 class KeyedTable(ScrollView, can_focus=True):
@@ -228,6 +245,10 @@ class KeyedTable(ScrollView, can_focus=True):
         self._layout_version = 0
         """Bumped when a column's width changes: every cell is rendered again."""
         self._metas: dict[tuple[int, int], Style] = {}
+        self._extends: dict[tuple[int, Style, Style], Style] = {}
+        """A row's style past its last column (its meta says out of bounds), by row and look."""
+        self._frame: tuple[int, int, int] | None = None
+        """(width, scroll_x, scroll_y) while render_lines runs: read once for the lines it renders."""
 
     def on_mount(self) -> None:
         console = self.app.console
@@ -259,6 +280,7 @@ class KeyedTable(ScrollView, can_focus=True):
         skipped). Otherwise the table is rebuilt, keeping the cursor on its row and the scroll position."""
         keys = [k for k, _ in rows]
         if keys == self._keys:
+            repaint: list[int] = []
             for index, (key, cells) in enumerate(rows):
                 line = self._lines[key]
                 if cells is line.cells:
@@ -268,7 +290,9 @@ class KeyedTable(ScrollView, can_focus=True):
                 line.cells = cells
                 if changed:
                     self._set_cells(line, changed)
-                    self._refresh_row(index)
+                    repaint.append(index)
+            if repaint:
+                self._refresh_rows(repaint)
             self._fit_columns()
             return
         cursor_key = self._keys[self.cursor_row] if 0 <= self.cursor_row < len(self._keys) else None
@@ -291,7 +315,7 @@ class KeyedTable(ScrollView, can_focus=True):
         cells[column] = value
         line.cells = cells
         self._set_cells(line, [column])
-        self._refresh_row(self._index[row_key])
+        self._refresh_rows([self._index[row_key]])
         self._fit_columns()
 
     def set_column_width(self, column_key: str, width: int | None) -> None:
@@ -313,8 +337,7 @@ class KeyedTable(ScrollView, can_focus=True):
         row = max(0, min(row, len(self._keys) - 1))
         if row != self.cursor_row:
             if self.show_cursor:
-                self._refresh_row(self.cursor_row)
-                self._refresh_row(row)
+                self._refresh_rows([self.cursor_row, row])
             self.cursor_row = row
         if scroll and self.show_cursor:
             self._scroll_to_row(row)
@@ -351,16 +374,18 @@ class KeyedTable(ScrollView, can_focus=True):
             self.virtual_size = Size(sum(c.render_width for c in self.columns), 1 + len(self._keys))
             self.refresh()
 
-    def _refresh_row(self, index: int) -> None:
-        if not self.size.height:
+    def _refresh_rows(self, indices: list[int]) -> None:
+        width, height = self.size
+        if not height:
             # Off screen (a hidden tab: Textual maps no region for it, and keeps the lines it last drew). A
             # line's repaint would be cut to nothing and the old lines would come back when shown: drop them
             # all, so the table is drawn from its rows when it is shown again.
             self.refresh()
             return
-        y = 1 + index - round(self.scroll_y)
-        if 1 <= y < self.size.height:
-            self.refresh(Region(0, y, self.size.width, 1))
+        top = round(self.scroll_y)
+        regions = [Region(0, y, width, 1) for y in (1 + index - top for index in indices) if 1 <= y < height]
+        if regions:
+            self.refresh(*regions)
 
     # -- drawing
 
@@ -388,16 +413,20 @@ class KeyedTable(ScrollView, can_focus=True):
             if look != self._look:
                 self._look = look
                 self._look_version += 1
+                self._extends.clear()
         return self._look
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._read_look()
-        return super().render_lines(crop)
+        self._frame = (self.size.width, *self.scroll_offset)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
 
     def render_line(self, y: int) -> Strip:
         look = self._read_look()
-        width = self.size.width
-        scroll_x, scroll_y = self.scroll_offset
+        width, scroll_x, scroll_y = self._frame or (self.size.width, *self.scroll_offset)
         if y == 0:
             index, line = HEADER, self._header
         else:
@@ -412,16 +441,19 @@ class KeyedTable(ScrollView, can_focus=True):
             line.segments = [None] * len(self.columns)
             line.strip = None
         if line.strip is None or line.strip_for != (width, scroll_x):
-            line.strip = self._render_row(line, index, cursor, look, width).crop(
-                scroll_x, scroll_x + width).adjust_cell_length(width, look.base).simplify()
+            strip = self._render_row(line, index, cursor, look, width)
+            if scroll_x or strip.cell_length > width:
+                strip = strip.crop(scroll_x, scroll_x + width)
+            line.strip = strip.adjust_cell_length(width, look.base)
             line.strip_for = (width, scroll_x)
         return line.strip
 
     def _render_row(self, line: _Line, index: int, cursor: bool, look: Look, width: int) -> Strip:
         row_style = look.header if index == HEADER else look.odd if index % 2 else look.even
-        component, post = (look.cursor, look.cursor_post) if cursor else (Style(), Style())
-        console = self.app.console
-        options = self.app.console_options
+        component, post = (look.cursor, look.cursor_post) if cursor else (NO_STYLE, NO_STYLE)
+        app = self.app
+        console = app.console
+        options: ConsoleOptions | None = None
         segments: list[Segment] = []
         table_width = 0
         for i, column in enumerate(self.columns):
@@ -430,11 +462,17 @@ class KeyedTable(ScrollView, can_focus=True):
             cell = line.segments[i]
             column_width = column.render_width
             if cell is None:
+                if options is None:
+                    options = app.console_options
                 style = row_style + self._meta(index, i) + component
                 cell = line.segments[i] = render_cell(console, options, line.texts[i], column_width, style, post)
             segments += cell
             table_width += column_width
-        extend = row_style + component + Style.from_meta({"row": index, "column": 0, "out_of_bounds": True})
+        extend_key = (index, row_style, component)
+        extend = self._extends.get(extend_key)
+        if extend is None:
+            extend = self._extends[extend_key] = row_style + component + Style.from_meta(
+                {"row": index, "column": 0, "out_of_bounds": True})
         segments.append(Segment(" " * max(0, width - table_width), extend))
         return Strip(segments)
 

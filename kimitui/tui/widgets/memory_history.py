@@ -17,10 +17,16 @@ TITLE: Line = (("memory history (GiB)", "$text-muted"),)
 WAITING = [TITLE, (("waiting for samples", "$text-muted"),)]
 
 
-def history_parts(state: SessionState, width: int) -> list[Line]:
+GpuLines = dict[int, tuple[tuple[object, ...], tuple[object, ...], Line]]
+"""A GPU's line as last made, by GPU, with what it was made from: its points (with the total and the width),
+and what of them the line shows (the sparkline's cells, the last point, the total, the width)."""
+
+
+def history_parts(state: SessionState, width: int, made: GpuLines | None = None) -> list[Line]:
     """Lines aligned with the GPU table's rows: a header line (the phases that started within the history,
     each at its column: the help lists the letters), then 'N ▁▂▅█ 96.9' per GPU, each sparkline cell
-    coloured by its own level. Parts, cheap to compare: a line is drawn again only when it changed."""
+    coloured by its own level. Parts, cheap to compare: a line is drawn again only when it changed. ``made``
+    (kept by the caller between frames) keeps each GPU's line while what it shows is the same."""
     spark_w = max(width - LABEL_W - VALUE_W - 2, 4)
     indices = sorted(state.gpus.keys() | state.mem_history.keys())
     if not indices:
@@ -31,13 +37,25 @@ def history_parts(state: SessionState, width: int) -> list[Line]:
                           (" GiB".rjust(VALUE_W + 1), "$text-muted")) if marks
                          else TITLE]
     for index in indices:
-        points = list(map(_used, state.mem_history.get(index, ())))
+        points = tuple(map(_used, state.mem_history.get(index, ())))
         gpu = state.gpus.get(index)
         total = gpu.mem_total_mib if gpu is not None and gpu.mem_total_mib else max(fmt.readings(points), default=0.0)
+        kept = made.get(index) if made is not None else None
+        if kept is not None and kept[0] == (points, total, spark_w):  # the same points (a steady GPU's memory)
+            lines.append(kept[2])
+            continue
+        cells = fmt.resample(points, spark_w)
         last = points[-1] if points else None  # None: the newest sample had no reading
-        lines.append(((str(index).rjust(LABEL_W - 1) + " ", "$text-muted"),
-                      *_coloured(fmt.sparkline(points, total or 0.0, spark_w)),
-                      " " + fmt.gib(last).rjust(VALUE_W - 1)))
+        drawn = (tuple(cells), last, total, spark_w)
+        if kept is not None and kept[1] == drawn:  # other points, drawn the same (the history still filling)
+            line = kept[2]
+        else:
+            line = ((str(index).rjust(LABEL_W - 1) + " ", "$text-muted"),
+                    *_coloured(fmt.spark_cells(cells, total or 0.0, spark_w)),
+                    " " + fmt.gib(last).rjust(VALUE_W - 1))
+        if made is not None:
+            made[index] = ((points, total, spark_w), drawn, line)
+        lines.append(line)
     return lines
 
 
@@ -80,10 +98,13 @@ class MemoryHistory(PartLines):
     DEFAULT_CSS = "MemoryHistory { height: auto; min-height: 2; }"
 
     _state: SessionState | None = None
+    _made: GpuLines | None = None
 
     def show(self, state: SessionState) -> None:
         self._state = state
-        self.set_lines(history_parts(state, self.size.width or 36))
+        if self._made is None:
+            self._made = {}
+        self.set_lines(history_parts(state, self.size.width or 36, self._made))
 
     def on_mount(self) -> None:
         self.set_lines(WAITING)
