@@ -300,6 +300,36 @@ def test_memory_history_lines_and_colours() -> None:
         Span(41, 44, "$text-muted")]
 
 
+def test_memory_history_kept_lines_are_the_lines_made_anew() -> None:
+    """The widget keeps each GPU's line between frames (``made``): through a history that fills, holds a
+    steady figure, changes, loses readings, changes its total and is drawn at two widths, every kept line is
+    the line made from scratch; and a steady GPU's line is the very line kept."""
+    from kimitui.core.events import HostSample
+    from kimitui.core.state import HISTORY_POINTS, SessionState, fold
+    from kimitui.tui.widgets.memory_history import history_parts
+
+    def used(seq: int, i: int) -> float | None:
+        if i == 1:
+            return 60000.0  # steady throughout
+        if i == 2 and seq % 37 in (5, 6):
+            return None  # no reading
+        return 20000.0 + (seq // 50) * 7000.0 + (seq % 7) * 900.0 * (i % 3)
+
+    state = SessionState()
+    made: dict[int, dict[int, tuple[tuple[object, ...], tuple[object, ...], tuple[object, ...]]]] = {36: {}, 20: {}}
+    kept = 0
+    for seq in range(HISTORY_POINTS + 120):
+        total = 97887.0 if seq < 200 else 143771.0
+        fold(state, HostSample(t=1000.0 + seq / 2, host="h", seq=seq, procs=[], gpus=[
+            GpuSample(i, f"u{i}", "n", mem_used_mib=used(seq, i), mem_total_mib=total) for i in range(4)]))
+        for width in (36, 20):
+            before = dict(made[width])
+            lines = history_parts(state, width, made[width])
+            assert lines == history_parts(state, width), (seq, width)
+            kept += sum(1 for i, line in enumerate(lines[1:]) if i in before and before[i][2] is line)
+    assert kept > 2 * HISTORY_POINTS  # GPU 1, steady: its line kept at each width
+
+
 async def test_fraction_bar_draws_what_progress_bar_draws() -> None:
     from textual.containers import Horizontal
     from textual.widgets import ProgressBar
