@@ -60,6 +60,7 @@ from kimitui.tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+    from textual.driver import Driver
     from textual.screen import Screen
 
 TICK_HZ = 20.0
@@ -145,6 +146,14 @@ class KimituiApp(ReplayControls):
 
     def get_default_screen(self) -> Screen[object]:
         return BandScreen(id="_default")
+
+    def get_driver_class(self) -> type[Driver]:
+        from textual.drivers.linux_driver import LinuxDriver
+
+        from kimitui.tui.quiet_driver import QuietLinuxDriver
+
+        driver = super().get_driver_class()
+        return QuietLinuxDriver if driver is LinuxDriver else driver  # not another one named (a browser's)
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:

@@ -37,6 +37,8 @@ CELL_PADDING = 1
 """Blank cells either side of a cell's content (DataTable's default)."""
 HEADER = -1
 NO_STYLE = Style()
+RENDERED_CELLS = 4096
+"""How many rendered one-style cells a table keeps (then it starts again)."""
 """The header's row index (DataTable's numbering: the meta of its segments says row -1)."""
 
 
@@ -246,6 +248,8 @@ class KeyedTable(ScrollView, can_focus=True):
         """Bumped when a column's width changes: every cell is rendered again."""
         self._metas: dict[tuple[int, int], Style] = {}
         self._extends: dict[tuple[int, Style, Style], Style] = {}
+        self._rendered: dict[tuple[object, ...], list[Segment]] = {}
+        """Cells in one style rendered lately, by what they were rendered from (their place among it)."""
         """A row's style past its last column (its meta says out of bounds), by row and look."""
         self._frame: tuple[int, int, int] | None = None
         """(width, scroll_x, scroll_y) while render_lines runs: read once for the lines it renders."""
@@ -462,10 +466,21 @@ class KeyedTable(ScrollView, can_focus=True):
             cell = line.segments[i]
             column_width = column.render_width
             if cell is None:
-                if options is None:
-                    options = app.console_options
                 style = row_style + self._meta(index, i) + component
-                cell = line.segments[i] = render_cell(console, options, line.texts[i], column_width, style, post)
+                text = line.texts[i]
+                # A figure that comes back (a utilisation, a power draw) is rendered once at its place
+                key = (text.plain, text.style, text.justify, text.overflow, text.no_wrap, text.end, column_width,
+                       style, post) if not text.spans else None
+                cell = self._rendered.get(key) if key is not None else None
+                if cell is None:
+                    if options is None:
+                        options = app.console_options
+                    cell = render_cell(console, options, text, column_width, style, post)
+                    if key is not None:
+                        if len(self._rendered) >= RENDERED_CELLS:
+                            self._rendered.clear()
+                        self._rendered[key] = cell
+                line.segments[i] = cell
             segments += cell
             table_width += column_width
         extend_key = (index, row_style, component)
