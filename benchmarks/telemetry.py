@@ -29,12 +29,18 @@ dashboard-cpu on the shared 2-core dev machine (load average 1-2), 30 s a load, 
   2026-12-02 (docs/device-runs/start-draw-1xh200-issue20): 14.1 KB, 2.20 % / 14.0 KB, 2.20 %. kimitui's local
   dashboard there (1 GPU, benchmarks/vs_nvitop.py, counted from 5 s after the start): 2.8-3.0 KB per 30 s,
   0.99-1.06 %, beside nvitop's 3.2-3.3 KB, 1.33-1.39 %.
-Where the rest of the CPU goes (serving, per 2 Hz frame, ~7 ms): the GPU table's 8 changed rows ~1.4 ms, the
-header line ~0.7 ms, the screen diff ~0.5 ms, the views' show() ~1.5 ms (GPU cells, memory history, the 64
-processes compared), Textual's message loop and timers ~1.5 ms; a frame where only the header changes costs
-~5 ms (1.0 %). Where the bytes go: a cursor move and 1-3 characters per changed figure (~16-32 a frame), an SGR
-change per look, 10 bytes a frame of reset and Textual's own cursor home; the memory history's sparklines
-while they fill (the first 11 s).
+  issue 20, 2026-12-03 (band compositor, kept cells and lines, quiet input thread, no trailing cursor move):
+  here 14.0 KB, 1.73 % / 13.6 KB, 1.43 %; on the H200 host's CPU (docs/device-runs/draw-1xh200-issue20-band):
+  13.8 KB, 1.20 % / 13.6 KB, 0.87 %; kimitui's local dashboard there 2.4 KB, 0.60-0.66 % beside nvitop's
+  3.1-3.3 KB, 1.10-1.13 %.
+Where the CPU goes now (serving, a 2 Hz frame, ~6.5 ms of the main thread here, measured by wrapping each
+step): the compositor ~3.8 ms (the GPU table's 8 changed lines ~1.7 ms, a third of it Textual's styling of
+each line; the header ~0.5 ms; the screen diff ~0.7 ms), the views' show() ~1.3 ms (GPU cells, memory
+history, the 64 processes compared), the fold, the source and Textual's message loop the rest. Before the
+band compositor a frame where the header and the GPU rows changed rendered all 25 widgets of the dashboard,
+every line of each; the input thread woke 10 times a second (0.13 % of a core idle; now 0.00 %).
+Where the bytes go: a cursor move and 1-3 characters per changed figure (~16-32 a frame), an SGR change per
+look, 4 bytes of reset a frame; the memory history's sparklines while they fill (the first 11 s).
 """
 
 from __future__ import annotations
@@ -233,9 +239,10 @@ def ssh_latency(args: argparse.Namespace) -> None:
     print(f"  interval between samples: median {gmed * 1e3:.1f} ms, p99 {gp99 * 1e3:.1f} ms, max {gmax * 1e3:.1f} ms")
 
 
-LOADS = ("every-figure", "serving")
+LOADS = ("every-figure", "serving", "idle")
 """every-figure: each GPU's memory, utilisation and power new every sample (the worst case); serving: as on a
-host serving the model (memory and temperature steady, utilisation and power moving every sample)."""
+host serving the model (memory and temperature steady, utilisation and power moving every sample); idle: the
+first samples, then none (what the dashboard costs while nothing comes: its timers and threads)."""
 
 
 def _dashboard_child(load: str) -> None:
@@ -270,6 +277,8 @@ def _dashboard_child(load: str) -> None:
                                     gpus=[k % 8]) for k in range(64)]
                 yield HostSample(t=time.time(), host="bench", seq=seq, gpus=[gpu(i, seq) for i in range(8)],
                                  procs=procs)
+                if load == "idle" and seq >= 3:
+                    await asyncio.Event().wait()  # nothing more comes
                 next_t += 0.5
                 await asyncio.sleep(max(0.0, next_t - time.monotonic()))
 
@@ -322,6 +331,10 @@ def _on_a_pty(load: str, duration: float, settle: float = 4.0) -> tuple[int, flo
 def dashboard_cpu(args: argparse.Namespace) -> None:
     for load in LOADS:
         written, cpu, wall = _on_a_pty(load, args.duration)
+        if load == "idle":
+            print(f"  dashboard with nothing new, 120x40 pty, {wall:.0f} s: {written * 30 / wall / 1000:.1f} KB drawn "
+                  f"per 30 s, CPU {cpu / wall * 100:.2f}% of one core")
+            continue
         print(f"  dashboard at 2 Hz, 8 GPUs + 64 processes, 120x40 pty, load {load}, {wall:.0f} s: "
               f"{written * 30 / wall / 1000:.1f} KB drawn per 30 s (target <= 14), CPU {cpu / wall * 100:.2f}% "
               f"of one core (target <= 1%)")

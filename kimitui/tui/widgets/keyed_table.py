@@ -38,7 +38,7 @@ CELL_PADDING = 1
 HEADER = -1
 NO_STYLE = Style()
 RENDERED_CELLS = 4096
-"""How many rendered one-style cells a table keeps (then it starts again)."""
+"""How many rendered cells a table keeps (then it starts again)."""
 """The header's row index (DataTable's numbering: the meta of its segments says row -1)."""
 
 
@@ -249,7 +249,7 @@ class KeyedTable(ScrollView, can_focus=True):
         self._metas: dict[tuple[int, int], Style] = {}
         self._extends: dict[tuple[int, Style, Style], Style] = {}
         self._rendered: dict[tuple[object, ...], list[Segment]] = {}
-        """Cells in one style rendered lately, by what they were rendered from (their place among it)."""
+        """Cells rendered lately, by what they were rendered from (their place among it)."""
         """A row's style past its last column (its meta says out of bounds), by row and look."""
         self._frame: tuple[int, int, int] | None = None
         """(width, scroll_x, scroll_y) while render_lines runs: read once for the lines it renders."""
@@ -468,18 +468,17 @@ class KeyedTable(ScrollView, can_focus=True):
             if cell is None:
                 style = row_style + self._meta(index, i) + component
                 text = line.texts[i]
-                # A figure that comes back (a utilisation, a power draw) is rendered once at its place
-                key = (text.plain, text.style, text.justify, text.overflow, text.no_wrap, text.end, column_width,
-                       style, post) if not text.spans else None
-                cell = self._rendered.get(key) if key is not None else None
+                # A figure that comes back (a utilisation, a power draw, a memory bar) is rendered once at its place
+                key = (text.plain, text.style, tuple(text.spans), text.justify, text.overflow, text.no_wrap,
+                       text.end, text.tab_size, column_width, style, post)
+                cell = self._rendered.get(key)
                 if cell is None:
                     if options is None:
                         options = app.console_options
                     cell = render_cell(console, options, text, column_width, style, post)
-                    if key is not None:
-                        if len(self._rendered) >= RENDERED_CELLS:
-                            self._rendered.clear()
-                        self._rendered[key] = cell
+                    if len(self._rendered) >= RENDERED_CELLS:
+                        self._rendered.clear()
+                    self._rendered[key] = cell
                 line.segments[i] = cell
             segments += cell
             table_width += column_width

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from operator import itemgetter
 
 from textual.content import Content
@@ -78,8 +79,10 @@ def _level_style(char: str) -> str:
     return "$success"
 
 
-def _coloured(spark: str) -> list[tuple[str, str]]:
-    """The sparkline in runs of one colour: each cell coloured by its own fill level."""
+@functools.lru_cache(maxsize=1024)
+def _coloured(spark: str) -> tuple[tuple[str, str], ...]:
+    """The sparkline in runs of one colour: each cell coloured by its own fill level (a sparkline comes back
+    often: a steady GPU's, a GPU's at each of its levels)."""
     runs: list[tuple[str, str]] = []
     for char in spark:
         style = _level_style(char)
@@ -87,7 +90,7 @@ def _coloured(spark: str) -> list[tuple[str, str]]:
             runs[-1] = (runs[-1][0] + char, style)
         else:
             runs.append((char, style))
-    return runs
+    return tuple(runs)
 
 
 class MemoryHistory(PartLines):

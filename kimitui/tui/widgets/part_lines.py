@@ -44,6 +44,8 @@ class PartLines(Widget):
         self._strips: dict[int, Strip] = {}
         self._styles: dict[str, RichStyle] = {}
         self._look: object = None
+        self._frame: tuple[RichStyle, int] | None = None
+        """(base style, width) while render_lines runs: read once for the lines it renders."""
 
     @property
     def lines(self) -> list[Line]:
@@ -95,9 +97,15 @@ class PartLines(Widget):
             rich = self._styles[style] = (self.visual_style + self._get_style(style)).rich_style
         return rich
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._frame = (self._read_look(), self.size.width)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
+
     def render_line(self, y: int) -> Strip:
-        base = self._read_look()
-        width = self.size.width
+        base, width = self._frame or (self._read_look(), self.size.width)
         strip = self._strips.get(y)
         if strip is not None and strip.cell_length == width:
             return strip
