@@ -36,10 +36,10 @@ Row = tuple[str, Sequence[Cell]]
 CELL_PADDING = 1
 """Blank cells either side of a cell's content (DataTable's default)."""
 HEADER = -1
+"""The header's row index (DataTable's numbering: the meta of its segments says row -1)."""
 NO_STYLE = Style()
 RENDERED_CELLS = 4096
 """How many rendered cells a table keeps (then it starts again)."""
-"""The header's row index (DataTable's numbering: the meta of its segments says row -1)."""
 
 
 @dataclass(slots=True)
@@ -248,9 +248,9 @@ class KeyedTable(ScrollView, can_focus=True):
         """Bumped when a column's width changes: every cell is rendered again."""
         self._metas: dict[tuple[int, int], Style] = {}
         self._extends: dict[tuple[int, Style, Style], Style] = {}
+        """A row's style past its last column (its meta says out of bounds), by row and look."""
         self._rendered: dict[tuple[object, ...], list[Segment]] = {}
         """Cells rendered lately, by what they were rendered from (their place among it)."""
-        """A row's style past its last column (its meta says out of bounds), by row and look."""
         self._frame: tuple[int, int, int] | None = None
         """(width, scroll_x, scroll_y) while render_lines runs: read once for the lines it renders."""
 
