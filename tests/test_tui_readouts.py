@@ -221,7 +221,8 @@ async def test_gpu_names_are_whole_when_the_table_has_room() -> None:
 async def test_replay_footer_fits_80_columns_without_live_keys() -> None:
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=SMALL) as pilot:
-        await pilot.pause()
+        # the footer's keys are composed after the first frame: waited for (a loaded CI box drew it blank once)
+        await wait_for(pilot, lambda: "? Help" in screen_text(app).splitlines()[-1], "the footer's keys")
         footer = screen_text(app).splitlines()[-1]
         assert "? Help" in footer and "q Quit" in footer, footer
         assert "Sweep" not in footer and "Free GPUs" not in footer, footer
