@@ -109,7 +109,9 @@ async def test_the_terminal_shows_what_a_full_render_shows_after_every_update() 
             while app.session.state.sample_seq != seq:
                 assert time.monotonic() < deadline, f"sample {seq} not folded"
                 await pilot.pause()
-            await pilot.pause()
+            while not rendered[GpuTable]:  # the frame is drawn on the app's own clock: waited for
+                assert time.monotonic() < deadline, f"no frame drew sample {seq}: {rendered}"
+                await pilot.pause()
         finally:
             Widget.render_lines = original  # type: ignore[method-assign]
         await app.settled(pilot, "new figures")
@@ -135,5 +137,4 @@ async def test_the_terminal_shows_what_a_full_render_shows_after_every_update() 
         await feed(1, what="the toast gone")
     assert app.mismatches == [], app.mismatches[0]
     assert app.compared >= 20 and app.updates["ChopsUpdate"] >= 20 and app.updates["LayoutUpdate"] >= 1, app.updates
-    assert rendered[GpuTable] >= 1
     assert not {ProcTable, EventLog} & set(rendered), rendered  # rows the frame did not change: not rendered
