@@ -22,6 +22,7 @@ from kimitui.tui.band_compositor import BandCompositor
 from kimitui.tui.screen_diff import ScreenShadow, minimal_update, strip_cells
 from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.gpu_table import GpuTable
+from kimitui.tui.widgets.keyed_table import KeyedTable
 from kimitui.tui.widgets.proc_table import ProcTable
 from tests.app_probe import ProbedApp
 
@@ -95,14 +96,17 @@ async def test_the_terminal_shows_what_a_full_render_shows_after_every_update() 
 
         await feed(6)
         # one frame of new figures: what the band compositor renders, counted
-        original = Widget.render_lines
+        originals = {cls: cls.__dict__["render_lines"] for cls in (Widget, KeyedTable)}  # a table draws its own
 
-        def counting(widget: Widget, crop):  # type: ignore[no-untyped-def]
-            rendered[type(widget)] += 1
-            return original(widget, crop)
+        def counting(cls: type[Widget]):  # type: ignore[no-untyped-def]
+            def render_lines(widget: Widget, crop):  # type: ignore[no-untyped-def]
+                rendered[type(widget)] += 1
+                return originals[cls](widget, crop)
+            return render_lines
 
         seq += 1
-        Widget.render_lines = counting  # type: ignore[method-assign]
+        for cls in originals:
+            cls.render_lines = counting(cls)  # type: ignore[method-assign]
         try:
             source.put(sample(seq))
             deadline = time.monotonic() + 10
@@ -113,7 +117,8 @@ async def test_the_terminal_shows_what_a_full_render_shows_after_every_update() 
                 assert time.monotonic() < deadline, f"no frame drew sample {seq}: {rendered}"
                 await pilot.pause()
         finally:
-            Widget.render_lines = original  # type: ignore[method-assign]
+            for cls, method in originals.items():
+                cls.render_lines = method  # type: ignore[method-assign]
         await app.settled(pilot, "new figures")
         await feed(2, procs=40, what="more processes")  # a layout change
         source.put(LogLine(t=1010.0, level="warning", source="test", message="a line in the event log"))

@@ -5,10 +5,13 @@ built from scratch with the same rows draws, and renders again only the cells th
 
 from __future__ import annotations
 
+import pytest
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.color import Color
+from textual.filter import LineFilter
 from textual.geometry import Region
 from textual.widgets import DataTable
 
@@ -71,7 +74,9 @@ class Tables(App[None]):
 
 
 def draw(table: KeyedTable | DataTable[Cell]) -> list[object]:
-    lines = [list(strip) for strip in table.render_lines(Region(0, 0, table.size.width, table.size.height))]
+    strips = table.render_lines(Region(0, 0, table.size.width, table.size.height))
+    assert all(strip.cell_length == Segment.get_line_length(list(strip)) == table.size.width for strip in strips)
+    lines = [list(strip) for strip in strips]
     if isinstance(table, KeyedTable) and any(c.hidden for c in table.columns):
         # a segment's meta names its column by its index among all columns; a DataTable has only the shown
         shown_index = {i: n for n, i in enumerate(i for i, c in enumerate(table.columns) if not c.hidden)}
@@ -100,8 +105,15 @@ def shown(table: KeyedTable, cells: list[Cell]) -> list[Cell]:
     return [cell for column, cell in zip(table.columns, cells, strict=True) if not column.hidden]
 
 
-async def test_tables_draw_what_a_datatable_with_the_same_rows_draws() -> None:
-    app = Tables()
+class BoxedTables(Tables):
+    """Tables with what Textual's styles cache adds to lines: our tables draw through it (bare_lines.py)."""
+
+    CSS = Tables.CSS + "KeyedTable, DataTable { border: round red; padding: 0 1; tint: red 10%; }"
+
+
+@pytest.mark.parametrize("boxed", [False, True], ids=["bare", "boxed"])
+async def test_tables_draw_what_a_datatable_with_the_same_rows_draws(boxed: bool) -> None:
+    app = BoxedTables() if boxed else Tables()
     async with app.run_test(size=(110, 60)) as pilot:
         odd = CursorTable(id="odd")
         await app.mount(odd)
@@ -120,6 +132,7 @@ async def test_tables_draw_what_a_datatable_with_the_same_rows_draws() -> None:
                 theirs.add_row(*shown(ours, cells), key=key)
             await pilot.pause()
             assert ours.size == theirs.size
+            assert ours._bare_box() is not boxed
             assert draw(ours) == draw(theirs), table_id
             for table in (ours, theirs):  # the cursor on another row, scrolled, focused
                 table.move_cursor(row=4)
@@ -139,10 +152,54 @@ async def test_tables_draw_what_a_datatable_with_the_same_rows_draws() -> None:
             checked += 1
             app.set_focus(None)
             await theirs.remove()
-        assert checked == 3 and scrolled_x == 1  # the process table is wider than its 100 columns
+        # the process table is wider than its 100 columns; boxed, the GPU table is wider than its 96 too
+        assert checked == 3 and scrolled_x == (2 if boxed else 1)
         # at 100 columns the process table gives the Unit column's room to the command, not the User's
         procs = app.query_one("#procs", KeyedTable)
         assert [c.key for c in procs.columns if c.hidden] == ["unit"]
+
+
+async def test_a_table_given_a_box_and_back_draws_what_a_datatable_draws() -> None:
+    """A table drawing its own lines, then boxed at run time (Textual's path), then bare again: its lines are
+    never ones kept from the other path."""
+    app = Tables()
+    async with app.run_test(size=(110, 60)) as pilot:
+        ours = app.query_one("#gpus", KeyedTable)
+        theirs = twin(ours)
+        await app.mount(theirs)
+        app.set_focus(None)
+        for step, (border, value) in enumerate([(None, 90000.0), (("round", "red"), 91000.0), (None, 92000.0),
+                                                 (("heavy", "blue"), 93000.0)]):
+            rows = [(str(i), gpu_cells(gpu(i, value + i), COLORS, NAME_WIDTH)) for i in range(8)]
+            ours.sync(rows)
+            for key, cells in rows:
+                if step == 0:
+                    theirs.add_row(*shown(ours, cells), key=key)
+                else:
+                    for column, cell in zip([c for c in ours.columns if not c.hidden], shown(ours, cells), strict=True):
+                        theirs.update_cell(key, column.key, cell)
+            for table in (ours, theirs):
+                table.styles.border = border or ("none", "red")
+            await pilot.pause()
+            assert ours._bare_box() is (border is None), step
+            assert draw(ours) == draw(theirs), step
+            assert f"{(value + 7) / 1024:.1f}" in "".join(s.text for s in draw(ours)[-1]), step  # type: ignore[attr-defined]
+        # a line filter of the app's that is not one of Textual's own (each segment alone): the lines are
+        # filtered whole, after the table drew them, as Textual does
+        ours.styles.border = theirs.styles.border = ("none", "red")
+
+        class Shout(LineFilter):
+            def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+                return [Segment(s.text.upper(), s.style) for s in segments]
+
+        app._filters.append(Shout())
+        for table in (ours, theirs):
+            table.refresh()
+        await pilot.pause()
+        assert ours._bare_box() and ours._filters == ((), None)
+        assert draw(ours) == draw(theirs)
+        header = "".join(s.text for s in draw(ours)[0])  # type: ignore[attr-defined]
+        assert header == header.upper() and any(c.isalpha() for c in header), header
 
 
 async def test_cells_render_as_datatable_renders_them() -> None:
@@ -447,6 +504,21 @@ async def test_part_lines_draw_what_a_static_with_the_same_content_draws() -> No
         await pilot.pause()
         assert cells(ours) == cells(theirs)
         assert ours.render().plain == theirs.render().plain  # type: ignore[union-attr]
+        assert ours._bare_box()  # drawn past Textual's styles cache (bare_lines.py) ...
+        for widget in (ours, theirs):  # ... and through it once boxed
+            widget.styles.padding = (0, 2)
+            widget.styles.border_left = ("vkey", "blue")
+            widget.styles.width = 46
+        await pilot.pause()
+        assert not ours._bare_box()
+        assert cells(ours) == cells(theirs)
+        assert "".join(char for char, _ in cells(ours)[1]).startswith("▏  plain warn")
+        for widget in (ours, theirs):
+            widget.styles.padding = (0, 0)
+            widget.styles.border_left = ("none", "blue")
+            widget.styles.width = 40
+        await pilot.pause()
+        assert ours._bare_box() and cells(ours) == cells(theirs)
         assert compared == 3
         # too long for the widget: cut one cell short with an ellipsis in the style of the last cell kept
         ours.overflow_ellipsis = True

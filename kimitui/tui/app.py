@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.timer import Timer
@@ -168,7 +168,8 @@ class KimituiApp(ReplayControls):
             with TabPane("Dashboard", id="dashboard"):
                 with Horizontal(id="gpu-row"):
                     yield GpuTable(id="gpu-table")
-                    yield MemoryHistory(id="mem-history")
+                    with Vertical(id="mem-box"):  # the border and padding are the box's: the history draws bare lines
+                        yield MemoryHistory(id="mem-history")
                 yield ProcTable(id="proc-table")
                 yield EventLog(id="event-log")
             # The other views are mounted the first time they are shown: a faster first frame.

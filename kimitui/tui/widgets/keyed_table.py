@@ -30,6 +30,8 @@ from textual.renderables.styled import Styled
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from kimitui.tui.widgets.bare_lines import BareLines
+
 Cell = str | Text
 Row = tuple[str, Sequence[Cell]]
 
@@ -84,6 +86,8 @@ class _Line:
     """Measured content width of each cell (what an auto-width column fits)."""
     segments: list[list[Segment] | None] = field(default_factory=list)
     """Each cell's rendered segments (None: to render), valid for ``rendered_for``."""
+    styles: list[Style | None] = field(default_factory=list)
+    """Each cell's style (the row's, the cell's meta, the cursor's), valid for ``rendered_for``."""
     rendered_for: tuple[object, ...] = ()
     strip: Strip | None = None
     strip_for: tuple[int, int] = (-1, -1)
@@ -171,7 +175,7 @@ def render_cell(console: Console, options: ConsoleOptions, cell: Text, width: in
     return list(Segment.simplify(Segment.apply_style([side, *text_line, side], style=style, post_style=post_style)))
 
 
-class KeyedTable(ScrollView, can_focus=True):
+class KeyedTable(BareLines, ScrollView, can_focus=True):
     """Columns are declared by subclasses in ``COLUMNS`` as (key, label, width or None); rows are
     given whole to ``sync`` as (key, cells)."""
 
@@ -229,6 +233,7 @@ class KeyedTable(ScrollView, can_focus=True):
     _look_stale = True
     """Class defaults: Textual may refresh the widget before ``__init__`` has run to the end."""
 
+    FILTERS_OWN = True
     CURSOR = False
     """Whether a row cursor is shown (tables an operator scrolls through)."""
 
@@ -247,10 +252,11 @@ class KeyedTable(ScrollView, can_focus=True):
         self._layout_version = 0
         """Bumped when a column's width changes: every cell is rendered again."""
         self._metas: dict[tuple[int, int], Style] = {}
-        self._extends: dict[tuple[int, Style, Style], Style] = {}
+        self._extends: dict[tuple[object, ...], Style | None] = {}
         """A row's style past its last column (its meta says out of bounds), by row and look."""
         self._rendered: dict[tuple[object, ...], list[Segment]] = {}
         """Cells rendered lately, by what they were rendered from (their place among it)."""
+        self._blank_line: tuple[tuple[object, ...], Strip] | None = None
         self._frame: tuple[int, int, int] | None = None
         """(width, scroll_x, scroll_y) while render_lines runs: read once for the lines it renders."""
 
@@ -436,19 +442,22 @@ class KeyedTable(ScrollView, can_focus=True):
         else:
             index = y - 1 + scroll_y
             if index >= len(self._keys):
-                return Strip.blank(width, look.base)
+                return self._blank(width, look)
             line = self._lines[self._keys[index]]
         cursor = self.show_cursor and index == self.cursor_row
-        rendered_for = (index, cursor, self._look_version, self._layout_version)
+        rendered_for = (index, cursor, self._look_version, self._layout_version, self._filters)
         if line.rendered_for != rendered_for:
             line.rendered_for = rendered_for
             line.segments = [None] * len(self.columns)
+            line.styles = [None] * len(self.columns)
             line.strip = None
         if line.strip is None or line.strip_for != (width, scroll_x):
             strip = self._render_row(line, index, cursor, look, width)
             if scroll_x or strip.cell_length > width:
                 strip = strip.crop(scroll_x, scroll_x + width)
-            line.strip = strip.adjust_cell_length(width, look.base)
+            if strip.cell_length != width:
+                strip = strip.adjust_cell_length(width, self._filtered(look.base))
+            line.strip = strip
             line.strip_for = (width, scroll_x)
         return line.strip
 
@@ -458,6 +467,7 @@ class KeyedTable(ScrollView, can_focus=True):
         app = self.app
         console = app.console
         options: ConsoleOptions | None = None
+        filters, background = self._filters
         segments: list[Segment] = []
         table_width = 0
         for i, column in enumerate(self.columns):
@@ -466,29 +476,48 @@ class KeyedTable(ScrollView, can_focus=True):
             cell = line.segments[i]
             column_width = column.render_width
             if cell is None:
-                style = row_style + self._meta(index, i) + component
+                style = line.styles[i]
+                if style is None:
+                    style = line.styles[i] = row_style + self._meta(index, i) + component
                 text = line.texts[i]
                 # A figure that comes back (a utilisation, a power draw, a memory bar) is rendered once at its place
                 key = (text.plain, text.style, tuple(text.spans), text.justify, text.overflow, text.no_wrap,
-                       text.end, text.tab_size, column_width, style, post)
+                       text.end, text.tab_size, column_width, style, post, filters, background)
                 cell = self._rendered.get(key)
                 if cell is None:
                     if options is None:
                         options = app.console_options
                     cell = render_cell(console, options, text, column_width, style, post)
+                    for line_filter in filters:  # each segment alone (bare_lines.SEGMENT_FILTERS)
+                        cell = line_filter.apply(cell, background)  # type: ignore[arg-type]
                     if len(self._rendered) >= RENDERED_CELLS:
                         self._rendered.clear()
                     self._rendered[key] = cell
                 line.segments[i] = cell
             segments += cell
-            table_width += column_width
-        extend_key = (index, row_style, component)
+            table_width += column_width  # a rendered cell is as wide as its column (render_cell)
+        extend_key = (index, row_style, component, filters, background)
         extend = self._extends.get(extend_key)
         if extend is None:
-            extend = self._extends[extend_key] = row_style + component + Style.from_meta(
-                {"row": index, "column": 0, "out_of_bounds": True})
+            extend = self._extends[extend_key] = self._filtered(row_style + component + Style.from_meta(
+                {"row": index, "column": 0, "out_of_bounds": True}))
         segments.append(Segment(" " * max(0, width - table_width), extend))
-        return Strip(segments)
+        return Strip(segments, max(width, table_width))
+
+    def _filtered(self, style: Style) -> Style | None:
+        """A style as the line filters this table applies make it."""
+        filters, background = self._filters
+        segments = [Segment(" ", style)]
+        for line_filter in filters:
+            segments = line_filter.apply(segments, background)  # type: ignore[arg-type]
+        return segments[0].style
+
+    def _blank(self, width: int, look: Look) -> Strip:
+        """A line below the last row."""
+        key = (width, look.base, self._filters)
+        if self._blank_line is None or self._blank_line[0] != key:
+            self._blank_line = (key, Strip.blank(width, self._filtered(look.base)))
+        return self._blank_line[1]
 
     def _meta(self, row: int, column: int) -> Style:
         """The meta DataTable gives a cell's segments (where a click landed)."""

@@ -20,6 +20,8 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+from kimitui.tui.widgets.bare_lines import BareLines
+
 Part = str | tuple[str, str]
 Line = tuple[Part, ...]
 
@@ -31,7 +33,7 @@ def line_content(line: Line) -> Content:
     return Content.assemble(*line)
 
 
-class PartLines(Widget):
+class PartLines(BareLines, Widget):
     """Shows ``set_lines``' lines; ``overflow_ellipsis`` ends a line too long for the widget with "…"."""
 
     DEFAULT_CSS = "PartLines { height: auto; }"
