@@ -135,3 +135,75 @@ def test_cursor_moves_are_the_shortest_and_land_where_meant() -> None:
     term.feed(out)
     assert term.text().splitlines()[:2] == ["gpu 0  40%".ljust(19) + "x", "gpu 1  40%".ljust(19) + "y"]
     assert "\x1b[2;" in out, repr(out)
+
+
+def test_a_strip_diffed_by_its_segments_sends_what_its_cells_would() -> None:
+    """A chop whose strip has the segments of the one the row holds, but a few (a table row with one new
+    figure), is diffed from those segments alone (_changed_window): what is written is byte for byte what
+    diffing every cell writes, through 400 random updates of segments that keep or change their width, wide
+    characters, combining marks, off-screen ends and control segments."""
+    import random
+
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.geometry import Region
+    from textual.strip import Strip
+
+    from kimitui.tui import screen_diff
+
+    rng = random.Random(7)
+    width, height = 30, 4
+    console = Console(color_system="256", force_terminal=True, width=width, height=height)
+    styles = [Style(color="red"), Style(color="red", bold=True), Style(bgcolor="blue"), None,
+              Style(color="red", meta={"row": 1})]
+    texts = ["ab", "cd", "42", "中", "文", "e\u0301", "\u0301x", "    ", "█▅", "x"]
+
+    def segment() -> Segment:
+        return Segment(rng.choice(texts), rng.choice(styles))
+
+    rows = [[segment() for _ in range(rng.randint(8, 14))] for _ in range(height)]
+    first = LayoutUpdate([[Strip(row)] for row in rows], Region(0, 0, width, height))
+    by_window, by_cells = ScreenShadow(), ScreenShadow()
+    terminal = Terminal(width, height)
+    for shadow in (by_window, by_cells):
+        minimal_update(shadow, first, (width, height), console)
+    terminal.feed(first.render_segments(console))
+    windowed = 0
+    real_window = screen_diff._changed_window
+    for step in range(400):
+        y = rng.randrange(height)
+        row = rows[y]
+        kind = rng.random()
+        if kind < 0.6:  # one or two segments anew, as wide or not
+            for _ in range(rng.randint(1, 2)):
+                row[rng.randrange(len(row))] = segment()
+        elif kind < 0.7:
+            row.insert(rng.randrange(len(row)), segment())
+        elif kind < 0.75:
+            row[rng.randrange(len(row))] = Segment("\x1b[5n", None, [(1,)])  # a control segment
+        elif kind < 0.8:
+            rows[y] = row = [segment() for _ in range(rng.randint(8, 14))]
+        # else: the same segments in a new strip
+        update = ChopsUpdate([{0: Strip(list(r))} if i == y else {} for i, r in enumerate(rows)],
+                             [(y, 0, width)], [[width]] * height)
+        windows: list[object] = []
+
+        def counted(a: Strip, b: Strip, windows: list[object] = windows) -> object:
+            windows.append(real_window(a, b))
+            return windows[-1]
+
+        screen_diff._changed_window = counted  # type: ignore[assignment]
+        try:
+            out = minimal_update(by_window, update, (width, height), console).render_segments(console)  # type: ignore[attr-defined]
+        finally:
+            screen_diff._changed_window = real_window
+        screen_diff._changed_window = lambda a, b: screen_diff.WHOLE  # type: ignore
+        try:
+            whole = minimal_update(by_cells, update, (width, height), console).render_segments(console)  # type: ignore[attr-defined]
+        finally:
+            screen_diff._changed_window = real_window
+        assert out == whole, (step, out, whole)
+        assert by_window.rows == by_cells.rows, step
+        windowed += any(w not in (None, screen_diff.WHOLE) for w in windows)
+        rows[y] = [s for s in rows[y] if not s.control]
+    assert windowed >= 40  # the windowed path taken often (61 of 400 with this seed)

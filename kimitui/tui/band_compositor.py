@@ -35,47 +35,42 @@ class BandCompositor(Compositor):
         if not regions:
             return None
         spans = list(self._regions_to_spans(regions))
-        by_line: dict[int, list[tuple[int, int]]] = {}
-        for y, x1, x2 in spans:
-            by_line.setdefault(y, []).append((x1, x2))
         cuts = self.cuts
-        chops: list[dict[int, Strip | None]] = [dict.fromkeys(cut_set[:-1]) for cut_set in cuts]
-        intersection = Region.intersection
+        no_chops: dict[int, Strip | None] = {}
+        chops: list[dict[int, Strip | None]] = [no_chops] * len(cuts)  # ChopsUpdate reads the spans' lines only
+        # per line, the chops that meet a dirty span and that no widget in front has filled yet
+        open_chops: dict[int, list[tuple[int, int]]] = {}
+        for y, x1, x2 in spans:
+            line_cuts = cuts[y]
+            if chops[y] is no_chops:
+                chops[y] = dict.fromkeys(line_cuts[:-1])
+            line_open = open_chops.setdefault(y, [])
+            for chop in pairwise(line_cuts):
+                if chop[0] < x2 and chop[1] > x1 and chop not in line_open:
+                    line_open.append(chop)
         first_line, last_line = spans[0][0], spans[-1][0]
+        intersection = Region.intersection
         for widget, (region, clip) in self.visible_widgets.items():  # front to back
+            if not open_chops:
+                break  # every chop filled: the widgets behind show nothing new
             x, y, width, height = intersection(region, clip)
             if not (width and height) or y > last_line or y + height <= first_line:
                 continue
             right = x + width
+            # a chop never straddles a widget's edge (the cuts are all the edges): in the widget or beside it
             lines = [line for line in range(max(y, first_line), min(y + height, last_line + 1))
-                     if _open_chop(chops[line], cuts[line], by_line.get(line, ()), x, right)]
+                     if any(cut >= x and end <= right for cut, end in open_chops.get(line, ()))]
             for start, end in _runs(lines):
                 strips = widget.render_lines(Region(x - region.x, start - region.y, width, end - start))
                 for line, strip in zip(range(start, end), strips, strict=False):
-                    line_spans = by_line[line]
+                    line_open = open_chops[line]
                     line_chops = chops[line]
-                    line_cuts = cuts[line]
-                    final_cuts = [cut for cut in line_cuts if right >= cut >= x]
-                    pieces = strip.divide([cut - x for cut in final_cuts[1:]])
-                    for cut, end_cut, piece in zip(final_cuts, final_cuts[1:], pieces, strict=False):
-                        if line_chops.get(cut) is None and any(x1 < end_cut and x2 > cut for x1, x2 in line_spans):
-                            line_chops[cut] = piece
+                    for chop in [chop for chop in line_open if chop[0] >= x and chop[1] <= right]:
+                        line_chops[chop[0]] = strip.crop(chop[0] - x, chop[1] - x)
+                        line_open.remove(chop)
+                    if not line_open:
+                        del open_chops[line]
         return ChopsUpdate(chops, spans, [cut_set[1:] for cut_set in cuts])
-
-
-def _open_chop(line_chops: dict[int, Strip | None], line_cuts: list[int], spans: list[tuple[int, int]] | tuple[()],
-               x: int, right: int) -> bool:
-    """Whether a chop of this line between ``x`` and ``right`` meets a dirty span and is not filled yet (by a
-    widget in front): a widget with none there has nothing to show on the line."""
-    if not spans:
-        return False
-    for cut, end_cut in pairwise(line_cuts):
-        if cut >= right:
-            break
-        if (end_cut > x and line_chops.get(cut) is None
-                and any(x1 < end_cut and x2 > cut for x1, x2 in spans)):
-            return True
-    return False
 
 
 def _runs(lines: list[int]) -> list[tuple[int, int]]:

@@ -10,9 +10,10 @@ pushed) is sent whole and taken as the new picture, so the shadow never drifts f
 
 from __future__ import annotations
 
-from itertools import repeat
+from collections.abc import Iterable
+from itertools import islice, repeat
 
-from rich.cells import get_character_cell_size
+from rich.cells import cell_len, get_character_cell_size
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.segment import Segment
@@ -72,9 +73,9 @@ def _look(style: Style | None, color_system: ColorSystem) -> Look:
     return look  # type: ignore[return-value]
 
 
-def strip_cells(strip: Strip, color_system: ColorSystem) -> tuple[list[Cell], list[Style | None]] | None:
-    """The cells a strip paints, left to right, and each one's style; None when it holds a control segment
-    (not diffed)."""
+def strip_cells(strip: Iterable[Segment], color_system: ColorSystem) -> tuple[list[Cell], list[Style | None]] | None:
+    """The cells a strip (or a run of its segments) paints, left to right, and each one's style; None when it
+    holds a control segment (not diffed)."""
     cells: list[Cell] = []
     styles: list[Style | None] = []
     for text, style, control in strip:
@@ -171,17 +172,32 @@ class ScreenShadow:
                 continue
             row, held = self.rows[y], self.strips[y]
             for x, strip in update.chops[y].items():
-                if strip is None or x >= self.width or held.get(x) is strip:
+                if strip is None or x >= self.width:
                     continue
-                painted = strip_cells(strip, color_system)
+                before = held.get(x)
+                if before is strip:
+                    continue
+                window = _changed_window(before, strip) if before is not None else WHOLE
+                if window is None:  # the same segments: the row holds them already
+                    held[x] = strip
+                    continue
+                if window is WHOLE:
+                    at, painted = x, strip_cells(strip, color_system)
+                else:  # only the segments that differ from the strip the row holds, and those between them
+                    first, last, offset = window
+                    at = x + offset
+                    if at >= self.width:  # what changed is off the screen
+                        self._took(y, x, strip)
+                        continue
+                    painted = strip_cells(islice(strip, first, last), color_system)
                 if painted is None:  # a control sequence: sent as it is, its cells no longer known
                     out.raw(x, y, strip.render(console))
                     self._paint(y, x, None, strip.cell_length)
                     continue
-                cells, styles = painted[0][: self.width - x], painted[1]
-                for start, end in _changed_runs(row, x, cells):
-                    runs.append((start, y, cells[start - x:end - x], styles[start - x:end - x]))
-                row[x:x + len(cells)] = cells
+                cells, styles = painted[0][: self.width - at], painted[1]
+                for start, end in _changed_runs(row, at, cells):
+                    runs.append((start, y, cells[start - at:end - at], styles[start - at:end - at]))
+                row[at:at + len(cells)] = cells
                 self._took(y, x, strip)
         # The runs do not overlap: written a look at a time (the SGR changes once a look, not once a run), the
         # looks in the order they first appear on the screen, each look's runs top to bottom, left to right
@@ -259,6 +275,40 @@ def _steps(n: int, forward: str, back: str) -> str:
 
 def _horizontal(dx: int) -> str:
     return "\b" * -dx if -3 <= dx < 0 else _steps(dx, "C", "D")
+
+
+WHOLE = (0, 0, 0)
+"""_changed_window's answer when the strips cannot be compared segment by segment."""
+
+
+def _changed_window(before: Strip, after: Strip) -> tuple[int, int, int] | None:
+    """The segments of ``after`` from the first to the last that differ from ``before``'s, as (first, end,
+    the cell where the first starts); None when none differ; ``WHOLE`` unless every pair of segments is as
+    wide (the cells of one line up with the other's) and no mark that joins the cell before it starts a
+    segment at the window's edges (the first, in either strip, or the one after the last). A table row
+    redrawn for one new figure reuses the segments of its other cells: only that figure's segments are
+    turned into cells and compared."""
+    old, new = list(before), list(after)
+    if len(old) != len(new):
+        return WHOLE
+    first = end = offset = 0
+    found = False
+    for i, (was, now) in enumerate(zip(old, new, strict=True)):
+        if was is now or was == now:
+            if not found:
+                offset += cell_len(now.text)
+            continue
+        if was.control or now.control or cell_len(was.text) != cell_len(now.text):
+            return WHOLE
+        if not found:
+            first, found = i, True
+        end = i + 1
+    if not found:
+        return None
+    edges = (old[first].text, new[first].text, new[end].text if end < len(new) else "")
+    if any(text and get_character_cell_size(text[0]) == 0 for text in edges):
+        return WHOLE
+    return first, end, offset
 
 
 def _changed_runs(row: list[Cell], x: int, cells: list[Cell]) -> list[tuple[int, int]]:
