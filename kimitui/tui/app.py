@@ -56,6 +56,7 @@ from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.gpu_table import GpuTable
 from kimitui.tui.widgets.memory_history import MemoryHistory
 from kimitui.tui.widgets.proc_table import ProcTable
+from kimitui.tui.widgets.refresh_batch import refresh_batch
 from kimitui.tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
@@ -320,6 +321,10 @@ class KimituiApp(ReplayControls):
         the session has a new version or the theme changed."""
         if not self._status.is_attached:
             return  # shutting down: the widgets are gone, a last timer tick may still come
+        with refresh_batch():  # the widgets it repaints tell the screen from here (refresh_batch.py)
+            self._redraw()
+
+    def _redraw(self) -> None:
         self._last_redraw = time.monotonic()
         state = self.session.state
         replay = ReplayInfo.of(self.player) if self.player is not None else None

@@ -31,6 +31,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from kimitui.tui.widgets.bare_lines import BareLines
+from kimitui.tui.widgets.refresh_batch import BatchedIdle
 
 Cell = str | Text
 Row = tuple[str, Sequence[Cell]]
@@ -175,7 +176,7 @@ def render_cell(console: Console, options: ConsoleOptions, cell: Text, width: in
     return list(Segment.simplify(Segment.apply_style([side, *text_line, side], style=style, post_style=post_style)))
 
 
-class KeyedTable(BareLines, ScrollView, can_focus=True):
+class KeyedTable(BatchedIdle, BareLines, ScrollView, can_focus=True):
     """Columns are declared by subclasses in ``COLUMNS`` as (key, label, width or None); rows are
     given whole to ``sync`` as (key, cells)."""
 

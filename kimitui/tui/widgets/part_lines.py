@@ -21,6 +21,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from kimitui.tui.widgets.bare_lines import BareLines
+from kimitui.tui.widgets.refresh_batch import BatchedIdle
 
 Part = str | tuple[str, str]
 Line = tuple[Part, ...]
@@ -33,7 +34,7 @@ def line_content(line: Line) -> Content:
     return Content.assemble(*line)
 
 
-class PartLines(BareLines, Widget):
+class PartLines(BatchedIdle, BareLines, Widget):
     """Shows ``set_lines``' lines; ``overflow_ellipsis`` ends a line too long for the widget with "…"."""
 
     DEFAULT_CSS = "PartLines { height: auto; }"
