@@ -62,9 +62,10 @@ async def test_a_redraw_tells_the_screen_without_waking_each_widget() -> None:
         assert "303W" in screen_text and f"events {app.session.state.events}" in screen_text  # the header too
 
 
-async def test_a_callback_asked_for_next_inside_a_batch_still_runs() -> None:
-    """``call_next`` relies on the widget's idle to run its callback: inside a batch that widget is still
-    prompted; a plain repaint inside a batch is not, outside one it is (as Textual does)."""
+async def test_only_a_plain_repaint_is_batched() -> None:
+    """A plain repaint inside a batch is posted to the screen when the batch ends, not from a Prompt; a
+    layout, or a callback asked for next (run from the idle), still prompts the widget; outside a batch a
+    repaint prompts it, as Textual does."""
     app = ProbedApp(Session(), host_label="h")
     ran: list[str] = []
     async with app.run_test(size=(120, 40)) as pilot:
@@ -79,9 +80,30 @@ async def test_a_callback_asked_for_next_inside_a_batch_still_runs() -> None:
             return original(message)
 
         bar.post_message = keep  # type: ignore[method-assign]
+        screen_got: list[str] = []
+        screen_post = app.screen.post_message
+
+        def to_screen(message: Message) -> bool:
+            if getattr(message, "widget", None) is bar:
+                screen_got.append(type(message).__name__)
+            return screen_post(message)
+
+        app.screen.post_message = to_screen  # type: ignore[method-assign]
         with refresh_batch():
             bar.refresh()
             assert prompts == []
+        assert screen_got == ["Update"]  # from the batch's end
+        # a layout asked for inside a batch is left to the widget's idle, in Textual's order
+        screen_got.clear()
+        with refresh_batch():
+            bar.refresh()
+            bar.refresh(layout=True)
+            assert prompts == ["prompt"]
+        assert screen_got == []
+        await pilot.pause()
+        assert "Layout" in screen_got
+        prompts.clear()
+        with refresh_batch():
             bar.call_next(lambda: ran.append("next"))
             assert prompts == ["prompt"]
         deadline = time.monotonic() + 5

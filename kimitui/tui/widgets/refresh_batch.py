@@ -30,10 +30,19 @@ class BatchedIdle(_Mixin):
 
     def check_idle(self) -> None:
         batch = _batch.get()
-        if batch is None or not self._running or self._next_callbacks:
-            super().check_idle()  # callbacks asked to run next are run from the idle: the Prompt is needed
+        if batch is None or not self._running or not _paint_only(self):
+            super().check_idle()
         elif self not in batch:
             batch.append(self)
+
+
+def _paint_only(widget: Widget) -> bool:
+    """Whether all the widget's idle would do is post the screen its repaint: a layout, a scroll or a
+    restyle is left to the idle, in Textual's order (a table laid out from the redraw, before the widgets
+    mounted beside it were, took a scrollbar the idle's order does not give it); so are callbacks asked to
+    run next (run from the idle)."""
+    return not (widget._layout_required or widget._scroll_required or widget._refresh_styles_required
+                or widget._next_callbacks)
 
 
 @contextmanager
@@ -45,4 +54,6 @@ def refresh_batch() -> Iterator[None]:
     finally:
         _batch.reset(token)
         for widget in batch:
-            widget._check_refresh()
+            if _paint_only(widget):
+                widget._check_refresh()
+            # else: asked for more since it was noted, and prompted then (check_idle above)
