@@ -207,3 +207,31 @@ def test_a_strip_diffed_by_its_segments_sends_what_its_cells_would() -> None:
         windowed += any(w not in (None, screen_diff.WHOLE) for w in windows)
         rows[y] = [s for s in rows[y] if not s.control]
     assert windowed >= 40  # the windowed path taken often (61 of 400 with this seed)
+
+
+def test_figures_in_columns_are_written_down_each_column() -> None:
+    """Three figures a row in one look (a GPU's memory, power and history value), 8 rows: written column by
+    column (a step down and back between them) when that is shorter than row by row; the screen is the same."""
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.geometry import Region
+    from textual.strip import Strip
+
+    console = Console(color_system="256", force_terminal=True, width=60, height=8)
+    grey = Style(color="grey70")
+
+    def line(i: int, a: str) -> Strip:
+        return Strip([Segment(f"gpu {i}  {a}0.1 GiB".ljust(25) + f"{a}50W".ljust(25) + f"9{a}.5".ljust(10), grey)])
+
+    first = LayoutUpdate([[line(i, "1")] for i in range(8)], Region(0, 0, 60, 8))
+    shadow = ScreenShadow()
+    minimal_update(shadow, first, (60, 8), console)
+    chops = ChopsUpdate([{0: line(i, "2")} for i in range(8)], [(y, 0, 60) for y in range(8)], [[60]] * 8)
+    out = minimal_update(shadow, chops, (60, 8), console).render_segments(console)  # type: ignore[attr-defined]
+    term = Terminal(60, 8)
+    term.feed(first.render_segments(console))
+    term.feed(out)
+    assert [row.rstrip() for row in term.text().splitlines()] == [line(i, "2").text.rstrip() for i in range(8)]
+    # down the first column, then the second, then the third: one absolute move a column
+    assert out.count("\x1b[B\b") == 21 and out.count("H") == 3, repr(out)
+    assert len(out) < 3 * 8 * 9, len(out)  # row by row: an absolute move to each row's first figure, steps right

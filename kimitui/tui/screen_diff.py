@@ -28,6 +28,9 @@ which the terminal never sees)."""
 Cell = tuple[str, Look]
 """One terminal cell: its character ("" for the right half of a wide one) and its look."""
 
+Run = tuple[int, int, list[Cell], list[Style | None]]
+"""Cells to write: at (x, y), each with its style."""
+
 UNKNOWN: Cell = ("\0", None)
 """A cell whose content the terminal shows is not known (never drawn, or drawn by a control sequence)."""
 
@@ -165,7 +168,7 @@ class ScreenShadow:
         """The sequences that bring the terminal from the shadow to ``update``'s lines; the shadow follows."""
         color_system = console._color_system or ColorSystem.TRUECOLOR
         out = _Writer(self.width)
-        runs: list[tuple[int, int, list[Cell], list[Style | None]]] = []
+        runs: list[Run] = []
         lines = {y for y, _, _ in update.spans}
         for y in sorted(lines):
             if not 0 <= y < len(self.rows):
@@ -200,14 +203,21 @@ class ScreenShadow:
                 row[at:at + len(cells)] = cells
                 self._took(y, x, strip)
         # The runs do not overlap: written a look at a time (the SGR changes once a look, not once a run), the
-        # looks in the order they first appear on the screen, each look's runs top to bottom, left to right
+        # looks in the order they first appear on the screen, each look's runs top to bottom then left to
+        # right, or left to right then top to bottom, whichever is shorter (figures in a column, a row apart:
+        # a cursor step down and back, not a move to each row's next figure)
         runs.sort(key=lambda run: (run[1], run[0]))
-        order: dict[Look, int] = {}
+        groups: dict[Look, list[Run]] = {}
         for run in runs:
-            order.setdefault(run[2][0][1], len(order))
-        runs.sort(key=lambda run: order[run[2][0][1]])
-        for x, y, cells, styles in runs:
-            out.cells(x, y, cells, styles, console)
+            groups.setdefault(run[2][0][1], []).append(run)
+        for group in groups.values():
+            if len(group) < 3:
+                out.write(group, console)
+                continue
+            by_rows, by_columns = out.fork(), out.fork()
+            by_rows.write(group, console)
+            by_columns.write(sorted(group, key=lambda run: (run[0], run[1])), console)
+            out.take(min(by_rows, by_columns, key=lambda writer: writer.length))
         return out.done()
 
 
@@ -220,6 +230,25 @@ class _Writer:
         self.parts: list[str] = []
         self.at: tuple[int, int] | None = None
         self.look: Look = None
+
+    @property
+    def length(self) -> int:
+        return sum(len(part.encode()) for part in self.parts)
+
+    def fork(self) -> _Writer:
+        """A writer that goes on from where this one is (its parts its own)."""
+        fork = _Writer(self.width)
+        fork.at, fork.look = self.at, self.look
+        return fork
+
+    def take(self, fork: _Writer) -> None:
+        """What a fork wrote, as if written here."""
+        self.parts += fork.parts
+        self.at, self.look = fork.at, fork.look
+
+    def write(self, runs: list[Run], console: Console) -> None:
+        for x, y, cells, styles in runs:
+            self.cells(x, y, cells, styles, console)
 
     def move(self, x: int, y: int) -> None:
         if self.at == (x, y):
