@@ -527,3 +527,37 @@ async def test_part_lines_draw_what_a_static_with_the_same_content_draws() -> No
         strip = ours.render_line(1)
         assert strip.text == "plain warn"[:9] + ELLIPSIS and strip.cell_length == 10
         assert list(strip)[-1].text == "war" + ELLIPSIS  # one segment: the same style as "war"
+
+
+async def test_the_same_processes_again_are_not_sorted_or_synced() -> None:
+    """A sample whose processes read as the last one's (new objects, the same figures) leaves the process
+    table alone; one process changed, or the list changed in place, and the table shows it."""
+    from dataclasses import replace
+
+    from kimitui.core.state import SessionState
+    from kimitui.tui.widgets.proc_table import ProcTable
+
+    app = Tables()
+    async with app.run_test(size=(110, 60)) as pilot:
+        table = app.query_one("#procs", ProcTable)
+        synced: list[int] = []
+        sync = table.sync
+
+        def counting(rows: list[Row]) -> None:
+            synced.append(len(rows))
+            sync(rows)
+
+        table.sync = counting  # type: ignore[method-assign]
+        state = SessionState()
+        state.procs = [proc(k) for k in range(1, 5)]
+        table.show(state, COLORS)
+        state.procs = [proc(k) for k in range(1, 5)]  # a new sample, the same processes
+        table.show(state, COLORS)
+        assert synced == [4]
+        state.procs = [replace(proc(k), gpu_mem_mib={0: 9999.0}) if k == 3 else proc(k) for k in range(1, 5)]
+        table.show(state, COLORS)
+        state.procs.append(proc(6))  # changed in place
+        table.show(state, COLORS)
+        await pilot.pause()
+        assert synced == [4, 4, 5]
+        assert "9.76" in table.cell_text("1003:5003", "memory")

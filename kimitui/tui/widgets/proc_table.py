@@ -66,6 +66,8 @@ class ProcTable(KeyedTable):
         super().__init__(id=id, classes=classes)
         self._made: dict[str, tuple[ProcSample, Colors, list[Cell]]] = {}
         """The cells last made for each process, and what they were made from."""
+        self._shown: tuple[list[ProcSample], Colors] | None = None
+        """The processes and colours last shown."""
 
     def on_resize(self) -> None:
         self.fit_to_width(self.size.width)
@@ -80,8 +82,12 @@ class ProcTable(KeyedTable):
                 room += fixed[key]
 
     def show(self, state: SessionState, colors: Colors) -> None:
-        # A process that reads the same as last sample keeps its very cells: nothing is formatted,
-        # and sync skips the row without comparing cells.
+        # The same processes as last sample, read the same (a steady service): nothing to sort or compare row by
+        # row. Otherwise a process that reads the same keeps its very cells: nothing is formatted, and sync
+        # skips the row without comparing cells.
+        if self._shown == (state.procs, colors):
+            return
+        self._shown = (list(state.procs), colors)
         made: dict[str, tuple[ProcSample, Colors, list[Cell]]] = {}
         rows: list[Row] = []
         for p in sorted_procs(state.procs):
