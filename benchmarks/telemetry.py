@@ -33,10 +33,16 @@ dashboard-cpu on the shared 2-core dev machine (load average 1-2), 30 s a load, 
   here 14.0 KB, 1.73 % / 13.6 KB, 1.43 %; on the H200 host's CPU (docs/device-runs/draw-1xh200-issue20-band):
   13.8 KB, 1.20 % / 13.6 KB, 0.87 %; kimitui's local dashboard there 2.4 KB, 0.60-0.66 % beside nvitop's
   3.1-3.3 KB, 1.10-1.13 %.
-Where the CPU goes now (serving, a 2 Hz frame, ~6.5 ms of the main thread here, measured by wrapping each
-step): the compositor ~3.8 ms (the GPU table's 8 changed lines ~1.7 ms, a third of it Textual's styling of
-each line; the header ~0.5 ms; the screen diff ~0.7 ms), the views' show() ~1.3 ms (GPU cells, memory
-history, the 64 processes compared), the fold, the source and Textual's message loop the rest. Before the
+  later that day (lines past Textual's styles cache, filters on kept cells, only open chops, the diff from the
+  segments that changed, a redraw's repaints posted from it, columns written down): here 13.1 KB, 1.23-1.33 % /
+  13.6 KB, 1.10-1.17 %; on the H200 host's CPU (docs/device-runs/draw-1xh200-issue20-bare): 13.1-14.0 KB,
+  0.83-1.00 % / 13.5-13.7 KB, 0.73-0.83 %; kimitui's local dashboard there 2.4 KB, 0.56-0.60 % beside nvitop's
+  3.2-3.3 KB, 1.10-1.13 %.
+Where the CPU goes now (every-figure, a 2 Hz frame, ~6.8 ms of the process here, measured by wrapping each
+step; a frame comes every 500 ms, so it runs from cold caches: the same code in a loop takes a third of it):
+the compositor ~2.6 ms (the GPU table's 8 changed lines ~0.9 ms, the memory history ~0.5 ms, the screen diff
+~0.8 ms), the views' show() ~1.8 ms (GPU cells, memory history, header), the fold, the source and Textual's
+message loop the rest. Before the
 band compositor a frame where the header and the GPU rows changed rendered all 25 widgets of the dashboard,
 every line of each; the input thread woke 10 times a second (0.13 % of a core idle; now 0.00 %).
 Where the bytes go: a cursor move and 1-3 characters per changed figure (~16-32 a frame), an SGR change per
