@@ -357,6 +357,17 @@ def test_memory_history_lines_and_colours() -> None:
         Span(41, 44, "$text-muted")]
 
 
+def test_sparkline_levels_clamps_and_readings_that_are_not_numbers() -> None:
+    """Eight levels from 0 to the top, a reading above the top full, below 0 empty, a small one never
+    blank, no reading or a NaN (a driver's or a JSON field's) a muted dot, not an exception."""
+    from kimitui.tui import fmt
+
+    top = 8.0
+    assert fmt.spark_cells([0.0, 0.1, 1.0, 4.0, 7.9, 8.0, 20.0, -3.0], top, 8) == " ▁▁▄███ "
+    assert fmt.spark_cells([None, float("nan"), 4.0], top, 5) == f"  {fmt.NO_READING * 2}▄"
+    assert fmt.spark_cells([2.0, 4.0], 0.0, 2) == "▄█"  # no total: scaled to the highest reading
+
+
 def test_memory_history_kept_lines_are_the_lines_made_anew() -> None:
     """The widget keeps each GPU's line between frames (``made``): through a history that fills, holds a
     steady figure, changes, loses readings, changes its total and is drawn at two widths, every kept line is

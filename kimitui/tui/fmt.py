@@ -116,10 +116,11 @@ def spark_cells(points: Sequence[float | None], top: float, width: int) -> str:
         top = max((v for v in points if v is not None), default=0.0) or 1.0
     chars = []
     for v in points:
-        if v is None:
+        if v is None or v != v:  # no reading, or not a number (NaN)
             chars.append(NO_READING)
             continue
-        level = round(min(max(v / top, 0.0), 1.0) * 8)
+        fraction = v / top  # clamped to [0, 1], then 8 levels (the clamp without min/max: a hot loop)
+        level = 0 if fraction <= 0.0 else 8 if fraction >= 1.0 else round(fraction * 8)
         chars.append(BLOCKS[level] if level or v <= 0 else BLOCKS[1])
     return "".join(chars).rjust(width)
 
