@@ -199,7 +199,9 @@ async def test_ttft_waits_for_the_first_token_not_the_role_chunk(client: str) ->
     assert level.metrics["completed"] == 2 and level.metrics["mean_ttft_ms"] >= ROLE_GAP_S * 1000
     for r in level.records:
         assert len(r.chunk_ms) == 3  # the 3 tokens, not the role chunk
-        assert r.first_ms is not None and r.ttft_ms - r.first_ms >= ROLE_GAP_S * 1000 - 1  # the role chunk kept
+        # the role chunk kept, the server's hold after it (half of it at least: the role chunk is timed when it
+        # is read, which a busy machine delays)
+        assert r.first_ms is not None and r.ttft_ms - r.first_ms >= ROLE_GAP_S * 1000 / 2
         assert r.to_json()["first_ms"] == r.first_ms and rec.RequestRecord.from_json(r.to_json()) == r
 
 
@@ -216,7 +218,9 @@ async def test_a_content_free_finish_chunk_without_done_is_no_inter_token_gap(cl
     assert m["completed"] == 2 and m["total_output_tokens"] == 10 and m["usage_missing"] == 0
     for r in level.records:
         assert len(r.chunk_ms) == 5 and r.first_ms is None  # 5 tokens: the finish chunk is not one
-        assert r.end_ms - r.e2el_ms >= ROLE_GAP_S * 1000 - 1  # E2EL at the last token, the end after it
+        # E2EL at the last token, the end after the server's hold. Half the hold, not all of it: the last token
+        # is timed when it is read, which a busy machine delays (CI read it 3.6 ms late: 296 ms to the end)
+        assert r.end_ms - r.e2el_ms >= ROLE_GAP_S * 1000 / 2
 
 
 def _account(chat: bool, events: list[dict[str, object] | str]) -> RequestOutcome:
