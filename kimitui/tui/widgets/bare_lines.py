@@ -48,14 +48,20 @@ class BareLines(_Mixin):
     _styles_cache_used = False
 
     def notify_style_update(self) -> None:
-        self._bare = None
+        self._restyled()
         super().notify_style_update()
 
     def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
                 recompose: bool = False) -> Self:
+        # Textual repaints a widget whole when its styles or its component styles change (a theme, focus,
+        # an ancestor's background): what was read from the styles is read again
         if repaint and not regions:
-            self._bare = None
+            self._restyled()
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def _restyled(self) -> None:
+        """The styles may have changed: forget what was read from them (a subclass adds its own)."""
+        self._bare = None
 
     def _bare_box(self) -> bool:
         """Whether Textual's styles cache would add nothing to this widget's lines."""

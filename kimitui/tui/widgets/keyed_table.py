@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Self
+from typing import ClassVar
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions
@@ -400,18 +400,11 @@ class KeyedTable(BatchedIdle, BareLines, ScrollView, can_focus=True):
 
     # -- drawing
 
-    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
-                recompose: bool = False) -> Self:
-        # Textual repaints a widget whole when its styles or its component styles change (a theme, focus,
-        # an ancestor's background); this table repaints only lines of its own. So a whole repaint reads
-        # the look again, and while the look stays the same, rendered cells and lines stay valid.
-        if repaint and not regions:
-            self._look_stale = True
-        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
-
-    def notify_style_update(self) -> None:
+    def _restyled(self) -> None:
+        # this table repaints only lines of its own: a whole repaint or a style update reads the look again,
+        # and while the look stays the same, rendered cells and lines stay valid
         self._look_stale = True
-        super().notify_style_update()
+        super()._restyled()
 
     def _read_look(self) -> Look:
         if self._look is None or self._look_stale:
