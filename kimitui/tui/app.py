@@ -32,8 +32,7 @@ from kimitui.core.replay import Player
 from kimitui.core.session import EventSource, Session
 from kimitui.live.context import LiveContext
 from kimitui.live.process_clock import mark, since_process_start
-from kimitui.tui import fmt, keys
-from kimitui.tui.band_compositor import BandScreen
+from kimitui.tui import draw_mode, fmt, keys
 from kimitui.tui.commands import KimituiCommands
 from kimitui.tui.controllers.base import Controller
 from kimitui.tui.controllers.campaign import RUNNING, CampaignController
@@ -43,7 +42,6 @@ from kimitui.tui.controllers.micro import MicroController
 from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
 from kimitui.tui.palette import Colors
 from kimitui.tui.replay_controls import ReplayControls
-from kimitui.tui.screen_diff import DiffUpdate, ScreenShadow, minimal_update
 from kimitui.tui.screens.help_screen import HelpScreen
 from kimitui.tui.themes import load_themes, resolve_theme
 from kimitui.tui.views.campaign_view import AnalysisView, CampaignStrip
@@ -64,11 +62,15 @@ if TYPE_CHECKING:
     from textual.driver import Driver
     from textual.screen import Screen
 
+    from kimitui.tui.screen_diff import ScreenShadow
+
 TICK_HZ = 20.0
 REDRAW_HZ = 8.0
 EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"
 """1: exit once the first frame is drawn; sample: once the first frame showing a host sample is drawn (the
 startup benchmark, benchmarks/startup.py, reads the time printed then)."""
+PLAIN_DRAW_ENV = draw_mode.PLAIN_DRAW_ENV
+"""1: draw on Textual's own path, not kimitui's (kimitui/tui/draw_mode.py); read once, when the app is made."""
 COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 30
 
@@ -90,7 +92,10 @@ class KimituiApp(ReplayControls):
         run_path: Path | None = None,
         live: LiveContext | None = None,
         read_only: bool | None = None,
+        plain_draw: bool | None = None,
     ) -> None:
+        self.plain_draw = draw_mode.plain_draw_asked() if plain_draw is None else plain_draw
+        """Draw on Textual's own path (draw_mode.py); set first: Textual's ``__init__`` asks for the driver."""
         super().__init__()
         self.session = session
         self.live = live
@@ -126,8 +131,11 @@ class KimituiApp(ReplayControls):
         self._unsubscribe: Callable[[], None] | None = None
         self._replay_timers: list[Timer] = []
         self._loop_thread = threading.get_ident()
-        self._shadow = ScreenShadow()
-        """What the terminal shows: a partial update sends only the cells that differ from it."""
+        self._shadow: ScreenShadow | None = None
+        """What the terminal shows: a partial update sends only the cells that differ from it (None: plain draw)."""
+        if not self.plain_draw:
+            from kimitui.tui.screen_diff import ScreenShadow  # Textual's internals: imported on kimitui's path only
+            self._shadow = ScreenShadow()
         self.macro = MacroController(self)
         """The macro sweep started from the dashboard (live only): dialog, worker, progress, cancel."""
         self.micro = MicroController(self)
@@ -146,9 +154,14 @@ class KimituiApp(ReplayControls):
     # -- layout
 
     def get_default_screen(self) -> Screen[object]:
+        if self.plain_draw:
+            return super().get_default_screen()
+        from kimitui.tui.band_compositor import BandScreen
         return BandScreen(id="_default")
 
     def get_driver_class(self) -> type[Driver]:
+        if self.plain_draw:
+            return super().get_driver_class()
         from textual.drivers.linux_driver import LinuxDriver
 
         from kimitui.tui.quiet_driver import QuietLinuxDriver
@@ -241,11 +254,15 @@ class KimituiApp(ReplayControls):
 
     def _display(self, screen: Screen[object], renderable: RenderableType | None) -> None:
         # Textual's one place that writes a frame: a partial one is cut to the cells that changed
+        shadow = self._shadow
+        if shadow is None:  # plain draw (no shadow made): Textual's own
+            return super()._display(screen, renderable)
+        from kimitui.tui.screen_diff import DiffUpdate, minimal_update
         driver = self._driver
         written = (renderable is not None and not self._batch_count and self._running and not self._closed
                    and not self.is_headless and driver is not None)
         if written and driver is not None and not driver.is_inline:
-            renderable = minimal_update(self._shadow, renderable, (self.size.width, self.size.height),
+            renderable = minimal_update(shadow, renderable, (self.size.width, self.size.height),
                                         self.console)  # type: ignore[assignment]
             if isinstance(renderable, DiffUpdate) and not any(self.cursor_position):
                 # Textual ends every frame with a move to the cursor's place: home, where no widget has put it.
@@ -321,7 +338,7 @@ class KimituiApp(ReplayControls):
         the session has a new version or the theme changed."""
         if not self._status.is_attached:
             return  # shutting down: the widgets are gone, a last timer tick may still come
-        with refresh_batch():  # the widgets it repaints tell the screen from here (refresh_batch.py)
+        with refresh_batch(not self.plain_draw):  # the widgets it repaints tell the screen from here (refresh_batch.py)
             self._redraw()
 
     def _redraw(self) -> None:

@@ -6,7 +6,8 @@ widget with none of those, what comes out is the widget's own line through the f
 generic work (about 40 us a line: reading the border, outline and padding rules, building closures) is a
 third of what a changed table row costs. ``BareLines`` skips it when the CSS gives the widget none of
 those, and falls back to Textual's path as soon as it does (tests/test_tui_render.py holds our tables and
-lines to what a DataTable and a Static draw through that path, bare and boxed).
+lines to what a DataTable and a Static draw through that path, bare and boxed). In an app that draws on
+Textual's own path (``KIMITUI_PLAIN_DRAW=1``, kimitui/tui/draw_mode.py) every line takes Textual's path.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from textual.color import Color
 from textual.filter import ANSIToTruecolor, DimFilter, LineFilter, Monochrome, NoColor
 from textual.geometry import Region
 from textual.strip import Strip
+
+from kimitui.tui.draw_mode import plain_draw
 
 if TYPE_CHECKING:
     from textual.widget import Widget
@@ -73,7 +76,7 @@ class BareLines(_Mixin):
         return self._bare and self.opacity == 1.0 and not (self.auto_links and self.hover_style._link_id)
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        if not self._bare_box():
+        if plain_draw(self.app) or not self._bare_box():
             self._styles_cache_used = True
             self._filters = ((), None)  # Textual's path filters the lines
             return super().render_lines(crop)

@@ -1,5 +1,6 @@
 """A table of keyed rows on Textual's Line API: a ScrollView whose ``render_line`` returns one Strip per
-line, from public Textual and Rich API only.
+line, from public Textual and Rich API only (its mixins, bare_lines and refresh_batch, reach into Textual's
+internals on kimitui's drawing path: pyproject.toml lists what).
 
 Drawing costs only what changed. Each cell keeps its rendered segments until its own value changes, and
 each row keeps its line until one of its cells, its place, the cursor, the width or the look (the

@@ -46,7 +46,12 @@ def _paint_only(widget: Widget) -> bool:
 
 
 @contextmanager
-def refresh_batch() -> Iterator[None]:
+def refresh_batch(batched: bool = True) -> Iterator[None]:
+    """Repaints asked for inside are posted to the screen when it ends; with ``batched`` False (the app's plain
+    draw, kimitui/tui/draw_mode.py) it does nothing: each widget posts its own from its idle, as in Textual."""
+    if not batched:
+        yield
+        return
     batch: list[Widget] = []
     token = _batch.set(batch)
     try:
