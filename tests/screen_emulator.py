@@ -8,7 +8,7 @@ import re
 
 from rich.cells import get_character_cell_size
 
-SEQUENCE = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])|\x1b\][^\x1b\x07]*(?:\x1b\\|\x07)|\x1b[=>]")
+SEQUENCE = re.compile(r"\x1b\[([0-9;?<=>]*)([A-Za-z])|\x1b\][^\x1b\x07]*(?:\x1b\\|\x07)|\x1b[=>]")
 
 
 class Terminal:
@@ -30,7 +30,7 @@ class Terminal:
         self._text(data[pos:])
 
     def _csi(self, params: str, final: str) -> None:
-        if params.startswith("?"):
+        if params.startswith(("?", "<", "=", ">")):  # private modes (the alternate screen, the kitty keyboard): no cell
             return
         numbers = [int(p) if p else 0 for p in params.split(";")] if params else []
         if final == "H":
