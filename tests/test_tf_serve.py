@@ -17,9 +17,8 @@ import pytest
 
 from kimitui.core.events import MacroPoint, ProbeResult
 from tests.campaign_rig import campaign_rig, small_config
-from tests.conftest import ROOT
 from tests.sshd import free_port
-from tests.test_campaign import phases_of
+from tests.support import ROOT, phases_of
 from tests.tf_server import (
     START_TIMEOUT_S,
     TfServer,
@@ -74,8 +73,10 @@ def _bench(url: str, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess
 
 def test_real_server_streams_as_transformers_does(tf_server: TfServer) -> None:
     """What the client must cope with, checked on the real thing: the made model is listed under its path,
-    ``ignore_eos`` is a 422 naming it, and a chat stream is role chunk, MAX_TOKENS content chunks, a
-    content-free usage chunk, no [DONE]."""
+    ``ignore_eos`` is a 422 naming it, and a chat stream is role chunk, content chunks, a content-free usage
+    chunk counting MAX_TOKENS, no [DONE]. A content chunk can carry more than one token's text (transformers
+    5.25 streams the text as its detokenizer releases it: ``'mc mc'`` in one chunk, 13 to 16 chunks for 16
+    tokens), so a client counts tokens from the usage, never from the chunks."""
     with urllib.request.urlopen(f"{tf_server.url}/v1/models", timeout=30) as response:
         assert [m["id"] for m in json.load(response)["data"]] == [tf_server.model]
     chat_url = f"{tf_server.url}/v1/chat/completions"
@@ -91,7 +92,7 @@ def test_real_server_streams_as_transformers_does(tf_server: TfServer) -> None:
     chunks = [json.loads(d) for d in data]
     deltas = [c["choices"][0]["delta"] for c in chunks]
     assert deltas[0] == {"role": "assistant"}
-    assert all(d.get("content") for d in deltas[1:-1]) and len(deltas[1:-1]) == MAX_TOKENS
+    assert all(d.get("content") for d in deltas[1:-1]) and 1 <= len(deltas[1:-1]) <= MAX_TOKENS
     assert not deltas[-1].get("content") and chunks[-1]["usage"]["completion_tokens"] == MAX_TOKENS
 
 
