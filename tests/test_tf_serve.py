@@ -73,10 +73,11 @@ def _bench(url: str, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess
 
 def test_real_server_streams_as_transformers_does(tf_server: TfServer) -> None:
     """What the client must cope with, checked on the real thing: the made model is listed under its path,
-    ``ignore_eos`` is a 422 naming it, and a chat stream is role chunk, content chunks, a content-free usage
-    chunk counting MAX_TOKENS, no [DONE]. A content chunk can carry more than one token's text (transformers
-    5.25 streams the text as its detokenizer releases it: ``'mc mc'`` in one chunk, 13 to 16 chunks for 16
-    tokens), so a client counts tokens from the usage, never from the chunks."""
+    ``ignore_eos`` is a 422 naming it, and a chat stream is a role chunk, content chunks, a content-free
+    finish chunk and, only when ``stream_options.include_usage`` asks for it, a usage chunk without choices
+    counting MAX_TOKENS; no [DONE]. A content chunk can carry more than one token's text (transformers 5.25
+    streams the text as its detokenizer releases it: ``' mc mc'`` in one chunk, 10 to 16 chunks for 16
+    tokens), so a client counts tokens from the usage, never from the chunks, and asks for the usage."""
     with urllib.request.urlopen(f"{tf_server.url}/v1/models", timeout=30) as response:
         assert [m["id"] for m in json.load(response)["data"]] == [tf_server.model]
     chat_url = f"{tf_server.url}/v1/chat/completions"
@@ -85,15 +86,21 @@ def test_real_server_streams_as_transformers_does(tf_server: TfServer) -> None:
     status, text = post_json(chat_url, {**body, "ignore_eos": True})
     assert status == 422 and b"ignore_eos" in text, text
 
-    status, text = post_json(chat_url, body)
-    assert status == 200, text
-    data = _sse_data(text)
-    assert "[DONE]" not in data
-    chunks = [json.loads(d) for d in data]
-    deltas = [c["choices"][0]["delta"] for c in chunks]
-    assert deltas[0] == {"role": "assistant"}
-    assert all(d.get("content") for d in deltas[1:-1]) and 1 <= len(deltas[1:-1]) <= MAX_TOKENS
-    assert not deltas[-1].get("content") and chunks[-1]["usage"]["completion_tokens"] == MAX_TOKENS
+    for usage_asked in (True, False):
+        asked = {**body, "stream_options": {"include_usage": True}} if usage_asked else body
+        status, text = post_json(chat_url, asked)
+        assert status == 200, text
+        data = _sse_data(text)
+        assert "[DONE]" not in data
+        chunks = [json.loads(d) for d in data]
+        if usage_asked:
+            *chunks, usage = chunks
+            assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == MAX_TOKENS, usage
+        assert all("usage" not in c or c["usage"] is None for c in chunks), chunks
+        deltas = [c["choices"][0]["delta"] for c in chunks]
+        assert deltas[0] == {"role": "assistant"}
+        assert all(d.get("content") for d in deltas[1:-1]) and 1 <= len(deltas[1:-1]) <= MAX_TOKENS
+        assert not deltas[-1].get("content") and chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
 def test_role_chunk_comes_ahead_of_the_first_token(tf_server: TfServer, proxy: TimingProxy) -> None:
@@ -215,8 +222,9 @@ async def test_a_campaign_against_transformers_serve_under_supervisord(
                        macro={"concurrency": [1, 2], "requests": "2x", "max_tokens": MAX_TOKENS},
                        cleanup={"graceful_s": 15}, restart={"health_s": START_TIMEOUT_S},
                        # a freshly started server's first requests run cold (about a third slower here), and
-                       # the machine's load moves between the phases: the probe is checked, drift is not the point
-                       check={"margin_pct": 90, "ttft_margin_pct": 1000})
+                       # the machine's load moves between the phases (a parallel suite ran Phase 1 at a third of
+                       # the probe's speed): the probe is checked, drift is not the point, so the widest margins
+                       check={"margin_pct": 1000, "ttft_margin_pct": 1000})
     async with campaign_rig(cfg, tmp_path) as rig:
         end = await rig.machine.run()
     assert phases_of(rig.events) == [(p, s) for p in ("macro", "cleanup", "restart", "check")
@@ -225,4 +233,5 @@ async def test_a_campaign_against_transformers_serve_under_supervisord(
     assert [(p.concurrency, p.metrics['completed']) for p in rig.of(MacroPoint)] == [(1, 2), (2, 4)]
     (probe,) = rig.of(ProbeResult)
     assert probe.failed == 0 and probe.tok_s and probe.baseline_tok_s, probe
+    assert probe.tok_s_change_pct is not None and probe.margin_pct == 1000 and not probe.drift, probe
     assert healthy(url), "the server is back after the campaign"
