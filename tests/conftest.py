@@ -1,10 +1,22 @@
 """Shared test helpers and the fixtures more than one test module uses: ``sim`` (a simulated driver's folder,
 the GPUs a module's ``SIM_GPUS`` names, 2 by default) and ``rig`` (the cleanup's rig on it:
-tests/cleanup_rig.py). Fixtures for one area only live in that area's test module or a helper module."""
+tests/cleanup_rig.py). Fixtures for one area only live in that area's test module or a helper module.
+
+The suite runs in parallel (pytest-xdist, ``./run-tests`` picks the workers): each worker gets its own
+XDG data and config folders here, so no test writes into the real home or meets another worker's runs and
+audit log. Every test module is one of three kinds, marked here by its name (``KINDS``), so that
+``./run-tests -m unit`` is a quick loop: ``unit`` (in-process, no child process, no server), ``integration``
+(real child processes, servers, an agent, a simulated host or the app under Textual's Pilot) and ``e2e`` (the
+kimitui command itself as a user runs it: a subprocess, a real terminal, a browser, the wheel, a real
+third-party server). Modules known to be slow are handed out first (``SLOW_FIRST``), so the last worker
+to finish is not the one that drew them last."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,3 +53,55 @@ async def rig(sim: SimDir, tmp_path: Path) -> AsyncIterator[Rig]:
     await r.start()
     yield r
     await r.close()
+
+
+KINDS: dict[str, tuple[str, ...]] = {
+    "unit": (
+        "test_agent_parsers", "test_campaign_config", "test_campaign_shown_status", "test_error_words",
+        "test_events_typed", "test_fuzz_runfile", "test_golden_reports", "test_import_contracts",
+        "test_loadgen_units", "test_macro_client", "test_macro_lengths", "test_micro_shapes", "test_micro_text",
+        "test_micro_topology", "test_prefetched_source", "test_printable", "test_runchunks", "test_runfile",
+        "test_screen_diff", "test_signal_pairing", "test_ssh_target", "test_state_replay",
+    ),
+    "e2e": (
+        "test_campaign_cli", "test_cleanup_cli", "test_cleanup_random", "test_clone_in_cwd", "test_compare",
+        "test_first_look", "test_live_commands", "test_macro_cli", "test_micro_cpu", "test_micro_sim",
+        "test_outside_text", "test_quiet_driver", "test_record_cli", "test_report_figures", "test_serve",
+        "test_tf_serve", "test_tui_exit", "test_tui_plain_draw", "test_wheel",
+    ),
+}
+"""Test modules by kind; every other test module is ``integration``."""
+
+SLOW_FIRST = (
+    "test_cleanup_random", "test_cleanup_cli", "test_tf_serve", "test_campaign_cli", "test_campaign",
+    "test_tui_cleanup", "test_macro_cli", "test_fuzz_runfile", "test_macro_verdict", "test_serve",
+    "test_micro_sim", "test_wheel", "test_campaign_preconditions",
+)
+"""The modules that take longest (``--durations``), in that order: handed to the workers before the rest."""
+
+_KIND_OF = {name: kind for kind, names in KINDS.items() for name in names}
+
+
+def kind_of(module: str) -> str:
+    return _KIND_OF.get(module, "integration")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for kind, text in (("unit", "in-process, no child process or server: the quick loop"),
+                       ("integration", "real child processes, servers, an agent, a simulated host or Pilot"),
+                       ("e2e", "the kimitui command as a user runs it, or a real third-party server")):
+        config.addinivalue_line("markers", f"{kind}: {text}")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    home = tempfile.mkdtemp(prefix=f"kimitui-tests-{worker}-")
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+    for var, sub in (("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config")):
+        os.environ[var] = os.path.join(home, sub)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(kind_of(item.module.__name__.rpartition(".")[2] if item.module else ""))
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    # sorted() is stable: within a module (and among the rest) the collection order stays
+    items[:] = sorted(items, key=lambda it: rank.get(it.module.__name__.rpartition(".")[2] if it.module else "",
+                                                     len(rank)))
