@@ -345,6 +345,8 @@ class CleanupExecutor:
             return "exited: the driver is still releasing its memory (verify waits for it)"
         if p.start_time is not None and info.start_time != p.start_time:
             return "exited: its pid now belongs to another process (start time changed)"
+        if p.kind == "exiting":  # in do_exit: a signal changes nothing, its files close on their own
+            return "exiting: the kernel is closing its files and releasing its memory (verify waits for it)"
         return None
 
     # --- preview and consent ------------------------------------------------------------------------

@@ -149,12 +149,13 @@ def out_of_scope_reason(proc: ProcSample, scope: list[int] | set[int]) -> str | 
 def cuda_holders(sample: HostSample, scope: list[int]) -> list[ProcSample]:
     """Processes holding a CUDA context on a GPU in scope (handle-only monitors excluded): those with NVML
     memory on a GPU in scope, and, among those NVML lists no memory for, those mapping a device file of a
-    GPU in scope (a stray holder). A process whose memory is all outside the scope is not one."""
+    GPU in scope (a stray holder) or in exit with one still open (until its files are closed the GPU is not
+    free). A process whose memory is all outside the scope is not one."""
     wanted = set(scope)
     out = []
     for p in sample.procs:
         if not (proc_gpus(p) & wanted):
             continue
-        if p.gpu_mem_mib or p.kind == "cuda":
+        if p.gpu_mem_mib or p.kind in ("cuda", "exiting"):
             out.append(p)
     return out

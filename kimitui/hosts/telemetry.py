@@ -51,7 +51,7 @@ AgentMessage = HostSample | LogLine
 # --- one line -> one message --------------------------------------------------------------------------
 
 _NUM = (int, float)
-_KINDS = ("cuda", "handle", "unknown")
+_KINDS = ("cuda", "handle", "exiting", "unknown")
 
 
 def _check(cond: bool, what: str) -> None:

@@ -10,11 +10,13 @@ from .procfs import (
     MAPS_MAX_BYTES,
     PROC_MAX_BYTES,
     StatReader,
+    in_exit,
     parse_cgroup,
     parse_cmdline,
     parse_status_uid,
     read_bounded,
     read_exe,
+    read_stat,
     wire_text,
 )
 
@@ -47,13 +49,20 @@ def maps_device_paths(text: str, prefix: str) -> set[str]:
     return found
 
 
-def classify_holding(fd_targets: list[str], maps_text: str, prefix: str) -> tuple[str | None, list[int]]:
-    """("cuda" | "handle" | None, GPU indices) from fd link targets and the maps text of one process."""
+def classify_holding(fd_targets: list[str], maps_text: str, prefix: str,
+                     exiting: bool = False) -> tuple[str | None, list[int]]:
+    """("cuda" | "handle" | "exiting" | None, GPU indices) from fd link targets and the maps text of one
+    process, and whether it is in exit (PF_EXITING read after them). A process in exit that still holds
+    device files is "exiting", mapped or not: the kernel tears its mappings down before it closes its
+    files, so on its way out a CUDA context reads like a handle-only holder (an NVML monitor) for a while.
+    It is neither: it holds the files until they are closed, and runs no code of its own again."""
     devs = {p for p in fd_targets if p.startswith(prefix)}
     mapped = maps_device_paths(maps_text, prefix) if (devs or maps_text) else set()
     devs |= mapped
     gpus = sorted({i for i in (device_gpu_index(p, prefix) for p in devs) if i is not None})
-    return ("cuda" if mapped else "handle" if devs else None), gpus
+    if not devs:
+        return None, gpus
+    return ("exiting" if exiting else "cuda" if mapped else "handle"), gpus
 
 
 
@@ -74,7 +83,9 @@ class HolderScan:
         self.last_full: float | None = None
 
     def scan_pid(self, pid: int) -> tuple[str | None, list[int], bool]:
-        """(kind or None, gpus, readable)."""
+        """(kind or None, gpus, readable). For a device-file holder its stat is read last, fresh: PF_EXITING
+        is set before exit_mm and exit_files, so maps read empty or fds read open in exit are known for what
+        they are (a zombie, or a process gone by then, holds nothing)."""
         fd_dir = f"{self.root}/{pid}/fd"
         try:
             names = os.listdir(fd_dir)
@@ -96,7 +107,13 @@ class HolderScan:
                 maps = wire_text(read_bounded(f"{self.root}/{pid}/maps", MAPS_MAX_BYTES))
             except OSError:
                 pass
-        kind, gpus = classify_holding(targets, maps, self.prefix)
+        exiting = False
+        if targets:
+            st = read_stat(pid, self.root)
+            if st is None or st.state in ("Z", "X"):
+                return None, [], True
+            exiting = in_exit(st)
+        kind, gpus = classify_holding(targets, maps, self.prefix, exiting)
         return kind, gpus, True
 
     def _keep(self, pid: int, res: tuple[str | None, list[int], bool]) -> None:
@@ -122,6 +139,9 @@ class HolderScan:
                 st = self.stat.get(pid)
                 if st is None or st.state in ("Z", "X"):  # exited (a zombie holds no files)
                     del self.holders[pid]
+                elif in_exit(st) and self.holders[pid][0] is not None:  # on its way out since the last scan
+                    _, gpus, readable = self.holders[pid]
+                    self.holders[pid] = ("exiting", gpus, readable)
             for pid in named - self.named:
                 self._keep(pid, self.scan_pid(pid))
                 self.known.add(pid)

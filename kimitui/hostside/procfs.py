@@ -16,8 +16,13 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-ProcStat = namedtuple("ProcStat", "pid comm state ppid pgrp session start_time")
-"""/proc/PID/stat fields 1-6 and 22 (start time: clock ticks after boot; with the pid, a process's identity)."""
+ProcStat = namedtuple("ProcStat", "pid comm state ppid pgrp session start_time flags", defaults=(0,))
+"""/proc/PID/stat fields 1-6, 22 (start time: clock ticks after boot; with the pid, a process's identity) and 9
+(the kernel's PF_* flags of the task; 0 when built without them)."""
+
+PF_EXITING = 0x4
+"""Set in do_exit before exit_mm tears the process's mappings down and before exit_files closes its files:
+from then on the process never runs its own code again, whatever it still holds."""
 
 
 STAT_MAX_BYTES = 4096
@@ -49,7 +54,12 @@ def parse_stat(data: bytes | str) -> ProcStat:
     pid_s, _, comm = head.partition(b" (")
     f = rest.split()
     return ProcStat(int(pid_s), wire_text(comm), f[0].decode("ascii", "replace"), int(f[1]), int(f[2]),
-                    int(f[3]), int(f[19]))
+                    int(f[3]), int(f[19]), int(f[6]))
+
+
+def in_exit(st: ProcStat) -> bool:
+    """Whether the process is in do_exit (PF_EXITING): still listed, maybe still holding files, on its way out."""
+    return bool(st.flags & PF_EXITING)
 
 
 def read_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:

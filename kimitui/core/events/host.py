@@ -7,9 +7,11 @@ from typing import ClassVar, Literal
 
 from kimitui.core.events.base import Event
 
-ProcKind = Literal["cuda", "handle", "unknown"]
+ProcKind = Literal["cuda", "handle", "exiting", "unknown"]
 """How a process holds a GPU: a CUDA context (device files mapped), a handle only (open, not mapped,
-like an NVML monitor), or unknown (NVML lists memory for a PID that is not visible here)."""
+like an NVML monitor), exiting (in exit, PF_EXITING, its device files not closed yet: mapped or not, it is
+no monitor; the kernel unmaps before it closes the files), or unknown (NVML lists memory for a PID that is
+not visible here)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,8 @@ sample_stop run one after another in the order they came):
 SOURCE fields: sim_dir, dev_prefix, proc_root, nvidia_smi, no_nvml (NVML, else nvidia-smi --query-* CSV,
 else the simulated driver of --sim-dir DIR: gpus.json, holders/<pid>.json, load.json, leaked.json). Every
 GPU process is enriched from /proc, and /proc/*/fd + /proc/*/maps are scanned for the device files:
-mapped = CUDA context ("cuda"), open but not mapped = "handle".
+mapped = CUDA context ("cuda"), open but not mapped = "handle", either in a process in exit (PF_EXITING) =
+"exiting".
 
 Python 3.8 compatible (tests run it under 3.8 and the newest python on the machine; vermin and ruff's
 per-file target check every hostside module): no zip(strict=), no os.pidfd_open or signal.pidfd_send_signal

@@ -25,7 +25,7 @@ def proc_gpus(p: ProcSample) -> list[int]:
 
 
 def kind_style(kind: str, colors: Colors) -> str:
-    return {"cuda": colors.primary, "handle": colors.muted}.get(kind, colors.warning)
+    return {"cuda": colors.primary, "handle": colors.muted, "exiting": colors.muted}.get(kind, colors.warning)
 
 
 def proc_cells(p: ProcSample, colors: Colors) -> list[Cell]:
