@@ -3,7 +3,7 @@ no Prompt wakes their own tasks, the screen gets one Update each, and what they 
 
 from __future__ import annotations
 
-import time
+import asyncio
 from collections import Counter
 
 from textual import messages
@@ -13,9 +13,10 @@ from textual.message_pump import MessagePump
 from kimitui.core.events import GpuSample, HostSample, ProcSample
 from kimitui.core.session import QueueSource, Session
 from kimitui.tui.widgets.gpu_table import GpuTable
-from kimitui.tui.widgets.refresh_batch import refresh_batch
+from kimitui.tui.widgets.refresh_batch import _batch, _paint_only, refresh_batch
 from kimitui.tui.widgets.status_bar import StatusBar
 from tests.app_probe import ProbedApp
+from tests.waiting import pilot_until
 
 
 def sample(seq: int) -> HostSample:
@@ -31,31 +32,39 @@ async def test_a_redraw_tells_the_screen_without_waking_each_widget() -> None:
     source = QueueSource()
     app = ProbedApp(Session(), sources=[source], host_label="h")
     posted: Counter[tuple[str, str]] = Counter()
+    woken: list[str] = []
+    by: list[str] = []
+    """Who posted the screen the GPU table's repaints."""
+    """Widgets prompted from inside a redraw's batch when all their idle had to do was repaint."""
     original = MessagePump.post_message
 
     def counting(pump: MessagePump, message: Message) -> bool:
         posted[type(pump).__name__, type(message).__name__] += 1
+        if isinstance(message, messages.Prompt) and _batch.get() is not None and _paint_only(pump):  # type: ignore[arg-type]
+            woken.append(type(pump).__name__)
+        if isinstance(message, messages.Update) and message.widget is table:
+            by.append("its own idle" if asyncio.current_task() is table._task else "the redraw")
         return original(pump, message)
 
     async with app.run_test(size=(120, 40)) as pilot:
         for seq in (1, 2):
             source.put(sample(seq))
-        deadline = time.monotonic() + 10
-        while app.session.state.sample_seq != 2 or app.frames == 0:
-            assert time.monotonic() < deadline
-            await pilot.pause()
+        await pilot_until(pilot, lambda: app.session.state.sample_seq == 2 and app.frames > 0, "samples 1 and 2 drawn")
         await pilot.pause()
         table = app.query_one(GpuTable)
         MessagePump.post_message = counting  # type: ignore[method-assign]
         try:
             source.put(sample(3))
-            while "303W" not in table.render_line(1).text:  # the new power figure, as the screen renders it
-                assert time.monotonic() < deadline, table.render_line(1).text
-                await pilot.pause()
+            # the new power figure, as the screen renders it
+            await pilot_until(pilot, lambda: "303W" in table.render_line(1).text, "sample 3's power figure drawn")
             await pilot.pause()
         finally:
             MessagePump.post_message = original  # type: ignore[method-assign]
-        assert posted["GpuTable", "Prompt"] == posted["StatusBar", "Prompt"] == 0, posted
+        # What the batch promises: no widget whose idle would only repaint is woken from the redraw. (A layout
+        # Textual runs meanwhile, as a loaded machine's late footer asks for, still prompts from outside the
+        # batch: that is Textual's order, not the redraw's, and is not counted.)
+        assert woken == [], posted
+        assert "the redraw" in by, (by, posted)  # sample 3's row reached the screen from the redraw's batch
         assert posted["BandScreen", "Update"] >= 2, posted  # the GPU table and the header, at least
         strips = app.screen._compositor.render_strips()
         screen_text = "\n".join(strip.text for strip in strips)
@@ -100,16 +109,12 @@ async def test_only_a_plain_repaint_is_batched() -> None:
             bar.refresh(layout=True)
             assert prompts == ["prompt"]
         assert screen_got == []
-        await pilot.pause()
-        assert "Layout" in screen_got
+        await pilot_until(pilot, lambda: "Layout" in screen_got, "the layout at the screen")
         prompts.clear()
         with refresh_batch():
             bar.call_next(lambda: ran.append("next"))
             assert prompts == ["prompt"]
-        deadline = time.monotonic() + 5
-        while not ran:
-            assert time.monotonic() < deadline, "the callback never ran"
-            await pilot.pause()
+        await pilot_until(pilot, lambda: ran, "the callback to run")
         assert ran == ["next"]
         await pilot.pause()
         prompts.clear()
