@@ -12,6 +12,13 @@ workers; and pid reuse forced through /proc/sys/kernel/ns_last_pid: before the c
 between the graceful and the process step, or while the operator is being asked (after the preview, before
 the signal). Each reuse is checked: the new process really has the pid, with a later start time.
 
+The tables run in a pid namespace of their own (``unshare --pid --fork --mount-proc``: run_tables starts a
+python there, pid 1 of it, which runs them and hands the summary back): the pid counter the forced reuses
+move is theirs alone, and no process of the host or of another test (the suite runs under pytest-xdist,
+several workers forking at once) can take a pid a table freed. After each forced reuse the counter is put
+back to its high-water mark, so a pid just freed (a stale main's) is handed out again only once the counter
+has gone round the whole range.
+
 NVML is the only simulated part: each table's ProcessView builds its HostSamples from the table and the
 processes' liveness read from /proc (memory is released when its holder is gone). The host side is real: one
 local agent (LocalHost) scans, stats and signals for every table. The operator is random too (accept all, a
@@ -26,7 +33,7 @@ protected one or a bystander (a process that took a reused pid is judged by its 
 incarnation the preview showed, which is the one the harness started (pid and start
 time). And independently of the events: every process the harness started that died during the table must
 have died of a signal the executor reported as sent to that very (pid, start time): the harness reaps its own
-children (and, as the child subreaper, the orphans of its trees) and reads WTERMSIG from waitpid.
+children (and, as the namespace's init, the orphans of its trees) and reads WTERMSIG from waitpid.
 """
 
 from __future__ import annotations
@@ -34,11 +41,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import importlib
 import os
+import pickle
 import random
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -83,7 +93,13 @@ SLEEP = "/usr/bin/sleep"
 DASH = "/bin/sh"
 SETPRIV = "/usr/bin/setpriv"
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+UNSHARE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+"""A pid namespace of the tables' own, with its own /proc; its init (the harness) killed with the caller."""
+IN_NAMESPACE = "KIMITUI_SAFETY_IN_NAMESPACE"
+"""Set for the python run_tables starts in the namespace: there it runs the tables itself."""
+ROOT = Path(__file__).resolve().parent.parent
 PR_SET_CHILD_SUBREAPER = 36
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TOKEN_BASE = 100_000
 """A process's token is its sleep argument (seconds): unique within the run, it names the process in /proc."""
@@ -116,16 +132,24 @@ the agent)."""
 
 
 def cannot_run() -> str | None:
-    """Why this machine cannot run the tables (they need root: another uid, ns_last_pid, pidfds), or None."""
+    """Why this machine cannot run the tables (they need root: another uid, a pid namespace of their own and
+    its ns_last_pid, pidfds), or None."""
     if os.geteuid() != 0:
-        return "needs root (processes of another uid, /proc/sys/kernel/ns_last_pid)"
-    if not os.access(NS_LAST_PID, os.W_OK):
-        return f"{NS_LAST_PID} is not writable here"
+        return "needs root (processes of another uid, a pid namespace, its /proc/sys/kernel/ns_last_pid)"
     if not (hasattr(os, "pidfd_open") and os.path.exists(SETPRIV) and os.path.exists(SLEEP)):
         return f"needs pidfds, {SETPRIV} and {SLEEP}"
-    me = os.getpid()
-    if not os.path.exists(f"/proc/{me}/task/{me}/children"):
-        return "needs /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN) to find the trees' processes"
+    if shutil.which(UNSHARE[0]) is None:
+        return "needs unshare (util-linux) to run the tables in a pid namespace of their own"
+    probe = 'test "$$" = 1 && test -w /proc/sys/kernel/ns_last_pid && test -e /proc/1/task/1/children'
+    try:
+        res = subprocess.run([*UNSHARE, "sh", "-c", probe], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot start a pid namespace ({' '.join(UNSHARE)}): {exc}"
+    if res.returncode != 0:
+        return (f"a pid namespace of their own ({' '.join(UNSHARE)}) with a writable {NS_LAST_PID} and "
+                f"/proc/PID/task/TID/children (CONFIG_PROC_CHILDREN): not here (status {res.returncode}: "
+                f"{res.stderr.strip()[:200]})")
     return None
 
 
@@ -542,18 +566,35 @@ def spawn(prog: Programs, leaf: LeafSpec) -> subprocess.Popen[bytes]:
             signal.signal(signal.SIGTERM, old)
 
 
+def last_pid() -> int:
+    """The pid counter of this pid namespace: the last pid handed out (or what was written there)."""
+    with open(NS_LAST_PID) as fh:
+        return int(fh.read())
+
+
+def set_last_pid(pid: int) -> None:
+    with open(NS_LAST_PID, "w") as fh:
+        fh.write(str(pid))
+
+
 def spawn_at(prog: Programs, leaf: LeafSpec, pid: int) -> subprocess.Popen[bytes] | None:
     """Start ``leaf`` with exactly this (free) pid, through ns_last_pid; None when another process took it.
-    The pid counter is put back where it was after: later processes (the host's, other tables') get new
-    pids, not the ones just freed, which a stale pidfile may still name."""
-    with open(NS_LAST_PID) as fh:
-        resume = fh.read().strip()
+    Only in the tables' own pid namespace (the harness is its init): the counter moved is theirs alone.
+
+    The counter is put back after to its high-water mark (the highest value read before each move), so it
+    only ever goes forward: later processes get pids never handed out yet, not the ones just freed, which a
+    stale pidfile or a previewed row may still name (a freed pid comes back only after the counter went round
+    the whole range). Not to the highest live pid: a process near the top of the range (a kernel thread, on
+    some hosts) sent the counter there, it wrapped, and pids just freed came back within a few forks."""
+    if os.getpid() != 1:
+        raise RuntimeError("spawn_at moves the pid counter: only in the tables' own pid namespace (run_tables)")
+    high = last_pid()
     try:
         for _ in range(REUSE_ATTEMPTS):
             if proc_stat(pid) is not None:
                 return None  # taken by someone else meanwhile
-            with open(NS_LAST_PID, "w") as fh:
-                fh.write(str(pid - 1))
+            high = max(high, last_pid())
+            set_last_pid(pid - 1)
             popen = spawn(prog, leaf)
             if popen.pid == pid:
                 return popen
@@ -561,14 +602,7 @@ def spawn_at(prog: Programs, leaf: LeafSpec, pid: int) -> subprocess.Popen[bytes
             popen.wait()
         return None
     finally:
-        # never behind a pid another process took meanwhile (the host's and the agents' own children fork on
-        # their own): a counter put back below it would hand out pids just freed, such as a stale main's
-        with open(NS_LAST_PID, "w") as fh:
-            fh.write(str(max(int(resume), _highest_pid())))
-
-
-def _highest_pid() -> int:
-    return max((int(name) for name in os.listdir("/proc") if name.isdigit()), default=0)
+        set_last_pid(max(high, last_pid()))
 
 
 @dataclass(slots=True)
@@ -616,6 +650,10 @@ class TableResult:
 
 class Table:
     """One table: its processes started, the executor run on them, then judged and torn down."""
+
+    @classmethod
+    def prepare(cls) -> None:
+        """Run once in the tables' namespace before the first table (a variant may patch kimitui there)."""
 
     def __init__(self, spec: TableSpec, prog: Programs, shared: LocalHost, agent_pid: int, tok: Tokens,
 ) -> None:
@@ -864,13 +902,15 @@ class Table:
             self.result.error = f"{type(exc).__name__}: {exc}"
         finally:
             alive = {p.key for p in self.procs if p.alive()}
+            if self.spec.reuse == "stale" and self.main is not None and proc_stat(self.main.pid) is not None:
+                self.result.reuses["stale pid taken"] += 1  # by the table's end: the counter let it go
             await self.teardown()
             self.judge(alive)
         return self.result
 
     async def teardown(self) -> None:
         """Kill what is left (by identity) and reap every process, top down (a node before its children,
-        which are then the harness's as the subreaper), each with its waitpid status."""
+        which are then the harness's as the namespace's init), each with its waitpid status."""
         mine = [p for p in self.procs if p.role != "self"]
         for p in mine:
             kill_identity(p.pid, p.start_time)
@@ -1060,9 +1100,48 @@ def programs_dir() -> Iterator[Path]:
 async def run_tables(count: int, seed: int, concurrency: int = 4, agents: int = 2,
                      table_cls: type[Table] = Table) -> Summary:
     """Generate and run ``count`` tables (seeds seed, seed+1, ...), ``concurrency`` at a time, spread over
-    ``agents`` local agents (each answers one request at a time: two use both cores)."""
-    with programs_dir() as root:
-        return await _run_tables(make_programs(root), count, seed, concurrency, agents, table_cls)
+    ``agents`` local agents (each answers one request at a time: two use both cores), in a pid namespace of
+    their own: a python started there (pid 1, run_in_namespace) runs them and hands the summary back.
+    ``table_cls`` is found there by its module and name (a test module's class is imported there); its
+    ``prepare()`` runs there first."""
+    if os.environ.get(IN_NAMESPACE) == "1" and os.getpid() == 1:
+        with programs_dir() as root:
+            return await _run_tables(make_programs(root), count, seed, concurrency, agents, table_cls)
+    with tempfile.TemporaryDirectory(prefix="kimitui-safety-summary-") as tmp:
+        out = Path(tmp) / "summary.pickle"
+        argv = [*UNSHARE, sys.executable, "-c", "import sys; from tests.safety_tables import run_in_namespace; "
+                "run_in_namespace(sys.argv[1:])", str(count), str(seed), str(concurrency), str(agents),
+                f"{table_cls.__module__}:{table_cls.__qualname__}", str(out)]
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, stdin=subprocess.DEVNULL,
+                                                    env=dict(os.environ, PYTHONPATH=path, **{IN_NAMESPACE: "1"}))
+        try:
+            code = await proc.wait()
+        finally:
+            if proc.returncode is None:  # cancelled: unshare --kill-child ends the namespace with it
+                proc.kill()
+                await proc.wait()
+        if code != 0 or not out.exists():
+            raise RuntimeError(f"the tables' pid namespace ({' '.join(UNSHARE)}) ended with status {code} "
+                               "and no summary (its output above says why)")
+        summary = pickle.loads(out.read_bytes())
+        assert isinstance(summary, Summary)
+        return summary
+
+
+def run_in_namespace(argv: list[str]) -> None:
+    """The harness as pid 1 of the tables' own pid namespace: COUNT SEED CONCURRENCY AGENTS MODULE:CLASS OUT."""
+    count, seed, concurrency, agents, cls_name, out = argv
+    if os.getpid() != 1 or os.environ.get(IN_NAMESPACE) != "1":
+        raise SystemExit("run_in_namespace: not the init of the tables' pid namespace")
+    module, _, name = cls_name.partition(":")
+    table_cls = importlib.import_module(module)
+    for part in name.split("."):
+        table_cls = getattr(table_cls, part)
+    assert isinstance(table_cls, type) and issubclass(table_cls, Table), cls_name
+    table_cls.prepare()
+    summary = asyncio.run(run_tables(int(count), int(seed), int(concurrency), int(agents), table_cls))
+    Path(out).write_bytes(pickle.dumps(summary))
 
 
 async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, agents: int,

@@ -5,15 +5,21 @@ operator consented to may ever be signalled (tests/safety_tables.py holds the ge
 oracle).
 
 KIMITUI_SAFETY_TABLES (default 1000) and KIMITUI_SAFETY_SEED (default 1800) choose the tables: table i has
-seed SEED+i, and a failing table is printed with the command that reruns it alone. Needs root (processes of
-the uid nobody, /proc/sys/kernel/ns_last_pid): without them it fails, naming what is missing (CI runs as root).
+seed SEED+i, and a failing table is printed with the command that reruns it alone. The tables run in a pid
+namespace of their own (unshare), so the pid reuses they force touch no other process of the machine and no
+other process can take a pid they freed. Needs root (processes of the uid nobody, a pid namespace and its
+/proc/sys/kernel/ns_last_pid): without them it fails, naming what is missing (CI runs as root).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,11 +46,17 @@ def assert_clean(summary: Summary, tables: int) -> None:
     assert summary.tables == tables
     assert not summary.errors, summary.report()
     assert summary.wrong == 0, summary.report()
+    # the harness's own promise: no pid it freed went to another process while a table could name it
+    assert summary.reuses["stale pid taken"] == 0, summary.report()
     assert summary.sent > 0, "no signal was sent at all: the tables exercise nothing"
 
 
 async def test_random_tables_signal_only_what_was_previewed_and_consented(capsys: pytest.CaptureFixture[str]) -> None:
-    """Prints "N tables, M signals sent, 0 wrong" (and what the tables held) even without -s."""
+    """The cleanup signals only what its preview listed and the operator consented to, each process as
+    previewed (pid and start time) and as its role allows, over TABLES random tables of real processes, pid
+    reuses included; every process the harness started that died, died of a signal an event reports; and
+    no pid the harness freed (a stale main's) went to another process during its table. Prints "N tables, M
+    signals sent, 0 wrong" (and what the tables held) even without -s."""
     summary = await run_tables(TABLES, SEED)
     show(capsys, summary)
     assert_clean(summary, TABLES)
@@ -69,18 +81,28 @@ class Saboteur(Table):
 
 
 async def test_the_oracle_sees_a_signal_no_event_reports() -> None:
+    """The oracle does not take the events' word for what died: a bystander killed behind the executor's
+    back (its wait status says SIGTERM, no event says so) is reported."""
     summary = await run_tables(20, SEED, table_cls=Saboteur)
     assert summary.kinds["bystander: delivered without a signal event"] > 0, summary.report()
     assert not summary.errors, summary.report()
 
 
-async def test_the_oracle_sees_a_signal_to_another_users_process(monkeypatch: pytest.MonkeyPatch) -> None:
+class EveryoneAllowed(Table):
+    """Tables run with the executor's safety check broken: nobody is refused (patched in the tables'
+    namespace, where they run)."""
+
+    @classmethod
+    def prepare(cls) -> None:
+        from kimitui.cleanup.safety import SafetyPolicy
+
+        SafetyPolicy.refusal = lambda self, c: None  # type: ignore[method-assign]
+
+
+async def test_the_oracle_sees_a_signal_to_another_users_process() -> None:
     """With the executor's safety check broken (everyone allowed), the other users' processes it then
     signals are each reported."""
-    from kimitui.cleanup.safety import SafetyPolicy
-
-    monkeypatch.setattr(SafetyPolicy, "refusal", lambda self, c: None)
-    summary = await run_tables(20, SEED)
+    summary = await run_tables(20, SEED, table_cls=EveryoneAllowed)
     assert sum(n for kind, n in summary.kinds.items() if kind.startswith("other_user: signalled in step")), \
         summary.report()
 
@@ -95,7 +117,54 @@ class NoExecutables(Table):
 
 
 async def test_a_daemon_is_spared_when_the_sample_gives_no_executable(capsys: pytest.CaptureFixture[str]) -> None:
+    """A host daemon known by its executable alone is never signalled, even when the samples give no
+    executable (the step's own scan names it); 200 tables, as clean as the main test's."""
     summary = await run_tables(200, SEED + 50_000, table_cls=NoExecutables)
     show(capsys, summary)
     assert_clean(summary, 200)
     assert summary.roles["daemon"] > 0, summary.report()
+
+
+REPO = Path(__file__).resolve().parent.parent
+COUNTER_PROBE = r"""
+import json, os, subprocess, tempfile
+from pathlib import Path
+from tests.safety_tables import LeafSpec, make_programs, spawn_at
+
+def start(pid):
+    with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
+        fh.write(str(pid - 1))
+    return subprocess.Popen(["sleep", "600"])
+
+assert os.getpid() == 1, "not the init of a pid namespace of its own"
+with open("/proc/sys/kernel/pid_max") as fh:
+    pid_max = int(fh.read())
+top = start(pid_max - 3)  # a long-lived process near the top of the range: on some hosts a kernel thread sits there
+freed = start(300)  # the first pid the kernel hands out once the counter wraps (RESERVED_PIDS)
+freed.kill(); freed.wait()
+victim = start(1000)
+victim.kill(); victim.wait()
+taker = spawn_at(make_programs(Path(tempfile.mkdtemp())), LeafSpec(1, "bystander"), victim.pid)
+forks = []
+for _ in range(100):
+    p = subprocess.Popen(["true"]); p.wait(); forks.append(p.pid)
+print(json.dumps({"top": top.pid, "freed": freed.pid, "victim": victim.pid, "taker": taker and taker.pid,
+                  "forks": forks}))
+"""
+"""Run as pid 1 of a pid namespace of its own: a pid freed, a forced reuse as the tables make it, 100 forks."""
+
+
+def test_a_forced_pid_reuse_leaves_the_pids_just_freed_free() -> None:
+    """After spawn_at forces a pid reuse, the next processes get new pids, never one just freed (a stale
+    pidfile's, a killed main's): with a process near the top of the pid range (a kernel thread on some
+    hosts), putting the counter back to the highest live pid sent it to the top, it wrapped, and the pid
+    freed first came back within 3 forks (issue 31: after 106 forks on CI, instead of ~32,000)."""
+    res = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, "-c",
+                          COUNTER_PROBE], capture_output=True, text=True, cwd=REPO, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["taker"] == got["victim"] and got["freed"] == 300
+    assert got["freed"] not in got["forks"], f"pid {got['freed']} came back after " \
+        f"{got['forks'].index(got['freed']) + 1} forks: {got['forks'][:10]}"
+    assert got["top"] not in got["forks"] and len(set(got["forks"])) == 100
