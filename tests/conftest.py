@@ -57,11 +57,10 @@ async def rig(sim: SimDir, tmp_path: Path) -> AsyncIterator[Rig]:
 
 KINDS: dict[str, tuple[str, ...]] = {
     "unit": (
-        "test_agent_parsers", "test_campaign_config", "test_campaign_shown_status", "test_error_words",
-        "test_events_typed", "test_fuzz_runfile", "test_golden_reports", "test_import_contracts",
-        "test_loadgen_units", "test_macro_client", "test_macro_lengths", "test_micro_shapes", "test_micro_text",
-        "test_micro_topology", "test_prefetched_source", "test_printable", "test_runchunks", "test_runfile",
-        "test_screen_diff", "test_signal_pairing", "test_ssh_target", "test_state_replay",
+        "test_agent_parsers", "test_campaign_shown_status", "test_error_words", "test_events_typed",
+        "test_fuzz_runfile", "test_loadgen_units", "test_macro_client", "test_macro_lengths", "test_micro_text",
+        "test_prefetched_source", "test_printable", "test_runchunks", "test_runfile", "test_screen_diff",
+        "test_signal_pairing", "test_ssh_target", "test_state_replay",
     ),
     "e2e": (
         "test_campaign_cli", "test_cleanup_cli", "test_cleanup_random", "test_clone_in_cwd", "test_compare",
@@ -105,3 +104,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # sorted() is stable: within a module (and among the rest) the collection order stays
     items[:] = sorted(items, key=lambda it: rank.get(it.module.__name__.rpartition(".")[2] if it.module else "",
                                                      len(rank)))
+
+
+@pytest.fixture(autouse=True)
+def _unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``unit`` test runs in-process: starting a child process fails it, naming where to move its module."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    import subprocess
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{request.node.nodeid}: a unit test starts no child process; list its module "
+                             "under another kind in tests/conftest.py KINDS")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
