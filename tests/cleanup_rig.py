@@ -5,6 +5,7 @@ fixtures (tests/conftest.py) make one per test."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kimitui.cleanup import AuditLog, CleanupExecutor, CleanupTarget, Deadlines, PidService, SampleFeed
@@ -14,10 +15,25 @@ from kimitui.core.session import Session
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.telemetry import TelemetrySource
 from tests.cleanup_support import SimDir
+from tests.waiting import DEADLINE_S, until
 
 FAST = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=3.0, sample_s=10.0, poll_s=0.01)
 SHORT_VERIFY = Deadlines(graceful_s=0.5, term_grace_s=0.3, kill_s=0.5, verify_s=0.5, sample_s=10.0, poll_s=0.01)
 """For tests whose GPUs must end NOT clean: the verify deadline is what they wait for."""
+
+
+async def sample_where(feed: SampleFeed, pred: Callable[[HostSample], bool], what: str) -> HostSample:
+    """The first sample, the latest one on, that satisfies PRED: each poll of tests/waiting.py's ``until`` waits
+    for the feed's next sample."""
+    after: float | None = None
+
+    async def next_one() -> HostSample | None:
+        nonlocal after
+        s = await feed.latest(after=after, timeout=DEADLINE_S)
+        after = time.monotonic()
+        return s if pred(s) else None
+
+    return await until(next_one, what)
 
 
 class Rig:
@@ -37,18 +53,11 @@ class Rig:
 
     async def start(self) -> None:
         self.feed.follow(self.source.events(), publish=self.session.publish)
-        await self.feed.latest(timeout=15.0)
+        await self.feed.latest(timeout=DEADLINE_S)
 
-    async def settled(self, pids: set[int], timeout: float = 5.0) -> HostSample:
+    async def settled(self, pids: set[int]) -> HostSample:
         """A sample in which the agent sees every one of these pids."""
-        deadline = time.monotonic() + timeout
-        after = None
-        while True:
-            s = await self.feed.latest(after=after)
-            after = time.monotonic()
-            if pids <= {p.pid for p in s.procs}:
-                return s
-            assert after < deadline, f"agent never saw {pids - {p.pid for p in s.procs}}"
+        return await sample_where(self.feed, lambda s: pids <= {p.pid for p in s.procs}, f"the agent to see {pids}")
 
     def executor(self, consent: object, service: PidService | None = None, deadlines: Deadlines = FAST,
                  **kw: object) -> CleanupExecutor:

@@ -21,12 +21,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-POLL_S = 0.01
-"""Interval between checks of a condition waited on with a deadline."""
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 HERE = Path(__file__).resolve()
 RESERVED_MIB = 616.0
@@ -154,13 +154,11 @@ class SimDir:
         return {int(p.stem) for p in (self.path / "holders").glob("*.json")
                 if start_time(int(p.stem)) is not None}
 
-    def wait(self, pred: object, timeout: float = 10.0, what: str = "") -> float:
-        start = time.monotonic()
-        while not pred():  # type: ignore[operator]
-            if time.monotonic() - start > timeout:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(POLL_S)
-        return time.monotonic() - start
+    def wait(self, pred: Callable[[], object], what: str) -> object:
+        """tests/waiting.py's wait_until (imported here: run as a script, this module loads no tests/ module)."""
+        from tests.waiting import wait_until
+
+        return wait_until(pred, what)
 
     def start_service(self, n: int | None = None, mib: float = 40_000.0, ignore: int = 0) -> int:
         n = self.gpus if n is None else n

@@ -22,11 +22,12 @@ from kimitui.core.events import StepPreview
 from kimitui.hosts.local import LocalHost
 from kimitui.hostside.procfs import parse_cmdline, parse_stat, read_stat
 from tests.agent_helpers import host as host  # a fixture: a local agent under each python
-from tests.agent_helpers import make_sim_dir, wait_until
+from tests.agent_helpers import make_sim_dir
 from tests.cleanup_rig import Rig, results
 from tests.cleanup_support import HERE as CLEANUP_SUPPORT
 from tests.cleanup_support import SimDir
 from tests.pythons import agent_pythons
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 CUT_NAME = "ab日本語ワーカー".encode()  # 23 bytes: the kernel keeps 15, cutting the 6th character after 2 bytes
@@ -122,7 +123,7 @@ def odd_exe_sleeper(kids: Kids, tmp: Path) -> subprocess.Popen[bytes]:
     shutil.copy(b"/bin/sleep", exe)
     proc = kids.start([exe, "600"])
     # exec'd once its name is the link's (before that it is the forked python's)
-    assert wait_until(lambda: kernel_comm(proc.pid) == b"\xff\xfe", 15.0), "the symlinked sleep did not start"
+    wait_until(lambda: kernel_comm(proc.pid) == b"\xff\xfe", "the symlinked sleep to start")
     return proc
 
 
@@ -161,7 +162,7 @@ async def test_names_that_are_not_utf8_are_visible_with_their_start_time(
     (sim / "spawned").mkdir()
     holder = kids.start([sys.executable, "-c", NAMED, CUT_NAME.hex(), str(CLEANUP_SUPPORT), "worker",
                          str(sim), "1", "2048", "0"])
-    assert wait_until(lambda: (sim / "holders" / f"{holder.pid}.json").exists(), 15.0), "the holder did not start"
+    wait_until(lambda: (sim / "holders" / f"{holder.pid}.json").exists(), "the holder to start")
     queue = host.link.subscribe()
     await host.request("sample", {"sim_dir": str(sim), "interval": 0.1, "scan_interval": 0.1})
     while True:
@@ -188,7 +189,7 @@ async def test_a_cleanup_kills_holders_whose_names_are_not_utf8_and_the_gpus_ver
     rig = Rig(sim, LocalHost(), tmp_path)
     await rig.start()
     try:
-        sample = await rig.settled({holder.pid, stray.pid}, timeout=15.0)
+        sample = await rig.settled({holder.pid, stray.pid})
         by_pid = {p.pid: p for p in sample.procs}
         assert by_pid[holder.pid].visible and by_pid[holder.pid].start_time == true_start(holder.pid)
         assert by_pid[stray.pid].visible and by_pid[stray.pid].start_time == true_start(stray.pid)

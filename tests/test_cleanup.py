@@ -3,6 +3,7 @@ driver directory): preview, consent, guarded signals, waits with deadlines, veri
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -34,12 +35,17 @@ from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.local import LocalHost
 from tests.cleanup_rig import FAST, SHORT_VERIFY, Rig, results
 from tests.cleanup_support import SimDir, alive, can_force_pids, spawn_at_pid, start_time
+from tests.waiting import DEADLINE_S
 
 SIM_GPUS = 4
 """The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
 
 
 async def test_graceful_leaves_stuck_workers_then_process_kill_frees_them(rig: Rig, sim: SimDir) -> None:
+    """The escalation goes step by step and each step signals only what its consent names: the graceful stop SIGTERMs
+    the service (the main pid exits, the two workers that ignore SIGTERM survive it, recorded as such); the process
+    step ends the survivors SIGTERM then SIGKILL, in that order; the device step, with no CUDA holder left, signals
+    nothing; the monitor is never touched."""
     main = sim.start_service(n=4, ignore=2)
     workers = sorted(sim.holder_pids())
     monitor = sim.start_ready("monitor")
@@ -90,6 +96,9 @@ async def test_graceful_leaves_stuck_workers_then_process_kill_frees_them(rig: R
 
 
 async def test_stray_holder_killed_monitor_survives_unless_ticked(rig: Rig, sim: SimDir) -> None:
+    """With no service chosen, only the others step acts: a holder of memory and a stray mapping are signalled, the
+    NVML-only monitor is spared as optional and survives; the operator may tick it in, and then, and only then, is
+    it signalled."""
     holder = sim.start_holder(0, 30_000)
     stray = sim.start_ready("stray", "1")
     monitor = sim.start_ready("monitor")
@@ -223,6 +232,9 @@ class GuardedHost(LocalHost):
 
 
 async def test_protected_and_other_users_processes_are_never_signalled(sim: SimDir, tmp_path: Path) -> None:
+    """Nothing the host protects (the host connection's own processes) and nothing of another user is ever signalled,
+    even when the operator ticks them: the preview spares them with the reason, and each ticked one is recorded as
+    refused, not sent."""
     guarded = sim.start_holder(0, 10_000)
     rig = Rig(sim, GuardedHost({guarded}), tmp_path)
     await rig.start()
@@ -266,9 +278,12 @@ def other_users_process(sim: SimDir) -> tuple[int, str]:
         (sim.path / "spawned" / str(proc.pid)).write_text(str(start_time(proc.pid)))
         return proc.pid, "nobody"
     for name in os.listdir("/proc"):
-        if (name.isdigit() and int(name) > 2 and os.stat(f"/proc/{name}").st_uid != os.geteuid()
-                and Path(f"/proc/{name}/cmdline").read_bytes()):
-            return int(name), pwd.getpwuid(os.stat(f"/proc/{name}").st_uid).pw_name
+        try:  # a process may end between the listing and the look (a parallel suite starts and ends many)
+            if (name.isdigit() and int(name) > 2 and os.stat(f"/proc/{name}").st_uid != os.geteuid()
+                    and Path(f"/proc/{name}/cmdline").read_bytes()):
+                return int(name), pwd.getpwuid(os.stat(f"/proc/{name}").st_uid).pw_name
+        except OSError:
+            continue
     raise AssertionError("no process of another user to test with")
 
 
@@ -280,6 +295,8 @@ def ex_protected(rig: Rig) -> set[int]:
 
 
 async def test_pid_gone_between_preview_and_signal(rig: Rig, sim: SimDir) -> None:
+    """A process that exits between its preview and its signal is not signalled blind: the guarded signal checks its
+    start time and records it gone, and the GPUs end clean."""
     holder = sim.start_holder(2, 8_000)
     await rig.settled({holder})
 
@@ -354,6 +371,8 @@ async def test_start_time_change_seen_at_preview_is_spared(rig: Rig, sim: SimDir
 
 
 async def test_declined_steps_signal_nothing(rig: Rig, sim: SimDir) -> None:
+    """Declining every step signals nothing at all: every process lives on, each consent is recorded as declined, and
+    the verification says the GPUs are not clean."""
     main = sim.start_service(n=2)
     stray = sim.start_ready("stray", "3")
     workers = sim.holder_pids()
@@ -379,6 +398,8 @@ class NoKillHost(LocalHost):
 
 
 async def test_survivor_of_sigkill_is_reported_stuck_once(sim: SimDir, tmp_path: Path) -> None:
+    """A process that survives SIGKILL (stuck in the driver) is reported stuck once, with its state, after the kill
+    deadline: its step fails naming it, the device step does not retry it, and the GPUs are not called clean."""
     holder = sim.start_holder(1, 8_000, ignore=True)
     rig = Rig(sim, NoKillHost(), tmp_path)
     await rig.start()
@@ -399,6 +420,8 @@ async def test_survivor_of_sigkill_is_reported_stuck_once(sim: SimDir, tmp_path:
 
 
 def test_clean_criteria_baselines() -> None:
+    """Clean is judged per GPU against its own baseline: NVML v2 counts used memory without the driver's reservation,
+    v1 with it (or against a recorded baseline), and a GPU whose memory reads nothing is never clean."""
     from dataclasses import replace
 
     c = CleanCriteria(threshold_mib=64)
@@ -416,6 +439,8 @@ def test_clean_criteria_baselines() -> None:
 
 
 def test_audit_log_appends(tmp_path: Path) -> None:
+    """The audit log only grows: each signal and its outcome is appended with the host and operator, across openings,
+    and the file is readable by its owner only (0600)."""
     path = tmp_path / "a" / "audit.log"
     with AuditLog(path) as a:
         a.record(SignalSent(1.0, step="process", pid=5, start_time=7, signal="SIGTERM", cmdline="x"), "h", "op")
@@ -456,13 +481,11 @@ async def test_a_graceful_step_whose_main_pid_is_unticked_does_not_wait_for_it(r
             return ConsentDecision(False, None, "tester", "not this step")
         return ConsentDecision(True, [r.pid for r in preview.targets if r.pid != main], "tester", "unticked main")
 
-    slow = Deadlines(graceful_s=60.0, term_grace_s=0.5, kill_s=2.0, verify_s=1.0, sample_s=10.0, poll_s=0.01)
+    # a graceful wait of an hour: a step that waited it out would not end before the run's deadline
+    slow = Deadlines(graceful_s=3600.0, term_grace_s=0.5, kill_s=2.0, verify_s=1.0, sample_s=10.0, poll_s=0.01)
     ex = rig.executor(untick_main, PidService(pidfile=str(sim.pidfile)), deadlines=slow)
-    begun = time.monotonic()
-    await ex.run()
+    await asyncio.wait_for(ex.run(), DEADLINE_S)
     graceful = results(rig)["graceful"]
-    assert time.monotonic() - begun < 30.0
-    assert graceful.elapsed_s is not None and graceful.elapsed_s < 10.0, graceful
     assert graceful.status == "skipped" and f"main pid {main} unticked" in graceful.reason, graceful
     assert not [s for s in rig.signals(main) if s.step == "graceful"]
     assert alive(main)

@@ -6,12 +6,9 @@ GPU holder like any other."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from kimitui.cleanup import CleanupExecutor, CleanupTarget, ConsentDecision, SampleFeed
@@ -22,34 +19,13 @@ from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive as sim_alive
 from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.hostside.procfs import process_table, read_exe
-from tests.cleanup_rig import FAST, SHORT_VERIFY, Rig, results
-from tests.cleanup_support import HERE, SimDir, alive, start_time
-from tests.conftest import ROOT
+from tests.cleanup_rig import FAST, SHORT_VERIFY, Rig, results, sample_where
+from tests.cleanup_support import HERE, SimDir, alive
+from tests.support import ROOT, start_daemon
 
 SIM_GPUS = 4
 """The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
 
-
-
-def start_daemon(sim: SimDir, tmp: Path, name: str = "nvidia-persistenced", mem: dict[int, float] | None = None) -> int:
-    """A real process whose executable is TMP/root/usr/bin/NAME (a copy, not a symlink: /proc/PID/exe
-    resolves links) holding a handle on every simulated GPU, as the real persistence daemon does, and
-    optionally driver memory."""
-    exe = tmp / "root" / "usr" / "bin" / name
-    exe.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(shutil.which("sleep") or "/bin/sleep", exe)
-    fds = [os.open(p, os.O_RDWR) for p in sorted((sim.path / "dev").iterdir())]
-    try:
-        proc = subprocess.Popen([str(exe), "infinity"], pass_fds=fds, stdin=subprocess.DEVNULL)
-    finally:
-        for fd in fds:
-            os.close(fd)
-    st = start_time(proc.pid)
-    (sim.path / "spawned" / str(proc.pid)).write_text(str(st))
-    if mem:
-        (sim.path / "holders" / f"{proc.pid}.json").write_text(json.dumps(
-            {"pid": proc.pid, "start_time": st, "mem_mib": {str(k): v for k, v in mem.items()}}))
-    return proc.pid
 
 
 def start_impostor(sim: SimDir, gpu: int, mib: float) -> int:
@@ -69,6 +45,9 @@ async def tick_everything(preview: StepPreview) -> ConsentDecision:
 
 async def test_the_persistence_daemon_is_spared_with_the_reason_and_an_argv_impostor_is_not(
         rig: Rig, sim: SimDir, tmp_path: Path) -> None:
+    """The host's persistence daemon, known by its executable, is never signalled even when ticked (each attempt
+    recorded as refused) and is spared with the reason in every preview; a process that only names itself
+    nvidia-persistenced in argv is a GPU holder like any other and is ended."""
     daemon = start_daemon(sim, tmp_path, mem={0: 300.0})
     impostor = start_impostor(sim, 1, 5_000)
     assert read_exe(daemon) == str(tmp_path / "root" / "usr" / "bin" / "nvidia-persistenced")
@@ -100,6 +79,8 @@ async def test_the_persistence_daemon_is_spared_with_the_reason_and_an_argv_impo
 
 
 async def test_an_x_server_handle_is_not_an_optional_monitor(rig: Rig, sim: SimDir, tmp_path: Path) -> None:
+    """An X server holding a GPU is protected, not an optional monitor the operator may tick in: ticked, it is refused
+    and lives on, while the stray CUDA holder beside it is ended."""
     xorg = start_daemon(sim, tmp_path, name="Xorg")
     stray = sim.start_ready("stray", "1")  # a CUDA context, not the service: the others step previews it
     await rig.settled({xorg, stray})
@@ -113,11 +94,16 @@ async def test_an_x_server_handle_is_not_an_optional_monitor(rig: Rig, sim: SimD
 
 
 def test_the_scan_carries_the_executable() -> None:
+    """The agent's process scan carries each process's executable as the kernel records it (what the daemon rule judges
+    by)."""
     mine = next(p for p in process_table()["procs"] if p["pid"] == os.getpid())
     assert mine["exe"] == os.path.realpath(sys.executable)
 
 
 def test_a_name_never_targets_nor_spares_and_the_unit_spares_when_the_exe_is_unreadable() -> None:
+    """Only the executable or the systemd unit makes a process one of the host's daemons, never its argv: a daemon's
+    name in argv neither spares nor targets, the unit spares when the executable cannot be read, and a folder named
+    like a daemon is no match."""
     policy = SafetyPolicy()
     base = {"pid": 4242, "start_time": 1, "ppid": 100, "cmdline": "nvidia-persistenced --verbose"}
     assert policy.refusal(Candidate(**base, exe=None)) is None  # argv alone: nothing
@@ -136,6 +122,7 @@ def test_a_name_never_targets_nor_spares_and_the_unit_spares_when_the_exe_is_unr
 
 
 def test_old_run_files_without_exe_still_read() -> None:
+    """A run recorded before previews carried the executable still reads, and re-encodes to the same event."""
     line = ('{"t":1.0,"type":"step_preview","step":"process","action":"x","targets":[],'
             '"spared":[{"pid":5,"start_time":1,"reason":"r"}]}')
     ev = decode(line)
@@ -144,6 +131,8 @@ def test_old_run_files_without_exe_still_read() -> None:
 
 
 async def test_the_simulated_host_can_run_a_persistence_daemon_that_the_cleanup_spares() -> None:
+    """On the simulated host the persistence daemon holds every GPU as the real one does, and the cleanup, with
+    everything ticked, spares it while it ends the service and the stray holder."""
     async with SimHost(gpus=2, stuck_workers=0, stray_holder=1, nvml_monitor=False, persistence_daemon=True) as host:
         assert host.daemon_proc is not None and host.stray_proc is not None
         daemon = host.daemon_proc
@@ -154,10 +143,9 @@ async def test_the_simulated_host_can_run_a_persistence_daemon_that_the_cleanup_
         session.subscribe(events.append)
         feed.follow(source.events(), publish=session.publish)
         try:
-            after, deadline = None, time.monotonic() + 15
-            while daemon.pid not in (seen := {p.pid: p for p in (await feed.latest(after=after, timeout=15)).procs}):
-                after = time.monotonic()
-                assert after < deadline, "the agent never listed the simulated nvidia-persistenced"
+            listed = await sample_where(feed, lambda s: daemon.pid in {p.pid for p in s.procs},
+                                        "the agent to list the simulated nvidia-persistenced")
+            seen = {p.pid: p for p in listed.procs}
             assert seen[daemon.pid].kind == "handle" and seen[daemon.pid].gpus == [0, 1]
             target = CleanupTarget(host="sim", service=None, deadlines=FAST, operator="tester")
             ex = CleanupExecutor(host, target, feed, tick_everything, publish=session.publish)

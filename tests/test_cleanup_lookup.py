@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kimitui.cleanup import DockerService, PidService, SupervisorService, SystemdService, auto_consent
-from kimitui.cleanup.services import ServiceManager, ServiceNotFound, SimService, service_missing
+from kimitui.cleanup.services import ServiceManager, ServiceNotFound, ServiceProcs, SimService, service_missing
 from kimitui.cleanup.setup import UsageError, parse_service
 from kimitui.core.events import CleanupPlan, Consent, SignalSent, StepPreview, StepResult
 from kimitui.hosts.base import CommandResult
@@ -27,17 +26,8 @@ from kimitui.hosts.sim.host import SimHost
 from tests.cleanup_rig import Rig, results
 from tests.cleanup_support import SimDir, alive
 from tests.sshd import SshServer, start_sshd
-from tests.test_cleanup_services import VENV_BIN, ToolHost
-
-POLL_S = 0.02
-"""Interval between checks of a condition waited on with a deadline."""
-
-
-def wait_until(pred: object, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(POLL_S)
+from tests.support import VENV_BIN, ToolHost
+from tests.waiting import until, wait_until
 
 
 def proc_state(pid: int) -> str | None:
@@ -58,6 +48,8 @@ async def missing(svc: ServiceManager, host: object) -> str:
 # --- pidfile and pid ----------------------------------------------------------------------------------
 
 async def test_pidfile_and_pid_not_found(tmp_path: Path) -> None:
+    """A pid service that is not there is said in one line naming what is missing (no pidfile, no pid in it, no such
+    process, a process that has exited); a live one is found."""
     host = LocalHost("box")
     assert await missing(PidService(pidfile="/nonexistent"), host) == "pidfile /nonexistent not found on box"
     garbage = tmp_path / "garbage.pid"
@@ -83,6 +75,8 @@ async def test_pidfile_and_pid_not_found(tmp_path: Path) -> None:
 
 
 async def test_stale_pidfile_is_a_stopped_service_not_an_error(tmp_path: Path) -> None:
+    """A pidfile naming a process that is not running is a stopped service, found with no processes and the reason, not
+    an error."""
     gone = subprocess.Popen(["true"])
     gone.wait()
     pidfile = tmp_path / "vllm.pid"
@@ -92,6 +86,8 @@ async def test_stale_pidfile_is_a_stopped_service_not_an_error(tmp_path: Path) -
 
 
 async def test_a_missing_service_stops_the_cleanup_before_any_event(rig: Rig, sim: SimDir) -> None:
+    """A named service that is not there stops the cleanup before anything is recorded or signalled: no plan, preview,
+    consent or signal, and the GPU holder lives."""
     holder = sim.start_holder(0, 30_000)
     await rig.settled({holder})
     ex = rig.executor(auto_consent(["graceful", "process", "device"], "tester"), PidService(pidfile="/nonexistent"))
@@ -102,6 +98,8 @@ async def test_a_missing_service_stops_the_cleanup_before_any_event(rig: Rig, si
 
 
 async def test_a_stopped_service_skips_graceful_with_its_reason(rig: Rig, sim: SimDir, tmp_path: Path) -> None:
+    """A stopped service skips the graceful and process steps with the reason; the holder that is not the service is
+    previewed under the others step and only what was previewed is ended."""
     gone = subprocess.Popen(["true"])
     gone.wait()
     pidfile = tmp_path / "stale.pid"
@@ -163,16 +161,19 @@ def supervisord(tmp_path: Path) -> Iterator[Path]:
 
 
 async def test_supervisor_program_found_stopped_or_not_there(supervisord: Path, tmp_path: Path) -> None:
+    """A supervisor program is found running, found stopped, or said to be missing or impossible to look up (no config,
+    no daemon, no supervisorctl), each in one line."""
     host = LocalHost("box")
     ctl = str(VENV_BIN / "supervisorctl")
 
     def svc(program: str, conf: str | None = str(supervisord)) -> SupervisorService:
         return SupervisorService(program, conf=conf, supervisorctl=ctl)
 
-    deadline = time.monotonic() + 20
-    while not (running := await svc("running").processes(host)).pids:
-        assert time.monotonic() < deadline, running
-        time.sleep(POLL_S)  # supervisord starting its program
+    async def started() -> ServiceProcs | None:
+        found = await svc("running").processes(host)
+        return found if found.pids else None
+
+    running = await until(started, "supervisord to start its program")
     assert running.found and alive(running.pids[0])
     idle = await svc("idle").locate(host)
     assert idle.found and idle.pids == [] and idle.why == "supervisor program idle is not running"
@@ -192,6 +193,8 @@ async def test_supervisor_program_found_stopped_or_not_there(supervisord: Path, 
 # --- docker and systemd: their answers, and their tools missing for real ------------------------------
 
 async def test_docker_container_not_found_stopped_or_tool_missing(tmp_path: Path) -> None:
+    """A docker container is said not found, found exited, or impossible to look up (no daemon, no docker), in docker's
+    own words and one line."""
     no_such = CommandResult(1, "[]\n", "Error: No such container: nosuch\n")  # docker 24's answer
     host = ToolHost({"inspect": no_such})
     assert await missing(DockerService("nosuch"), host) == \
@@ -209,6 +212,8 @@ async def test_docker_container_not_found_stopped_or_tool_missing(tmp_path: Path
 
 
 async def test_systemd_unit_not_found_inactive_or_tool_missing(tmp_path: Path) -> None:
+    """A systemd unit is said not found, found inactive, or impossible to look up (no systemd, no systemctl), in one
+    line."""
     not_found = "LoadState=not-found\nActiveState=inactive\nSubState=dead\nMainPID=0\nControlGroup=\n"
     assert await missing(SystemdService("nosuch.service"), ToolHost({"show": not_found})) == \
         "systemd unit nosuch.service on tools not found (systemctl show: LoadState=not-found)"
@@ -234,6 +239,7 @@ def sshd(tmp_path: Path) -> Iterator[SshServer]:
 
 
 async def test_a_tool_missing_on_a_remote_host_is_named(sshd: SshServer) -> None:
+    """Over SSH, a service tool missing on the host is named in the one line, as is a missing pidfile."""
     from kimitui.hosts.ssh import SshHost
 
     host = SshHost(sshd.target, known_hosts=str(sshd.known_hosts), client_keys=[str(sshd.client_key)])
@@ -250,6 +256,8 @@ async def test_a_tool_missing_on_a_remote_host_is_named(sshd: SshServer) -> None
 # --- the simulated host's own service ------------------------------------------------------------------
 
 async def test_sim_name_matches_only_the_simulated_service(tmp_path: Path) -> None:
+    """sim:NAME names only the simulated host's own service: on another host or under another name it is not found, and
+    the real service is never started under a wrong name."""
     assert await missing(SimService("vllm"), LocalHost("box")) == \
         "sim:vllm: box is not a simulated host (sim:NAME is the demo's own service)"
     async with SimHost(gpus=1, stuck_workers=0, nvml_monitor=False, load_time=0.05, name="demo") as host:
@@ -264,6 +272,7 @@ async def test_sim_name_matches_only_the_simulated_service(tmp_path: Path) -> No
 
 
 def test_none_is_a_choice_and_an_empty_service_is_not() -> None:
+    """``none`` is a choice of service (no service to stop); an empty one is a usage error that asks for the choice."""
     assert parse_service("none") is None and parse_service(" NONE ") is None
     with pytest.raises(UsageError, match=r"choose the service to stop: .* or none"):
         parse_service("")

@@ -15,8 +15,7 @@ from kimitui.core.events import Consent, HostCommand, StepPreview
 from kimitui.hosts.sim.tools import install_tools
 from tests.cleanup_rig import SHORT_VERIFY, Rig, results
 from tests.cleanup_support import SimDir, alive
-from tests.test_cleanup_daemons import start_daemon
-from tests.test_cleanup_scope import leak
+from tests.support import leak, start_daemon
 
 SIM_GPUS = 4
 """The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
@@ -46,6 +45,8 @@ def state(sim: SimDir, name: str) -> dict:
 
 
 async def test_persistence_and_dcgm_are_changed_for_the_reset_and_restored(rig: Rig, sim: SimDir) -> None:
+    """What the reset has to change (persistence mode off, DCGM stopped) is said in its preview and done only after
+    consent, in order, and restored afterwards: the GPU reset runs between them and every host command is recorded."""
     await leak(rig, sim, {1: 3000})
     kw = tools(sim, units={"nvidia-dcgm.service": "active"})
     report = await rig.executor(auto_consent(["reset"]), deadlines=SHORT_VERIFY, **kw).run()
@@ -68,6 +69,8 @@ async def test_persistence_and_dcgm_are_changed_for_the_reset_and_restored(rig: 
 
 
 async def test_a_failed_reset_still_restores_what_it_changed(rig: Rig, sim: SimDir) -> None:
+    """A reset that fails still restores what was changed for it (DCGM started again, persistence mode back on), and
+    the GPUs are not called clean."""
     await leak(rig, sim, {2: 3000})
     kw = tools(sim, units={"dcgm.service": "active"})
     (sim.path / "reset-fails.json").write_text(json.dumps({"2": "Unknown Error"}))
@@ -82,6 +85,8 @@ async def test_a_failed_reset_still_restores_what_it_changed(rig: Rig, sim: SimD
 
 async def test_mig_a_display_or_an_x_server_refuse_the_reset_and_nothing_is_asked(
         rig: Rig, sim: SimDir, tmp_path: Path) -> None:
+    """A reset is not offered where it would hurt (MIG on, an active display, an X server holding the GPU): the step is
+    skipped with the reason, nothing is asked, nothing is changed, and the X server is not signalled."""
     await leak(rig, sim, {0: 1000, 3: 2000})
     kw = tools(sim, modes={0: {"persistence": False, "mig": True, "display": False},
                            3: {"persistence": True, "mig": False, "display": True}})
@@ -106,6 +111,8 @@ async def test_mig_a_display_or_an_x_server_refuse_the_reset_and_nothing_is_aske
 
 
 def test_modes_parse_from_the_query() -> None:
+    """The GPU modes the reset judges by (persistence, MIG, display) read from nvidia-smi's query, an unknown one as
+    unknown; the real H200 host's values as the simulated tools default to."""
     text = "0, Enabled, Disabled, Disabled\n1, Disabled, [N/A], Enabled\nbogus\n"
     modes = parse_modes(text)
     assert (modes[0].persistence, modes[0].mig, modes[0].display) == (True, False, False)

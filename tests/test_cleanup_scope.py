@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from kimitui.cleanup import ConsentDecision, auto_consent
 from kimitui.core.events import Consent, StepPreview, Verification
 from tests.cleanup_rig import FAST, SHORT_VERIFY, Rig, results
 from tests.cleanup_support import SimDir, alive
+from tests.support import leak
 
 SIM_GPUS = 4
 """The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
@@ -30,6 +30,9 @@ def previews(rig: Rig, step: str) -> list[StepPreview]:
 async def test_scope_by_nvml_memory_spares_out_of_scope_holders(rig: Rig, sim: SimDir) -> None:
     # as measured on a 2 x H200 host: torch on cuda:0 also maps /dev/nvidia1; torch on cuda:1 also has a
     # context (518 MiB) on GPU 0
+    """With a GPU scope, only what holds memory on those GPUs is targeted (a mapping alone counts where NVML lists no
+    memory); a holder whose memory is outside the scope is spared with the reason, and only the GPUs in scope are
+    judged clean."""
     on0 = sim.start_ready("ctx", "0=41570", "0,1")
     on1 = sim.start_ready("ctx", "0=518,1=2426", "0,1")
     stray2 = sim.start_ready("stray", "2")  # maps /dev/nvidia2, no memory: scoped by its device file
@@ -81,19 +84,6 @@ print("GPU reset")
     return script, calls
 
 
-async def leak(rig: Rig, sim: SimDir, mib: dict[int, float]) -> None:
-    """Memory the simulated driver counts with no holder; returns once the agent reports it."""
-    (sim.path / "leaked.json").write_text(json.dumps({str(k): v for k, v in mib.items()}))
-    after, deadline = None, time.monotonic() + 10
-    while True:
-        s = await rig.feed.latest(after=after)
-        after = time.monotonic()
-        used = {g.index: g.mem_used_mib or 0.0 for g in s.gpus}
-        if all(used.get(i, 0.0) >= m for i, m in mib.items()):
-            return
-        assert after < deadline, f"the agent never reported the leaked memory {mib}"
-
-
 def called(calls: Path) -> list[list[str]]:
     """The calls that change something (the reset's reads of the modes left out)."""
     every = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
@@ -101,6 +91,8 @@ def called(calls: Path) -> list[list[str]]:
 
 
 async def test_reset_runs_for_dirty_gpus_in_scope_after_consent(rig: Rig, sim: SimDir, tmp_path: Path) -> None:
+    """The reset is offered for a GPU in scope that still holds memory with no holder left, changes nothing before the
+    operator's answer, and resets only that GPU (a dirty GPU outside the scope is left as it is)."""
     await leak(rig, sim, {2: 3000, 3: 2000})  # no process holds it
     smi, calls = fake_nvidia_smi(tmp_path, sim)
     asked: list[StepPreview] = []
@@ -126,6 +118,8 @@ async def test_reset_runs_for_dirty_gpus_in_scope_after_consent(rig: Rig, sim: S
 
 
 async def test_reset_not_run_when_declined_or_a_holder_is_left(rig: Rig, sim: SimDir, tmp_path: Path) -> None:
+    """No reset runs when it is declined or while a process still holds the GPU: nothing is changed and the holder
+    lives."""
     await leak(rig, sim, {1: 3000})
     smi, calls = fake_nvidia_smi(tmp_path, sim)
     ex = rig.executor(auto_consent(["graceful", "process", "others", "device"]), deadlines=SHORT_VERIFY,

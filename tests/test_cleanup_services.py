@@ -3,12 +3,10 @@ docker parsing against real processes, and hostile service names that must do no
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +15,6 @@ import pytest
 from kimitui.cleanup import (
     DockerService,
     PidService,
-    ServiceManager,
     SupervisorService,
     SystemdService,
     auto_consent,
@@ -26,13 +23,11 @@ from kimitui.cleanup.executor import CleanupExecutor
 from kimitui.cleanup.plan import CleanupTarget
 from kimitui.cleanup.services import ServiceNotFound
 from kimitui.core.events import SignalOutcome, StepPreview, StepResult
-from kimitui.hosts.base import CommandResult, Host, HostError
 from kimitui.hosts.local import LocalHost
 from tests.cleanup_rig import FAST, Rig, results
 from tests.cleanup_support import HERE, SimDir, alive
-
-VENV_BIN = Path(sys.executable).parent
-
+from tests.support import VENV_BIN, ToolHost, exercise_hostile
+from tests.waiting import DEADLINE_S
 
 # --- supervisor, for real ------------------------------------------------------------------------------
 
@@ -80,6 +75,9 @@ def supervisord(tmp_path: Path, sim: SimDir) -> Iterator[Path]:
 
 async def test_supervisor_program_stopped_leftovers_killed_then_restarted(
         rig: Rig, sim: SimDir, supervisord: Path) -> None:
+    """Through a real supervisord: the graceful stop is supervisorctl's stop of the program (its command said in the
+    preview), a worker that outlives it is ended SIGTERM then SIGKILL, the monitor is spared, and the restart, after
+    consent, starts the program again from its config."""
     sim.wait(lambda: sim.pidfile.exists() and len(sim.holder_pids()) >= 2, what="supervised service")
     main = int(sim.pidfile.read_text())
     workers = sorted(sim.holder_pids())
@@ -122,6 +120,8 @@ def free_port() -> int:
 
 
 async def test_pid_service_restart_waits_for_health(rig: Rig, sim: SimDir, tmp_path: Path) -> None:
+    """A restart is done only once the service's health endpoint answers, and the restarted service is stopped through
+    its pidfile by a SIGTERM checked against its start time."""
     port = free_port()
     pidfile = tmp_path / "http.pid"
     code = (f"import os,http.server;open({str(pidfile)!r},'w').write(str(os.getpid()));"
@@ -129,12 +129,10 @@ async def test_pid_service_restart_waits_for_health(rig: Rig, sim: SimDir, tmp_p
     svc = PidService(pidfile=str(pidfile), start=[sys.executable, "-c", code],
                      health_url=f"http://127.0.0.1:{port}/")
     ex = rig.executor(auto_consent(["restart", "graceful"], "tester"), svc)
-    ex.target.deadlines.health_s = 15.0
-    started = time.monotonic()
+    ex.target.deadlines.health_s = DEADLINE_S  # "done" only once the endpoint answers: the wait's deadline only
     res = await ex.restart()
     try:
         assert res.status == "done" and "answered" in res.reason, res.reason
-        assert time.monotonic() - started < 10
         pid = int(pidfile.read_text())
         assert alive(pid)
         # and the graceful step stops it through its pidfile, SIGTERM checked against its start time
@@ -148,6 +146,7 @@ async def test_pid_service_restart_waits_for_health(rig: Rig, sim: SimDir, tmp_p
 
 
 async def test_restart_declined_starts_nothing(rig: Rig, tmp_path: Path) -> None:
+    """A declined restart starts nothing."""
     marker = tmp_path / "started"
     svc = PidService(pid=999_999, start=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
     res = await rig.executor(auto_consent([], "tester"), svc).restart()
@@ -157,26 +156,9 @@ async def test_restart_declined_starts_nothing(rig: Rig, tmp_path: Path) -> None
 
 # --- systemd and docker: real processes, the tool's output given --------------------------------------
 
-class ToolHost(LocalHost):
-    """A local host where systemctl/docker answer as a real one would (no systemd or docker daemon here):
-    a reply is the tool's stdout (exit 0) or its whole CommandResult; every other command, file read and
-    signal is real."""
-
-    def __init__(self, replies: dict[str, str | CommandResult]) -> None:
-        super().__init__("tools")
-        self.replies = replies
-        self.calls: list[list[str]] = []
-
-    async def run(self, argv: list[str], *, timeout: float | None = 30.0,
-                  stdin: bytes | None = None) -> CommandResult:
-        self.calls.append(argv)
-        if argv[0] in ("systemctl", "docker"):
-            reply = self.replies.get(argv[1], "")
-            return reply if isinstance(reply, CommandResult) else CommandResult(0, reply, "")
-        return await super().run(argv, timeout=timeout, stdin=stdin)
-
-
 async def test_systemd_unit_processes_from_its_cgroup(sim: SimDir, tmp_path: Path) -> None:
+    """A systemd unit's processes are read from its cgroup; a stop that leaves them all (KillMode=process) is said so,
+    and the process step ends them, signalling nothing outside the unit."""
     main = sim.start_service(n=2, ignore=1)
     workers = sorted(sim.holder_pids())
     cg = tmp_path / "cgroup" / "system.slice" / "vllm.service"
@@ -206,6 +188,8 @@ async def test_systemd_unit_processes_from_its_cgroup(sim: SimDir, tmp_path: Pat
 
 
 async def test_docker_container_main_pid_and_id(sim: SimDir) -> None:
+    """A docker container's main pid and short id come from docker inspect; its stop names it after --, and a container
+    that is not there has no processes."""
     main = sim.start_service(n=1)
     inspect = f'[{{"Id": "0123456789abcdef0123", "State": {{"Pid": {main}, "Running": true}}}}]'
     host = ToolHost({"inspect": inspect})
@@ -219,37 +203,9 @@ async def test_docker_container_main_pid_and_id(sim: SimDir) -> None:
 
 # --- hostile names -------------------------------------------------------------------------------------
 
-def hostile_names(marker: Path) -> list[str]:
-    return [f"x; touch {marker}", f"$(touch {marker})", f"`touch {marker}`", f"x' ; touch {marker}; '",
-            f"x\" ; touch {marker}; \"", f"--help; touch {marker}", f"x\ntouch {marker}"]
-
-
-async def exercise_hostile(host: Host, marker: Path, supervisor_conf: str | None = None,
-                           names: int = 99) -> list[str]:
-    """Every manager's stop, start and lookup with every hostile name; returns what the tools said."""
-    calls = []
-    for i, name in enumerate(hostile_names(marker)[:names]):
-        managers: list[ServiceManager] = [SystemdService(name), DockerService(name),
-                                          PidService(pidfile=name, start=["true", name])]
-        if i < 3:  # supervisorctl costs 0.3 s a call: three names are enough to show it quoted
-            managers.append(SupervisorService(name, conf=supervisor_conf,
-                                              supervisorctl=str(VENV_BIN / "supervisorctl")))
-        for svc in managers:
-            assert name in (svc.stop_argv() or []) + (svc.start_argv() or []) or svc.kind == "pidfile"
-            for action in (svc.processes, svc.start, *([svc.stop] if svc.stop_argv() else [])):
-                calls.append(attempt(svc.kind, action, host))
-    said = await asyncio.gather(*calls)
-    return list(said)
-
-
-async def attempt(kind: str, action: object, host: Host) -> str:
-    try:
-        return f"{kind}: {await action(host)}"  # type: ignore[operator]
-    except HostError as exc:
-        return f"{kind}: {exc}"
-
-
 async def test_hostile_service_names_do_nothing_locally(tmp_path: Path, supervisord: Path) -> None:
+    """A service name that would run a command if a shell read it (systemd, docker, pidfile and supervisor managers;
+    stop, start and lookup) runs nothing: every name reaches its tool as one literal argument."""
     marker = tmp_path / "pwned"
     said = await exercise_hostile(LocalHost(), marker, str(supervisord))
     assert not marker.exists()
@@ -258,6 +214,7 @@ async def test_hostile_service_names_do_nothing_locally(tmp_path: Path, supervis
 
 
 async def test_hostile_service_name_in_a_full_run(rig: Rig, tmp_path: Path) -> None:
+    """A cleanup whose service has a hostile name stops at the lookup (not found), runs nothing and previews no step."""
     marker = tmp_path / "pwned"
     before = len(rig.events)
     for svc in (SystemdService(f"x; touch {marker}"), DockerService(f"$(touch {marker})")):

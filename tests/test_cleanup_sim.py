@@ -3,7 +3,6 @@ workers that ignore SIGTERM, a stray device holder, an NVML-only monitor; the re
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from kimitui.cleanup import AuditLog, CleanupExecutor, CleanupTarget, PidService, SampleFeed, auto_consent
@@ -13,10 +12,12 @@ from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
 from kimitui.hosts.telemetry import TelemetrySource
-from tests.cleanup_rig import FAST
+from tests.cleanup_rig import FAST, sample_where
 
 
 async def test_sim_host_escalation_frees_every_gpu_and_spares_the_monitor(tmp_path: Path) -> None:
+    """On the simulated 8-GPU host the whole escalation frees every GPU: the service and its stuck workers end, the
+    stray holder too, the NVML monitor is never signalled, and every signal is in the audit log."""
     async with SimHost(gpus=8, stuck_workers=2, stray_holder=3, nvml_monitor=True) as host:
         source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix,
                                  scan_interval=0.1)
@@ -28,12 +29,7 @@ async def test_sim_host_escalation_frees_every_gpu_and_spares_the_monitor(tmp_pa
         workers = host.worker_holders()
         assert len(workers) == 8 and host.monitor_proc and host.stray_proc and host.service_proc
         want = {p.pid for p in workers.values()} | {host.monitor_proc.pid, host.stray_proc.pid}
-        after = None
-        while True:
-            s = await feed.latest(after=after, timeout=15)
-            if want <= {p.pid for p in s.procs}:
-                break
-            after = time.monotonic()
+        s = await sample_where(feed, lambda s: want <= {p.pid for p in s.procs}, "the workers, monitor and stray")
         assert s.gpus and all(g.mem_used_mib and g.mem_used_mib > 1000 for g in s.gpus)
 
         target = CleanupTarget(host="sim", service=PidService(pidfile=host.pidfile), deadlines=FAST,

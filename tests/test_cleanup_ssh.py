@@ -24,8 +24,9 @@ from kimitui.hosts.base import ProcId, SignalResult
 from kimitui.hosts.ssh import SshHost
 from tests.cleanup_rig import SHORT_VERIFY, Rig, results
 from tests.cleanup_support import SimDir, alive, start_time
-from tests.sshd import SshServer, free_port, start_sshd, until
-from tests.test_cleanup_services import exercise_hostile
+from tests.sshd import SshServer, free_port, start_sshd
+from tests.support import exercise_hostile
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -42,6 +43,9 @@ def ssh_host(server: SshServer) -> SshHost:
 
 
 async def test_cleanup_over_ssh_protects_the_session(sim: SimDir, sshd: SshServer, tmp_path: Path) -> None:
+    """Over real SSH the escalation ends the service and its stuck worker while the SSH server and the session the
+    cleanup runs through are never signalled, even ticked and shown holding GPU memory, and the monitor left
+    unticked lives on."""
     host = ssh_host(sshd)
     main = sim.start_service(n=2, ignore=1)
     workers = sorted(sim.holder_pids())
@@ -82,6 +86,7 @@ async def test_cleanup_over_ssh_protects_the_session(sim: SimDir, sshd: SshServe
 
 
 async def test_hostile_service_names_do_nothing_over_ssh(sshd: SshServer, tmp_path: Path) -> None:
+    """Over SSH, hostile service names run nothing on the host: each reaches its tool as one literal argument."""
     host = ssh_host(sshd)
     marker = tmp_path / "pwned"
     try:
@@ -107,13 +112,15 @@ class DropDuringFirstTerm(SshHost):
         self.dropped = True
         self.server.freeze_connections()
         in_flight = asyncio.ensure_future(super().signal(proc, sig))
-        await until(lambda: self.server.unread_bytes() > 0, 5, "the SIGTERM request to reach the frozen server")
+        await until(lambda: self.server.unread_bytes() > 0, "the SIGTERM request to reach the frozen server")
         self.server.drop_connections()
         return await in_flight
 
 
 async def test_a_drop_with_a_signal_in_flight_is_unknown_then_looked_at_again(sim: SimDir, sshd: SshServer,
                                                                             tmp_path: Path) -> None:
+    """A SIGTERM in flight when the connection drops is recorded as unknown and never sent again; after the reconnect
+    the process is looked at again, and only then, found alive past the grace, is it sent SIGKILL."""
     host = DropDuringFirstTerm(sshd)
     holder = sim.start_holder(0, 20_000)
     rig = Rig(sim, host, tmp_path)  # type: ignore[arg-type]
@@ -160,7 +167,7 @@ class DropAndStayDown(SshHost):
         self.dropped = True
         self.server.freeze_connections()
         in_flight = asyncio.ensure_future(super().signal(proc, sig))
-        await until(lambda: self.server.unread_bytes() > 0, 5, "the SIGTERM request to reach the frozen server")
+        await until(lambda: self.server.unread_bytes() > 0, "the SIGTERM request to reach the frozen server")
         self.target = dataclasses.replace(self.reachable, port=free_port())  # down: every reconnect is refused
         self.server.drop_connections()
         return await in_flight
@@ -171,6 +178,9 @@ class DropAndStayDown(SshHost):
 
 async def test_no_sigkill_is_sent_blind_and_what_the_host_shows_after_the_cleanup_is_reported(
         sim: SimDir, sshd: SshServer, tmp_path: Path) -> None:
+    """While the host cannot be reached no SIGKILL is sent blind after an unknown SIGTERM: the step fails saying the
+    outcome is unknown, and what the host shows once it is back (the process alive) is reported as late news,
+    nothing more sent."""
     host = DropAndStayDown(sshd)
     holder = sim.start_holder(0, 20_000)
     rig = Rig(sim, host, tmp_path)  # type: ignore[arg-type]
@@ -224,6 +234,8 @@ class SlowTermReply(SshHost):
 
 async def test_a_reply_that_comes_after_the_signal_was_given_up_is_reported_as_delivered_late(
         sim: SimDir, sshd: SshServer, tmp_path: Path) -> None:
+    """A signal reply that comes after its wait gave up is recorded and said as DELIVERED LATE (in the run too, so a
+    replay says it), and the step goes on from what the host then shows."""
     host = SlowTermReply(sshd)
     holder = sim.start_holder(0, 20_000)
     rig = Rig(sim, host, tmp_path)  # type: ignore[arg-type]
@@ -247,6 +259,7 @@ async def test_a_reply_that_comes_after_the_signal_was_given_up_is_reported_as_d
 
 
 def test_late_news_is_worded_as_late_and_says_when() -> None:
+    """Late news is worded as late, and says whether it came after the cleanup ended."""
     def late(**kw: object) -> str:
         line = describe(SignalLate(t=1.0, step="process", pid=7, start_time=3, signal="SIGTERM", after_s=16.5, **kw))
         assert line is not None

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from kimitui.bench.micro.runner import MicroConfig, MicroRunner
@@ -19,7 +18,8 @@ from kimitui.core.session import Session
 from kimitui.core.state import fold_all
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.telemetry import TelemetrySource
-from tests.conftest import ROOT
+from tests.cleanup_rig import sample_where
+from tests.support import ROOT
 
 
 def _watch(host: SimHost, session: Session) -> tuple[TelemetrySource, SampleFeed]:
@@ -29,22 +29,13 @@ def _watch(host: SimHost, session: Session) -> tuple[TelemetrySource, SampleFeed
     return source, feed
 
 
-async def _until(feed: SampleFeed, pred, timeout: float = 20.0) -> HostSample:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    after = None
-    while True:
-        s = await feed.latest(after=after, timeout=max(0.1, deadline - time.monotonic()))
-        if pred(s):
-            return s
-        after = time.monotonic()
-
-
 async def test_refuses_while_the_gpus_hold_memory_naming_the_holders() -> None:
     async with SimHost(gpus=2, stuck_workers=0, nvml_monitor=True) as host:
         session = Session()
         source, feed = _watch(host, session)
         workers = host.worker_holders()
-        sample = await _until(feed, lambda s: {p.pid for p in workers.values()} <= {p.pid for p in s.procs})
+        sample = await sample_where(feed, lambda s: {p.pid for p in workers.values()} <= {p.pid for p in s.procs},
+                                    "the workers in a sample")
         events: list[Event] = []
         cfg = MicroConfig(modelled="rtx-pro-6000", sim_dir=host.sim_dir, ms=[1])
         res = await MicroRunner(host, host.name, cfg, events.append).run(sample)
@@ -64,7 +55,7 @@ async def test_modelled_run_holds_simulated_memory_and_cancel_frees_every_gpu() 
         await host.stop_service()
         session = Session()
         source, feed = _watch(host, session)
-        idle = await _until(feed, lambda s: all(g.mem_used_mib == 0 for g in s.gpus))
+        idle = await sample_where(feed, lambda s: all(g.mem_used_mib == 0 for g in s.gpus), "idle GPUs")
         cancel = asyncio.Event()
         events: list[Event] = []
         cfg = MicroConfig(parts=["allreduce"], modelled="rtx-pro-6000", sim_dir=host.sim_dir, pace_s=0.05,
@@ -72,12 +63,13 @@ async def test_modelled_run_holds_simulated_memory_and_cancel_frees_every_gpu() 
         runner = MicroRunner(host, host.name, cfg, events.append, cancel)
         task = asyncio.create_task(runner.run(idle))
         # every rank holds memory on its GPU: the telemetry shows the four of them
-        held = await _until(feed, lambda s: all((g.mem_used_mib or 0) >= 1000 for g in s.gpus))
+        held = await sample_where(feed, lambda s: all((g.mem_used_mib or 0) >= 1000 for g in s.gpus), "held GPUs")
         ranks = {p.pid for p in held.procs if p.kind == "cuda"}
         assert len(ranks) == 4 and any(isinstance(e, MicroProgress) for e in events)
         cancel.set()
         res = await asyncio.wait_for(task, 30)
-        freed = await _until(feed, lambda s: all(g.mem_used_mib == 0 for g in s.gpus) and not s.procs)
+        freed = await sample_where(feed, lambda s: all(g.mem_used_mib == 0 for g in s.gpus) and not s.procs,
+                                   "freed GPUs")
         source.stop()
         await feed.stop()
     end = next(e for e in events if isinstance(e, MicroEnd))

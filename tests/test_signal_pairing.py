@@ -58,6 +58,9 @@ def pairs(state: SessionState, step: str) -> list[tuple[int, str, str, str | Non
 
 
 def test_the_fold_pairs_each_signal_with_its_own_outcome() -> None:
+    """Each signal is paired with its own outcome once: a SIGKILL's outcome pairs with the SIGKILL, never with the
+    SIGTERM already answered; a refused signal has none; an outcome with no signal of ours (the stop's wait on a
+    worker) is kept apart."""
     state = fold_all(escalation())
     assert pairs(state, "graceful") == [(100, "SIGTERM", "sent", "exited")]  # the stop's wait answers it
     assert pairs(state, "process") == [(300, "-", "refused", None), (200, "SIGTERM", "sent", "survived"),
@@ -76,6 +79,8 @@ def test_the_fold_pairs_each_signal_with_its_own_outcome() -> None:
 
 
 def test_an_outcome_of_another_process_or_start_pairs_with_nothing() -> None:
+    """An outcome for the same pid with another start time (a reused pid, not our process) pairs with nothing: the
+    signal stays waiting."""
     events = escalation()
     events.append(SignalOutcome(T + 2.30, step="process", pid=200, start_time=6001, signal="SIGKILL",
                                 outcome="exited", elapsed_s=0.06))  # pid 200 reused: not our process
@@ -84,6 +89,7 @@ def test_an_outcome_of_another_process_or_start_pairs_with_nothing() -> None:
 
 
 def test_the_tab_the_report_and_the_cli_say_the_folds_pairing(tmp_path: Path) -> None:
+    """The Cleanup tab, the report and the cleanup CLI say the fold's pairing in the same words, signal by signal."""
     events = escalation()
     state = fold_all(events)
     assert state.cleanup is not None
