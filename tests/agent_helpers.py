@@ -18,6 +18,7 @@ import pytest
 from kimitui.hosts.local import LocalHost
 from kimitui.hostside.procfs import start_time_of
 from tests.pythons import agent_pythons, label, require
+from tests.waiting import DEADLINE_S
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
@@ -92,18 +93,9 @@ def pid_gone(pid: int) -> bool:
     return start_time_of(pid) is None
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0, poll: float = 0.01) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(poll)
-    return cond()
-
-
 async def next_matching(lines: AsyncIterator[str], pred: Callable[[dict[str, Any]], bool],
-                        timeout: float = 5.0) -> dict[str, Any]:
-    """The next agent line (as JSON) that satisfies pred, within a deadline."""
+                        timeout: float = DEADLINE_S) -> dict[str, Any]:
+    """The next agent line (as JSON) that satisfies pred, within tests/waiting.py's deadline."""
     import asyncio
 
     end = time.monotonic() + timeout

@@ -17,12 +17,12 @@ from kimitui.cleanup.services import PidService
 from kimitui.hosts.base import HostError, ProcId, RequestFailed
 from kimitui.hosts.local import LocalHost
 from tests.agent_helpers import host as host  # a fixture: a local agent under each python
-from tests.agent_helpers import wait_until
 from tests.pythons import agent_pythons
+from tests.waiting import DEADLINE_S, until
 
 PYTHONS = agent_pythons()
-ANSWER_S = 20.0
-"""A deadline for an answer that comes at once when nothing blocks the agent (generous: a loaded machine);
+ANSWER_S = DEADLINE_S
+"""A deadline for an answer that comes at once when nothing blocks the agent (tests/waiting.py's, for a loaded machine);
 without the fix the answer never comes before the blocked request ends, which the test holds until after."""
 
 
@@ -74,7 +74,7 @@ async def test_a_slow_request_never_delays_a_stat_scan_or_signal(host: LocalHost
     smi.write_text(f"#!/bin/sh\ntouch {started}\nread line < {release}\necho 'held: '$line\nexit 9\n")
     smi.chmod(0o755)
     probe = asyncio.create_task(host.request("probe", {"no_nvml": True, "nvidia_smi": str(smi)}, timeout=60.0))
-    assert await asyncio.to_thread(wait_until, started.exists, ANSWER_S), "the slow query never started"
+    await until(started.exists, "the slow query to start")
 
     stat = await asyncio.wait_for(host.stat([sleeper.pid]), ANSWER_S)
     assert stat == {sleeper.pid: (start_of(sleeper.pid), "S")}

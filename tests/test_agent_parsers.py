@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kimitui.hostside import gpu, holders, nvml, procfs, smi
-from tests.conftest import FIXTURES
+from tests.support import FIXTURES
 
 UUID0 = "GPU-08163954-12d0-d1cc-c80c-d7eb06938ec1"
 UUID1 = "GPU-0436a9ca-5731-3f2f-6023-146e7add34f1"

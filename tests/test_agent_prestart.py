@@ -12,7 +12,8 @@ import pytest
 from kimitui.hosts import prestart as local
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.prestart import prestart_agent
-from tests.sshd import alive, until
+from tests.sshd import alive
+from tests.waiting import until
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +38,7 @@ async def test_the_first_local_host_takes_the_prestarted_agent_and_its_requests_
         assert (await host.link.request("scan", {}, timeout=10)) is not None
     finally:
         await host.close()
-    await until(lambda: pre.proc.poll() is not None, 10.0, "the adopted agent's exit once its host closed")
+    await until(lambda: pre.proc.poll() is not None, "the adopted agent's exit once its host closed")
 
 
 async def test_a_prestarted_agent_that_died_is_not_taken() -> None:
@@ -64,7 +65,7 @@ async def test_one_started_on_another_python_is_not_taken_and_ends() -> None:
         assert hello.pid != pre.proc.pid
     finally:
         await host.close()
-    await until(lambda: pre.proc.poll() is not None, 10.0, "the prestarted agent's exit (its input closed)")
+    await until(lambda: pre.proc.poll() is not None, "the prestarted agent's exit (its input closed)")
 
 
 def test_only_the_local_dashboard_starts_an_agent_ahead() -> None:

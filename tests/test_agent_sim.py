@@ -22,9 +22,9 @@ from tests.agent_helpers import (
     pid_gone,
     procs_by_pid,
     start_time,
-    wait_until,
 )
-from tests.conftest import FIXTURES
+from tests.support import FIXTURES
+from tests.waiting import DEADLINE_S, wait_until
 
 is_sample = lambda d: d["type"] == "sample"  # noqa: E731
 
@@ -60,14 +60,16 @@ async def test_sim_agent_memory_classes_and_release(tmp_path: Path, children: Ch
         assert isinstance(procs[holder.pid]["user"], str)
 
         holder.kill()
-        killed_at = time.monotonic()
-        freed = await next_matching(lines, lambda d: is_sample(d) and d["gpus"][0]["mem_used_mib"] == 0.0, 3.0)
-        assert time.monotonic() - killed_at < 1.0
+        holder.wait()
+        gone = time.time()
+        # the first sample the agent started after the holder was gone shows its memory freed at once
+        freed = await next_matching(lines, lambda d: is_sample(d) and d["t"] > gone)
+        assert freed["gpus"][0]["mem_used_mib"] == 0.0
         assert holder.pid not in procs_by_pid(freed)  # its holder file is still there: stale, ignored
         assert (sim / "holders" / f"{holder.pid}.json").exists()
     finally:
         await host.close()
-    assert wait_until(lambda: pid_gone(agent_pid), 5.0), "agent left behind after the host closed"
+    wait_until(lambda: pid_gone(agent_pid), "the agent to end when the host closed")
 
 
 async def queue_lines(queue: asyncio.Queue[str]) -> AsyncIterator[str]:
@@ -77,7 +79,8 @@ async def queue_lines(queue: asyncio.Queue[str]) -> AsyncIterator[str]:
 
 def test_agent_exits_at_once_when_stdin_closes(tmp_path: Path) -> None:
     sim = make_sim_dir(tmp_path / "sim")
-    proc = subprocess.Popen(agent_command(sys.executable, ("--sample", "--interval", "5", "--sim-dir", str(sim))),
+    # a sample an hour: only a stdin that ends the agent at once lets it exit before the wait's deadline
+    proc = subprocess.Popen(agent_command(sys.executable, ("--sample", "--interval", "3600", "--sim-dir", str(sim))),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(agent_payload())
@@ -85,22 +88,19 @@ def test_agent_exits_at_once_when_stdin_closes(tmp_path: Path) -> None:
     assert json.loads(proc.stdout.readline())["type"] == "hello"
     first = [json.loads(proc.stdout.readline()) for _ in range(2)]  # the sample's reply and the first sample
     assert sorted(d["type"] for d in first) == ["reply", "sample"]
-    t0 = time.monotonic()
     proc.stdin.close()
-    assert proc.wait(timeout=10) == 0
-    # it saw EOF at once: it did not sleep out the 5 s interval (the bound that tells the two apart)
-    assert time.monotonic() - t0 < 5.0
+    assert proc.wait(timeout=DEADLINE_S) == 0
 
 
 def test_agent_keeps_a_deadline_schedule(tmp_path: Path) -> None:
     sim = make_sim_dir(tmp_path / "sim")
     argv = agent_command(sys.executable, ("--sample", "--interval", "0.1", "--sim-dir", str(sim), "--count", "6"))
-    res = subprocess.run(argv, input=agent_payload(), capture_output=True, timeout=10, check=True)
+    res = subprocess.run(argv, input=agent_payload(), capture_output=True, timeout=DEADLINE_S, check=True)
     ts = [json.loads(line)["t"] for line in res.stdout.splitlines() if b'"sample"' in line]
     assert len(ts) == 6
     for k, t in enumerate(ts):
-        assert t - ts[0] >= k * 0.1 - 0.01  # never early
-    assert 0.09 <= (ts[-1] - ts[0]) / 5 <= 0.2
+        assert t - ts[0] >= k * 0.1 - 0.01  # never early: the k-th tick comes k intervals after the first
+    assert ts == sorted(ts)
 
 
 def test_agent_without_driver_says_why_and_still_answers() -> None:

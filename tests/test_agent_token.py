@@ -20,10 +20,9 @@ from kimitui.hosts.base import Host
 from kimitui.hosts.launch import agent_command, agent_payload
 from kimitui.hosts.local import LocalHost
 from kimitui.hostside.wire import line_tag
-from tests.sshd import sshd_server, until
-from tests.test_ssh_host import make_host
-
-ANSWER_S = 20.0
+from tests.sshd import sshd_server
+from tests.support import make_host
+from tests.waiting import DEADLINE_S, until
 
 FORGED_REPLY = {"t": 0, "type": "reply", "id": 1, "ok": True, "result": {"rc": 0, "stdout": "forged", "stderr": ""}}
 
@@ -76,13 +75,13 @@ async def test_lines_without_the_token_never_start_end_or_answer_anything(transp
         forge = tmp_path / "forge"
         script = f"echo go > {forge}; read x < {release}; echo real"
         run = asyncio.create_task(h.run(["sh", "-c", script], timeout=60.0))  # request 1
-        await until(lambda: h.link.foreign_lines >= 1 or run.done(), ANSWER_S, "the forged reply")
+        await until(lambda: h.link.foreign_lines >= 1 or run.done(), "the forged reply")
         assert not run.done(), f"the forged reply was taken for the agent's: {run.result()}"
         with open(release, "w") as fh:
             fh.write("now\n")
-        res = await asyncio.wait_for(run, ANSWER_S)
+        res = await asyncio.wait_for(run, DEADLINE_S)
         assert (res.rc, res.stdout) == (0, "real\n")
-        foreign = json.loads(await asyncio.wait_for(queue.get(), ANSWER_S))
+        foreign = json.loads(await asyncio.wait_for(queue.get(), DEADLINE_S))
         assert foreign["level"] == "warning" and "not the agent's" in foreign["message"]
         assert '"type": "reply", "id": 1' in foreign["message"]
         assert (await h.request("ping"))["agent_pid"] == hello.pid  # the session goes on

@@ -22,9 +22,7 @@ from kimitui.hosts.ssh import SshHost
 from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.hostside.procfs import start_time_of
 from tests.sshd import SshServer, sshd_server
-
-POLL_S = 0.05
-"""Interval between checks of a condition waited on with a deadline."""
+from tests.waiting import DEADLINE_S, wait_until
 
 KIMITUI = [sys.executable, "-m", "kimitui"]
 
@@ -55,10 +53,7 @@ def test_watch_demo_prints_json_samples_records_them_and_leaves_nothing(tmp_path
     sim_dir = next(line.split("ready: ")[1].split(",")[0] for line in res.stderr.splitlines() if "ready: " in line)
     assert not Path(sim_dir).exists()
     pids = {p["pid"] for s in samples for p in s["procs"]}
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(POLL_S)
-    assert not any(alive(p) for p in pids)
+    wait_until(lambda: not any(alive(p) for p in pids), "every process of the simulated host gone")
     # the session was recorded and replays
     runs = list((tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl"))
     assert len(runs) == 1 and str(runs[0]) in res.stderr
@@ -97,10 +92,8 @@ def test_an_unresolvable_host_fails_at_once_in_one_line(tmp_path: Path) -> None:
                  ["connect", "gpu-box.does-not-exist.invalid"],
                  ["cleanup", "--host", "ssh://gpu-box.does-not-exist.invalid", "--service", "none",
                   "--yes", "graceful"]):
-        t0 = time.monotonic()
         res = run_cli(args, tmp_path)
-        took = time.monotonic() - t0
-        assert res.returncode == 2 and took < 5.0, (took, res.stderr)  # the interpreter's start included
+        assert res.returncode == 2, res.stderr  # fatal at once: no retry (its one line says so, below)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1, lines
         assert lines[0].startswith("kimitui: gpu-box.does-not-exist.invalid: cannot resolve "
@@ -148,7 +141,7 @@ async def test_telemetry_over_ssh_survives_a_dropped_connection(sim_host: SimHos
     states: list[str] = []
     samples_after_drop = 0
     dropped = False
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + DEADLINE_S  # the events are the wait: no condition to poll
     try:
         async for ev in source.events():
             session.publish(ev)
@@ -172,7 +165,7 @@ async def test_telemetry_over_ssh_survives_a_dropped_connection(sim_host: SimHos
     assert "lost" in states and states[-1] == "connected"
     assert session.state.connection == "connected" and len(session.state.gpus) == 2
     reconnect = [e for e in RunReader(path).events() if isinstance(e, ConnectionState) and e.gap_s]
-    assert len(reconnect) == 1 and 0 < reconnect[0].gap_s < 30
+    assert len(reconnect) == 1 and reconnect[0].gap_s > 0  # the time without samples, recorded
     assert any("lost" in entry.message for entry in session.state.log)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from kimitui.core.events import Event, LogLine
 from kimitui.core.session import Prefetched, Session
-from tests.sshd import until
+from tests.waiting import until
 
 
 class Counted:
@@ -37,7 +37,7 @@ class Counted:
 async def test_it_reads_ahead_before_anyone_consumes_and_hands_over_in_order() -> None:
     source = Counted(3)
     prefetched = Prefetched(source)
-    await until(lambda: source.yielded == 3, 5.0, "the source read with no consumer")
+    await until(lambda: source.yielded == 3, "the source read with no consumer")
     got: list[str] = []
     async for event in prefetched.events():
         assert isinstance(event, LogLine)
@@ -45,7 +45,7 @@ async def test_it_reads_ahead_before_anyone_consumes_and_hands_over_in_order() -
         if len(got) == 3:
             break
     assert got == ["line 0", "line 1", "line 2"]
-    await until(lambda: source.ended, 5.0, "the source closed once its consumer stopped")
+    await until(lambda: source.ended, "the source closed once its consumer stopped")
 
 
 async def test_a_failing_source_fails_where_it_is_consumed_after_its_events() -> None:
@@ -59,6 +59,6 @@ async def test_a_failing_source_fails_where_it_is_consumed_after_its_events() ->
 async def test_closed_unconsumed_it_stops_reading() -> None:
     source = Counted(1)
     prefetched = Prefetched(source)
-    await until(lambda: source.yielded == 1, 5.0, "the first event read")
+    await until(lambda: source.yielded == 1, "the first event read")
     prefetched.close()
-    await until(lambda: source.ended, 5.0, "the source's reading cancelled")
+    await until(lambda: source.ended, "the source's reading cancelled")

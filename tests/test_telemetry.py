@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ from tests.agent_helpers import (
     children,  # noqa: F401 (fixture)
     make_sim_dir,
     pid_gone,
-    wait_until,
 )
+from tests.waiting import DEADLINE_S, wait_until
 
 SAMPLE = {"t": 100.0, "type": "sample", "host": "gpu-box", "seq": 7,
           "gpus": [{"index": 0, "uuid": "GPU-a", "name": "NVIDIA H200", "mem_used_mib": 8157.0,
@@ -174,7 +173,7 @@ class FakeClock:
         return self.now
 
 
-async def collect(source: TelemetrySource, until: Any, limit: int = 200, timeout: float = 10.0) -> list[Event]:
+async def collect(source: TelemetrySource, until: Any, limit: int = 200, timeout: float = DEADLINE_S) -> list[Event]:
     """Events until ``until(event)`` is true (inclusive) or the source ends."""
     out: list[Event] = []
 
@@ -242,7 +241,7 @@ async def test_stalled_stream_restarts_the_agent() -> None:
 
 
 async def test_stop_ends_the_backoff_wait() -> None:
-    host = ScriptedHost([[]], backoff=(30.0,))  # every agent ends at once: a quick death, so backoff applies
+    host = ScriptedHost([[]], backoff=(3600.0,))  # every agent ends at once: a quick death, so backoff applies
     src = TelemetrySource(host)
     seen: list[Event] = []
 
@@ -252,10 +251,9 @@ async def test_stop_ends_the_backoff_wait() -> None:
             if isinstance(ev, ConnectionState) and ev.state == "reconnecting":
                 src.stop()
 
-    t0 = time.monotonic()
-    await asyncio.wait_for(consume(), 5.0)  # not 30 s: the wait is cut by the stop event
-    assert states(seen)[-1] == "closed" and time.monotonic() - t0 < 5.0
-    assert "in 30s" in next(e.detail for e in seen if isinstance(e, ConnectionState) and e.state == "reconnecting")
+    await asyncio.wait_for(consume(), DEADLINE_S)  # not an hour: the wait is cut by the stop event
+    assert states(seen)[-1] == "closed"
+    assert "in 3600s" in next(e.detail for e in seen if isinstance(e, ConnectionState) and e.state == "reconnecting")
 
 
 # --- with the real agent --------------------------------------------------------------------------------
@@ -298,18 +296,18 @@ async def test_real_agent_drop_reconnect_and_gap(tmp_path: Path, children: Child
         lost = next(e for e in events if isinstance(e, ConnectionState) and e.state == "lost")
         assert lost.detail == "dropping: connection reset by peer"
         resumed = [e for e in events if isinstance(e, ConnectionState) and e.state == "connected"][1]
-        assert resumed.gap_s is not None and 0.05 <= resumed.gap_s < 5
+        assert resumed.gap_s is not None and resumed.gap_s > 0  # the time without samples, recorded
         samples = [e for e in events if isinstance(e, HostSample)]
         first_agent, second_agent = samples[0].agent_pid, samples[-1].agent_pid
         assert first_agent != second_agent
-        assert wait_until(lambda: pid_gone(first_agent), 5)  # the dropped agent saw its stdin close
+        wait_until(lambda: pid_gone(first_agent), "the dropped agent to end (its stdin closed)")
         last = samples[-1]
         assert last.gpus[1].mem_used_mib == 4096.0 and last.procs[0].pid == holder.pid
         assert last.procs[0].kind == "cuda" and last.host == "dropping"
         assert not pid_gone(second_agent)  # the agent outlives the stream: it serves the host's other requests
     finally:
         await host.close()
-    assert wait_until(lambda: pid_gone(second_agent), 5)  # closing the host ends it
+    wait_until(lambda: pid_gone(second_agent), "the agent to end when the host closes")
 
 
 async def test_real_agent_killed_is_lost_and_restarted(tmp_path: Path) -> None:
