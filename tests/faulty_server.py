@@ -142,6 +142,10 @@ class FaultyServer:
         self._writers: set[asyncio.StreamWriter] = set()
         self._barrier_event = asyncio.Event()
 
+    def release_barrier(self) -> None:
+        """Open the barrier now, as if enough streams were open (a test that holds fewer on purpose)."""
+        self._barrier_event.set()
+
     @property
     def port(self) -> int:
         assert self._server is not None

@@ -5,7 +5,6 @@ controls (pause, skip) recorded before they act."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import httpx
@@ -30,17 +29,9 @@ from kimitui.core.events import (
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
 from kimitui.hosts.sim.batching import BatchingModel
-from tests.campaign_rig import POLL_S, campaign_rig, small_config
-
-
-def phases_of(events: list[Event]) -> list[tuple[str, str]]:
-    out = []
-    for e in events:
-        if isinstance(e, PhaseStart):
-            out.append((e.phase, "start"))
-        elif isinstance(e, PhaseEnd):
-            out.append((e.phase, "ok" if e.ok else "not ok"))
-    return out
+from tests.campaign_rig import campaign_rig, small_config
+from tests.support import phases_of
+from tests.waiting import DEADLINE_S, until
 
 
 async def test_the_whole_campaign_runs_and_its_record_folds_the_same(tmp_path: Path) -> None:
@@ -158,18 +149,12 @@ async def test_pause_and_skip_are_recorded_and_kept(tmp_path: Path) -> None:
     cfg = small_config(["cleanup", "micro", "analysis"])
     async with campaign_rig(cfg, tmp_path) as rig:
 
-        async def until(what: str, cond: object) -> None:
-            deadline = time.monotonic() + 60
-            while not cond():  # type: ignore[operator]
-                assert time.monotonic() < deadline, f"timed out waiting for {what}"
-                await asyncio.sleep(POLL_S)
-
         task = asyncio.ensure_future(rig.machine.run())
         try:
-            await until("the transition", lambda: any(isinstance(e, PhaseStart) for e in rig.events))
+            await until(lambda: any(isinstance(e, PhaseStart) for e in rig.events), "the transition")
             assert rig.machine.toggle_pause()  # during the transition: the campaign stops before Phase 2
-            await until("its end", lambda: any(isinstance(e, PhaseEnd) and e.phase == "cleanup" for e in rig.events))
-            await until("the hold before Phase 2", lambda: rig.machine.held_before == "micro")
+            await until(lambda: any(isinstance(e, PhaseEnd) and e.phase == "cleanup" for e in rig.events), "its end")
+            await until(lambda: rig.machine.held_before == "micro", "the hold before Phase 2")
             assert not any(isinstance(e, PhaseStart) and e.phase == "micro" for e in rig.events), "paused"
             c = rig.session.state.campaign
             assert c is not None and c.paused and c.pause_before == "micro"
@@ -204,15 +189,15 @@ SLOW = BatchingModel(base_s=0.05, per_seq_s=0.0, max_batch=2)
 
 
 async def test_the_drain_waits_for_the_requests_in_flight_before_the_graceful_stop(tmp_path: Path) -> None:
-    cfg = small_config(["cleanup"], cleanup={"drain_s": 20})
+    cfg = small_config(["cleanup"], cleanup={"drain_s": DEADLINE_S})  # the drain's end is the requests'
     async with campaign_rig(cfg, tmp_path, batching=SLOW) as rig:
         streams = [asyncio.ensure_future(_stream(rig.host.api_url, 20)) for _ in range(3)]
-        deadline = time.monotonic() + 10
         from kimitui.cleanup.drain import read_in_flight
 
-        while (await read_in_flight(f"{rig.host.api_url}/metrics")).total < 3:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(POLL_S)
+        async def three_in_flight() -> bool:
+            return (await read_in_flight(f"{rig.host.api_url}/metrics")).total >= 3
+
+        await until(three_in_flight, "the 3 requests at the server")
         end = await rig.machine.run()
         got = await asyncio.gather(*streams)
     assert end.status == "done"
@@ -234,10 +219,10 @@ async def test_a_drain_past_its_deadline_says_what_the_stop_cuts_off(tmp_path: P
         stream = asyncio.ensure_future(_stream(rig.host.api_url, 400))
         from kimitui.cleanup.drain import read_in_flight
 
-        deadline = time.monotonic() + 10
-        while (await read_in_flight(f"{rig.host.api_url}/metrics")).total < 1:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(POLL_S)
+        async def in_flight() -> bool:
+            return (await read_in_flight(f"{rig.host.api_url}/metrics")).total >= 1
+
+        await until(in_flight, "the request at the server")
         end = await rig.machine.run()
         got = await asyncio.gather(stream, return_exceptions=True)
     assert end.status == "done"

@@ -5,11 +5,9 @@ the file's errors and --init."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,28 +17,8 @@ from kimitui.campaign.config import INIT_TEXT, CampaignConfigError, load_config
 from kimitui.core.events import CampaignResume, MacroPoint, PhaseEnd
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader
-from tests.campaign_rig import POLL_S, SMALL
-
-ROOT = Path(__file__).resolve().parent.parent
-WAIT_S = 120.0
-
-
-def write_campaign(tmp_path: Path, text: str = SMALL, **replace: str) -> Path:
-    for old, new in replace.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    path = tmp_path / "campaign.toml"
-    path.write_text(text)
-    return path
-
-
-def env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
-
-
-def kimitui(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kimitui", *args], capture_output=True, text=True,
-                          env=env(tmp_path), timeout=WAIT_S, cwd=tmp_path)
+from tests.support import CLI_WAIT_S, cli_env, run_kimitui, write_campaign
+from tests.waiting import wait_until
 
 
 def the_run(tmp_path: Path) -> Path:
@@ -49,7 +27,7 @@ def the_run(tmp_path: Path) -> Path:
 
 
 def test_the_whole_campaign_headless_then_its_report(tmp_path: Path) -> None:
-    done = kimitui(tmp_path, "campaign", str(write_campaign(tmp_path)), "--headless")
+    done = run_kimitui(tmp_path, "campaign", str(write_campaign(tmp_path)), "--headless")
     assert done.returncode == 0, done.stderr
     assert "phase macro started" in done.stdout and "decode-step budget: At the plateau" in done.stdout
     assert "campaign done: every phase over" in done.stdout and "Traceback" not in done.stderr
@@ -58,7 +36,7 @@ def test_the_whole_campaign_headless_then_its_report(tmp_path: Path) -> None:
     assert reader.header.meta["command"] == "campaign" and reader.warnings == []
     c = state_at(reader, len(reader)).campaign
     assert c is not None and [p.status for p in c.phases.values()] == ["done"] * 6
-    report = kimitui(tmp_path, "report", str(run)).stdout
+    report = run_kimitui(tmp_path, "report", str(run)).stdout
     for heading in ("## Campaign", "## GPU memory through the transition", "## Drain before the graceful stop",
                     "## Phase 3: where a decode step's time goes", "## Post-restart check",
                     "Output tok/s against concurrency:"):
@@ -70,14 +48,12 @@ def test_the_whole_campaign_headless_then_its_report(tmp_path: Path) -> None:
 
 def wait_in_run(tmp_path: Path, proc: subprocess.Popen[str], marker: str) -> Path:
     """Poll the run file until a line holds ``marker`` (the process still running)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+    def marked() -> Path | None:
         assert proc.poll() is None, f"kimitui ended early: {proc.stderr.read() if proc.stderr else ''}"
         runs = list((tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl"))
-        if runs and marker in runs[0].read_text():
-            return runs[0]
-        assert time.monotonic() < deadline, f"no {marker} in the run"
-        time.sleep(POLL_S)
+        return runs[0] if runs and marker in runs[0].read_text() else None
+
+    return wait_until(marked, f"{marker} in the run", CLI_WAIT_S)
 
 
 def kill_9(proc: subprocess.Popen[str]) -> None:
@@ -87,7 +63,7 @@ def kill_9(proc: subprocess.Popen[str]) -> None:
 
 def start(tmp_path: Path, path: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "kimitui", "campaign", str(path), "--headless"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path),
                             cwd=tmp_path)
 
 
@@ -101,7 +77,7 @@ def test_resume_after_a_kill_in_phase_1_redoes_no_finished_level(tmp_path: Path)
         kill_9(proc)
     before = [e.concurrency for e in RunReader(run).events() if isinstance(e, MacroPoint)]
     assert before and before[0] == 1 and len(before) < 3
-    done = kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
+    done = run_kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     assert f"resuming the campaign recorded in {run}" in done.stderr
     reader = RunReader(run)
@@ -117,7 +93,7 @@ def test_resume_after_a_kill_in_phase_1_redoes_no_finished_level(tmp_path: Path)
     c = state_at(reader, len(reader)).campaign
     assert c is not None and c.end is not None and c.end.status == "done"
     assert c.phases["macro"].runs == 2 and all(p.status == "done" for p in c.phases.values())
-    report = kimitui(tmp_path, "report", str(run)).stdout
+    report = run_kimitui(tmp_path, "report", str(run)).stdout
     assert "- resumed: cut off Phase 1 macro" in report
 
 
@@ -131,7 +107,7 @@ def test_resume_after_a_kill_during_the_transition(tmp_path: Path) -> None:
     points = sum(1 for e in RunReader(run).events() if isinstance(e, MacroPoint))
     assert points == 2
     path.write_text(path.read_text().replace("graceful_s = 20", "graceful_s = 1"))
-    done = kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
+    done = run_kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
     assert done.returncode == 0, done.stderr
     events = list(RunReader(run).events())
     assert sum(1 for e in events if isinstance(e, MacroPoint)) == 2, "Phase 1 was over: not run again"
@@ -146,20 +122,20 @@ def test_resume_after_a_kill_during_the_transition(tmp_path: Path) -> None:
 
 def test_a_finished_campaign_is_not_resumed(tmp_path: Path) -> None:
     path = write_campaign(tmp_path, **{'[campaign]\n': '[campaign]\nphases = ["analysis"]\n'})
-    done = kimitui(tmp_path, "campaign", str(path), "--headless")
+    done = run_kimitui(tmp_path, "campaign", str(path), "--headless")
     assert done.returncode == 1  # nothing measured: no verdict, the analysis ended not ok
     assert "campaign done: every phase over; not ok: Phase 3 analysis" in done.stdout
     run = the_run(tmp_path)
-    again = kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
+    again = run_kimitui(tmp_path, "campaign", str(path), "--headless", "--resume", str(run))
     assert again.returncode == 2 and "the campaign already ended (done" in again.stderr
 
 
 def test_init_writes_an_example_that_loads(tmp_path: Path) -> None:
-    done = kimitui(tmp_path, "campaign", "--init")
+    done = run_kimitui(tmp_path, "campaign", "--init")
     assert done.returncode == 0 and (tmp_path / "campaign.toml").read_text() == INIT_TEXT
     cfg = load_config(tmp_path / "campaign.toml")
     assert cfg.host == "ssh://ops@gpu-node-01" and cfg.consent["graceful"] == "ask"
-    again = kimitui(tmp_path, "campaign", "--init")
+    again = run_kimitui(tmp_path, "campaign", "--init")
     assert again.returncode == 2 and "exists: not overwritten" in again.stderr
 
 
@@ -174,7 +150,7 @@ def test_init_writes_an_example_that_loads(tmp_path: Path) -> None:
     ({'graceful = "yes"': 'graceful = "ask"'}, "consent graceful is 'ask', and a headless campaign cannot ask"),
 ])
 def test_a_bad_file_is_one_line_and_runs_nothing(tmp_path: Path, edit: dict[str, str], message: str) -> None:
-    done = kimitui(tmp_path, "campaign", str(write_campaign(tmp_path, **edit)), "--headless")
+    done = run_kimitui(tmp_path, "campaign", str(write_campaign(tmp_path, **edit)), "--headless")
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "data" / "kimitui" / "runs").exists()
 
@@ -191,7 +167,7 @@ def test_ctrl_c_aborts_a_headless_campaign_and_the_restart_is_offered(tmp_path: 
     try:  # in the transition's graceful wait (it runs to its deadline): Ctrl-C
         run = wait_in_run(tmp_path, proc, '"step":"graceful","accepted":true')
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=WAIT_S) == 1
+        assert proc.wait(timeout=CLI_WAIT_S) == 1
     finally:
         if proc.poll() is None:
             kill_9(proc)

@@ -5,14 +5,13 @@ probe's drift margins, the budget bars and the phase marks of the memory views, 
 from __future__ import annotations
 
 import asyncio
-import time
 import tomllib
 
 import httpx
 import pytest
 
 from kimitui.campaign.config import DEMO_TEXT, demo_config
-from kimitui.cleanup.drain import MetricsError, parse_in_flight, read_in_flight
+from kimitui.cleanup.drain import InFlight, MetricsError, parse_in_flight, read_in_flight
 from kimitui.core.events import AllReduceRow, BudgetRow, GemmRow, MacroPoint, MicroPlan, Topology
 from kimitui.core.state import SessionState, fold
 from kimitui.hosts.sim.batching import BatchingModel
@@ -21,8 +20,7 @@ from kimitui.phases.analysis import decode_budget
 from kimitui.phases.check import compare
 from kimitui.report.budget_text import stacked_bar
 from kimitui.tui.fmt import phase_marks
-
-POLL_S = 0.02
+from tests.waiting import until
 
 VLLM_METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -57,10 +55,11 @@ async def test_the_simulated_server_counts_its_requests_in_flight() -> None:
                 return r.status_code
 
         tasks = [asyncio.ensure_future(one()) for _ in range(3)]
-        deadline = time.monotonic() + 10
-        while (seen := await read_in_flight(f"{server.url}/metrics")).total < 3:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(POLL_S)
+        async def all_three() -> InFlight | None:
+            seen = await read_in_flight(f"{server.url}/metrics")
+            return seen if seen.total >= 3 else None
+
+        seen = await until(all_three, "the 3 requests at the server")
         assert (seen.running, seen.waiting) == (2, 1)  # two in the batch, one waiting for a slot
         assert await asyncio.gather(*tasks) == [200, 200, 200]
         after = await read_in_flight(f"{server.url}/metrics")

@@ -10,7 +10,6 @@ import dataclasses
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,11 +20,12 @@ from kimitui.cleanup.plan import CleanupTarget
 from kimitui.core.events import CampaignControl, Consent, Event, PhaseEnd, PhaseStart, StepPreview
 from kimitui.hosts.local import LocalHost
 from kimitui.phases.restart import restart_phase
-from tests.campaign_rig import POLL_S, campaign_rig, small_config
+from tests.campaign_rig import campaign_rig, small_config
 from tests.cleanup_rig import FAST, Rig
 from tests.cleanup_support import make_sim
 from tests.faulty_server import Behavior, FaultyServer
-from tests.test_campaign_cli import kimitui, write_campaign
+from tests.support import run_kimitui, write_campaign
+from tests.waiting import until
 
 
 def started(events: list[Event]) -> list[str]:
@@ -79,10 +79,8 @@ async def test_the_dashboard_holds_after_a_failed_phase_1_and_the_operator_choos
         rig.machine.headless = False
         task = asyncio.ensure_future(rig.machine.run())
         try:
-            deadline = time.monotonic() + 120
-            while rig.machine.held_before != "cleanup":
-                assert time.monotonic() < deadline and not task.done(), "the campaign did not hold"
-                await asyncio.sleep(POLL_S)
+            await until(lambda: rig.machine.held_before == "cleanup" or task.done(), "the campaign to hold")
+            assert not task.done(), "the campaign ended instead of holding"
             c = rig.session.state.campaign
             assert c is not None and c.paused and c.pause_before == "cleanup"
             assert "Phase 1" in c.pause_note and "every request failed" in c.pause_note
@@ -209,7 +207,7 @@ async def test_a_restart_while_the_gpus_hold_memory_says_so_and_the_policy_does_
 ])
 def test_the_campaign_preflight_refuses_a_typo_before_phase_1(tmp_path: Path, edit: dict[str, str],
                                                              message: str) -> None:
-    done = kimitui(tmp_path, "campaign", str(write_campaign(tmp_path, **edit)), "--headless")
+    done = run_kimitui(tmp_path, "campaign", str(write_campaign(tmp_path, **edit)), "--headless")
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert not (tmp_path / "data" / "kimitui" / "runs").exists()  # nothing recorded as started
@@ -218,14 +216,14 @@ def test_the_campaign_preflight_refuses_a_typo_before_phase_1(tmp_path: Path, ed
 def test_a_valid_gpu_list_passes_the_preflight(tmp_path: Path) -> None:
     path = write_campaign(tmp_path, **{"[cleanup]\n": '[cleanup]\ngpus = "0,1"\n',
                                        "[campaign]\n": '[campaign]\nphases = ["macro"]\n'})
-    done = kimitui(tmp_path, "campaign", str(path), "--headless")
+    done = run_kimitui(tmp_path, "campaign", str(path), "--headless")
     assert done.returncode == 0 and "campaign done" in done.stdout, done.stderr
 
 
 def test_a_headless_campaign_whose_phase_1_failed_exits_1_and_never_stops_the_service(tmp_path: Path) -> None:
     path = write_campaign(tmp_path, **{'spec = "sim:vllm"': f'spec = "sim:vllm"\napi_url = "http://127.0.0.1:'
                                                             f'{closed_port()}"'})
-    done = kimitui(tmp_path, "campaign", str(path), "--headless")
+    done = run_kimitui(tmp_path, "campaign", str(path), "--headless")
     assert done.returncode == 1, done.stderr
     assert "campaign FAILED: Phase 1" in done.stdout and "--continue-after-failure" in done.stdout
     assert "phase cleanup started" not in done.stdout, done.stdout
@@ -235,7 +233,7 @@ def test_a_headless_campaign_whose_phase_1_failed_exits_1_and_never_stops_the_se
 def test_gpus_the_demo_does_not_have_are_a_usage_error(tmp_path: Path, gpus: str) -> None:
     for argv in (["cleanup", "--host", "demo", "--gpus", gpus, "--dry-run"],
                  ["bench", "micro", "--host", "demo", "--gpus", gpus]):
-        done = kimitui(tmp_path, *argv)
+        done = run_kimitui(tmp_path, *argv)
         assert done.returncode == 2 and "demo has no GPU" in done.stderr and "(it has GPUs 0-7)" in done.stderr, \
             done.stderr
         assert "Traceback" not in done.stderr

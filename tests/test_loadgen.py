@@ -14,8 +14,7 @@ import pytest
 
 from kimitui.bench.macro import LevelProgress, MacroConfig, SweepResult, run_sweep
 from kimitui.bench.macro.arrivals import schedule
-from kimitui.bench.macro.http_stream import LeanClient
-from kimitui.bench.macro.request import RequestOutcome, stream_request
+from kimitui.bench.macro.request import stream_request
 from kimitui.core.events import (
     Event,
     LogLine,
@@ -29,15 +28,13 @@ from kimitui.core.events import (
 from kimitui.core.state import SessionState, fold
 from kimitui.phases.macro import macro_phase
 from tests.faulty_server import Behavior, FaultyServer, count_prompt
-
-POLL_S = 0.01
-"""Interval between checks of a condition waited on with a deadline."""
-SLACK_S = 1.0
-"""Room above a timing's causal lower bound for a busy shared 2-core machine: a lower bound follows from
-the server's schedule (nothing arrives before it is sent) and is exact; an upper bound only says the
-figure is not wildly off."""
+from tests.support import one_request
+from tests.waiting import DEADLINE_S, until
 
 FIRST, GAP = 0.08, 0.02
+"""The server's schedule: a timing measured against it is checked only from below (nothing arrives before it
+is sent, however busy the machine); how far above the schedule a figure lands is the machine's, not the
+code's (benchmarks/loadgen.py measures the client's own lateness)."""
 
 
 @pytest.fixture(params=["lean", "httpx"])
@@ -53,18 +50,6 @@ def measured(srv: FaultyServer, result: SweepResult) -> list[dict]:
                                  else 0):]
 
 
-async def one_request(client: str, url: str, body: bytes, est: int = 3, chat: bool = False,
-                      total_s: float = 10) -> RequestOutcome:
-    if client == "lean":
-        lean = LeanClient(url)
-        try:
-            return await lean.stream(body, est, chat, time.perf_counter(), total_s)
-        finally:
-            lean.close()
-    async with httpx.AsyncClient() as hc:
-        return await stream_request(hc, url, body, est, chat, time.perf_counter(), total_s)
-
-
 async def test_one_request_timing_and_usage_with_multi_token_chunks(client: str) -> None:
     # 20 tokens in chunks of 4: 5 token chunks at 80, 100, ..., 160 ms, then usage (20 tokens)
     async with FaultyServer(Behavior(first_delay_s=FIRST, interval_s=GAP, tokens_per_chunk=4)) as srv:
@@ -75,8 +60,7 @@ async def test_one_request_timing_and_usage_with_multi_token_chunks(client: str)
     assert out.prompt_tokens == 3 and out.prompt_from_usage  # the server's count of "hi" wins over the estimate
     assert len(out.itl) == 4 and len(out.times) == 5
     # chunk i is written FIRST + i * GAP after the server read the request, which is after t0
-    assert FIRST <= out.ttft < FIRST + SLACK_S
-    assert FIRST + 4 * GAP <= out.latency < FIRST + 4 * GAP + SLACK_S
+    assert out.ttft >= FIRST and out.latency >= FIRST + 4 * GAP
     assert sum(out.itl) == pytest.approx(out.latency - out.ttft, abs=1e-9)
     assert out.times[0] - out.t0 == out.ttft and out.times[-1] - out.t0 == out.latency
 
@@ -93,14 +77,13 @@ async def test_level_metrics_on_a_known_server(client: str) -> None:
     assert m["completed"] == 8 and m["failed"] == 0 and m["num_prompts"] == 8
     assert m["total_output_tokens"] == 160  # usage, not the 40 chunks
     assert m["total_input_tokens"] == 8 * 128  # the default input length, hit exactly
-    assert FIRST * 1000 <= m["mean_ttft_ms"] < (FIRST + SLACK_S) * 1000
-    assert (FIRST + 4 * GAP) * 1000 <= m["mean_e2el_ms"] < (FIRST + 4 * GAP + SLACK_S) * 1000
+    assert m["mean_ttft_ms"] >= FIRST * 1000 and m["mean_e2el_ms"] >= (FIRST + 4 * GAP) * 1000
     # TPOT = (E2EL - TTFT) / (N - 1) per token; ITL per chunk: 4 gaps a request
     assert m["mean_tpot_ms"] == pytest.approx((m["mean_e2el_ms"] - m["mean_ttft_ms"]) / 19)
     assert m["mean_itl_ms"] == pytest.approx((m["mean_e2el_ms"] - m["mean_ttft_ms"]) / 4)
     assert m["p99_itl_ms"] >= m["median_itl_ms"] > 0
     # two waves of 4 requests of at least FIRST + 4 GAP each; output throughput = tokens / duration
-    assert 2 * (FIRST + 4 * GAP) <= m["duration"] < 2 * (FIRST + 4 * GAP) + SLACK_S
+    assert m["duration"] >= 2 * (FIRST + 4 * GAP)
     assert m["output_throughput"] == pytest.approx(160 / m["duration"])
     assert m["request_throughput"] == pytest.approx(8 / m["duration"])
     assert m["total_token_throughput"] == pytest.approx((160 + 8 * 128) / m["duration"])
@@ -135,7 +118,7 @@ async def test_chat_sse_variants_and_request_body(client: str) -> None:
     assert m["completed"] == 2 and m["total_output_tokens"] == 10 and m["usage_missing"] == 0
     assert m["input_len_method"] == "usage" and m["mean_input_tokens"] == m["min_input_tokens"] == 128
     # the role-only first chunk is not a token: TTFT is the first token chunk's, one interval after it
-    assert 60 <= m["mean_ttft_ms"] < 50 + SLACK_S * 1000
+    assert m["mean_ttft_ms"] >= 60
     assert body["messages"][0]["role"] == "user" and body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 5 and body["max_completion_tokens"] == 5 and body["ignore_eos"] is True
@@ -178,27 +161,27 @@ async def test_concurrency_150_is_really_reached(client: str, tmp_path: Path) ->
     # The server holds every stream until 150 are open at once: a pool capped at 100 cannot get there.
     # (Dataset prompts: no calibration requests; the one-token request-field check passes the barrier.)
     (tmp_path / "p.jsonl").write_text('{"prompt": "x"}\n')
-    barrier_timeout_s = 10.0
-    async with FaultyServer(Behavior(barrier=150, barrier_timeout_s=barrier_timeout_s, n_tokens=2,
+    async with FaultyServer(Behavior(barrier=150, barrier_timeout_s=DEADLINE_S, n_tokens=2,
                                      barrier_spares_probes=True)) as srv:
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[150], requests=150, max_tokens=2,
                           warmup=0, client=client, dataset=tmp_path / "p.jsonl")
-        t = time.perf_counter()
         result = await run_sweep(cfg, lambda e: None)
-        # the barrier opened, it did not time out (a timeout would take barrier_timeout_s at least)
-        assert time.perf_counter() - t < barrier_timeout_s
-        assert srv.stats.peak_active == 150
+        assert srv.stats.peak_active == 150  # the barrier opened: 150 streams were open at once
     m = result.levels[0].metrics
     assert m["completed"] == 150 and m["concurrency_reached"] == 150
 
 
 async def test_httpx_default_limits_would_cap_at_100() -> None:
     """The control for the test above: the same barrier with httpx's default pool stops at 100."""
-    async with FaultyServer(Behavior(barrier=150, barrier_timeout_s=0.5, n_tokens=1)) as srv:
+    async with FaultyServer(Behavior(barrier=150, barrier_timeout_s=DEADLINE_S, n_tokens=1)) as srv:
         body = json.dumps({"model": "m", "prompt": "x", "max_tokens": 1, "stream": True}).encode()
-        async with httpx.AsyncClient(timeout=10) as client:
-            outs = await asyncio.gather(*(stream_request(client, srv.url + "/v1/completions", body, 1, False,
-                                                         time.perf_counter(), 10) for _ in range(150)))
+        async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
+            sent = asyncio.gather(*(stream_request(client, srv.url + "/v1/completions", body, 1, False,
+                                                   time.perf_counter(), DEADLINE_S) for _ in range(150)))
+            # the pool's 100 connections held at the barrier; the other 50 requests wait for one of them
+            await until(lambda: srv.stats.active == 100, "100 streams at the barrier")
+            srv.release_barrier()
+            outs = await sent
         assert srv.stats.peak_active == 100
     assert all(o.success for o in outs)
 
@@ -225,12 +208,11 @@ async def test_poisson_mode_sends_the_count_at_the_seeded_rate(client: str) -> N
     due = [x - sched[0] for x in sched]  # type: ignore[operator]
     assert due == pytest.approx([(o - offsets[0]) * 1000 for o in offsets], abs=0.02)
     assert all(r.start_ms >= r.sched_ms - 0.01 for r in level.records)  # type: ignore[operator]
-    assert all(0 <= r.late_ms < SLACK_S * 1000 for r in level.records)  # type: ignore[operator]
+    assert all(r.late_ms >= 0 for r in level.records)  # type: ignore[operator]
     assert m["client_send_late_p99_ms"] is not None and m["client_loop_lag_p99_ms"] is not None
     # the level's clock starts at the first dispatch, which may itself be a little late: the last request
     # was due at sched[-1] on that clock (records round to 0.01 ms)
-    span = (offsets[-1] - offsets[0])
-    assert sched[-1] / 1000 - 2e-5 <= m["duration"] < span + SLACK_S  # type: ignore[operator]
+    assert sched[-1] / 1000 - 2e-5 <= m["duration"]  # type: ignore[operator]
 
 
 async def test_duration_mode_keeps_dispatching_until_the_deadline(client: str) -> None:
@@ -239,10 +221,11 @@ async def test_duration_mode_keeps_dispatching_until_the_deadline(client: str) -
                           warmup=1, client=client)
         result = await run_sweep(cfg, lambda e: None)
     m = result.levels[0].metrics
-    # a request takes at least 30 ms (4 chunks 10 ms apart): a worker starts at most 14 in 0.4 s, and keeps
-    # starting them until the deadline, so the level ends after it
-    assert 4 <= m["completed"] <= 28 and m["failed"] == 0
-    assert 0.4 <= m["duration"] < 0.4 + SLACK_S
+    # a request takes at least 30 ms (4 chunks 10 ms apart): a worker starts at most 14 in 0.4 s, each at
+    # least one; every request was started before the deadline, and the level ends after it
+    assert 2 <= m["completed"] <= 28 and m["failed"] == 0
+    assert all(r.start_ms < 400 for r in result.levels[0].records)
+    assert m["duration"] >= 0.4
 
 
 async def test_cancel_keeps_finished_levels_and_stops_promptly(client: str) -> None:
@@ -256,20 +239,15 @@ async def test_cancel_keeps_finished_levels_and_stops_promptly(client: str) -> N
                 srv.behavior = Behavior(interval_s=0.05, n_tokens=400)  # the next level would take 20 s
 
         async def cancel_when_level_two_runs() -> None:
-            deadline = time.perf_counter() + 10
-            while not (srv.behavior.n_tokens == 400 and srv.stats.active >= 2):
-                assert time.perf_counter() < deadline
-                await asyncio.sleep(POLL_S)
+            await until(lambda: srv.behavior.n_tokens == 400 and srv.stats.active >= 2, "level 2 running")
             cancel.set()
 
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[1, 2, 4], requests=2, max_tokens=4,
                           warmup=0, client=client)
         watcher = asyncio.create_task(cancel_when_level_two_runs())
-        t = time.perf_counter()
         result = await macro_phase(publish, cfg, cancel)  # the sweep in its phase
-        elapsed = time.perf_counter() - t
         await watcher
-    assert elapsed < 10.0  # well before the 20 s the level it cut off would have taken
+    # the level it cut off (20 s of tokens) left no point: the cancel ended it, not its end
     assert result.cancelled and [lv.concurrency for lv in result.levels] == [1]
     assert result.single_stream_tok_s == result.levels[0].metrics["output_throughput"] > 0
     assert [type(e) for e in events if not isinstance(e, LogLine | MacroProgress)] == [

@@ -14,7 +14,7 @@ from kimitui.bench.macro import MacroConfig, Timeouts, run_sweep
 from kimitui.bench.macro.request import RequestOutcome
 from kimitui.core.events import Event, LogLine, MacroPoint
 from tests.faulty_server import Behavior, FaultyServer
-from tests.test_loadgen import one_request
+from tests.support import one_request
 
 N = 6
 SSE_CAP = 1 << 20

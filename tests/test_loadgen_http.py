@@ -238,16 +238,12 @@ async def test_connect_timeout(client: str) -> None:
             cfg = MacroConfig(url=f"http://127.0.0.1:{port}", model="m", concurrency=[2], requests=2, max_tokens=2,
                               warmup=0, timeouts=Timeouts(connect_s=0.3, read_s=2, total_s=5),
                               client=client)  # type: ignore[arg-type]
-            t = time.perf_counter()
             m = (await run_sweep(cfg, lambda e: None)).levels[0].metrics
-            elapsed = time.perf_counter() - t
         finally:
             for s in fillers:
                 s.close()
+    # every request gave up at its connect timeout, which the failure names (not the read or total timeout)
     assert m["failures"] == {"timeout: connect": 2}
-    # every connect gave up at its 0.3 s (the field check, the length calibration and the level each try one
-    # round): the whole sweep is over before a single request's 5 s total timeout would have been
-    assert 0.3 <= elapsed < cfg.timeouts.total_s
 
 
 async def test_proxy_in_the_environment_falls_back_to_httpx(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,8 @@ from kimitui.core.events import PhaseEnd, PhaseStart
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import fold_all
 from kimitui.hostside.procfs import start_time_of
-from tests.conftest import ROOT
-
-POLL_S = 0.05
-"""Interval between checks of a condition waited on with a deadline."""
+from tests.support import ROOT
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +175,6 @@ def _sim_processes_of(owner_pid: int) -> list[int]:
 
 def test_host_demo_starts_a_simulated_host_for_the_sweep_and_removes_it(tmp_path: Path) -> None:
     import os
-    import time
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "kimitui", "bench", "macro", "--host", "demo", "--concurrency", "1,2,4,8,16",
@@ -186,12 +182,8 @@ def test_host_demo_starts_a_simulated_host_for_the_sweep_and_removes_it(tmp_path
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         env=dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data")))
     # while it runs, its simulated host's processes are there (what the check below looks for)
-    seen: list[int] = []
-    deadline = time.monotonic() + 60
-    while not seen and proc.poll() is None and time.monotonic() < deadline:
-        seen = _sim_processes_of(proc.pid)
-        time.sleep(POLL_S)
-    assert seen
+    wait_until(lambda: _sim_processes_of(proc.pid) or proc.poll() is not None, "the simulated host's processes")
+    assert proc.poll() is None, "the sweep ended before its simulated host's processes were seen"
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     lines = [json.loads(x) for x in out.splitlines()]
@@ -202,18 +194,14 @@ def test_host_demo_starts_a_simulated_host_for_the_sweep_and_removes_it(tmp_path
         for key in ("output_throughput", "request_throughput", "mean_ttft_ms", "median_tpot_ms", "p99_itl_ms"):
             assert x[key] > 0, key
     toks = [x["output_throughput"] for x in lines]
-    # the simulated server batches: each doubling of the concurrency nearly doubles the throughput (the
-    # model says 1.9x; a busy machine takes some of it), and the whole curve climbs
-    assert all(b > 1.2 * a for a, b in pairwise(toks)) and toks[-1] > 5 * toks[0]
-    assert 25 < toks[0] < 50 * 1.05  # about 50 tok/s for one stream, as the reference host; never more
+    # about 50 tok/s for one stream, as the reference host; never more (causal: steps never end early). How
+    # the curve climbs with the concurrency is a figure of the machine: benchmarks/timing_figures.py
+    assert toks[0] < 50 * 1.05
     assert all(x["mean_input_tokens"] == 32 and x["input_len_method"] == "tokenize" for x in lines)
     # the simulated host is gone: its directory and every process it started
     sim_dir = next(line.split("ready: ")[1].split(",")[0] for line in err.splitlines() if "ready: " in line)
     assert not Path(sim_dir).exists()
-    deadline = time.monotonic() + 10
-    while _sim_processes_of(proc.pid) and time.monotonic() < deadline:
-        time.sleep(POLL_S)
-    assert _sim_processes_of(proc.pid) == []
+    wait_until(lambda: _sim_processes_of(proc.pid) == [], "every process of the simulated host gone")
 
 
 def test_url_or_host_exactly_one(capsys: pytest.CaptureFixture[str]) -> None:
@@ -301,7 +289,6 @@ def slow_url() -> Iterator[str]:
 def test_output_is_whole_after_each_level_and_survives_kill_9(slow_url: str, tmp_path: Path) -> None:
     import os
     import signal
-    import time
 
     out = tmp_path / "sweep.json"
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
@@ -310,10 +297,9 @@ def test_output_is_whole_after_each_level_and_survives_kill_9(slow_url: str, tmp
                              "--output", str(out), "--json"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        deadline = time.monotonic() + 30
-        while not (out.exists() and json.loads(out.read_text())["levels"]):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(POLL_S)
+        wait_until(lambda: proc.poll() is not None or (out.exists() and json.loads(out.read_text())["levels"]),
+                   "the first level in the output")
+        assert proc.poll() is None, proc.communicate()
         os.kill(proc.pid, signal.SIGKILL)  # in the middle of the second level
         proc.wait(10)
     finally:

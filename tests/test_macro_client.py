@@ -10,7 +10,7 @@ from kimitui.bench.macro import MacroConfig, run_sweep
 from kimitui.bench.macro.client_health import LoopLagProbe, warnings
 from kimitui.core.events import Event, LogLine, MacroPoint
 from tests.faulty_server import Behavior, FaultyServer
-from tests.sshd import until
+from tests.waiting import until
 
 HOG_S, HOG_EVERY_S = 0.004, 0.006
 
@@ -33,26 +33,22 @@ def _start_hog(loop: asyncio.AbstractEventLoop, stop: list[bool], cpu: list[floa
 
 
 async def test_a_busy_event_loop_is_measured_and_reported() -> None:
+    """A loop held 4 ms at a time is seen as lag and said in the level's warnings, the log and the JSON; the
+    client's CPU is measured. (The CPU share against the hog's is a figure: benchmarks/timing_figures.py.)"""
     events: list[Event] = []
     stop: list[bool] = []
     async with FaultyServer(Behavior(interval_s=0.002, n_tokens=40)) as srv:
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[2], requests=16, max_tokens=40, warmup=0)
-        hog_cpu = [0.0]
-        wall0 = time.perf_counter()
-        _start_hog(asyncio.get_running_loop(), stop, hog_cpu)
+        _start_hog(asyncio.get_running_loop(), stop, [0.0])
         try:
             result = await run_sweep(cfg, events.append)
         finally:
             stop.append(True)
-        hog_share = 100 * hog_cpu[0] / (time.perf_counter() - wall0)
     m = result.levels[0].metrics
-    # a timer that fell due while the hog ran waited up to 4 ms for it (more on a busy machine, never less)
+    # a timer that fell due while the hog ran waited up to 4 ms for it (causal: more on a busy machine,
+    # never less)
     assert 2.0 < m["client_loop_lag_p99_ms"] <= m["client_loop_lag_max_ms"]
-    # The process's CPU share in the level includes the hog's. The hog's share is measured in the same run
-    # (at most 40% of a core; less when the machine is busy and the hog, spinning on the
-    # wall clock, is descheduled), over the whole sweep: the level is most of it, the hog runs evenly.
-    assert hog_share > 1  # it ran (the lag above says so too)
-    assert m["client_cpu_pct"] > 0.75 * hog_share, (m["client_cpu_pct"], hog_share)
+    assert m["client_cpu_pct"] > 0  # measured: the process's CPU over the level, the hog's included
     assert any("event loop lagged" in w for w in m["client_warnings"])
     assert m["client_send_late_p99_ms"] is None  # closed loop: nothing was scheduled
     logged = [e.message for e in events if isinstance(e, LogLine) and e.level == "warning"]
@@ -64,7 +60,7 @@ async def test_a_busy_event_loop_is_measured_and_reported() -> None:
 async def test_probe_samples_only_while_started() -> None:
     probe = LoopLagProbe(interval_s=0.001)
     probe.start()
-    await until(lambda: len(probe.lags) >= 5, 5, "five loop-lag samples", interval=0.001)
+    await until(lambda: len(probe.lags) >= 5, "five loop-lag samples")
     probe.stop()
     n = len(probe.lags)
     figures = probe.figures()

@@ -112,3 +112,31 @@ async def test_a_sweep_that_cannot_start_is_a_phase_that_could_not_start() -> No
     assert "/v1/models" in end.note
     assert isinstance(events[-1], MacroProgress) and events[-1].status == "failed"
     assert fold_all(events).sweep.status == "failed"  # type: ignore[union-attr]
+
+
+def test_progress_while_a_level_runs_is_published_at_most_every_quarter_second(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Throttled on the sweep's own clock: a level's start and end at once, in between at most one event
+    every ``PROGRESS_EVERY_S`` however often the load generator reports (it reports ten times a second)."""
+    from kimitui.bench.macro.level import LevelProgress
+    from kimitui.phases import macro as macro_module
+
+    clock = [100.0]
+    monkeypatch.setattr(macro_module.time, "monotonic", lambda: clock[0])
+    events: list[Event] = []
+    progress = SweepProgress(events.append, [1, 2])
+
+    def report(level: int, stage: str, done: int) -> None:
+        progress.update(LevelProgress(level_index=level, levels=2, concurrency=level + 1, stage=stage,  # type: ignore[arg-type]
+                                      done=done, total=10, failed=0, output_tokens=done, in_flight=1,
+                                      elapsed_s=0.0, duration_s=None))
+
+    for level in (0, 1):
+        report(level, "run", 0)  # a level's start: at once
+        for k in range(1, 11):  # ten reports a second for a second: one every 0.3 s published (3 of 10)
+            clock[0] += 0.1
+            report(level, "run", k)
+        report(level, "done", 10)  # its end: at once
+    published = [(e.level_index, e.stage, e.done) for e in events if isinstance(e, MacroProgress)]
+    assert published == [(lv, stage, k) for lv in (0, 1)
+                         for stage, k in [("run", 0), ("run", 3), ("run", 6), ("run", 9), ("done", 10)]]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kimitui.bench.micro.shapes import KIMI_K25, ShapeError, load_config, quant_dtype, shapes_for, weight_bytes
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 TINY = ROOT / "tests" / "fixtures" / "micro" / "tiny-deepseek-config.json"
 

@@ -10,7 +10,7 @@ from kimitui.bench.micro.topology import format_topology, parse_topology
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.layout import create_layout, make_gpus
 from kimitui.hostside import topology
-from tests.conftest import FIXTURES
+from tests.support import FIXTURES
 
 BUS = ["00000000:00:06.0", "00000000:00:07.0"]  # the 2 x H200 capture's bus ids
 

@@ -21,6 +21,7 @@ from kimitui.core.server_metrics import parse_snapshot
 from kimitui.core.state import SessionState, fold
 from kimitui.report.bench import macro_section
 from tests.faulty_server import Behavior, FaultyServer
+from tests.waiting import pilot_until
 
 TTFT_S, ITL_S, E2E_S, QUEUE_S = 0.030, 0.004, 0.050, 0.002
 """What the server observes for each measured request (the calibration's one-token requests observe
@@ -228,8 +229,7 @@ async def test_the_benchmarks_tab_plots_the_servers_gauges_through_the_sweep() -
             fold(state, ServerSample(t=100.0 + k * 0.2, engine="vllm", running=running, waiting=waiting,
                                      kv_cache=0.1 * k))
         view.show(state)
-        await pilot.pause()
-        assert view.query_one("#server-plots").display
+        await pilot_until(pilot, lambda: view.query_one("#server-plots").display, "the server plots shown")
         requests, kv = view.plotted_server["server-requests"], view.plotted_server["server-kv"]
         assert [v for _, v in requests[0]] == [1, 4, 3] and [v for _, v in requests[1]] == [0, 2]
         assert [round(t, 6) for t, _ in requests[0]] == [0, 0.2, 0.4]

@@ -8,9 +8,7 @@ import time
 import pytest
 
 from kimitui.hosts.sim.batching import BatchingModel, DecodeScheduler
-
-POLL_S = 0.005
-"""Interval between checks of a condition waited on with a deadline."""
+from tests.waiting import until
 
 
 def test_reference_model_matches_the_reference_host() -> None:
@@ -54,25 +52,25 @@ async def test_decode_loop_delivers_the_model_throughput() -> None:
     batches: list[int] = []
     sched = DecodeScheduler(model, on_batch=batches.append)
     sched.start()
+    steps = []
     try:
         tps1, got1 = await _consume(sched, 1, 50)
+        steps.append(sched.steps)
         tps128, got128 = await _consume(sched, 128, 24)
+        steps.append(sched.steps - sum(steps))
         tps256, _ = await _consume(sched, 256, 12)
+        steps.append(sched.steps - sum(steps))
     finally:
         await sched.stop()
     assert got1 == [list(range(50))]
     assert all(g == list(range(24)) for g in got128)
-    # never faster than the model: steps follow each other back to back, none ends early (causal)
-    assert tps1 < 1.03 * 250 and tps128 < 1.03 * 7680 and tps256 < 1.03 * 7680
-    # How much slower depends on the machine: a step that starts late is not made up for, and a busy
-    # machine delays a 4 ms step proportionally more than a 17 ms one. So the shape is checked by ratios
-    # measured in the same run: batching pays (the model says 30.7x) ...
-    assert tps128 > 10 * tps1
-    # ... and beyond the full batch it does not: 256 submitted, 128 running, the plateau
-    assert 0.5 * tps128 < tps256
-    # not wildly off: even 30 ms of lateness on each 17 ms step of batch 128 keeps a third of the figure
-    assert tps128 > 0.3 * 7680
+    # the shape, in the loop's own count of steps: one stream takes a step a token; 128 streams share each
+    # step (batching pays: 24 steps, not 3,072); 256 submitted run as two full batches of 128 (the plateau)
+    assert steps == [50, 24, 24]
     assert max(batches) == 128 and batches[-1] == 0
+    # never faster than the model: steps follow each other back to back, none ends early (causal); how much
+    # slower is the machine's (benchmarks/timing_figures.py)
+    assert tps1 < 1.03 * 250 and tps128 < 1.03 * 7680 and tps256 < 1.03 * 7680
 
 
 async def test_cancelled_request_leaves_the_batch() -> None:
@@ -87,10 +85,7 @@ async def test_cancelled_request_leaves_the_batch() -> None:
         await a.queue.get()
         assert sched.batch == 1  # b finished and left the batch at the step boundary
         sched.cancel(a)
-        deadline = time.monotonic() + 2
-        while sched.batch and time.monotonic() < deadline:
-            await asyncio.sleep(POLL_S)
-        assert sched.batch == 0
+        await until(lambda: sched.batch == 0, "the cancelled sequence to leave the batch")
         assert a.produced < 1000
     finally:
         await sched.stop()
@@ -129,12 +124,9 @@ async def test_prefill_time_grows_with_the_prompt() -> None:
             waits.append(time.perf_counter() - t0)
     finally:
         await sched.stop()
-    # never sooner than the model allows (a step, plus the prefill); later only by scheduling noise
+    # never sooner than the model allows (a step, plus the prefill); later only by the machine's lateness
     assert waits[0] >= model.step_time(1) + model.prefill_time(10) - 1e-3
     assert waits[1] >= model.step_time(1) + model.prefill_time(1000) - 1e-3
-    # the short prompt's wait is a step and a few microseconds of prefill: far below the long one's half
-    # second (the model says 80x), even with a busy machine's lateness on it
-    assert waits[0] < waits[1] / 2
     with pytest.raises(ValueError):
         BatchingModel.from_targets(prefill_tps=0)
 

@@ -23,11 +23,10 @@ from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
 from kimitui.hosts.sim.quirks import EngineQuirks, QuirkError
-from tests.sshd import until
+from tests.waiting import DEADLINE_S, until
 
 FAST = BatchingModel.from_targets(single_stream_tps=1000, plateau_tps=16_000, plateau_batch=32, prefill_tps=1e6)
 MODEL = "moonshotai/Kimi-K2.5"
-DEADLINE_S = 20.0
 
 
 def families(text: str) -> dict[str, tuple[str, list[Sample]]]:
@@ -129,8 +128,7 @@ async def test_gauges_while_a_request_runs_and_a_cancelled_one_is_not_observed()
             fams = families((await c.get("/metrics")).text)
         assert sample(fams["vllm:num_requests_running"][1], "", "vllm:num_requests_running") == 1
         assert sample(fams["vllm:kv_cache_usage_perc"][1], "", "vllm:kv_cache_usage_perc") > 0
-        await until(lambda: srv.app.scheduler.in_flight == (0, 0), DEADLINE_S,
-                    "the cancelled request to leave the batch")
+        await until(lambda: srv.app.scheduler.in_flight == (0, 0), "the cancelled request to leave the batch")
         fams = families((await c.get("/metrics")).text)
     assert sample(fams["vllm:e2e_request_latency_seconds"][1], "_count", "vllm:e2e_request_latency_seconds") == 0
 
@@ -170,8 +168,8 @@ async def test_strict_fields_answer_422_like_transformers_serve() -> None:
 
 
 async def test_role_chunk_comes_ahead_of_the_first_token() -> None:
-    # a step takes 100 s: a chunk read within the deadline cannot carry a token
-    glacial = BatchingModel.from_targets(single_stream_tps=0.01, plateau_tps=0.02, plateau_batch=2)
+    # a step takes 1000 s: a chunk read within the deadline cannot carry a token
+    glacial = BatchingModel.from_targets(single_stream_tps=0.001, plateau_tps=0.002, plateau_batch=2)
     async with SimOpenAIServer(batching=glacial, quirks=EngineQuirks.parse("role_first")) as srv, \
             httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
         async with c.stream("POST", "/v1/chat/completions", json={

@@ -10,8 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -24,27 +23,14 @@ from kimitui.hosts.sim.layout import DEFAULT_GPU_NAME
 from kimitui.hostside.procfs import read_stat
 from kimitui.hostside.procfs import start_time_of as read_start_time
 from kimitui.hostside.signals import guarded_signal
-
-POLL_S = 0.01
-"""Interval between checks of a condition waited on with a deadline."""
+from tests.waiting import DEADLINE_S, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-DEADLINE_S = 10.0
 
 
 def signal_local(proc: ProcId, sig: int) -> str:
     """The guarded signal the agent sends, called in-process (the test plays the host)."""
     return guarded_signal(proc.pid, proc.start_time, sig)[0]
-
-
-async def wait_until(pred: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> float:
-    start = time.monotonic()
-    while not pred():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(POLL_S)
-    return time.monotonic() - start
 
 
 def alive(proc: ProcId) -> bool:
@@ -198,9 +184,9 @@ async def test_gpu_util_follows_load(host: SimHost) -> None:
 
     async with httpx.AsyncClient(base_url=host.api_url, timeout=10) as c:
         req = asyncio.ensure_future(c.post("/v1/completions", json={"prompt": "x", "max_tokens": 25}))
-        await wait_until(lambda: util() > 0, "util to rise under load")
+        await until(lambda: util() > 0, "util to rise under load")
         assert (await req).status_code == 200
-    await wait_until(lambda: util() == 0, "util to fall back to 0 when idle")
+    await until(lambda: util() == 0, "util to fall back to 0 when idle")
 
 
 # ----- stop, stuck workers, restart, teardown -----
@@ -212,8 +198,8 @@ async def test_sigterm_leaves_exactly_the_stuck_workers() -> None:
         assert api is not None
         workers = h.worker_holders()
         assert signal_local(api, signal.SIGTERM) == "sent"
-        await wait_until(lambda: not alive(api), "the API server to exit")
-        await wait_until(lambda: not alive(workers[0]) and not alive(workers[1]), "good workers to exit")
+        await until(lambda: not alive(api), "the API server to exit")
+        await until(lambda: not alive(workers[0]) and not alive(workers[1]), "good workers to exit")
         assert not Path(h.pidfile).exists()
         assert alive(workers[2]) and alive(workers[3])
         assert {p.pid for p in h.service_tree()} == {workers[2].pid, workers[3].pid}
@@ -227,7 +213,7 @@ async def test_sigterm_leaves_exactly_the_stuck_workers() -> None:
         assert signal_local(workers[2], signal.SIGTERM) == "sent"
         for gpu in (2, 3):
             assert signal_local(workers[gpu], signal.SIGKILL) == "sent"
-        await wait_until(lambda: not alive(workers[2]) and not alive(workers[3]), "SIGKILL to take effect")
+        await until(lambda: not alive(workers[2]) and not alive(workers[3]), "SIGKILL to take effect")
         assert h.worker_holders() == {}
         assert h.service_tree() == []
 
@@ -240,7 +226,7 @@ async def test_sigkill_of_api_server_and_restart() -> None:
         port = h.port
         assert signal_local(api, signal.SIGKILL) == "sent"
         # the kernel's parent-death signal (SIGTERM) ends the well-behaved workers, not the stuck one
-        await wait_until(lambda: not alive(workers[0]) and not alive(workers[1]), "workers to follow")
+        await until(lambda: not alive(workers[0]) and not alive(workers[1]), "workers to follow")
         assert alive(workers[2])
         # restart: a new API server and new workers on the same port; 503 while they load, then 200
         new = await h.start_service(wait=False)
@@ -251,10 +237,7 @@ async def test_sigkill_of_api_server_and_restart() -> None:
             statuses.append(await h.health())
             return statuses[-1] == 200
 
-        start = time.monotonic()
-        while not await poll():
-            assert time.monotonic() - start < DEADLINE_S
-            await asyncio.sleep(POLL_S)
+        await until(poll, "the new service healthy")
         assert 503 in statuses and statuses[-1] == 200
         assert Path(h.pidfile).read_text().strip() == str(new.pid)
         fresh = h.worker_holders()
@@ -262,8 +245,8 @@ async def test_sigkill_of_api_server_and_restart() -> None:
         assert alive(workers[2])  # the old stuck orphan still runs beside the new service...
         assert h.gpu_holders()[2] == [workers[2], fresh[2]]  # ...and still holds memory on GPU 2
         assert fresh[2].pid in children(new.pid) and workers[2].pid not in children(new.pid)
-        elapsed = await h.stop_service()
-        assert elapsed < DEADLINE_S and h.service_proc is None
+        await h.stop_service()
+        assert h.service_proc is None
         started = h.started_procs()
         assert {workers[2], fresh[2]} <= set(started)
     for proc in [api, new, *workers.values(), *fresh.values(), *started]:
@@ -307,8 +290,8 @@ async def test_nothing_survives_an_owner_killed_hard(tmp_path: Path) -> None:
     try:
         assert len(procs) == 5
         # the sim's watchdog notices its owner is gone; stuck workers included, everything exits
-        await wait_until(lambda: not any(alive(p) for p in procs), "the orphaned sim to exit", timeout=5)
-        await wait_until(lambda: not Path(sim_dir).exists(), "the API server to remove the sim dir", timeout=5)
+        await until(lambda: not any(alive(p) for p in procs), "the orphaned sim to exit")
+        await until(lambda: not Path(sim_dir).exists(), "the API server to remove the sim dir")
     finally:  # on failure, leave nothing behind either
         for p in procs:
             signal_local(p, signal.SIGKILL)

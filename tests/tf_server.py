@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.sshd import descendants, free_port
+from tests.waiting import wait_until
 
 START_TIMEOUT_S = 180.0
 """Deadline for the server to answer /health: importing torch and transformers on a loaded 2-core machine."""
@@ -174,12 +175,12 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], log_text: Callable[[],
                  timeout: float = START_TIMEOUT_S) -> None:
     """Wait until URL/health answers 200; RuntimeError with the end of LOG_TEXT() when PROC (the server, or
     what runs it) exits first or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while not healthy(url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            why = f"exited with {proc.returncode}" if proc.poll() is not None else f"no answer in {timeout:.0f}s"
-            raise RuntimeError(f"transformers serve at {url} {why}; its log:\n{log_text()[-4000:]}")
-        time.sleep(POLL_S)
+    try:
+        wait_until(lambda: proc.poll() is not None or healthy(url), f"transformers serve at {url}", timeout, POLL_S)
+    except AssertionError as exc:
+        raise RuntimeError(f"{exc}; its log:\n{log_text()[-4000:]}") from None
+    if proc.poll() is not None:
+        raise RuntimeError(f"transformers serve at {url} exited with {proc.returncode}; its log:\n{log_text()[-4000:]}")
 
 
 def post_json(url: str, body: dict[str, object], timeout: float = 60.0) -> tuple[int, bytes]:
