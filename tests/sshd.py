@@ -23,11 +23,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kimitui.hostside.procfs import read_stat, start_time_of
+from tests import waiting
+from tests.waiting import DEADLINE_S, wait_until
 
 POLL_S = 0.02
 """Interval between checks of a condition waited on with a deadline."""
@@ -84,16 +86,6 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def wait_for(pred: object, timeout: float, what: str, interval: float = 0.02) -> None:
-    """Poll PRED (a callable) until true or raise TimeoutError after TIMEOUT seconds."""
-    assert callable(pred)
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
-
-
 @dataclass
 class SshServer:
     dir: Path
@@ -145,8 +137,8 @@ class SshServer:
                 out.append(pid)
         return out
 
-    def wait_connections(self, n: int = 1, timeout: float = 5.0) -> list[int]:
-        wait_for(lambda: len(self.connection_pids()) >= n, timeout, f"{n} ssh connection(s)")
+    def wait_connections(self, n: int = 1, timeout: float = DEADLINE_S) -> list[int]:
+        wait_until(lambda: len(self.connection_pids()) >= n, f"{n} ssh connection(s)", timeout)
         return self.connection_pids()
 
     def _remember_orphans(self) -> None:
@@ -162,7 +154,7 @@ class SshServer:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not self.connection_pids(), 5.0, "dropped sshd processes to exit")
+        wait_until(lambda: not self.connection_pids(), "dropped sshd processes to exit")
         return pids
 
     def unread_bytes(self) -> int:
@@ -344,17 +336,13 @@ def sshd_server(base: Path | None = None, extra_config: str = "",
         shutil.rmtree(server.dir, ignore_errors=True)
 
 
-async def until(pred: object, timeout: float, what: str, interval: float = 0.02) -> float:
-    """Async twin of wait_for: poll PRED until true; returns the seconds it took."""
-    import asyncio
-
-    assert callable(pred)
-    start = time.monotonic()
-    while not pred():
-        if time.monotonic() - start > timeout:
-            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
-        await asyncio.sleep(interval)
-    return time.monotonic() - start
+async def until(pred: Callable[[], object], timeout: float, what: str, interval: float = POLL_S) -> None:
+    """tests/waiting.py's ``until`` under its old argument order and error (TimeoutError), for
+    tests/safety_tables.py; new code calls tests.waiting.until."""
+    try:
+        await waiting.until(pred, what, timeout, interval)
+    except AssertionError as exc:
+        raise TimeoutError(str(exc)) from None
 
 
 def alive(pid: int) -> bool:

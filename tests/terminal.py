@@ -10,13 +10,14 @@ import select
 import struct
 import subprocess
 import termios
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tests.waiting import DEADLINE_S, wait_until
+
 
 def on_a_terminal(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], ready: Callable[[bytes], bool],
-                  keys: bytes, size: tuple[int, int] = (120, 40), timeout: float = 60.0) -> tuple[int, str]:
+                  keys: bytes, size: tuple[int, int] = (120, 40), timeout: float = DEADLINE_S) -> tuple[int, str]:
     """Run ``argv`` on a ``size`` (cols, rows) pty; once ``ready(output so far)``, type ``keys``; wait for its
     exit. (status, everything it wrote). Fails with the output's tail when the deadline passes."""
     cols, rows = size
@@ -27,25 +28,30 @@ def on_a_terminal(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], rea
     os.close(slave)
     out = b""
     sent = False
-    deadline = time.monotonic() + timeout
+
+    def exited() -> bool:
+        """Read what came (a short select is the poll's interval); type KEYS once ready; True at its exit."""
+        nonlocal out, sent
+        if select.select([master], [], [], 0.05)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                chunk = b""
+            if not chunk and proc.poll() is not None:
+                return True
+            out += chunk
+        elif proc.poll() is not None:
+            return True
+        if not sent and ready(out):
+            os.write(master, keys)
+            sent = True
+        return False
+
     try:
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, f"{argv[0]}: no exit within {timeout:.0f} s:\n" + out.decode(errors="replace")[-2000:]
-            readable, _, _ = select.select([master], [], [], min(left, 0.5))
-            if readable:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the child closed the terminal
-                    chunk = b""
-                if not chunk and proc.poll() is not None:
-                    break
-                out += chunk
-            elif proc.poll() is not None:
-                break
-            if not sent and ready(out):
-                os.write(master, keys)
-                sent = True
+        try:
+            wait_until(exited, f"{argv[0]} to exit", timeout, interval=0)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}:\n{out.decode(errors='replace')[-2000:]}") from None
         proc.wait(10)
     finally:
         if proc.poll() is None:

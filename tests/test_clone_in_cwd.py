@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 def test_replay_summary_runs_from_a_folder_holding_a_clone_named_kimitui(tmp_path: Path) -> None:

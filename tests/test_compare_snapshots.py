@@ -25,10 +25,10 @@ from kimitui.tui.views.campaign_view import AnalysisView
 from kimitui.tui.views.compare_overlay import load_compare
 from kimitui.tui.views.macro_view import BenchView
 from kimitui.tui.views.result_tables import MacroTable
+from tests.waiting import pilot_until
 
 PAIR = ("campaign-demo-8x-rtx-pro-6000-allreduce-1x", "campaign-demo-8x-rtx-pro-6000-allreduce-2x")
 POLL_S = 0.05
-WAIT_S = 10.0
 
 
 @pytest.fixture(autouse=True)
@@ -71,30 +71,29 @@ def drawn(app: KimituiApp, view: str) -> bool:
 
 @pytest.mark.parametrize("view", ["bench", "analysis"])
 def test_the_compared_run_over_the_replayed_one(snap_compare, view: str) -> None:  # type: ignore[no-untyped-def]
+    """The compared run (B) drawn over the replayed one (A) on the Benchmarks and Analysis tabs is the stored snapshot.
+    """
     app, player, reader = compare_replay()
 
     async def position(pilot: Pilot[None]) -> None:
         player.paused = True
         player.seek_index(phase_end(reader, "macro" if view == "bench" else "analysis"))
         app.action_show_view(view)
-        app.redraw()
-        deadline = time.monotonic() + WAIT_S
-        while not drawn(app, view):
-            assert time.monotonic() < deadline, f"the {view} view was not drawn in {WAIT_S} s"
-            await pilot.pause(POLL_S)
-            app.redraw()
+        await pilot_until(pilot, lambda: drawn(app, view), f"the {view} view drawn", each=app.redraw)
         await pilot.pause(POLL_S)
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=position)
 
 
 def test_the_overlay_is_run_bs_fold() -> None:
+    """The overlay is what run B's own fold says: its levels, its budget's plateau, its name."""
     b = load_compare(find_run(PAIR[1]))
     assert [c for c, _ in b.tok_s] == [1, 8, 32, 128] and b.budget is not None
     assert b.budget.plateau_m == 128 and b.label == f"B: {PAIR[1]}.jsonl.gz"
 
 
 def test_compare_with_summary_is_one_line(tmp_path: Path) -> None:
+    """--compare with --summary, or with a run that is not there, is one line and exit 2."""
     done = subprocess.run([sys.executable, "-m", "kimitui", "replay", "--summary", PAIR[0], "--compare", PAIR[1]],
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "--compare" in done.stderr

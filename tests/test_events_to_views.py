@@ -25,10 +25,9 @@ from kimitui.resources import bundled_runs
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.views.macro_progress import FractionBar
 from kimitui.tui.views.macro_view import BenchView
-from tests.test_tui import FakeClock, wait_for
-from tests.test_tui_bench import FAST, open_dialog, text_of
+from tests.support import BIG, FAST_SERVER, FakeClock, open_dialog, text_of
+from tests.waiting import pilot_until
 
-BIG = (120, 40)
 POLL_S = 0.05
 
 
@@ -44,34 +43,38 @@ def panel(app: KimituiApp) -> dict[str, object]:
             "tab": str(app.screen_stack[0].query_one("#views").get_tab("bench").label)}  # type: ignore[attr-defined]
 
 
+def ended(app: KimituiApp) -> bool:
+    """The panel shows the ended 3-level sweep: its status, both bars full, the 3 rows, the plot, the plain tab."""
+    shown = panel(app)
+    return (str(shown["status"]).startswith("done") and len(shown["rows"]) == 3  # type: ignore[arg-type]
+            and shown["bars"] == {"level-progress": (1.0, 1.0), "overall-progress": (3.0, 3.0)}
+            and bool(shown["plot"]) and shown["tab"] == "Benchmarks")
+
+
 async def test_a_replayed_sweep_shows_the_panel_the_live_run_showed(tmp_path: Path) -> None:
     path = tmp_path / "sweep.jsonl"
-    async with SimOpenAIServer(batching=FAST) as srv:
+    async with SimOpenAIServer(batching=FAST_SERVER) as srv:
         live = LiveContext(LocalHost(name="sim"), "sim", api_url=srv.url, simulated=True)
         session = Session(RunWriter(path, host="sim"))
         app = KimituiApp(session, host_label="sim", live=live)
         async with app.run_test(size=BIG) as pilot:
             await open_dialog(app, pilot, concurrency="1,2,4", **{"max-tokens": "16"})
             await pilot.click("#start")
-            await wait_for(pilot, lambda: app.macro.run is not None and not app.macro.run.active, "the sweep",
-                           timeout=30)
-            await wait_for(pilot, lambda: text_of(app, "#sweep-status").startswith("done: 3 levels"), "done")
-            await pilot.pause(0.3)
+            await pilot_until(pilot, lambda: app.macro.run is not None and not app.macro.run.active, "the sweep")
+            await pilot_until(pilot, lambda: ended(app), "the ended sweep on the panel")
             shown_live = panel(app)
         session.close()
     progress = [e for e in RunReader(path).events() if isinstance(e, MacroProgress)]
     assert progress[0].status == "starting" and progress[-1].status == "done"
     assert {p.stage for p in progress} >= {"warmup", "run", "done"}
-    # throttled: a few a level, not the load generator's ten a second
-    assert len(progress) < 60
+    # throttled (test_macro_phase.py: at most one every PROGRESS_EVERY_S while a level runs)
 
     replayed = Session()
     replay = KimituiApp(replayed, player=Player(RunReader(path), replayed, clock=FakeClock()))
     async with replay.run_test(size=BIG) as pilot:
         await pilot.press("e", "b")
-        await wait_for(pilot, lambda: bool(replay.query(BenchView)), "the Benchmarks tab")
-        await wait_for(pilot, lambda: text_of(replay, "#sweep-status").startswith("done"), "the replayed panel")
-        await pilot.pause(0.3)
+        await pilot_until(pilot, lambda: bool(replay.query(BenchView)), "the Benchmarks tab")
+        await pilot_until(pilot, lambda: ended(replay), "the replayed panel")
         shown_replayed = panel(replay)
     # the panel is the same, less the control a replay does not have
     live_hint = "   M runs another"

@@ -6,12 +6,9 @@ the row itself, never as a share above 100 % or below 0."""
 from __future__ import annotations
 
 import io
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import Static
 
 from kimitui.bench.macro.config import MacroConfig
@@ -30,6 +27,8 @@ from kimitui.report.summary import summarize
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.views.campaign_view import table_content, verdict_content
 from kimitui.tui.views.result_tables import GemmTable
+from tests.support import FakeClock
+from tests.waiting import pilot_until
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_CAMPAIGN = ROOT / "sample_runs" / "campaign-1x-h200.jsonl.gz"
@@ -40,13 +39,6 @@ OK_C8 = {"completed": 16, "failed": 0, "num_prompts": 16, "output_throughput": 3
 FAILED_ROW = GemmRow(t=3.0, name="o_proj", m=8, n=7168, k=1024, dtype="bf16", backend="bf16", kernel="torch.mm",
                      time_us=6.17, tflops=19.04, gbps=2401.0, roofline_us=3.49, rel_err=0.12, correct=False)
 SINGLE_FAILED = "single stream FAILED (every request at concurrency 1 failed)"
-
-
-class FakeClock:
-    now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _events() -> list[Event]:
@@ -61,14 +53,6 @@ def run_file(tmp_path: Path) -> Path:
         for ev in _events():
             w.append(ev)
     return path
-
-
-async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause()
 
 
 GEMM_COLUMNS = {"name": "name", "m": "m", "nk": "nk", "dtype": "dtype", "backend": "backend", "time": "time",
@@ -109,7 +93,7 @@ async def test_one_recorded_row_reads_the_same_on_every_surface(run_file: Path) 
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("e", "b")
         bench = app.query_one("#gemm-table", GemmTable)
-        await wait_for(pilot, lambda: len(bench.row_keys) == 1, "the GEMM row on the Benchmarks tab")
+        await pilot_until(pilot, lambda: len(bench.row_keys) == 1, "the GEMM row on the Benchmarks tab")
         assert {col: bench.cell_text("0", col) for col in GEMM_COLUMNS} == \
                {col: words[key] for col, key in GEMM_COLUMNS.items()}
         single = str(app.query_one("#single-stream", Static).render())
@@ -117,9 +101,9 @@ async def test_one_recorded_row_reads_the_same_on_every_surface(run_file: Path) 
         caption = str(app.query_one("#headline-caption", Static).render())
         assert "FAILED" in caption
         await pilot.press("u")
-        await wait_for(pilot, lambda: bool(app.query("#micro-gemm")), "the Micro tab mounted")
+        await pilot_until(pilot, lambda: bool(app.query("#micro-gemm")), "the Micro tab mounted")
         micro = app.query_one("#micro-gemm", GemmTable)
-        await wait_for(pilot, lambda: len(micro.row_keys) == 1, "the GEMM row on the Micro tab")
+        await pilot_until(pilot, lambda: len(micro.row_keys) == 1, "the GEMM row on the Micro tab")
         assert {col: micro.cell_text("0", col) for col in GEMM_COLUMNS} == \
                {col: bench.cell_text("0", col) for col in GEMM_COLUMNS}
 

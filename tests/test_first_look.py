@@ -7,15 +7,14 @@ from __future__ import annotations
 import io
 import os
 import pty
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from kimitui.core.events import ConnectionState, GpuSample, HostSample, ProcSample
 from kimitui.core.state import SessionState, fold
 from kimitui.tui.first_look import ALT_SCREEN_OFF, ALT_SCREEN_ON, FirstLook, first_look_lines
+from tests.waiting import Output
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,15 +28,11 @@ def sample() -> HostSample:
     return HostSample(t=1.0, host="h200", seq=1, gpus=gpus, procs=procs)
 
 
-def read_until(fd: int, end: str, timeout: float = 5.0) -> str:
-    got = ""
-    deadline = time.monotonic() + timeout
-    while not got.endswith(end):
-        left = deadline - time.monotonic()
-        assert left > 0, f"timed out; read {got!r}"
-        if select.select([fd], [], [], left)[0]:
-            got += os.read(fd, 65536).decode()
-    return got
+def read_until(fd: int, end: str) -> str:
+    """What the terminal was sent, up to and including END (tests/waiting.py's Output)."""
+    out = Output(fd)
+    out.until(end.encode())
+    return out.text()
 
 
 def test_the_lines_say_each_gpus_memory_use_utilisation_temperature_and_power() -> None:

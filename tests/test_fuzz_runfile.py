@@ -76,6 +76,9 @@ def _replay(reader: RunReader) -> None:
 
 def test_a_thousand_mutations_of_the_bundled_run_are_read_folded_replayed_summarised_and_reported(
         bundled: Run, tmp_path: Path) -> None:
+    """Whatever a damaged run holds, it is read, folded, replayed, summarised and reported without an error; only a run
+    whose header is gone is refused, and every line skipped is warned about once by its line number and listed in
+    the report: nothing is skipped silently."""
     rng = random.Random(SEED)
     small = slice_of(bundled)
     assert small.types == bundled.types and len(small.lines) < len(bundled.lines) / 2
@@ -109,6 +112,8 @@ def test_a_thousand_mutations_of_the_bundled_run_are_read_folded_replayed_summar
 
 def test_a_line_with_a_wrongly_typed_field_is_skipped_by_its_line_number_and_the_rest_arrives(
         bundled: Run, tmp_path: Path) -> None:
+    """A line with a wrongly typed field is skipped, named by its line number and field, and every other event arrives.
+    """
     i = next(k for k, p in enumerate(bundled.parsed) if p["type"] == "gemm_row")
     path = _write(tmp_path / "run.jsonl", bundled, _changed(bundled, i, m="4096"))
     reader, summary, report = exercise(path)
@@ -126,6 +131,7 @@ def test_a_line_with_a_wrongly_typed_field_is_skipped_by_its_line_number_and_the
 
 
 def test_a_replay_warns_once_about_a_bad_sample_however_often_it_seeks(bundled: Run, tmp_path: Path) -> None:
+    """A replay warns once about a bad sample however often it seeks past it, and plays every other event."""
     samples = [k for k, p in enumerate(bundled.parsed) if p["type"] == "sample"]
     i = samples[len(samples) // 2]
     gpus = [dict(g) for g in bundled.parsed[i]["gpus"]]
@@ -159,6 +165,7 @@ def test_non_finite_numbers_a_run_written_by_python_may_hold(bundled: Run, tmp_p
 
 
 def test_a_header_field_of_the_wrong_type_is_left_out_and_the_run_read(bundled: Run, tmp_path: Path) -> None:
+    """A header field of the wrong type is left out, said, and the run read whole."""
     head = {**json.loads(bundled.header), "created": "yesterday", "meta": ["not", "a", "map"]}
     path = tmp_path / "run.jsonl.gz"
     path.write_bytes(gzip.compress(json.dumps(head).encode() + b"\n" + b"\n".join(bundled.lines) + b"\n"))

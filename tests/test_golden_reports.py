@@ -29,6 +29,7 @@ def _kimitui(*args: str) -> str:
 
 
 def test_every_bundled_run_has_its_golden_files() -> None:
+    """Every bundled run has its golden report, and there is none for a run that is not bundled."""
     assert len(RUNS) >= 4
     if not os.environ.get("KIMITUI_UPDATE_GOLDEN"):
         assert sorted(p.name for p in GOLDEN.glob("*.md")) == sorted(f"{r}.md" for r in RUNS)
@@ -37,6 +38,8 @@ def test_every_bundled_run_has_its_golden_files() -> None:
 @pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize("what", ["report", "summary"])
 def test_the_bundled_run_reads_as_it_did(run: str, what: str) -> None:
+    """A bundled run's report and replay summary read exactly as their golden files: what a recorded run says does not
+    change unless the change is meant (and the golden files are updated with it)."""
     text = _kimitui("report", run) if what == "report" else _kimitui("replay", "--summary", run)
     golden = GOLDEN / (f"{run}.md" if what == "report" else f"{run}.summary.txt")
     if os.environ.get("KIMITUI_UPDATE_GOLDEN"):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import subprocess
 import sys
 import time
@@ -42,10 +41,9 @@ from kimitui.report.summary import summarize
 from kimitui.tui.screens.cleanup_consent import ConsentScreen
 from kimitui.tui.widgets.proc_table import ProcTable
 from tests.app_probe import ProbedApp
-from tests.conftest import ROOT
 from tests.screen_text import screen_text
-from tests.sshd import wait_for as poll_until
-from tests.test_tui import wait_for
+from tests.support import ROOT
+from tests.waiting import Output, pilot_until, wait_until
 
 TITLE = "\x1b]0;pwned\x07"
 """An OSC sequence that retitles the terminal window."""
@@ -156,37 +154,24 @@ def test_a_hostile_command_line_is_escaped_in_the_cleanup_previews_on_the_termin
                             stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     os.close(slave)
     assert proc.stderr is not None
-    err = b""
+    stderr = Output(proc.stderr.fileno())
+    until = stderr.until
     holder: subprocess.Popen[bytes] | None = None
-
-    def until(text: bytes, start: int = 0, timeout: float = 90) -> int:
-        nonlocal err
-        deadline = time.monotonic() + timeout
-        while text not in err[start:]:
-            left = deadline - time.monotonic()
-            assert left > 0, err.decode(errors="replace")
-            ready, _, _ = select.select([proc.stderr], [], [], left)
-            if ready:
-                chunk = os.read(proc.stderr.fileno(), 65536)  # type: ignore[union-attr]
-                assert chunk, err.decode(errors="replace")
-                err += chunk
-        return err.index(text, start) + len(text)
 
     try:
         end = until(b"simulated host ready: ")
-        sim_dir = Path(err[end:until(b", OpenAI API", end) - len(b", OpenAI API")].decode())
+        sim_dir = Path(stderr.data[end:until(b", OpenAI API", end) - len(b", OpenAI API")].decode())
         end = until(b"recording this session to ")
-        run_file = Path(err[end:until(b"\n", end) - 1].decode())
+        run_file = Path(stderr.data[end:until(b"\n", end) - 1].decode())
         first = until(b"proceed? [y/N] ")  # the first step asks: the host is up
         holder = _hostile_holder(sim_dir)
         # the telemetry has seen it: the next previews list it
-        poll_until(lambda: _sampled(run_file, holder.pid) or holder.poll() is not None, 60,
-                   "the hostile holder sampled", interval=0.05)
+        wait_until(lambda: _sampled(run_file, holder.pid) or holder.poll() is not None, "the hostile holder sampled")
         assert holder.poll() is None, "the hostile holder exited before it was sampled"
         mark = first
         os.write(master, b"n\n")
         # every later step is previewed with what holds the GPUs now, the hostile process among them
-        while b"\\u202eevil" not in err[first:]:
+        while b"\\u202eevil" not in stderr.data[first:]:
             mark = until(b"proceed? [y/N] ", mark)
             os.write(master, b"n\n")
         os.write(master, b"n\n" * 6)  # the steps still to come are declined too
@@ -199,7 +184,7 @@ def test_a_hostile_command_line_is_escaped_in_the_cleanup_previews_on_the_termin
         if holder is not None:
             holder.kill()
             holder.wait()
-    text = (err + rest).decode()
+    text = (stderr.data + rest).decode()
     assert not raw_controls(text), [line for line in text.splitlines() if raw_controls(line)]
     assert escaped(HOSTILE)[:40] in text  # the preview's command column (cut to its width)
     events = [json.loads(line) for line in out.decode().splitlines()]
@@ -233,10 +218,10 @@ async def test_the_dashboard_shows_outside_text_escaped_and_markup_literally() -
     app = ProbedApp(session)
     async with app.run_test(size=BIG, notifications=True) as pilot:
         procs = app.query_one(ProcTable)
-        await wait_for(pilot, lambda: len(procs.row_keys) == 1, "the hostile process")
+        await pilot_until(pilot, lambda: len(procs.row_keys) == 1, "the hostile process")
         app.notify(f"the sweep failed: HTTP 500: {HOSTILE} {MARKUP}", title="macro sweep", severity="error")
         await pilot.pause()
-        await wait_for(pilot, lambda: "the sweep failed" in screen_text(app), "the notification")
+        await pilot_until(pilot, lambda: "the sweep failed" in screen_text(app), "the notification")
         text = screen_text(app)
         assert not raw_controls(text), [line for line in text.splitlines() if raw_controls(line)]
         assert escaped(HOSTILE)[:30] in text  # the process table's command, the GPU's name
@@ -248,7 +233,7 @@ async def test_the_dashboard_shows_outside_text_escaped_and_markup_literally() -
         screen = ConsentScreen(StepPreview(t, step="process", action=f"SIGKILL {HOSTILE}",
                                            targets=[_hostile_ref()]), "ana", "", session.state)
         app.push_screen(screen)
-        await wait_for(pilot, lambda: "Would signal" in screen_text(app), "the consent modal")
+        await pilot_until(pilot, lambda: "Would signal" in screen_text(app), "the consent modal")
         text = screen_text(app)
         assert not raw_controls(text), [line for line in text.splitlines() if raw_controls(line)]
         assert "SIGKILL \\x1b]0;pwned\\x07" in text and "\\u202eevil" in text
@@ -281,7 +266,7 @@ async def test_the_cleanup_and_benchmarks_tabs_show_outside_text_escaped() -> No
     async with app.run_test(size=BIG) as pilot:
         for key, shown in (("c", "systemctl said: \\x1b]0;pwned"), ("b", "HTTP 500: \\x1b]0;pwned")):
             await pilot.press(key)
-            await wait_for(pilot, lambda shown=shown: shown in screen_text(app), f"{shown!r} on tab {key}")  # type: ignore[misc]
+            await pilot_until(pilot, lambda shown=shown: shown in screen_text(app), f"{shown!r} on tab {key}")  # type: ignore[misc]
             text = screen_text(app)
             assert not raw_controls(text), [line for line in text.splitlines() if raw_controls(line)]
 

@@ -14,8 +14,8 @@ from kimitui.core.replay import Player
 from kimitui.core.runchunks import index_path, segment_path
 from kimitui.core.runfile import RunFileError, RunReader
 from kimitui.core.state import fold_all
-from tests.sshd import wait_for
-from tests.test_state_replay import comparable
+from tests.support import comparable
+from tests.waiting import wait_until
 
 KIMITUI = [sys.executable, "-m", "kimitui"]
 
@@ -45,10 +45,12 @@ def stop(proc: subprocess.Popen[str], sig: int) -> tuple[int, str]:
 
 
 def test_record_the_simulated_host_until_sigint_then_replay(tmp_path: Path) -> None:
+    """A recording stopped by SIGINT closes cleanly (its index covers it all), says where it is, and replays to the
+    state its events fold to."""
     run = tmp_path / "night.jsonl.gz"
     proc = start(tmp_path, "-o", str(run), "--status-every", "0.5")
     try:
-        wait_for(lambda: samples_in(run) >= 12 or proc.poll() is not None, 90, "12 samples recorded")
+        wait_until(lambda: samples_in(run) >= 12 or proc.poll() is not None, "12 samples recorded")
     finally:
         rc, err = stop(proc, signal.SIGINT)
     assert rc == 0, err
@@ -68,10 +70,12 @@ def test_record_the_simulated_host_until_sigint_then_replay(tmp_path: Path) -> N
 
 
 def test_record_rotates_by_size_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """A recording rotated by size stops cleanly on SIGTERM; each segment is indexed, and the segments replay as one
+    run, in time order, to the state their events fold to."""
     run = tmp_path / "rot.jsonl.gz"
     proc = start(tmp_path, "-o", str(run), "--rotate-mb", "0.003", "--interval", "0.1")
     try:
-        wait_for(lambda: segment_path(run, 2).exists() or proc.poll() is not None, 90, "a third segment")
+        wait_until(lambda: segment_path(run, 2).exists() or proc.poll() is not None, "a third segment")
     finally:
         rc, err = stop(proc, signal.SIGTERM)
     assert rc == 0, err
@@ -89,6 +93,8 @@ def test_record_rotates_by_size_and_stops_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_record_refuses_an_output_it_would_not_write(tmp_path: Path) -> None:
+    """record refuses an output it would not write (not .jsonl.gz, or already there) in one line, and leaves an
+    existing file as it was."""
     existing = tmp_path / "old.jsonl.gz"
     existing.write_bytes(b"keep me")
     for out, why in ((tmp_path / "plain.jsonl", "name it NAME.jsonl.gz"), (existing, "already exists")):

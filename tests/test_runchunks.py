@@ -15,7 +15,7 @@ from kimitui.core.runchunks import ChunkedWriter, SegmentedWriter, index_path, s
 from kimitui.core.runfile import FORMAT_VERSION, RunHeader, RunReader
 from kimitui.core.state import fold_all
 from kimitui.resources import bundled_runs, find_run
-from tests.test_state_replay import campaign, comparable
+from tests.support import campaign, comparable
 
 HEADER = RunHeader(FORMAT_VERSION, 1_000_000.0, "sim", {"command": "record"})
 
@@ -50,6 +50,8 @@ def few_per_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_seek_in_a_chunked_compressed_run_equals_folding_from_start(tmp_path: Path, few_per_checkpoint: None) -> None:
+    """In a chunked compressed run, a seek to any position, forward or back past the fold's checkpoints, gives the
+    state folding the events from the start gives."""
     events = campaign(700)
     path = tmp_path / "run.jsonl.gz"
     chunked(path, events)
@@ -65,6 +67,8 @@ def test_seek_in_a_chunked_compressed_run_equals_folding_from_start(tmp_path: Pa
 
 
 def test_a_chunked_run_is_one_gzip_stream_to_other_tools(tmp_path: Path) -> None:
+    """A chunked run is one gzip stream to other tools: decompressed whole, it is the header and every event's line, in
+    order."""
     events = campaign(200)
     path = tmp_path / "run.jsonl.gz"
     chunked(path, events)
@@ -74,6 +78,8 @@ def test_a_chunked_run_is_one_gzip_stream_to_other_tools(tmp_path: Path) -> None
 
 
 def test_memory_points_come_from_the_index_and_match_the_lines(tmp_path: Path) -> None:
+    """The memory history's points read from the index are the samples' own figures (a GPU that read nothing as
+    nothing), and nothing for an event that is not a sample."""
     events = campaign(100)
     events[5] = HostSample(t=events[5].t, host="sim", seq=5, gpus=[GpuSample(0, "GPU-0", "RTX", mem_used_mib=None)])
     path = tmp_path / "run.jsonl.gz"
@@ -88,6 +94,8 @@ def test_memory_points_come_from_the_index_and_match_the_lines(tmp_path: Path) -
 
 
 def test_missing_stale_or_torn_index_is_rebuilt(tmp_path: Path, few_per_checkpoint: None) -> None:
+    """A missing, torn or stale index is rebuilt from the run and written back as the recorder wrote it: the run reads
+    the same either way."""
     events = campaign(400)
     path = tmp_path / "run.jsonl.gz"
     chunked(path, events)
@@ -120,6 +128,8 @@ def test_missing_stale_or_torn_index_is_rebuilt(tmp_path: Path, few_per_checkpoi
 
 
 def test_a_truncated_run_opens_and_says_so_in_one_line(tmp_path: Path, few_per_checkpoint: None) -> None:
+    """A run cut mid-member opens with what it holds, says it is truncated in one line, and seeks to the states its
+    events fold to."""
     events = campaign(400)
     path = tmp_path / "run.jsonl.gz"
     chunked(path, events)
@@ -152,6 +162,7 @@ def test_a_run_being_recorded_reads_up_to_its_last_event(tmp_path: Path) -> None
 
 
 def test_rotated_segments_replay_as_one_run(tmp_path: Path, few_per_checkpoint: None) -> None:
+    """Rotated segments replay as one run (each segment also opens alone), seeking to the states the events fold to."""
     events = campaign(600)
     base = tmp_path / "night.jsonl.gz"
     with SegmentedWriter(base, HEADER, rotate_bytes=6_000) as writer:

@@ -29,7 +29,8 @@ from kimitui.core.events import Consent, HostSample, SignalSent, StepPreview
 from kimitui.core.runfile import RunReader
 from kimitui.resources import bundled_sample_run
 from tests.screen_emulator import Terminal
-from tests.sshd import alive, free_port, wait_for
+from tests.sshd import alive, free_port
+from tests.waiting import DEADLINE_S, wait_until
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -78,10 +79,10 @@ def descendants(root: int) -> set[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
+                stat = Path(f"/proc/{entry}/stat").read_bytes()  # bytes: a comm need not be UTF-8
             except OSError:
                 continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            children.setdefault(int(stat.rsplit(b")", 1)[1].split()[1]), []).append(int(entry))
     found, todo = set(), [root]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -128,12 +129,12 @@ def served(tmp_path: Path, *args: str) -> Iterator[Served]:
     server = Served(proc, port, log, tmp_path / "data" / "kimitui" / "runs")
     started: set[int] = set()
     try:
-        wait_for(lambda: _answers(port, proc), 20, "kimitui serve to listen")
+        wait_until(lambda: _answers(port, proc), "kimitui serve to listen")
         yield server
         started = descendants(proc.pid)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, server.output()
-        wait_for(lambda: not any(alive(pid) for pid in started), 15, "the visitors' processes to end")
+        wait_until(lambda: not any(alive(pid) for pid in started), "the visitors' processes to end")
     finally:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -167,7 +168,7 @@ async def test_a_token_guards_every_page_and_websocket_and_a_foreign_origin_is_r
             assert foreign.value.status == 403
             async with http.ws_connect(ws_url, headers={"Origin": server.url}) as ws:  # the cookie goes along
                 received = b""
-                deadline = time.monotonic() + 20
+                deadline = time.monotonic() + DEADLINE_S  # the messages are the wait: no condition to poll
                 while b"kimitui" not in received:  # the replay's first frame
                     assert time.monotonic() < deadline, received[-500:]
                     msg = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
@@ -244,7 +245,7 @@ def test_the_dashboard_in_chromium_shows_the_gpus_and_refuses_an_action(tmp_path
             from selenium.webdriver.common.by import By
 
             chrome.get(f"{server.url}/")  # type: ignore[attr-defined]
-            wait_for(lambda: page_text(chrome).count("RTX PRO 6000") == 8, 30, "the 8 GPU rows on the page")
+            wait_until(lambda: page_text(chrome).count("RTX PRO 6000") == 8, "the 8 GPU rows on the page")
             text = page_text(chrome)
             assert "Free GPUs" in text and "read-only" not in text, text
             assert "-first-byte" in chrome.execute_script("return document.body.className")  # type: ignore[attr-defined]
@@ -253,8 +254,8 @@ def test_the_dashboard_in_chromium_shows_the_gpus_and_refuses_an_action(tmp_path
             assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
             keys = chrome.find_element(By.CSS_SELECTOR, ".xterm-helper-textarea")  # type: ignore[attr-defined]
             keys.send_keys("F")  # Free GPUs
-            wait_for(lambda: "read-only: start with `--allow-actions`" in page_text(chrome), 10,
-                     "the read-only refusal on the page")
+            wait_until(lambda: "read-only: start with `--allow-actions`" in page_text(chrome),
+                       "the read-only refusal on the page")
             assert "Preview first step" not in page_text(chrome)  # the cleanup's dialog did not open
         finally:
             chrome.quit()  # type: ignore[attr-defined]

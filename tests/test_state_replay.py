@@ -3,72 +3,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from kimitui.core.events import (
-    CleanupPlan,
     Consent,
     GpuSample,
     HostSample,
     LogLine,
-    MacroPoint,
     PhaseEnd,
     PhaseStart,
-    ProcSample,
-    SignalSent,
-    StepPreview,
-    StepResult,
-    Verification,
 )
 from kimitui.core.replay import Player, state_at
 from kimitui.core.runfile import RunReader, write_run
 from kimitui.core.session import Session
 from kimitui.core.state import HISTORY_POINTS, SessionState, fold, fold_all
-
-
-def campaign(samples: int = 600) -> list:
-    """A synthetic run: samples at 4 Hz with phases and a cleanup in the middle."""
-    events: list = []
-    t0 = 1_000_000.0
-    for i in range(samples):
-        t = t0 + i * 0.25
-        used = 90000.0 if i < samples // 2 else 0.0
-        procs = [ProcSample(pid=100 + g, start_time=5000 + g, user="vllm", gpu_mem_mib={g: used},
-                            kind="cuda", unit="vllm.service", cmdline=f"worker {g}", gpus=[g])
-                 for g in range(8)] if used else []
-        events.append(HostSample(t=t, host="sim", seq=i,
-                                 gpus=[GpuSample(g, f"GPU-{g}", "RTX", mem_used_mib=used + g,
-                                                 mem_total_mib=97887) for g in range(8)],
-                                 procs=procs))
-        if i == 10:
-            events.append(PhaseStart(t=t + 0.01, phase="macro", title="serving sweep"))
-        if i == 100:
-            events.append(MacroPoint(t=t + 0.01, concurrency=1, metrics={"output_throughput": 50.0}))
-            events.append(MacroPoint(t=t + 0.02, concurrency=128, metrics={"output_throughput": 1536.0}))
-            events.append(PhaseEnd(t=t + 0.03, phase="macro"))
-        if i == samples // 2 - 2:
-            events += [
-                PhaseStart(t=t + 0.01, phase="cleanup"),
-                CleanupPlan(t=t + 0.02, service="vllm.service", manager="systemd", gpus=list(range(8)),
-                            steps=["graceful", "verify"]),
-                StepPreview(t=t + 0.03, step="graceful"),
-                Consent(t=t + 0.04, step="graceful", accepted=True, operator="op", pids=[100]),
-                SignalSent(t=t + 0.05, step="graceful", pid=100, start_time=5000, signal="SIGTERM"),
-                StepResult(t=t + 0.2, step="graceful", status="done", elapsed_s=0.16),
-            ]
-        if i == samples // 2 + 1:
-            events += [Verification(t=t + 0.01, clean=True, elapsed_s=0.1), PhaseEnd(t=t + 0.02, phase="cleanup")]
-        if i % 50 == 0:
-            events.append(LogLine(t=t + 0.001, message=f"tick {i}"))
-    return events
-
-
-def comparable(state: SessionState) -> tuple:
-    return (
-        state.gpus, state.procs, {k: list(v) for k, v in state.mem_history.items()}, state.phases,
-        [(c.plan, c.steps, c.verification) for c in state.cleanups], state.macro, list(state.log),
-        state.clock, state.sample_seq,
-    )
+from tests.support import campaign, comparable
 
 
 def test_fold_builds_dashboard_state() -> None:
+    """Folding a run builds what the dashboard shows: GPUs, processes, memory history, phases, the cleanup's steps and
+    signals and verdict, the sweep's points and the log."""
     state = fold_all(campaign())
     assert len(state.gpus) == 8 and state.gpus[3].mem_used_mib == 3.0
     assert state.procs == []
@@ -85,10 +36,13 @@ def test_fold_builds_dashboard_state() -> None:
 
 
 def test_fold_is_deterministic() -> None:
+    """The same events fold to the same state, every time."""
     assert comparable(fold_all(campaign())) == comparable(fold_all(campaign()))
 
 
 def test_seek_equals_folding_from_start(tmp_path: Path) -> None:
+    """Seeking to any position of a recorded run gives the state folding its events from the start gives (replay equals
+    live)."""
     events = campaign()
     reader = RunReader(write_run(tmp_path / "run.jsonl", events))
     for position in (0, 1, 15, 120, 299, 305, 310, len(events) - 1, len(events)):
@@ -119,6 +73,8 @@ def test_seek_equals_folding_when_readings_fail(tmp_path: Path) -> None:
 
 
 def test_player_paces_by_recorded_time(tmp_path: Path) -> None:
+    """The player plays the run at its recorded pace on its own clock, faster at a higher speed, within the speeds it
+    allows."""
     events = campaign()
     reader = RunReader(write_run(tmp_path / "run.jsonl", events))
     now = [0.0]
@@ -137,6 +93,8 @@ def test_player_paces_by_recorded_time(tmp_path: Path) -> None:
 
 
 def test_player_pause_step_and_phase_jumps(tmp_path: Path) -> None:
+    """Paused, the player moves only when told: a step publishes the next event, the phase jumps land on phase
+    boundaries both ways, and playing to the end leaves the state folding every event gives."""
     events = campaign()
     reader = RunReader(write_run(tmp_path / "run.jsonl", events))
     now = [0.0]
@@ -164,6 +122,7 @@ def test_player_pause_step_and_phase_jumps(tmp_path: Path) -> None:
 
 
 def test_live_session_records_and_replays_identically(tmp_path: Path) -> None:
+    """A live session's recording replays to the state the live session had."""
     from kimitui.core.runfile import RunWriter
 
     path = tmp_path / "live.jsonl"
@@ -178,6 +137,7 @@ def test_live_session_records_and_replays_identically(tmp_path: Path) -> None:
 
 
 def test_fold_tolerates_cleanup_events_without_plan() -> None:
+    """A cleanup event with no plan before it (a run cut short, an older run) is logged, not a crash."""
     state = SessionState()
     fold(state, Consent(t=1.0, step="graceful", accepted=False))
     assert state.cleanup is None and "declined" in state.log[-1].message

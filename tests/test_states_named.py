@@ -14,7 +14,8 @@ from kimitui.core.events import ConnectionState, Event, PhaseEnd, PhaseStart
 from kimitui.core.runfile import write_run
 from kimitui.core.state import fold_all
 from kimitui.tui.widgets.status_bar import status_content
-from tests.test_tui import replay_app, status_text, wait_for
+from tests.support import replay_app, status_text
+from tests.waiting import pilot_until
 
 T0 = 1_700_000_000.0
 CANCELLED = PhaseEnd(t=T0 + 9, phase="macro", ok=False, note="cancelled after 2 of 5 levels; single stream 48.2 tok/s")
@@ -55,7 +56,7 @@ async def test_a_replay_header_is_marked_replay_not_connected() -> None:
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("e")
-        await wait_for(pilot, lambda: app.session.state.connection == "connected" and "END" in status_text(app),
+        await pilot_until(pilot, lambda: app.session.state.connection == "connected" and "END" in status_text(app),
                        "the run's end")
         header = status_text(app)
         assert " REPLAY " in header and "connected" not in header, header

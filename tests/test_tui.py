@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from textual.css.query import NoMatches
-from textual.pilot import Pilot
 from textual.widgets import TabbedContent
 
 from kimitui.core.events import GpuSample, HostSample, ProcSample
-from kimitui.core.replay import Player
-from kimitui.core.runfile import RunReader
 from kimitui.core.session import QueueSource, Session
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.screens.help_screen import HelpScreen
@@ -25,47 +19,15 @@ from kimitui.tui.views.result_tables import AllReduceTable, GemmTable, MacroTabl
 from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.gpu_table import GpuTable
 from kimitui.tui.widgets.proc_table import ProcTable
-from kimitui.tui.widgets.status_bar import StatusBar
 from tests.app_probe import ProbedApp
+from tests.support import BIG, ROOT, FakeClock, replay_app, status_text
 from tests.tui_runs import API_PID, MONITOR_PID, STUCK, TOKS, WORKER_PIDS, write_test_run
-
-ROOT = Path(__file__).resolve().parent.parent
-BIG = (120, 40)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.waiting import pilot_until
 
 
 @pytest.fixture(scope="module")
 def run_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_test_run(tmp_path_factory.mktemp("tui") / "campaign.jsonl")
-
-
-def replay_app(path: Path, clock: FakeClock | None = None, **kwargs: object) -> ProbedApp:
-    session = Session()
-    player = Player(RunReader(path), session, clock=clock or FakeClock())
-    return ProbedApp(session, player=player, **kwargs)  # type: ignore[arg-type]
-
-
-async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not _holds(cond):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause()
-
-
-def _holds(cond: Callable[[], bool]) -> bool:
-    """A condition on widgets that may not be mounted yet (views mount when first shown)."""
-    try:
-        return cond()
-    except NoMatches:
-        return False
 
 
 def palette_highlight(app: KimituiApp) -> str | None:
@@ -81,10 +43,6 @@ def palette_highlight(app: KimituiApp) -> str | None:
     return getattr(option, "hit", None).text if getattr(option, "hit", None) else str(option.prompt)
 
 
-def status_text(app: KimituiApp) -> str:
-    return str(app.screen_stack[0].query_one(StatusBar).render())
-
-
 def phase_of(app: KimituiApp) -> str | None:
     span = app.session.state.phase
     return span.phase if span else None
@@ -97,7 +55,7 @@ async def test_replay_opens_with_gpu_and_process_tables(run_path: Path) -> None:
         assert app.player is not None
         assert app.player.position == 2  # the log line and the baseline start share the first instant
         clock.now += 1.0  # one second of run time: the first sample is due
-        await wait_for(pilot, lambda: len(app.query_one(GpuTable).row_keys) == 8, "8 GPU rows")
+        await pilot_until(pilot, lambda: len(app.query_one(GpuTable).row_keys) == 8, "8 GPU rows")
         gpus = app.query_one(GpuTable)
         assert gpus.column_texts("gpu") == [str(i) for i in range(8)]
         assert gpus.cell_text("0", "memory").endswith("90.2/95.6 GiB")
@@ -107,7 +65,7 @@ async def test_replay_opens_with_gpu_and_process_tables(run_path: Path) -> None:
         assert [gpus.cell_text("7", c) for c in ("util", "temp", "power", "clock")] == ["-"] * 4
 
         procs = app.query_one(ProcTable)
-        await wait_for(pilot, lambda: len(procs.row_keys) == 100, "100 process rows")
+        await pilot_until(pilot, lambda: len(procs.row_keys) == 100, "100 process rows")
         # largest first: the 8 workers, each on its own GPU
         top = procs.row_keys[:8]
         assert [int(k.split(":")[0]) for k in top] == WORKER_PIDS
@@ -136,7 +94,7 @@ async def test_pause_step_and_speed(run_path: Path) -> None:
         assert player is not None
         await pilot.press("space")
         assert player.paused
-        await wait_for(pilot, lambda: "PAUSED" in status_text(app), "PAUSED in the header")
+        await pilot_until(pilot, lambda: "PAUSED" in status_text(app), "PAUSED in the header")
         before = player.position
         clock.now += 30.0
         await pilot.pause()
@@ -149,7 +107,7 @@ async def test_pause_step_and_speed(run_path: Path) -> None:
         assert player.speed == 4.0
         await pilot.press("minus")
         assert player.speed == 2.0
-        await wait_for(pilot, lambda: " 2x" in status_text(app), "speed 2x in the header")
+        await pilot_until(pilot, lambda: " 2x" in status_text(app), "speed 2x in the header")
         await pilot.press("space")
         assert not player.paused
         app._tick()  # starts the clock from now
@@ -174,15 +132,15 @@ async def test_phase_jumps_next_and_previous(run_path: Path) -> None:
             if phase_of(app) == "macro":
                 break
         assert seen[-2:] == ["cleanup", "macro"]
-        await wait_for(pilot, lambda: "phase macro" in status_text(app), "macro in the header")
+        await pilot_until(pilot, lambda: "phase macro" in status_text(app), "macro in the header")
         assert len(app.query_one(GpuTable).row_keys) == 8  # the seek rebuilt the state with samples
         # cleanup's end and macro's start share an instant: one boundary, so one press lands in cleanup
         await pilot.press("p")
         assert phase_of(app) == "cleanup"
-        await wait_for(pilot, lambda: "phase cleanup" in status_text(app), "cleanup in the header")
+        await pilot_until(pilot, lambda: "phase cleanup" in status_text(app), "cleanup in the header")
         # the event log was rebuilt from the state after the seek
         log = app.query_one(EventLog)
-        await wait_for(pilot, lambda: any("phase cleanup started" in ln for ln in log.shown), "cleanup log")
+        await pilot_until(pilot, lambda: any("phase cleanup started" in ln for ln in log.shown), "cleanup log")
         assert not any("phase macro started" in ln for ln in log.shown)
         assert any("phase baseline ended" in ln for ln in log.shown)
 
@@ -193,7 +151,7 @@ async def test_jump_to_end_then_benchmark_and_cleanup_views(run_path: Path) -> N
         assert not app.query(BenchView)  # mounted when first shown
         await pilot.press("e")
         assert app.player is not None and app.player.finished
-        await wait_for(pilot, lambda: "END" in status_text(app), "END in the header")
+        await pilot_until(pilot, lambda: "END" in status_text(app), "END in the header")
         # after the cleanup only the NVML monitor is left and the GPUs are back at the driver's reserve
         assert app.query_one(GpuTable).cell_text("0", "memory").endswith("0.6/95.6 GiB")
         assert app.query_one(ProcTable).row_keys == [f"{MONITOR_PID}:900"]
@@ -201,7 +159,7 @@ async def test_jump_to_end_then_benchmark_and_cleanup_views(run_path: Path) -> N
         await pilot.press("b")
         assert app.query_one("#views", TabbedContent).active == "bench"
         macro = app.query_one(MacroTable)
-        await wait_for(pilot, lambda: len(macro.row_keys) == len(TOKS), "macro rows")
+        await pilot_until(pilot, lambda: len(macro.row_keys) == len(TOKS), "macro rows")
         assert macro.column_texts("concurrency") == [str(c) for c in TOKS]
         assert macro.cell_text("1:128", "output_throughput") == "1536"
         assert macro.cell_text("1:1", "output_throughput") == "72"
@@ -215,12 +173,12 @@ async def test_jump_to_end_then_benchmark_and_cleanup_views(run_path: Path) -> N
         assert ar.cell_text("1835008", "size") == "1,835,008"
         view = app.query_one(BenchView)
         assert view.plot is not None and view.plot.is_mounted
-        await pilot.pause()
-        assert view.plot.size.width > 20 and view.plot.size.height > 8
+        await pilot_until(pilot, lambda: view.plot.size.width > 20 and view.plot.size.height > 8,  # type: ignore[union-attr]
+                          "the plot laid out")
 
         await pilot.press("c")
         steps = app.query_one(StepTable)
-        await wait_for(pilot, lambda: len(steps.row_keys) == 3, "3 cleanup steps")
+        await pilot_until(pilot, lambda: len(steps.row_keys) == 3, "3 cleanup steps")
         assert steps.column_texts("status") == ["done", "done", "skipped"]
         assert steps.cell_text("kill_tree", "signals") == "SIGKILL x2 (2 exited)"
         # 3 s from the step's start, less the 1 s the operator took to confirm: the step acted for 2 s
@@ -239,11 +197,11 @@ async def test_cleanup_view_mid_cleanup(run_path: Path) -> None:
         player.seek_index(player.reader.indices_of("sample")[6] + 1)
         await pilot.press("c")
         steps = app.query_one(StepTable)
-        await wait_for(pilot, lambda: steps.column_texts("status")[:2] == ["done", "pending"], "step states")
+        await pilot_until(pilot, lambda: steps.column_texts("status")[:2] == ["done", "pending"], "step states")
         assert "not yet" in str(app.query_one("#cleanup-verdict").render())
         await pilot.press("d")
         procs = app.query_one(ProcTable)
-        await wait_for(pilot, lambda: len(procs.row_keys) == 3, "2 stuck workers and the monitor")
+        await pilot_until(pilot, lambda: len(procs.row_keys) == 3, "2 stuck workers and the monitor")
         assert {int(k.split(":")[0]) for k in procs.row_keys} == {*STUCK, MONITOR_PID}
         assert API_PID not in {int(k.split(":")[0]) for k in procs.row_keys}
 
@@ -257,11 +215,10 @@ async def test_theme_switch_from_palette_and_action(run_path: Path) -> None:
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"Theme: high")
-        await wait_for(pilot, lambda: palette_highlight(app) == "Theme: high-contrast", "palette hit")
+        await pilot_until(pilot, lambda: palette_highlight(app) == "Theme: high-contrast", "palette hit")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.theme == "high-contrast", "high-contrast theme")
-        await pilot.pause()
-        assert app.query_one(GpuTable).styles.background != before
+        await pilot_until(pilot, lambda: app.theme == "high-contrast", "high-contrast theme")
+        await pilot_until(pilot, lambda: app.query_one(GpuTable).styles.background != before, "the table restyled")
         app.action_set_theme("kimitui-light")
         assert app.theme == "kimitui-light"
         app.action_set_theme("no-such-theme")
@@ -273,7 +230,7 @@ async def test_small_terminal_80x24(run_path: Path) -> None:
     app = replay_app(run_path, clock)
     async with app.run_test(size=(80, 24)) as pilot:
         clock.now += 1.0
-        await wait_for(pilot, lambda: len(app.query_one(GpuTable).row_keys) == 8, "8 GPU rows")
+        await pilot_until(pilot, lambda: len(app.query_one(GpuTable).row_keys) == 8, "8 GPU rows")
         assert app.screen.has_class("-compact")
         gpu = app.query_one(GpuTable)
         assert gpu.region.height >= 9 and gpu.region.right <= 80
@@ -284,7 +241,7 @@ async def test_small_terminal_80x24(run_path: Path) -> None:
         assert app.query_one(EventLog).region.bottom <= 23
         for key in ("b", "c", "d", "e", "b"):
             await pilot.press(key)
-        await wait_for(pilot, lambda: len(app.query_one(MacroTable).row_keys) == len(TOKS), "macro rows")
+        await pilot_until(pilot, lambda: len(app.query_one(MacroTable).row_keys) == len(TOKS), "macro rows")
         assert app.query_one(MacroTable).region.height > 0
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
@@ -311,19 +268,19 @@ async def test_malformed_theme_file_warns_and_app_starts(run_path: Path, tmp_pat
     (themes / "badcolour.toml").write_text('name = "badcolour"\nprimary = "not-a-colour"\n')
     app = replay_app(run_path, themes_dir=themes, theme="good")
     async with app.run_test(size=BIG) as pilot:
-        await pilot.pause()
+        await pilot_until(pilot, lambda: sum("broken.toml" in m or "badcolour.toml" in m for m in app.notices) == 2,
+                          "a warning for each bad theme file")
         assert app.loaded_theme_names == ["good"]
         assert app.theme == "good"
         messages = list(app.notices)
         assert any("broken.toml" in m and "not valid TOML" in m for m in messages), messages
-        assert any("badcolour.toml" in m for m in messages), messages
         assert len(app.query_one(GpuTable).columns) == 7
 
 
 async def test_unknown_theme_falls_back_with_message(run_path: Path) -> None:
     app = replay_app(run_path, theme="neon-nonsense")
     async with app.run_test(size=BIG) as pilot:
-        await pilot.pause()
+        await pilot_until(pilot, lambda: any("unknown theme 'neon-nonsense'" in m for m in app.notices), "the warning")
         assert app.theme == "kimitui-dark"
         messages = list(app.notices)
         assert any("unknown theme 'neon-nonsense'" in m and "high-contrast" in m for m in messages), messages
@@ -343,8 +300,8 @@ async def test_palette_lists_replay_controls_and_themes(run_path: Path) -> None:
         run["Replay: speed 64x"]()
         assert app.player is not None and app.player.speed == 64.0
         run["View: cleanup"]()
-        await pilot.pause()
-        assert app.query_one("#views", TabbedContent).active == "cleanup"
+        await pilot_until(pilot, lambda: app.query_one("#views", TabbedContent).active == "cleanup"
+                          and app.query("#cleanup-plan"), "the cleanup tab shown")
 
 
 async def test_live_source_is_pumped_into_the_views() -> None:
@@ -357,9 +314,9 @@ async def test_live_source_is_pumped_into_the_views() -> None:
                               gpus=[GpuSample(index=i, uuid=f"u{i}", name="Sim GPU", mem_used_mib=1024.0 * i,
                                               mem_total_mib=8192.0) for i in range(2)],
                               procs=[ProcSample(pid=42, user="me", gpu_mem_mib={1: 1024.0}, kind="cuda")]))
-        await wait_for(pilot, lambda: len(app.query_one(GpuTable).row_keys) == 2, "live GPU rows")
+        await pilot_until(pilot, lambda: len(app.query_one(GpuTable).row_keys) == 2, "live GPU rows")
         assert app.query_one(GpuTable).cell_text("1", "memory").endswith("1.0/8.0 GiB")
-        await wait_for(pilot, lambda: app.query_one(ProcTable).row_keys == ["42:-"], "live process row")
+        await pilot_until(pilot, lambda: app.query_one(ProcTable).row_keys == ["42:-"], "live process row")
         # replay controls are not offered without a player
         assert app.check_action("toggle_pause", ()) is False
         source.close()
@@ -369,7 +326,7 @@ async def test_exit_after_first_frame(run_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("KIMITUI_EXIT_AFTER_FIRST_FRAME", "1")
     app = replay_app(run_path)
     async with app.run_test(size=BIG) as pilot:
-        await wait_for(pilot, lambda: app.first_frame_s is not None, "first frame")
+        await pilot_until(pilot, lambda: app.first_frame_s is not None, "first frame")
     assert app.first_frame_s is not None and app.first_frame_s > 0
     assert app.return_code == 0
 

@@ -17,7 +17,8 @@ from kimitui.tui.screens.cleanup_dialog import CleanupSetupScreen
 from kimitui.tui.views.macro_view import BenchView
 from kimitui.tui.widgets.proc_table import ProcTable
 from tests.screen_text import screen_text
-from tests.test_tui import replay_app, wait_for
+from tests.support import replay_app
+from tests.waiting import pilot_until
 
 SMALL = (80, 24)
 
@@ -40,7 +41,7 @@ async def test_consent_modal_at_80x24_shows_every_row_and_keeps_its_controls() -
     async with app.run_test(size=SMALL) as pilot:
         screen = ConsentScreen(preview, "ana", "step 1 of 3")
         app.push_screen(screen)
-        await wait_for(pilot, lambda: screen.is_attached and app.screen is screen, "the modal")
+        await pilot_until(pilot, lambda: screen.is_attached and app.screen is screen, "the modal")
         await pilot.pause()
         seen: set[int] = set()
         for table_id, refs in (("#consent-targets", preview.targets), ("#consent-spared", preview.spared)):
@@ -79,7 +80,7 @@ async def test_restart_modal_speaks_of_the_restart_not_a_cleanup() -> None:
                               "the simulated vllm service, then poll http://127.0.0.1:1/health until it answers 200")
         screen = ConsentScreen(preview, "ana")
         app.push_screen(screen)
-        await wait_for(pilot, lambda: app.screen is screen, "the modal")
+        await pilot_until(pilot, lambda: app.screen is screen, "the modal")
         await pilot.pause()
         text = screen_text(app)
         assert "ALREADY RUNNING" in text.splitlines()[next(i for i, ln in enumerate(text.splitlines())
@@ -93,7 +94,7 @@ async def test_free_gpus_dialog_buttons_fit_80x24() -> None:
     app = KimituiApp(Session())
     async with app.run_test(size=SMALL) as pilot:
         app.push_screen(CleanupSetupScreen("sim (8 simulated GPUs)", "sim:vllm", list(range(8))))
-        await wait_for(pilot, lambda: isinstance(app.screen, CleanupSetupScreen), "the dialog")
+        await pilot_until(pilot, lambda: isinstance(app.screen, CleanupSetupScreen), "the dialog")
         await pilot.pause()
         text = screen_text(app)
         assert "Preview first step (enter)" in text and "Cancel (esc)" in text
@@ -104,9 +105,9 @@ async def test_benchmarks_tab_keeps_its_plots_at_80x24() -> None:
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=SMALL) as pilot:
         await pilot.press("e", "b")
-        await wait_for(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        await pilot_until(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
         view = app.query_one(BenchView)
-        await wait_for(pilot, lambda: bool(view.plotted.get("throughput", (None, []))[1]), "the plot")
+        await pilot_until(pilot, lambda: bool(view.plotted.get("throughput", (None, []))[1]), "the plot")
         await pilot.pause()
         server_row = view.query_one("#server-plots")
         assert not server_row.display  # the bundled run read no server metrics: the row takes no room
@@ -125,7 +126,7 @@ async def test_the_process_table_gives_a_narrow_terminal_to_the_command() -> Non
         app = replay_app(bundled_sample_run())
         async with app.run_test(size=size) as pilot:
             await pilot.press("n")  # the first phase: the service's processes are up
-            await wait_for(pilot, lambda app=app: app.query_one(ProcTable).row_count > 0, "the processes")  # type: ignore[misc]
+            await pilot_until(pilot, lambda app=app: app.query_one(ProcTable).row_count > 0, "the processes")  # type: ignore[misc]
             await pilot.pause()
             table = app.query_one(ProcTable)
             header = next(ln for ln in screen_text(app).splitlines() if " PID " in ln)

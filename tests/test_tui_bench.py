@@ -3,19 +3,13 @@ the worker, progress per level and overall, the live plots, the headline, cancel
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
-from textual.pilot import Pilot
 from textual.widgets import Digits, Input, Static, TabbedContent
 
 from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
-from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, SimOpenAIServer
-from kimitui.live.context import LiveContext
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.screens.macro_dialog import MacroDialog, parse_form
@@ -23,57 +17,24 @@ from kimitui.tui.views.macro_progress import FractionBar, headline_text
 from kimitui.tui.views.macro_view import BenchView
 from kimitui.tui.views.result_tables import MacroTable
 from tests.app_probe import ProbedApp
+from tests.support import BIG, FAST_SERVER, open_dialog, sweep_app, text_of
+from tests.waiting import pilot_until
 
-BIG = (120, 40)
-FAST = BatchingModel(base_s=0.01, per_seq_s=0.0002, max_batch=16)
-"""About 100 tok/s for one stream, ~1200 at 16: each level of 4x 16-token requests takes ~0.8 s."""
 NARROW = BatchingModel(base_s=0.005, per_seq_s=0.0, max_batch=4)
 """Only 4 sequences decode at once: at concurrency 16 the level takes 4 times as long as at 4."""
-
-
-async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str, timeout: float = 20.0,
-                   each: Callable[[], None] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if each is not None:
-            each()
-        if cond():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause()
-
-
-def live_app(url: str) -> ProbedApp:
-    live = LiveContext(LocalHost(name="sim"), "sim", api_url=url, simulated=True)
-    return ProbedApp(Session(), host_label="sim", live=live)
 
 
 def notes(app: KimituiApp) -> list[str]:
     return list(app.notices)
 
 
-def text_of(app: KimituiApp, selector: str) -> str:
-    return str(app.screen_stack[0].query_one(selector, Static).render())
-
-
 def tab_label(app: KimituiApp) -> str:
     return str(app.screen_stack[0].query_one("#views", TabbedContent).get_tab("bench").label)
 
 
-async def open_dialog(app: KimituiApp, pilot: Pilot[None], **values: str) -> MacroDialog:
-    await pilot.press("M")
-    await wait_for(pilot, lambda: isinstance(app.screen, MacroDialog), "the sweep dialog")
-    dialog = app.screen
-    assert isinstance(dialog, MacroDialog)
-    for key, value in values.items():
-        dialog.query_one(f"#{key}", Input).value = value
-    return dialog
-
-
 async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -> None:
-    async with SimOpenAIServer(batching=FAST) as srv:
-        app = live_app(srv.url)
+    async with SimOpenAIServer(batching=FAST_SERVER) as srv:
+        app = sweep_app(srv.url)
         async with app.run_test(size=BIG) as pilot:
             dialog = await open_dialog(app, pilot)
             # prefilled: the live host's server, model asked from /v1/models, the default levels
@@ -84,7 +45,7 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
             for key, value in {"concurrency": "1,4,16", "max-tokens": "16", "input-len": "32"}.items():
                 dialog.query_one(f"#{key}", Input).value = value
             await pilot.click("#start")
-            await wait_for(pilot, lambda: app.macro.run is not None, "the sweep to start")
+            await pilot_until(pilot, lambda: app.macro.run is not None, "the sweep to start")
             run = app.macro.run
             assert run is not None and run.config.concurrency == [1, 4, 16] and run.config.requests_per_stream == 4
             assert app.active_view == "bench"  # starting a sweep shows it
@@ -99,14 +60,14 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
                         overall_seen.append(bar.progress)
                 labels.add(tab_label(app))
 
-            await wait_for(pilot, lambda: not run.active, "the sweep to end", each=sample)
+            await pilot_until(pilot, lambda: not run.active, "the sweep to end", each=sample)
             assert run.status == "done", run.error
             # progress went up through the levels, not straight from 0 to the end
             assert overall_seen == sorted(overall_seen)
             # (within a level too: the level bar moves with the requests, not only at level ends)
             assert len(set(overall_seen)) >= 3 and any(0 < v < 3 and v != int(v) for v in overall_seen), overall_seen
             assert any(label.startswith("Benchmarks ▶ ") for label in labels), labels
-            await wait_for(pilot, lambda: tab_label(app) == "Benchmarks", "the tab label back to plain")
+            await pilot_until(pilot, lambda: tab_label(app) == "Benchmarks", "the tab label back to plain")
 
             state = app.session.state
             assert sorted(state.macro) == [1, 4, 16]
@@ -117,9 +78,9 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
 
             view = app.screen_stack[0].query_one(BenchView)
             table = view.query_one(MacroTable)
-            await wait_for(pilot, lambda: table.row_keys == ["1:1", "1:4", "1:16"], "3 table rows")
+            await pilot_until(pilot, lambda: table.row_keys == ["1:1", "1:4", "1:16"], "3 table rows")
             assert table.cell_text("1:16", "output_throughput") == f"{toks[16]:.0f}"
-            await wait_for(pilot, lambda: view.query_one(Digits).value == headline_text(toks[1]), "the headline")
+            await pilot_until(pilot, lambda: view.query_one(Digits).value == headline_text(toks[1]), "the headline")
             assert "single stream" in text_of(app, "#single-stream")
             assert f"{toks[1]:.1f} tok/s" in text_of(app, "#single-stream")
             assert text_of(app, "#sweep-status").startswith("done: 3 levels")
@@ -148,11 +109,11 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
 
 async def test_cancel_mid_sweep_keeps_the_finished_levels() -> None:
     async with SimOpenAIServer(batching=NARROW) as srv:
-        app = live_app(srv.url)
+        app = sweep_app(srv.url)
         async with app.run_test(size=BIG) as pilot:
             dialog = await open_dialog(app, pilot, concurrency="1,4,16", **{"max-tokens": "16"})
             await pilot.press("enter")  # in a field: start
-            await wait_for(pilot, lambda: app.macro.run is not None, "the sweep to start")
+            await pilot_until(pilot, lambda: app.macro.run is not None, "the sweep to start")
             assert not isinstance(app.screen, MacroDialog) and dialog.is_attached is False
             run = app.macro.run
             assert run is not None
@@ -161,13 +122,13 @@ async def test_cancel_mid_sweep_keeps_the_finished_levels() -> None:
                 p = run.progress
                 return p is not None and p.level_index == 2 and p.stage == "run"
 
-            await wait_for(pilot, on_last_level, "the third level to run")
+            await pilot_until(pilot, on_last_level, "the third level to run")
             assert app.active_view == "bench"
             await pilot.press("x")
-            await wait_for(pilot, lambda: not run.active, "the sweep to stop")
+            await pilot_until(pilot, lambda: not run.active, "the sweep to stop")
             assert run.status == "cancelled"
             state = app.session.state
-            await wait_for(pilot, lambda: state.phases and state.phases[-1].end is not None, "the phase to end")
+            await pilot_until(pilot, lambda: state.phases and state.phases[-1].end is not None, "the phase to end")
             span = state.phases[-1]
             assert span.phase == "macro" and span.ok is False
             assert span.note.startswith("cancelled after 2 of 3 levels")
@@ -176,8 +137,8 @@ async def test_cancel_mid_sweep_keeps_the_finished_levels() -> None:
             assert sorted(state.macro) == [1, 4]
             assert any("cancelling the sweep" in n for n in notes(app))
             view = app.screen_stack[0].query_one(BenchView)
-            await wait_for(pilot, lambda: view.query_one(MacroTable).row_keys == ["1:1", "1:4"], "2 table rows")
-            await wait_for(pilot, lambda: "cancelled after 2 of 3 levels" in text_of(app, "#sweep-status"),
+            await pilot_until(pilot, lambda: view.query_one(MacroTable).row_keys == ["1:1", "1:4"], "2 table rows")
+            await pilot_until(pilot, lambda: "cancelled after 2 of 3 levels" in text_of(app, "#sweep-status"),
                            "the cancelled status")
             assert [c for c, _ in view.plotted["throughput"][1]] == [1, 4]
             assert tab_label(app) == "Benchmarks"
@@ -186,16 +147,16 @@ async def test_cancel_mid_sweep_keeps_the_finished_levels() -> None:
             assert dialog.query_one("#concurrency", Input).value == "1,4,16"
             assert dialog.query_one("#max-tokens", Input).value == "16"
             await pilot.press("escape")
-            await wait_for(pilot, lambda: not isinstance(app.screen, MacroDialog), "the dialog to close")
+            await pilot_until(pilot, lambda: not isinstance(app.screen, MacroDialog), "the dialog to close")
             assert app.macro.run is run
 
 
 async def test_dialog_says_what_is_wrong_and_escape_starts_nothing() -> None:
-    app = live_app("http://127.0.0.1:9")
+    app = sweep_app("http://127.0.0.1:9")
     async with app.run_test(size=(80, 24)) as pilot:
         dialog = await open_dialog(app, pilot, concurrency="1,600")
         await pilot.click("#start")
-        await wait_for(pilot, lambda: "out of range" in str(dialog.query_one("#dialog-error", Static).render()),
+        await pilot_until(pilot, lambda: "out of range" in str(dialog.query_one("#dialog-error", Static).render()),
                        "the error line")
         assert isinstance(app.screen, MacroDialog) and app.macro.run is None
         # the whole form fits at 80x24
@@ -204,10 +165,10 @@ async def test_dialog_says_what_is_wrong_and_escape_starts_nothing() -> None:
         dialog.query_one("#requests", Input).value = "many"
         dialog.query_one("#requests", Input).focus()
         await pilot.press("enter")
-        await wait_for(pilot, lambda: "4x" in str(dialog.query_one("#dialog-error", Static).render()),
+        await pilot_until(pilot, lambda: "4x" in str(dialog.query_one("#dialog-error", Static).render()),
                        "the requests error")
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not isinstance(app.screen, MacroDialog), "the dialog to close")
+        await pilot_until(pilot, lambda: not isinstance(app.screen, MacroDialog), "the dialog to close")
         assert app.macro.run is None
         # x on the Benchmarks tab with nothing running changes nothing
         await pilot.press("b")
@@ -216,14 +177,14 @@ async def test_dialog_says_what_is_wrong_and_escape_starts_nothing() -> None:
 
 
 async def test_server_that_does_not_answer_fails_in_one_line() -> None:
-    app = live_app("http://127.0.0.1:9")
+    app = sweep_app("http://127.0.0.1:9")
     async with app.run_test(size=BIG) as pilot:
         await open_dialog(app, pilot, concurrency="1")
         await pilot.click("#start")
-        await wait_for(pilot, lambda: app.macro.run is not None and not app.macro.run.active, "the failure")
+        await pilot_until(pilot, lambda: app.macro.run is not None and not app.macro.run.active, "the failure")
         run = app.macro.run
         assert run is not None and run.status == "failed" and run.error and "/v1/models" in run.error
-        await wait_for(pilot, lambda: text_of(app, "#sweep-status").startswith("failed: GET "), "failed status")
+        await pilot_until(pilot, lambda: text_of(app, "#sweep-status").startswith("failed: GET "), "failed status")
         assert any("the sweep failed" in n for n in notes(app))
 
 
@@ -243,24 +204,22 @@ async def test_replay_sweep_action_only_notifies_and_the_sample_run_shows_its_he
     app = ProbedApp(session, player=player)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("M")
-        await pilot.pause()
+        await pilot_until(pilot, lambda: any("benchmarks need a live host" in n for n in notes(app)), "the note")
         assert not isinstance(app.screen, MacroDialog) and app.macro.run is None
-        assert any("benchmarks need a live host" in n for n in notes(app))
         from kimitui.tui.commands import palette_commands
 
         app.notices.clear()
         entries = {title: cb for title, _, cb in palette_commands(app)}
         entries["Benchmarks: run macro sweep…"]()
-        await pilot.pause()
-        assert any("benchmarks need a live host" in n for n in notes(app))
+        await pilot_until(pilot, lambda: any("benchmarks need a live host" in n for n in notes(app)), "the note")
         assert not isinstance(app.screen, MacroDialog) and app.macro.run is None
         await pilot.press("e", "b")
         state = app.session.state
         single = state.single_stream_tok_s()
         assert single is not None
-        await wait_for(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        await pilot_until(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
         view = app.query_one(BenchView)
-        await wait_for(pilot, lambda: view.query_one(Digits).value == headline_text(single), "the headline")
+        await pilot_until(pilot, lambda: view.query_one(Digits).value == headline_text(single), "the headline")
         assert str(view.query_one("#headline-caption", Static).render()) == "tok/s at concurrency 1"
         status = text_of(app, "#sweep-status")  # the campaign's sweep, recorded with its progress
         assert status.startswith(f"done: {len(state.macro)} levels in ") and "M runs another" not in status

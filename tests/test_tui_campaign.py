@@ -3,12 +3,9 @@ in the F action's modal, A aborts, and F / M / K / R refuse while the campaign r
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from textual.pilot import Pilot
 
 from kimitui.campaign import machine as machine_module
 from kimitui.core.events import CampaignControl, Consent, PhaseStart
@@ -17,17 +14,9 @@ from kimitui.tui.controllers.campaign import RUNNING
 from kimitui.tui.screens.cleanup_consent import ConsentScreen
 from kimitui.tui.views.campaign_view import SHORT, CampaignStrip, strip_content
 from tests.app_probe import ProbedApp
-from tests.campaign_rig import POLL_S, Rig, campaign_rig, small_config
-
-SIZE = (120, 40)
-WAIT_S = 90.0
-
-
-async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(POLL_S)
+from tests.campaign_rig import Rig, campaign_rig, small_config
+from tests.support import BIG
+from tests.waiting import pilot_until
 
 
 def app_for(rig: Rig) -> ProbedApp:
@@ -41,18 +30,18 @@ async def test_the_dashboard_runs_the_campaign_and_asks_in_the_modal(tmp_path: P
     cfg = small_config(["cleanup", "micro", "analysis"], consent={"graceful": "ask"})
     async with campaign_rig(cfg, tmp_path, app_pumps=True) as rig:
         app = app_for(rig)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, ConsentScreen), "the graceful consent modal")
+        async with app.run_test(size=BIG) as pilot:
+            await pilot_until(pilot, lambda: isinstance(app.screen, ConsentScreen), "the graceful consent modal")
             assert isinstance(app.screen, ConsentScreen) and app.screen.preview.step == "graceful"
             strip = str(app.query_one(CampaignStrip).render())
             assert "▶ transition" in strip and "next: Phase 2 micro" in strip and "P pause" in strip
             await pilot.press("enter")
-            await wait_for(pilot, lambda: rig.machine.finished, "the campaign's end")
+            await pilot_until(pilot, lambda: rig.machine.finished, "the campaign's end")
             strip = str(strip_content(app.session.state, live=False))
             # no Phase 1 in this campaign: no TPOT to divide, so the analysis ends without a verdict
             assert "✓ transition  ✓ micro  ✗ analysis  done" in strip
             await pilot.press("a")
-            await wait_for(pilot, lambda: app._analysis is not None, "the Analysis tab")
+            await pilot_until(pilot, lambda: app._analysis is not None, "the Analysis tab")
     graceful = next(c for c in rig.of(Consent) if c.step == "graceful")
     assert graceful.accepted and graceful.note == "confirmed in the dashboard"
     process = next(c for c in rig.of(Consent) if c.step == "process")
@@ -63,13 +52,13 @@ async def test_a_aborts_the_campaign_from_the_dashboard(tmp_path: Path) -> None:
     cfg = small_config(["macro", "cleanup", "micro"], macro={"concurrency": [1, 2, 4], "max_tokens": 60})
     async with campaign_rig(cfg, tmp_path, app_pumps=True) as rig:
         app = app_for(rig)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: any(isinstance(e, PhaseStart) for e in rig.events), "Phase 1")
+        async with app.run_test(size=BIG) as pilot:
+            await pilot_until(pilot, lambda: any(isinstance(e, PhaseStart) for e in rig.events), "Phase 1")
             for key in "MF":
                 await pilot.press(key)
             assert sum(RUNNING in n for n in app.notices) == 2, "refused while the campaign runs"
             await pilot.press("A")
-            await wait_for(pilot, lambda: rig.machine.finished, "the abort")
+            await pilot_until(pilot, lambda: rig.machine.finished, "the abort")
     (ctl,) = rig.of(CampaignControl)
     assert ctl.action == "abort" and ctl.phase == "macro"
     c = rig.session.state.campaign
@@ -86,8 +75,8 @@ async def test_a_campaign_without_telemetry_ends_before_it_began(tmp_path: Path,
         live = LiveContext(rig.host, "demo", default_service="sim:vllm", api_url=rig.host.api_url, simulated=True)
         app = ProbedApp(rig.session, host_label="demo", live=live)  # no source: nothing pumps the telemetry
         app.campaign.load(rig.machine)
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: any("no telemetry" in n for n in app.notices), "the notice")
+        async with app.run_test(size=BIG) as pilot:
+            await pilot_until(pilot, lambda: any("no telemetry" in n for n in app.notices), "the notice")
             assert rig.machine.finished and not app.campaign.running and app.busy() is None
     assert rig.session.state.campaign is None, "no plan was published"
 

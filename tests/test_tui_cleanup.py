@@ -7,111 +7,36 @@ NVML-only monitor that must survive. The real agent samples it through a Telemet
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, TabbedContent
+from textual.widgets import DataTable, Input
 
 from kimitui.cleanup.audit import read_audit
 from kimitui.cleanup.plan import Deadlines
 from kimitui.core.events import Consent, Event, LogLine, PhaseEnd, SignalSent, StepPreview, StepResult, Verification
-from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive
-from kimitui.hosts.telemetry import TelemetrySource
 from kimitui.live.context import LiveContext
-from kimitui.tui.app import KimituiApp
-from kimitui.tui.controllers import cleanup as cleanup_controller
 from kimitui.tui.controllers.cleanup_run import CANCEL_NOTE
 from kimitui.tui.screens.cleanup_consent import TICKED, UNTICKED, ConsentScreen
 from kimitui.tui.screens.cleanup_dialog import CleanupSetupScreen
 from kimitui.tui.views.cleanup_view import StepTable
 from tests.app_probe import ProbedApp
-from tests.test_tui import replay_app, wait_for
+from tests.support import BIG, Live, cleanup_app, modal, replay_app, start_cleanup
 from tests.tui_runs import write_test_run
+from tests.waiting import pilot_until
 
-SIZE = (120, 40)
 FAST = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=3.0, sample_s=10.0, poll_s=0.01)
 SHORT_VERIFY = Deadlines(graceful_s=1.0, term_grace_s=0.5, kill_s=2.0, verify_s=0.5, sample_s=10.0, poll_s=0.01)
-
-
-@dataclass
-class Live:
-    app: KimituiApp
-    pilot: Pilot[None]
-    host: SimHost
-    session: Session
-    run_path: Path
-
-    def events(self) -> list[Event]:
-        return list(RunReader(self.run_path).events())
-
-    def text(self, widget_id: str) -> str:
-        return str(self.app.query_one(f"#{widget_id}").render())
-
-
-@contextlib.asynccontextmanager
-async def live_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                   deadlines: Deadlines | None = None) -> AsyncIterator[Live]:
-    """The dashboard on a fresh SimHost, its telemetry flowing and the service loaded; the audit log in
-    tmp_path; ``deadlines`` replaces the demo's (3 s graceful, 2 s SIGTERM grace, 10 s verify)."""
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    if deadlines is not None:
-        monkeypatch.setattr(cleanup_controller, "deadlines_for", lambda live: Deadlines(**{
-            f: getattr(deadlines, f) for f in Deadlines.__dataclass_fields__}))
-    async with SimHost(gpus=2, stuck_workers=1, nvml_monitor=True, load_time=0.05) as host:
-        source = TelemetrySource(host, interval=0.1, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix)
-        run_path = tmp_path / "run.jsonl"
-        session = Session(RunWriter(run_path, host=host.name))
-        live = LiveContext(host, "sim (2 simulated GPUs)", default_service="sim:vllm", simulated=True)
-        app = ProbedApp(session, host_label=live.label, sources=[source], run_path=run_path, live=live)
-        try:
-            async with app.run_test(size=SIZE) as pilot:
-                lv = Live(app, pilot, host, session, run_path)
-                assert host.monitor_proc is not None
-                want = {p.pid for p in host.worker_holders().values()} | {host.monitor_proc.pid}
-                await wait_for(pilot, lambda: want <= {p.pid for p in session.state.procs},
-                               "the workers and the monitor in the telemetry", timeout=15)
-                yield lv
-        finally:
-            source.stop()
-            session.close()
 
 
 def stuck_worker(host: SimHost) -> int:
     (gpu,) = host.stuck_gpus
     return host.worker_holders()[gpu].pid
-
-
-async def start_cleanup(lv: Live) -> None:
-    await lv.pilot.press("F")
-    await wait_for(lv.pilot, lambda: isinstance(lv.app.screen, CleanupSetupScreen), "the setup dialog")
-    service = lv.app.screen.query_one("#setup-service", Input)
-    assert service.value == "sim:vllm"
-    assert lv.app.screen.query_one("#setup-gpus", Input).value == "all"
-    await lv.pilot.press("enter")
-    await wait_for(lv.pilot, lambda: lv.app.cleanup.current is not None, "the cleanup worker")
-    assert lv.app.query_one("#views", TabbedContent).active == "cleanup"
-
-
-async def modal(lv: Live, step: str, timeout: float = 10.0) -> ConsentScreen:
-    """The consent modal for ``step`` once it is up."""
-
-    def up() -> bool:
-        screen = lv.app.screen
-        return isinstance(screen, ConsentScreen) and screen.preview.step == step and screen.is_attached
-
-    await wait_for(lv.pilot, up, f"the {step} consent modal", timeout=timeout)
-    screen = lv.app.screen
-    assert isinstance(screen, ConsentScreen)
-    return screen
 
 
 async def confirm(lv: Live, step: str, seen: dict[str, list[int]],
@@ -121,7 +46,7 @@ async def confirm(lv: Live, step: str, seen: dict[str, list[int]],
         await edit(screen)  # type: ignore[misc]
     seen[step] = list(screen.ticked)
     await lv.pilot.press("enter")
-    await wait_for(lv.pilot, lambda: lv.app.screen is not screen, f"the {step} modal closed")
+    await pilot_until(lv.pilot, lambda: lv.app.screen is not screen, f"the {step} modal closed")
     return screen
 
 
@@ -137,17 +62,17 @@ async def untick(lv: Live, screen: ConsentScreen, pid: int) -> None:
     assert pid not in screen.ticked
 
 
-async def verified(lv: Live, timeout: float = 15.0) -> Verification:
+async def verified(lv: Live) -> Verification:
     def done() -> bool:
         runner = lv.app.cleanup.current
         return runner is not None and runner.finished and lv.session.state.cleanup is not None \
             and lv.session.state.cleanup.verification is not None
 
-    await wait_for(lv.pilot, done, "the verification", timeout=timeout)
+    await pilot_until(lv.pilot, done, "the verification")
     cleanup = lv.session.state.cleanup
     assert cleanup is not None and cleanup.verification is not None
     # the panel shows the last events (a redraw is at most 1/8 s behind)
-    await wait_for(lv.pilot, lambda: "verification: not yet" not in lv.text("cleanup-verdict")
+    await pilot_until(lv.pilot, lambda: "verification: not yet" not in lv.text("cleanup-verdict")
                    and "cleanup ended" in lv.text("cleanup-phase"), "the verdict on the panel")
     return cleanup.verification
 
@@ -171,7 +96,7 @@ def check_ticks_bound_signals(events: list[Event], seen: dict[str, list[int]]) -
 
 async def test_free_the_gpus_confirm_each_step_ends_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo's own deadlines: the graceful stop leaves the stuck worker, the process kill ends it."""
-    async with live_app(tmp_path, monkeypatch) as lv:
+    async with cleanup_app(tmp_path, monkeypatch) as lv:
         host = lv.host
         assert host.monitor_proc is not None and host.service_proc is not None
         stuck = stuck_worker(host)
@@ -221,7 +146,7 @@ async def test_free_the_gpus_confirm_each_step_ends_clean(tmp_path: Path, monkey
 async def test_an_unticked_worker_survives_its_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Unticked in the process kill, the stuck worker is not signalled and lives; the device kill then
     lists it as a CUDA holder (and the monitor as optional, unticked), confirmed, it ends clean."""
-    async with live_app(tmp_path, monkeypatch, FAST) as lv:
+    async with cleanup_app(tmp_path, monkeypatch, FAST) as lv:
         host = lv.host
         assert host.monitor_proc is not None
         stuck = stuck_worker(host)
@@ -257,7 +182,9 @@ async def test_an_unticked_worker_survives_its_step(tmp_path: Path, monkeypatch:
 
 
 async def test_declined_device_step_leaves_the_holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with live_app(tmp_path, monkeypatch, SHORT_VERIFY) as lv:
+    """A worker unticked in the process step and the declined device step leave it holding its GPU: it is never
+    signalled, it and the monitor live on, and the verification names it as what is left."""
+    async with cleanup_app(tmp_path, monkeypatch, SHORT_VERIFY) as lv:
         host = lv.host
         assert host.monitor_proc is not None
         stuck = stuck_worker(host)
@@ -272,7 +199,7 @@ async def test_declined_device_step_leaves_the_holder(tmp_path: Path, monkeypatc
         await confirm(lv, "process", seen, spare)
         device = await modal(lv, "device")
         await lv.pilot.press("escape")
-        await wait_for(lv.pilot, lambda: lv.app.screen is not device, "the device modal closed")
+        await pilot_until(lv.pilot, lambda: lv.app.screen is not device, "the device modal closed")
         v = await verified(lv)
         events = lv.events()
 
@@ -292,14 +219,16 @@ async def test_declined_device_step_leaves_the_holder(tmp_path: Path, monkeypatc
 
 
 async def test_cancel_declines_the_rest_and_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with live_app(tmp_path, monkeypatch, FAST) as lv:
+    """x in a consent modal cancels the cleanup: no other modal comes up, every step left is recorded as declined by
+    the cancel, nothing is signalled, the service lives, and the phase ends not ok saying so."""
+    async with cleanup_app(tmp_path, monkeypatch, FAST) as lv:
         host = lv.host
         assert host.service_proc is not None
         service = host.service_proc
         await start_cleanup(lv)
         graceful = await modal(lv, "graceful")
         await lv.pilot.press("x")
-        await wait_for(lv.pilot, lambda: lv.app.screen is not graceful, "the modal closed by the cancel")
+        await pilot_until(lv.pilot, lambda: lv.app.screen is not graceful, "the modal closed by the cancel")
         v = await verified(lv)
         events = lv.events()
         runner = lv.app.cleanup.current
@@ -322,12 +251,14 @@ async def test_cancel_declines_the_rest_and_is_recorded(tmp_path: Path, monkeypa
 
 
 async def test_setup_dialog_checks_its_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The setup dialog starts nothing until its fields are valid: a bad service or GPU list is said in the dialog,
+    escape closes it with no cleanup started, and x with none running says so."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     live = LiveContext(LocalHost(name="box"), "box", default_service="systemd:vllm.service")
     app = ProbedApp(Session(), host_label="box", live=live)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=BIG) as pilot:
         await pilot.press("F")
-        await wait_for(pilot, lambda: isinstance(app.screen, CleanupSetupScreen), "the setup dialog")
+        await pilot_until(pilot, lambda: isinstance(app.screen, CleanupSetupScreen), "the setup dialog")
         dialog = app.screen
         service = dialog.query_one("#setup-service", Input)
         assert service.value == "systemd:vllm.service"
@@ -340,19 +271,19 @@ async def test_setup_dialog_checks_its_fields(tmp_path: Path, monkeypatch: pytes
         await pilot.press("enter")
         assert app.screen is dialog and "GPU indexes" in str(dialog.query_one("#setup-error").render())
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not isinstance(app.screen, CleanupSetupScreen), "the dialog closed")
+        await pilot_until(pilot, lambda: not isinstance(app.screen, CleanupSetupScreen), "the dialog closed")
         assert app.cleanup.current is None
         await pilot.press("x")
-        assert any("no cleanup running" in n for n in app.notices)
+        await pilot_until(pilot, lambda: any("no cleanup running" in n for n in app.notices), "the note")
 
 
 async def test_a_service_that_is_not_there_keeps_the_dialog_open(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The F dialog looks the service up on the host: not there, it says so and stays; none starts a
     cleanup that says it has no service, and frees only what the operator confirms."""
-    async with live_app(tmp_path, monkeypatch, SHORT_VERIFY) as lv:
+    async with cleanup_app(tmp_path, monkeypatch, SHORT_VERIFY) as lv:
         await lv.pilot.press("F")
-        await wait_for(lv.pilot, lambda: isinstance(lv.app.screen, CleanupSetupScreen), "the setup dialog")
+        await pilot_until(lv.pilot, lambda: isinstance(lv.app.screen, CleanupSetupScreen), "the setup dialog")
         dialog = lv.app.screen
         service = dialog.query_one("#setup-service", Input)
 
@@ -365,19 +296,19 @@ async def test_a_service_that_is_not_there_keeps_the_dialog_open(tmp_path: Path,
                             ("", "choose the service to stop: ")):
             service.value = spec
             await lv.pilot.press("enter")
-            await wait_for(lv.pilot, lambda w=words: w in error(), f"the error for {spec!r}")
+            await pilot_until(lv.pilot, lambda w=words: w in error(), f"the error for {spec!r}")
             assert lv.app.screen is dialog and lv.app.cleanup.current is None
         assert "or none" in error()
         assert not [e for e in lv.events() if isinstance(e, (StepPreview, PhaseEnd))]
         service.value = "none"
         await lv.pilot.press("enter")
-        await wait_for(lv.pilot, lambda: lv.app.cleanup.current is not None, "the cleanup worker")
+        await pilot_until(lv.pilot, lambda: lv.app.cleanup.current is not None, "the cleanup worker")
         others = await modal(lv, "others")  # no service: only the others group
         assert len(others.preview.targets) == 2  # the two workers, previewed as not the service
         assert all(r.reason.startswith("on the GPUs, not the service: ") for r in others.preview.targets)
         assert "not the service" in str(others.query_one("#consent-action").render())
         await lv.pilot.press("escape")
-        await wait_for(lv.pilot, lambda: lv.app.screen is not others, "the others modal closed")
+        await pilot_until(lv.pilot, lambda: lv.app.screen is not others, "the others modal closed")
         v = await verified(lv)
         events = lv.events()
         graceful = next(e for e in events if isinstance(e, StepPreview) and e.step == "graceful")
@@ -390,23 +321,25 @@ async def test_a_service_that_is_not_there_keeps_the_dialog_open(tmp_path: Path,
 
 
 async def test_replay_only_says_cleanup_needs_a_live_host(tmp_path: Path) -> None:
+    """In a replay, F (and the palette's entry) opens no dialog and starts nothing: it says the cleanup needs a live
+    host."""
     app = replay_app(write_test_run(tmp_path / "run.jsonl"))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=BIG) as pilot:
         await pilot.press("F")
-        await pilot.pause()
+        said = lambda: sum("cleanup needs a live host" in n for n in app.notices)  # noqa: E731
+        await pilot_until(pilot, lambda: said() == 1, "the note that the cleanup needs a live host")
         assert not isinstance(app.screen, CleanupSetupScreen)
-        assert any("cleanup needs a live host" in n for n in app.notices)
         assert app.cleanup.current is None
-        started = time.monotonic()
-        app.action_free_gpus()  # the palette's entry calls the same action
-        assert time.monotonic() - started < 1 and not isinstance(app.screen, CleanupSetupScreen)
+        app.action_free_gpus()  # the palette's entry calls the same action: the same note, no dialog
+        await pilot_until(pilot, lambda: said() == 2, "the note again")
+        assert not isinstance(app.screen, CleanupSetupScreen) and app.cleanup.current is None
 
 
 async def test_restart_from_the_dashboard_after_a_clean_cleanup(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Free the GPUs, then R: the restart's preview names the service, its start and its health URL; once
     confirmed, the workers are back holding memory and /health answers 200; the panel shows the wait."""
-    async with live_app(tmp_path, monkeypatch, deadlines=FAST) as lv:
+    async with cleanup_app(tmp_path, monkeypatch, deadlines=FAST) as lv:
         host = lv.host
         old = set(host.worker_holders().values())
         await start_cleanup(lv)
@@ -428,13 +361,13 @@ async def test_restart_from_the_dashboard_after_a_clean_cleanup(tmp_path: Path,
             return runner is not None and runner.request.service_spec == "sim:vllm" and runner.finished \
                 and runner.note.startswith(("done", "failed", "skipped", "declined", "error"))
 
-        await wait_for(lv.pilot, restarted, "the restart", timeout=30)
+        await pilot_until(lv.pilot, restarted, "the restart")
         assert await host.health() == 200
         workers = host.worker_holders()
         assert len(workers) == 2 and not set(workers.values()) & old
         assert all(alive(w) for w in workers.values())
-        await wait_for(lv.pilot, lambda: all((g.mem_used_mib or 0) > 1000 for g in lv.session.state.gpus.values()),
-                       "the workers' memory in the telemetry", timeout=15)
+        await pilot_until(lv.pilot, lambda: all((g.mem_used_mib or 0) > 1000 for g in lv.session.state.gpus.values()),
+                       "the workers' memory in the telemetry")
         events = lv.events()
         res = [e for e in events if isinstance(e, StepResult) and e.step == "restart"]
         assert len(res) == 1 and res[0].status == "done" and "/health answered" in res[0].reason
@@ -442,7 +375,7 @@ async def test_restart_from_the_dashboard_after_a_clean_cleanup(tmp_path: Path,
         end = [e for e in events if isinstance(e, PhaseEnd) and e.phase == "restart"]
         assert len(end) == 1 and end[0].ok
         steps = lv.app.query_one(StepTable)
-        await wait_for(lv.pilot, lambda: "restart" in steps.column_texts("step")
+        await pilot_until(lv.pilot, lambda: "restart" in steps.column_texts("step")
                        and steps.cell_text("restart", "status") == "done", "the restart row on the panel")
         assert "/health answered" in steps.cell_text("restart", "note")
         # one duration: the reason names none; the tab, the fold and the events agree
@@ -459,7 +392,7 @@ async def test_restart_of_a_running_service_says_so_before_asking(tmp_path: Path
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """R while the service runs: the preview says up front that it is already running; declined, nothing
     is started and the service is as it was."""
-    async with live_app(tmp_path, monkeypatch, deadlines=FAST) as lv:
+    async with cleanup_app(tmp_path, monkeypatch, deadlines=FAST) as lv:
         before = set(lv.host.worker_holders().values())
         await lv.pilot.press("R")
         screen = await modal(lv, "restart")
@@ -471,7 +404,7 @@ async def test_restart_of_a_running_service_says_so_before_asking(tmp_path: Path
         assert not screen.query("#consent-targets") and "SimHost" not in screen.preview.action
         await lv.pilot.press("escape")
         runner = lv.app.cleanup.current
-        await wait_for(lv.pilot, lambda: runner is not None and runner.finished, "the restart to end")
+        await pilot_until(lv.pilot, lambda: runner is not None and runner.finished, "the restart to end")
         res = [e for e in lv.events() if isinstance(e, StepResult) and e.step == "restart"]
         assert [r.status for r in res] == ["declined"]
         assert set(lv.host.worker_holders().values()) == before

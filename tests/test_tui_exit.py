@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 from tests.terminal import on_a_terminal
 from tests.tui_runs import write_test_run
 

@@ -16,8 +16,8 @@ from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.screens.quit_screen import QuitScreen
 from tests.screen_text import screen_text
-from tests.test_tui import FakeClock, replay_app, wait_for
-from tests.test_tui_cleanup import live_app, modal, start_cleanup
+from tests.support import FakeClock, cleanup_app, modal, replay_app, start_cleanup
+from tests.waiting import pilot_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,39 +28,39 @@ def footer(app: object) -> str:
 
 async def test_ctrl_c_asks_while_a_cleanup_step_runs_and_the_footer_has_the_keys_that_apply(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with live_app(tmp_path, monkeypatch) as lv:
-        await wait_for(lv.pilot, lambda: "K Micro" in footer(lv.app), "K in the footer")
+    async with cleanup_app(tmp_path, monkeypatch) as lv:
+        await pilot_until(lv.pilot, lambda: "K Micro" in footer(lv.app), "K in the footer")
         assert "R Restart" in footer(lv.app) and "x Cancel" not in footer(lv.app), footer(lv.app)
         await start_cleanup(lv)
         screen = await modal(lv, "graceful")
-        await wait_for(lv.pilot, lambda: "x Cancel" in footer(lv.app), "x in the footer while the cleanup runs")
+        await pilot_until(lv.pilot, lambda: "x Cancel" in footer(lv.app), "x in the footer while the cleanup runs")
         await lv.pilot.press("ctrl+c")
-        await wait_for(lv.pilot, lambda: isinstance(lv.app.screen, QuitScreen), "the quit question")
+        await pilot_until(lv.pilot, lambda: isinstance(lv.app.screen, QuitScreen), "the quit question")
         assert "a cleanup step is running: quit anyway?" in screen_text(lv.app)
         await lv.pilot.press("n")
-        await wait_for(lv.pilot, lambda: lv.app.screen is screen, "back at the consent modal")
+        await pilot_until(lv.pilot, lambda: lv.app.screen is screen, "back at the consent modal")
         assert lv.app.is_running
         await lv.pilot.press("ctrl+c")
-        await wait_for(lv.pilot, lambda: isinstance(lv.app.screen, QuitScreen), "the quit question again")
+        await pilot_until(lv.pilot, lambda: isinstance(lv.app.screen, QuitScreen), "the quit question again")
         await lv.pilot.press("ctrl+c")  # a second Ctrl-C quits
-        await wait_for(lv.pilot, lambda: not lv.app.is_running, "the app gone")
+        await pilot_until(lv.pilot, lambda: not lv.app.is_running, "the app gone")
 
 
 async def test_ctrl_c_quits_at_once_when_nothing_runs() -> None:
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("ctrl+c")
-        await wait_for(pilot, lambda: not app.is_running, "the app gone")
+        await pilot_until(pilot, lambda: not app.is_running, "the app gone")
     assert app.return_code == 0
 
 
 async def test_the_replay_footer_leaves_out_k_and_says_why_when_pressed() -> None:
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        await pilot_until(pilot, lambda: "? Help" in footer(app), "the footer's keys")
         assert "K Micro" not in footer(app) and "R Restart" not in footer(app)
         await pilot.press("K")
-        await wait_for(pilot, lambda: any("live" in n for n in app.notices), "K says it needs a live host")
+        await pilot_until(pilot, lambda: any("live" in n for n in app.notices), "K says it needs a live host")
 
 
 def test_p_while_playing_goes_on_to_the_phase_before() -> None:

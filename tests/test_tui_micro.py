@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import Static, TabbedContent
 
 from kimitui.bench.micro.runner import MicroConfig, MicroRunner
@@ -23,15 +21,8 @@ from kimitui.hosts.sim.layout import create_layout, make_gpus
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.views.micro_view import MicroView, ShapesTable
 from kimitui.tui.views.result_tables import AllReduceTable, GemmTable
-
-BIG = (120, 40)
-
-
-class FakeClock:
-    now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support import BIG, FakeClock
+from tests.waiting import pilot_until
 
 
 @pytest.fixture(scope="module")
@@ -58,23 +49,15 @@ def micro_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause()
-
-
 async def test_the_micro_tab_replays_a_recorded_run(micro_run: Path) -> None:
     session = Session()
     app = KimituiApp(session, player=Player(RunReader(micro_run), session, clock=FakeClock()))
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "u")
         assert app.query_one("#views", TabbedContent).active == "micro"
-        await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
+        await pilot_until(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
         gemm = app.query_one("#micro-gemm", GemmTable)
-        await wait_for(pilot, lambda: len(gemm.row_keys) == len(session.state.gemm), "GEMM rows")
+        await pilot_until(pilot, lambda: len(gemm.row_keys) == len(session.state.gemm), "GEMM rows")
         status = str(app.query_one("#micro-status", Static).render())
         assert "SIMULATED" in status and "gemm" in status and "done" in status
         assert "8 x PCIe Gen5 x16, no NVLink, P2P OK" in status
@@ -110,9 +93,9 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
         app = KimituiApp(session, host_label="sim", sources=[source], live=live)
         app.micro.defaults = {"ms": [1, 8, 64, 256], "sweep_max": 1 << 30, "burst_tokens": [1], "pace_s": 0.1}
         async with app.run_test(size=BIG) as pilot:
-            await wait_for(pilot, lambda: len(session.state.procs) >= 2, "the vLLM workers in telemetry")
+            await pilot_until(pilot, lambda: len(session.state.procs) >= 2, "the vLLM workers in telemetry")
             await pilot.press("K")
-            await wait_for(pilot, lambda: isinstance(app.screen, OverrideScreen), "the override question")
+            await pilot_until(pilot, lambda: isinstance(app.screen, OverrideScreen), "the override question")
             refused = next(e for e in reversed(session.state.micro_runs[-1].ends.values()))
             assert refused.status == "refused" and len(refused.holders) == 2
             # the question says who holds the GPUs, by pid and command, before it asks to run beside them
@@ -124,16 +107,16 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
             assert "refused" in str(app.screen_stack[0].query_one("#micro-status", Static).render())
             await pilot.press("y")
             run = lambda: session.state.micro  # noqa: E731
-            await wait_for(pilot, lambda: len(session.state.micro_runs) == 2 and "gemm" in run().progress,
+            await pilot_until(pilot, lambda: len(session.state.micro_runs) == 2 and "gemm" in run().progress,
                            "the overridden run's progress")
             assert run().plan.forced
             await pilot.press("x")
-            await wait_for(pilot, lambda: not app.micro.running, "the run to end")
+            await pilot_until(pilot, lambda: not app.micro.running, "the run to end")
             ends = [e for e in run().ends.values() if isinstance(e, MicroEnd)]
             assert [e.status for e in ends] == ["cancelled", "cancelled"]
             # the view shows it at its next redraw (drawn at most REDRAW_HZ times a second)
             status = app.screen_stack[0].query_one("#micro-status", Static)
-            await wait_for(pilot, lambda: "cancelled" in str(status.render()), "the status to say cancelled")
+            await pilot_until(pilot, lambda: "cancelled" in str(status.render()), "the status to say cancelled")
             source.stop()
 
 
@@ -145,9 +128,9 @@ async def test_the_bundled_campaign_shows_its_micro_rows() -> None:
     app = KimituiApp(session, player=Player(RunReader(bundled_sample_run()), session, clock=FakeClock()))
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "u")
-        await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
+        await pilot_until(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
         gemm = app.query_one("#micro-gemm", GemmTable)
-        await wait_for(pilot, lambda: len(gemm.row_keys) == len(session.state.gemm) > 0, "GEMM rows")
+        await pilot_until(pilot, lambda: len(gemm.row_keys) == len(session.state.gemm) > 0, "GEMM rows")
         status = str(app.query_one("#micro-status", Static).render())
         assert status.startswith("micro run ") and "SIMULATED" in status
         sizes = {r.size_bytes for r in session.state.allreduce if r.burst == 1}
@@ -185,13 +168,13 @@ async def test_the_all_reduce_latency_plot_has_a_log_axis() -> None:
     app = KimituiApp(session, player=Player(RunReader(bundled_sample_run()), session, clock=FakeClock()))
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "u")
-        await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
+        await pilot_until(pilot, lambda: bool(app.query(MicroView)), "the Micro tab mounted")
         view = app.query_one(MicroView)
-        await wait_for(pilot, lambda: bool(view.plotted.get("ar-latency", ({},))[0]), "the latency plot")
+        await pilot_until(pilot, lambda: bool(view.plotted.get("ar-latency", ({},))[0]), "the latency plot")
         latency, = view.plotted["ar-latency"]  # type: ignore[misc]
         times = [t for pts in latency.values() for _, t in pts]  # type: ignore[attr-defined]
         assert max(times) / min(times) > 100  # decades apart: what a linear axis flattens
-        await wait_for(pilot, lambda: len(plot_y_labels(screen_text(app), "all-reduce us")) >= 3, "y labels")
+        await pilot_until(pilot, lambda: len(plot_y_labels(screen_text(app), "all-reduce us")) >= 3, "y labels")
         screen = screen_text(app)
         labels = plot_y_labels(screen, "all-reduce us")
         values = [tick_value(label) for label in labels]

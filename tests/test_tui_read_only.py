@@ -19,8 +19,8 @@ from kimitui.tui.keys import HOST_ACTIONS, LIVE_ACTIONS, READ_ONLY_ENV, READ_ONL
 from kimitui.tui.screens.cleanup_dialog import CleanupSetupScreen
 from kimitui.tui.widgets.status_bar import StatusBar
 from tests.sshd import alive
-from tests.test_tui import replay_app, wait_for
-from tests.test_tui_cleanup import live_app
+from tests.support import cleanup_app, replay_app
+from tests.waiting import pilot_until
 
 HARMLESS = REPLAY_ACTIONS | {
     "show_view", "scroll_view", "help", "quit", "interrupt", "help_quit", "focus_next", "focus_previous",
@@ -61,7 +61,7 @@ def test_every_binding_is_a_host_action_or_named_harmless() -> None:
 async def test_read_only_refuses_every_host_action_and_starts_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(READ_ONLY_ENV, "1")
-    async with live_app(tmp_path, monkeypatch) as lv:
+    async with cleanup_app(tmp_path, monkeypatch) as lv:
         app, pilot = lv.app, lv.pilot
         assert app.read_only
         workers = {p.pid for p in lv.host.worker_holders().values()}
@@ -71,13 +71,13 @@ async def test_read_only_refuses_every_host_action_and_starts_nothing(
         for action in sorted(HOST_ACTIONS):  # as every way in runs it, looked up by name, applying now or not
             before = refusals(app)
             getattr(app, f"action_{action}")()
-            await wait_for(pilot, lambda b=before: refusals(app) == b + 1, f"the refusal of {action}")
+            await pilot_until(pilot, lambda b=before: refusals(app) == b + 1, f"the refusal of {action}")
         pressed = 0
         for binding in host_bindings:  # the keys that apply on a live host (P, S, A need a campaign), pressed
             if app.check_action(parse_action(binding.action)[1], ()):
                 before = refusals(app)
                 await pilot.press(binding.key.split(",")[0])
-                await wait_for(pilot, lambda b=before: refusals(app) == b + 1, f"the refusal of {binding.key}")
+                await pilot_until(pilot, lambda b=before: refusals(app) == b + 1, f"the refusal of {binding.key}")
                 pressed += 1
         assert pressed == len(LIVE_ACTIONS)
         gated = {id(getattr(app, f"action_{a}")) for a in HOST_ACTIONS}
@@ -86,7 +86,7 @@ async def test_read_only_refuses_every_host_action_and_starts_nothing(
         for title, callback in entries:
             before = refusals(app)
             callback()
-            await wait_for(pilot, lambda b=before: refusals(app) == b + 1, f"the refusal of {title!r}")
+            await pilot_until(pilot, lambda b=before: refusals(app) == b + 1, f"the refusal of {title!r}")
         await pilot.pause()
         assert app.screen is base, "a dialog opened"
         assert app.busy() is None and not app.macro.running and not app.micro.running
@@ -97,10 +97,10 @@ async def test_read_only_refuses_every_host_action_and_starts_nothing(
 async def test_without_read_only_the_same_key_opens_the_cleanup(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(READ_ONLY_ENV, raising=False)
-    async with live_app(tmp_path, monkeypatch) as lv:
+    async with cleanup_app(tmp_path, monkeypatch) as lv:
         assert not lv.app.read_only
         await lv.pilot.press("F")
-        await wait_for(lv.pilot, lambda: isinstance(lv.app.screen, CleanupSetupScreen), "the setup dialog")
+        await pilot_until(lv.pilot, lambda: isinstance(lv.app.screen, CleanupSetupScreen), "the setup dialog")
         assert refusals(lv.app) == 0
 
 
@@ -108,7 +108,7 @@ async def test_a_read_only_replay_says_read_only() -> None:
     app = replay_app(bundled_sample_run(), read_only=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("F")  # hidden in a replay: the key falls through to in_replay
-        await wait_for(pilot, lambda: refusals(app) == 1, "the refusal")
+        await pilot_until(pilot, lambda: refusals(app) == 1, "the refusal")
         assert app.screen is app.screen_stack[0]
         header = str(app.query_one(StatusBar).render())
         assert "REPLAY" in header and "READ-ONLY" in header

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from textual import events
-from textual.widgets import Input
+from textual.widgets import DataTable, Input
 
 from kimitui.core.events import (
     Consent,
@@ -44,10 +44,9 @@ from kimitui.tui.widgets.status_bar import status_content
 from tests.app_probe import ProbedApp
 from tests.faulty_server import Behavior, FaultyServer
 from tests.screen_text import screen_text
-from tests.test_tui import FakeClock, replay_app, wait_for
-from tests.test_tui_bench import live_app, open_dialog, text_of
+from tests.support import BIG, FakeClock, open_dialog, replay_app, sweep_app, text_of
+from tests.waiting import pilot_until
 
-BIG = (120, 40)
 SMALL = (80, 24)
 PLAIN = Colors("blue", "yellow", "green", "yellow", "red", "grey50", "white")
 LOADING = '{"error": {"message": "model loading", "type": "ServiceUnavailable"}}'
@@ -57,25 +56,25 @@ LOADING = '{"error": {"message": "model loading", "type": "ServiceUnavailable"}}
 
 async def test_a_sweep_whose_every_request_fails_is_shown_failed_with_counts_and_the_first_error() -> None:
     async with FaultyServer(Behavior(mode="status", status=503, body=LOADING)) as srv:
-        app = live_app(srv.url)
+        app = sweep_app(srv.url)
         published: list[object] = []
         app.session.subscribe(published.append)
         async with app.run_test(size=BIG) as pilot:
             await open_dialog(app, pilot, concurrency="1,2,4", **{"max-tokens": "8", "warmup": "0"})
             await pilot.click("#start")
-            await wait_for(pilot, lambda: app.macro.run is not None and not app.macro.run.active, "the sweep")
+            await pilot_until(pilot, lambda: app.macro.run is not None and not app.macro.run.active, "the sweep")
             # M records one start of the sweep, one phase, ended not ok with the first error
             assert [e.status for e in published if isinstance(e, MacroProgress)].count("starting") == 1
             assert [type(e) for e in published if isinstance(e, PhaseStart | PhaseEnd)] == [PhaseStart, PhaseEnd]
             span = app.session.state.phases[-1]
             assert span.phase == "macro" and span.ok is False and "503" in span.note, span
             view = app.screen_stack[0].query_one(BenchView)
-            await wait_for(pilot, lambda: text_of(app, "#sweep-status").startswith("failed"), "the failed status")
+            await pilot_until(pilot, lambda: text_of(app, "#sweep-status").startswith("failed"), "the failed status")
             status = text_of(app, "#sweep-status")
             assert "every request failed at 3 levels" in status and "done" not in status
             assert "c=1: 4 of 4 requests failed" in status and "503" in status and "model loading" in status
             table = view.query_one(MacroTable)
-            await wait_for(pilot, lambda: table.row_keys == ["1:1", "1:2", "1:4"], "3 rows")
+            await pilot_until(pilot, lambda: table.row_keys == ["1:1", "1:2", "1:4"], "3 rows")
             for c, sent in (("1:1", 4), ("1:2", 8), ("1:4", 16)):
                 assert table.cell_text(c, "output_throughput") == "FAILED"
                 assert table.cell_text(c, "requests") == f"0/{sent}"
@@ -86,11 +85,10 @@ async def test_a_sweep_whose_every_request_fails_is_shown_failed_with_counts_and
             # the log says so in full
             await pilot.press("d")
             log = app.screen_stack[0].query_one(EventLog)
-            await wait_for(pilot, lambda: any("FAILED" in line for line in log.shown), "the log line")
+            await pilot_until(pilot, lambda: any("FAILED" in line for line in log.shown), "the log line")
             line = next(line for line in log.shown if "concurrency 4: FAILED" in line)
             assert "16 requests failed" in line and "model loading" in line
-            await pilot.pause()
-            assert line[:70] in screen_text(app)
+            await pilot_until(pilot, lambda: line[:70] in screen_text(app), "the line on screen")
 
 
 def _step_times(events: list[object]) -> dict[str, float]:
@@ -184,8 +182,9 @@ async def test_the_consent_modal_shows_start_times_and_the_unit_as_the_process_t
         screen = ConsentScreen(StepPreview(t, step="device", action="SIGTERM", targets=[ref]), "ana", "",
                                session.state)
         app.push_screen(screen)
-        await pilot.pause()
-        table = screen.query_one("#consent-targets")
+        await pilot_until(pilot, lambda: screen.query_one("#consent-targets", DataTable).row_count == 1,
+                          "the consent modal's row")
+        table = screen.query_one("#consent-targets", DataTable)
         start = table.get_cell("42", "start")
         assert start == time.strftime("%H:%M:%S", time.localtime(boot + 3600.0))
         unit = table.get_cell("42", "unit")
@@ -198,22 +197,23 @@ async def test_event_log_lines_use_the_whole_panel(tmp_path: Path) -> None:
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e")
-        await pilot.pause(0.2)
-        screen = screen_text(app)
         log = app.query_one(EventLog)
-        long = [line for line in log.shown[-6:] if 60 < len(line) < 110]
-        assert long, log.shown[-6:]
-        for line in long:
-            assert line in screen, line
+
+        def long_lines() -> list[str]:
+            return [line for line in log.shown[-6:] if 60 < len(line) < 110]
+
+        await pilot_until(pilot, lambda: long_lines() and all(line in screen_text(app) for line in long_lines()),
+                          "the log's last long lines whole on screen")
 
 
 async def test_gpu_names_are_whole_when_the_table_has_room() -> None:
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=(170, 40)) as pilot:
         await pilot.press("e")
-        await pilot.pause(0.2)
+        await pilot_until(pilot, lambda: app.session.state.gpus, "the first sample")
         name = app.session.state.gpus[0].name.removeprefix("NVIDIA ")
-        assert len(name) > 18 and name in screen_text(app)
+        assert len(name) > 18
+        await pilot_until(pilot, lambda: name in screen_text(app), f"{name!r} whole on screen")
 
 
 # -- 7. the footer, the run file, a second sweep, fast keys -------------------------------------------------
@@ -222,13 +222,12 @@ async def test_replay_footer_fits_80_columns_without_live_keys() -> None:
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=SMALL) as pilot:
         # the footer's keys are composed after the first frame: waited for (a loaded CI box drew it blank once)
-        await wait_for(pilot, lambda: "? Help" in screen_text(app).splitlines()[-1], "the footer's keys")
+        await pilot_until(pilot, lambda: "? Help" in screen_text(app).splitlines()[-1], "the footer's keys")
         footer = screen_text(app).splitlines()[-1]
         assert "? Help" in footer and "q Quit" in footer, footer
         assert "Sweep" not in footer and "Free GPUs" not in footer, footer
         await pilot.press("M")  # still answers: it needs a live host
-        await pilot.pause()
-        assert any("need a live host" in n for n in app.notices)
+        await pilot_until(pilot, lambda: any("need a live host" in n for n in app.notices), "the note")
 
 
 async def test_help_names_the_run_file(tmp_path: Path) -> None:
@@ -236,7 +235,7 @@ async def test_help_names_the_run_file(tmp_path: Path) -> None:
     app = replay_app(path, run_path=path)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+        await pilot_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
         assert str(path) in str(app.screen.query_one("#help-text").render())
 
 
@@ -258,9 +257,9 @@ async def test_a_second_sweep_is_plotted_beside_the_first(tmp_path: Path) -> Non
     app = replay_app(_two_sweeps(tmp_path / "two.jsonl"))
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "b")
-        await wait_for(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        await pilot_until(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
         view = app.query_one(BenchView)
-        await wait_for(pilot, lambda: len(view.plotted_series.get("throughput", [])) == 2, "two series")
+        await pilot_until(pilot, lambda: len(view.plotted_series.get("throughput", [])) == 2, "two series")
         first, second = view.plotted_series["throughput"]
         assert first == [(1, 50.0), (2, 100.0), (4, 200.0)]
         assert second == [(1, 75.0), (2, 150.0), (4, 300.0)]
@@ -274,14 +273,18 @@ async def test_a_second_sweep_keeps_the_first_ones_rows_in_the_table_by_sweep(tm
     app = replay_app(_two_sweeps(tmp_path / "two.jsonl"))
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "b")
-        await wait_for(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        await pilot_until(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
         table = app.query_one(BenchView).query_one(MacroTable)
-        await wait_for(pilot, lambda: table.row_count == 6, "six rows")
+        await pilot_until(pilot, lambda: table.row_count == 6, "six rows")
         assert table.column_texts("sweep") == ["1", "1", "1", "2", "2", "2"]
         assert table.column_texts("concurrency") == ["1", "2", "4"] * 2
         assert table.column_texts("output_throughput") == ["50", "100", "200", "75", "150", "300"]
-        await pilot.pause()
-        lines = [line for line in screen_text(app).splitlines() if "/4" in line or "/8" in line or "/16" in line]
+
+        def rows_shown() -> list[str]:
+            return [line for line in screen_text(app).splitlines() if "/4" in line or "/8" in line or "/16" in line]
+
+        await pilot_until(pilot, lambda: len(rows_shown()) == 6, "the six rows on screen")
+        lines = rows_shown()
         cells = [line.strip(" │").split()[:3] for line in lines]
         assert cells == [["1", "1", "50"], ["1", "2", "100"], ["1", "4", "200"],
                          ["2", "1", "75"], ["2", "2", "150"], ["2", "4", "300"]], lines
@@ -289,26 +292,30 @@ async def test_a_second_sweep_keeps_the_first_ones_rows_in_the_table_by_sweep(tm
 
 
 async def test_keys_typed_fast_after_tab_in_the_sweep_dialog_go_to_the_next_field() -> None:
-    app = live_app("http://127.0.0.1:9")
+    app = sweep_app("http://127.0.0.1:9")
     async with app.run_test(size=BIG) as pilot:
         dialog = await open_dialog(app, pilot)
         for key in ("x", "tab", "m", "o", "tab", "tab", "7"):  # one burst, as a terminal delivers it
             app.post_message(events.Key(key, "\t" if key == "tab" else key))
-        await pilot.pause(0.3)
+
+        def values() -> dict[str, str]:
+            return {k: dialog.query_one(f"#{k}", Input).value for k in ("url", "model", "concurrency")}
+
+        # the burst's last key, "7", at the end of the concurrency field: every key has been handled
+        await pilot_until(pilot, lambda: values()["concurrency"].endswith("7"), "the last key of the burst")
         assert isinstance(app.screen, MacroDialog)
-        values = {k: dialog.query_one(f"#{k}", Input).value for k in ("url", "model", "concurrency")}
-        assert values == {"url": "http://127.0.0.1:9x", "model": "mo", "concurrency": "1,2,4,8,16,32,64,1287"}
+        assert values() == {"url": "http://127.0.0.1:9x", "model": "mo", "concurrency": "1,2,4,8,16,32,64,1287"}
 
 
 async def test_cleanup_tab_elapsed_matches_the_fold_on_the_bundled_run() -> None:
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "c")
-        await wait_for(pilot, lambda: bool(app.query(StepTable)), "the Cleanup tab")
+        await pilot_until(pilot, lambda: bool(app.query(StepTable)), "the Cleanup tab")
         table = app.query_one(StepTable)
         cleanup = app.session.state.cleanup
         assert cleanup is not None
-        await wait_for(pilot, lambda: "graceful" in table.row_keys, "the steps")
+        await pilot_until(pilot, lambda: "graceful" in table.row_keys, "the steps")
         for name, step in cleanup.steps.items():
             if step.elapsed_s is not None:
                 assert table.cell_text(name, "elapsed") == f"{step.elapsed_s:.2f} s"
@@ -335,10 +342,10 @@ async def test_the_plots_legend_numbers_a_sweep_as_the_table_does(tmp_path: Path
     app = replay_app(write_run(tmp_path / "three.jsonl", ev, host="h"))  # type: ignore[arg-type]
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "b")
-        await wait_for(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        await pilot_until(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
         view = app.query_one(BenchView)
         table = view.query_one(MacroTable)
-        await wait_for(pilot, lambda: table.row_count == 6 and len(view.plotted_series.get("throughput", [])) == 2,
+        await pilot_until(pilot, lambda: table.row_count == 6 and len(view.plotted_series.get("throughput", [])) == 2,
                        "six rows, two lines")
         assert table.column_texts("sweep") == ["1", "1", "2", "2", "3", "3"]
         assert table.column_texts("output_throughput") == ["FAILED", "FAILED", "50", "100", "75", "150"]

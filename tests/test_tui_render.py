@@ -22,6 +22,7 @@ from kimitui.tui.widgets.gpu_table import NAME_WIDTH, GpuTable, gpu_cells
 from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
 from kimitui.tui.widgets.proc_table import ProcTable, proc_cells
 from tests.app_probe import ProbedApp
+from tests.waiting import pilot_until
 
 COLORS = Colors(primary="#0178D4", accent="#ffa62b", success="#4EBF71", warning="#ffa62b", error="#ba3c5b",
                 muted="#808080", foreground="#e0e0e0")
@@ -325,10 +326,7 @@ async def test_live_events_redraw_once_per_burst_and_nothing_between() -> None:
         for seq in range(1, 21):  # a burst: published in one go, drawn once
             session.publish(HostSample(t=1000.0 + seq, host="live", seq=seq,
                                        gpus=[gpu(i, 1000.0 * seq) for i in range(2)], procs=[proc(1)]))
-        deadline = 50
-        while len(app.query_one(Gpus).row_keys) != 2 and deadline:
-            await pilot.pause()
-            deadline -= 1
+        await pilot_until(pilot, lambda: len(app.query_one(Gpus).row_keys) == 2, "the 2 GPU rows")
         assert app.query_one(Gpus).cell_text("1", "memory").endswith("19.5/95.6 GiB")
         assert app.frames == frames + 1
         for _ in range(5):  # nothing new: nothing drawn

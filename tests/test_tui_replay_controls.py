@@ -13,9 +13,9 @@ from kimitui.core.timecode import parse_jump
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.screens.help_screen import HelpScreen
 from kimitui.tui.screens.jump_dialog import JumpDialog
-from tests.test_state_replay import comparable
-from tests.test_tui import BIG, replay_app, status_text, wait_for
+from tests.support import BIG, comparable, replay_app, status_text
 from tests.tui_runs import write_test_run
+from tests.waiting import pilot_until
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +29,8 @@ def events_of(app: KimituiApp) -> list[Event]:
 
 
 async def test_step_back_returns_to_the_exact_state(run_path: Path) -> None:
+    """Stepping back returns to exactly the state the replay had at that position, which is the fold of the events
+    before it, back to the empty state at the start."""
     app = replay_app(run_path)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("space")
@@ -54,6 +56,8 @@ async def test_step_back_returns_to_the_exact_state(run_path: Path) -> None:
 
 
 async def test_jump_lands_on_the_event_at_that_time(run_path: Path) -> None:
+    """A jump (a time, an offset, kept within the run) lands on the event at that time, the clock reads the time jumped
+    to, and the state is the fold of the events before it."""
     app = replay_app(run_path)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("space")
@@ -63,7 +67,7 @@ async def test_jump_lands_on_the_event_at_that_time(run_path: Path) -> None:
 
         async def jump(text: str) -> None:
             await pilot.press("g")
-            await wait_for(pilot, lambda: isinstance(app.screen, JumpDialog), "the jump dialog")
+            await pilot_until(pilot, lambda: isinstance(app.screen, JumpDialog), "the jump dialog")
             for ch in text:
                 await pilot.press(ch if ch.isalnum() else {":": "colon", "+": "plus", "-": "minus", "@": "at"}[ch])
             await pilot.press("enter")
@@ -87,6 +91,8 @@ async def test_jump_lands_on_the_event_at_that_time(run_path: Path) -> None:
 
 
 async def test_left_and_right_move_ten_seconds(run_path: Path) -> None:
+    """Left and right move the replay ten seconds of run time, within the run, to the state the events before it fold
+    to."""
     app = replay_app(run_path)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("space")
@@ -106,6 +112,7 @@ async def test_left_and_right_move_ten_seconds(run_path: Path) -> None:
 
 
 async def test_loop_restarts_at_the_end(run_path: Path) -> None:
+    """With loop on, the replay starts again at its end, from the empty fold; off, it does not."""
     app = replay_app(run_path)
     async with app.run_test(size=BIG) as pilot:
         player = app.player
@@ -113,7 +120,7 @@ async def test_loop_restarts_at_the_end(run_path: Path) -> None:
         assert player.loop and "LOOP" in status_text(app)
         await pilot.press("e")
         assert player.finished is True or player.position < len(player.reader)
-        await wait_for(pilot, lambda: player.position < len(player.reader), "the replay to start again")
+        await pilot_until(pilot, lambda: player.position < len(player.reader), "the replay to start again")
         events = events_of(app)
         assert player.elapsed == 0.0 and not player.paused
         assert comparable(app.session.state) == comparable(fold_all(events[: player.position]))
@@ -122,6 +129,8 @@ async def test_loop_restarts_at_the_end(run_path: Path) -> None:
 
 
 async def test_position_bar_with_phase_marks_and_the_help(run_path: Path) -> None:
+    """The header's position bar shows where the replay is and the phases to come, and the help names the replay's
+    keys."""
     app = replay_app(run_path)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("space")
@@ -131,13 +140,15 @@ async def test_position_bar_with_phase_marks_and_the_help(run_path: Path) -> Non
         text = status_text(app)
         assert "╋" in text and "●" in text and "─" not in text.split("●")[0].split("  ")[-1], text
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+        await pilot_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
         help_text = str(app.screen.query_one("#help-text").render())
         for key in (". / ,", "left/right", "g ", "l "):
             assert key in help_text, key
 
 
 def test_jump_texts() -> None:
+    """The jump dialog's texts: a time into the run, an offset, a time of day or a date, kept within the run; anything
+    else is refused saying why."""
     start, end = 1_000_000.0, 1_000_000.0 + 2 * 3600
     assert parse_jump("01:30", start, end, start) == start + 90
     assert parse_jump("1:00:05", start, end, start) == start + 3605

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.screen_text import screen_text
-from tests.test_tui import BIG, FakeClock, replay_app, wait_for
+from tests.support import BIG, FakeClock, replay_app
 from tests.tui_runs import write_test_run
+from tests.waiting import pilot_until
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +32,14 @@ async def test_the_gpu_table_shows_what_changed_while_another_tab_was_shown(run_
     app = replay_app(run_path, clock)
     async with app.run_test(size=BIG) as pilot:
         clock.now += 3.0
-        await wait_for(pilot, lambda: "90.2/95.6 GiB" in gpu_line(app, 0), "GPU 0 held on screen")
+        await pilot_until(pilot, lambda: "90.2/95.6 GiB" in gpu_line(app, 0), "GPU 0 held on screen")
         await pilot.press("c")
-        await wait_for(pilot, lambda: app.active_view == "cleanup", "the Cleanup tab")
+        await pilot_until(pilot, lambda: app.active_view == "cleanup", "the Cleanup tab")
         await pilot.press("e")  # to the end: the last sample has every GPU back at idle
-        await wait_for(pilot, lambda: app.session.state.gpus[0].mem_used_mib < 1024, "the last sample folded")
+        await pilot_until(pilot, lambda: app.session.state.gpus[0].mem_used_mib < 1024, "the last sample folded")
         await pilot.press("d")
-        await wait_for(pilot, lambda: app.active_view == "dashboard", "the Dashboard")
-        await wait_for(pilot, lambda: "0.6/95.6 GiB" in gpu_line(app, 0), "GPU 0 idle on screen", timeout=3.0)
+        await pilot_until(pilot, lambda: app.active_view == "dashboard", "the Dashboard")
+        await pilot_until(pilot, lambda: "0.6/95.6 GiB" in gpu_line(app, 0), "GPU 0 idle on screen", timeout=3.0)
         for i in range(8):
             assert "90.2/95.6" not in gpu_line(app, i), gpu_line(app, i)
 
@@ -66,13 +67,14 @@ async def test_the_consent_table_at_80x24_keeps_whose_process_and_when_it_starte
     async with app.run_test(size=(80, 24)) as pilot:
         screen = ConsentScreen(preview, "ana", "step 1 of 3", state)
         app.push_screen(screen)
-        await wait_for(pilot, lambda: app.screen is screen and screen.query_one("#consent-targets").row_count > 0,
+        await pilot_until(pilot, lambda: app.screen is screen and screen.query_one("#consent-targets").row_count > 0,
                        "the modal's rows")
         table = screen.query_one("#consent-targets", DataTable)
         table.focus()
         for n, ref in enumerate(preview.targets):
             table.move_cursor(row=n)
-            await pilot.pause()
+            # the row under the cursor is on screen (the table scrolls to it)
+            await pilot_until(pilot, lambda ref=ref: f" {ref.pid} " in screen_text(app), f"{ref.pid}'s row")
             text = screen_text(app)
             header = next(ln for ln in text.splitlines() if " PID " in ln)
             assert "User" in header and "Start" in header, header
@@ -102,7 +104,7 @@ async def test_every_scrollable_tab_scrolls_from_the_keys_and_the_analysis_shows
         scrolled = []
         for key, view in (("u", "micro"), ("a", "analysis"), ("b", "bench"), ("c", "cleanup")):
             await pilot.press(key)
-            await wait_for(pilot, lambda v=view: app.active_view == v and scroller(app, v).max_scroll_y >= 0,
+            await pilot_until(pilot, lambda v=view: app.active_view == v and scroller(app, v).max_scroll_y >= 0,
                            f"the {view} tab")
             await pilot.pause()
             widget = scroller(app, view)
@@ -110,24 +112,24 @@ async def test_every_scrollable_tab_scrolls_from_the_keys_and_the_analysis_shows
                 continue
             scrolled.append(view)
             await pilot.press("pagedown")
-            await wait_for(pilot, lambda w=widget: w.scroll_y > 0, f"{view} paged down")
+            await pilot_until(pilot, lambda w=widget: w.scroll_y > 0, f"{view} paged down")
             if view == "analysis":
                 while widget.scroll_y < widget.max_scroll_y:
                     await pilot.press("pagedown")
                     await pilot.pause()
-                await wait_for(pilot, lambda: "After the restart: " in screen_text(app), "the post-restart line")
+                await pilot_until(pilot, lambda: "After the restart: " in screen_text(app), "the post-restart line")
             await pilot.press("pageup")
-            await wait_for(pilot, lambda w=widget: w.scroll_y == 0, f"{view} paged up")
+            await pilot_until(pilot, lambda w=widget: w.scroll_y == 0, f"{view} paged up")
             await pilot.press("down")
-            await wait_for(pilot, lambda w=widget: w.scroll_y == 1, f"{view} a line down")
+            await pilot_until(pilot, lambda w=widget: w.scroll_y == 1, f"{view} a line down")
             await pilot.press("up")
-            await wait_for(pilot, lambda w=widget: w.scroll_y == 0, f"{view} a line up")
+            await pilot_until(pilot, lambda w=widget: w.scroll_y == 0, f"{view} a line up")
         assert {"micro", "analysis", "bench"} <= set(scrolled), scrolled
         await pilot.press("d")  # the Dashboard's arrows move the process table's cursor (it scrolls with it)
-        await wait_for(pilot, lambda: app.active_view == "dashboard", "the Dashboard")
+        await pilot_until(pilot, lambda: app.active_view == "dashboard", "the Dashboard")
         procs = scroller(app, "dashboard")
         await pilot.press("down")
-        await wait_for(pilot, lambda: procs.cursor_row == 1, "the process cursor a row down")
+        await pilot_until(pilot, lambda: procs.cursor_row == 1, "the process cursor a row down")
 
 
 async def test_all_reduce_sizes_and_counts_are_whole_in_the_micro_tab(tmp_path: Path) -> None:
@@ -147,7 +149,7 @@ async def test_all_reduce_sizes_and_counts_are_whole_in_the_micro_tab(tmp_path: 
     app = replay_app(path)
     async with app.run_test(size=BIG) as pilot:
         await pilot.press("e", "u")
-        await wait_for(pilot, lambda: len(app.query_one("#micro-nccl", AllReduceTable).row_keys) == 2,
+        await pilot_until(pilot, lambda: len(app.query_one("#micro-nccl", AllReduceTable).row_keys) == 2,
                        "the all-reduce rows")
         table = app.query_one("#micro-nccl", AllReduceTable)
         app.query_one("#micro-view").scroll_to_widget(table, animate=False, top=True)
@@ -155,6 +157,6 @@ async def test_all_reduce_sizes_and_counts_are_whole_in_the_micro_tab(tmp_path: 
         def gib_line() -> str:
             return next((ln for ln in screen_text(app).splitlines() if " 47790.0 " in ln), "")
 
-        await wait_for(pilot, lambda: bool(gib_line()), "the 1 GiB row on screen")
+        await pilot_until(pilot, lambda: bool(gib_line()), "the 1 GiB row on screen")
         line = gib_line()
         assert f" {size:,} " in line and f" {count:,} " in line and " 65536 " in line, line

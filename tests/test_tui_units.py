@@ -19,7 +19,8 @@ from kimitui.tui.views.cleanup_view import StepTable
 from kimitui.tui.views.micro_view import MicroView
 from kimitui.tui.widgets.proc_table import ProcTable
 from tests.screen_text import screen_text
-from tests.test_tui import replay_app, wait_for
+from tests.support import replay_app
+from tests.waiting import pilot_until
 
 BENCH_PID = 5095
 """Phase 2's GEMM worker in the bundled run: 2,860 MiB on GPU 0 (below 10 GiB, where MiB and GiB met)."""
@@ -54,8 +55,8 @@ async def test_the_dashboard_shows_gpu_memory_in_gib_only(size: tuple[int, int])
     async with app.run_test(size=size) as pilot:
         app.redraw()
         procs = app.query_one(ProcTable)
-        await wait_for(pilot, lambda: any(k.startswith(f"{BENCH_PID}:") for k in procs.row_keys), "the worker's row")
-        await pilot.pause()
+        await pilot_until(pilot, lambda: any(k.startswith(f"{BENCH_PID}:") for k in procs.row_keys), "the worker's row")
+        await pilot_until(pilot, lambda: f" {BENCH_PID} " in screen_text(app), "the worker's row on screen")
         # the GPU table, the memory history beside it (at 120 columns), the processes
         tables = boxed(screen_text(app), "Memory used/total", "Events")
         assert not any("MiB" in line for line in tables), "\n".join(tables)
@@ -75,9 +76,9 @@ async def test_the_cleanup_tab_and_the_consent_modal_show_mib_only() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         app.action_show_view("cleanup")
         app.redraw()
-        await wait_for(pilot, lambda: bool(app.query(StepTable)) and bool(app.query_one(StepTable).row_keys),
+        await pilot_until(pilot, lambda: bool(app.query(StepTable)) and bool(app.query_one(StepTable).row_keys),
                        "the step table")
-        await wait_for(pilot, lambda: "verification: CLEAN" in screen_text(app), "the verification")
+        await pilot_until(pilot, lambda: "verification: CLEAN" in screen_text(app), "the verification")
         screen = screen_text(app)
         assert "GiB" not in screen, screen
         assert "GPU memory since the plan (MiB)" in screen and "clean below 64 MiB" in screen
@@ -85,7 +86,7 @@ async def test_the_cleanup_tab_and_the_consent_modal_show_mib_only() -> None:
 
         preview = next(e for e in reader.events() if isinstance(e, StepPreview) and e.step == "graceful")
         await app.push_screen(ConsentScreen(preview, "ana", "step 1 of 3", app.session.state))
-        await wait_for(pilot, lambda: "GPU MiB" in screen_text(app), "the consent tables")
+        await pilot_until(pilot, lambda: "GPU MiB" in screen_text(app), "the consent tables")
         modal = screen_text(app)
         assert "GiB" not in modal, modal
         assert any("92,411" in line for line in modal.splitlines()), modal  # a worker's 90.2 GiB, in MiB
@@ -102,8 +103,8 @@ async def test_the_micro_tab_shows_a_refusals_holders_in_mib(tmp_path: Path) -> 
     app = replay_app(write_run(tmp_path / "refused.jsonl", events, host="h"))  # type: ignore[arg-type]
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("e", "u")
-        await wait_for(pilot, lambda: bool(app.query(MicroView)), "the Micro tab")
-        await wait_for(pilot, lambda: "pid 5081" in screen_text(app), "the holder")
+        await pilot_until(pilot, lambda: bool(app.query(MicroView)), "the Micro tab")
+        await pilot_until(pilot, lambda: "pid 5081" in screen_text(app), "the holder")
         screen = screen_text(app)
         line = next(line for line in screen.splitlines() if "pid 5081" in line)
         assert "92,411 MiB" in line and "GiB" not in screen, screen

@@ -27,7 +27,7 @@ from kimitui.core.runfile import RunReader
 from kimitui.report.markdown import render_report
 from kimitui.report.summary import summarize
 from kimitui.resources import bundled_sample_run
-from tests.conftest import ROOT
+from tests.support import ROOT
 from tests.terminal import on_a_terminal
 
 SOURCES = ("kimitui", "themes", "sample_runs", "pyproject.toml", "README.md")
