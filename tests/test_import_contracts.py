@@ -461,6 +461,43 @@ def test_every_file_named_test_holds_tests() -> None:
     assert empty == []
 
 
+def test_the_test_import_reader_sees_every_form(tmp_path: Path) -> None:
+    """The reader of the rule below sees each way to name a module: ``from tests.x import``, ``import
+    tests.x``, ``from tests import x``, ``from . import x`` and ``from .x import``, inside a function too."""
+    f = tmp_path / "probe.py"
+    f.write_text("from tests.test_a import h\nimport tests.test_b\nfrom tests import test_c, support\n"
+                 "def f():\n    from . import test_d\n    from .test_e import g\n")
+    assert helpers_and_tests_imported(f) == {"test_a", "test_b", "test_c", "support", "test_d", "test_e"}
+
+
+def helpers_and_tests_imported(path: Path) -> set[str]:
+    """The modules of tests/ that this file (a module of tests/) imports, by their name there."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("tests."))
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level == 1 or mod == "tests" or mod.startswith("tests."):
+                parts = mod.split(".")[1:] if mod.startswith("tests") and not node.level else mod.split(".")
+                if parts and parts[0]:
+                    out.add(parts[0])
+                else:  # from tests import x / from . import x: each name is a module
+                    out.update(a.name for a in node.names)
+    return out
+
+
+def test_no_test_module_imports_another() -> None:
+    """A test module imports what it shares from a helper module (tests/support.py, waiting.py, the areas'
+    rigs), never from another test module or conftest.py: moving or deleting one test file cannot break
+    another, and a helper is found where helpers are (issue 31)."""
+    modules = sorted((ROOT / "tests").glob("test_*.py"))
+    bad = {p.name: sorted(n for n in helpers_and_tests_imported(p) if n.startswith("test_") or n == "conftest")
+           for p in modules}
+    assert len(modules) > 10
+    assert {name: mods for name, mods in bad.items() if mods} == {}
+
+
 MAX_MODULE_LINES = 600
 
 
