@@ -576,4 +576,5 @@ class CleanupExecutor:
 
 
 _IMPLEMENTS: type[StepContext] = CleanupExecutor
-"""The executor is what the steps take (checked by a type checker; tests/test_cleanup.py checks it at run time)."""
+"""The executor is what the steps take (checked by a type checker; tests/test_import_contracts.py checks it at run
+time)."""
