@@ -13,7 +13,7 @@ from kimitui.hosts import prestart as local
 from kimitui.hosts.local import LocalHost
 from kimitui.hosts.prestart import prestart_agent
 from tests.sshd import alive
-from tests.waiting import until
+from tests.waiting import DEADLINE_S, until
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +34,8 @@ async def test_the_first_local_host_takes_the_prestarted_agent_and_its_requests_
     try:
         hello = await host.link.connect()
         assert hello.pid == pre.proc.pid and local._prestarted is None
-        assert (await host.link.request("ping", {}, timeout=10))["agent_pid"] == pre.proc.pid
-        assert (await host.link.request("scan", {}, timeout=10)) is not None
+        assert (await host.link.request("ping", {}, timeout=DEADLINE_S))["agent_pid"] == pre.proc.pid
+        assert (await host.link.request("scan", {}, timeout=DEADLINE_S)) is not None
     finally:
         await host.close()
     await until(lambda: pre.proc.poll() is not None, "the adopted agent's exit once its host closed")

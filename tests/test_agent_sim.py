@@ -106,7 +106,7 @@ def test_agent_keeps_a_deadline_schedule(tmp_path: Path) -> None:
 def test_agent_without_driver_says_why_and_still_answers() -> None:
     argv = agent_command(sys.executable, ("--sample", "--no-nvml", "--nvidia-smi", "/nonexistent/nvidia-smi"))
     res = subprocess.run(argv, input=agent_payload() + b'{"id": 7, "op": "ping"}\n', capture_output=True,
-                         timeout=10)
+                         timeout=DEADLINE_S)
     assert res.returncode == 0
     lines = [json.loads(line) for line in res.stdout.splitlines()]
     assert [d["type"] for d in lines] == ["hello", "reply", "reply"]

@@ -16,6 +16,7 @@ from kimitui.hosts.sim.tools import install_tools
 from tests.cleanup_rig import SHORT_VERIFY, Rig, results
 from tests.cleanup_support import SimDir, alive
 from tests.support import leak, start_daemon
+from tests.waiting import DEADLINE_S
 
 SIM_GPUS = 4
 """The simulated driver's GPUs for this module's ``sim`` fixture (tests/conftest.py)."""
@@ -137,7 +138,7 @@ async def test_the_dashboard_and_the_campaign_reset_the_demo_with_its_own_nvidia
         assert live.nvidia_smi == smi and smi != "nvidia-smi"
         assert os.access(smi, os.X_OK)
         res = await opened.host.run([live.nvidia_smi, "--query-gpu=index,persistence_mode", "--format=csv,noheader"],
-                                    timeout=10)
+                                    timeout=DEADLINE_S)
         assert res.ok and len(res.stdout.splitlines()) == 2, res
         host = CampaignHost(opened.host, opened.label, simulated=True, nvidia_smi=smi)
         assert host.nvidia_smi == smi

@@ -26,7 +26,7 @@ from kimitui.tui.app import KimituiApp
 from kimitui.tui.views.macro_progress import FractionBar
 from kimitui.tui.views.macro_view import BenchView
 from tests.support import BIG, FAST_SERVER, FakeClock, open_dialog, text_of
-from tests.waiting import pilot_until
+from tests.waiting import DEADLINE_S, pilot_until
 
 POLL_S = 0.05
 
@@ -119,7 +119,7 @@ async def test_the_sample_feed_judges_freshness_by_the_recorded_time() -> None:
         pass
     else:
         raise AssertionError("a sample taken before the moment asked for was taken as fresh")
-    waiter = asyncio.ensure_future(feed.latest(after=asked, timeout=5.0))
+    waiter = asyncio.ensure_future(feed.latest(after=asked, timeout=DEADLINE_S))
     await asyncio.sleep(POLL_S)
     fresh = HostSample(time.time(), host="h", seq=2)
     feed.push(fresh)

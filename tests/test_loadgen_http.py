@@ -22,6 +22,7 @@ from kimitui.bench.macro.request import Gauge, RequestOutcome, StreamAccount
 from kimitui.core.events import Event, LogLine, PhaseStart
 from kimitui.phases.macro import macro_phase
 from tests.faulty_server import Behavior, FaultyServer
+from tests.waiting import DEADLINE_S
 
 
 @pytest.fixture(params=["lean", "httpx"])
@@ -126,12 +127,12 @@ async def test_lean_reconnects_after_the_server_closed_and_after_a_failure() -> 
     async with FaultyServer(Behavior(n_tokens=3)) as srv:
         lean = LeanClient(srv.url + "/v1/completions")
         try:
-            first = await lean.stream(BODY, 1, False, time.perf_counter(), 5)
+            first = await lean.stream(BODY, 1, False, time.perf_counter(), DEADLINE_S)
             srv.behavior = Behavior(mode="truncate", fail_after=1)
-            broken = await lean.stream(BODY, 1, False, time.perf_counter(), 5)
+            broken = await lean.stream(BODY, 1, False, time.perf_counter(), DEADLINE_S)
             srv.behavior = Behavior(n_tokens=3)
-            again = await lean.stream(BODY, 1, False, time.perf_counter(), 5)
-            again2 = await lean.stream(BODY, 1, False, time.perf_counter(), 5)
+            again = await lean.stream(BODY, 1, False, time.perf_counter(), DEADLINE_S)
+            again2 = await lean.stream(BODY, 1, False, time.perf_counter(), DEADLINE_S)
         finally:
             lean.close()
         assert srv.stats.connections == 2  # the truncated stream closed the first one
@@ -159,7 +160,7 @@ async def test_total_timeout_mid_stream_frees_the_gauge_and_the_connection() -> 
             assert out.error == "timeout: total 0.2s exceeded"
             assert gauge.active == 0 and gauge.peak == 1
             srv.behavior = Behavior(n_tokens=2)
-            ok = await lean.stream(BODY, 1, False, time.perf_counter(), 5, gauge)
+            ok = await lean.stream(BODY, 1, False, time.perf_counter(), DEADLINE_S, gauge)
         finally:
             lean.close()
     assert ok.success and ok.output_tokens == 2 and lean.connections == 2 and gauge.active == 0
@@ -200,7 +201,7 @@ async def test_https_with_a_trusted_self_signed_certificate(tls_files: tuple[Pat
         assert srv.url.startswith("https://")
         lean = LeanClient(srv.url + "/v1/completions", ssl_context=client_ctx)
         try:
-            outs = [await lean.stream(BODY, 1, False, time.perf_counter(), 5) for _ in range(3)]
+            outs = [await lean.stream(BODY, 1, False, time.perf_counter(), DEADLINE_S) for _ in range(3)]
         finally:
             lean.close()
         assert srv.stats.connections == 1

@@ -69,7 +69,7 @@ async def test_vllm_histograms_names_labels_buckets_and_what_was_served() -> Non
     # two slots, four requests: two of them wait for a slot for at least the others' whole decode
     model = BatchingModel.from_targets(single_stream_tps=500, plateau_tps=800, plateau_batch=2, prefill_tps=1e6)
     n, tokens = 4, 6
-    async with SimOpenAIServer(batching=model) as srv, httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+    async with SimOpenAIServer(batching=model) as srv, httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         timed = await asyncio.gather(*(_timed_stream(c, tokens) for _ in range(n)))
         text = (await c.get("/metrics")).text
     fams = families(text)
@@ -119,7 +119,7 @@ async def test_vllm_histograms_names_labels_buckets_and_what_was_served() -> Non
 
 async def test_gauges_while_a_request_runs_and_a_cancelled_one_is_not_observed() -> None:
     slow = BatchingModel.from_targets(single_stream_tps=20, plateau_tps=40, plateau_batch=2)
-    async with SimOpenAIServer(batching=slow) as srv, httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+    async with SimOpenAIServer(batching=slow) as srv, httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         async with c.stream("POST", "/v1/completions", json={
                 "prompt": "one two three", "max_tokens": 10_000, "stream": True, "ignore_eos": True}) as resp:
             async for line in resp.aiter_lines():
@@ -135,7 +135,7 @@ async def test_gauges_while_a_request_runs_and_a_cancelled_one_is_not_observed()
 
 async def test_sglang_names_and_no_metrics() -> None:
     async with SimOpenAIServer(batching=FAST, quirks=EngineQuirks.parse("metrics=sglang")) as srv, \
-            httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+            httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         await _timed_stream(c, 3)
         fams = families((await c.get("/metrics")).text)
     assert not [name for name in fams if name.startswith("vllm:")]
@@ -146,13 +146,13 @@ async def test_sglang_names_and_no_metrics() -> None:
         assert fams[name][0] == "histogram" and sample(fams[name][1], "_count", name) in (1, 2)
     assert sample(fams["sglang:inter_token_latency_seconds"][1], "_count", "sglang:inter_token_latency_seconds") == 2
     async with SimOpenAIServer(batching=FAST, quirks=EngineQuirks.parse("metrics=none")) as srv, \
-            httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+            httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         assert (await c.get("/metrics")).status_code == 404
 
 
 async def test_strict_fields_answer_422_like_transformers_serve() -> None:
     async with SimOpenAIServer(batching=FAST, quirks=EngineQuirks.parse("strict_fields")) as srv, \
-            httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+            httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         r = await c.post("/v1/chat/completions", json={
             "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "ignore_eos": True})
         assert r.status_code == 422
@@ -161,7 +161,7 @@ async def test_strict_fields_answer_422_like_transformers_serve() -> None:
                                                   "stream_options": {"include_usage": True}})
         assert r.status_code == 200 and sse_events(r.text)[-1] == "[DONE]"
         assert srv.app.generation_requests == 1
-    async with SimOpenAIServer(batching=FAST) as srv, httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+    async with SimOpenAIServer(batching=FAST) as srv, httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         r = await c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "ignore_eos": True,
                                                   "min_tokens": 1})
         assert r.status_code == 200  # vLLM itself takes its own fields
@@ -171,7 +171,7 @@ async def test_role_chunk_comes_ahead_of_the_first_token() -> None:
     # a step takes 1000 s: a chunk read within the deadline cannot carry a token
     glacial = BatchingModel.from_targets(single_stream_tps=0.001, plateau_tps=0.002, plateau_batch=2)
     async with SimOpenAIServer(batching=glacial, quirks=EngineQuirks.parse("role_first")) as srv, \
-            httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+            httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         async with c.stream("POST", "/v1/chat/completions", json={
                 "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}) as resp:
             lines = resp.aiter_lines()
@@ -189,7 +189,7 @@ async def test_role_chunk_comes_ahead_of_the_first_token() -> None:
 
 async def test_role_first_then_tokens_without_a_role() -> None:
     async with SimOpenAIServer(batching=FAST, quirks=EngineQuirks.parse("role_first")) as srv, \
-            httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+            httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         r = await c.post("/v1/chat/completions", json={
             "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True})
     chunks = [json.loads(e) for e in sse_events(r.text)[:-1]]
@@ -202,7 +202,7 @@ async def test_role_first_then_tokens_without_a_role() -> None:
 async def test_no_done_ends_with_a_content_free_chunk(path: str) -> None:
     body = {"prompt": "hi"} if "chat" not in path else {"messages": [{"role": "user", "content": "hi"}]}
     async with SimOpenAIServer(batching=FAST, quirks=EngineQuirks.parse("no_done")) as srv, \
-            httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+            httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         r = await c.post(path, json={**body, "max_tokens": 4, "stream": True,
                                      "stream_options": {"include_usage": True}})
         bare = await c.post(path, json={**body, "max_tokens": 2, "stream": True})
@@ -222,7 +222,7 @@ async def test_no_done_ends_with_a_content_free_chunk(path: str) -> None:
 
 async def test_eos_stops_early_unless_ignore_eos() -> None:
     async with SimOpenAIServer(batching=FAST, quirks=EngineQuirks.parse("eos=3")) as srv, \
-            httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+            httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         plain = (await c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 10})).json()
         kept = (await c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 10, "ignore_eos": True})).json()
         short = (await c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})).json()
@@ -247,7 +247,7 @@ async def test_nothing_listens_while_loading() -> None:
             socket.create_connection((srv.host, srv.port), timeout=5).close()
         assert not srv.listening.is_set()
         await asyncio.wait_for(srv.listening.wait(), DEADLINE_S)
-        async with httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
             assert (await c.get("/health")).status_code == 200
     finally:
         await srv.close()
@@ -268,7 +268,7 @@ def test_quirk_specs_parse_and_round_trip() -> None:
 async def test_sim_host_serves_with_its_quirks() -> None:
     quirks = EngineQuirks.parse("strict_fields,metrics=sglang")
     async with SimHost(gpus=1, stuck_workers=0, nvml_monitor=False, load_time=0.05, quirks=quirks) as host, \
-            httpx.AsyncClient(base_url=host.api_url, timeout=10) as c:
+            httpx.AsyncClient(base_url=host.api_url, timeout=DEADLINE_S) as c:
         r = await c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "ignore_eos": True})
         text = (await c.get("/metrics")).text
     assert r.status_code == 422 and "ignore_eos" in r.json()["detail"]
@@ -279,12 +279,12 @@ async def test_sim_host_serves_with_its_quirks() -> None:
 
 async def test_each_tokenize_form_is_served_as_its_engine_does() -> None:
     async with SimOpenAIServer(batching=FAST, quirks=EngineQuirks.parse("tokenize=sglang")) as srv, \
-            httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+            httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         assert (await c.post("/tokenize", json={"prompt": "the fox"})).status_code == 404
         answer = (await c.post("/v1/tokenize", json={"prompt": "the fox"})).json()
         assert answer["count"] == len(answer["tokens"]) > 0
     async with SimOpenAIServer(batching=FAST, quirks=EngineQuirks.parse("tokenize=llamacpp")) as srv, \
-            httpx.AsyncClient(base_url=srv.url, timeout=10) as c:
+            httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c:
         assert (await c.post("/tokenize", json={"model": MODEL, "prompt": "the fox"})).json() == {"tokens": []}
         plain = (await c.post("/tokenize", json={"content": "the fox"})).json()["tokens"]
         special = (await c.post("/tokenize", json={"content": "the fox", "add_special": True})).json()["tokens"]
@@ -295,7 +295,7 @@ async def test_each_tokenize_form_is_served_as_its_engine_does() -> None:
                                            ("llamacpp", "POST /tokenize (llama.cpp's form)")])
 async def test_sweep_lengths_exact_through_every_tokenize_form(form: str, via: str) -> None:
     async with SimOpenAIServer(batching=FAST, quirks=EngineQuirks.parse(f"tokenize={form}")) as srv:
-        async with httpx.AsyncClient(timeout=10) as c:
+        async with httpx.AsyncClient(timeout=DEADLINE_S) as c:
             counter = TokenizeCounter(c, srv.url, MODEL, chat=False)
             cal = await calibrate(counter, 100)
         assert counter.form is not None and counter.form.name == form and cal.method == "tokenize"

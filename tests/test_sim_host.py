@@ -158,7 +158,7 @@ async def test_monitor_opens_without_mapping_and_stray_maps_without_memory(host:
 # ----- HTTP -----
 
 async def test_service_endpoints(host: SimHost) -> None:
-    async with httpx.AsyncClient(base_url=host.api_url, timeout=10) as c:
+    async with httpx.AsyncClient(base_url=host.api_url, timeout=DEADLINE_S) as c:
         assert (await c.get("/health")).status_code == 200
         assert (await c.get("/v1/models")).json()["data"][0]["id"] == "moonshotai/Kimi-K2.5"
         async with c.stream("POST", "/v1/completions", json={
@@ -182,7 +182,7 @@ async def test_gpu_util_follows_load(host: SimHost) -> None:
     def util() -> int:
         return int(json.loads(load.read_text())["util"])
 
-    async with httpx.AsyncClient(base_url=host.api_url, timeout=10) as c:
+    async with httpx.AsyncClient(base_url=host.api_url, timeout=DEADLINE_S) as c:
         req = asyncio.ensure_future(c.post("/v1/completions", json={"prompt": "x", "max_tokens": 25}))
         await until(lambda: util() > 0, "util to rise under load")
         assert (await req).status_code == 200

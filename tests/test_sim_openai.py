@@ -28,7 +28,7 @@ async def server() -> AsyncIterator[SimOpenAIServer]:
 
 @pytest_asyncio.fixture
 async def client(server: SimOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.url, timeout=10,
+    async with httpx.AsyncClient(base_url=server.url, timeout=DEADLINE_S,
                                  limits=httpx.Limits(max_connections=300)) as c:
         yield c
 
@@ -218,7 +218,7 @@ async def test_throughput_follows_batching_over_http() -> None:
 
 async def test_instant_mode_streams_fast() -> None:
     async with SimOpenAIServer(batching=BatchingModel.instant()) as srv, httpx.AsyncClient(
-            base_url=srv.url, timeout=10, limits=httpx.Limits(max_connections=64)) as c:
+            base_url=srv.url, timeout=DEADLINE_S, limits=httpx.Limits(max_connections=64)) as c:
         total = sum(await asyncio.gather(*(_stream_tokens(c, 2000) for _ in range(8))))
         # every token handed out at once: no decode step paced any of them (its rate: benchmarks/loadgen.py)
         assert srv.app.scheduler.steps == 0
@@ -271,7 +271,7 @@ async def test_fault_plan_every_nth_request() -> None:
 async def test_client_leaving_mid_stream_frees_its_batch_slot() -> None:
     slow = BatchingModel.from_targets(single_stream_tps=200, plateau_tps=1600, plateau_batch=8)
     async with SimOpenAIServer(batching=slow) as srv:
-        async with httpx.AsyncClient(base_url=srv.url, timeout=10) as c, c.stream(
+        async with httpx.AsyncClient(base_url=srv.url, timeout=DEADLINE_S) as c, c.stream(
                 "POST", "/v1/completions", json={"prompt": "x", "max_tokens": 10_000, "stream": True}) as r:
             async for line in r.aiter_lines():
                 if line.startswith("data: {"):
@@ -292,7 +292,7 @@ async def test_standalone_instant_server_cli(tmp_path) -> None:  # type: ignore[
         await until(lambda: port_file.exists() or proc.poll() is not None, "the server's port file")
         assert proc.poll() is None
         url = f"http://127.0.0.1:{int(port_file.read_text())}"
-        async with httpx.AsyncClient(base_url=url, timeout=10) as c:
+        async with httpx.AsyncClient(base_url=url, timeout=DEADLINE_S) as c:
             assert await _stream_tokens(c, 500) == 500
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(asyncio.to_thread(proc.wait), 10) == 0
