@@ -495,15 +495,22 @@ class ReuseMissed(Exception):
 
 
 class TableHost(LocalHost):
-    """The shared local agent, with this table's protected processes."""
+    """The shared local agent, with this table's protected processes. A command the cleanup runs there (the
+    pidfile's staleness check: sh, date, stat, cat) forks in the tables' namespace: it runs under the forks
+    lock, never while a table moves the pid counter back."""
 
-    def __init__(self, shared: LocalHost, protected: set[int]) -> None:
+    def __init__(self, shared: LocalHost, protected: set[int], forks: asyncio.Lock) -> None:
         super().__init__(name=shared.name)
         self._link = shared.link
         self._protected = protected
+        self._forks = forks
 
     def protected_pids(self) -> list[int]:
         return sorted(self._protected)
+
+    async def run(self, *args: Any, **kwargs: Any) -> Any:
+        async with self._forks:
+            return await super().run(*args, **kwargs)
 
     async def close(self) -> None:  # the shared agent is closed by the harness
         return None
@@ -656,9 +663,14 @@ class Table:
         """Run once in the tables' namespace before the first table (a variant may patch kimitui there)."""
 
     def __init__(self, spec: TableSpec, prog: Programs, shared: LocalHost, agent_pid: int, tok: Tokens,
-) -> None:
+                 forks: asyncio.Lock | None = None) -> None:
         self.spec, self.prog, self.shared, self.agent_pid = spec, prog, shared, agent_pid
         self.tok = tok
+        self.forks = forks or asyncio.Lock()
+        """Held by whatever makes processes fork on their own (a tree starting, a command run on the agent)
+        and around a forced pid reuse, shared by every table: while the pid counter is moved back to take a
+        pid, no other process of the namespace forks, so none can take a pid just freed near it (a stale
+        main's)."""
         self.rng = random.Random(spec.seed ^ 0x5EED)
         self.procs: list[Proc] = []
         self.events: list[Event] = []
@@ -707,11 +719,12 @@ class Table:
     async def _start_tree(self, tree: NodeSpec) -> None:
         script = self.prog.scripts / f"t{self.spec.seed}.sh"
         script.write_bytes(tree_script(self.prog, tree))
-        # not a session (or group) leader: a pid that names a live group is not free for reuse when it exits
-        popen = subprocess.Popen([DASH, str(script), f"n{tree.leaf.token}"], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         expected = {leaf.token: (leaf, parent) for leaf, parent in tree.walk()}
-        found = await self._discover(popen.pid, expected)
+        async with self.forks:  # its nodes fork until every process of it has exec'd its program
+            # not a session (or group) leader: a pid that names a live group is not free for reuse when it exits
+            popen = subprocess.Popen([DASH, str(script), f"n{tree.leaf.token}"], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            found = await self._discover(popen.pid, expected)
         for token, (leaf, parent) in expected.items():
             pid = found[token]
             st = proc_stat(pid)
@@ -767,7 +780,11 @@ class Table:
         # the new start time must differ (and follow the pidfile)
         await until(lambda: boot_ticks() > victim.start_time + 2, SETUP_TIMEOUT_S,
                     "a clock tick past the victim's start", interval=0.002)
-        # from here on no await: the pid is freed and taken again before another table spawns anything
+        async with self.forks:  # no tree forks meanwhile
+            return self._take_pid(victim)
+
+    def _take_pid(self, victim: Proc) -> Proc:
+        """No await here: the pid is freed and taken again before anything else of the harness runs."""
         if victim.alive():
             victim.harness_killed = True
             victim.popen.kill()
@@ -892,7 +909,7 @@ class Table:
         try:
             await self.setup()
             protected = {p.pid for p in self.procs if p.role == "protected"}
-            host = TableHost(self.shared, protected)
+            host = TableHost(self.shared, protected, self.forks)
             ex = CleanupExecutor(host, self.target(), self, self.consent, publish=self.events.append)
             with contextlib.suppress(ServiceNotFound):
                 await ex.run()
@@ -1153,12 +1170,13 @@ async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, a
     try:
         agent_pids = [(await host.link.connect()).pid for host in hosts]
         gate = asyncio.Semaphore(concurrency)
+        forks = asyncio.Lock()
         tok = Tokens(TOKEN_BASE)
 
         async def one(i: int) -> None:
             async with gate:
                 spec = generate(seed + i, tok)
-                table = table_cls(spec, prog, hosts[i % agents], agent_pids[i % agents], tok)
+                table = table_cls(spec, prog, hosts[i % agents], agent_pids[i % agents], tok, forks)
                 try:
                     res = await asyncio.wait_for(table.run(), TABLE_TIMEOUT_S)
                 except TimeoutError:
