@@ -31,9 +31,15 @@ the service's only in the step named ``OTHERS_STEP`` (or a later one, once the o
 step), a handle-only monitor only when its pid was ticked, never a daemon, another user's process, a
 protected one or a bystander (a process that took a reused pid is judged by its own role); (c) to the
 incarnation the preview showed, which is the one the harness started (pid and start
-time). And independently of the events: every process the harness started that died during the table must
-have died of a signal the executor reported as sent to that very (pid, start time): the harness reaps its own
-children (and, as the namespace's init, the orphans of its trees) and reads WTERMSIG from waitpid.
+time), alive when the signal was sent: a process the harness killed and reaped itself (a stale main, a
+reuse's victim) was dead from then on, whatever process has its pid and start time now. And independently
+of the events: every process the harness started that died during the table must have died of a signal the
+executor reported as sent to that very process while it lived: the harness reaps its own children (and, as
+the namespace's init, the orphans of its trees) and reads WTERMSIG from waitpid.
+
+A signal that reached a process no table started, or a death a signal of another table explains, is the
+harness's doing (a pid it freed went to another process), never a wrong of the cleanup's: it is counted apart
+(``foreign``), and the tests require none.
 """
 
 from __future__ import annotations
@@ -99,7 +105,6 @@ IN_NAMESPACE = "KIMITUI_SAFETY_IN_NAMESPACE"
 """Set for the python run_tables starts in the namespace: there it runs the tables itself."""
 ROOT = Path(__file__).resolve().parent.parent
 PR_SET_CHILD_SUBREAPER = 36
-
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TOKEN_BASE = 100_000
 """A process's token is its sleep argument (seconds): unique within the run, it names the process in /proc."""
@@ -471,6 +476,9 @@ class Proc:
     harness_killed: bool = False
     status: int | None = None
     """Its waitpid status once reaped."""
+    freed_at: int | None = None
+    """How many of the table's events there were when the harness reaped it itself (Table.free): from then on
+    its pid was free, and a signal to its (pid, start time) reached another process, if any."""
 
     @property
     def role(self) -> str:
@@ -488,6 +496,10 @@ class Proc:
         if self.reused_from:
             return f"{self.role} that took the reused pid of a {self.reused_from}"
         return self.role
+
+    def lived_at(self, event: int) -> bool:
+        """Whether it could still receive a signal whose event is number ``event`` of the table's."""
+        return self.freed_at is None or event < self.freed_at
 
 
 class ReuseMissed(Exception):
@@ -641,6 +653,15 @@ class TableResult:
     error: str | None = None
     decisions: list[Decision] = field(default_factory=list)
     roles: Counter[str] = field(default_factory=Counter)
+    foreign: list[Wrong] = field(default_factory=list)
+    """What reached, or came from, outside the table: the harness's doing (a pid it freed went to another
+    process), not the cleanup's: a signal that reached no process of the table, a death of one of its
+    processes that another table's signal explains."""
+    signals: set[tuple[int, int | None, str]] = field(default_factory=set)
+    """(pid, start time, signal) of every signal the table's events say was sent."""
+    unexplained: list[tuple[int, int, str | None, Wrong]] = field(default_factory=list)
+    """(pid, start time, signal it died of, the wrong) of each death this table's signals do not explain:
+    run_tables makes each a wrong, or the harness's doing when another table's signal explains it."""
 
     def describe(self) -> str:
         s = self.spec
@@ -648,6 +669,7 @@ class TableResult:
         if self.error:
             lines.append(f"  error: {self.error}")
         lines += [f"  wrong: {w.kind}: {w.detail}" for w in self.wrong]
+        lines += [f"  the harness's doing: {w.kind}: {w.detail}" for w in self.foreign]
         for d in self.decisions:
             lines.append(f"  {d.step} [{d.mode}] targets {[r.pid for r in d.preview.targets]} spared "
                          f"{[r.pid for r in d.preview.spared]} -> accepted={d.decision.accepted} "
@@ -701,10 +723,19 @@ class Table:
             assert main.popen is not None
             if self.pidfile is not None:  # the service ran a while, then exited: a later process with its
                 self._date_back_pidfile()  # pid (another table's, by chance) is provably not it
-            main.harness_killed = True
-            main.popen.kill()
-            main.popen.wait()
+            self.free(main)
             self.result.reuses["stale"] += 1
+
+    def free(self, p: Proc) -> None:
+        """End ``p`` (a child of the harness; SIGKILL unless it is dead already) and reap it: its pid is free
+        from now on, and the table's events say when (``freed_at``)."""
+        assert p.popen is not None
+        if p.alive():
+            p.harness_killed = True
+            p.popen.kill()
+        code = p.popen.wait()
+        p.status = code
+        p.freed_at = len(self.events)
 
     def _add_loose(self, leaf: LeafSpec, popen: subprocess.Popen[bytes] | None = None,
                    reused_from: str | None = None) -> Proc:
@@ -785,10 +816,7 @@ class Table:
 
     def _take_pid(self, victim: Proc) -> Proc:
         """No await here: the pid is freed and taken again before anything else of the harness runs."""
-        if victim.alive():
-            victim.harness_killed = True
-            victim.popen.kill()
-        victim.popen.wait()
+        self.free(victim)
         leaf = self._reuser()
         popen = spawn_at(self.prog, leaf, victim.pid)
         if popen is None:
@@ -918,7 +946,7 @@ class Table:
         except Exception as exc:  # the table is reported, with its seed; the others go on
             self.result.error = f"{type(exc).__name__}: {exc}"
         finally:
-            alive = {p.key for p in self.procs if p.alive()}
+            alive = {p.key for p in self.procs if p.freed_at is None and p.alive()}
             if self.spec.reuse == "stale" and self.main is not None and proc_stat(self.main.pid) is not None:
                 self.result.reuses["stale pid taken"] += 1  # by the table's end: the counter let it go
             await self.teardown()
@@ -927,10 +955,12 @@ class Table:
 
     async def teardown(self) -> None:
         """Kill what is left (by identity) and reap every process, top down (a node before its children,
-        which are then the harness's as the namespace's init), each with its waitpid status."""
+        which are then the harness's as the namespace's init), each with its waitpid status. One the harness
+        freed itself is reaped already: its (pid, start time) may be another process's by now."""
         mine = [p for p in self.procs if p.role != "self"]
         for p in mine:
-            kill_identity(p.pid, p.start_time)
+            if p.freed_at is None:
+                kill_identity(p.pid, p.start_time)
         by_token = {p.spec.token: p for p in self.procs}
         for p in sorted(mine, key=lambda p: _depth(p, by_token)):
             p.status = await reap(p)
@@ -939,14 +969,25 @@ class Table:
 
     # --- the oracle -----------------------------------------------------------------------------------
 
+    def holder_at(self, pid: int, start_time: int | None, event: int) -> Proc | None:
+        """The table's process a signal to (pid, start time) reached, its event being number ``event``: the
+        one with that identity that lived then (the latest started, should the harness have started two in one
+        clock tick), or None: the signal reached a process the table did not start, if any."""
+        lived = [p for p in self.procs if p.key == (pid, start_time) and p.lived_at(event)]
+        return lived[-1] if lived else None
+
     def judge(self, alive_at_end: set[tuple[int, int]]) -> None:
+        """The oracle (the module's docstring): each signal against the preview, the consent and the ground
+        truth; each death the harness reaped against the signals sent to that process while it lived. A
+        signal that reached no process of the table, and a death no signal of this table explains, wait for
+        run_tables: with every table's signals known, the one another table sent is the harness's doing."""
         res = self.result
         res.roles.update(p.label() for p in self.procs)
         previews = {e.step: e for e in self.events if isinstance(e, StepPreview)}
         decisions = {d.step: d.decision for d in res.decisions}
-        by_key = {p.key: p for p in self.procs}
-        sent_to: dict[tuple[int, int | None], set[str]] = {}
-        for e in self.events:
+        sent_to: dict[int, set[str]] = {}
+        """id() of the process reached -> the signals the events say it was sent."""
+        for i, e in enumerate(self.events):
             if not isinstance(e, SignalSent):
                 continue
             res.outcomes[f"{e.signal} {e.outcome}"] += 1
@@ -957,19 +998,28 @@ class Table:
             if e.outcome not in ("sent", "unknown"):
                 continue
             res.sent += 1
-            sent_to.setdefault((e.pid, e.start_time), set()).add(e.signal)
-            why = self._wrong_signal(e, previews.get(e.step), decisions.get(e.step), by_key)
+            res.signals.add((e.pid, e.start_time, e.signal))
+            truth = self.holder_at(e.pid, e.start_time, i)
+            if truth is not None:
+                sent_to.setdefault(id(truth), set()).add(e.signal)
+            why = self._wrong_signal(e, previews.get(e.step), decisions.get(e.step), truth)
             if why is not None:
                 res.wrong.append(why)
+            elif truth is None:  # previewed and consented, but no process of the table's had that identity then
+                res.foreign.append(Wrong(f"{e.signal} reached a process the table did not start",
+                                         f"{e.signal} to pid {e.pid} (start {e.start_time}) in step {e.step}"
+                                         + self._freed_note(e.pid, e.start_time)))
         for p in self.procs:
-            if p.role == "self" or p.key in alive_at_end or p.harness_killed:
+            if p.role == "self" or p.key in alive_at_end:
                 continue
             died = signal.Signals(-p.status).name if p.status is not None and p.status < 0 else None
-            if died is None or died not in sent_to.get(p.key, set()):
+            if p.harness_killed and died == "SIGKILL":
+                continue  # the harness's own kill (a stale main, a reuse's victim)
+            if died is None or died not in sent_to.get(id(p), set()):
                 how = f"died of {died}" if died else f"ended with status {p.status}"
-                res.wrong.append(Wrong(f"{p.label()}: delivered without a signal event",
-                                       f"pid {p.pid} ({p.cmdline}) {how}; events sent it "
-                                       f"{sorted(sent_to.get(p.key, set()))}"))
+                res.unexplained.append((p.pid, p.start_time, died, Wrong(
+                    f"{p.label()}: delivered without a signal event", f"pid {p.pid} ({p.cmdline}) {how}; events "
+                    f"sent it {sorted(sent_to.get(id(p), set()))}")))
         for e in self.events:
             if isinstance(e, Consent) and e.step not in decisions:
                 res.wrong.append(Wrong("consent without the operator", f"step {e.step}: {e}"))
@@ -983,9 +1033,18 @@ class Table:
                 return True
         return False
 
+    def _freed_note(self, pid: int, start_time: int | None) -> str:
+        freed = [p for p in self.procs if p.key == (pid, start_time) and p.freed_at is not None]
+        if not freed:
+            return ""
+        return (f"; the table's {freed[-1].label()} with that pid and start time was killed and reaped by the "
+                f"harness before it (its event {freed[-1].freed_at}): a taker started in the same clock tick")
+
     def _wrong_signal(self, e: SignalSent, preview: StepPreview | None, decision: ConsentDecision | None,
-                      by_key: dict[tuple[int, int], Proc]) -> Wrong | None:
-        truth = by_key.get((e.pid, e.start_time)) if e.start_time is not None else None
+                      truth: Proc | None) -> Wrong | None:
+        """Why this signal breaks the preview, the consent or the ground truth (``truth``: the table's process
+        it reached), or None. One that reached no process of the table's is not judged here: the cleanup
+        signalled what the operator consented to; who had the pid is the harness's doing."""
         who = truth.label() if truth else "a process the table did not start"
         where = f"{e.signal} to pid {e.pid} in step {e.step}"
         if preview is None or decision is None:
@@ -1002,7 +1061,7 @@ class Table:
         if not decision.accepted or not (ticked or (decision.pids is None and target is not None)):
             return Wrong(f"{who}: not consented", f"{where}; decision {decision}")
         if truth is None:
-            return Wrong(who, where)
+            return None
         return _role_refusal(truth, e.step, ticked, self._others_consented_before(e.step), where)
 
 
@@ -1074,6 +1133,9 @@ class Summary:
     errors: list[TableResult] = field(default_factory=list)
     failing: list[TableResult] = field(default_factory=list)
     elapsed_s: float = 0.0
+    foreign: int = 0
+    """Signals and deaths across a table's edge: the harness's doing (TableResult.foreign), not the cleanup's."""
+    foreign_kinds: Counter[str] = field(default_factory=Counter)
 
     def add(self, res: TableResult) -> None:
         self.tables += 1
@@ -1085,13 +1147,16 @@ class Summary:
         self.roles.update(res.roles)
         self.outcomes.update(res.outcomes)
         self.odd.update(res.odd)
+        self.foreign += len(res.foreign)
+        self.foreign_kinds.update(w.kind for w in res.foreign)
         if res.error:
             self.errors.append(res)
-        if res.wrong:
+        if res.wrong or res.foreign:
             self.failing.append(res)
 
     def line(self) -> str:
-        return f"{self.tables} tables, {self.sent} signals sent, {self.wrong} wrong"
+        return (f"{self.tables} tables, {self.sent} signals sent, {self.wrong} wrong"
+                + (f", {self.foreign} across a table's edge (the harness's doing)" if self.foreign else ""))
 
     def report(self, show: int = 3) -> str:
         lines = [f"{self.line()} ({self.elapsed_s:.1f} s; {len(self.errors)} tables in error)",
@@ -1099,6 +1164,7 @@ class Summary:
                  f"  processes {dict(self.roles.most_common())}"]
         lines += [f"  {n} x {detail}" for detail, n in self.odd.most_common()]
         lines += [f"  {n} x {kind}" for kind, n in self.kinds.most_common()]
+        lines += [f"  {n} x the harness's doing: {kind}" for kind, n in self.foreign_kinds.most_common()]
         lines += [r.describe() for r in (self.failing + self.errors)[:show]]
         return "\n".join(lines)
 
@@ -1165,6 +1231,7 @@ async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, a
                       table_cls: type[Table]) -> Summary:
     hosts = [LocalHost(name=f"local{i}") for i in range(agents)]
     summary = Summary()
+    results: list[TableResult] = []
     started = time.monotonic()
     set_child_subreaper(True)
     try:
@@ -1182,12 +1249,32 @@ async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, a
                 except TimeoutError:
                     res = table.result
                     res.error = f"did not finish within {TABLE_TIMEOUT_S:g} s"
-                summary.add(res)
+                results.append(res)
 
         await asyncio.gather(*(one(i) for i in range(count)))
     finally:
         set_child_subreaper(False)
         for host in hosts:
             await host.close()
+    settle(results)
+    for res in sorted(results, key=lambda r: r.spec.seed):
+        summary.add(res)
     summary.elapsed_s = time.monotonic() - started
     return summary
+
+
+def settle(results: list[TableResult]) -> None:
+    """Each death a table's own signals do not explain: the harness's doing when another table's signal
+    explains it (a pid the harness freed went to that table's process), else a wrong."""
+    senders: dict[tuple[int, int | None, str], set[int]] = {}
+    for n, res in enumerate(results):
+        for sent in res.signals:
+            senders.setdefault(sent, set()).add(n)
+    for n, res in enumerate(results):
+        for pid, start_time, died, wrong in res.unexplained:
+            if died is not None and senders.get((pid, start_time, died), set()) - {n}:
+                res.foreign.append(Wrong(f"{wrong.kind.partition(':')[0]}: killed by another table's {died}",
+                                         wrong.detail))
+            else:
+                res.wrong.append(wrong)
+        res.unexplained = []

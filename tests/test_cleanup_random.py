@@ -23,7 +23,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.safety_tables import Summary, Table, cannot_run, run_tables
+from kimitui.cleanup import ConsentDecision
+from tests.safety_tables import (
+    SETUP_TIMEOUT_S,
+    Decision,
+    LeafSpec,
+    Proc,
+    Summary,
+    Table,
+    _cmdline,
+    boot_ticks,
+    cannot_run,
+    proc_argv,
+    proc_exe,
+    proc_stat,
+    run_tables,
+    spawn,
+    spawn_at,
+)
+from tests.sshd import until
 
 TABLES = int(os.environ.get("KIMITUI_SAFETY_TABLES", "1000"))
 SEED = int(os.environ.get("KIMITUI_SAFETY_SEED", "1800"))
@@ -47,7 +65,7 @@ def assert_clean(summary: Summary, tables: int) -> None:
     assert not summary.errors, summary.report()
     assert summary.wrong == 0, summary.report()
     # the harness's own promise: no pid it freed went to another process while a table could name it
-    assert summary.reuses["stale pid taken"] == 0, summary.report()
+    assert summary.foreign == 0 and summary.reuses["stale pid taken"] == 0, summary.report()
     assert summary.sent > 0, "no signal was sent at all: the tables exercise nothing"
 
 
@@ -168,3 +186,71 @@ def test_a_forced_pid_reuse_leaves_the_pids_just_freed_free() -> None:
     assert got["freed"] not in got["forks"], f"pid {got['freed']} came back after " \
         f"{got['forks'].index(got['freed']) + 1} forks: {got['forks'][:10]}"
     assert got["top"] not in got["forks"] and len(set(got["forks"])) == 100
+
+
+class PidTaker(Table):
+    """A service named pid:N whose main exits before the cleanup, and a process the table did not start
+    takes pid N a few clock ticks later: the cleanup previews it as the pid:N main and, consented, signals
+    it. That is what the operator named; the taker is the harness's doing (its pid counter let a pid it
+    freed go), never a wrong of the cleanup's."""
+
+    same_tick = False
+
+    def __init__(self, spec, *rest, **kw):  # type: ignore[no-untyped-def]
+        spec = dataclasses.replace(spec, service="pid", tree=None, loose=[], reuse="none", self_holders=False)
+        super().__init__(spec, *rest, **kw)
+        self.taker = None
+
+    async def setup(self) -> None:
+        for _ in range(100):
+            leaf = LeafSpec(self.tok(), "main")
+            popen = spawn(self.prog, leaf)
+            st = proc_stat(popen.pid)
+            assert st is not None
+            main = Proc(leaf, popen.pid, st[0], _cmdline(proc_argv(popen.pid)), proc_exe(popen.pid), popen)
+            self.free(main)
+            if not self.same_tick:
+                await until(lambda later=main.start_time + 2: boot_ticks() > later, SETUP_TIMEOUT_S, "a later tick",
+                            interval=0.002)
+            async with self.forks:
+                taker = spawn_at(self.prog, LeafSpec(self.tok(), "bystander"), main.pid)
+            taken = proc_stat(taker.pid) if taker is not None else None
+            if taker is not None and taken is not None and (taken[0] == main.start_time) == self.same_tick:
+                self.main, self.taker = main, taker
+                self.procs.append(main)
+                return
+            if taker is not None:
+                taker.kill()
+                taker.wait()
+        raise AssertionError("no taker with the start time wanted in 100 tries")
+
+    async def consent(self, preview):  # type: ignore[no-untyped-def]
+        decision = ConsentDecision(True, None, "safety", "as previewed")
+        self.result.decisions.append(Decision(preview.step, preview, decision, "all"))
+        return decision
+
+    async def teardown(self) -> None:
+        await super().teardown()
+        if self.taker is not None:
+            self.taker.kill()
+            self.taker.wait()
+
+
+class SameTickTaker(PidTaker):
+    """The same, the taker started in the main's own clock tick: the same pid and start time, so the
+    signals' (pid, start time) name the main the harness killed; only the harness's own record (it reaped
+    the main, SIGKILL, before the cleanup began) tells that they reached another process."""
+
+    same_tick = True
+
+
+@pytest.mark.parametrize("cls", [PidTaker, SameTickTaker])
+async def test_a_process_outside_the_table_is_the_harness_doing_never_a_wrong(cls: type[PidTaker]) -> None:
+    """A signal that reached a process the table did not start (a taker of a pid the table freed) is
+    reported as the harness's doing, apart from the cleanup's wrongs, however its start time compares: the
+    oracle judges by what the harness knows of its own processes (when it reaped them, and how they died),
+    not by the (pid, start time) of the signal alone."""
+    summary = await run_tables(3, SEED, table_cls=cls)
+    assert not summary.errors, summary.report()
+    assert summary.wrong == 0, summary.report()
+    assert summary.foreign == 3 and summary.foreign_kinds, summary.report()
