@@ -341,3 +341,15 @@ def test_importing_the_launcher_does_not_import_textual() -> None:
     code = "import sys, kimitui.tui; print('textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_an_exit_right_after_a_view_is_asked_for_leaves_no_error(run_path: Path) -> None:
+    """A view mounted on first show whose mount finishes while the app exits is not drawn: its children are
+    gone by then, and drawing it raised NoMatches from the mount's worker (run_test re-raised it)."""
+    from kimitui.tui.commands import palette_commands
+
+    app = replay_app(run_path)
+    async with app.run_test(size=BIG) as pilot:
+        dict((t, cb) for t, _, cb in palette_commands(app))["View: cleanup"]()
+        await pilot_until(pilot, lambda: app.query_one("#views", TabbedContent).active == "cleanup", "the cleanup tab")
+    # leaving run_test without its WorkerFailed is the test

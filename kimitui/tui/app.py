@@ -409,6 +409,8 @@ class KimituiApp(ReplayControls):
                 MicroView(id="micro-view") if view == "micro" else
                 AnalysisView(id="analysis-view") if view == "analysis" else CleanupView(id="cleanup-view"))
             await self._panes[view].mount(widget)
+            if not self.is_running:  # the app began to exit meanwhile: the view's children are gone
+                return
             if isinstance(widget, BenchView):
                 self._bench = widget
             elif isinstance(widget, MicroView):
