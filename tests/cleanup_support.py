@@ -215,15 +215,21 @@ NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
 def spawn_at_pid(sim: SimDir, pid: int, *args: str, tries: int = 200) -> subprocess.Popen[bytes]:
     """A real child started under a pid that was free again (a forced pid reuse): the kernel's last pid
     set to pid - 1 right before the fork (root, /proc/sys/kernel/ns_last_pid); retried while another
-    process of the machine takes the pid first. Needs the pid free (its old process exited and reaped)."""
-    for _ in range(tries):
-        NS_LAST_PID.write_text(str(pid - 1))
-        proc = sim.spawn(*args)
-        if proc.pid == pid:
-            return proc
-        proc.kill()
-        proc.wait()
-    raise AssertionError(f"pid {pid} not reused after {tries} tries")
+    process of the machine takes the pid first. Needs the pid free (its old process exited and reaped).
+    The counter is put back to where it was (its high-water mark), so the processes other tests start meanwhile
+    (the suite runs in parallel) are not handed pids just freed, which a check by pid alone would misread."""
+    high = int(NS_LAST_PID.read_text())
+    try:
+        for _ in range(tries):
+            NS_LAST_PID.write_text(str(pid - 1))
+            proc = sim.spawn(*args)
+            if proc.pid == pid:
+                return proc
+            proc.kill()
+            proc.wait()
+        raise AssertionError(f"pid {pid} not reused after {tries} tries")
+    finally:
+        NS_LAST_PID.write_text(str(max(high, int(NS_LAST_PID.read_text()))))
 
 
 def can_force_pids() -> bool:

@@ -90,6 +90,11 @@ def pytest_configure(config: pytest.Config) -> None:
                        ("integration", "real child processes, servers, an agent, a simulated host or Pilot"),
                        ("e2e", "the kimitui command as a user runs it, or a real third-party server")):
         config.addinivalue_line("markers", f"{kind}: {text}")
+    # A pytest-xdist worker has COLUMNS=80 and LINES=24 in its environment, and a child on a pty reads them
+    # before the pty's own size (shutil.get_terminal_size, as Textual does): the app on a 120x40 test terminal
+    # drew at 80x24, its header without the brand, and missed a key. A terminal's size is the pty's.
+    for var in ("COLUMNS", "LINES"):
+        os.environ.pop(var, None)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     home = tempfile.mkdtemp(prefix=f"kimitui-tests-{worker}-")
     config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
