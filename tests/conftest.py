@@ -30,6 +30,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "h200x2"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.kinds import SLOW_FIRST, kind_of  # noqa: E402 (after the clone's root is on sys.path)
+
 if TYPE_CHECKING:
     from tests.cleanup_rig import Rig
     from tests.cleanup_support import SimDir
@@ -53,36 +55,6 @@ async def rig(sim: SimDir, tmp_path: Path) -> AsyncIterator[Rig]:
     await r.start()
     yield r
     await r.close()
-
-
-KINDS: dict[str, tuple[str, ...]] = {
-    "unit": (
-        "test_agent_parsers", "test_campaign_shown_status", "test_error_words", "test_events_typed",
-        "test_fuzz_runfile", "test_loadgen_units", "test_macro_client", "test_macro_lengths", "test_micro_text",
-        "test_prefetched_source", "test_printable", "test_runchunks", "test_runfile", "test_screen_diff",
-        "test_signal_pairing", "test_ssh_target", "test_state_replay",
-    ),
-    "e2e": (
-        "test_campaign_cli", "test_cleanup_cli", "test_cleanup_random", "test_clone_in_cwd", "test_compare",
-        "test_first_look", "test_live_commands", "test_macro_cli", "test_micro_cpu", "test_micro_sim",
-        "test_outside_text", "test_quiet_driver", "test_record_cli", "test_report_figures", "test_serve",
-        "test_tf_serve", "test_tui_exit", "test_tui_plain_draw", "test_wheel",
-    ),
-}
-"""Test modules by kind; every other test module is ``integration``."""
-
-SLOW_FIRST = (
-    "test_cleanup_random", "test_cleanup_cli", "test_tf_serve", "test_campaign_cli", "test_campaign",
-    "test_tui_cleanup", "test_macro_cli", "test_fuzz_runfile", "test_macro_verdict", "test_serve",
-    "test_micro_sim", "test_wheel", "test_campaign_preconditions",
-)
-"""The modules that take longest (``--durations``), in that order: handed to the workers before the rest."""
-
-_KIND_OF = {name: kind for kind, names in KINDS.items() for name in names}
-
-
-def kind_of(module: str) -> str:
-    return _KIND_OF.get(module, "integration")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -95,12 +95,12 @@ def test_a_holder_gone_to_a_zombie_between_the_reads_holds_nothing(tmp_path: Pat
 
 
 HOLDER = """
-import sys, time
+import signal, sys
 from kimitui.hostside.simholder import open_device_files
 held = open_device_files(sys.argv[1], [0])
 ballast = bytearray(64 << 20)  # memory for exit_mm to tear down: the window with fds and no maps
 print("ready", flush=True)
-time.sleep(60)
+signal.pause()  # held until the test kills it
 """
 """A holder of the simulated host (device files open and mapped, as the sim's workers hold them)."""
 

@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -39,13 +40,19 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@cache
+def _imports_in(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements of a file, parsed once (every worker of the parallel suite collects this module)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
+
+
 def import_nodes(path: Path) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
     """Every import statement of this file (those inside functions included), with the module a ``from``
     import names, relative imports resolved ("" for a plain ``import``)."""
-    tree = ast.parse(path.read_text(), str(path))
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-    for node in ast.walk(tree):
+    for node in _imports_in(path):
         if isinstance(node, ast.Import):
             yield node, ""
         elif isinstance(node, ast.ImportFrom):
@@ -506,3 +513,14 @@ def test_no_module_of_kimitui_is_over_600_lines() -> None:
     files = sorted(PKG.rglob("*.py"))
     long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert len(files) > 100 and long == {}
+
+
+def test_every_module_the_suite_classifies_is_a_test_module_of_one_kind() -> None:
+    """tests/kinds.py names test modules that exist (a rename leaves no stale name behind, which would mark
+    nothing and hand nothing out first), each under one kind."""
+    from tests.kinds import KINDS, SLOW_FIRST
+
+    modules = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
+    named = [m for names in KINDS.values() for m in names]
+    assert sorted(set(named) - modules) == [] and sorted(set(SLOW_FIRST) - modules) == []
+    assert len(named) == len(set(named)) and len(SLOW_FIRST) == len(set(SLOW_FIRST))
