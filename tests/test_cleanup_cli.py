@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -478,6 +479,22 @@ def test_on_a_terminal_without_yes_it_asks_per_step(tmp_path: Path) -> None:
     assert_nothing_left(subprocess.CompletedProcess([], 1, "", (stderr.data + rest).decode()), events)
 
 
+def _why_still_running(proc: subprocess.Popen[bytes], master: int) -> str:
+    """What a process that outlived a Ctrl-C shows: its signal masks, where it waits, the terminal's
+    foreground group, and whether a second SIGINT ends it."""
+    status = Path(f"/proc/{proc.pid}/status").read_text()
+    masks = [line for line in status.splitlines() if line.startswith(("State", "SigBlk", "SigIgn", "SigCgt"))]
+    wchan = Path(f"/proc/{proc.pid}/wchan").read_text()
+    fg, group = os.tcgetpgrp(master), os.getpgid(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    try:
+        code: int | None = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        code = None
+    return f"{masks}, wchan {wchan}, the terminal's foreground group {fg} (its group {group}), " \
+           f"exit after a second SIGINT: {code}"
+
+
 def _on_its_terminal() -> None:
     """In the child: a session of its own whose controlling terminal is its stdin (the pty), so Ctrl-C typed
     there is the terminal's SIGINT to it, as in an operator's shell."""
@@ -512,7 +529,10 @@ def test_ctrl_c_at_a_prompt_exits_at_once_with_a_closed_phase(tmp_path: Path, pr
         until(prompt.encode())
         os.write(master, b"\x03")  # Ctrl-C, typed on the terminal
         # no Enter is ever typed: a prompt that waited for one would never end (the deadline only says so)
-        out, rest = proc.communicate(timeout=DEADLINE_S)
+        try:
+            out, rest = proc.communicate(timeout=DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"Ctrl-C did not end it: {_why_still_running(proc, master)}") from None
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -104,17 +104,16 @@ def test_real_server_streams_as_transformers_does(tf_server: TfServer) -> None:
 
 
 def test_role_chunk_comes_ahead_of_the_first_token(tf_server: TfServer, proxy: TimingProxy) -> None:
-    """The raw stopwatch sees the role chunk before generation: a client stopping its TTFT clock there
-    measures too little (what makes the TTFT test below discriminate)."""
+    """The raw relay sees the role chunk no later than the first content: a client stopping its TTFT clock
+    there measures too little. How much earlier (tens of ms on a quiet machine, with a 1024-token prompt; the
+    same read when the machine is loaded) is printed, not asserted."""
     body = {"model": tf_server.model, "messages": [{"role": "user", "content": PROMPT}],
             "max_tokens": MAX_TOKENS, "stream": True}
     for _ in range(3):
         assert post_json(f"{proxy.url}/v1/chat/completions", body)[0] == 200
-    gaps_ms = [(e.content_s - e.role_s) * 1000 for e in proxy.exchanges
-               if e.role_s is not None and e.content_s is not None]
-    assert len(gaps_ms) == 3
-    print(f"role chunk to first content: {[round(g, 2) for g in gaps_ms]} ms")
-    assert min(gaps_ms) > 0 and statistics.median(gaps_ms) > 5.0
+    seen = [(e.role_s, e.content_s) for e in proxy.exchanges]
+    assert len(seen) == 3 and all(r is not None and c is not None and r <= c for r, c in seen), seen
+    print(f"role chunk to first content: {[round((c - r) * 1000, 2) for r, c in seen]} ms")  # type: ignore[operator]
 
 
 def test_default_bench_macro_completes_every_request(tf_server: TfServer, tmp_path: Path) -> None:
@@ -132,9 +131,9 @@ def test_default_bench_macro_completes_every_request(tf_server: TfServer, tmp_pa
 
 
 def test_chat_ttft_is_the_first_content_chunk(tf_server: TfServer, proxy: TimingProxy, tmp_path: Path) -> None:
-    """Each request's TTFT is the time from its POST to its first content chunk as a raw relay saw them, within
-    1 ms (the median; with a 1024-token prompt the role chunk comes tens of ms earlier), not the time to the
-    role chunk."""
+    """Each request's TTFT is the time from its POST to its first content chunk as a raw relay saw them, never
+    less (within 1 ms on an idle machine; with a 1024-token prompt the role chunk comes tens of ms earlier):
+    not the time to the role chunk."""
     requests_out = tmp_path / "requests.jsonl"
     res = _bench(proxy.url, tmp_path, "--endpoint", "chat", "--no-ignore-eos", "--concurrency", "1",
                  "--requests", "8", "--input-len", str(INPUT_LEN), "--max-tokens", str(MAX_TOKENS),
@@ -142,21 +141,27 @@ def test_chat_ttft_is_the_first_content_chunk(tf_server: TfServer, proxy: Timing
     assert res.returncode == 0, res.stderr
     records = [json.loads(line) for line in requests_out.read_text().splitlines()]
     assert len(records) == 8 and all(r["status"] == "ok" for r in records), records
-    exchanges = [e for e in proxy.exchanges if e.content_s is not None and e.role_s is not None]
-    diffs_ms, gaps_ms = [], []
+    exchanges = sorted((e for e in proxy.exchanges if e.content_s is not None and e.role_s is not None),
+                       key=lambda e: e.post_s)
+    diffs_ms, gaps_ms, matched = [], [], set()
     for record in records:
-        exchange = min(exchanges, key=lambda e: abs(e.post_s - record["start"]))
-        assert abs(exchange.post_s - record["start"]) < 0.05, (record, exchange)
+        # one request at a time (the bench's own warm-up and length probes among them): a request's POST is the
+        # first the relay saw after the client started it (1 ms for the two clocks' reads)
+        exchange = next(e for e in exchanges if e.post_s >= record["start"] - 0.001)
+        assert id(exchange) not in matched, (record, exchange)
+        matched.add(id(exchange))
         assert exchange.content_s is not None and exchange.role_s is not None
         diffs_ms.append(record["ttft_ms"] - (exchange.content_s - exchange.post_s) * 1000)
         gaps_ms.append((exchange.content_s - exchange.role_s) * 1000)
     print(f"client TTFT minus the relay's time to the first content: {[round(d, 2) for d in diffs_ms]} ms "
           f"(role chunk {statistics.median(gaps_ms):.1f} ms ahead)")
-    # causal bounds, not a stopwatch race on a busy machine: the client cannot see the content before the
+    # a causal bound, not a stopwatch race on a busy machine: the client cannot see the content before the
     # relay passed it on (its clock starts before the relay sees the POST), so a clock stopped at the role
-    # chunk would read a whole role gap early; the figure itself (within 1 ms on an idle machine) is printed
-    assert min(diffs_ms) > -1.0, diffs_ms
-    assert statistics.median(diffs_ms) < statistics.median(gaps_ms) / 2, (diffs_ms, gaps_ms)
+    # chunk reads a whole role gap early, below it, wherever the role chunk came first; the figure itself
+    # (within 1 ms on an idle machine) is printed. With no gap at all (a loaded machine: the role chunk and
+    # the first token in one read) nothing tells them apart here; tests/test_macro_engines.py's server
+    # holds a gap on purpose, so it always does.
+    assert min(diffs_ms) > -1.0, (diffs_ms, gaps_ms)
 
 
 # --- a campaign against it, the server a supervisord program ----------------------------------------------
