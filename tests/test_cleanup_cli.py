@@ -497,10 +497,14 @@ def _why_still_running(proc: subprocess.Popen[bytes], master: int) -> str:
 
 def _on_its_terminal() -> None:
     """In the child: a session of its own whose controlling terminal is its stdin (the pty), so Ctrl-C typed
-    there is the terminal's SIGINT to it, as in an operator's shell."""
+    there is the terminal's SIGINT to it, as in an operator's shell; and SIGINT and SIGQUIT as an interactive
+    shell gives its foreground job, whatever the suite inherited (started in the background by a script, the
+    suite has them ignored, and an ignored SIGINT is ignored by the command too: Python installs no handler)."""
     import fcntl
     import termios
 
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
