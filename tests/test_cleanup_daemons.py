@@ -69,7 +69,10 @@ async def test_the_persistence_daemon_is_spared_with_the_reason_and_an_argv_impo
     assert "the host's own daemon" in {s.pid: s.reason for s in device_preview.spared}[daemon]
     daemon_signals = rig.signals(daemon)
     assert daemon_signals and all(s.outcome == "refused" for s in daemon_signals), daemon_signals
-    assert [s.signal for s in rig.signals(impostor)] == ["SIGTERM"]
+    # ended by the others step's SIGTERM. A later step that still saw it (on a loaded machine a process in exit is
+    # still in the sample) records an attempt it did not make (refused: in exit; or gone), never a second signal
+    impostor_signals = rig.signals(impostor)
+    assert [s.signal for s in impostor_signals if s.outcome == "sent"] == ["SIGTERM"], impostor_signals
     # its memory keeps the GPU from being clean: said, and no reset is offered over a holder left
     assert not report.clean and {h.pid for h in report.verification.holders_left} == {daemon}
     assert results(rig)["others"].status == "done"
