@@ -125,7 +125,9 @@ async def test_sweep_verdict_on_the_simulated_host() -> None:
     report = "\n".join(macro_section(state))
     assert f"Verdict: {verdict_line(v)}." in report and "Goodput (completed requests meeting every SLO" in report
     head = single_stream_content(state.sweep.point_list, state.sweep.verdict).plain
-    assert "knee c=16" in head and f"p99 met up to c={v.slo_concurrency}" in head
+    assert f"p99 met up to c={v.slo_concurrency}" in head
+    # the knee the run measured (c=16 on a quiet machine; none under two CPU hogs, the curve still rising at 32)
+    assert (f"knee c={v.knee_concurrency}" in head) if v.knee_concurrency is not None else ("knee" not in head), head
 
 
 def test_an_old_or_minimal_verdict_decodes_with_defaults() -> None:
