@@ -9,6 +9,15 @@ Run as a script it becomes one of those children (stdlib only, starts fast):
                                 (e.g. 0=518,1=2426; "-" for none), as torch on cuda:1 does on a real 2 x H200 host
   monitor SIM                   opens every device file, maps none (an NVML-only monitor)
   sleeper                       does nothing until killed
+  tty SIM ROLE ARGS...          screen -dm / tmux new -d: holds a pty's master and runs ``ROLE ARGS`` as the
+                                leader of a new session with the pty as its controlling terminal
+  hup_main SIM GPU MIB          a worker (GPU, MIB) that first double-forks a sleeper without setsid: re-parented
+                                away, no descendant, but in the terminal's foreground group (SIM/ready/helper-PID
+                                names it)
+  exec_daemon SIM GPU MIB EXE   a worker that, on SIGTERM, execs EXE (a host daemon's path): same pid, same start
+  leader_exit SIM GPU MIB       a worker whose main thread calls pthread_exit while another thread holds on
+  orphaner SIM GPU MIB          takes a context (MIB on GPU) and forks two children that inherit it, then waits to
+                                be SIGKILLed: the driver keeps its memory under its dead pid while they live
 Every child records (pid, start time) under SIM/spawned so the fixture's teardown kills what is left.
 No test lives here; pytest collects nothing from this module.
 """
@@ -39,8 +48,13 @@ def start_time(pid: int) -> int | None:
     return start_time_of(pid)
 
 
+def _me() -> int:
+    """This process's pid as /proc shows it: the host's, in a PID namespace of its own too (as NVML reports it)."""
+    return int(os.readlink("/proc/self"))
+
+
 def _record(sim: Path) -> None:
-    me = os.getpid()
+    me = _me()
     try:
         (sim / "spawned" / str(me)).write_text(str(start_time(me)))
     except OSError:  # another user: the test records it
@@ -48,7 +62,7 @@ def _record(sim: Path) -> None:
 
 
 def _holder(sim: Path, mem: dict[int, float]) -> None:
-    me = os.getpid()
+    me = _me()
     tmp = sim / "holders" / f".{me}.tmp"
     tmp.write_text(json.dumps({"pid": me, "start_time": start_time(me),
                                "mem_mib": {str(k): v for k, v in mem.items()}}))
@@ -121,6 +135,76 @@ def child(argv: list[str]) -> None:
         _forever()
     elif role == "sleeper":
         _forever()
+    elif role == "tty":
+        assert sim is not None
+        master, slave = os.openpty()
+        pid = os.fork()
+        if pid == 0:
+            os.close(master)
+            os.login_tty(slave)  # setsid, the pty as controlling terminal, and stdin/out/err
+            os.execv(sys.executable, [sys.executable, str(HERE), argv[2], str(sim), *argv[3:]])
+        os.close(slave)
+        (sim / "ready" / f"tty-{os.getpid()}").write_text(str(pid))
+        os.waitpid(pid, 0)  # the master stays open while the session runs, as screen's does
+    elif role == "hup_main":
+        assert sim is not None
+        gpu, mib = int(argv[2]), float(argv[3])
+        keep = _map(sim, gpu)
+        first = os.fork()
+        if first == 0:  # double fork, no setsid: the helper stays in this session and process group
+            helper = os.fork()
+            if helper == 0:
+                os.execv(sys.executable, [sys.executable, str(HERE), "sleeper", str(sim)])
+            (sim / "ready" / f"helper-{os.getppid()}").write_text(str(helper))
+            os._exit(0)
+        os.waitpid(first, 0)
+        _holder(sim, {gpu: mib})
+        (sim / "ready" / str(os.getpid())).touch()
+        _forever()
+        del keep
+    elif role == "exec_daemon":
+        assert sim is not None
+        gpu, mib, exe = int(argv[2]), float(argv[3]), argv[4]
+        keep = _map(sim, gpu)
+
+        def become(signum: int, frame: object) -> None:
+            os.execv(exe, [exe, "infinity"])
+
+        signal.signal(signal.SIGTERM, become)
+        _holder(sim, {gpu: mib})
+        (sim / "ready" / str(os.getpid())).touch()
+        _forever()
+        del keep
+    elif role == "leader_exit":
+        assert sim is not None
+        import ctypes
+        import threading
+
+        gpu, mib = int(argv[2]), float(argv[3])
+        keep = _map(sim, gpu)
+        _holder(sim, {gpu: mib})
+        threading.Thread(target=_forever).start()
+        (sim / "ready" / str(os.getpid())).touch()
+        ctypes.CDLL(None).pthread_exit(None)
+        del keep
+    elif role == "orphaner":
+        assert sim is not None
+        from kimitui.hostside import simholder
+
+        gpu, mib = int(argv[2]), float(argv[3])
+        keep = _map(sim, gpu)
+        ctx, _fd = simholder.open_context(str(sim))
+        simholder.write_holder_record(str(sim), {gpu: mib}, None, ctx)
+        kids = []
+        for _ in range(2):
+            kid = os.fork()
+            if kid == 0:
+                _record(sim)
+                _forever()
+            kids.append(kid)
+        (sim / "ready" / str(os.getpid())).write_text(" ".join(map(str, kids)))
+        _forever()
+        del keep
     else:
         raise SystemExit(f"unknown role {role}")
 

@@ -56,7 +56,7 @@ def test_stat_status_cgroup_cmdline_of_the_holder() -> None:
     st = procfs.parse_stat(fixture("holder-stat.txt"))
     assert (st.pid, st.comm, st.state, st.ppid, st.start_time) == (557, "python3", "S", 554, 2637)
     odd = procfs.parse_stat("42 (a) b (c)) R 7 3 5 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 999 0 0")
-    assert odd == (42, "a) b (c)", "R", 7, 3, 5, 999, 0)  # comm may hold ") (": split at the last ")"
+    assert odd == (42, "a) b (c)", "R", 7, 3, 5, 999, 0, 0, -1, 0)  # comm may hold ") (": split at the last ")"
     assert procfs.parse_status_uid(fixture("holder-status.txt")) == 0
     assert procfs.parse_cgroup(fixture("holder-cgroup.txt")) == (None, "3f40fbd2217a529a6eec9460b727a71a")
     cmd = procfs.parse_cmdline((FIXTURES / "holder-cmdline.txt").read_bytes())

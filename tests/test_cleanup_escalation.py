@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -391,10 +392,10 @@ class NoKillHost(LocalHost):
     """Delivers SIGTERM, swallows SIGKILL: the process looks stuck in the driver (it cannot be made to
     really survive SIGKILL without a D-state wait in a kernel driver)."""
 
-    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
+    async def signal(self, proc: ProcId, sig: int, companions: Sequence[ProcId] = ()) -> SignalResult:
         if sig == signal.SIGKILL:
             return SignalResult("sent")
-        return await super().signal(proc, sig)
+        return await super().signal(proc, sig, companions)
 
 
 async def test_survivor_of_sigkill_is_reported_stuck_once(sim: SimDir, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -106,12 +106,12 @@ class DropDuringFirstTerm(SshHost):
         self.server = server
         self.dropped = False
 
-    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
+    async def signal(self, proc: ProcId, sig: int, companions: Sequence[ProcId] = ()) -> SignalResult:
         if sig != signal.SIGTERM or self.dropped:
-            return await super().signal(proc, sig)
+            return await super().signal(proc, sig, companions)
         self.dropped = True
         self.server.freeze_connections()
-        in_flight = asyncio.ensure_future(super().signal(proc, sig))
+        in_flight = asyncio.ensure_future(super().signal(proc, sig, companions))
         await until(lambda: self.server.unread_bytes() > 0, "the SIGTERM request to reach the frozen server")
         self.server.drop_connections()
         return await in_flight
@@ -161,12 +161,12 @@ class DropAndStayDown(SshHost):
         self.dropped = False
         self.reachable = self.target
 
-    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
+    async def signal(self, proc: ProcId, sig: int, companions: Sequence[ProcId] = ()) -> SignalResult:
         if sig != signal.SIGTERM or self.dropped:
-            return await super().signal(proc, sig)
+            return await super().signal(proc, sig, companions)
         self.dropped = True
         self.server.freeze_connections()
-        in_flight = asyncio.ensure_future(super().signal(proc, sig))
+        in_flight = asyncio.ensure_future(super().signal(proc, sig, companions))
         await until(lambda: self.server.unread_bytes() > 0, "the SIGTERM request to reach the frozen server")
         self.target = dataclasses.replace(self.reachable, port=free_port())  # down: every reconnect is refused
         self.server.drop_connections()
@@ -219,14 +219,14 @@ class SlowTermReply(SshHost):
         self.server = server
         self.slowed = False
 
-    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
+    async def signal(self, proc: ProcId, sig: int, companions: Sequence[ProcId] = ()) -> SignalResult:
         if sig != signal.SIGTERM or self.slowed:
-            return await super().signal(proc, sig)
+            return await super().signal(proc, sig, companions)
         self.slowed = True
         frozen = self.server.freeze_connections()
         self.signal_timeout_s = 0.3
         try:
-            return await super().signal(proc, sig)
+            return await super().signal(proc, sig, companions)
         finally:
             self.signal_timeout_s = type(self).signal_timeout_s
             resume(frozen)  # the request was written: the agent now reads it, signals, and replies late

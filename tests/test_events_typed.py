@@ -103,7 +103,7 @@ def test_containers_literals_and_nested_records_name_the_path() -> None:
     assert _error(ProcSample, {"pid": 1, "gpus": "0,1"}) == "field 'gpus' is str, expected list[int]"
     assert _error(ProcSample, {"pid": 1, "gpus": [0, "1"]}) == "field 'gpus[1]' is str, expected int"
     assert _error(ProcSample, {"pid": 1, "kind": "gpu"}) == (
-        "field 'kind' is 'gpu', expected one of 'cuda', 'handle', 'exiting', 'unknown'")
+        "field 'kind' is 'gpu', expected one of 'cuda', 'handle', 'exiting', 'exited', 'unknown'")
     assert _error(ProcSample, {"pid": 1, "kind": ["cuda"]}).startswith("field 'kind' is ['cuda'], expected one of")
 
 

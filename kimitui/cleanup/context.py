@@ -109,6 +109,15 @@ class StepContext(Protocol):
 
     async def scan(self) -> ProcScan: ...
 
+    @property
+    def last_scan(self) -> ProcScan | None:
+        """The latest process scan (every step scans before it builds its preview)."""
+        ...
+
+    def from_scan(self, scan: ProcScan, pid: int, sample: HostSample | None, unit: str | None = None) -> Candidate:
+        """A process of the scan as a candidate (enriched from the sample when it lists it)."""
+        ...
+
     async def service_left(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
         """What is left of the service's processes identified when the cleanup began (and the children they
         forked since), each with why it belongs."""

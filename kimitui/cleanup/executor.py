@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimitui.cleanup import drain, steps
+from kimitui.cleanup import drain, fate, steps
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentCallback, ConsentDecision, current_operator, is_optional
 from kimitui.cleanup.context import Confirmed, Key, StepContext, key
@@ -217,6 +217,7 @@ class CleanupExecutor:
         return c
 
     def _enrich(self, c: Candidate, p: ProcSample) -> None:
+        c.held_by = list(p.held_by)
         c.gpus = sorted(proc_gpus(p))
         c.mem_mib = float(sum(p.gpu_mem_mib.values()))
         c.kind = p.kind
@@ -338,6 +339,11 @@ class CleanupExecutor:
     @staticmethod
     def not_live(scan: ProcScan, p: ProcSample) -> str | None:
         """Why a process the sample lists is no longer there to signal, or None when it is."""
+        if p.kind == "exited":
+            if p.held_by:
+                return (f"exited: its {sum(p.gpu_mem_mib.values()):,.0f} MiB are kept by pid "
+                        f"{', '.join(map(str, p.held_by))} through the descriptors they inherited from it")
+            return "exited: the driver is still releasing its memory (verify waits for it)"
         if not p.visible:
             return None
         info = scan.procs.get(p.pid)
@@ -354,7 +360,7 @@ class CleanupExecutor:
     def ref(self, c: Candidate, reason: str) -> ProcRef:
         return ProcRef(pid=c.pid, start_time=c.start_time, user=c.user, gpus=list(c.gpus),
                        mem_mib=round(c.mem_mib, 1), unit=c.unit, cmdline=c.cmdline, reason=reason,
-                       kind=c.kind, exe=c.exe)  # type: ignore[arg-type]
+                       kind=c.kind, exe=c.exe, dies_with=c.dies_with)  # type: ignore[arg-type]
 
     async def ask(self, step: str, action: str, targets: list[tuple[Candidate, str]],
                   spared: list[tuple[Candidate, str]]) -> Confirmed | None:
@@ -412,14 +418,15 @@ class CleanupExecutor:
         name = sig.name
         if key(c) not in confirmed.procs:
             outcome, detail = "refused", "not in the confirmed preview"
-        elif (why := self.safety.refusal(c)) is not None:
+        elif (why := self.safety.refusal(c)) is not None or (why := fate.refusal(self, c, confirmed)) is not None:
             outcome, detail = "refused", why
         else:
             assert c.start_time is not None
             self.acted()
             asked = self.clock.monotonic()
+            with_it = [ProcId(pid, start) for pid, start in fate.allowed(self, c, confirmed)]
             try:
-                res = await self.host.signal(ProcId(c.pid, c.start_time), int(sig))
+                res = await self.host.signal(ProcId(c.pid, c.start_time), int(sig), with_it)
                 outcome, detail = res.outcome, res.detail
             except OutcomeUnknown as exc:  # never resent: the waits that follow look again instead
                 outcome, detail = "unknown", str(exc)

@@ -7,6 +7,19 @@ from dataclasses import dataclass, field
 from kimitui.hosts.base import Host
 
 
+@dataclass(frozen=True, slots=True)
+class Takes:
+    """A process the kernel ends (or signals) when ``via`` ends (the agent's hostside/fate.py)."""
+
+    pid: int
+    start_time: int
+    why: str
+    """"terminal hangup" (SIGHUP to the terminal's foreground group) or "its PID namespace ends" (SIGKILL)."""
+    via: int
+    ignores: bool = False
+    """It ignores that signal (SIGHUP): it survives."""
+
+
 @dataclass(slots=True)
 class ProcInfo:
     pid: int
@@ -17,6 +30,8 @@ class ProcInfo:
     user: str | None
     cmdline: str
     exe: str | None = None
+    takes: list[Takes] = field(default_factory=list)
+    """What the kernel ends with this process, as the agent found it when it scanned."""
 
 
 @dataclass(slots=True)
@@ -66,7 +81,9 @@ class HostProcs:
         procs = {
             int(p["pid"]): ProcInfo(int(p["pid"]), int(p["ppid"]), str(p["state"]), int(p["start"]),
                                     p.get("uid"), p.get("user"), str(p.get("cmdline") or ""),
-                                    p.get("exe") if isinstance(p.get("exe"), str) else None)
+                                    p.get("exe") if isinstance(p.get("exe"), str) else None,
+                                    [Takes(int(t["pid"]), int(t["start"]), str(t["why"]), int(t["via"]),
+                                           bool(t.get("ignores"))) for t in p.get("takes") or []])
             for p in data.get("procs", [])
         }
         return ProcScan(procs, int(data.get("self_pid", 0)), data.get("user"), data.get("uid"),

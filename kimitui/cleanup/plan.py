@@ -122,12 +122,19 @@ def _mem_on(proc: ProcSample, gpus: list[int]) -> str:
     return " + ".join(f"{proc.gpu_mem_mib.get(i, 0.0):.0f} MiB on GPU {i}" for i in gpus)
 
 
-def holder_reason(proc: ProcSample, scope: list[int] | set[int]) -> str:
+def holder_reason(proc: ProcSample, scope: list[int] | set[int], sample: HostSample | None = None) -> str:
     """Why the process counts as a holder on the GPUs in scope, by what scoped it: its NVML memory
-    ("holds 41570 MiB on GPU 0"), else the device files it maps ("maps /dev/nvidia1, no memory listed")."""
+    ("holds 41570 MiB on GPU 0"), the memory of an exited process it keeps through the descriptors it inherited
+    ("holds 6754 MiB of exited pid 718 through inherited descriptors"), else the device files it maps ("maps
+    /dev/nvidia1, no memory listed")."""
     on = gpus_in_scope(proc, scope)
     if proc.gpu_mem_mib:
         return f"holds {_mem_on(proc, on)}"
+    if proc.inherits and sample is not None:
+        kept = [p for p in sample.procs if p.pid in proc.inherits]
+        if kept:
+            return "holds " + " and ".join(f"{sum(p.gpu_mem_mib.values()):,.0f} MiB of exited pid {p.pid}"
+                                           for p in kept) + " through inherited descriptors"
     verb = "maps" if proc.kind == "cuda" else "holds"
     return f"{verb} {_dev_files(on)}, no memory listed"
 
@@ -148,14 +155,15 @@ def out_of_scope_reason(proc: ProcSample, scope: list[int] | set[int]) -> str | 
 
 def cuda_holders(sample: HostSample, scope: list[int]) -> list[ProcSample]:
     """Processes holding a CUDA context on a GPU in scope (handle-only monitors excluded): those with NVML
-    memory on a GPU in scope, and, among those NVML lists no memory for, those mapping a device file of a
-    GPU in scope (a stray holder) or in exit with one still open (until its files are closed the GPU is not
-    free). A process whose memory is all outside the scope is not one."""
+    memory on a GPU in scope (an exited pid the driver still lists included), and, among those NVML lists no
+    memory for, those mapping a device file of a GPU in scope (a stray holder), keeping an exited process's
+    memory through inherited descriptors, or in exit with one still open (until its files are closed the GPU
+    is not free). A process whose memory is all outside the scope is not one."""
     wanted = set(scope)
     out = []
     for p in sample.procs:
         if not (proc_gpus(p) & wanted):
             continue
-        if p.gpu_mem_mib or p.kind in ("cuda", "exiting"):
+        if p.gpu_mem_mib or p.kind in ("cuda", "exiting") or p.inherits:
             out.append(p)
     return out

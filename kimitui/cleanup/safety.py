@@ -13,7 +13,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from kimitui.hostside.daemons import (
+    HOST_DAEMON_EXE_PREFIXES,
+    HOST_DAEMON_EXES,
+    HOST_DAEMON_UNITS,
+    exe_basename,
+    host_daemon,
+)
 from kimitui.hostside.procfs import ancestry
+
+__all__ = ["HOST_DAEMON_EXES", "HOST_DAEMON_EXE_PREFIXES", "HOST_DAEMON_UNITS", "Candidate", "SafetyPolicy",
+           "exe_basename", "host_daemon", "local_protected"]
 
 
 @dataclass(slots=True)
@@ -33,59 +43,10 @@ class Candidate:
     visible: bool = True
     exe: str | None = None
     """The executable's path (/proc/PID/exe), None when unreadable: then only the unit can spare it."""
-
-
-HOST_DAEMON_EXES: dict[str, str] = {
-    "nvidia-persistenced": "the NVIDIA persistence daemon",
-    "nv-hostengine": "the DCGM host engine",
-    "dcgm-exporter": "the DCGM exporter",
-    "dcgmi": "a DCGM client",
-    "nv-fabricmanager": "the NVIDIA fabric manager",
-    "nvidia-fabricmanager": "the NVIDIA fabric manager",
-    "Xorg": "the X server",
-    "X": "the X server",
-    "Xwayland": "the X server (Xwayland)",
-    "nvidia-smi": "an NVML monitor",
-    "nvtop": "an NVML monitor",
-}
-"""Executable basenames of the host's own GPU daemons -> what they are."""
-HOST_DAEMON_EXE_PREFIXES: dict[str, str] = {"gdm": "the display manager (GDM)"}
-HOST_DAEMON_UNITS: dict[str, str] = {
-    "nvidia-persistenced.service": "the NVIDIA persistence daemon",
-    "nvidia-dcgm.service": "the DCGM host engine",
-    "dcgm.service": "the DCGM host engine",
-    "dcgm-exporter.service": "the DCGM exporter",
-    "nvidia-dcgm-exporter.service": "the DCGM exporter",
-    "nvidia-fabricmanager.service": "the NVIDIA fabric manager",
-    "gdm.service": "the display manager (GDM)",
-    "gdm3.service": "the display manager (GDM)",
-    "display-manager.service": "the display manager",
-}
-"""systemd units of the host's own GPU daemons -> what they are."""
-
-
-def exe_basename(exe: str) -> str:
-    """The executable's file name; a binary replaced on disk reads 'PATH (deleted)' and still counts."""
-    return exe.removesuffix(" (deleted)").rsplit("/", 1)[-1]
-
-
-def host_daemon(exe: str | None, unit: str | None) -> str | None:
-    """Why this process is one of the host's own daemons (never signalled), or None.
-
-    The executable is matched by its file name, not its full path: the same daemon lives in /usr/bin,
-    /usr/sbin, /usr/lib/xorg, /usr/libexec, /opt/... or a container's root, and a match only ever spares
-    (shown in the preview with this reason), so a false match costs a process left alone, never a signal.
-    The name comes from /proc/PID/exe, which the kernel sets at exec; argv[0] is never read (any process
-    can call itself nvidia-persistenced)."""
-    if exe:
-        name = exe_basename(exe)
-        what = HOST_DAEMON_EXES.get(name) or next(
-            (w for prefix, w in HOST_DAEMON_EXE_PREFIXES.items() if name.startswith(prefix)), None)
-        if what is not None:
-            return f"the host's own daemon: {what} (executable {exe})"
-    if unit and unit in HOST_DAEMON_UNITS:
-        return f"the host's own daemon: {HOST_DAEMON_UNITS[unit]} (unit {unit})"
-    return None
+    dies_with: int | None = None
+    """Listed because the kernel ends it when this pid (a target of the step) ends (cleanup/fate.py)."""
+    held_by: list[int] = field(default_factory=list)
+    """Kind exited: the processes that keep its memory through inherited descriptors."""
 
 
 def local_protected() -> set[int]:
@@ -113,6 +74,9 @@ class SafetyPolicy:
             return "PID 1 (init)" if c.pid == 1 else "not a process id"
         if c.pid == 2 or c.ppid == 2:
             return "kernel thread"
+        if c.kind == "exited":
+            return "exited: no process left to signal" + (
+                f" (its memory is kept by pid {', '.join(map(str, c.held_by))}, listed apart)" if c.held_by else "")
         if not c.visible:
             return "not visible here (another PID namespace): cannot be identified or signalled"
         if c.start_time is None:

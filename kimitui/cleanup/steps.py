@@ -9,6 +9,7 @@ import signal as signal_mod
 import time
 from collections.abc import Awaitable, Callable
 
+from kimitui.cleanup import fate
 from kimitui.cleanup.consent import OPTIONAL
 from kimitui.cleanup.context import StepContext
 from kimitui.cleanup.plan import (
@@ -71,6 +72,7 @@ async def graceful(ex: StepContext) -> StepResult:
     targets, spared = split_safe(ex, left)
     spared += ex.service_reused(scan, sample)
     spared += _monitors(ex, sample, [*left, *spared])
+    spared += fate.companion_rows(ex, scan, sample, targets, spared)
     main = next((c for c, _ in left if (c.pid, c.start_time) == ex.main), None)
     if isinstance(svc, PidService):
         if main is None:
@@ -90,14 +92,22 @@ async def graceful(ex: StepContext) -> StepResult:
                          "for (the process step previews what is left)", started)
     d = ex.target.deadlines
     failure = note = ""
+    signalled = True
     ex.acted()
+    blocked = [(c, why) for c in confirmed.procs.values() if (why := fate.refusal(ex, c, confirmed)) is not None]
     if isinstance(svc, PidService):
         assert main is not None
         outcome = await ex.signal(confirmed, main, signal_mod.SIGTERM)
         if outcome == "unknown":
             note = f"; SIGTERM to main pid {main.pid}: {LOST_NOTE}"
         elif outcome not in ("sent", "gone"):
-            failure = f"main pid {main.pid} not signalled"
+            said = next((s.detail for s in reversed(ex.signals("graceful")) if s.pid == main.pid), "")
+            failure = f"main pid {main.pid} not signalled" + (f": {said}" if said else "")
+            signalled = False
+    elif blocked:  # the manager's stop would end them all: nothing is stopped
+        c, why = blocked[0]
+        return ex.result("graceful", "failed", f"{' '.join(svc.stop_argv() or [])} not run: pid {c.pid} {why}",
+                         started)
     else:
         ex.note_stop_issued()
         try:
@@ -108,7 +118,9 @@ async def graceful(ex: StepContext) -> StepResult:
             note = f"; the stop command: {LOST_NOTE}"
         except HostError as exc:
             failure = f"stop failed: {exc}"
-    watched = [c for c, _ in targets if (c.pid, c.start_time) in confirmed.procs]
+    if not signalled:  # nothing was stopped: nothing to wait for
+        return ex.result("graceful", "failed", failure, started)
+    watched = list(confirmed.procs.values())
     survivors = await ex.wait_gone("graceful", watched, "stop", d.graceful_s, final=False)
     ex.acted()
     if failure:
@@ -151,6 +163,7 @@ async def process(ex: StepContext) -> StepResult:
     targets, spared = split_safe(ex, cands)
     spared += elsewhere + reused
     spared += _monitors(ex, sample, [*cands, *spared])
+    spared += fate.companion_rows(ex, scan, sample, targets, spared)
     return await _ask_and_terminate(ex, "process", targets, spared, "processes", started)
 
 
@@ -210,12 +223,13 @@ async def others(ex: StepContext) -> StepResult:
         if gone is not None:
             dead.append((c, gone))
         else:
-            cands.append((c, f"{OTHERS}: {holder_reason(p, ex.scope)}"))
+            cands.append((c, f"{OTHERS}: {holder_reason(p, ex.scope, sample)}"))
     if not cands:
         return ex.result("others", "skipped", f"no process other than the service holds GPUs {gpu_list(ex.scope)}"
                          + (f" ({len(dead)} exited, memory being released)" if dead else ""), started)
     targets, spared = split_safe(ex, cands)
     spared += dead + _handle_only(ex, sample, {p.pid for p in every})
+    spared += fate.companion_rows(ex, scan, sample, targets, spared)
     return await _ask_and_terminate(ex, "others", targets, spared, "processes", started)
 
 
@@ -240,16 +254,17 @@ async def device(ex: StepContext) -> StepResult:
     for p in holders:
         c = ex.from_sample(p)
         if ex.is_member(c):
-            cands.append((c, f"the service's: {holder_reason(p, scope)}"))
+            cands.append((c, f"the service's: {holder_reason(p, scope, sample)}"))
         elif ex.consented("others"):
-            cands.append((c, f"{OTHERS} (others consented): {holder_reason(p, scope)}"))
+            cands.append((c, f"{OTHERS} (others consented): {holder_reason(p, scope, sample)}"))
         else:
-            not_asked.append((c, f"{OTHERS_NOT_CONSENTED}: {holder_reason(p, scope)}"))
+            not_asked.append((c, f"{OTHERS_NOT_CONSENTED}: {holder_reason(p, scope, sample)}"))
     if not cands:
         return ex.result("device", "skipped", f"no holder of the service left on GPUs {gpu_list(ex.scope)}; "
                          f"{len(not_asked)} {OTHERS}, left alone (others not consented)", started)
     targets, spared = split_safe(ex, cands)
     spared += not_asked + dead + _handle_only(ex, sample, {p.pid for p in every})
+    spared += fate.companion_rows(ex, scan, sample, targets, spared)
     return await _ask_and_terminate(ex, "device", targets, spared, "holders", started)
 
 
@@ -272,7 +287,10 @@ async def _ask_and_terminate(ex: StepContext, step: str, targets: list[tuple[Can
             f"{c.pid} (state {c.state})" for c in stuck), started)
     lost = sum(1 for s in ex.signals(step) if s.outcome == "unknown")
     note = f"; {lost} signal{'s' if lost > 1 else ''}: {LOST_NOTE}" if lost else ""
-    n = len(confirmed.procs)
+    refused = {s.pid: s.detail for s in ex.signals(step) if s.outcome == "refused" and s.signal != "-"}
+    n = len(confirmed.procs) - len(refused)
+    if refused:  # looked at again right before the signal: not signalled (a daemon now, or what dies with it)
+        note += "; not signalled: " + "; ".join(f"pid {pid}: {why}" for pid, why in refused.items())
     return ex.result(step, "done", f"{n} {noun if n != 1 else noun.rstrip('s')} ended{note}", started)
 
 

@@ -151,10 +151,13 @@ class Host(abc.ABC):
             raise HostError(f"{self.name}: {exc}") from None
         return base64.b64decode(res["data"])
 
-    async def signal(self, proc: ProcId, sig: int) -> SignalResult:
+    async def signal(self, proc: ProcId, sig: int, companions: Sequence[ProcId] = ()) -> SignalResult:
         """Send ``sig`` only if (pid, start time) still match, checked by the agent right before (through a
-        pidfd). At most once: OutcomeUnknown when the channel drops with the request in flight."""
-        res = await self.request("signal", {"pid": proc.pid, "start_time": proc.start_time, "sig": int(sig)},
+        pidfd), the process is no host daemon then, and what the kernel would end with it (a terminal's
+        foreground group, a PID namespace's processes) is all in ``companions``. At most once: OutcomeUnknown
+        when the channel drops with the request in flight."""
+        res = await self.request("signal", {"pid": proc.pid, "start_time": proc.start_time, "sig": int(sig),
+                                            "companions": [[c.pid, c.start_time] for c in companions]},
                                  timeout=self.signal_timeout_s)
         return SignalResult(res["outcome"], res.get("detail") or "")
 

@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from kimitui.core.error_words import json_words
 from kimitui.core.events import (
@@ -26,6 +26,7 @@ from kimitui.core.events import (
     EventDecodeError,
     HostSample,
     LogLine,
+    ProcKind,
     from_dict,
 )
 from kimitui.hosts.base import Host, HostError, HostFatal, RequestFailed
@@ -51,7 +52,7 @@ AgentMessage = HostSample | LogLine
 # --- one line -> one message --------------------------------------------------------------------------
 
 _NUM = (int, float)
-_KINDS = ("cuda", "handle", "exiting", "unknown")
+_KINDS = get_args(ProcKind)
 
 
 def _check(cond: bool, what: str) -> None:

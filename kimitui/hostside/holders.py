@@ -17,6 +17,7 @@ from .procfs import (
     read_bounded,
     read_exe,
     read_stat,
+    task_dir,
     wire_text,
 )
 
@@ -89,6 +90,11 @@ class HolderScan:
         fd_dir = f"{self.root}/{pid}/fd"
         try:
             names = os.listdir(fd_dir)
+            if not names:  # a kernel thread, a zombie, or a live process whose leader thread exited
+                st = read_stat(pid, self.root)
+                if st is not None and st.task:
+                    fd_dir = f"{task_dir(pid, st, self.root)}/fd"
+                    names = os.listdir(fd_dir)
         except PermissionError:
             return None, [], False
         except OSError:
@@ -104,7 +110,7 @@ class HolderScan:
         maps = ""
         if targets:  # a CUDA process keeps its device fds open; maps is read only for fd holders
             try:
-                maps = wire_text(read_bounded(f"{self.root}/{pid}/maps", MAPS_MAX_BYTES))
+                maps = wire_text(read_bounded(f"{fd_dir[:-3]}/maps", MAPS_MAX_BYTES))
             except OSError:
                 pass
         exiting = False
@@ -150,8 +156,8 @@ class HolderScan:
 
 
 class ProcDetails:
-    """stat each sample (state, ppid change: orphans are reparented); user, cmdline and cgroup once per
-    (pid, start time)."""
+    """stat and exe each sample (state, ppid change: orphans are reparented; an exec changes the program, not
+    the pid or start time: its cmdline is read again then); user and cgroup once per (pid, start time)."""
 
     def __init__(self, proc_root: str, stat: StatReader | None = None) -> None:
         self.root = proc_root
@@ -159,8 +165,8 @@ class ProcDetails:
         self.static: dict[tuple[int, int], dict[str, Any]] = {}
         self.users: dict[int, str] = {}
 
-    def _read(self, pid: int, name: str) -> bytes:
-        return read_bounded(f"{self.root}/{pid}/{name}", PROC_MAX_BYTES)
+    def _read(self, where: str, name: str) -> bytes:
+        return read_bounded(f"{where}/{name}", PROC_MAX_BYTES)
 
     def get(self, pid: int) -> dict[str, Any] | None:
         st = self.stat.get(pid)
@@ -170,24 +176,33 @@ class ProcDetails:
         key = (pid, start)
         info = self.static.get(key)
         if info is None:
-            info = {"user": None, "cmdline": "", "unit": None, "container": None}
+            where = f"{self.root}/{pid}"
+            info = {"user": None, "cmdline": "", "unit": None, "container": None, "first_ppid": ppid}
             try:
-                uid = parse_status_uid(self._read(pid, "status"))
+                uid = parse_status_uid(self._read(where, "status"))
                 if uid is not None:
                     info["user"] = self._user(uid)
             except (OSError, ValueError):
                 pass
             try:
-                info["cmdline"] = parse_cmdline(self._read(pid, "cmdline"))
+                info["cmdline"] = parse_cmdline(self._read(task_dir(pid, st, self.root), "cmdline"))
             except OSError:
                 pass
             try:
-                info["unit"], info["container"] = parse_cgroup(self._read(pid, "cgroup"))
+                info["unit"], info["container"] = parse_cgroup(self._read(where, "cgroup"))
             except OSError:
                 pass
-            info["exe"] = read_exe(pid, self.root)
+            info["exe"] = read_exe(pid, self.root, st)
             self.static[key] = info
-        return dict(info, start_time=start, state=state, ppid=ppid)
+        else:
+            exe = read_exe(pid, self.root, st)
+            if exe is not None and exe != info["exe"]:  # exec'd since: same pid and start time, another program
+                info["exe"] = exe
+                try:
+                    info["cmdline"] = parse_cmdline(self._read(task_dir(pid, st, self.root), "cmdline"))
+                except OSError:
+                    pass
+        return dict(info, start_time=start, state=state, ppid=ppid, pgrp=st.pgrp, sid=st.session)
 
     def _user(self, uid: int) -> str:
         if uid not in self.users:
@@ -202,10 +217,35 @@ class ProcDetails:
             del self.static[key]
 
 
-def build_procs(mem: ProcMem, holders: dict[int, tuple[str | None, list[int], bool]],
-                details: ProcDetails, skip: set[int]) -> list[dict[str, Any]]:
-    """ProcSample-shaped dicts for every pid with driver memory or a device file."""
+WIRE_DROP = ("first_ppid", "pgrp", "sid")
+"""ProcDetails' own bookkeeping, not sent."""
+
+
+def inheritors(pid: int, gpus: set[int], mem: ProcMem, holders: dict[int, tuple[str | None, list[int], bool]],
+               details: ProcDetails) -> list[int]:
+    """The live processes that keep an exited PID's driver memory through the device files they inherited: they
+    hold a device file of a GPU it has memory on, NVML lists none of their own, and PID forked them (their
+    parent when first seen, or their process group or session is PID's: a child keeps its parent's)."""
     out = []
+    for h, (kind, hgpus, _) in holders.items():
+        if kind is None or mem.get(h) or not (set(hgpus) & gpus):
+            continue
+        info = details.get(h)
+        if info is not None and pid in (info["first_ppid"], info["pgrp"], info["sid"]):
+            out.append(h)
+    return sorted(out)
+
+
+def build_procs(mem: ProcMem, holders: dict[int, tuple[str | None, list[int], bool]],
+                details: ProcDetails, skip: set[int], pids_local: bool = False) -> list[dict[str, Any]]:
+    """ProcSample-shaped dicts for every pid with driver memory or a device file. A pid the driver lists that
+    is not in /proc has exited (kind "exited", ``held_by`` the processes that keep its memory through inherited
+    descriptors) when the driver's pids are this PID namespace's (``pids_local``: the agent is in the initial
+    namespace, or the driver is the simulated one) or such processes are found here; else it is in another
+    namespace ("pid-not-visible"). That some of the driver's pids are live here proves nothing: in a container
+    its own processes are, another container's are not."""
+    out = []
+    inherits: dict[int, list[int]] = {}
     for pid in sorted((set(mem) | set(holders)) - skip):
         kind, gpus, readable = holders.get(pid, (None, [], True))
         info = details.get(pid)
@@ -214,15 +254,27 @@ def build_procs(mem: ProcMem, holders: dict[int, tuple[str | None, list[int], bo
              "gpu_mem_mib": {str(k): round(v, 1) for k, v in sorted(mem.get(pid, {}).items())},
              "kind": kind or "unknown", "unit": None, "container": None, "cmdline": "", "state": None,
              "ppid": None, "gpus": gpus, "visible": info is not None, "flags": flags, "exe": None}
-        if info is None:
-            flags.append("pid-not-visible")  # a host PID seen from a container: never dropped
-            p["kind"] = "unknown"
+        zombie = info is not None and info["state"] in ("Z", "X") and bool(mem.get(pid))
+        if info is None or zombie:  # a zombie holds no files: its memory too is kept by what it forked
+            held_by = inheritors(pid, set(mem.get(pid, {})), mem, holders, details) if mem.get(pid) else []
+            if zombie:
+                p.update((k, v) for k, v in info.items() if k not in WIRE_DROP)
+            if pids_local or held_by or zombie:
+                p["kind"], p["held_by"] = "exited", held_by
+                flags.append("exited")
+                for h in held_by:
+                    inherits.setdefault(h, []).append(pid)
+            else:
+                flags.append("pid-not-visible")  # a host PID seen from a container: never dropped
+                p["kind"] = "unknown"
         else:
-            p.update(info)
+            p.update((k, v) for k, v in info.items() if k not in WIRE_DROP)
             if not readable:
                 flags.append("no-access")
         if p["kind"] == "cuda" and not mem.get(pid):
             flags.append("no-nvml-memory")
         out.append(p)
+    for p in out:
+        if p["pid"] in inherits:
+            p["inherits"] = inherits[p["pid"]]
     return out
-

@@ -16,9 +16,12 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-ProcStat = namedtuple("ProcStat", "pid comm state ppid pgrp session start_time flags", defaults=(0,))
-"""/proc/PID/stat fields 1-6, 22 (start time: clock ticks after boot; with the pid, a process's identity) and 9
-(the kernel's PF_* flags of the task; 0 when built without them)."""
+ProcStat = namedtuple("ProcStat", "pid comm state ppid pgrp session start_time flags tty_nr tpgid task",
+                      defaults=(0, 0, -1, 0))
+"""/proc/PID/stat fields 1-6, 22 (start time: clock ticks after boot; with the pid, a process's identity), 9
+(the kernel's PF_* flags of the task; 0 when built without them), 7 and 8 (the controlling terminal, 0 for
+none, and its foreground process group, -1 for none). ``task``: 0, or, for a process whose thread-group leader
+has exited while other threads run (``read_stat``), the thread whose state, flags and files stand for it."""
 
 PF_EXITING = 0x4
 """Set in do_exit before exit_mm tears the process's mappings down and before exit_files closes its files:
@@ -54,7 +57,7 @@ def parse_stat(data: bytes | str) -> ProcStat:
     pid_s, _, comm = head.partition(b" (")
     f = rest.split()
     return ProcStat(int(pid_s), wire_text(comm), f[0].decode("ascii", "replace"), int(f[1]), int(f[2]),
-                    int(f[3]), int(f[19]), int(f[6]))
+                    int(f[3]), int(f[19]), int(f[6]), int(f[4]), int(f[5]))
 
 
 def in_exit(st: ProcStat) -> bool:
@@ -62,12 +65,41 @@ def in_exit(st: ProcStat) -> bool:
     return bool(st.flags & PF_EXITING)
 
 
-def read_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:
-    """The process's stat, or None when it is gone (zombies are returned, state Z)."""
+def _raw_stat(pid: int, proc_root: str) -> ProcStat | None:
     try:
         return parse_stat(read_bounded(f"{proc_root}/{pid}/stat", STAT_MAX_BYTES))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def read_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:
+    """The process's stat, or None when it is gone (zombies are returned, state Z).
+
+    A process whose thread-group leader called pthread_exit while its other threads run is alive: its
+    /proc/PID/stat reads as a zombie (the leader's state; PF_EXITING set) and its cmdline, exe, fds and maps
+    read empty (the leader let go of the shared mm and file table). It is returned with a live thread's state
+    and flags and that thread as ``task`` (its files: ``task_dir``), the leader's pid and start time kept."""
+    st = _raw_stat(pid, proc_root)
+    if st is None or st.state != "Z":
+        return st
+    tasks = f"{proc_root}/{pid}/task"
+    try:
+        tids = [int(t) for t in os.listdir(tasks) if t.isdigit() and int(t) != pid]
+    except OSError:
+        return st
+    for tid in sorted(tids):
+        t = _raw_stat(tid, tasks)
+        if t is not None and t.state not in ("Z", "X"):
+            return st._replace(state=t.state, flags=t.flags, task=tid)
+    return st
+
+
+def task_dir(pid: int, st: ProcStat | None, proc_root: str = "/proc") -> str:
+    """Where the process's per-process files (cmdline, exe, fd, maps) are read: /proc/PID, or for one whose
+    leader exited, the live thread's /proc/PID/task/TID."""
+    if st is not None and st.task:
+        return f"{proc_root}/{pid}/task/{st.task}"
+    return f"{proc_root}/{pid}"
 
 
 def start_time_of(pid: int, proc_root: str = "/proc") -> int | None:
@@ -117,6 +149,52 @@ def parse_status_uid(data: bytes | str) -> int | None:
     return None
 
 
+Status = namedtuple("Status", "uid nspid sig_ign sig_cgt", defaults=(None, (), 0, 0))
+"""From /proc/PID/status: the real uid, NSpid (the pid in each PID namespace from the reader's inwards: more
+than one entry, the last 1, is the init of a namespace of its own), and the ignored and caught signal masks
+(bit N-1 for signal N)."""
+
+
+def parse_status(data: bytes | str) -> Status:
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    uid, nspid, ign, cgt = None, (), 0, 0
+    for line in raw.splitlines():
+        key, _, rest = line.partition(b":")
+        if key == b"Uid":
+            uid = int(rest.split()[0])
+        elif key == b"NSpid":
+            nspid = tuple(int(x) for x in rest.split())
+        elif key == b"SigIgn":
+            ign = int(rest.strip(), 16)
+        elif key == b"SigCgt":
+            cgt = int(rest.strip(), 16)
+    return Status(uid, nspid, ign, cgt)
+
+
+def read_status(pid: int, proc_root: str = "/proc") -> Status | None:
+    try:
+        return parse_status(read_bounded(f"{proc_root}/{pid}/status", PROC_MAX_BYTES))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def sig_bit(mask: int, sig: int) -> bool:
+    return bool(mask >> (sig - 1) & 1)
+
+
+def pidns_of(pid: int | str, proc_root: str = "/proc") -> int | None:
+    """The inode of the PID namespace the process is in (its innermost), None when unreadable."""
+    try:
+        return os.stat(f"{proc_root}/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+PROC_PID_INIT_INO = 0xEFFFFFFC
+"""The inode of the initial PID namespace (the kernel's PROC_PID_INIT_INO): a process there sees every pid the
+driver reports."""
+
+
 _CONTAINER_RES = (
     re.compile(r"(?:docker|cri-containerd|crio|libpod)-([0-9a-f]{12,64})\.scope"),
     re.compile(r"/(?:docker|process_api|lxc|containerd|libpod)/([0-9A-Za-z][0-9A-Za-z_.-]*)"),
@@ -162,35 +240,33 @@ def user_name(uid: int | None) -> str | None:
     return _USERS[uid]
 
 
-def _read_uid(pid: int, proc_root: str) -> int | None:
-    try:
-        return parse_status_uid(read_bounded(f"{proc_root}/{pid}/status", PROC_MAX_BYTES))
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def read_exe(pid: int, proc_root: str = "/proc") -> str | None:
+def read_exe(pid: int, proc_root: str = "/proc", st: ProcStat | None = None) -> str | None:
     """The executable's path (readlink /proc/PID/exe): set by the kernel at exec, unlike argv. None when
     unreadable (another user's process without the right to look, a kernel thread, gone). Read as bytes: a
-    path need not be UTF-8 (shown with escapes, as names are)."""
+    path need not be UTF-8 (shown with escapes, as names are). ``st``: its stat, when its leader may have
+    exited (then read from a live thread)."""
     try:
-        return wire_text(os.readlink(os.fsencode(f"{proc_root}/{pid}/exe")))
+        return wire_text(os.readlink(os.fsencode(f"{task_dir(pid, st, proc_root)}/exe")))
     except OSError:
         return None
 
 
-def _read_cmdline(pid: int, proc_root: str) -> str:
+def _read_cmdline(pid: int, proc_root: str, st: ProcStat | None = None) -> str:
     try:
-        return parse_cmdline(read_bounded(f"{proc_root}/{pid}/cmdline", PROC_MAX_BYTES))
+        return parse_cmdline(read_bounded(f"{task_dir(pid, st, proc_root)}/cmdline", PROC_MAX_BYTES))
     except OSError:
         return ""
 
 
 def process_table(proc_root: str = "/proc") -> dict[str, Any]:
-    """Every process (pid, ppid, start, state, uid, user, cmdline), and who is scanning: this process and
-    its ancestors (over SSH: the session's sshd processes and the listening sshd)."""
+    """Every process (pid, ppid, start, state, uid, user, cmdline, exe, process group, session, terminal and
+    its foreground group, NSpid, and ``takes``: what the kernel ends with it, see fate.py), and who is
+    scanning: this process and its ancestors (over SSH: the session's sshd processes and the listening sshd)."""
+    from .fate import Row, fate, is_ns_init, may_take_others, ns_chains, wire
+
     me = os.getpid()
     procs = []
+    rows = {}
     for name in os.listdir(proc_root):
         if not name.isdigit():
             continue
@@ -198,13 +274,25 @@ def process_table(proc_root: str = "/proc") -> dict[str, Any]:
         st = read_stat(pid, proc_root)
         if st is None:
             continue
-        uid = _read_uid(pid, proc_root)
+        status = read_status(pid, proc_root)
+        uid = status.uid if status is not None else None
+        ns = pidns_of(pid, proc_root)
+        rows[pid] = Row(pid, st.start_time, st.state, st.pgrp, st.session, st.tty_nr, st.tpgid,
+                        tuple(status.nspid) if status else (), status.sig_ign if status else 0, ns)
         procs.append({"pid": pid, "ppid": st.ppid, "state": st.state, "start": st.start_time, "uid": uid,
-                      "user": user_name(uid), "cmdline": _read_cmdline(pid, proc_root),
-                      "exe": read_exe(pid, proc_root)})
+                      "user": user_name(uid), "cmdline": _read_cmdline(pid, proc_root, st),
+                      "exe": read_exe(pid, proc_root, st), "pgrp": st.pgrp, "sid": st.session,
+                      "tty": st.tty_nr, "tpgid": st.tpgid, "nspid": list(rows[pid].nspid),
+                      "leader_exited": bool(st.task)})
+    if any(may_take_others(r) for r in rows.values()):
+        chains = ns_chains(rows, proc_root) if any(is_ns_init(r) for r in rows.values()) else {}
+        for p in procs:
+            if may_take_others(rows[p["pid"]]):
+                takes = fate(p["pid"], rows, chains, proc_root)
+                if takes:
+                    p["takes"] = wire(takes)
     return {"self_pid": me, "uid": os.getuid(), "user": user_name(os.getuid()),
             "ancestors": [a.pid for a in ancestry(me, proc_root)], "procs": procs}
-
 
 
 def boot_time(proc_root: str = "/proc") -> float | None:

@@ -8,7 +8,7 @@ import threading
 import time
 
 from .holders import HolderScan, ProcDetails, build_procs
-from .procfs import StatReader, boot_time
+from .procfs import PROC_PID_INIT_INO, StatReader, boot_time, pidns_of
 from .wire import emit, err, log
 
 TYPE_CHECKING = False  # typing is not imported at run time: this module stays light
@@ -28,6 +28,10 @@ class Sampler:
         self.scan = HolderScan(cfg["proc_root"], cfg["dev_prefix"], self.skip, scan_interval, self.stat)
         self.details = ProcDetails(cfg["proc_root"], self.stat)
         self.seq = 0
+        self.pids_local = bool(getattr(source, "pids_local", False)) or pidns_of("self", cfg["proc_root"]) == \
+            PROC_PID_INIT_INO
+        """The driver's pids are this PID namespace's: in the initial namespace, or a simulated driver (its
+        holders write their own pids)."""
         self.boot_time = boot_time(cfg["proc_root"])
         try:
             self.clock_ticks: int | None = int(os.sysconf("SC_CLK_TCK"))
@@ -39,7 +43,7 @@ class Sampler:
         self.stat.tick()
         gpus, mem = self.source.sample()
         holders = self.scan.update(now, set(mem))
-        procs = build_procs(mem, holders, self.details, self.skip)
+        procs = build_procs(mem, holders, self.details, self.skip, self.pids_local)
         if self.seq % 64 == 0:
             self.details.forget_except(self.scan.known)
         self.seq += 1

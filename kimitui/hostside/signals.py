@@ -10,7 +10,9 @@ from .procfs import read_stat
 
 TYPE_CHECKING = False  # typing is not imported at run time: this module stays light
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
+
+    from .procfs import ProcStat
 
 
 _PIDFD_SYSCALLS = {"x86_64": (434, 424), "aarch64": (434, 424), "arm64": (434, 424), "armv7l": (434, 424),
@@ -67,10 +69,13 @@ def _pidfd_send_signal(fd: int, sig: int) -> None:
         raise
 
 
-def guarded_signal(pid: int, start_time: int, sig: int, proc_root: str = "/proc") -> tuple[str, str]:
-    """Signal the process only if (pid, start time) still match: ("sent" | "gone" | "mismatch" | "error",
-    detail). The pidfd is opened before the check, so a pid reused between the check and the signal is
-    never hit; where there is no pidfd the check is made right before kill()."""
+def guarded_signal(pid: int, start_time: int, sig: int, proc_root: str = "/proc",
+                   check: Callable[[ProcStat], tuple[str, str] | None] | None = None) -> tuple[str, str]:
+    """Signal the process only if (pid, start time) still match: ("sent" | "gone" | "mismatch" | "error" |
+    what ``check`` said, detail). The pidfd is opened before the check, so a pid reused between the check and
+    the signal is never hit; where there is no pidfd the check is made right before kill(). ``check`` (the
+    agent's last look: what the process is now, what would die with it) runs after the identity check, right
+    before the signal: an (outcome, detail) from it is returned instead of sending."""
     try:
         fd = _pidfd_open(pid)
     except ProcessLookupError:
@@ -85,6 +90,10 @@ def guarded_signal(pid: int, start_time: int, sig: int, proc_root: str = "/proc"
             return "gone", "zombie"
         if st.start_time != start_time:
             return "mismatch", f"start time {st.start_time}, expected {start_time}"
+        if check is not None:
+            stop = check(st)
+            if stop is not None:
+                return stop
         try:
             if fd is not None:
                 _pidfd_send_signal(fd, sig)

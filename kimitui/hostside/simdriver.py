@@ -16,13 +16,33 @@ if TYPE_CHECKING:
     from .gpu import ProcMem
 
 
+def context_held(path: str) -> bool:
+    """Whether some process still has the context file's locked description open."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing lets go of the shared lock just taken
+    return False
+
+
 class SimSource:
     """The simulated driver: DIR/gpus.json, DIR/holders/<pid>.json, optional DIR/load.json. Memory counts
-    only while the holder is alive (not a zombie, same start time): freed the moment it exits. Optional
+    only while the holder is alive (not a zombie, same start time): freed the moment it exits, unless its
+    record names a context file (``ctx``) that processes it forked still hold: then the exited pid keeps it. Optional
     DIR/leaked.json ({"<gpu>": MiB}) is memory counted used with no holder, until something (a simulated
     GPU reset) removes it."""
 
     name = "sim"
+    pids_local = True
+    """Its holders write their own pids, in this namespace."""
 
     def __init__(self, sim_dir: str, stat: StatReader | None = None) -> None:
         self.dir, self.stat = sim_dir, stat or StatReader()
@@ -66,11 +86,16 @@ class SimSource:
         return out
 
     def _alive(self, holder: dict[str, Any]) -> bool:
+        """The holder lives (same start time); or it has exited and its context is still open in processes it
+        forked (``ctx``), as the real driver keeps an exited pid's memory while inherited descriptors hold it."""
         try:
             st = self.stat.get(int(holder["pid"]))
         except (KeyError, ValueError, TypeError):
             return False
-        return st is not None and st.state not in ("Z", "X") and st.start_time == holder.get("start_time")
+        if st is not None and st.state not in ("Z", "X") and st.start_time == holder.get("start_time"):
+            return True
+        ctx = holder.get("ctx")
+        return isinstance(ctx, str) and context_held(ctx)
 
     def sample(self) -> tuple[list[dict[str, Any]], ProcMem]:
         self.stat.tick()  # fresh liveness every sample: memory is freed the moment a holder exits

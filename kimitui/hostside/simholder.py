@@ -38,7 +38,8 @@ def open_device_files(sim_dir: str, gpus: list[int], mapped: bool = True) -> tup
     return fds, maps
 
 
-def write_holder_record(sim_dir: str, mem_mib: dict[int, Any], util: int | None = None) -> None:
+def write_holder_record(sim_dir: str, mem_mib: dict[int, Any], util: int | None = None,
+                        ctx: str | None = None) -> None:
     """``holders/<own pid>.json``: the memory this process holds, with its own (pid, start time), so the
     driver frees it the moment the process is gone whatever is left on disk. Written through a temporary
     file and renamed (a reader never sees half of it)."""
@@ -49,6 +50,8 @@ def write_holder_record(sim_dir: str, mem_mib: dict[int, Any], util: int | None 
                               "mem_mib": {str(gpu): mib for gpu, mib in mem_mib.items()}}
     if util is not None:
         record["util"] = util
+    if ctx is not None:
+        record["ctx"] = ctx
     folder = os.path.join(sim_dir, "holders")
     fd, tmp = tempfile.mkstemp(prefix=f".{pid}.json.", dir=folder)
     try:
@@ -61,6 +64,21 @@ def write_holder_record(sim_dir: str, mem_mib: dict[int, Any], util: int | None 
         except FileNotFoundError:
             pass
         raise
+
+
+def open_context(sim_dir: str) -> tuple[str, int]:
+    """(path, fd): a context file of this process's own, locked (flock, exclusive). A flock belongs to the open
+    file description, as a real context's memory does: children forked since share it, and it is let go only
+    when the last of their descriptors closes. The driver keeps a holder's memory while it is held
+    (simdriver's ``context_held``), after the holder itself has exited."""
+    import fcntl
+
+    folder = os.path.join(sim_dir, "contexts")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{os.getpid()}.ctx")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return path, fd
 
 
 def hold_simulated_memory(sim_dir: str, gpus: list[int], mib: int, util: int) -> list[Any]:

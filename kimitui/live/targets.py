@@ -36,14 +36,30 @@ DEMO_STRAY_ENV = "KIMITUI_DEMO_STRAY_GPU"
 notebook): the cleanup's others group, asked for apart (``--yes ...,others``)."""
 
 
+DEMO_ORPHANS_ENV = "KIMITUI_DEMO_ORPHANS"
+"""Set to a GPU index, the demo also runs there a holder of 6,754 MiB that forks two children (they inherit its
+device files, as DataLoader workers do) and is then SIGKILLed: the driver keeps its memory under its dead pid
+while they live (what the others step frees)."""
+
+
+def _demo_gpu(env: str, gpus: int) -> int | None:
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) >= gpus:
+        raise TargetError(f"{env}={text!r}: a GPU index of the demo, 0 to {gpus - 1}")
+    return int(text)
+
+
 def demo_stray(gpus: int) -> int | bool:
     """The GPU of the demo's stray holder (``DEMO_STRAY_ENV``), False when there is none."""
-    text = os.environ.get(DEMO_STRAY_ENV, "").strip()
-    if not text:
-        return False
-    if not text.isdigit() or int(text) >= gpus:
-        raise TargetError(f"{DEMO_STRAY_ENV}={text!r}: a GPU index of the demo, 0 to {gpus - 1}")
-    return int(text)
+    gpu = _demo_gpu(DEMO_STRAY_ENV, gpus)
+    return False if gpu is None else gpu
+
+
+def demo_orphans(gpus: int) -> int | None:
+    """The GPU of the demo's exited holder kept by its children (``DEMO_ORPHANS_ENV``), None when there is none."""
+    return _demo_gpu(DEMO_ORPHANS_ENV, gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +124,9 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
     if target == "demo":
         from kimitui.hosts.sim.host import SimHost
 
-        stray = demo_stray(gpus)
+        stray, orphans = demo_stray(gpus), demo_orphans(gpus)
         print(f"starting the simulated {gpus}-GPU host ...", file=sys.stderr)
-        async with SimHost(gpus=gpus, name="demo", stray_holder=stray) as sim:
+        async with SimHost(gpus=gpus, name="demo", stray_holder=stray, orphans_gpu=orphans) as sim:
             print(f"simulated host ready: {sim.sim_dir}, OpenAI API at {sim.api_url}", file=sys.stderr)
             facts = dataclasses.replace(target_facts("demo"), api_url=sim.api_url, nvidia_smi=sim.nvidia_smi,
                                         systemctl=sim.systemctl)

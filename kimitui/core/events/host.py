@@ -7,11 +7,12 @@ from typing import ClassVar, Literal
 
 from kimitui.core.events.base import Event
 
-ProcKind = Literal["cuda", "handle", "exiting", "unknown"]
+ProcKind = Literal["cuda", "handle", "exiting", "exited", "unknown"]
 """How a process holds a GPU: a CUDA context (device files mapped), a handle only (open, not mapped,
 like an NVML monitor), exiting (in exit, PF_EXITING, its device files not closed yet: mapped or not, it is
-no monitor; the kernel unmaps before it closes the files), or unknown (NVML lists memory for a PID that is
-not visible here)."""
+no monitor; the kernel unmaps before it closes the files), exited (NVML still lists memory for a pid that
+has exited: processes it forked keep its device files open, ``held_by``), or unknown (NVML lists memory for
+a PID that is not visible here: another PID namespace)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,10 @@ class ProcSample:
     flags: list[str] = field(default_factory=list)
     exe: str | None = None
     """The executable's path (/proc/PID/exe); None when it could not be read (or an older run)."""
+    held_by: list[int] = field(default_factory=list)
+    """Kind exited: the live processes that keep its memory through the descriptors they inherited from it."""
+    inherits: list[int] = field(default_factory=list)
+    """The exited pids whose memory this process keeps through inherited descriptors."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,9 @@ class ProcRef:
     reason: str = ""
     kind: ProcKind = "unknown"
     exe: str | None = None
+    dies_with: int | None = None
+    """A process the kernel ends when this pid of the preview's targets ends (a terminal's hangup, a PID
+    namespace's end): listed, with ``reason`` saying how, though no signal of ours goes to it."""
 
 
 @dataclass(frozen=True, slots=True)

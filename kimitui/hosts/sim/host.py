@@ -59,7 +59,7 @@ class SimHost(LocalHost):
                  model: str = DEFAULT_MODEL, load_time: float = 0.2, batching: BatchingModel | None = None,
                  faults: FaultPlan | None = None, ready_timeout: float = 30.0, name: str = "sim",
                  python: str | None = None, persistence_daemon: bool = False,
-                 quirks: EngineQuirks | None = None) -> None:
+                 quirks: EngineQuirks | None = None, orphans_gpu: int | None = None) -> None:
         super().__init__(name=name, python=python)
         if not 0 <= stuck_workers <= gpus:
             raise ValueError("stuck_workers must be between 0 and the number of GPUs")
@@ -73,6 +73,11 @@ class SimHost(LocalHost):
             (0 if stray_holder is True else int(stray_holder))
         self.nvml_monitor = nvml_monitor
         self.persistence_daemon = persistence_daemon
+        self.orphans_gpu = orphans_gpu
+        """A GPU where a holder forks two children that inherit its context, then is SIGKILLed: its memory stays,
+        under its dead pid, while they live (or None)."""
+        self.orphans: tuple[ProcId, list[ProcId]] | None = None
+        """(the dead holder as it was, its children), once started."""
         self.daemon_proc: ProcId | None = None
         """The simulated nvidia-persistenced (``persistence_daemon``), or None."""
         self.model = model
@@ -166,7 +171,12 @@ class SimHost(LocalHost):
                 if self.stray_gpu is not None else None
             if self.persistence_daemon:
                 self.daemon_proc = self._spawn_persistence_daemon()
+            orphaner = self._spawn_holder(["orphaner", "--title", "python3", "--mem-mib", "6754",
+                                           *self._gpu_flags([self.orphans_gpu])]) \
+                if self.orphans_gpu is not None else None
             await self.start_service()
+            if orphaner is not None:
+                self.orphans = await self._orphan(*orphaner)
             if monitor is not None:
                 self.monitor_proc = await self._holder_ready(*monitor)
             if stray is not None:
@@ -322,6 +332,14 @@ class SimHost(LocalHost):
             for fd in fds:
                 os.close(fd)
         return self._record(proc)
+
+    async def _orphan(self, proc: subprocess.Popen[bytes], role: str) -> tuple[ProcId, list[ProcId]]:
+        """Once the orphaner has forked its children, SIGKILL it (and reap it): they keep its context."""
+        holder = await self._holder_ready(proc, role)
+        children = [p for p in posix_session_members([holder.pid]) if p != holder]
+        guarded_signal(holder.pid, holder.start_time, signal.SIGKILL)
+        await asyncio.to_thread(proc.wait)
+        return holder, children
 
     async def _holder_ready(self, proc: subprocess.Popen[bytes], role: str) -> ProcId:
         """Wait for the holder's ``ready`` line: its device files are open (and mapped) from then on."""

@@ -8,6 +8,9 @@ Roles:
   so it survives its API server as an orphan and dies only on SIGKILL.
 - ``monitor``: an NVML-only monitor: every device file open, none mapped, no memory.
 - ``stray``: a forgotten CUDA context on one GPU: device files open and mapped, no memory recorded.
+- ``orphaner``: a CUDA context with memory on one GPU that forks ``--children`` workers (they inherit its
+  device files and its context, as DataLoader workers do), says ``ready``, and waits to be SIGKILLed: the
+  driver keeps its memory, under its dead pid, while the children live.
 
 The flags are shaped like vLLM's so the command line reads like a real worker in a process list.
 """
@@ -29,6 +32,7 @@ from kimitui.hosts.sim.holder import (
 )
 from kimitui.hosts.sim.layout import SimLayout
 from kimitui.hosts.sim.watchdog import owner_alive, owner_from_env
+from kimitui.hostside import simholder
 
 IGNORE_SIGTERM_ENV = "KIMITUI_SIM_IGNORE_SIGTERM"
 WATCH_PERIOD_S = 0.25
@@ -37,7 +41,8 @@ LOAD_STEPS = 4
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m kimitui.hosts.sim.worker")
-    p.add_argument("role", choices=["tp-worker", "monitor", "stray"])
+    p.add_argument("role", choices=["tp-worker", "monitor", "stray", "orphaner"])
+    p.add_argument("--children", type=int, default=2)
     p.add_argument("--title", default="")
     p.add_argument("--sim-dir", required=True)
     p.add_argument("--gpu", type=int, action="append", default=[], help="GPU index (repeat for several)")
@@ -76,6 +81,20 @@ def _hold_forever(*, watch_parent: int) -> None:
         time.sleep(WATCH_PERIOD_S)
 
 
+def _fork_inheritors(layout: SimLayout, gpus: list[int], mem_mib: int, children: int) -> None:
+    """Take a context (its memory recorded under this pid), then fork CHILDREN that keep it and the device
+    files open until the sim's owner is gone."""
+    ctx, _fd = simholder.open_context(str(layout.root))
+    simholder.write_holder_record(str(layout.root), {g: mem_mib for g in gpus}, None, ctx)
+    for _ in range(children):
+        if os.fork() == 0:
+            set_comm("pt_data_worker")
+            try:
+                _hold_forever(watch_parent=0)
+            finally:
+                os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parse(sys.argv[1:] if argv is None else argv)
     stuck = os.environ.get(IGNORE_SIGTERM_ENV) == "1" and args.role == "tp-worker"
@@ -94,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     handles = open_devices(layout, gpus, mapped=args.role != "monitor")
     if args.role == "tp-worker":
         _load(layout, gpus, args.mem_mib, args.load_time)
+    if args.role == "orphaner":
+        _fork_inheritors(layout, gpus, args.mem_mib, args.children)
     _ready()
     try:
         _hold_forever(watch_parent=watch_parent)

@@ -27,13 +27,19 @@ sample_stop run one after another in the order they came):
   sample         SOURCE, interval, scan_interval, count  -> as probe; samples follow until sample_stop
   sample_stop    -                                       -> {stopped}
   scan           -                      -> {self_pid, uid, user, ancestors, procs: [{pid, ppid, state,
-                                            start, uid, user, cmdline, exe}]}
+                                            start, uid, user, cmdline, exe, pgrp, sid, tty, tpgid, nspid,
+                                            leader_exited, takes?}]}; takes: [{pid, start, why, via,
+                                            ignores}], what the kernel ends with it (hostside/fate.py)
   stat           pids                   -> {procs: {"PID": [start time, state]}} (gone pids left out)
   read_file      path, max_bytes        -> {data (base64), size}; a regular file only (kind not_regular:
                                            a FIFO, device or directory, refused without waiting on it);
                                            kind too_large past max_bytes
-  signal         pid, start_time, sig   -> {outcome: sent|gone|mismatch|refused|error, detail}; refused
-                                           for PID 1, kernel threads, the agent and its ancestors
+  signal         pid, start_time, sig, companions  -> {outcome: sent|gone|mismatch|refused|error, detail};
+                                           refused for PID 1, kernel threads, the agent and its ancestors,
+                                           and, looked at right before the signal, a host daemon (by exe or
+                                           unit) or one that would take with it (fate.py) a process not in
+                                           companions ([[pid, start time], ...]); "sent" with detail
+                                           "ignored: ..." when the kernel drops it
   run            argv, timeout, stdin (base64), env, cwd   -> {rc, stdout, stderr}; in its own process
                                            group, killed on timeout (kind timeout); not_found if no such command
   spawn          argv, log, env, cwd    -> {pid, start_time}: detached (own session), output to log
@@ -44,7 +50,8 @@ SOURCE fields: sim_dir, dev_prefix, proc_root, nvidia_smi, no_nvml (NVML, else n
 else the simulated driver of --sim-dir DIR: gpus.json, holders/<pid>.json, load.json, leaked.json). Every
 GPU process is enriched from /proc, and /proc/*/fd + /proc/*/maps are scanned for the device files:
 mapped = CUDA context ("cuda"), open but not mapped = "handle", either in a process in exit (PF_EXITING) =
-"exiting".
+"exiting". A pid the driver lists that has exited while processes it forked keep its device files open (the
+driver keeps the memory) = "exited", with held_by (those processes; each lists it in inherits).
 
 Python 3.8 compatible (tests run it under 3.8 and the newest python on the machine; vermin and ruff's
 per-file target check every hostside module): no zip(strict=), no os.pidfd_open or signal.pidfd_send_signal

@@ -10,8 +10,21 @@ import sys
 import threading
 import time
 
+from ..daemons import host_daemon
+from ..fate import dropped, fate_now
 from ..gpu import NoDriver
-from ..procfs import ancestry, process_table, read_stat, start_time_of, user_name
+from ..procfs import (
+    PROC_MAX_BYTES,
+    ancestry,
+    parse_cgroup,
+    parse_cmdline,
+    process_table,
+    read_bounded,
+    read_exe,
+    read_stat,
+    start_time_of,
+    user_name,
+)
 from ..sampler import SampleStream
 from ..signals import guarded_signal, killpg
 from ..simdriver import SimSource
@@ -172,11 +185,17 @@ class Agent:
         return None
 
     def op_signal(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Signal (pid, start time) if it still is that process, is no host daemon now, and takes with it
+        nothing but the ``companions`` ([pid, start time] pairs) the operator consented to (fate.py)."""
         pid, start, sig = int(req["pid"]), int(req["start_time"]), int(req["sig"])
         why = self.refusal(pid)
         if why is not None:
             return {"outcome": "refused", "detail": why}
-        outcome, detail = guarded_signal(pid, start, sig)
+        allowed = {(int(c[0]), int(c[1])) for c in req.get("companions") or []}
+        note: list[str] = []
+        outcome, detail = guarded_signal(pid, start, sig, check=lambda st: last_look(pid, st, sig, allowed, note))
+        if outcome == "sent" and note:
+            detail = note[0]
         return {"outcome": outcome, "detail": detail}
 
     def op_read_file(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -323,6 +342,46 @@ class Agent:
             w.exited.wait(max(0.0, deadline - time.monotonic()))
         # requests read before the end are answered (a signal sent is sent), unless one is stuck
         self.pool.wait_idle(max(0.5, deadline - time.monotonic()))
+
+
+ENDS_NOTHING = frozenset({0, signal.SIGCONT, signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU,
+                          signal.SIGCHLD, signal.SIGURG, signal.SIGWINCH})
+"""Signals whose default action does not end a process: what dies with it is no question for them."""
+
+
+def last_look(pid: int, st: Any, sig: int, allowed: set[tuple[int, int]], note: list[str]) -> tuple[str, str] | None:
+    """Right before the signal, after the identity check: refused when the process is a host daemon now (it
+    may have exec'd into one since the preview, same pid and start time) or would take with it a process not
+    in ``allowed``; a signal the kernel will drop is noted (said with 'sent')."""
+    exe = read_exe(pid, "/proc", st)
+    try:
+        unit = parse_cgroup(read_bounded(f"/proc/{pid}/cgroup", PROC_MAX_BYTES))[0]
+    except OSError:
+        unit = None
+    daemon = host_daemon(exe, unit)
+    if daemon is not None:
+        return "refused", f"{daemon}, seen right before the signal"
+    drop = dropped(pid, sig)
+    if drop is not None:
+        note.append(drop)
+        return None
+    if sig in ENDS_NOTHING:
+        return None
+    missing = [c for c in fate_now(pid) if not c.ignores and (c.pid, c.start) not in allowed]
+    if missing:
+        c = missing[0]
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        return "refused", (f"would take pid {c.pid} ({_gist(c.pid)}) with it ({c.why} when pid {c.via} ends){more}, "
+                           "not consented: tick it in the preview, or stop it first")
+    return None
+
+
+def _gist(pid: int) -> str:
+    try:
+        text = parse_cmdline(read_bounded(f"/proc/{pid}/cmdline", 512))
+    except OSError:
+        text = ""
+    return (text or "?")[:60]
 
 
 def parse_args(argv: list[str]) -> Any:

@@ -25,7 +25,12 @@ def proc_gpus(p: ProcSample) -> list[int]:
 
 
 def kind_style(kind: str, colors: Colors) -> str:
-    return {"cuda": colors.primary, "handle": colors.muted, "exiting": colors.muted}.get(kind, colors.warning)
+    return {"cuda": colors.primary, "handle": colors.muted, "exiting": colors.muted,
+            "exited": colors.warning}.get(kind, colors.warning)
+
+
+def pid_list(pids: list[int]) -> str:
+    return ", ".join(map(str, pids))
 
 
 def proc_cells(p: ProcSample, colors: Colors) -> list[Cell]:
@@ -33,8 +38,13 @@ def proc_cells(p: ProcSample, colors: Colors) -> list[Cell]:
     unit = fmt.unit_label(p.unit, p.container)
     shown = fmt.command_gist(p.cmdline) if p.cmdline else "-"
     command = Text(fmt.shorten(shown, COMMAND_WIDTH), no_wrap=True, overflow="ellipsis")
-    if not p.visible:
+    if p.kind == "exited":
+        command = Text(f"(exited; its memory kept by pid {pid_list(p.held_by)} through inherited descriptors)"
+                       if p.held_by else "(exited; the driver is releasing its memory)", style=colors.warning)
+    elif not p.visible:
         command = Text("(not visible here)", style=colors.muted)
+    elif p.inherits:
+        command = Text.assemble((f"keeps exited pid {pid_list(p.inherits)}'s memory · ", colors.warning), command)
     return [
         Text(str(p.pid), justify="right"),
         Text(fmt.shorten(fmt.printable(p.user or "-"), 10)),
