@@ -10,7 +10,10 @@ with its systemd unit in the sample); names that are not UTF-8 (a symlink to sle
 mid-character, or b'\\xff-worker'); processes the host names as protected; bystanders; SIGTERM-ignoring stuck
 workers; and pid reuse forced through /proc/sys/kernel/ns_last_pid: before the cleanup (a stale pidfile),
 between the graceful and the process step, or while the operator is being asked (after the preview, before
-the signal). Each reuse is checked: the new process really has the pid, with a later start time.
+the signal). Each reuse is checked: the new process really has the pid, with a later start time. And groups
+where the kernel decides more than one fate or /proc misleads (tests/safety_groups.py): a terminal's leader and
+the helper its hangup kills, a PID namespace's init and a process entered into it, a holder that execs into a host
+daemon on SIGTERM, one whose main thread exited, an owner SIGKILLed while its children keep its memory.
 
 The tables run in a pid namespace of their own (``unshare --pid --fork --mount-proc``: run_tables starts a
 python there, pid 1 of it, which runs them and hands the summary back): the pid counter the forced reuses
@@ -34,8 +37,11 @@ incarnation the preview showed, which is the one the harness started (pid and st
 time), alive when the signal was sent: a process the harness killed and reaped itself (a stale main, a
 reuse's victim) was dead from then on, whatever process has its pid and start time now. And independently
 of the events: every process the harness started that died during the table must have died of a signal the
-executor reported as sent to that very process while it lived: the harness reaps its own children (and, as
-the namespace's init, the orphans of its trees) and reads WTERMSIG from waitpid.
+executor reported as sent to that very process while it lived, or of the kernel's own signal (SIGHUP, SIGKILL)
+when a process the same step signalled ended, it having been listed in that step's preview as dying with it and
+consented (the service's, or ticked): the harness reaps its own children (and, as the namespace's init, the
+orphans of its trees; through a launcher that dies of what its child died of, the groups' terminal leaders and
+namespace processes) and reads WTERMSIG from waitpid. A worker that became a host daemon gets no second signal.
 
 A signal that reached a process no table started, or a death a signal of another table explains, is the
 harness's doing (a pid it freed went to another process), never a wrong of the cleanup's: it is counted apart
@@ -57,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -84,6 +91,16 @@ from kimitui.core.events import (
     StepResult,
 )
 from kimitui.hosts.local import LocalHost
+from tests.safety_groups import (
+    EXEC_ON_TERM,
+    LAUNCH,
+    LEAD_EXIT,
+    OTHER_HOLDERS,
+    ROLES,
+    TICK_ONLY,
+    GroupSpec,
+    generate_groups,
+)
 from tests.sshd import until
 
 OTHERS_STEP = "others"
@@ -161,7 +178,8 @@ def cannot_run() -> str | None:
 # --- /proc, read as bytes ------------------------------------------------------------------------------
 
 def proc_stat(pid: int) -> tuple[int, str, int] | None:
-    """(start time, state, ppid) of a process, None when gone; bytes, so a non-UTF-8 name is no problem."""
+    """(start time, state, ppid) of a process, None when gone; bytes, so a non-UTF-8 name is no problem. A
+    process whose main thread exited reads as a zombie: its state is then a live thread's."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read()
@@ -169,9 +187,60 @@ def proc_stat(pid: int) -> tuple[int, str, int] | None:
         return None
     fields = data.rpartition(b")")[2].split()
     try:
-        return int(fields[19]), fields[0].decode(), int(fields[1])
+        st = int(fields[19]), fields[0].decode(), int(fields[1])
     except (IndexError, ValueError):
         return None
+    if st[1] == "Z":
+        live = live_thread_state(pid)
+        if live is not None:
+            return st[0], live, st[2]
+    return st
+
+
+def live_thread_state(pid: int) -> str | None:
+    """The state of a thread of PID other than its leader that is not a zombie, or None."""
+    try:
+        tids = [t for t in os.listdir(f"/proc/{pid}/task") if t != str(pid)]
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                state = fh.read().rpartition(b")")[2].split()[0].decode()
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            return state
+    return None
+
+
+def _raw_state(pid: int) -> str | None:
+    """/proc/PID/stat's state as it reads (a zombie leader included)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rpartition(b")")[2].split()[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def find_token(token: int) -> int | None:
+    """The process running ``sleep TOKEN`` (tokens are unique in a run), or None."""
+    want = [os.fsencode(SLEEP), str(token).encode()]
+    for name in os.listdir("/proc"):
+        if name.isdigit() and proc_argv(int(name)) == want:
+            return int(name)
+    return None
+
+
+def sig_caught(pid: int, sig: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def proc_argv(pid: int) -> list[bytes]:
@@ -332,6 +401,8 @@ class TableSpec:
     reused before the cleanup) | between (the graceful and the process step) | consent (after a preview)"""
     self_holders: bool
     """kimitui's own process and the agent listed as GPU holders too (both protected)."""
+    groups: list[GroupSpec] = field(default_factory=list)
+    """Groups where the kernel decides more than one fate, or /proc misleads (tests/safety_groups.py)."""
 
     def rerun(self) -> str:
         return (f"KIMITUI_SAFETY_SEED={self.seed} KIMITUI_SAFETY_TABLES=1 pytest tests/test_cleanup_random.py "
@@ -440,7 +511,8 @@ def generate(seed: int, tok: Tokens) -> TableSpec:
     loose = _loose(rng, tok, in_scope, outside)
     if tree is not None and service == "none":
         tree = _orphaned(tree)
-    return TableSpec(seed, service, tree, loose, scope, reuse, rng.random() < 0.15)
+    return TableSpec(seed, service, tree, loose, scope, reuse, rng.random() < 0.15,
+                     generate_groups(seed, in_scope, tok))
 
 
 def _nodes(tree: NodeSpec) -> Iterator[NodeSpec]:
@@ -479,6 +551,10 @@ class Proc:
     freed_at: int | None = None
     """How many of the table's events there were when the harness reaped it itself (Table.free): from then on
     its pid was free, and a signal to its (pid, start time) reached another process, if any."""
+    waiter: subprocess.Popen[bytes] | None = None
+    """A launcher that waits for it and dies of what it died of (its status is the process's)."""
+    owner: Proc | None = None
+    """An inheritor's exited owner (whose memory it keeps)."""
 
     @property
     def role(self) -> str:
@@ -662,6 +738,8 @@ class TableResult:
     unexplained: list[tuple[int, int, str | None, Wrong]] = field(default_factory=list)
     """(pid, start time, signal it died of, the wrong) of each death this table's signals do not explain:
     run_tables makes each a wrong, or the harness's doing when another table's signal explains it."""
+    died_with: Counter[str] = field(default_factory=Counter)
+    """Deaths by the kernel's signal along with a signalled target, listed in its preview and consented: by role."""
 
     def describe(self) -> str:
         s = self.spec
@@ -707,6 +785,8 @@ class Table:
     async def setup(self) -> None:
         for leaf in self.spec.loose:
             self._add_loose(leaf)
+        for group in self.spec.groups:
+            await self._start_group(group)
         if self.spec.tree is not None:
             await self._start_tree(self.spec.tree)
         if self.spec.self_holders:
@@ -746,6 +826,71 @@ class Table:
                     reused_from=reused_from)
         self.procs.append(proc)
         return proc
+
+    async def _start_group(self, g: GroupSpec) -> None:
+        """Start one group (tests/safety_groups.py) and know each of its processes by role."""
+        roles, toks = ROLES[g.kind], g.tokens
+        leaves = [LeafSpec(t, r, "group") for t, r in zip(toks, roles, strict=True)]
+        holder = leaves[0]
+        holder.mem, holder.kind = {g.gpu: g.mib}, "cuda"
+        quiet: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                                 "stderr": subprocess.DEVNULL}
+        py = sys.executable
+
+        async def found(token: int) -> int:
+            await until(lambda: find_token(token), SETUP_TIMEOUT_S, f"sleep {token}", interval=0.002)
+            pid = find_token(token)
+            assert pid is not None, f"sleep {token} gone right after its start"
+            return pid
+
+        def add(leaf: LeafSpec, pid: int, argv: list[str], **kw: Any) -> Proc:
+            st = proc_stat(pid)
+            assert st is not None, f"{leaf.role} {pid} gone right after its start"
+            proc = Proc(leaf, pid, st[0], _cmdline([os.fsencode(a) for a in argv]), proc_exe(pid), **kw)
+            self.procs.append(proc)
+            return proc
+
+        async with self.forks:
+            if g.kind == "tty":
+                script = f"( {SLEEP} {toks[1]} & ) ; exec {SLEEP} {toks[0]}"
+                launcher = subprocess.Popen([py, "-c", LAUNCH, "tty", DASH, "-c", script], **quiet)
+                add(holder, await found(toks[0]), [SLEEP, str(toks[0])], waiter=launcher)
+                add(leaves[1], await found(toks[1]), [SLEEP, str(toks[1])])
+            elif g.kind == "ns":
+                launcher = subprocess.Popen([py, "-c", LAUNCH, "ns", SLEEP, str(toks[0])], **quiet)
+                init = await found(toks[0])
+                add(holder, init, [SLEEP, str(toks[0])], waiter=launcher)
+                stuck = random.Random(f"{self.spec.seed}:{self.spec.groups.index(g)}").random() < 0.5
+                # stuck: it ignores SIGTERM, and only the namespace's end kills it
+                old = signal.signal(signal.SIGTERM, signal.SIG_IGN) if stuck else None
+                try:
+                    entered = subprocess.Popen(["nsenter", "-t", str(init), "--pid", "--", SLEEP, str(toks[1])],
+                                               **quiet)
+                finally:
+                    if old is not None:
+                        signal.signal(signal.SIGTERM, old)
+                add(leaves[1], await found(toks[1]), [SLEEP, str(toks[1])], waiter=entered)
+            elif g.kind == "exec_daemon":
+                argv = [py, "-c", EXEC_ON_TERM, str(self.prog.daemons["nvidia-persistenced"]), str(toks[0])]
+                popen = subprocess.Popen(argv, **quiet)
+                await until(lambda: sig_caught(popen.pid, signal.SIGTERM), SETUP_TIMEOUT_S, "the exec handler",
+                            interval=0.002)
+                add(holder, popen.pid, argv, popen=popen)
+            elif g.kind == "lead_exit":
+                argv = [py, "-c", LEAD_EXIT, str(toks[0])]
+                popen = subprocess.Popen(argv, **quiet)
+                await until(lambda: live_thread_state(popen.pid) is not None and _raw_state(popen.pid) == "Z",
+                            SETUP_TIMEOUT_S, "the main thread to exit", interval=0.002)
+                add(holder, popen.pid, argv, popen=popen)
+            else:  # orphans: the owner forks two children, then the harness SIGKILLs it
+                script = f"{SLEEP} {toks[1]} & {SLEEP} {toks[2]} & exec {SLEEP} {toks[0]}"
+                popen = subprocess.Popen([DASH, "-c", script], **quiet)
+                kids = [await found(toks[1]), await found(toks[2])]
+                owner = add(holder, await found(toks[0]), [SLEEP, str(toks[0])], popen=popen)
+                for leaf, pid in zip(leaves[1:], kids, strict=True):
+                    leaf.kind, leaf.handle_gpus = "handle", [g.gpu]
+                    add(leaf, pid, [SLEEP, str(leaf.token)], owner=owner)
+                self.free(owner)
 
     async def _start_tree(self, tree: NodeSpec) -> None:
         script = self.prog.scripts / f"t{self.spec.seed}.sh"
@@ -849,6 +994,14 @@ class Table:
         procs = []
         for p in self.procs:
             leaf = p.spec
+            if p.role == "dead_owner":  # the driver keeps its memory while a child holds its descriptors
+                kept = [k.pid for k in self.procs if k.owner is p and k.alive()]
+                if kept:
+                    for g, mib in leaf.mem.items():
+                        used[g] += mib
+                    procs.append(ProcSample(pid=p.pid, start_time=p.start_time, gpu_mem_mib=dict(leaf.mem),
+                                            kind="exited", visible=False, held_by=kept, flags=["exited"]))
+                continue
             if leaf.kind is None:
                 continue
             st = proc_stat(p.pid)
@@ -859,7 +1012,8 @@ class Table:
             procs.append(ProcSample(pid=p.pid, start_time=p.start_time, user="nobody" if leaf.uid else "root",
                                     gpu_mem_mib=dict(leaf.mem), kind=leaf.kind,  # type: ignore[arg-type]
                                     unit=leaf.unit, cmdline=p.cmdline, state=st[1], ppid=st[2],
-                                    gpus=sorted(leaf.handle_gpus or leaf.mem), exe=p.exe))
+                                    gpus=sorted(leaf.handle_gpus or leaf.mem), exe=p.exe,
+                                    inherits=[p.owner.pid] if p.owner is not None else []))
         gpus = [GpuSample(index=i, uuid=f"GPU-safety-{i}", name="Safety GPU", mem_used_mib=used[i],
                           mem_total_mib=TOTAL_MIB, mem_reserved_mib=RESERVED_MIB) for i in range(GPUS)]
         return HostSample(t=time.time(), host="local", gpus=gpus, procs=procs, agent_pid=self.agent_pid)
@@ -944,7 +1098,8 @@ class Table:
         except ReuseMissed:
             pass  # counted; the table stopped before its next step
         except Exception as exc:  # the table is reported, with its seed; the others go on
-            self.result.error = f"{type(exc).__name__}: {exc}"
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            self.result.error = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"
         finally:
             alive = {p.key for p in self.procs if p.freed_at is None and p.alive()}
             if self.spec.reuse == "stale" and self.main is not None and proc_stat(self.main.pid) is not None:
@@ -987,6 +1142,9 @@ class Table:
         decisions = {d.step: d.decision for d in res.decisions}
         sent_to: dict[int, set[str]] = {}
         """id() of the process reached -> the signals the events say it was sent."""
+        sent_steps: dict[int, set[str]] = {}
+        """id() of the process reached -> the steps that sent it a signal."""
+        sent_count: dict[int, int] = {}
         for i, e in enumerate(self.events):
             if not isinstance(e, SignalSent):
                 continue
@@ -1002,6 +1160,11 @@ class Table:
             truth = self.holder_at(e.pid, e.start_time, i)
             if truth is not None:
                 sent_to.setdefault(id(truth), set()).add(e.signal)
+                sent_steps.setdefault(id(truth), set()).add(e.step)
+                if truth.role == "exec_daemon" and sent_count.get(id(truth)):  # it exec'd at its first signal
+                    res.wrong.append(Wrong("exec_daemon: signalled after it became a host daemon",
+                                           f"{e.signal} to pid {e.pid} in step {e.step}"))
+                sent_count[id(truth)] = sent_count.get(id(truth), 0) + 1
             why = self._wrong_signal(e, previews.get(e.step), decisions.get(e.step), truth)
             if why is not None:
                 res.wrong.append(why)
@@ -1015,6 +1178,9 @@ class Table:
             died = signal.Signals(-p.status).name if p.status is not None and p.status < 0 else None
             if p.harness_killed and died == "SIGKILL":
                 continue  # the harness's own kill (a stale main, a reuse's victim)
+            if died is not None and self._died_with(p, died, sent_steps, decisions):
+                res.died_with[f"{p.role} ({died})"] += 1
+                continue
             if died is None or died not in sent_to.get(id(p), set()):
                 how = f"died of {died}" if died else f"ended with status {p.status}"
                 res.unexplained.append((p.pid, p.start_time, died, Wrong(
@@ -1023,6 +1189,24 @@ class Table:
         for e in self.events:
             if isinstance(e, Consent) and e.step not in decisions:
                 res.wrong.append(Wrong("consent without the operator", f"step {e.step}: {e}"))
+
+    def _died_with(self, p: Proc, died: str, sent_steps: dict[int, set[str]],
+                   decisions: dict[str, ConsentDecision]) -> bool:
+        """Whether P died, of the kernel's signal (SIGHUP: a terminal hangup; SIGKILL: its PID namespace ended),
+        with a process a step signalled, having been listed in that step's preview as dying with it and
+        consented: the service's, or ticked by the operator."""
+        for e in self.events:
+            if not isinstance(e, StepPreview):
+                continue
+            row = next((r for r in e.spared if (r.pid, r.start_time) == p.key and r.dies_with is not None), None)
+            if row is None or died not in ("SIGHUP", "SIGKILL"):
+                continue
+            via = [q for q in self.procs if q.pid == row.dies_with and e.step in sent_steps.get(id(q), set())]
+            decision = decisions.get(e.step)
+            ticked = decision is not None and decision.pids is not None and p.pid in decision.pids
+            if via and (ticked or p.role in SERVICE_ROLES):
+                return True
+        return False
 
     def _others_consented_before(self, step: str) -> bool:
         """Whether the operator accepted the others step's preview before this step's."""
@@ -1075,12 +1259,12 @@ def _role_refusal(truth: Proc, step: str, ticked: bool, others_consented: bool, 
     accepted the others step before this one (the device step then reaches them too)."""
     if truth.role in SERVICE_ROLES:
         return None
-    if truth.role == "other_holder":
+    if truth.role == "other_holder" or truth.role in OTHER_HOLDERS:
         if step == OTHERS_STEP or others_consented:
             return None
         return Wrong(f"{truth.label()}: signalled in step {step} (only {OTHERS_STEP!r} may, or a later step "
                      "once it was consented)", where)
-    if truth.role == "monitor":
+    if truth.role == "monitor" or truth.role in TICK_ONLY:
         return None if ticked else Wrong(f"{truth.label()}: signalled in step {step} without its pid ticked", where)
     return Wrong(f"{truth.label()}: signalled in step {step}", where)
 
@@ -1091,8 +1275,8 @@ async def reap(p: Proc) -> int | None:
     status: list[int | None] = []
 
     def exited() -> bool:
-        if p.popen is not None:
-            code = p.popen.poll()
+        if p.popen is not None or p.waiter is not None:
+            code = (p.popen or p.waiter).poll()  # type: ignore[union-attr]
             if code is not None:
                 status.append(code)
         else:
@@ -1136,6 +1320,7 @@ class Summary:
     foreign: int = 0
     """Signals and deaths across a table's edge: the harness's doing (TableResult.foreign), not the cleanup's."""
     foreign_kinds: Counter[str] = field(default_factory=Counter)
+    died_with: Counter[str] = field(default_factory=Counter)
 
     def add(self, res: TableResult) -> None:
         self.tables += 1
@@ -1149,6 +1334,7 @@ class Summary:
         self.odd.update(res.odd)
         self.foreign += len(res.foreign)
         self.foreign_kinds.update(w.kind for w in res.foreign)
+        self.died_with.update(res.died_with)
         if res.error:
             self.errors.append(res)
         if res.wrong or res.foreign:
@@ -1161,7 +1347,8 @@ class Summary:
     def report(self, show: int = 3) -> str:
         lines = [f"{self.line()} ({self.elapsed_s:.1f} s; {len(self.errors)} tables in error)",
                  f"  signal outcomes {dict(self.outcomes)}; pid reuses {dict(self.reuses)}",
-                 f"  processes {dict(self.roles.most_common())}"]
+                 f"  processes {dict(self.roles.most_common())}",
+                 f"  died with a signalled target, listed in its preview and consented: {dict(self.died_with)}"]
         lines += [f"  {n} x {detail}" for detail, n in self.odd.most_common()]
         lines += [f"  {n} x {kind}" for kind, n in self.kinds.most_common()]
         lines += [f"  {n} x the harness's doing: {kind}" for kind, n in self.foreign_kinds.most_common()]

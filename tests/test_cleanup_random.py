@@ -1,7 +1,8 @@
 """The randomized safety test (issue 18): generated process tables of real processes (trees, reused pids,
-other users, host daemons, monitors, non-UTF-8 names, pidfiles, protected processes) run through the real
-planner and executor against the real local agent, and nothing outside what the preview listed and the
-operator consented to may ever be signalled (tests/safety_tables.py holds the generator, the harness and the
+other users, host daemons, monitors, non-UTF-8 names, pidfiles, protected processes; issue 32: terminal
+leaders, PID namespace inits, execs into a daemon, exited main threads, owners dead before their children)
+run through the real planner and executor against the real local agent, and nothing outside what the preview
+listed and the operator consented to may ever be signalled or die (tests/safety_tables.py holds the generator, the harness and the
 oracle).
 
 KIMITUI_SAFETY_TABLES (default 1000) and KIMITUI_SAFETY_SEED (default 1800) choose the tables: table i has
@@ -85,6 +86,10 @@ async def test_random_tables_signal_only_what_was_previewed_and_consented(capsys
     assert all(summary.reuses[when] > 0 for when in ("stale", "before", "between", "consent")), summary.report()
     assert summary.outcomes["SIGTERM mismatch"] > 0 and summary.outcomes["SIGKILL sent"] > 0, summary.report()
     assert summary.refused > 0, summary.report()
+    # and what the kernel ends along with a target (issue 32): listed, consented, then dead of its signal
+    assert summary.died_with["hup_helper (SIGHUP)"] > 0 and summary.died_with["ns_guest (SIGKILL)"] > 0, \
+        summary.report()
+    assert summary.roles["exec_daemon"] and summary.roles["lead_exited"] and summary.roles["inheritor"]
 
 
 class Saboteur(Table):
@@ -123,6 +128,38 @@ async def test_the_oracle_sees_a_signal_to_another_users_process() -> None:
     summary = await run_tables(20, SEED, table_cls=EveryoneAllowed)
     assert sum(n for kind, n in summary.kinds.items() if kind.startswith("other_user: signalled in step")), \
         summary.report()
+
+
+class BlindToFate(Table):
+    """Tables run as the cleanup ran before issue 32: no preview lists what dies with a target, nothing refuses a
+    target for it, and each signal goes out with the identity check alone (no last look by the agent: not at
+    what would die with the process, nor at whether it became a host daemon since)."""
+
+    @classmethod
+    def prepare(cls) -> None:
+        from kimitui.cleanup import fate
+        from kimitui.hosts.base import Host, SignalResult
+        from kimitui.hostside.signals import guarded_signal
+
+        fate.companion_rows = lambda *a, **k: []  # type: ignore[assignment]
+        fate.refusal = lambda *a, **k: None  # type: ignore[assignment]
+
+        async def signal(self, proc, sig, companions=()):  # type: ignore[no-untyped-def]
+            return SignalResult(*guarded_signal(proc.pid, proc.start_time, sig))
+
+        Host.signal = signal  # type: ignore[method-assign]
+
+
+async def test_the_oracle_judges_what_died_not_only_what_was_sent() -> None:
+    """Blind to what the kernel ends along with a target (the cleanup before issue 32), the tables' oracle reports
+    the helpers killed by a terminal's hangup and the processes killed with their PID namespace (no signal event
+    and no preview row explains their wait status), and the SIGKILL to a worker that became a host daemon."""
+    summary = await run_tables(120, SEED, table_cls=BlindToFate)
+    assert not summary.errors, summary.report()
+    kinds = summary.kinds
+    assert kinds["hup_helper: delivered without a signal event"] > 0, summary.report()
+    assert kinds["ns_guest: delivered without a signal event"] > 0, summary.report()
+    assert kinds["exec_daemon: signalled after it became a host daemon"] > 0, summary.report()
 
 
 class NoExecutables(Table):
