@@ -2,8 +2,8 @@
 other users, host daemons, monitors, non-UTF-8 names, pidfiles, protected processes; issue 32: terminal
 leaders, PID namespace inits, execs into a daemon, exited main threads, owners dead before their children)
 run through the real planner and executor against the real local agent, and nothing outside what the preview
-listed and the operator consented to may ever be signalled or die (tests/safety_tables.py holds the generator, the harness and the
-oracle).
+listed and the operator consented to may ever be signalled or die (tests/safety_tables.py holds the generator,
+the harness and the oracle).
 
 KIMITUI_SAFETY_TABLES (default 1000) and KIMITUI_SAFETY_SEED (default 1800) choose the tables: table i has
 seed SEED+i, and a failing table is printed with the command that reruns it alone. The tables run in a pid
