@@ -13,6 +13,8 @@
 #            verdict timed against the driver's own release (NVML read every 1 ms)
 #   safety   scripts/device_safety.py: only the service is cleaned, another GPU holder only with `others`, a
 #            stand-in nvidia-persistenced and an NVML monitor spared, a worker whose name is not UTF-8 cleaned
+#   orphans  scripts/device_orphans.py: a torch holder SIGKILLed while two forked workers keep its memory: shown as
+#            kind exited held by them, previewed as theirs, freed by the cleanup's others step
 #   micro    scripts/device_micro.sh: the GEMM benchmark through the host program, fidelity, cancel
 #   loadgen  benchmarks/loadgen.py --quick --servers sim,burst (with and without /metrics reads), pinned to 2 cores
 #   campaign scripts/device_campaign.sh: the whole campaign headless against a stand-in for vLLM
@@ -86,6 +88,15 @@ part_safety() {
   local rc=$?
   say "safety: rc $rc"
   cat "$d/safety.txt" >> "$OUT/summary.txt" 2>/dev/null
+  [ $rc -eq 0 ] || status=1
+}
+
+part_orphans() {
+  local d="$OUT/work/orphans"; mkdir -p "$d"
+  timeout 300 $PY scripts/device_orphans.py --out "$d" > "$d/run.log" 2>&1
+  local rc=$?
+  say "orphans: rc $rc"
+  cat "$d/orphans.txt" >> "$OUT/summary.txt" 2>/dev/null
   [ $rc -eq 0 ] || status=1
 }
 
