@@ -352,3 +352,16 @@ async def test_the_plots_legend_numbers_a_sweep_as_the_table_does(tmp_path: Path
         legend = str(view.plots["throughput"].render())
         assert "sweep 2" in legend and "sweep 3" in legend and "sweep 1" not in legend
         assert "### Sweep 3: up" in render_report(RunReader(tmp_path / "three.jsonl"))
+
+
+def test_the_process_table_says_whose_descriptors_keep_an_exited_pids_memory() -> None:
+    """An exited pid the driver still lists reads as exited and kept by its children, never "not visible here";
+    each child says whose memory it keeps. Another namespace's pid still reads "(not visible here)"."""
+    dead = ProcSample(pid=520, gpu_mem_mib={0: 6662.0}, kind="exited", visible=False, held_by=[545, 546])
+    kid = ProcSample(pid=545, start_time=7, kind="cuda", cmdline="python3 train.py", gpus=[0], inherits=[520])
+    ghost = ProcSample(pid=4242, gpu_mem_mib={0: 512.0}, visible=False)
+    assert proc_cells(dead, PLAIN)[-1].plain == (  # type: ignore[union-attr]
+        "(exited; its memory kept by pid 545, 546 through inherited descriptors)")
+    assert proc_cells(dead, PLAIN)[4].plain == "exited"  # type: ignore[union-attr]
+    assert proc_cells(kid, PLAIN)[-1].plain == "keeps exited pid 520's memory · train.py"  # type: ignore[union-attr]
+    assert proc_cells(ghost, PLAIN)[-1].plain == "(not visible here)"  # type: ignore[union-attr]
