@@ -18,7 +18,8 @@ from kimitui.core.session import Session
 from kimitui.hosts.sim.host import SimHost
 from kimitui.hosts.sim.teardown import alive as sim_alive
 from kimitui.hosts.telemetry import TelemetrySource
-from kimitui.hostside.procfs import process_table, read_exe
+from kimitui.hostside.procfs import read_exe
+from kimitui.hostside.proctable import process_table
 from tests.cleanup_rig import FAST, SHORT_VERIFY, Rig, results, sample_where
 from tests.cleanup_support import HERE, SimDir, alive
 from tests.support import ROOT, start_daemon

@@ -18,13 +18,13 @@ from ..procfs import (
     ancestry,
     parse_cgroup,
     parse_cmdline,
-    process_table,
     read_bounded,
     read_exe,
     read_stat,
     start_time_of,
     user_name,
 )
+from ..proctable import process_table
 from ..sampler import SampleStream
 from ..signals import guarded_signal, killpg
 from ..simdriver import SimSource
