@@ -202,7 +202,7 @@ def test_with_others_consented_the_holder_that_is_not_the_service_is_freed(tmp_p
 
 
 def test_the_demos_exited_owner_is_shown_held_by_its_children_and_freed_by_the_others_step(tmp_path: Path) -> None:
-    """KIMITUI_DEMO_ORPHANS: a holder of 6,754 MiB forked two children that inherit its descriptors and was SIGKILLed;
+    """KIMITUI_DEMO_ORPHANS: a holder of 4,096 MiB forked two children that inherit its descriptors and was SIGKILLed;
     the simulated driver keeps its memory under the dead pid while they live. The others step previews the children
     as holding that memory and the dead pid as exited, kept by them (never "not visible here"), and frees the GPU."""
     res = run_cli(["--host", "demo", "--gpus", "1", "--yes", "graceful,process,others,device", "--json"], tmp_path,
@@ -212,10 +212,10 @@ def test_the_demos_exited_owner_is_shown_held_by_its_children_and_freed_by_the_o
     (others,) = of(events, "step_preview", step="others")
     (dead,) = [r for r in others["spared"] if r["kind"] == "exited"]
     kids = sorted(r["pid"] for r in others["targets"])
-    assert len(kids) == 2 and all(r["reason"] == f"on the GPUs, not the service: holds 6,754 MiB of exited pid "
+    assert len(kids) == 2 and all(r["reason"] == f"on the GPUs, not the service: holds 4,096 MiB of exited pid "
                                   f"{dead['pid']} through inherited descriptors" for r in others["targets"])
-    assert dead["reason"] == (f"exited: its 6,754 MiB are kept by pid {kids[0]}, {kids[1]} through the descriptors "
-                              "they inherited from it") and dead["mem_mib"] == 6754
+    assert dead["reason"] == (f"exited: its 4,096 MiB are kept by pid {kids[0]}, {kids[1]} through the descriptors "
+                              "they inherited from it") and dead["mem_mib"] == 4096
     assert not any("not visible" in r["reason"] for e in of(events, "step_preview") for r in e["spared"])
     assert {s["pid"] for s in of(events, "signal", outcome="sent", step="others")} == set(kids)
     assert not of(events, "signal", pid=dead["pid"])

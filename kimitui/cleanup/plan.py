@@ -125,7 +125,7 @@ def _mem_on(proc: ProcSample, gpus: list[int]) -> str:
 def holder_reason(proc: ProcSample, scope: list[int] | set[int], sample: HostSample | None = None) -> str:
     """Why the process counts as a holder on the GPUs in scope, by what scoped it: its NVML memory
     ("holds 41570 MiB on GPU 0"), the memory of an exited process it keeps through the descriptors it inherited
-    ("holds 6754 MiB of exited pid 718 through inherited descriptors"), else the device files it maps ("maps
+    ("holds 6,662 MiB of exited pid 520 through inherited descriptors"), else the device files it maps ("maps
     /dev/nvidia1, no memory listed")."""
     on = gpus_in_scope(proc, scope)
     if proc.gpu_mem_mib:

@@ -37,7 +37,7 @@ notebook): the cleanup's others group, asked for apart (``--yes ...,others``).""
 
 
 DEMO_ORPHANS_ENV = "KIMITUI_DEMO_ORPHANS"
-"""Set to a GPU index, the demo also runs there a holder of 6,754 MiB that forks two children (they inherit its
+"""Set to a GPU index, the demo also runs there a holder of 4,096 MiB that forks two children (they inherit its
 device files, as DataLoader workers do) and is then SIGKILLed: the driver keeps its memory under its dead pid
 while they live (what the others step frees)."""
 

@@ -48,6 +48,8 @@ from kimitui.hostside.signals import guarded_signal
 _PKG_ROOT = str(Path(__file__).resolve().parents[3])
 """The folder holding the kimitui package: the simulated processes import it from there."""
 POLL_S = 0.02
+ORPHANS_MIB = 4096
+"""What the demo's exited holder (``orphans_gpu``) keeps: it fits beside a service worker (92,411 of 97,887 MiB)."""
 
 
 class SimHost(LocalHost):
@@ -65,6 +67,8 @@ class SimHost(LocalHost):
             raise ValueError("stuck_workers must be between 0 and the number of GPUs")
         if not 0 <= worker_mem_mib <= total_mib - reserved_mib:
             raise ValueError("worker memory does not fit on the simulated GPU")
+        if orphans_gpu is not None and worker_mem_mib + ORPHANS_MIB > total_mib - reserved_mib:
+            raise ValueError("the exited holder's memory does not fit beside a worker on the simulated GPU")
         self.gpus: list[SimGpu] = make_gpus(gpus, name=gpu_name, total_mib=total_mib, reserved_mib=reserved_mib)
         self.worker_mem_mib = worker_mem_mib
         self.stuck_gpus: tuple[int, ...] = tuple(range(gpus - stuck_workers, gpus))
@@ -171,7 +175,7 @@ class SimHost(LocalHost):
                 if self.stray_gpu is not None else None
             if self.persistence_daemon:
                 self.daemon_proc = self._spawn_persistence_daemon()
-            orphaner = self._spawn_holder(["orphaner", "--title", "python3", "--mem-mib", "6754",
+            orphaner = self._spawn_holder(["orphaner", "--title", "python3", "--mem-mib", str(ORPHANS_MIB),
                                            *self._gpu_flags([self.orphans_gpu])]) \
                 if self.orphans_gpu is not None else None
             await self.start_service()
