@@ -269,7 +269,7 @@ def allreduce_section(state: SessionState) -> list[str]:
     singles = {key: m for key, m in singles.items() if "eager" in m or "graph" in m}  # nccl-tests' two groups
     if singles:
         lines += ["", "In nccl-tests' columns (torch.distributed works in place: the two groups are eager and CUDA "
-                  "graph):", "", "```", NCCL_HEAD,
+                  "graph):", "", "```", *NCCL_HEAD.split("\n"),  # our own three lines: each a line of the document
                   *[nccl_line(m.get("eager"), m.get("graph")) for m in singles.values()], "```"]
     bursts = [r for r in rows_in if r.burst > 1]
     if bursts:
