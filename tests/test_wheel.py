@@ -152,6 +152,24 @@ def test_replay_summary_and_report_of_the_bundled_run(installed: Installed) -> N
     assert "## Campaign" in out.read_text()
 
 
+def test_without_matplotlib_the_wheel_names_its_own_pythons_pip(installed: Installed) -> None:
+    """An installed wheel is no clone: the advice is the venv's own pip with the extra's requirement (kimitui
+    itself is on no index), and ``-o r.html`` without matplotlib is still written, as the plain page."""
+    blocker = installed.cwd / "block" / "matplotlib"
+    blocker.mkdir(parents=True, exist_ok=True)
+    (blocker / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    env = {**installed.env, "PYTHONPATH": str(blocker.parent)}
+    done = subprocess.run([installed.kimitui, "report", "--figures", "figs"], cwd=installed.cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"kimitui: --figures needs matplotlib, which is not installed: "
+                                        f"{installed.python} -m pip install 'matplotlib>=3.8'"]
+    page = subprocess.run([installed.kimitui, "report", "-o", "r.html"], cwd=installed.cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert page.returncode == 0, page.stderr
+    assert "<table>" in (installed.cwd / "r.html").read_text(encoding="utf-8")
+
+
 def test_the_first_frame_of_the_replay(installed: Installed) -> None:
     n = len(RunReader(bundled_sample_run()))
     first = f"event 1/{n}".encode()

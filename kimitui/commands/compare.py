@@ -1,6 +1,6 @@
 """``kimitui compare RUN_A RUN_B [RUN_C ...]``: runs side by side, and ``kimitui report RUN``; both with
 ``--figures DIR`` (PNG and SVG plots, linked from the Markdown) and ``-o OUT`` (Markdown, or one HTML file
-with the figures inline when OUT ends in .html)."""
+when OUT ends in .html: the figures inline where matplotlib is installed, the plain page where it is not)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from kimitui.commands.extras import importable, install_command
 from kimitui.commands.output import CliError, check_writable, write_whole
 
 
 def add_figure_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("-o", "--output", type=Path,
-                   help=f"write the {what} to this file instead of standard output (OUT.html: one HTML file with "
-                        "the figures inline)")
+                   help=f"write the {what} to this file instead of standard output (OUT.html: one HTML file, "
+                        "with the figures inline where matplotlib is installed)")
     p.add_argument("--figures", type=Path, metavar="DIR",
-                   help="also write the figures as PNG and SVG into DIR, linked from the report (needs matplotlib: "
-                        "pip install 'kimitui[figures]')")
+                   help="also write the figures as PNG and SVG into DIR, linked from the report (needs matplotlib, "
+                        "the 'figures' extra)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,13 +36,21 @@ def _html(output: Path | None) -> bool:
     return output is not None and output.suffix.lower() in (".html", ".htm")
 
 
+def figures_missing() -> str:
+    """The one line for --figures without matplotlib: the command that installs it for this kimitui."""
+    return f"--figures needs matplotlib, which is not installed: {install_command('figures')}"
+
+
 def _figure_dir(args: argparse.Namespace) -> tuple[Path | None, tempfile.TemporaryDirectory[str] | None]:
-    """Where the figures go: --figures DIR, or a temporary folder for an HTML report's inline figures."""
+    """Where the figures go: --figures DIR, or a temporary folder for an HTML report's inline figures (none
+    without matplotlib: the page is the report's plain HTML)."""
     if args.figures is not None:
         if args.figures.exists() and not args.figures.is_dir():
             raise CliError(f"--figures {args.figures}: not a directory")
+        if not importable("matplotlib"):
+            raise CliError(figures_missing())
         return args.figures, None
-    if _html(args.output):
+    if _html(args.output) and importable("matplotlib"):
         tmp = tempfile.TemporaryDirectory(prefix="kimitui-figures-")
         return Path(tmp.name), tmp
     return None, None
@@ -66,8 +75,8 @@ def emit(args: argparse.Namespace, render: Render, plots: Plots, option: str) ->
         if folder is not None:
             try:
                 written = plots(folder)
-            except FiguresUnavailable as exc:
-                raise CliError(str(exc)) from None
+            except FiguresUnavailable:
+                raise CliError(figures_missing()) from None
             except OSError as exc:
                 raise CliError(f"--figures {folder}: {exc.strerror or exc}") from None
         base = args.output.parent if args.output is not None else Path.cwd()
@@ -79,14 +88,23 @@ def emit(args: argparse.Namespace, render: Render, plots: Plots, option: str) ->
             text = to_html(text, {link: path for (_, link), (_, path) in zip(links, written, strict=True)})
         if args.output:
             write_whole(args.output, text, f"{option} -o")
-            print(f"{option} written to {args.output}" + (f"; figures in {folder}" if tmp is None and folder else ""),
-                  file=sys.stderr)
+            print(f"{option} written to {args.output}" + _written_note(args, folder, tmp), file=sys.stderr)
         else:
             sys.stdout.write(text)
     finally:
         if tmp is not None:
             tmp.cleanup()
     return 0
+
+
+def _written_note(args: argparse.Namespace, folder: Path | None,
+                  tmp: tempfile.TemporaryDirectory[str] | None) -> str:
+    """What the line saying where the report went adds: where the figures went, or why a page has none."""
+    if folder is not None and tmp is None:
+        return f"; figures in {folder}"
+    if folder is None and _html(args.output):
+        return f"; without figures (they need matplotlib: {install_command('figures')})"
+    return ""
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

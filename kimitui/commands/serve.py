@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from kimitui.commands.extras import install_command
 from kimitui.core.printable import printable
 
 if TYPE_CHECKING:
@@ -276,7 +277,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         import textual_serve.server  # noqa: F401
     except ImportError:
-        raise ServeError("kimitui serve needs textual-serve: pip install 'kimitui[serve]'") from None
+        raise ServeError(f"kimitui serve needs textual-serve, which is not installed: {install_command('serve')}") \
+            from None
     _check_bindable(args.bind, args.port)  # before the lines that say where it serves
     _check_target(args)
     read_only = not args.allow_actions
