@@ -64,6 +64,19 @@ def modelled(name: str) -> dict:
     return model
 
 
+MODELLED_JITTER = (0.985, 1.03)
+"""A modelled row's time is ``modelled_us`` times a factor drawn from this range (a run's spread)."""
+
+
+def modelled_us(model: dict, size: int, mode: str, ranks: int) -> float:
+    """One all-reduce of ``size`` bytes over ``ranks`` GPUs on the machine ``model`` (``modelled``'s): the
+    small-message latency (eager, or replayed in a CUDA graph) plus the size over the bus bandwidth. The
+    simulated host's rows are this times a small jitter, and its serving model's decode step is built from
+    the same figure (kimitui.hosts.sim.machine)."""
+    lat = model["latency_us"] if mode == "eager" else model["graph_latency_us"]
+    return lat + size * bus_factor(ranks) / (model["busbw_gbps"] * 1e9) * 1e6
+
+
 def sizes_for(args: argparse.Namespace) -> list:
     """[(bytes, tokens or None)]: one decode step's message at each M, then the sweep (x2 per step)."""
     el = DTYPE_BYTES[args.dtype]
@@ -121,8 +134,7 @@ def modelled_rank(rank: int, args: argparse.Namespace, release: int) -> int:
     done = 0
 
     def time_us(size: int, mode: str) -> float:
-        lat = model["latency_us"] if mode == "eager" else model["graph_latency_us"]
-        return (lat + size * bus_factor(args.ranks) / (model["busbw_gbps"] * 1e9) * 1e6) * rnd.uniform(0.985, 1.03)
+        return modelled_us(model, size, mode, args.ranks) * rnd.uniform(*MODELLED_JITTER)
 
     for size, tokens in sizes:
         for mode in modes:

@@ -32,11 +32,13 @@ from .gemm_rows import (  # noqa: F401 (the worker's names)
     DATASHEET_GBPS,
     INT4_HONEST,
     MAX_REL_ERR,
+    MODELLED_JITTER,
     MODELS,
     as_backend,
     dtype_bits,
     expected_experts,
     figures,
+    modelled_gemm_us,
     parse_dtype,
     plan_items,
     row_bytes,
@@ -69,14 +71,7 @@ def run_modelled(args: argparse.Namespace, items: list, ms: list) -> int:
             time.sleep(args.pace)  # the modelled run takes time like a real one: progress is visible
         touched = expected_experts(it["experts"], it["topk"], m) if it["kind"] == "moe" else 0.0
         it_b = as_backend(it, backend)
-        b = row_bytes(it_b, m, touched)
-        eff = 0.82 if backend == "bf16" else 0.72
-        mem_us = b / (eff * model["bw"] * 1e9) * 1e6
-        flop_us = row_flops(it, m) / (0.55 * model["bf16_tflops"] * 1e12) * 1e6
-        overhead = 2.6 + (6.0 if it["kind"] == "moe" else 0.0)
-        if it["kind"] == "moe" and backend == "bf16":
-            overhead += 4.0 * touched  # a loop over the experts, two launches each
-        t = (max(mem_us, flop_us) + overhead) * rnd.uniform(0.985, 1.025)
+        t = modelled_gemm_us(it, backend, m, model) * rnd.uniform(*MODELLED_JITTER)
         kernel = {"bf16": "torch.mm", "marlin": "fused_marlin_moe" if it["kind"] == "moe" else "marlin_gemm"}
         event("row", name=it["name"], m=m, n=it["n"], k=it["k"], dtype=it["dtype"] if backend != "bf16" else
              ("bf16" if it["dtype"] == "bf16" else "bf16 (dequant)"), backend=backend, kernel=kernel[backend],

@@ -13,6 +13,8 @@ DATASHEET_GBPS = (("H200", 4800.0), ("H100 NVL", 3900.0), ("H100 PCIe", 2000.0),
                   ("A100", 1555.0), ("RTX PRO 6000", 1792.0), ("L40S", 864.0), ("L4", 300.0))
 MODELS = {"rtx-pro-6000": {"device": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "bw": 1792.0,
                            "bf16_tflops": 250.0, "l2_mb": 128.0}}
+MODELLED_JITTER = (0.985, 1.025)
+"""A modelled row's time is ``modelled_gemm_us`` times a factor drawn from this range (a run's spread)."""
 
 
 
@@ -124,3 +126,19 @@ def figures(item: dict, m: int, time_us: float, bw_gbps: float, touched: float) 
 
 
 # --- modelled figures (the simulated host) -----------------------------------------------------------
+
+
+def modelled_gemm_us(item: dict, backend: str, m: int, model: dict) -> float:
+    """The modelled time of one GEMM row (``plan_items``'s item, run with ``backend`` at M=``m``) on the machine
+    ``model`` (``MODELS``): the larger of its bytes over the usable bandwidth and its FLOPs over the usable
+    bf16 rate, plus the launch overhead. The simulated host's micro rows are this times a small jitter, and its
+    serving model's decode step is built from the same figures (kimitui.hosts.sim.machine)."""
+    touched = expected_experts(item["experts"], item["topk"], m) if item["kind"] == "moe" else 0.0
+    b = row_bytes(as_backend(item, backend), m, touched)
+    eff = 0.82 if backend == "bf16" else 0.72
+    mem_us = b / (eff * model["bw"] * 1e9) * 1e6
+    flop_us = row_flops(item, m) / (0.55 * model["bf16_tflops"] * 1e12) * 1e6
+    overhead = 2.6 + (6.0 if item["kind"] == "moe" else 0.0)
+    if item["kind"] == "moe" and backend == "bf16":
+        overhead += 4.0 * touched  # a loop over the experts, two launches each
+    return max(mem_us, flop_us) + overhead

@@ -6,6 +6,11 @@ takes ``base_s + per_seq_s * batch`` seconds. At most ``max_batch`` requests run
 with concurrency and flattens at ``max_batch``. The defaults follow the reference host
 (8 x RTX PRO 6000, TP=8): 50 tok/s for one stream, a plateau of 1536 tok/s at concurrency 128.
 
+The simulated host serves with ``BatchingModel.default``: for a model whose shapes it knows (Kimi-K2.5), the
+step at batch M is the machine's own modelled GEMMs and all-reduces at M (the figures its micro benchmarks
+report, ``machine.py``) plus a rest linear in M fitted to those two targets; so a campaign's analysis on the
+simulated host finds the measured parts within the TPOT at every M.
+
 Prefill: a request's prompt is processed in the steps after it is admitted, at most
 ``prefill_chunk`` prompt tokens a step over all requests (vLLM's chunked prefill and its
 ``max_num_batched_tokens``), each prompt token adding ``1 / prefill_tps`` seconds to its step; a
@@ -43,6 +48,12 @@ class BatchingModel:
     """Prompt tokens prefilled per second (inf: prefill is free)."""
     prefill_chunk: int = PREFILL_CHUNK
     """Most prompt tokens prefilled in one step."""
+    parts_s: tuple[float, ...] = ()
+    """The simulated machine's modelled GEMMs and all-reduces of one step at batch 1, 2, ... ``max_batch``
+    (seconds; ``machine.py``), added to ``base_s + per_seq_s * batch`` (then the rest: attention, routing,
+    sampling, scheduling); empty for a plain linear model."""
+    machine: tuple[str, int, float] | None = None
+    """(served model, TP, all-reduce speedup) that ``parts_s`` was modelled for (None: no parts)."""
 
     @classmethod
     def from_targets(cls, *, single_stream_tps: float = REFERENCE_SINGLE_STREAM_TPS,
@@ -63,6 +74,54 @@ class BatchingModel:
         return cls(base_s=t1 - per_seq, per_seq_s=per_seq, max_batch=plateau_batch, prefill_tps=prefill_tps)
 
     @classmethod
+    def simulated_machine(cls, model: str, tp: int, *, allreduce_speedup: float = 1.0,
+                          single_stream_tps: float = REFERENCE_SINGLE_STREAM_TPS,
+                          plateau_tps: float = REFERENCE_PLATEAU_TPS,
+                          plateau_batch: int = REFERENCE_PLATEAU_BATCH,
+                          prefill_tps: float = REFERENCE_PREFILL_TPS) -> BatchingModel:
+        """The decode step of the simulated machine serving ``model`` at TP ``tp``: its modelled GEMMs and
+        all-reduces at each batch (the figures its micro benchmarks report, ``machine.step_parts``) plus a
+        rest that is linear in the batch, fitted so that the whole step gives ``single_stream_tps`` at batch 1
+        and ``plateau_tps`` at ``plateau_batch`` (with the all-reduce as modelled; ``allreduce_speedup``
+        then shortens the all-reduce alone). ValueError where the modelled parts alone exceed a target step
+        (the targets and the machine would contradict each other); KeyError for a model without shapes."""
+        from kimitui.hosts.sim.machine import step_parts
+
+        if plateau_batch < 2:
+            raise ValueError("plateau_batch must be at least 2")
+        if not prefill_tps > 0:
+            raise ValueError("prefill_tps must be positive")
+        k = allreduce_speedup if allreduce_speedup >= 1.0 else 1.0
+        parts = step_parts(model, tp, plateau_batch)
+        fast = parts if k == 1.0 else step_parts(model, tp, plateau_batch, allreduce_speedup=k)
+        whole = [g + a for g, a in zip(parts.gemm_s, parts.allreduce_s, strict=True)]
+        rest1 = 1.0 / single_stream_tps - whole[0]
+        rest_p = plateau_batch / plateau_tps - whole[-1]
+        if rest1 < 0 or rest_p < 0:
+            raise ValueError(f"the modelled GEMMs and all-reduces of a step exceed the targets' step "
+                             f"({whole[0] * 1e3:.1f} ms at batch 1, {whole[-1] * 1e3:.1f} ms at {plateau_batch})")
+        per_seq = (rest_p - rest1) / (plateau_batch - 1)
+        return cls(base_s=rest1 - per_seq, per_seq_s=per_seq, max_batch=plateau_batch, prefill_tps=prefill_tps,
+                   parts_s=tuple(g + a for g, a in zip(fast.gemm_s, fast.allreduce_s, strict=True)),
+                   machine=(model, tp, k))
+
+    @classmethod
+    def default(cls, model: str, tp: int, allreduce_speedup: float = 1.0) -> BatchingModel:
+        """The simulated host's serving model: its machine's (``simulated_machine``) where the simulator knows
+        the served model's shapes at this TP and they fit the reference targets, else the plain reference
+        curve (its all-reduce made faster the linear way)."""
+        from kimitui.bench.micro.shapes import ShapeError
+
+        try:
+            return cls.simulated_machine(model, tp, allreduce_speedup=allreduce_speedup)
+        except (KeyError, ValueError, ShapeError):
+            return cls.from_targets().allreduce_faster(allreduce_speedup, tp)
+
+    def rest_time(self, batch: int) -> float:
+        """Seconds of a step at ``batch`` outside the modelled parts (all of it for a plain model)."""
+        return self.base_s + self.per_seq_s * min(batch, self.max_batch)
+
+    @classmethod
     def instant(cls, max_batch: int = 1 << 20) -> BatchingModel:
         return cls(base_s=0.0, per_seq_s=0.0, max_batch=max_batch, prefill_tps=float("inf"))
 
@@ -74,6 +133,10 @@ class BatchingModel:
 
         if speedup <= 1.0 or self.is_instant:
             return self
+        if self.machine is not None:
+            model, tp, k = self.machine
+            return BatchingModel.simulated_machine(
+                model, tp, allreduce_speedup=k * speedup, **self._targets(), prefill_tps=self.prefill_tps)
         m = MODELS["rtx-pro-6000"]
         saved = 1.0 - 1.0 / speedup
         base = ALLREDUCES_PER_STEP * m["graph_latency_us"] * 1e-6 * saved
@@ -88,9 +151,23 @@ class BatchingModel:
     def is_instant(self) -> bool:
         return self.base_s == 0.0 and self.per_seq_s == 0.0
 
+    def _targets(self) -> dict[str, float | int]:
+        """The targets a machine model was fitted to (its throughput at batch 1 and at ``max_batch`` with the
+        all-reduce as modelled)."""
+        assert self.machine is not None
+        from kimitui.hosts.sim.machine import step_parts
+
+        model, tp, _k = self.machine
+        parts = step_parts(model, tp, self.max_batch)
+        step1 = self.rest_time(1) + parts.gemm_s[0] + parts.allreduce_s[0]
+        step_p = self.rest_time(self.max_batch) + parts.gemm_s[-1] + parts.allreduce_s[-1]
+        return {"single_stream_tps": 1.0 / step1, "plateau_tps": self.max_batch / step_p,
+                "plateau_batch": self.max_batch}
+
     def step_time(self, batch: int) -> float:
         """Seconds one decode step takes with ``batch`` running requests."""
-        return self.base_s + self.per_seq_s * min(batch, self.max_batch)
+        b = min(batch, self.max_batch)
+        return self.base_s + self.per_seq_s * b + (self.parts_s[b - 1] if self.parts_s and b > 0 else 0.0)
 
     def throughput(self, concurrency: int) -> float:
         """Steady-state output tokens per second with ``concurrency`` streams (infinite when instant)."""

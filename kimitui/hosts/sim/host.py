@@ -89,7 +89,7 @@ class SimHost(LocalHost):
         if batching is None:
             from kimitui.hostside.allreduce import allreduce_speedup
 
-            batching = BatchingModel.from_targets().allreduce_faster(allreduce_speedup(), gpus)
+            batching = BatchingModel.default(model, gpus, allreduce_speedup())
         self.batching = batching
         self.faults = faults or FaultPlan()
         self.quirks = quirks or EngineQuirks()

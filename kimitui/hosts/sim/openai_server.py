@@ -351,11 +351,22 @@ def add_batching_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-tps", type=float, default=REFERENCE_PREFILL_TPS,
                         help="prompt tokens prefilled per second (TTFT grows with the prompt)")
     parser.add_argument("--instant", action="store_true", help="no decode delay (client ceiling tests)")
+    parser.add_argument("--modelled-step", metavar="MODEL", default="",
+                        help="the decode step from the simulated machine's modelled GEMMs and all-reduces of MODEL "
+                             "plus a rest fitted to the targets (kimitui/hosts/sim/machine.py)")
+    parser.add_argument("--modelled-tp", type=int, default=8, help="with --modelled-step: the tensor parallel size")
+    parser.add_argument("--allreduce-speedup", type=float, default=1.0,
+                        help="with --modelled-step: the modelled all-reduce this many times faster")
 
 
 def batching_from_args(ns: argparse.Namespace) -> BatchingModel:
     if ns.instant:
         return BatchingModel.instant()
+    if ns.modelled_step:
+        return BatchingModel.simulated_machine(
+            ns.modelled_step, ns.modelled_tp, allreduce_speedup=ns.allreduce_speedup,
+            single_stream_tps=ns.single_stream_tps, plateau_tps=ns.plateau_tps, plateau_batch=ns.plateau_batch,
+            prefill_tps=ns.prefill_tps)
     return BatchingModel.from_targets(single_stream_tps=ns.single_stream_tps, plateau_tps=ns.plateau_tps,
                                       plateau_batch=ns.plateau_batch, prefill_tps=ns.prefill_tps)
 
@@ -364,6 +375,12 @@ def batching_to_args(model: BatchingModel) -> list[str]:
     """The command-line flags that rebuild ``model`` in another process."""
     if model.is_instant:
         return ["--instant"]
+    if model.machine is not None:
+        name, tp, k = model.machine
+        t = model._targets()
+        return ["--modelled-step", name, "--modelled-tp", str(tp), "--allreduce-speedup", repr(k),
+                "--single-stream-tps", repr(t["single_stream_tps"]), "--plateau-tps", repr(t["plateau_tps"]),
+                "--plateau-batch", str(model.max_batch), "--prefill-tps", repr(model.prefill_tps)]
     single = 1.0 / model.step_time(1)
     plateau = model.throughput(model.max_batch)
     return ["--single-stream-tps", repr(single), "--plateau-tps", repr(plateau),
