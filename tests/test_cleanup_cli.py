@@ -5,6 +5,7 @@ errors, the terminal consent, and the real cleanup recorded on 2 x H200 in sampl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import os
@@ -229,10 +230,12 @@ def test_the_demos_exited_owner_is_shown_held_by_its_children_and_freed_by_the_o
 
 def test_dry_run_signals_nothing_and_the_sim_still_holds_its_memory(tmp_path: Path) -> None:
     """A dry run previews every step and signals nothing: every consent is declined, the GPUs still hold the service's
-    memory, the monitor is shown as optional, and the session is recorded."""
+    memory, the monitor is shown as optional, and the session is recorded. It is no failure: nothing is verified
+    (there is nothing to judge), the phase ends "dry run: nothing signalled" and the exit status is 0."""
     res = run_cli(["--host", "demo", "--dry-run", "--json"], tmp_path)
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 0, res.stderr
     assert "dry run" in res.stderr and "nothing is signalled" in res.stderr
+    assert "kimitui: dry run: nothing signalled; session recorded" in res.stderr
     events = lines(res)
     assert of(events, "signal") == []
     previews = {e["step"]: e for e in of(events, "step_preview")}
@@ -241,15 +244,33 @@ def test_dry_run_signals_nothing_and_the_sim_still_holds_its_memory(tmp_path: Pa
     assert len(workers) == 8 and all(r["mem_mib"] > 1000 for r in previews["device"]["targets"])
     assert any(r["reason"].startswith("optional: ") for r in previews["device"]["spared"])  # the monitor
     assert [c["accepted"] for c in of(events, "consent")] == [False, False, False]
-    assert {r["status"] for r in of(events, "step_result") if r["step"] in previews} == {"declined"}
-    verification = of(events, "verification")[-1]
-    assert verification["clean"] is False
-    assert all(not g["clean"] and g["used_mib"] > 1000 for g in verification["gpus"])
-    assert {h["pid"] for h in verification["holders_left"]} == workers
+    results = {r["step"]: r for r in of(events, "step_result")}
+    assert all(results[step]["status"] == "declined" and results[step]["reason"] ==
+               "dry run: previewed only, nothing signalled" for step in previews)
+    assert of(events, "verification") == []
+    assert results["verify"]["status"] == "skipped" and "dry run" in results["verify"]["reason"]
+    (end,) = of(events, "phase_end")
+    assert end["ok"] is True and end["note"] == "dry run: nothing signalled"
     summary = events[-1]
-    assert summary["clean"] is False and summary["signalled"] == []
+    assert summary["dry_run"] is True and summary["clean"] is False and summary["signalled"] == []
     session_files(res, tmp_path)
     assert_nothing_left(res, events)
+    text = run_cli(["--host", "demo", "--dry-run"], tmp_path)
+    assert text.returncode == 0 and "DRY RUN: dry run: nothing signalled" in text.stdout
+    assert "FAILED" not in text.stdout + text.stderr and "NOT CLEAN" not in text.stdout
+
+
+def test_a_dry_runs_later_previews_take_the_earlier_steps_as_consented(tmp_path: Path) -> None:
+    """The device step's preview in a dry run is what it would signal were the others step consented: the holder
+    that is not the service is among its targets, said so, not left alone as if others had been declined."""
+    res = run_cli(["--host", "demo", "--dry-run", "--json"], tmp_path, extra_env=STRAY_ON_3)
+    assert res.returncode == 0, res.stderr
+    events = lines(res)
+    previews = {e["step"]: e for e in of(events, "step_preview")}
+    (stray,) = previews["others"]["targets"]
+    device = {r["pid"]: r for r in previews["device"]["targets"]}
+    assert stray["pid"] in device and "(if others is consented)" in device[stray["pid"]]["reason"]
+    assert of(events, "signal") == []
 
 
 def test_graceful_only_leaves_the_stuck_workers_and_exits_not_clean(tmp_path: Path) -> None:
@@ -330,7 +351,7 @@ def test_service_none_is_previewed_as_such(tmp_path: Path) -> None:
     """--service none is previewed as such: the graceful and process steps are skipped, the holders are all previewed
     as others (in a dry run, untouched), and the text says so."""
     res = run_cli(["--host", "demo", "--dry-run", "--service", "none", "--json"], tmp_path)
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 0, res.stderr  # a dry run is no failure
     events = lines(res)
     plan = of(events, "cleanup_plan")[0]
     assert plan["service"] == "" and plan["manager"] == "none"
@@ -409,17 +430,47 @@ def test_preview_table_and_ticks() -> None:
         parse_ticks("99", preview())
     with pytest.raises(ValueError):
         parse_ticks("+11", preview())  # a target, not an optional spared process
+    with pytest.raises(ValueError, match="'n' is not a pid"):
+        parse_ticks("n", preview())
 
 
-async def test_terminal_consent_asks_per_step() -> None:
-    """On a terminal each step is asked: yes proceeds with the ticks given, a pid not in the preview is refused and
-    asked again, an empty answer or the end of input declines."""
+def test_the_preview_table_fits_a_120_column_terminal_and_keeps_who_is_who() -> None:
+    """At 120 columns no line of the preview is wider: PID, start, user, GPUs, memory and unit stay in every row,
+    the command is narrowed in its middle (its end tells workers apart), and each why goes under its row, whole,
+    wrapped at words. Without a width (a pipe, the report) each row stays one line."""
+    long = dataclasses.replace(preview(), targets=[ProcRef(
+        10, 4242, user="root", gpus=[0], mem_mib=92_411.0, unit="vllm.service", kind="cuda",
+        cmdline="/opt/venv/bin/python3 -m vllm.entrypoints.openai.api_server --model moonshotai/Kimi-K2.5 "
+                "--tensor-parallel-size 8 --title VLLM::Worker_TP7",
+        reason="on the GPUs, not the service: holds 92411 MiB on GPU 0 and 4,096 MiB of exited pid 520 through "
+               "inherited descriptors")])
+    wide = preview_table(long).splitlines()  # the action, then the table
+    assert max(map(len, wide)) > 120  # what a 120-column terminal wrapped mid-word before
+    fitted = preview_table(long, width=120).splitlines()
+    assert max(map(len, fitted)) <= 120, fitted
+    row = next(line for line in fitted if line.lstrip().startswith("10 "))
+    assert row.split()[:3] == ["10", "-", "root"] and "vllm.service" in row and row.rstrip().endswith("Worker_TP7")
+    why = " ".join(line.strip() for line in fitted[fitted.index(row) + 1:] if not line.strip().startswith(("PID",
+                   "spared", "would")) and line.startswith("      "))
+    assert "why: on the GPUs, not the service: holds 92411 MiB on GPU 0 and 4,096 MiB of exited pid 520 through " \
+           "inherited descriptors" in why
+
+
+async def test_terminal_consent_asks_one_question_at_a_time_and_again_after_a_bad_answer() -> None:
+    """On a terminal each step is asked one question at a time: go ahead? (an answer that is neither y nor n is asked
+    again), as previewed? and, only if not, which pids to leave out or add (an answer that is not a pid of the
+    preview is asked again, one line saying why, never a Python error); an empty answer or the end of input
+    declines the step."""
     err = io.StringIO()
-    ask = terminal_consent("op", True, io.StringIO("y\n99\n11\n"), err)
+    ask = terminal_consent("op", True, io.StringIO("maybe\ny\nn\nn\n99\n11\n"), err)
     decision = await ask(preview())
     assert decision.accepted and decision.pids == [10] and decision.operator == "op"
-    assert "proceed? [y/N]" in err.getvalue() and "99 is not in this preview" in err.getvalue()
-    assert "nv-hostengine" in err.getvalue()  # the table, shown when stdout carries JSON
+    said = err.getvalue()
+    assert said.count("go ahead with this step? [y/N]") == 2 and "'maybe': answer y or n" in said
+    assert "the 2 listed to signal and none of the 1 optional ones, as previewed? [Y/n]" in said
+    assert "'n' is not a pid (give pids like 1234, -1234 or +1234)" in said and "invalid literal" not in said
+    assert "99 is not in this preview's list to signal" in said and said.count("pids to leave out") == 3
+    assert "nv-hostengine" in said  # the table, shown when stdout carries JSON
     assert not (await terminal_consent("op", False, io.StringIO("\n"), io.StringIO())(preview())).accepted
     kept = await terminal_consent("op", False, io.StringIO("yes\n\n"), io.StringIO())(preview())
     assert kept.accepted and kept.pids is None
@@ -480,14 +531,14 @@ def test_on_a_terminal_without_yes_it_asks_per_step(tmp_path: Path) -> None:
     until = stderr.until
 
     try:
-        until(b"graceful: proceed? [y/N]")
+        until(b"graceful: go ahead with this step? [y/N]")
         assert b"would signal:" in stderr.data and b"WHY" in stderr.data  # the table, on the terminal side
         os.write(master, b"y\n")
-        until(b"pids to untick")
+        until(b"as previewed? [Y/n]")
         os.write(master, b"\n")
-        until(b"process: proceed? [y/N]")
+        until(b"process: go ahead with this step? [y/N]")
         os.write(master, b"n\n")
-        until(b"device: proceed? [y/N]")  # the stuck workers still hold their GPUs
+        until(b"device: go ahead with this step? [y/N]")  # the stuck workers still hold their GPUs
         os.write(master, b"\n")  # Enter: the default, no
         out, rest = proc.communicate(timeout=60)
     finally:
@@ -535,8 +586,9 @@ def _on_its_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-@pytest.mark.parametrize("prompt, answers", [("graceful: proceed? [y/N]", []),
-                                             ("pids to untick", [b"y\n"])])
+@pytest.mark.parametrize("prompt, answers", [("graceful: go ahead with this step? [y/N]", []),
+                                             ("as previewed? [Y/n]", [b"y\n"]),
+                                             ("pids to leave out", [b"y\n", b"n\n"])])
 def test_ctrl_c_at_a_prompt_exits_at_once_with_a_closed_phase(tmp_path: Path, prompt: str,
                                                                answers: list[bytes]) -> None:
     """Ctrl-C at a prompt ends the cleanup without waiting for Enter: exit 130, the phase closed, the one line saying
@@ -553,7 +605,7 @@ def test_ctrl_c_at_a_prompt_exits_at_once_with_a_closed_phase(tmp_path: Path, pr
     until = stderr.until
 
     try:
-        until(b"graceful: proceed? [y/N]")
+        until(b"graceful: go ahead with this step? [y/N]")
         for answer in answers:
             os.write(master, answer)
         until(prompt.encode())

@@ -163,7 +163,7 @@ def test_a_hostile_command_line_is_escaped_in_the_cleanup_previews_on_the_termin
         sim_dir = Path(stderr.data[end:until(b", OpenAI API", end) - len(b", OpenAI API")].decode())
         end = until(b"recording this session to ")
         run_file = Path(stderr.data[end:until(b"\n", end) - 1].decode())
-        first = until(b"proceed? [y/N] ")  # the first step asks: the host is up
+        first = until(b"go ahead with this step? [y/N] ")  # the first step asks: the host is up
         holder = _hostile_holder(sim_dir)
         # the telemetry has seen it: the next previews list it
         wait_until(lambda: _sampled(run_file, holder.pid) or holder.poll() is not None, "the hostile holder sampled")
@@ -172,7 +172,7 @@ def test_a_hostile_command_line_is_escaped_in_the_cleanup_previews_on_the_termin
         os.write(master, b"n\n")
         # every later step is previewed with what holds the GPUs now, the hostile process among them
         while b"\\u202eevil" not in stderr.data[first:]:
-            mark = until(b"proceed? [y/N] ", mark)
+            mark = until(b"go ahead with this step? [y/N] ", mark)
             os.write(master, b"n\n")
         os.write(master, b"n\n" * 6)  # the steps still to come are declined too
         out, rest = proc.communicate(timeout=90)

@@ -138,7 +138,11 @@ class StepContext(Protocol):
         ...
 
     def consented(self, step: str) -> bool:
-        """The operator consented to this step earlier in this cleanup."""
+        """The operator consented to this step earlier in this cleanup (in a dry run: it was previewed)."""
+        ...
+
+    def declined(self, step: str, started: float) -> StepResult:
+        """Emit the step's result for a declined consent (a dry run says so)."""
         ...
 
     def protect_agent(self, scan: ProcScan, sample: HostSample) -> None:

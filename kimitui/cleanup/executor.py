@@ -44,6 +44,9 @@ from kimitui.hosts.base import Host, HostError, OutcomeUnknown, ProcId, late_sig
 
 Publish = Callable[[Event], None]
 
+DRY_RUN = "dry run: previewed only, nothing signalled"
+"""A dry run's step result (each step declined: its preview is what it would do were the earlier ones consented)."""
+
 REUSED = "pid reused by another process: left alone"
 """How a later incarnation of a pid of the service's identified processes is shown (never a target)."""
 
@@ -100,6 +103,8 @@ class CleanupExecutor:
         """What the service's manager said last (its processes, or why there are none)."""
         self.ended = False
         """Every step has reported: what is learnt from now on is learnt after the cleanup ended."""
+        self.previewed: set[str] = set()
+        """The steps whose preview was shown (a dry run's later previews take them as consented)."""
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -282,7 +287,11 @@ class CleanupExecutor:
         return known is not None and known.start_time == c.start_time
 
     def consented(self, step: str) -> bool:
-        return step in self.accepted_steps
+        """Consented earlier in this cleanup; in a dry run, previewed (what later steps would do if it were)."""
+        return step in self.accepted_steps or (self.target.dry_run and step in self.previewed)
+
+    def declined(self, step: str, started: float) -> StepResult:
+        return self.result(step, "declined", DRY_RUN if self.target.dry_run else "operator declined", started)
 
     async def service_left(self, scan: ProcScan, sample: HostSample | None) -> list[tuple[Candidate, str]]:
         """What is left of the service's processes identified when the cleanup began (same start time), and
@@ -369,6 +378,7 @@ class CleanupExecutor:
                               targets=[self.ref(c, why) for c, why in targets],
                               spared=[self.ref(c, why) for c, why in spared])
         self.emit(preview)
+        self.previewed.add(step)
         try:
             decision = await self.consent(preview)
         except asyncio.CancelledError:  # interrupted while asking (Ctrl-C): on record as declined

@@ -96,6 +96,9 @@ class CleanupTarget:
     """The GPU reset's tool, run on the host (step e); a path where it is not on the host's PATH."""
     systemctl: str = "systemctl"
     """What the reset stops and starts the DCGM unit with (step e)."""
+    dry_run: bool = False
+    """Previews only: nothing is signalled; each step previews what it would do were the earlier ones consented,
+    and verify does not judge (nothing was done)."""
 
     def scope(self, sample: HostSample) -> list[int]:
         every = sorted(g.index for g in sample.gpus)

@@ -83,7 +83,7 @@ async def graceful(ex: StepContext) -> StepResult:
         action = " ".join(svc.stop_argv() or []) + f", then wait for its {len(left)} processes"
     confirmed = await ex.ask("graceful", action, targets, spared)
     if confirmed is None:
-        return ex.result("graceful", "declined", "operator declined", started)
+        return ex.declined("graceful", started)
     if not confirmed.procs:
         return ex.result("graceful", "skipped", "nothing confirmed", started)
     if isinstance(svc, PidService) and main is not None and (main.pid, main.start_time) not in confirmed.procs:
@@ -256,7 +256,8 @@ async def device(ex: StepContext) -> StepResult:
         if ex.is_member(c):
             cands.append((c, f"the service's: {holder_reason(p, scope, sample)}"))
         elif ex.consented("others"):
-            cands.append((c, f"{OTHERS} (others consented): {holder_reason(p, scope, sample)}"))
+            given = "if others is consented" if ex.target.dry_run else "others consented"
+            cands.append((c, f"{OTHERS} ({given}): {holder_reason(p, scope, sample)}"))
         else:
             not_asked.append((c, f"{OTHERS_NOT_CONSENTED}: {holder_reason(p, scope, sample)}"))
     if not cands:
@@ -274,7 +275,7 @@ async def _ask_and_terminate(ex: StepContext, step: str, targets: list[tuple[Can
     """The end both kill steps share: preview and consent, SIGTERM then SIGKILL, and the step's result."""
     confirmed = await ex.ask(step, f"SIGTERM, SIGKILL after {ex.target.deadlines.term_grace_s:g}s", targets, spared)
     if confirmed is None:
-        return ex.result(step, "declined", "operator declined", started)
+        return ex.declined(step, started)
     if not confirmed.procs:
         return ex.result(step, "skipped", "nothing confirmed", started)
     stuck = [c for c in await ex.terminate(confirmed) if ex.stuck_state(c) is not None]
@@ -291,7 +292,8 @@ async def _ask_and_terminate(ex: StepContext, step: str, targets: list[tuple[Can
     n = len(confirmed.procs) - len(refused)
     if refused:  # looked at again right before the signal: not signalled (a daemon now, or what dies with it)
         note += "; not signalled: " + "; ".join(f"pid {pid}: {why}" for pid, why in refused.items())
-    return ex.result(step, "done", f"{n} {noun if n != 1 else noun.rstrip('s')} ended{note}", started)
+    one = noun[:-2] if noun.endswith("sses") else noun[:-1]  # processes -> process, holders -> holder
+    return ex.result(step, "done", f"{n} {noun if n != 1 else one} ended{note}", started)
 
 
 LOST_NOTE = "outcome unknown (the connection dropped with it in flight; not resent), looked again after the reconnect"
@@ -339,8 +341,11 @@ def _holder_named(ex: StepContext, c: Candidate) -> str:
     return f"{c.pid} ({command_gist(c.cmdline)[:60]}: {OTHERS}, others not consented)"
 
 
-async def verify(ex: StepContext) -> Verification:
+async def verify(ex: StepContext) -> Verification | None:
     started = ex.clock.monotonic()
+    if ex.target.dry_run:  # nothing was done: no verdict to give
+        ex.result("verify", "skipped", "dry run: nothing was signalled, so nothing to verify", started)
+        return None
     last: list[Verification] = []
     after: list[float | None] = [ex.acted_at]
 
@@ -363,6 +368,8 @@ async def verify(ex: StepContext) -> Verification:
 async def reset(ex: StepContext) -> StepResult:
     started = ex.clock.monotonic()
     v = ex.verification
+    if ex.target.dry_run:
+        return ex.result("reset", "skipped", "dry run: nothing was signalled, so no reset to offer", started)
     if v is None or v.clean:
         return ex.result("reset", "skipped", "GPUs clean: no reset needed", started)
     if v.holders_left:
@@ -385,7 +392,7 @@ async def reset(ex: StepContext) -> StepResult:
         f"; after, restored even if the reset fails: {after}" if after else "") + ", then verify again"
     confirmed = await ex.ask("reset", action, [], [])
     if confirmed is None:
-        return ex.result("reset", "declined", "operator declined", started)
+        return ex.declined("reset", started)
     # the consent may have taken a while: a process that took one of these GPUs since makes a reset fail
     now_held = {p.pid for p in cuda_holders(await ex.sample(), [g.index for g in dirty])}
     if now_held:
@@ -408,8 +415,9 @@ async def reset(ex: StepContext) -> StepResult:
                 failures.append(f"NOT RESTORED: {restore.purpose}: {err}")
     ex.acted()
     again = await verify(ex)
-    if failures or not again.clean:
-        return ex.result("reset", "failed", "; ".join(failures) or again.detail, started)
+    if failures or again is None or not again.clean:
+        return ex.result("reset", "failed", "; ".join(failures) or (again.detail if again else "not verified"),
+                         started)
     return ex.result("reset", "done", f"GPU {gpu_list([g.index for g in dirty])} reset and clean", started)
 
 
@@ -518,7 +526,7 @@ async def restart(ex: StepContext) -> StepResult:
         action = f"{svc.label}: {start}, {wait}"
     confirmed = await ex.ask("restart", action, [], [])
     if confirmed is None:
-        return ex.result("restart", "declined", "operator declined", started)
+        return ex.declined("restart", started)
     try:
         res = await svc.start(ex.host, timeout=ex.target.deadlines.command_s)
     except HostError as exc:

@@ -1,6 +1,6 @@
 """``kimitui cleanup``: the cleanup escalation, headless.
 
-    kimitui cleanup --host TARGET [--service SPEC] [--gpus 0,1] [--dry-run] [--yes graceful,process,others,device]
+    kimitui cleanup --host TARGET [--service SPEC] [--gpus 0,1] [--yes graceful,process,others,device | --dry-run]
                     [--json] [--threshold-mib N] [--allow-other-users] [--reset] [--restart]
 
 TARGET as for ``kimitui watch`` (local, demo, ssh://[user@]host[:port]). SPEC is ``systemd:UNIT``,
@@ -9,12 +9,14 @@ TARGET as for ``kimitui watch`` (local, demo, ssh://[user@]host[:port]). SPEC is
 simulated host's (restartable) service, elsewhere it is required. The service is looked up on the host
 before any step: one it does not have is a usage error naming what was looked for. Consent is per
 step and explicit: a step not named in ``--yes`` (``--reset`` and ``--restart`` name theirs) is declined;
-with no ``--yes`` on a terminal each step's preview is shown and asked about (y/N, then pids to untick).
-``--dry-run`` previews only. ``--restart`` starts the service again only once the GPUs are verified clean.
-The session is recorded and every preview, consent, signal and outcome goes to the audit log. Exit
-status: 0 when every GPU in scope ended clean (and, with --restart, the service answered), 1 when not,
-2 for a usage or target error (one line), 130 when interrupted (Ctrl-C, SIGTERM: the phase is closed
-and recorded, the host torn down).
+with no ``--yes`` on a terminal each step's preview is shown and asked about, one question at a time.
+``--dry-run`` previews only: each step as it would be were the earlier ones consented; nothing is
+signalled, nothing verified, and it ends with exit 0 ("dry run: nothing signalled"). ``--restart``
+starts the service again only once the GPUs are verified clean. The session is recorded and every
+preview, consent, signal and outcome goes to the audit log. Exit status: 0 when every GPU in scope
+ended clean (and, with --restart, the service answered) and for a dry run, 1 when not, 2 for a usage or
+target error (one line), 130 when interrupted (Ctrl-C, SIGTERM: the phase is closed and recorded, the
+host torn down).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -47,7 +50,7 @@ from kimitui.core.procdisplay import command_gist
 from kimitui.core.session import Session
 from kimitui.core.state import CleanupState, SessionState
 from kimitui.live.targets import TargetFacts
-from kimitui.phases.transition import cleanup_phase
+from kimitui.phases.transition import DRY_RUN_NOTE, cleanup_phase
 
 CONSENT_STEPS = ("drain", "graceful", "process", "others", "device", "verify", "reset", "restart")
 """Names --yes takes. ``verify`` only reads (it always runs); naming it is allowed for clarity."""
@@ -72,8 +75,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "cleanup", help="free the GPUs: graceful stop, process kill, the others, device kill, verify (headless)",
         description="The cleanup escalation with a preview and an explicit consent per step. Exit status: 0 when "
-                    "every GPU in scope ended clean, 1 when not, 2 for a usage or target error (a service the "
-                    "host does not have included), 130 when interrupted.")
+                    "every GPU in scope ended clean (and for a dry run), 1 when not, 2 for a usage or target error "
+                    "(a service the host does not have included), 130 when interrupted.")
     p.add_argument("--host", default="local", help="local, demo, or ssh://[user@]host[:port] (default local)")
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="accept and remember the host key of a host not yet in known_hosts")
@@ -83,7 +86,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "an error when not found (default on demo: sim:vllm, the simulated service; required "
                         "elsewhere)")
     p.add_argument("--gpus", metavar="LIST", help="GPUs in scope, e.g. 0,1 (default all)")
-    p.add_argument("--dry-run", action="store_true", help="previews only: every step declined, nothing signalled")
+    p.add_argument("--dry-run", action="store_true",
+                   help="previews only: each step as it would be were the earlier ones consented; nothing is "
+                        "signalled or verified (exit 0); not with --yes")
     p.add_argument("--yes", metavar="STEPS",
                    help="consent to these steps, e.g. graceful,process,device (steps not named are declined); "
                         "'others' consents to stopping what holds the GPUs and is not the service")
@@ -118,14 +123,25 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 # --- output --------------------------------------------------------------------------------------------
 
-def text_line(ev: Event, t0: float, state: SessionState | None = None, started: Started | None = None) -> str | None:
+def text_line(ev: Event, t0: float, state: SessionState | None = None, started: Started | None = None,
+              width: int | None = None) -> str | None:
     """The event in words (``describe``, the event log's words), its time since the first event, and the
-    lines a terminal shows under it (a preview's tables, a verification's GPUs). Process starts read as
-    wall-clock times with ``started`` (else the host clock the samples carry)."""
+    lines a terminal shows under it (a preview's tables fitted to ``width``, a verification's GPUs). Process
+    starts read as wall-clock times with ``started`` (else the host clock the samples carry)."""
     text = describe(ev, state)
     if text is None or isinstance(ev, LogLine | MacroProgress):
         return None
-    return "\n".join([f"[{ev.t - t0:7.3f}s] {text}", *details(ev, started or sample_started(state))])
+    return "\n".join([f"[{ev.t - t0:7.3f}s] {text}", *details(ev, started or sample_started(state), width)])
+
+
+def terminal_width(out: TextIO) -> int | None:
+    """The columns of the terminal OUT writes to; None for a pipe or a file (lines are kept whole there)."""
+    try:
+        if not out.isatty():
+            return None
+        return os.get_terminal_size(out.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def untouched(sample: HostSample | None, scope: list[int], signalled: set[int]) -> list[dict[str, Any]]:
@@ -161,7 +177,8 @@ def summary(cleanup: CleanupState | None, clean: bool, kept: list[dict[str, Any]
 
 
 def summary_text(s: dict[str, Any]) -> str:
-    lines = [f"GPUs {'CLEAN' if s['clean'] else 'NOT CLEAN'}"
+    verdict = f"DRY RUN: {DRY_RUN_NOTE}" if s.get("dry_run") else f"GPUs {'CLEAN' if s['clean'] else 'NOT CLEAN'}"
+    lines = [verdict
              + (f"; last consent -> clean {s['consent_to_clean_s']:.3f}s" if s["consent_to_clean_s"] is not None
                 else "")
              + (f"; last signal -> clean {s['signal_to_clean_s']:.3f}s" if s["signal_to_clean_s"] is not None
@@ -188,7 +205,8 @@ def printer(as_json: bool, out: TextIO, session: Session | None = None,
         else:
             if not t0:
                 t0.append(ev.t)
-            line = text_line(ev, t0[0], session.state if session is not None else None, started)
+            line = text_line(ev, t0[0], session.state if session is not None else None, started,
+                             terminal_width(out))
             if line is None:
                 return
             out.write(line + "\n")
@@ -217,14 +235,15 @@ def _consent(args: argparse.Namespace, operator: str, started: Started = unknown
                                                                                                    str]:
     steps = parse_yes(args.yes)
     if args.dry_run:
-        return auto_consent((), operator), "dry run: previews only, every step declined, nothing is signalled"
+        return auto_consent((), operator), ("dry run: previews only (each step as it would be were the earlier "
+                                            "ones consented), nothing is signalled")
     if steps is not None:
         for flag in ("reset", "restart"):
             if getattr(args, flag) and flag not in steps:
                 steps.append(flag)
         return auto_consent(steps, operator), f"consent given for: {', '.join(steps) or 'no step'}"
     if sys.stdin.isatty():
-        return (terminal_consent(operator, args.json, sys.stdin, sys.stderr, started),
+        return (terminal_consent(operator, args.json, sys.stdin, sys.stderr, started, terminal_width(sys.stderr)),
                 "asking per step on the terminal")
     return auto_consent((), operator), "no --yes and no terminal to ask on: every step declined"
 
@@ -295,6 +314,7 @@ async def _cleanup(args: argparse.Namespace) -> int:
                 raise TargetError(f"{host.name}: no telemetry: {exc}") from None
             target = build_target(host.name, service, gpus, args.threshold_mib, deadlines,
                                   args.allow_other_users, operator)
+            target.dry_run = args.dry_run
             # the simulated host brings its own (kimitui.hosts.sim.tools) unless one is named
             target.nvidia_smi = args.nvidia_smi if args.nvidia_smi != "nvidia-smi" else \
                 opened.facts.nvidia_smi or args.nvidia_smi
@@ -333,10 +353,14 @@ async def _cleanup(args: argparse.Namespace) -> int:
         if interrupted:
             print(f"\nkimitui: interrupted: the GPUs were not verified clean; {where}", file=sys.stderr)
             return 130
+        final["dry_run"] = bool(args.dry_run)
         if args.json:
             print(json.dumps(final, separators=(",", ":")), flush=True)
         else:
             print(summary_text(final), flush=True)
+        if args.dry_run:  # previews only: no verdict, and not a failure
+            print(f"kimitui: {DRY_RUN_NOTE}; {where}", file=sys.stderr)
+            return 0
         print(f"kimitui: GPUs {'clean' if clean else 'NOT clean'}; {where}", file=sys.stderr)
     return 0 if clean else 1
 

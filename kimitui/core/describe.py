@@ -10,6 +10,7 @@ reads with the step's one duration (the fold's ``StepState.elapsed_s``), so ever
 from __future__ import annotations
 
 import shlex
+import textwrap
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -318,16 +319,26 @@ def sample_started(state: StateView | None) -> Started:
     return lambda ticks: clock_label(state.started_at(ticks), state.clock or None)
 
 
-def _ref_row(r: ProcRef, started: Started) -> list[str]:
+def _ref_row(r: ProcRef, started: Started, whole: bool = False) -> list[str]:
     command = command_gist(r.cmdline) if r.cmdline else "?"
-    if len(command) > COMMAND_WIDTH:
+    if len(command) > COMMAND_WIDTH and not whole:
         command = command[: COMMAND_WIDTH - 1] + "…"
     return [str(r.pid), started(r.start_time), printable(r.user or "?"), ",".join(map(str, r.gpus)) or DASH,
             f"{r.mem_mib:.0f}", unit_label(r.unit)[:24], command, printable(r.reason)]
 
 
-def preview_table(preview: StepPreview, started: Started = unknown_start) -> list[str]:
-    """What would be signalled and what is spared, with why: the lines a terminal shows under a preview."""
+def _narrow(text: str, width: int) -> str:
+    """TEXT in WIDTH characters, its middle cut: a command's end (a worker's rank, a script) tells it apart."""
+    if len(text) <= width:
+        return text
+    head = max(1, (width - 1) * 3 // 5)
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def preview_table(preview: StepPreview, started: Started = unknown_start, width: int | None = None) -> list[str]:
+    """What would be signalled and what is spared, with why: the lines a terminal shows under a preview. With
+    ``width`` (a terminal's columns) a row that would not fit keeps PID, start, user, GPUs, memory and unit,
+    narrows its command, and puts its why on the lines under it, wrapped at words."""
     if not preview.targets and not preview.spared and preview.step == "graceful":
         return []  # no service: the action says it all
     head = ["PID", "STARTED", "USER", "GPUS", "MIB", "UNIT", "COMMAND", "WHY"]
@@ -339,21 +350,34 @@ def preview_table(preview: StepPreview, started: Started = unknown_start) -> lis
         rows = [head, *(_ref_row(r, started) for r in refs)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
         lines.append(f"  {title}:")
-        for row in rows:
-            lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
+        whole = 4 + sum(w + 2 for w in widths) + max(len(row[-1]) for row in rows)
+        if width is None or whole <= width:
+            for row in rows:
+                lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
+            continue
+        fixed = 4 + sum(w + 2 for w in widths[:-1])
+        rows = [head, *(_ref_row(r, started, whole=True) for r in refs)]
+        widths[-1] = min(max(len(row[-2]) for row in rows), max(12, width - fixed))
+        for n, row in enumerate(rows):
+            cells = [*row[:-2], _narrow(row[-2], widths[-1])]
+            lines.append(("    " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))).rstrip())
+            if n:  # the header's WHY is each row's "why:"
+                lines += textwrap.wrap(row[-1], max(20, width - 2), initial_indent="      why: ",
+                                       subsequent_indent="           ")
     return lines
 
 
-def preview_text(preview: StepPreview, started: Started = unknown_start) -> str:
+def preview_text(preview: StepPreview, started: Started = unknown_start, width: int | None = None) -> str:
     """The preview as the operator reads it on a terminal: its action, then what would be signalled and what
-    is spared and why."""
-    return "\n".join([printable(f"{preview.step}: {preview.action}"), *preview_table(preview, started)])
+    is spared and why (fitted to ``width`` columns when given)."""
+    return "\n".join([printable(f"{preview.step}: {preview.action}"), *preview_table(preview, started, width)])
 
 
-def details(ev: Event, started: Started = unknown_start) -> list[str]:
-    """The lines a terminal shows under the event's line (none for most events)."""
+def details(ev: Event, started: Started = unknown_start, width: int | None = None) -> list[str]:
+    """The lines a terminal shows under the event's line (none for most events); a preview's table fitted to
+    ``width`` columns when given."""
     if isinstance(ev, StepPreview):
-        return preview_table(ev, started)
+        return preview_table(ev, started, width)
     if isinstance(ev, MicroEnv):  # a backend a line (which kernel stands for which), then the worker's notes
         return [printable(f"  {k}: {v}") for k, v in ev.backends.items()] + [printable(f"  note: {note}")
                                                                             for note in ev.notes]

@@ -32,6 +32,9 @@ class CleanupOutcome:
     interrupted: bool = False
 
 
+DRY_RUN_NOTE = "dry run: nothing signalled"
+
+
 async def cleanup_phase(host: Host, target: CleanupTarget, view: ProcessView, consent: ConsentCallback,
                         publish: Publish, title: str, audit: AuditLog | None = None, restart: bool = False,
                         note_prefix: Callable[[], str] = lambda: "") -> CleanupOutcome:
@@ -64,7 +67,8 @@ async def cleanup_phase(host: Host, target: CleanupTarget, view: ProcessView, co
         note = f"error: {type(exc).__name__}: {exc}"
     finally:
         prefix = note_prefix()
-        out.note = ("clean" if out.clean else "not clean") + (f"; {prefix}" if prefix else "") + (
-            f"; {note}" if note else "")
-        publish(PhaseEnd(now(), phase="cleanup", ok=out.clean, note=out.note))
+        dry = target.dry_run and not out.interrupted and not note  # previews only: no verdict, no failure
+        out.note = DRY_RUN_NOTE if dry else ("clean" if out.clean else "not clean") + (
+            f"; {prefix}" if prefix else "") + (f"; {note}" if note else "")
+        publish(PhaseEnd(now(), phase="cleanup", ok=out.clean or dry, note=out.note))
     return out
