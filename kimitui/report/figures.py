@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kimitui.core.events import HostSample
-from kimitui.core.figures import level_tok_s, plateau
+from kimitui.core.figures import budget_impossible, level_tok_s, plateau
 from kimitui.report.budget_text import SEGMENTS, parts
 
 if TYPE_CHECKING:
@@ -183,11 +183,21 @@ def budget(plt: Any, runs: list[Run]) -> Any:
                 continue
             x = i + (k - (len(with_budget) - 1) / 2) * width
             bottom = 0.0
+            over = budget_impossible(row)  # the measured parts exceed the TPOT: no share is real
             for key, _, what in SEGMENTS:
                 ms_part = parts(row)[key]
                 ax.bar(x, ms_part, width * 0.9, bottom=bottom, color=COLOURS[key],
-                       label=what if k == 0 and i == 0 else None)
+                       label=what if k == 0 and i == 0 else None,
+                       **({"hatch": "//", "edgecolor": "red"} if over else {}))
                 bottom += ms_part
+            if over and row.tpot_ms is not None:
+                ax.hlines(row.tpot_ms, x - width * 0.45, x + width * 0.45, colors="black", linestyles="--",
+                          linewidths=1.5)  # the TPOT the parts should fit in
+                measured = (row.allreduce_ms or 0.0) + (row.gemm_ms or 0.0)
+                ax.annotate(f"over TPOT by {measured - row.tpot_ms:.1f} ms", (x, bottom), textcoords="offset points",
+                            xytext=(0, 12 if len(with_budget) > 1 else 2), ha="center", va="bottom", fontsize=7,
+                            color="red")
+                ax.set_ylim(0, max(ax.get_ylim()[1], bottom * 1.1))  # room for the note above the bar
             if len(with_budget) > 1:
                 ax.text(x, bottom, r.label, ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(ms)), [f"M={m}" for m in ms])
