@@ -185,3 +185,49 @@ def test_ctrl_c_aborts_a_headless_campaign_and_the_restart_is_offered(tmp_path: 
         restart[0].note
     (end,) = [e for e in events if isinstance(e, CampaignEnd)]
     assert end.status == "aborted"
+
+
+# --- the first campaign file: --init's example edited to the demo host ----------------------------------
+
+def init_for_demo(tmp_path: Path, *edits: tuple[str, str]) -> Path:
+    """``kimitui campaign --init`` written for real, then edited as a new operator does: host = "demo",
+    the demo's service, Phase 1 only (short); EDITS after that."""
+    path = tmp_path / "campaign.toml"
+    done = run_kimitui(tmp_path, "campaign", "--init", str(path))
+    assert done.returncode == 0, done.stderr
+    text = path.read_text()
+    for old, new in (('host = "ssh://ops@gpu-node-01"', 'host = "demo"'),
+                     ('spec = "systemd:vllm.service"', 'spec = "sim:vllm"'),
+                     ('# phases = ["macro", "cleanup", "micro", "analysis", "restart", "check"]', 'phases = ["macro"]'),
+                     ("concurrency = [1, 2, 4, 8, 16, 32, 64, 128]", "concurrency = [1]"),
+                     ('requests = "4x"', 'requests = "1x"'), ("max_tokens = 128", "max_tokens = 8"),
+                     ("warmup = 1", "warmup = 0"), *edits):
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path.write_text(text)
+    return path
+
+
+def test_the_init_examples_api_url_left_on_the_demo_is_refused_in_words_before_phase_1(tmp_path: Path) -> None:
+    """The example's api_url left in (its host made one that cannot resolve without a network: .invalid):
+    the preflight's one request finds the name unknown, exit 2, nothing recorded; not a ConnectError
+    "error -2" in Phase 1."""
+    path = init_for_demo(tmp_path, ('"http://gpu-node-01:8000"', '"http://gpu-node-01.invalid:8000"'))
+    done = run_kimitui(tmp_path, "campaign", str(path), "--headless", "--yes", "all")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "[service] api_url http://gpu-node-01.invalid:8000: cannot resolve gpu-node-01.invalid" in done.stderr
+    assert 'leave api_url out with host = "demo"' in done.stderr, done.stderr
+    assert "error -2" not in done.stderr and "Traceback" not in done.stderr and done.stdout == ""
+    assert not (tmp_path / "data" / "kimitui" / "runs").exists()
+
+
+def test_the_init_example_on_the_demo_without_an_api_url_uses_the_demos_server(tmp_path: Path) -> None:
+    path = init_for_demo(tmp_path, ('api_url = "http://gpu-node-01:8000"', '# api_url = ""'))
+    done = run_kimitui(tmp_path, "campaign", str(path), "--headless")
+    assert done.returncode == 0 and "campaign done" in done.stdout, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and "does not answer" not in done.stderr
+
+
+def test_the_init_examples_comments_read_as_sentences() -> None:
+    assert "(not the service's: only after others)" not in INIT_TEXT
+    assert 'with host = "demo" leave it out' in INIT_TEXT

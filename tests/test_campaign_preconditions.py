@@ -10,14 +10,15 @@ import dataclasses
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kimitui.cleanup import PidService, auto_consent
 from kimitui.cleanup.plan import CleanupTarget
-from kimitui.core.events import CampaignControl, Consent, Event, PhaseEnd, PhaseStart, StepPreview
+from kimitui.core.events import CampaignControl, Consent, Event, LogLine, PhaseEnd, PhaseStart, StepPreview
 from kimitui.hosts.local import LocalHost
 from kimitui.phases.restart import restart_phase
 from tests.campaign_rig import campaign_rig, small_config
@@ -238,3 +239,40 @@ def test_gpus_the_demo_does_not_have_are_a_usage_error(tmp_path: Path, gpus: str
             done.stderr
         assert "Traceback" not in done.stderr
     assert not (tmp_path / "data" / "kimitui" / "runs").exists()
+
+
+# --- an abort before the transition: the restart offered when the service is down, said unneeded when up --
+
+async def abort_at_the_hold(rig: Any, before: Callable[[], Awaitable[object]] | None = None) -> Any:
+    rig.machine.headless = False
+    task = asyncio.ensure_future(rig.machine.run())
+    try:
+        await until(lambda: rig.machine.held_before == "cleanup" or task.done(), "the campaign to hold")
+        assert not task.done(), "the campaign ended instead of holding"
+        if before is not None:
+            await before()
+        rig.machine.abort("the operator pressed A")
+        return await asyncio.wait_for(task, 120)
+    finally:
+        task.cancel()
+
+
+async def test_an_abort_before_the_transition_offers_the_restart_of_a_service_that_is_down(
+        tmp_path: Path) -> None:
+    cfg = small_config(["macro", "cleanup", "micro"], service={"api_url": f"http://127.0.0.1:{closed_port()}"})
+    async with campaign_rig(cfg, tmp_path, stuck=0) as rig:  # no worker left holding a GPU once it stops
+        end = await abort_at_the_hold(rig, rig.host.stop_service)
+        up = await rig.host.health()
+    assert end.status == "aborted" and started(rig.events) == ["macro", "restart"]
+    (answer,) = [c for c in rig.of(Consent) if c.step == "restart"]
+    assert answer.accepted and answer.note == "campaign policy: abort_restart = yes"
+    assert up == 200, "the service is back"
+
+
+async def test_an_abort_before_the_transition_says_a_running_service_needs_no_restart(tmp_path: Path) -> None:
+    cfg = small_config(["macro", "cleanup", "micro"], service={"api_url": f"http://127.0.0.1:{closed_port()}"})
+    async with campaign_rig(cfg, tmp_path) as rig:
+        end = await abort_at_the_hold(rig)
+    assert end.status == "aborted" and started(rig.events) == ["macro"]
+    said = [e.message for e in rig.of(LogLine) if "no restart is needed" in e.message]
+    assert said and "was not stopped and is running" in said[0], said

@@ -73,3 +73,17 @@ def test_a_tls_error_is_said_in_its_own_words_not_by_its_errno() -> None:
     wrapped.__cause__ = error
     assert "CERTIFICATE_VERIFY_FAILED" in exc_words(wrapped)
     assert "not permitted" not in exc_words(error)
+
+
+def test_a_name_that_does_not_resolve_reads_as_words() -> None:
+    """The resolver's errno (-2) is not the system's: not "error -2"."""
+    async def get() -> BaseException:
+        try:
+            async with httpx.AsyncClient() as client:
+                await client.get("http://gpu-node-01.invalid:8000/")
+        except httpx.HTTPError as exc:
+            return exc
+        raise AssertionError("the name resolved")
+
+    words = exc_words(asyncio.run(get()))
+    assert words.startswith("the name does not resolve (") and "-2" not in words, words

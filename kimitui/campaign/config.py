@@ -413,6 +413,7 @@ sample_interval_s = 0.5             # telemetry sampling, 0.1 to 10 s
 spec = "systemd:vllm.service"       # systemd:UNIT, docker:NAME, supervisor:PROGRAM[@CONF], pidfile:PATH, pid:N,
                                     # sim:NAME (the demo's), or none (free the GPUs of whatever holds them)
 api_url = "http://gpu-node-01:8000" # the OpenAI-compatible server: the macro sweep, the drain, the probe
+                                    # (with host = "demo" leave it out: the simulated host's own server is used)
 # health_url = "http://127.0.0.1:8000/health"   # polled from the host after the restart (default api_url/health)
 # metrics_url = "http://gpu-node-01:8000/metrics" # vLLM's Prometheus metrics, read for the drain
 
@@ -422,7 +423,8 @@ drain = "ask"           # wait for the requests running and waiting on the serve
 graceful = "ask"        # the service manager's stop
 process = "ask"         # SIGTERM then SIGKILL what is left of the service (its processes as identified at the start)
 others = "ask"          # the same for what holds the GPUs and is not the service (another user's job, a notebook)
-device = "ask"          # the same for the CUDA-context holders of the GPUs left (not the service's: only after others)
+device = "ask"          # the same for what still holds a CUDA context on the GPUs: the service's processes, and
+                        # the others' only when "others" was consented
 reset = "no"            # nvidia-smi --gpu-reset, offered only when nothing holds a GPU that is still not clean
 restart = "ask"         # start the service again after Phase 3
 abort_restart = "ask"   # after an abort (or a transition that did not free the GPUs): restart the service

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,11 +30,11 @@ from kimitui.cleanup.plan import CleanupTarget, Deadlines
 from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
 from kimitui.cleanup.services import ServiceManager
 from kimitui.cleanup.setup import UsageError, build_target, parse_gpus, parse_service
-from kimitui.cleanup.steps import GPUS_HELD
+from kimitui.cleanup.steps import GPUS_HELD, service_up
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.events import CampaignControl, CampaignEnd, CampaignPlan, Event, LogLine, StepPreview
 from kimitui.core.session import Session
-from kimitui.hosts.base import Host
+from kimitui.hosts.base import Host, HostError
 from kimitui.phases import analysis, check, macro, micro, restart, transition
 
 
@@ -79,6 +80,43 @@ async def preflight(cfg: CampaignConfig, target: CampaignHost, todo: list[str], 
     wanted = parse_gpus(cfg.cleanup.gpus)
     if wanted is not None:
         check_gpus(wanted, await gpus_on_host(), target.label, f"{cfg.file}: [cleanup] gpus")
+    warning = await reach_api(cfg, target, todo)
+    if warning:
+        print(f"kimitui campaign: {warning}", file=sys.stderr)
+
+
+API_PHASES = ("macro", "check")
+"""The phases that talk to the service's OpenAI-compatible API."""
+
+
+async def reach_api(cfg: CampaignConfig, target: CampaignHost, todo: list[str], timeout_s: float = 10.0) -> str:
+    """The API the campaign will use, reached once (``GET /v1/models``; any HTTP answer will do) before
+    Phase 1: a host name that does not resolve is a usage error (UsageError: a typo or the --init example's
+    host left in), not a Phase 1 that fails an hour in. Any other failure to connect is returned as a warning
+    when the first phase to run needs the server (a later one may follow the restart); "" when all is well."""
+    import httpx
+
+    from kimitui.bench.macro.transport import ssl_context
+    from kimitui.core.error_words import exc_words, resolver_words, unresolved
+
+    api_url = (cfg.api_url or target.api_url).rstrip("/")
+    if not api_url or not any(p in API_PHASES for p in todo):
+        return ""
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), verify=ssl_context()) as client:
+            await client.get(f"{api_url}/v1/models")
+    except (httpx.HTTPError, OSError) as exc:
+        gai = unresolved(exc)
+        if gai is not None:
+            name = httpx.URL(api_url).host or api_url
+            hint = ("leave api_url out with host = \"demo\": the simulated host's own server is used"
+                    if target.simulated and cfg.api_url else "is the host name right?")
+            raise UsageError(f"{cfg.file}: [service] api_url {api_url}: cannot resolve {name} "
+                             f"({resolver_words(gai)}): {hint}") from None
+        if todo[0] in API_PHASES:
+            return (f"[service] api_url {api_url} does not answer ({exc_words(exc)}): "
+                    f"{PHASE_TITLES.get(todo[0], todo[0])} will fail unless the server is up by then")
+    return ""
 
 
 def policy_consent(policy: dict[str, str], ask: ConsentCallback | None, operator: str,
@@ -441,12 +479,24 @@ class Campaign:
 
     async def _offer_restart(self) -> None:
         """After an abort or a failed transition: the service's restart, offered (``abort_restart``) when this
-        campaign's transition ran and the service has not been started since."""
+        campaign's transition ran and the service has not been started since. An abort before the transition
+        looks at the service: one that is down (Phase 1 may have failed for that) is offered its restart, one
+        that is up is said to need none."""
         c = self.state.campaign
         if c is None or self.service is None:
             return
         ran = "cleanup" in c.phases and c.phases["cleanup"].runs > 0
         restarted = "restart" in c.phases and c.phases["restart"].status == "done"
+        if not ran and self.aborting and not restarted:
+            try:
+                up, how = await service_up(self.target.host, self.service)
+            except HostError as exc:
+                up, how = False, f"not looked up: {exc}"
+            if up:
+                self._log(f"aborted before the transition: {self.service.label} was not stopped and is running "
+                          f"({how}): no restart is needed")
+                return
+            ran = True
         if ran and not restarted:
             self._offering = True
             try:

@@ -214,8 +214,8 @@ async def _headless(machine: Any, session: Any, source: Any, feed: Any, args: ar
     def interrupt() -> None:
         presses[0] += 1
         if presses[0] == 1:
-            print("\nkimitui: aborting the campaign: the phase in hand stops the graceful way, then the restart is "
-                  "offered (Ctrl-C again stops at once)", file=sys.stderr)
+            print("\nkimitui: aborting the campaign: the phase in hand stops the graceful way, then the service's "
+                  "restart is offered unless it is running (Ctrl-C again stops at once)", file=sys.stderr)
             machine.abort("interrupted (Ctrl-C / SIGTERM)")
         else:
             task.cancel()

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import re
+import socket
 import ssl
 
 _ERRNO = re.compile(r"\[Errno (-?\d+)\]\s*")
@@ -28,6 +29,9 @@ def exc_words(exc: BaseException) -> str:
     """What went wrong, in words: an OSError's strerror, an errno found in the chain of causes (httpx wraps
     the socket's), a TLS error's own text (its errno is OpenSSL's: 1 is not "operation not permitted"), else
     the exception's own text (its class name when it has none)."""
+    gai = unresolved(exc)
+    if gai is not None:  # its errno is the resolver's (-2), not the system's, and its text is in the chain too
+        return f"the name does not resolve ({resolver_words(gai)})"
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ssl.SSLError):  # an OSError whose errno is OpenSSL's code, not the system's
@@ -39,6 +43,27 @@ def exc_words(exc: BaseException) -> str:
             return os_words(str(seen))
         seen = seen.__cause__ or seen.__context__
     return str(exc) or type(exc).__name__
+
+
+def resolver_words(exc: socket.gaierror) -> str:
+    """The resolver's own words, lower case: ``name or service not known``."""
+    words = exc.strerror or str(exc)
+    return words[:1].lower() + words[1:]
+
+
+def unresolved(exc: BaseException) -> socket.gaierror | None:
+    """The resolver's error behind ``exc`` (httpx wraps it in httpcore's ConnectError, as an argument and as
+    the context), None when the name resolved."""
+    todo: list[BaseException] = [exc]
+    looked: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if isinstance(e, socket.gaierror):
+            return e
+        if id(e) not in looked:
+            looked.add(id(e))
+            todo += [x for x in (e.__cause__, e.__context__, *e.args) if isinstance(x, BaseException)]
+    return None
 
 
 def json_words(exc: json.JSONDecodeError, where: str = "column") -> str:

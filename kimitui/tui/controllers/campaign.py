@@ -133,5 +133,5 @@ class CampaignController(Controller):
             if self.app.screen is not modal:
                 modal.pop_until_active()
             modal.dismiss(modal.decision(False, "campaign aborted"))
-        self.app.notify("aborting: the phase in hand stops, then the restart is offered", title="campaign",
-                        severity="warning", timeout=6)
+        self.app.notify("aborting: the phase in hand stops, then the service's restart is offered (none when it "
+                        "was never stopped and is running)", title="campaign", severity="warning", timeout=6)
