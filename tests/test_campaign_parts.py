@@ -107,7 +107,9 @@ def test_the_budget_multiplies_each_row_by_its_count() -> None:
     assert r3.int4_gemm_ms == pytest.approx((30.0 + (90.0 - 30.0) * 2 / 3) * 60 / 1000)
     assert any("interpolated from M=1 and M=4" in n for n in r3.notes)
     assert b.plateau_m == 4 and b.bound == "rest" and b.stand_ins == []
-    assert "At the plateau (180 tok/s measured at concurrency 4; 4 / TPOT = 182 tok/s while decoding)" in b.verdict
+    assert b.level == "highest level measured"  # no knee in two levels still growing
+    assert ("At the highest level measured (180 tok/s measured at concurrency 4; 4 / TPOT = 182 tok/s while "
+            "decoding)") in b.verdict
     assert "PCIe, 63 GB/s per direction (nvml)" in b.link
 
 

@@ -122,8 +122,10 @@ def test_single_stream_peak_plateau_and_knee_agree(reports: tuple[str, str, str]
         peak = re.search(r"peak \*\*([0-9]+) tok/s\*\* at concurrency ([0-9]+)", text)
         assert rows[label]["single stream"] == f"{single} tok/s"
         assert rows[label]["peak tok/s"] == f"{peak.group(1)} at c={peak.group(2)}"  # type: ignore[union-attr]
-        (plateau_row,) = [r for r in tables(text)["Phase 3: where a decode step's time goes"] if "(plateau)" in r["M"]]
-        assert rows[label]["plateau"] == "c=" + plateau_row["M"].split()[0]
+        # the sweep climbs to its last level: no plateau, no knee; the budget's verdict is about the highest level
+        assert rows[label]["plateau"] == "none in the sweep" and rows[label]["knee"] == "none in the sweep"
+        (marked,) = [r for r in tables(text)["Phase 3: where a decode step's time goes"] if "(" in r["M"]]
+        assert marked["M"] == f"{peak.group(2)} (highest level measured)"  # type: ignore[union-attr]
 
 
 def test_the_readme_shows_the_pairs_first_table_as_compare_writes_it(reports: tuple[str, str, str]) -> None:
@@ -209,4 +211,5 @@ def test_change_and_plateau() -> None:
     assert change_pct(100.0, 108.0) == pytest.approx(8.0)
     assert change_pct(0.0, 1.0) is None and change_pct(None, 1.0) is None
     assert plateau([(1, 50.0), (8, 330.0), (32, 1480.0), (128, 1536.0)]) == 32  # within 5% of the highest
-    assert plateau([]) is None
+    assert plateau([(1, 50.0), (32, 842.0), (128, 1382.0)]) is None  # still climbing at the last level
+    assert plateau([(1, 50.0)]) is None and plateau([]) is None

@@ -60,7 +60,8 @@ def test_report_campaign_budget_and_check(report, folded):
     assert budget is not None and probe is not None and campaign_state is not None and campaign_state.end
     assert budget.plateau_m is not None and budget.bound
     section = _section(report, "## Phase 3: where a decode step's time goes")
-    assert f"**Verdict:** {budget.verdict}" in section and f"| {budget.plateau_m} (plateau) |" in section
+    assert f"**Verdict:** {budget.verdict}" in section and f"| {budget.plateau_m} ({budget.level}) |" in section
+    assert budget.verdict.startswith(f"At the {budget.level} (") and budget.level
     assert all(f"M={r.m:<5}" in section for r in budget.rows) and "# all-reduce (122 per step)" in section
     check = _section(report, "## Post-restart check")
     assert ("**DRIFT**" if probe.drift else "within the margin") in check and f"{probe.tok_s:.1f} tok/s" in check

@@ -56,7 +56,7 @@ def drawn(app: KimituiApp, view: str) -> bool:
         return bool(tables) and bool(tables.first().row_keys)
     if view == "analysis":
         found = app.query(AnalysisView)
-        return bool(found) and "plateau" in str(found.first().query_one("#analysis-bars", Static).render())
+        return bool(found) and "◀" in str(found.first().query_one("#analysis-bars", Static).render())
     return bool(app.query_one(GpuTable).row_keys) and bool(app.query_one(EventLog).shown)
 
 

@@ -50,6 +50,7 @@ from kimitui.core.events import (
     phase_outcome,
 )
 from kimitui.core.figures import (
+    LEVEL_BEFORE,
     TPOT_STATISTIC,
     Share,
     SingleStream,
@@ -477,26 +478,32 @@ def missing_words(m: int, parts: list[str]) -> str:
     return f"{what} at M={m} {'were' if len(parts) > 1 or parts == ['gemm'] else 'was'} not measured"
 
 
-def no_verdict_words(row: BudgetRow) -> str:
+def budget_level(budget: DecodeBudget) -> str:
+    """The word that names the level the budget's verdict is about: the recorded one (``figures.
+    verdict_level``'s), or the plateau for a run recorded before the budget said it."""
+    return budget.level or LEVEL_BEFORE
+
+
+def no_verdict_words(row: BudgetRow, level: str) -> str:
     parts = missing_parts(row)
     what = missing_words(row.m, parts) if parts else f"the micro benchmarks measured nothing at M={row.m}"
-    return f"no verdict at the plateau (concurrency {row.m}): {what}"
+    return f"no verdict at the {level} (concurrency {row.m}): {what}"
 
 
 def impossible_words(row: BudgetRow) -> str:
-    """What a verdict adds for a plateau row whose measured parts exceed its TPOT."""
+    """What a verdict adds for the verdict's row whose measured parts exceed its TPOT."""
     measured = (row.allreduce_ms or 0.0) + (row.gemm_ms or 0.0)
     return (f"IMPOSSIBLE at M={row.m}: the measured parts ({measured:.1f} ms) exceed the TPOT "
             f"({row.tpot_ms or 0.0:.1f} ms): stand-ins, or the micro figures overstate; the shares are not exact.")
 
 
 def budget_verdict(budget: DecodeBudget) -> str:
-    """The budget's verdict as every surface writes it: the recorded one; for a plateau row that lacks a
+    """The budget's verdict as every surface writes it: the recorded one; for the verdict's row that lacks a
     part, what is missing there; for one whose parts exceed its TPOT, that said too (a run recorded before
     the words said them)."""
     row = next((r for r in budget.rows if r.m == budget.plateau_m), None)
     if row is not None and missing_parts(row) and not budget.bound:
-        return no_verdict_words(row)
+        return no_verdict_words(row, budget_level(budget))
     verdict = budget.verdict or "none"
     if row is not None and budget_impossible(row) and "IMPOSSIBLE" not in verdict:
         verdict += " " + impossible_words(row)

@@ -6,7 +6,7 @@
 - a GEMM row's % of its memory roofline and its correctness mark;
 - percentiles (numpy's default interpolation, as vLLM computes them);
 - the decode-step budget's shares of the TPOT and which of them are impossible;
-- a sweep's knee and plateau;
+- a sweep's knee and plateau, and the level a verdict is about (one word names it everywhere);
 - whether a change between two runs is beyond the runs' own spread (``kimitui compare``).
 """
 
@@ -174,12 +174,34 @@ def knee(levels: Sequence[tuple[int, float]], growth: float = KNEE_GROWTH) -> in
 
 
 def plateau(levels: Iterable[tuple[int, float]], within: float = PLATEAU_WITHIN) -> int | None:
-    """The lowest concurrency whose output tok/s is within ``within`` of the highest (None for no level)."""
+    """The lowest concurrency whose output tok/s is within ``within`` of the highest, where another level is
+    too: a flat stretch of the sweep. None when only the highest level is within (tok/s still climbs to the
+    last level: no plateau was measured), or for no level."""
     scored = [(c, t) for c, t in levels if t > 0]
     if not scored:
         return None
     top = max(t for _, t in scored)
-    return min(c for c, t in scored if t >= top * (1 - within))
+    flat = [c for c, t in scored if t >= top * (1 - within)]
+    return min(flat) if len(flat) > 1 else None
+
+
+LEVEL_KNEE = "knee"
+LEVEL_HIGHEST = "highest level measured"
+"""The words that name the level a verdict is about (``verdict_level``), the same in the budget's verdict
+("At the highest level measured (...)"), its table and bars, the dashboard's marker and ``kimitui compare``."""
+LEVEL_BEFORE = "plateau"
+"""What a run recorded before ``DecodeBudget.level`` called its verdict's level (the plateau rule's)."""
+
+
+def verdict_level(levels: Iterable[tuple[int, float]]) -> tuple[int, str] | None:
+    """The concurrency a sweep's verdict is about and the word that names it: the knee (``knee``) where the
+    sweep found one, else the highest level measured (tok/s may still grow past it: the sweep did not find
+    where it stops). ``levels`` are (concurrency, output tok/s); None when no level measured any."""
+    scored = [(c, t) for c, t in levels if t > 0]
+    if not scored:
+        return None
+    at = knee(scored)
+    return (at, LEVEL_KNEE) if at is not None else (max(c for c, _ in scored), LEVEL_HIGHEST)
 
 
 def level_tok_s(points: Iterable[MacroPoint]) -> list[tuple[int, float]]:

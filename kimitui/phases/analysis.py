@@ -12,8 +12,9 @@ TPOT measured at that concurrency. Of it, the micro benchmarks account for:
   fused MoE row (the experts M tokens touch), with Marlin where it was measured, else a stand-in (said);
 - the rest, TPOT minus both: attention, routing, sampling, scheduling (not measured).
 
-The verdict names the largest share at the plateau (the lowest concurrency within 5 % of the highest
-output tok/s), with its assumptions stated.
+The verdict names the largest share at one level, with its assumptions stated: the knee of the sweep where it
+found one (``core.figures.knee``), else the highest level measured (``core.figures.verdict_level``; one word
+names that level everywhere).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from kimitui.core.events import (
     PhaseEnd,
     PhaseStart,
 )
-from kimitui.core.figures import PLATEAU_WITHIN, TPOT_STATISTIC, budget_impossible, step_tpot
+from kimitui.core.figures import TPOT_STATISTIC, budget_impossible, step_tpot, verdict_level
 from kimitui.core.state import SessionState, level_failed
 from kimitui.phases.base import Publish, now
 
@@ -124,7 +125,7 @@ def _share(part: float | None, total: float | None) -> float | None:
 
 
 def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
-    """The budget per measured concurrency, the bound at the plateau and the verdict."""
+    """The budget per measured concurrency, the bound at the verdict's level and the verdict."""
     missing: list[str] = []
     points = [p for p in state.macro_points if not level_failed(p)]
     shapes = _shapes(state)
@@ -201,21 +202,20 @@ def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
                               int4_gemm_ms=None if int4 is None else round(int4, 4),
                               bf16_gemm_ms=None if bf16 is None else round(bf16, 4),
                               rest_ms=None if rest is None else round(rest, 4), notes=notes))
-    plateau = _plateau(rows)
+    at, level = _verdict_row(rows)
     link = _link(state)
     assumptions = _assumptions(state, ar_count, layers, link, fused)
-    bound, verdict = _verdict(plateau, ar_count, state, link, stand_ins)
-    return DecodeBudget(t, rows=rows, bound=bound, plateau_m=plateau.m if plateau else None,  # type: ignore[arg-type]
-                        plateau_tok_s=plateau.tok_s if plateau else None, verdict=verdict,
+    bound, verdict = _verdict(at, level, ar_count, state, link, stand_ins)
+    return DecodeBudget(t, rows=rows, bound=bound, plateau_m=at.m if at else None,  # type: ignore[arg-type]
+                        plateau_tok_s=at.tok_s if at else None, level=level, verdict=verdict,
                         assumptions=assumptions, stand_ins=sorted(stand_ins), link=link, missing=missing)
 
 
-def _plateau(rows: list[BudgetRow]) -> BudgetRow | None:
-    scored = [r for r in rows if r.tok_s is not None and r.tpot_ms is not None]
-    if not scored:
-        return None
-    top = max(r.tok_s or 0.0 for r in scored)
-    return min((r for r in scored if (r.tok_s or 0.0) >= top * (1 - PLATEAU_WITHIN)), key=lambda r: r.m)
+def _verdict_row(rows: list[BudgetRow]) -> tuple[BudgetRow | None, str]:
+    """The row the verdict is about and its word: the sweep's knee, else its highest level measured."""
+    scored = {r.m: r for r in rows if r.tok_s is not None and r.tpot_ms is not None}
+    found = verdict_level((m, r.tok_s or 0.0) for m, r in scored.items())
+    return (None, "") if found is None else (scored[found[0]], found[1])
 
 
 def _link(state: SessionState) -> str:
@@ -248,14 +248,14 @@ def _pct(part: float | None, total: float | None) -> str:
     return "n/a" if s is None else f"{s:.0%}"
 
 
-def _verdict(row: BudgetRow | None, ar_count: int, state: SessionState, link: str,
+def _verdict(row: BudgetRow | None, level: str, ar_count: int, state: SessionState, link: str,
              stand_ins: set[str]) -> tuple[str, str]:
     if row is None or row.tpot_ms is None:
         return "", "no verdict: no macro level with both a throughput and a TPOT"
     parts = {"allreduce": row.allreduce_ms, "gemm": row.gemm_ms, "rest": row.rest_ms}
     known = {k: v for k, v in parts.items() if v is not None}
     if "gemm" not in known or (ar_count and "allreduce" not in known):
-        return "", no_verdict_words(row)
+        return "", no_verdict_words(row, level)
     bound = max(known, key=lambda k: known[k] or 0.0)
     t = row.tpot_ms
     size_b = row.m * 7168 * 2
@@ -265,7 +265,7 @@ def _verdict(row: BudgetRow | None, ar_count: int, state: SessionState, link: st
                 + (f", over {link}" if link else "") + ")")
     kernel = "Marlin" if not any(s.startswith("moe") for s in stand_ins) else "a stand-in for Marlin"
     steady = row.m / t * 1000.0
-    text = (f"At the plateau ({row.tok_s:.0f} tok/s measured at concurrency {row.m}; {row.m} / TPOT = "
+    text = (f"At the {level} ({row.tok_s:.0f} tok/s measured at concurrency {row.m}; {row.m} / TPOT = "
             f"{steady:.0f} tok/s while decoding) a decode step takes {t:.1f} ms: "
             f"GEMMs {row.gemm_ms:.1f} ms ({_pct(row.gemm_ms, t)}; the INT4 routed experts on {kernel} "
             f"{row.int4_gemm_ms or 0.0:.1f} ms, the bf16 GEMMs {row.bf16_gemm_ms or 0.0:.1f} ms), {ar_words}, "

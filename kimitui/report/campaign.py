@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.campaign_words import drain_words, phase_title, probe_words
-from kimitui.core.describe import budget_row_note, budget_verdict
+from kimitui.core.describe import budget_level, budget_row_note, budget_verdict
 from kimitui.core.events import HostSample, MacroPoint
 from kimitui.core.figures import TPOT_STATISTIC, budget_impossible
 from kimitui.core.state import CleanupState, SessionState, StepState, level_failed
@@ -127,7 +127,7 @@ def budget_section(state: SessionState) -> list[str]:
         rows = []
         for r in budget.rows:
             cells = budget_cells(r)
-            rows.append([cells[0] + (" (plateau)" if r.m == budget.plateau_m else ""), *cells[1:]])
+            rows.append([cells[0] + (f" ({budget_level(budget)})" if r.m == budget.plateau_m else ""), *cells[1:]])
         lines += [f"ms per decode step at concurrency M (share of the TPOT, the {TPOT_STATISTIC} of the level's "
                   "requests); the rest is attention, routing, sampling, scheduling (not measured). A part above the "
                   "TPOT is flagged `!`: no share of a step can exceed the step.", "",

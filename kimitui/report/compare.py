@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kimitui.core.describe import budget_verdict, gemm_words, single_stream_words, verdict_line
+from kimitui.core.describe import budget_level, budget_verdict, gemm_words, single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, DecodeBudget, GemmRow, MacroPoint, level_failed
 from kimitui.core.figures import NOISE_RULE, change_pct, knee, level_tok_s, noise, plateau, single_stream
 from kimitui.core.printable import printable
@@ -145,10 +145,9 @@ def knee_of(state: SessionState) -> tuple[int | None, str]:
 
 
 def _plateau(run: Run) -> str:
-    if run.budget is not None and run.budget.plateau_m is not None:
-        return f"c={run.budget.plateau_m}"
+    """Where the sweep's tok/s went flat (``core.figures.plateau``), or that it did not within the levels."""
     at = plateau(level_tok_s(run.state.macro_points))
-    return "n/a" if at is None else f"c={at}"
+    return "none in the sweep" if at is None else f"c={at}"
 
 
 def throughput_compare(runs: list[Run]) -> list[str]:
@@ -250,8 +249,8 @@ def budget_compare(runs: list[Run]) -> list[str]:
             row = next((x for x in r.budget.rows if x.m == m), None) if r.budget else None
             if row is not None:
                 cells = budget_cells(row)
-                plateau_mark = " (plateau)" if r.budget is not None and m == r.budget.plateau_m else ""
-                rows.append([cells[0] + plateau_mark, r.label, *cells[1:]])
+                mark = f" ({budget_level(r.budget)})" if r.budget is not None and m == r.budget.plateau_m else ""
+                rows.append([cells[0] + mark, r.label, *cells[1:]])
     if rows:
         lines += ["", "ms per decode step at concurrency M (share of the TPOT), each run's rows as its own report "
                       "gives them:", "", *table([BUDGET_HEAD[0], "run", *BUDGET_HEAD[1:]], rows, "ll" + "r" * 6)]

@@ -73,8 +73,7 @@ def throughput(plt: Any, runs: list[Run]) -> Any:
             continue
         cs, tps = zip(*levels, strict=True)
         (line,) = ax.plot(cs, tps, marker="o", label=_legend(r, len(runs) > 1))
-        at_plateau = r.budget.plateau_m if r.budget is not None and r.budget.plateau_m is not None \
-            else plateau(levels)
+        at_plateau = plateau(levels)  # where tok/s went flat, if it did (the budget's level is not a plateau)
         at_knee, _ = knee_of(r.state)
         for at, mark, word in ((at_plateau, "s", "plateau"), (at_knee, "D", "knee")):
             if at is not None and at in dict(levels):

@@ -132,9 +132,14 @@ class DecodeBudget(Event):
     type: ClassVar[str] = "decode_budget"
     rows: list[BudgetRow] = field(default_factory=list)
     bound: Literal["allreduce", "gemm", "rest", ""] = ""
-    """What takes the largest share of a step at the plateau ("" when it could not be judged)."""
+    """What takes the largest share of a step at the level the verdict is about ("" when it could not be
+    judged)."""
     plateau_m: int | None = None
+    """The concurrency the verdict is about (``level`` names it; the field keeps its recorded name)."""
     plateau_tok_s: float | None = None
+    level: str = ""
+    """The word that names ``plateau_m``'s level (``kimitui.core.figures.verdict_level``): "knee", or "highest
+    level measured" where the sweep found no knee; "" in a run recorded before: the plateau rule's level."""
     verdict: str = ""
     assumptions: list[str] = field(default_factory=list)
     stand_ins: list[str] = field(default_factory=list)

@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from kimitui.core.campaign_state import PHASE_TITLES, CampaignState
 from kimitui.core.campaign_words import drain_words, probe_words
-from kimitui.core.describe import budget_verdict, tpot_label
+from kimitui.core.describe import budget_level, budget_verdict, tpot_label
 from kimitui.core.figures import budget_impossible
 from kimitui.core.state import SessionState
 from kimitui.report.budget_text import SEGMENTS, budget_lines, stacked_bar
@@ -115,20 +115,21 @@ def bars_content(state: SessionState, width: int, compare: CompareRun | None = N
     if budget is None:
         return Content.assemble(("No decode-step budget yet: Phase 3 of a campaign computes it from Phase 1's "
                                  "TPOT and Phase 2's GEMMs and all-reduces.", "$text-muted"))
-    bar_w = max(width - 46, 10)  # the label (28), " ! ◀ plateau" (12), padding and the scrollbar
+    marker = f" ◀ {budget_level(budget)}"  # the verdict's level, named as the verdict names it
+    bar_w = max(width - 36 - len(marker), 10)  # the label (28), " !", the marker, padding and the scrollbar
     parts: list[str | tuple[str, str]] = [(f"where a decode step's time goes, per concurrency M (tok/s, "
                                            f"{tpot_label()})", "bold $accent")]
     for r in budget.rows:
         tok = fmt.num(r.tok_s, "{:.0f}", " tok/s")
         tpot = fmt.num(r.tpot_ms, "{:.1f}", " ms")
-        plateau = " ◀ plateau" if r.m == budget.plateau_m else ""
+        mark = marker if r.m == budget.plateau_m else ""
         if budget_impossible(r):
-            plateau = " !" + plateau  # the notes under the table say which part
+            mark = " !" + mark  # the notes under the table say which part
         parts += ["\n", (f"M={r.m:<4}", "bold"), f" {tok:>10} {tpot:>9} "]
         for key, cells in stacked_bar(r, bar_w):
             char = next(c for k, c, _ in SEGMENTS if k == key)
             parts.append((char * cells, SEGMENT_STYLES[key]))
-        parts.append((plateau, "bold $accent"))
+        parts.append((mark, "bold $accent"))
         if compare is not None:
             parts += compare_bar(compare, r.m, bar_w, SEGMENT_STYLES)
     if compare is not None:
