@@ -348,6 +348,11 @@ class Campaign:
         self.finished = True
         return end
 
+    @property
+    def last_started(self) -> str:
+        """The phase last started ("" before the first): the one kimitui stopped in, when it stops."""
+        return self._last
+
     def _transition_ahead(self, todo: list[str]) -> bool:
         c = self.state.campaign
         return "cleanup" in todo and c is not None and "cleanup" not in c.skips

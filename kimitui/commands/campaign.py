@@ -190,7 +190,28 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
             session.close()
         print(f"campaign recorded to {path} (replay: kimitui replay {path}; report: kimitui report {path})",
               file=sys.stderr)
+        stopped = resume_words(machine, cfg, path)
+        if stopped:
+            print(f"kimitui: {stopped}", file=sys.stderr)
     return rc
+
+
+def resume_words(machine: Any, cfg: CampaignConfig, path: Path) -> str:
+    """A campaign kimitui left before its end (the dashboard quit, Ctrl-C twice): where it stopped and the
+    command that goes on with it; "" when it ended (or never began)."""
+    import shlex
+
+    from kimitui.core.campaign_state import PHASE_TITLES
+
+    c = machine.state.campaign
+    if c is None or c.end is not None:
+        return ""
+    last = getattr(machine, "last_started", "")
+    where = PHASE_TITLES.get(last, last)
+    again = ("kimitui demo --campaign" if cfg.file.startswith("(built in") else
+             f"kimitui campaign {shlex.quote(cfg.file)}")
+    return (f"the campaign stopped before its end{f' (in {where})' if where else ''}: go on with it: "
+            f"{again} --resume {shlex.quote(str(path))}")
 
 
 def _status(machine: Any) -> int:
