@@ -61,12 +61,53 @@ def _legend(run: Run, many: bool) -> str:
 # -- the figures --------------------------------------------------------------------------------------------
 
 
+def _crosses(box: Any, segments: list[tuple[tuple[float, float], tuple[float, float]]]) -> bool:
+    """A segment (display coordinates) enters the box."""
+    for (xa, ya), (xb, yb) in segments:
+        steps = 16
+        for k in range(steps + 1):  # the segment's points, a few pixels apart at the figure's size
+            f = k / steps
+            if box.contains(xa + (xb - xa) * f, ya + (yb - ya) * f):
+                return True
+    return False
+
+
+def _place_notes(fig: Any, ax: Any, notes: list[tuple[Any, tuple[float, float]]]) -> None:
+    """Each note (an annotation of a point, in data coordinates) moved to the first of a few places around
+    its point where it crosses no curve of the axes, stays inside them, and overlaps neither the legend nor
+    a note placed before it: above or below the point first, then to either side."""
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    segments = []
+    for line in ax.get_lines():
+        if line.get_linestyle() in ("None", "none", "", " "):
+            continue
+        pts = line.get_transform().transform(line.get_xydata())
+        segments += list(zip(map(tuple, pts[:-1]), map(tuple, pts[1:]), strict=True))
+    taken = [leg.get_window_extent(renderer)] if (leg := ax.get_legend()) is not None else []
+    places = ((-10, 12, "right"), (10, -18, "left"), (-10, -18, "right"), (10, 12, "left"), (-14, -4, "right"),
+              (14, -4, "left"), (-10, 24, "right"), (10, -30, "left"))
+    for note, _ in notes:
+        for dx, dy, ha in places:
+            note.set_position((dx, dy))
+            note.set_ha(ha)
+            box = note.get_window_extent(renderer).padded(2)
+            if (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+                    and not _crosses(box, segments) and not any(box.overlaps(t) for t in taken)):
+                break
+        else:
+            note.set_position(places[0][:2])
+            note.set_ha(places[0][2])
+        taken.append(note.get_window_extent(renderer).padded(2))
+
+
 def throughput(plt: Any, runs: list[Run]) -> Any:
     if not any(level_tok_s(r.state.macro_points) for r in runs):
         return None
     from kimitui.report.compare import knee_of
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    notes = []
     for r in runs:
         levels = sorted(level_tok_s(r.state.macro_points))
         if not levels:
@@ -79,15 +120,20 @@ def throughput(plt: Any, runs: list[Run]) -> Any:
             if at is not None and at in dict(levels):
                 ax.plot([at], [dict(levels)[at]], marker=mark, markersize=11, fillstyle="none",
                         color=line.get_color(), linestyle="none")
-                ax.annotate(f"{r.label + ' ' if len(runs) > 1 else ''}{word} c={at}", (at, dict(levels)[at]),
-                            textcoords="offset points", xytext=(-8, 10 if word == "knee" else -16), ha="right",
-                            fontsize=8, color=line.get_color())
+                note = ax.annotate(f"{r.label + ' ' if len(runs) > 1 else ''}{word} c={at}", (at, dict(levels)[at]),
+                                   textcoords="offset points", xytext=(-10, 12), ha="right", fontsize=8,
+                                   color=line.get_color())
+                notes.append((note, (at, dict(levels)[at])))
     ax.set_xscale("log", base=2)
+    ax.margins(x=0.06, y=0.14)  # room for a note above the highest point
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("concurrency")
     ax.set_ylabel("output tok/s")
     ax.set_title(_title(runs, "Output tok/s against concurrency"))
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    _place_notes(fig, ax, notes)
     return fig
 
 
@@ -119,50 +165,201 @@ def distributions(plt: Any, runs: list[Run], key: str, name: str) -> Any:
     return fig
 
 
-def _transition_samples(run: Run) -> tuple[list[HostSample], list[tuple[str, float]]]:
-    """The samples of the transition (the cleanup phase, or the first cleanup's steps) and its step marks."""
+Mark = tuple[str, float, str]
+"""(step, when it began, its status)."""
+
+
+def _step_starts(run: Run) -> list[Mark]:
+    """The first cleanup's steps that began, in order of their start: the earliest of each step's events
+    (its preview, the operator's answer, its first signal or outcome, else its result: a step that asked
+    nothing and sent nothing, e.g. a skipped one, has only its result)."""
+    cleanups = run.digest.state.cleanups
+    if not cleanups:
+        return []
+    out = []
+    for step in cleanups[0].steps.values():
+        times = [t for t in (step.preview.t if step.preview is not None else None, step.started,
+                             step.signals[0].sent.t if step.signals else None,
+                             step.outcomes[0].t if step.outcomes else None,
+                             step.result.t if step.result is not None else None) if t is not None]
+        if times:
+            out.append((step.step, min(times), step.status))
+    return sorted(out, key=lambda m: m[1])
+
+
+def _transition_samples(run: Run) -> tuple[list[HostSample], list[Mark]]:
+    """The samples of the transition (the cleanup phase, or the first cleanup's steps) and its step marks
+    (each at the step's start)."""
     d = run.digest
     span = next((s for s in d.state.phases if s.phase == "cleanup"), None)
-    marks = [(step, t) for (n, step), t in sorted(d.step_done_at.items(), key=lambda kv: kv[1]) if n == 0]
+    marks = _step_starts(run)
+    done = [t for (n, _), t in d.step_done_at.items() if n == 0]
     if span is not None:
         lo, hi = span.start, span.end if span.end is not None else d.reader.end_time
     elif marks:
-        lo, hi = d.state.cleanups[0].plan.t, marks[-1][1]
+        lo, hi = d.state.cleanups[0].plan.t, max(done or [marks[-1][1]])
     else:
         return [], []
     lo, hi = lo - 1.0, hi + 1.0
     samples = [s for i, t in zip(d.sample_idx, d.sample_times, strict=True) if lo <= t <= hi
                and isinstance(s := d.reader.decoded(i), HostSample)]
-    return samples, [(step, t) for step, t in marks if lo <= t <= hi]
+    return samples, [m for m in marks if lo <= m[1] <= hi]
+
+
+GpuLine = tuple[list[int], list[float], list[float]]
+"""(the GPUs it stands for, seconds, GiB)."""
+
+
+def _gpu_lines(samples: list[HostSample]) -> list[GpuLine]:
+    """One line per GPU, drawn once for GPUs that read alike: the same samples and, at each, memory within
+    0.5 % of the largest reading (a pixel at the figure's size), so eight GPUs that rise and fall together
+    are one line named 'GPU 0-7' rather than eight lines on top of each other."""
+    t0 = samples[0].t
+    series: dict[int, tuple[list[float], list[float]]] = {}
+    for s in samples:
+        for g in s.gpus:
+            if g.mem_used_mib is not None:
+                xs, ys = series.setdefault(g.index, ([], []))
+                xs.append(s.t - t0)
+                ys.append(g.mem_used_mib / 1024)
+    top = max((y for _, ys in series.values() for y in ys), default=0.0)
+    tol = max(top * 0.005, 1 / 1024)
+    lines: list[GpuLine] = []
+    for i in sorted(series):
+        xs, ys = series[i]
+        same = next((ln for ln in lines if ln[1] == xs
+                     and all(abs(a - b) <= tol for a, b in zip(ln[2], ys, strict=True))), None)
+        if same is not None:
+            same[0].append(i)
+        else:
+            lines.append(([i], xs, ys))
+    return lines
+
+
+LABEL_PT = 7.0
+"""The step labels' font size."""
+
+
+Placed = tuple[float, int, float, float]
+"""(a mark's x, its label's row (0 the top), the label's left and right x)."""
+
+
+def _spans(cluster: list[tuple[float, float]], left_side: bool, pad: float) -> list[tuple[float, float]]:
+    """The labels of a cluster of marks ((x, label's width) each) in one column beside their lines: to the
+    right of the last, or to the left of the first."""
+    edge = cluster[0][0] - pad if left_side else cluster[-1][0] + pad
+    return [(edge - w, edge) if left_side else (edge, edge + w) for _, w in cluster]
+
+
+def _clash(placed: list[Placed], cluster: list[tuple[float, float]], spans: list[tuple[float, float]],
+           first: int, pad: float, lines: bool) -> bool:
+    """The cluster's labels, from row ``first`` down, overlap a label placed before (or, with ``lines``,
+    a line crosses a label: a mark's line runs from the bottom up to its own label's row)."""
+    for k, ((left, right), (x, _)) in enumerate(zip(spans, cluster, strict=True)):
+        row = first + k
+        for m, r, a, b in placed:
+            if ((r == row and left - pad < b and a < right + pad)  # another label in this row
+                    or (lines and r < row and left < m < right)  # a line that passes through this row
+                    or (lines and r > row and a < x < b)):  # this line would cross a label below
+                return True
+    return False
+
+
+def _label_rows(clusters: list[list[tuple[float, float]]], x0: float, x1: float,
+                pad: float) -> list[tuple[list[Placed], bool]]:
+    """Where each cluster's labels go: their rows and spans, and whether they stand left of the lines.
+    Each cluster takes the highest rows where it overlaps no label and no line crosses a label, on a side
+    that keeps it inside [x0, x1] (the right when both do, and at the same row)."""
+    placed: list[Placed] = []
+    out = []
+    for cluster in clusters:
+        widest = max(w for _, w in cluster)
+        right_fits = cluster[-1][0] + pad + widest <= x1
+        left_fits = cluster[0][0] - pad - widest >= x0
+        sides = [side for side, fits in ((False, right_fits), (True, left_fits)) if fits] or [False]
+        rows = range(len(placed) + 1)
+        fits = [(r, k) for r in rows for k, side in enumerate(sides)
+                if not _clash(placed, cluster, _spans(cluster, side, pad), r, pad, True)]
+        if fits:
+            first, left_side = fits[0][0], sides[fits[0][1]]
+        else:  # nowhere without a crossing line: at least no label on another
+            left_side = sides[0]
+            first = next(r for r in rows if not _clash(placed, cluster, _spans(cluster, left_side, pad), r, pad,
+                                                       False))
+        mine = [(x, first + k, left, right)
+                for k, ((x, _), (left, right)) in enumerate(zip(cluster, _spans(cluster, left_side, pad),
+                                                                 strict=True))]
+        placed += mine
+        out.append((mine, left_side))
+    return out
+
+
+def _label_steps(fig: Any, ax: Any, marks: list[Mark], t0: float, data_top: float) -> None:
+    """Each step's mark (a line at its start: dashed, dotted when the step did not run) and its name,
+    horizontal, in a band above the data. Steps that start within 12 pixels of each other are one cluster:
+    their names stacked a row apart in their order, in one column beside their lines (to the right, or to
+    the left when that would leave the axes); no label on another, no line across a label. The y range
+    grows to make room for the band."""
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    x0, x1 = ax.get_xlim()
+    per_s = box.width / (x1 - x0)
+    pad = 3.0 / per_s  # 3 pixels, in seconds
+    row_h = LABEL_PT * 1.45 * fig.dpi / 72 / box.height  # a row, as a fraction of the axes' height
+    clusters: list[list[tuple[float, str, Any, float]]] = []  # (x, status, text, width)
+    for step, t, status in marks:
+        x = t - t0
+        word = step if status in ("done", "running", "previewed", "confirmed") else f"{step} ({status})"
+        text = ax.text(x, 1.0, word, transform=ax.get_xaxis_transform(), fontsize=LABEL_PT, color="#444444",
+                       va="top")
+        entry = (x, status, text, text.get_window_extent(renderer).width / per_s)
+        if clusters and x - clusters[-1][-1][0] <= 4 * pad:
+            clusters[-1].append(entry)
+        else:
+            clusters.append([entry])
+    lowest = -1
+    where = _label_rows([[(x, w) for x, _, _, w in c] for c in clusters], x0, x1, pad)
+    for cluster, (mine, left_side) in zip(clusters, where, strict=True):
+        for (x, status, text, _), (_, row, left, right) in zip(cluster, mine, strict=True):
+            y = 1 - 0.015 - row * row_h
+            text.set_position((right if left_side else left, y))
+            text.set_ha("right" if left_side else "left")
+            ax.axvline(x, ymax=y, color="#777777", linewidth=0.8, linestyle="--" if status == "done" else ":")
+            lowest = max(lowest, row)
+    band = (lowest + 1) * row_h + 0.04
+    bottom = ax.get_ylim()[0]
+    ax.set_ylim(bottom, bottom + (max(data_top, 1e-9) * 1.02 - bottom) / (1 - band))
 
 
 def memory(plt: Any, runs: list[Run]) -> Any:
+    from kimitui.core.procdisplay import gpu_list
+
     shown = [(r, *_transition_samples(r)) for r in runs]
     shown = [(r, samples, marks) for r, samples, marks in shown if samples]
     if not shown:
         return None
-    fig, axes = plt.subplots(len(shown), 1, figsize=(7, 3.2 * len(shown)), squeeze=False)
+    fig, axes = plt.subplots(len(shown), 1, figsize=(7, 3.4 * len(shown)), squeeze=False)
+    drawn = []
     for ax, (r, samples, marks) in zip(axes[:, 0], shown, strict=True):
-        t0 = samples[0].t
-        gpus = sorted({g.index for s in samples for g in s.gpus})
-        for i in gpus:
-            xs, ys = [], []
-            for s in samples:
-                g = next((g for g in s.gpus if g.index == i), None)
-                if g is not None and g.mem_used_mib is not None:
-                    xs.append(s.t - t0)
-                    ys.append(g.mem_used_mib / 1024)
-            ax.plot(xs, ys, drawstyle="steps-post", linewidth=1.2, label=f"GPU {i}")
-        top = ax.get_ylim()[1]
-        for step, t in marks:
-            ax.axvline(t - t0, color="#888888", linestyle="--", linewidth=0.8)
-            ax.text(t - t0, top, f" {step}", rotation=90, va="top", fontsize=7, color="#555555")
+        lines = _gpu_lines(samples)
+        n = len(lines)
+        step = min(1.2, 4.0 / (n - 1)) if n > 1 else 0.0
+        for k, (gpus, xs, ys) in enumerate(lines):  # the first drawn widest: where lines coincide, each shows
+            ax.plot(xs, ys, drawstyle="steps-post", linewidth=1.3 + (n - 1 - k) * step, solid_capstyle="butt",
+                    label=f"GPU {gpu_list(gpus)}", zorder=2 + k)
+        ax.set_xlim(-0.1, max(xs[-1] for _, xs, _ in lines) + 0.1)
         ax.set_xlabel("seconds from the transition's first sample")
         ax.set_ylabel("GPU memory used, GiB")
         who = f"{r.label}: " if len(runs) > 1 else ""
-        ax.set_title(f"{who}GPU memory through the transition (dashed: each step's result)")
+        ax.set_title(f"{who}GPU memory through the transition (lines: each step's start)")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, ncol=4, loc="center right")
+        alike = any(len(gpus) > 1 for gpus, _, _ in lines)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  title="GPUs that read alike\nshare a line" if alike else None, title_fontsize=7)
+        drawn.append((ax, marks, samples[0].t, max(y for _, _, ys in lines for y in ys)))
+    fig.tight_layout()
+    for ax, marks, t0, top in drawn:
+        _label_steps(fig, ax, marks, t0, top)
     return fig
 
 

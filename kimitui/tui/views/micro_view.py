@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from rich.columns import Columns
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -29,6 +30,9 @@ INT4_HINT = "torch-int4 (tinygemm) is honest only near M=1: it stands in for Mar
 PLOTS = (("ar-latency", "all-reduce us (log)"), ("ar-busbw", "busbw GB/s vs size"),
          ("gemm-roof", "GEMM % of roofline vs M"), ("burst", "122-burst us vs M"))
 BACKEND_RANK = {"marlin": 0, "torch-int4": 1, "bf16": 2}
+MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+COLOURS = (39, 208, 40, 196, 135, 173, 205, 248, 184, 44, 27, 214)
+"""Terminal (256-colour) colours of the GEMM plot's series, one each in turn."""
 Series = dict[str, list[tuple[float, float]]]
 
 
@@ -74,6 +78,22 @@ def roofline_series(rows: list[GemmRow]) -> Series:
             label = fmt.printable(f"{g.name} ({g.backend or '?'})")
             out.setdefault(label, []).append((float(g.m), pct))
     return {k: sorted(v) for k, v in out.items()}
+
+
+def series_keys(series: Series) -> list[tuple[str, str, int]]:
+    """(the letter that marks it in the plot, its name, its colour) of each series in turn: a plot of a
+    dozen shapes in a box 30 cells wide has no room for a legend inside it, so each series is drawn with
+    its letter at its points and named in the legend under the plots."""
+    return [(MARKS[k % len(MARKS)], name, COLOURS[k % len(COLOURS)]) for k, name in enumerate(series)]
+
+
+def roofline_legend(series: Series) -> Columns:
+    """The legend of the GEMM plot: its title, then 'A fused_qkv_a (bf16)', 'B ...' in columns (an entry
+    never split across lines), each in its series' colour."""
+    entries = [Text(f"{PLOTS[2][1]}:", style="bold")] if series else []
+    entries += [Text(f"{mark} {name}", style=f"color({colour})", no_wrap=True)
+                for mark, name, colour in series_keys(series)]
+    return Columns(entries, padding=(0, 2))
 
 
 def burst_series(rows: list[AllReduceRow]) -> list[tuple[int, float]]:
@@ -166,6 +186,8 @@ class ShapesTable(KeyedTable):
 
 
 class MicroView(VerticalScroll):
+    DEFAULT_CSS = "MicroView #micro-plot-legend { height: auto; padding: 0 1; }"
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.plots: dict[str, PlotextPlot] = {}
@@ -180,6 +202,7 @@ class MicroView(VerticalScroll):
                 box = Vertical(id=f"{key}-box", classes="plot-box")
                 box.border_title = title
                 yield box
+        yield Static(id="micro-plot-legend")
         yield Static("Shapes (per GPU, from the run's plan)", classes="section")
         yield ShapesTable(id="micro-shapes")
         yield Static("GEMM", classes="section", id="micro-gemm-title")
@@ -238,7 +261,14 @@ class MicroView(VerticalScroll):
             else:
                 lines: Series = data[0]  # type: ignore[assignment]
                 log_y = key == "ar-latency"  # a few us at 1 KiB to tens of ms at 1 GiB: decades apart
-                for name, pts in lines.items():
+                if key == "gemm-roof":
+                    self.query_one("#micro-plot-legend", Static).update(roofline_legend(lines))
+                    for mark, name, colour in series_keys(lines):
+                        xs = [math.log2(x) for x, _ in lines[name]]  # M doubles step by step
+                        ys = [y for _, y in lines[name]]
+                        plt.plot(xs, ys, marker="braille", color=colour)
+                        plt.scatter(xs, ys, marker=mark, color=colour)
+                for name, pts in lines.items() if key != "gemm-roof" else ():
                     shown = [(x, y) for x, y in pts if y > 0] if log_y else pts
                     xs = [math.log2(x) for x, _ in shown]  # sizes and M both double step by step
                     plt.plot(xs, [math.log10(y) if log_y else y for _, y in shown], label=name, marker="dot")
