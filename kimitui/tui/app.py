@@ -25,7 +25,7 @@ from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 from kimitui.core.events import Event
 from kimitui.core.replay import Player
@@ -43,6 +43,7 @@ from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_AC
 from kimitui.tui.palette import Colors
 from kimitui.tui.replay_controls import ReplayControls
 from kimitui.tui.screens.help_screen import HelpScreen
+from kimitui.tui.terminal_size import apply_size
 from kimitui.tui.themes import load_themes, resolve_theme
 from kimitui.tui.views.campaign_view import AnalysisView, CampaignStrip
 from kimitui.tui.views.cleanup_view import CleanupView
@@ -52,6 +53,7 @@ from kimitui.tui.views.micro_view import MicroView
 from kimitui.tui.views.replay_info import ReplayInfo
 from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.gpu_table import GpuTable
+from kimitui.tui.widgets.key_footer import KeyFooter
 from kimitui.tui.widgets.memory_history import MemoryHistory
 from kimitui.tui.widgets.proc_table import ProcTable
 from kimitui.tui.widgets.refresh_batch import refresh_batch
@@ -71,8 +73,6 @@ EXIT_AFTER_FIRST_FRAME_ENV = "KIMITUI_EXIT_AFTER_FIRST_FRAME"
 startup benchmark, benchmarks/startup.py, reads the time printed then)."""
 PLAIN_DRAW_ENV = draw_mode.PLAIN_DRAW_ENV
 """1: draw on Textual's own path, not kimitui's (kimitui/tui/draw_mode.py); read once, when the app is made."""
-COMPACT_WIDTH = 100
-COMPACT_HEIGHT = 30
 
 
 class KimituiApp(ReplayControls):
@@ -191,7 +191,8 @@ class KimituiApp(ReplayControls):
             yield TabPane("Cleanup", id="cleanup")
             yield TabPane("Micro", id="micro")
             yield TabPane("Analysis", id="analysis")
-        yield Footer()
+        yield Static(id="too-small")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         # Kept as references: while a modal screen (help, palette) is on top, app.query_one would
@@ -213,7 +214,7 @@ class KimituiApp(ReplayControls):
         self.query_one("#gpu-row").border_title = "GPUs"
         self.query_one("#proc-table").border_title = "Processes"
         self.query_one("#event-log").border_title = "Events"
-        self._apply_compact(self.size.width, self.size.height)
+        apply_size(self.screen_stack[0], *self.size)
         for warning in self.startup_warnings:
             self.log.warning(warning)
             self.notify(warning, title="kimitui", severity="warning", timeout=12)
@@ -242,13 +243,7 @@ class KimituiApp(ReplayControls):
             self.exit()
 
     def on_resize(self, event: Resize) -> None:
-        self._apply_compact(event.size.width, event.size.height)
-
-    def _apply_compact(self, width: int, height: int) -> None:
-        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
-        self.screen_stack[0].set_class(compact, "-compact")
-        footer = self.screen_stack[0].query_one(Footer)
-        footer.show_command_palette = width >= COMPACT_WIDTH  # ^p is in the help; the keys need the room
+        apply_size(self.screen_stack[0], *event.size)
 
     # -- drawing
 
@@ -430,8 +425,8 @@ class KimituiApp(ReplayControls):
     # -- actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in CAMPAIGN_ACTIONS:
-            return self.campaign.loaded
+        if action in CAMPAIGN_ACTIONS:  # while it runs: a campaign done has nothing to pause, skip or abort
+            return self.campaign.running
         if action in LIVE_ACTIONS:  # False: not in a replay's footer, and the key goes to in_replay
             return self.player is None
         if action == "in_replay":

@@ -167,6 +167,27 @@ def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
+def narrow_word(word: str, first: bool) -> str:
+    """A path cut to its end: ``/tmp/kimitui-sim-x/worker0.ready`` -> ``…/worker0.ready``; the first word, a
+    dotted module, to its last name: ``kimitui.hosts.sim.worker`` -> ``worker``."""
+    if word.startswith(("/", "./", "../", "~/")) and "/" in word.rstrip("/")[1:]:  # not a model id (org/name)
+        end = "…/" + word.rstrip("/").rsplit("/", 1)[-1]
+        return end if len(end) < len(word) else word
+    names = word.split(".")
+    if first and len(names) > 2 and all(n.isidentifier() for n in names):
+        return names[-1]
+    return word
+
+
+def fit_command(gist: str, width: int) -> str:
+    """A command's gist (``command_gist``) in WIDTH cells: whole when it fits; else its paths narrowed to their
+    ends first, so what tells one process from its siblings (``--title VLLM::Worker_TP3``, ``--gpu 3``) stays
+    in view; then cut at the end."""
+    if len(gist) <= width:
+        return gist
+    return shorten(" ".join(narrow_word(w, i == 0) for i, w in enumerate(gist.split(" "))), width)
+
+
 PHASE_LETTERS = {"macro": "M", "cleanup": "C", "micro": "U", "analysis": "A", "restart": "R", "check": "K"}
 """A phase's mark on the time-based views (the help lists them)."""
 

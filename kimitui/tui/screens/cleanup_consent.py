@@ -61,7 +61,7 @@ def what_lines(ref: ProcRef, width: int) -> list[str]:
     why = textwrap.wrap(fmt.printable(ref.reason or "-"), width) or ["-"]
     if len(why) > WHY_LINES:
         why = [*why[: WHY_LINES - 1], fmt.shorten(" ".join(why[WHY_LINES - 1:]), width)]
-    return [fmt.shorten(fmt.command_gist(ref.cmdline), width), *why]
+    return [fmt.fit_command(fmt.command_gist(ref.cmdline), width), *why]
 
 
 def ref_cells(ref: ProcRef, tick: Text, why_style: str, width: int, compact: bool = False,

@@ -4,6 +4,9 @@ scope since the plan (falling as holders die), and the verification's verdict. R
 
 from __future__ import annotations
 
+import re
+
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -64,9 +67,43 @@ def step_cells(step: StepState, colors: Colors, cleanup: CleanupState | None = N
         Text(step_elapsed(step, now), justify="right"),
         Text(f"{ticked} of {len(preview.targets)}" if preview else "-", justify="right"),
         Text(str(len(preview.spared)) if preview else "-", justify="right"),
-        Text(signals_summary(step), no_wrap=True, overflow="ellipsis"),
-        Text(fmt.printable(step.reason or (preview.action if preview else "")), no_wrap=True, overflow="ellipsis"),
+        Text(signals_summary(step), no_wrap=True),
     ]
+
+
+OLD_PLURAL = re.compile(r"^1 (process|holder)(?:es|e|s) ended")
+"""A kill step's result for one process as runs recorded before its plural was fixed wrote it ('1 processe
+ended', '1 processes ended')."""
+
+
+def step_note(step: StepState) -> str:
+    """The step's note: its result's reason, or what its preview would do."""
+    preview = step.preview
+    note = fmt.printable(step.reason or (preview.action if preview else ""))
+    return OLD_PLURAL.sub(r"1 \1 ended", note)
+
+
+def notes_rows(cleanup: CleanupState | None, with_signals: bool) -> tuple[tuple[str, str], ...]:
+    """(step, note) for each step with one; WITH_SIGNALS: the signals' summary first (the table has no room
+    for its column)."""
+    rows = []
+    for name, step in (cleanup.steps.items() if cleanup is not None else ()):
+        parts = [signals_summary(step)] if with_signals and step.signals else []
+        if note := step_note(step):
+            parts.append(note)
+        if parts:
+            rows.append((name, "; ".join(parts)))
+    return tuple(rows)
+
+
+def notes_table(rows: tuple[tuple[str, str], ...], colors: Colors) -> Table:
+    """Each step's note beside its name, wrapped at words under itself (never cut)."""
+    grid = Table.grid(padding=(0, 2), pad_edge=False)  # the note under the table's Status
+    grid.add_column(width=8, no_wrap=True, style="bold")
+    grid.add_column(ratio=1, overflow="fold", style=colors.foreground)
+    for name, note in rows:
+        grid.add_row(name, note)
+    return grid
 
 
 def plan_content(cleanup: CleanupState | None) -> Content:
@@ -181,14 +218,24 @@ def signals_content(cleanup: CleanupState | None) -> Content:
 class StepTable(KeyedTable):
     COLUMNS = (
         ("step", "Step", 8), ("status", "Status", 9), ("elapsed", "Elapsed", 8), ("ticked", "Ticked", 8),
-        ("spared", "Spared", 6), ("signals", "Signals", 32), ("note", "Note", 48),
+        ("spared", "Spared", 6), ("signals", "Signals", None),
     )
+    """Each step's note is below the table (#cleanup-notes), wrapped: a column would cut it."""
 
     def show(self, cleanup: CleanupState | None, colors: Colors, now: float = 0.0) -> None:
         rows: list[Row] = []
         if cleanup is not None:
             rows = [(name, step_cells(step, colors, cleanup, now)) for name, step in cleanup.steps.items()]
         self.sync(rows)
+
+    def fits_signals(self, width: int) -> bool:
+        """Whether every signals summary fits whole in WIDTH cells beside the other columns; if not the column is
+        left out (the notes say them)."""
+        fixed = sum(2 + (w or 0) for _, _, w in self.COLUMNS)
+        widest = max([len("Signals"), *(len(t) for t in self.column_texts("signals"))])
+        fits = fixed + widest <= width
+        self.set_column_hidden("signals", not fits)
+        return fits
 
 
 class CleanupView(VerticalScroll):
@@ -198,6 +245,7 @@ class CleanupView(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(id="cleanup-plan")
         yield StepTable(id="step-table")
+        yield Static(id="cleanup-notes")
         with Horizontal(id="cleanup-lower"):
             with Vertical(id="cleanup-left"):
                 yield Static(id="cleanup-phase")
@@ -207,6 +255,17 @@ class CleanupView(VerticalScroll):
 
     def on_mount(self) -> None:
         self._shown: dict[str, Content] = {}
+        self._notes: tuple[object, ...] | None = None
+        self._last: tuple[SessionState, Colors] | None = None
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.show(*self._last)
+
+    @property
+    def notes(self) -> dict[str, str]:
+        """Each step's note as shown below the table (the signals' summary first when their column is left out)."""
+        return dict(self._notes[0]) if self._notes else {}  # type: ignore[call-overload]
 
     def _update(self, widget_id: str, content: Content) -> None:
         """Update a Static only when its content changed (an update repaints and may lay out)."""
@@ -217,7 +276,14 @@ class CleanupView(VerticalScroll):
     def show(self, state: SessionState, colors: Colors) -> None:
         cleanup = state.cleanup
         self._update("cleanup-plan", plan_content(cleanup))
-        self.query_one(StepTable).show(cleanup, colors, state.clock)
+        self._last = (state, colors)
+        table = self.query_one(StepTable)
+        table.show(cleanup, colors, state.clock)
+        room = (self.size.width or self.app.size.width) - 2  # a scrollbar's room
+        rows = notes_rows(cleanup, with_signals=not table.fits_signals(room))
+        if (rows, colors) != self._notes:
+            self._notes = (rows, colors)
+            self.query_one("#cleanup-notes", Static).update(notes_table(rows, colors))
         self._update("cleanup-phase", phase_content(state))
         self._update("cleanup-verdict", verdict_content(cleanup))
         self._update("cleanup-signals", signals_content(cleanup))

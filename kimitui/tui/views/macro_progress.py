@@ -81,14 +81,27 @@ def headline_text(value: float | None) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
 
 
-def single_stream_content(points: list[MacroPoint], verdict: MacroVerdict | None = None) -> Content:
+def single_stream_to_come(sweep: Sweep | None) -> str | None:
+    """While a sweep whose levels include concurrency 1 runs and has no point for it yet: that it is measured now
+    or still to come (not that the sweep has no such level); None otherwise."""
+    if sweep is None or not sweep.active or 1 not in sweep.levels:
+        return None
+    p = sweep.progress
+    running = p is None or not p.stage or p.concurrency == 1
+    return "measuring (c=1 running)" if running else "not measured yet (c=1 to run)"
+
+
+def single_stream_content(points: list[MacroPoint], verdict: MacroVerdict | None = None,
+                          to_come: str | None = None) -> Content:
     """One line: the headline, the peak and where, the number of points (a failed level has neither), and
-    the sweep's verdict once it has one: the knee and the highest concurrency meeting the SLOs at p99."""
+    the sweep's verdict once it has one: the knee and the highest concurrency meeting the SLOs at p99. TO_COME
+    (``single_stream_to_come``) says why there is no headline yet while the sweep runs."""
     ok = [p for p in points if not level_failed(p)]
     single = single_stream(points)
     peak = max(ok, key=lambda p: p.metric("output_throughput") or 0.0, default=None)
     style = "bold $accent" if single.tok_s is not None else "bold $error" if single.state == "failed" else "$text-muted"
-    parts: list[str | tuple[str, str]] = [("single stream ", "$text-muted"), (single_stream_words(single), style)]
+    words = to_come if to_come is not None and single.state == "not run" else single_stream_words(single)
+    parts: list[str | tuple[str, str]] = [("single stream ", "$text-muted"), (words, style)]
     peak_tok = peak.metric("output_throughput") if peak is not None else None
     if peak is not None and peak_tok:
         parts += [("   peak ", "$text-muted"), (f"{peak_tok:.0f} tok/s", "bold"),
@@ -242,7 +255,8 @@ class SweepPanel(Vertical):
     def show(self, state: SessionState, points: list[MacroPoint], live: bool) -> None:
         sweep = state.sweep
         verdict = sweep.verdict if sweep is not None else None
-        self.query_one("#single-stream", Static).update(single_stream_content(points, verdict))
+        self.query_one("#single-stream", Static).update(single_stream_content(points, verdict,
+                                                                              single_stream_to_come(sweep)))
         self._set_status(sweep_status(sweep, live))
         bars = progress_bars(sweep) if sweep is not None else None
         self._show_bars(bars is not None)

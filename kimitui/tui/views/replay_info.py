@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
+from kimitui.core.events import PhaseStart
 from kimitui.core.replay import Player
+from kimitui.core.runfile import RunReader
+
+
+@lru_cache(maxsize=4)
+def phase_names(reader: RunReader) -> tuple[str, ...]:
+    """The phases the run holds, each once, in order of their first start."""
+    names: dict[str, None] = {}
+    for i in reader.indices_of("phase_start"):
+        event = reader.decoded(i)
+        if isinstance(event, PhaseStart):
+            names[event.phase] = None
+    return tuple(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +35,8 @@ class ReplayInfo:
     marks: tuple[float, ...] = ()
     """When each phase started (run times): the position bar's marks."""
     loop: bool = False
+    phases: tuple[str, ...] = ()
+    """The phases of the run (the header keeps room for the longest)."""
 
     @classmethod
     def of(cls, player: Player) -> ReplayInfo:
@@ -36,6 +52,7 @@ class ReplayInfo:
             start=player.reader.start_time,
             marks=player.phase_marks,
             loop=player.loop,
+            phases=phase_names(player.reader),
         )
 
     def key(self) -> tuple[object, ...]:

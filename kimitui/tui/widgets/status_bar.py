@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.cells import cell_len
 from textual.content import Content
 
+from kimitui.core.replay import SPEEDS
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 from kimitui.tui.views.replay_info import ReplayInfo
@@ -27,6 +28,16 @@ CAMPAIGN_WORDS = {"cleanup": "transition"}
 
 NARROW = 100
 """Below this width the header drops the date and the event position (the controls stay)."""
+NO_PHASE = "  no phase"
+SPEED_ROOM = max(len(f"  {fmt.speed(s)}") for s in SPEEDS)
+STATE_ROOM = len("  PAUSED")
+"""END or PAUSED: the room kept for them whether shown or not (so is the phase's, for the longest phase of the run,
+and the speed's): the position bar starts at one column and has one width while the replay plays, its ● only
+moves on."""
+
+
+def cells_of(parts: list[Part]) -> int:
+    return sum(cell_len(p if isinstance(p, str) else p[0]) for p in parts)
 
 
 def status_content(state: SessionState, replay: ReplayInfo | None, live: bool, host: str = "",
@@ -56,6 +67,7 @@ def status_parts(state: SessionState, replay: ReplayInfo | None, live: bool, hos
         parts += ["  ", (conn, CONNECTION_STYLES.get(conn, ""))]
     elif conn not in ("unknown", "connected"):  # the run's connection at this point, when it was not up
         parts += ["  ", (f"was {conn}", CONNECTION_STYLES.get(conn, ""))]
+    phase_at = len(parts)
     phase = state.phase
     if phase is not None:
         parts += [("  " if narrow else "  phase ", "$text-muted"), (named(phase.phase), "bold $accent")]
@@ -66,11 +78,13 @@ def status_parts(state: SessionState, replay: ReplayInfo | None, live: bool, hos
         style = "bold $error" if last.outcome == "FAILED" else "bold $warning"
         parts += ["  ", (f"{named(last.phase)} {last.outcome}", style)]
     else:
-        parts.append(("  no phase", "$text-muted"))
+        parts.append((NO_PHASE, "$text-muted"))
+    phase_end = len(parts)
     parts.append("  ")
     if replay is not None:
         parts.append(clock(replay.run_time))
-        parts.append(f"  {fmt.duration(min(replay.elapsed, replay.duration))}/{fmt.duration(replay.duration)}")
+        whole = fmt.duration(replay.duration)
+        parts.append(f"  {fmt.duration(min(replay.elapsed, replay.duration)):>{len(whole)}}/{whole}")
         bar_at = len(parts)
         parts.append((f"  {fmt.speed(replay.speed)}", "bold"))
         if replay.finished and not replay.loop:
@@ -85,10 +99,16 @@ def status_parts(state: SessionState, replay: ReplayInfo | None, live: bool, hos
         parts.append(clock(state.clock))
         if live and not narrow:
             parts.append((f"  events {state.events}", "$text-muted"))
-    if replay is not None:  # the position bar, as wide as the line has room for
-        cells = min(BAR_MAX, width - sum(cell_len(p if isinstance(p, str) else p[0]) for p in parts) - 2)
+    if replay is not None:  # the position bar, as wide as the line has room for whatever its changing parts say
+        phase_cells = cells_of(parts[phase_at:phase_end])
+        words = [w for p in replay.phases for w in (p, CAMPAIGN_WORDS.get(p, p))]  # a campaign's once it has begun
+        room = max([len(NO_PHASE), phase_cells, *(cell_len(f"  after {w}") for w in words)])
+        kept = (room + cells_of(parts[phase_end:bar_at]) + SPEED_ROOM + STATE_ROOM + (replay.loop and len("  LOOP"))
+                + (0 if narrow else len(f"  event {replay.total}/{replay.total}")))
+        cells = min(BAR_MAX, width - cells_of(parts[:phase_at]) - kept - 2)
         if cells >= BAR_MIN:
             parts[bar_at:bar_at] = ["  ", *position_bar(replay, cells)]
+            parts.insert(phase_end, " " * (room - phase_cells))
     return tuple(parts)
 
 
