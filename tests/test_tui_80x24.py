@@ -36,7 +36,7 @@ def controls_on_screen(text: str) -> None:
 async def test_consent_modal_at_80x24_shows_every_row_and_keeps_its_controls() -> None:
     preview = bundled_preview("graceful")  # the API server and its 8 workers: more rows than fit
     rows = [*preview.targets, *preview.spared]
-    assert len(rows) == 9
+    assert len(rows) >= 9  # more than the modal's 80x24 shows at once
     app = KimituiApp(Session())
     async with app.run_test(size=SMALL) as pilot:
         screen = ConsentScreen(preview, "ana", "step 1 of 3")
@@ -110,12 +110,15 @@ async def test_benchmarks_tab_keeps_its_plots_at_80x24() -> None:
         await pilot_until(pilot, lambda: bool(view.plotted.get("throughput", (None, []))[1]), "the plot")
         await pilot.pause()
         server_row = view.query_one("#server-plots")
-        assert not server_row.display  # the bundled run read no server metrics: the row takes no room
         for plot in view.plots.values():
-            if server_row in plot.ancestors:
-                continue
+            below = server_row in plot.ancestors
+            if below and not server_row.display:
+                continue  # a run that read no server metrics: the row takes no room
             assert plot.display and plot.size.height >= 8 and plot.size.width >= 20
-            assert plot.region.bottom <= SMALL[1]
+            if below:  # the server's own plots follow, a scroll away (the tab scrolls)
+                assert view.max_scroll_y > 0
+            else:
+                assert plot.region.bottom <= SMALL[1]
         assert "concurrency" in screen_text(app)
 
 
