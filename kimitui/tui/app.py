@@ -43,6 +43,7 @@ from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_AC
 from kimitui.tui.palette import Colors
 from kimitui.tui.replay_controls import ReplayControls
 from kimitui.tui.screens.help_screen import HelpScreen
+from kimitui.tui.screenshot_delivery import ScreenshotDelivery, plain_notice
 from kimitui.tui.terminal_size import apply_size
 from kimitui.tui.themes import load_themes, resolve_theme
 from kimitui.tui.views.campaign_view import AnalysisView, CampaignStrip
@@ -75,7 +76,7 @@ PLAIN_DRAW_ENV = draw_mode.PLAIN_DRAW_ENV
 """1: draw on Textual's own path, not kimitui's (kimitui/tui/draw_mode.py); read once, when the app is made."""
 
 
-class KimituiApp(ReplayControls):
+class KimituiApp(ScreenshotDelivery, ReplayControls):
     CSS_PATH = "app.tcss"
     TITLE = "kimitui"
     COMMANDS = App.COMMANDS | {KimituiCommands}
@@ -172,7 +173,7 @@ class KimituiApp(ReplayControls):
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
         # Notices carry outside text (an error body, a note, a reason): printable, and not read as markup
-        message, title = fmt.printable_lines(message), fmt.printable(title)
+        message, title = fmt.printable_lines(plain_notice(message, title)), fmt.printable(title)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def compose(self) -> ComposeResult:
