@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cli.add_parser(sub)
 
     p = sub.add_parser("demo", help="start the simulated 8-GPU host and open the dashboard on it")
-    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--gpus", type=int, default=8, metavar="N",
+                   help="how many GPUs the simulated host has (default 8, the demo's RTX PRO 6000s)")
     p.add_argument("--interval", type=float, default=0.5, help="sampling interval in seconds (0.1 to 10)")
     p.add_argument("--campaign", action="store_true",
                    help="run the whole built-in campaign on the simulated host (macro, the transition, micro, the "
@@ -135,6 +136,17 @@ def _is_the_local_dashboard(argv: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:  # Ctrl-C while the command line is read and the command's module imported: one line, 130
+        args = _read(argv)
+        import kimitui.core.runfile  # noqa: F401  (the command's errors: imported where a Ctrl-C is caught)
+    except KeyboardInterrupt:
+        from kimitui.commands.interrupted import interrupted
+
+        return interrupted()
+    return _dispatch(args)
+
+
+def _read(argv: list[str] | None) -> argparse.Namespace:
     from kimitui.live.process_clock import mark
 
     mark("main")
@@ -145,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
 
         prestart_agent()
         mark("agent-prestarted")
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    return parse(build_parser(), argv)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     from kimitui.core.runfile import RunFileError
 
     try:
@@ -155,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             command = "demo-campaign"
         where = HANDLERS.get(command)
         if where is None:
-            parser.print_help()
+            build_parser().print_help()
             return 2
         handler = cmd_replay if where == ("main", "cmd_replay") else getattr(
             importlib.import_module(f"kimitui.commands.{where[0]}"), where[1])  # only the command's own module
@@ -167,6 +181,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _reader_gone()
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parse_args``, except that an argument no parser knows is refused by the (sub)command it was given
+    to, with that command's usage (``kimitui demo --bogus`` shows demo's, not the list of commands)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost parser of the command ARGS names (``bench macro``'s for ``kimitui bench macro ...``)."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs and subs[0].dest != argparse.SUPPRESS else None
+        if chosen is None or chosen not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[chosen]
 
 
 SIGPIPE_STATUS = 141
