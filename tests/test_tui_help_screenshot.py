@@ -10,6 +10,7 @@ import pytest
 from kimitui.core.session import Session
 from kimitui.tui.screens.help_screen import KEYS, help_content
 from tests.app_probe import ProbedApp
+from tests.support import open_dialog, sweep_app
 from tests.waiting import pilot_until
 
 
@@ -46,3 +47,35 @@ async def test_the_screenshot_goes_to_kimituis_folder_where_there_is_no_download
     assert len(saved) == 1 and saved[0].read_text().lstrip().startswith("<svg"), app.notices
     (notice,) = [n for n in app.notices if "screenshot" in n.lower()]
     assert notice == f"Saved screenshot to {str(saved[0])!r}" and "[$" not in notice
+
+
+def test_the_sweep_dialog_says_how_big_the_sweep_is_and_how_long_at_the_pace_measured() -> None:
+    """The default sweep took about 3 minutes on the demo with nothing said: the dialog says its levels, requests
+    and output tokens, and the time it takes at the output tok/s last measured in the session (the nearest level
+    standing for one not measured)."""
+    from kimitui.tui.screens.macro_dialog import form_defaults, parse_form, sweep_scale
+
+    config = parse_form(form_defaults("http://127.0.0.1:8000"))
+    levels = config.concurrency
+    requests = sum(config.level_requests(c) for c in levels)
+    bare = sweep_scale(config)
+    assert bare.startswith(f"{len(levels)} levels, {requests:,} requests, {requests * 128:,} output tokens")
+    assert "no sweep measured here yet" in bare
+    pace = {1: 50.0, 128: 1391.0}  # the demo's c=1 and c=128 (its other levels take the nearest)
+    seconds = sum(config.level_requests(c) * 128 / (50.0 if abs(c - 1) <= abs(c - 128) else 1391.0)
+                  for c in levels)
+    assert sweep_scale(config, pace).endswith(f"; about {seconds / 60:.0f} min at the pace last measured here")
+
+
+async def test_the_dialog_shows_the_sweeps_size_as_the_levels_are_typed() -> None:
+    from textual.widgets import Input, Static
+
+    app = sweep_app("http://127.0.0.1:9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        dialog = await open_dialog(app, pilot)
+        scale = dialog.query_one("#dialog-scale", Static)
+        await pilot_until(pilot, lambda: "levels" in str(scale.render()), "the sweep's size")
+        assert "no sweep measured here yet" in str(scale.render())
+        dialog.query_one("#concurrency", Input).value = "1"
+        await pilot_until(pilot, lambda: str(scale.render()).startswith("1 level, 4 requests, 512 output tokens"),
+                          "the size of one level")

@@ -92,7 +92,10 @@ class MacroController(Controller):
                             timeout=5)
             return
         previous = self.run.config if self.run is not None else None
-        self.app.push_screen(MacroDialog(url=live.api_url or "", previous=previous), callback=self._confirmed)
+        pace = {p.concurrency: tok for p in self.app.session.state.macro_points
+                if (tok := p.metric("output_throughput")) is not None}
+        self.app.push_screen(MacroDialog(url=live.api_url or "", previous=previous, pace=pace),
+                             callback=self._confirmed)
 
     def _confirmed(self, config: MacroConfig | None) -> None:
         """The dialog's result (None: it was cancelled): start the sweep."""

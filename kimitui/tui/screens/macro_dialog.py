@@ -80,6 +80,24 @@ def parse_form(values: dict[str, str]) -> MacroConfig:
     return config
 
 
+def sweep_scale(config: MacroConfig, pace: dict[int, float] | None = None) -> str:
+    """What the sweep asks of the server, and how long it takes at the pace measured here before (output tok/s by
+    concurrency, from the session's last sweep: the nearest level measured stands for one not measured)."""
+    levels = config.concurrency
+    requests = sum(config.level_requests(c) for c in levels)
+    tokens = requests * config.max_tokens
+    text = f"{len(levels)} level{'s' if len(levels) != 1 else ''}, {requests:,} requests, {tokens:,} output tokens"
+    measured = {c: r for c, r in (pace or {}).items() if r > 0}
+    if not measured:
+        return text + "; how long depends on the server (no sweep measured here yet)"
+    seconds = 0.0
+    for c in levels:
+        rate = measured[min(measured, key=lambda m: (abs(m - c), m))]
+        seconds += config.level_requests(c) * config.max_tokens / rate
+    about = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    return text + f"; about {about} at the pace last measured here"
+
+
 class MacroDialog(ModalScreen[MacroConfig | None]):
     """Enter (in a field) or Start runs the sweep; Escape or Cancel closes the dialog."""
 
@@ -95,6 +113,7 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
     MacroDialog .row .hint { width: 1fr; padding-left: 1; color: $text-muted; text-wrap: nowrap;
                              text-overflow: ellipsis; }
     MacroDialog #dialog-error { height: auto; color: $error; text-style: bold; }
+    MacroDialog #dialog-scale { height: auto; color: $text-muted; margin-top: 1; }
     MacroDialog #dialog-buttons { height: 1; align-horizontal: right; margin-top: 1; }
     MacroDialog #dialog-box { padding-top: 1; }
     MacroDialog #dialog-buttons Button { margin-left: 2; }
@@ -108,9 +127,12 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
     ]
     AUTO_FOCUS = "#url"
 
-    def __init__(self, url: str, previous: MacroConfig | None = None) -> None:
+    def __init__(self, url: str, previous: MacroConfig | None = None, pace: dict[int, float] | None = None) -> None:
         super().__init__()
         self.values = form_defaults(url, previous)
+        self.pace = pace or {}
+        self.ready = False
+        """Every field is there (an Input says it changed as it mounts)."""
 
     def compose(self) -> ComposeResult:
         box = Vertical(id="dialog-box")
@@ -130,6 +152,7 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
                 yield Select([("send", "yes"), ("do not send", "no")], value=self.values["ignore-eos"],
                              allow_blank=False, compact=True, id="ignore-eos")
                 yield Static("vLLM's: outputs of max tokens (refused: dropped)", classes="hint")
+            yield Static("", id="dialog-scale")
             yield Static("", id="dialog-error")
             with Horizontal(id="dialog-buttons"):
                 yield Button("Start", variant="primary", id="start", compact=True)
@@ -143,6 +166,20 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
 
     def on_mount(self) -> None:
         self.query_one("#url", Input).focus()
+        self.ready = True
+        self.show_scale()
+
+    def show_scale(self) -> None:
+        """The sweep's size (and time, where a pace was measured) for the levels and counts typed so far."""
+        try:
+            text = sweep_scale(parse_form(self.form_values()), self.pace)
+        except ConfigError:
+            text = ""
+        self.query_one("#dialog-scale", Static).update(Content(text))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if self.ready:
+            self.show_scale()
 
     def form_values(self) -> dict[str, str]:
         values = {key: self.query_one(f"#{key}", Input).value for key, _, _ in FIELDS}
