@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import hmac
 import ipaddress
@@ -19,6 +20,7 @@ import logging
 import os
 import re
 import shlex
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -176,8 +178,97 @@ def guard(token: str | None, names: frozenset[str] | None, cookie: str) -> Any:
     return middleware
 
 
-def make_server(command: str, args: argparse.Namespace, token: str | None, read_only: bool) -> Any:
+VISITOR_QUIT_S = 5.0
+"""How long a visitor's dashboard has to quit when the server ends (textual-serve tells it to) before its
+process group is sent SIGTERM."""
+VISITOR_TERM_S = 3.0
+"""Then how long before SIGKILL."""
+
+
+class Visitors:
+    """Each visitor's dashboard, started in a session of its own (its process group: the shell textual-serve
+    starts, the dashboard, what the dashboard started in that group), so that a signal meant for the server
+    (a Ctrl-C in its terminal) does not reach them directly, and ended as a group when the server ends."""
+
+    def __init__(self) -> None:
+        self.groups: set[int] = set()
+
+    def service_class(self) -> type:
+        """textual-serve's AppService, its process started in a session of its own and remembered."""
+        from textual_serve.app_service import AppService
+
+        visitors = self
+
+        class VisitorService(AppService):  # type: ignore[misc]
+            async def _open_app_process(self, width: int = 80, height: int = 24) -> asyncio.subprocess.Process:
+                environment = self._build_environment(width=width, height=height)
+                self._process = process = await asyncio.create_subprocess_shell(
+                    self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, env=environment, start_new_session=True)
+                assert process.stdin is not None
+                self._stdin = process.stdin
+                visitors.alive()  # forget the groups that ended: their numbers may be used again
+                visitors.groups.add(process.pid)  # its own session: its pid is its group's
+                return process
+
+            async def run(self) -> None:
+                try:
+                    await super().run()
+                finally:
+                    visitors.alive()
+
+        return VisitorService
+
+    def alive(self) -> list[int]:
+        """The groups that still have a process (a group whose leader exited may still have members)."""
+        left = []
+        for group in self.groups:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                pass
+            left.append(group)
+        self.groups = set(left)
+        return left
+
+    def signal(self, sig: int) -> None:
+        for group in self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, sig)
+
+    async def end(self) -> None:
+        """SIGTERM to every group still there, SIGKILL to what is left after ``VISITOR_TERM_S``."""
+        if not self.alive():
+            return
+        self.signal(signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + VISITOR_TERM_S
+        while self.alive() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        self.signal(signal.SIGKILL)
+
+    def end_now(self) -> None:
+        """The same, outside the event loop (the server ended some other way): SIGTERM, a short wait, SIGKILL."""
+        import time
+
+        if not self.alive():
+            return
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + VISITOR_TERM_S
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.signal(signal.SIGKILL)
+
+
+def make_server(command: str, args: argparse.Namespace, token: str | None, read_only: bool,
+                visitors: Visitors | None = None) -> Any:
+    import textual_serve.server as textual_server
     from textual_serve.server import Server
+
+    if visitors is not None:  # the server module makes each visitor's AppService by this name
+        textual_server.AppService = visitors.service_class()  # type: ignore[attr-defined]
 
     loopback = is_loopback(args.bind)
     names = None
@@ -209,10 +300,16 @@ def make_server(command: str, args: argparse.Namespace, token: str | None, read_
 
         async def on_shutdown(self, app: web.Application) -> None:
             # Each visitor's dashboard is told to quit (textual-serve does that when its handler is cancelled),
-            # and waited for: a host's session ends and is recorded whole, the simulated host is torn down.
+            # and waited for: a host's session ends and is recorded whole, the simulated host is torn down. One
+            # that does not quit in VISITOR_QUIT_S (stuck, deaf to the quit) is ended with its process group.
             for task in self.visitors:
                 task.cancel()
-            await asyncio.gather(*self.visitors, return_exceptions=True)
+            if self.visitors:
+                await asyncio.wait(set(self.visitors), timeout=VISITOR_QUIT_S)
+            if visitors is not None:
+                await visitors.end()
+            if self.visitors:
+                await asyncio.wait(set(self.visitors), timeout=VISITOR_TERM_S)
 
         async def handle_index(self, request: web.Request) -> Any:
             # textual-serve writes the page's own address into it (the websocket's URL): the one this page was
@@ -283,9 +380,12 @@ def _serve(args: argparse.Namespace) -> int:
     _check_target(args)
     read_only = not args.allow_actions
     command = visitor_command(args, read_only)
-    server = make_server(command, args, token, read_only)
+    visitors = Visitors()
+    server = make_server(command, args, token, read_only, visitors)
     try:
         server.serve()
     except OSError as exc:  # the port taken, an address not of this machine
         raise ServeError(f"serve on {args.bind}:{args.port}: {exc.strerror or exc}") from None
+    finally:  # however the server ended (its shutdown ends them already when it runs): no visitor stays
+        visitors.end_now()
     return 0
