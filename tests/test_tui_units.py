@@ -22,7 +22,7 @@ from tests.screen_text import screen_text
 from tests.support import replay_app
 from tests.waiting import pilot_until
 
-BENCH_PID = 5095
+BENCH_PID = 4915
 """Phase 2's GEMM worker in the bundled run: 2,860 MiB on GPU 0 (below 10 GiB, where MiB and GiB met)."""
 
 
