@@ -18,7 +18,7 @@ import pytest
 from kimitui.resources import bundled_sample_run
 from tests.sshd import alive, free_port
 from tests.support import ROOT
-from tests.waiting import wait_until
+from tests.waiting import until, wait_until
 
 STUCK = """
 import os, signal, subprocess, sys, time
@@ -52,10 +52,17 @@ async def test_a_stuck_visitor_ends_with_the_server(tmp_path: Path, sig: signal.
     pids: list[int] = []
     try:
         assert proc.stdout is not None
-        first = proc.stdout.readline()  # said once it listens
+        first = proc.stdout.readline()  # said as it starts (aiohttp's on_startup: just before it listens)
         assert first.startswith("kimitui serve: http://127.0.0.1:"), first
         async with aiohttp.ClientSession() as http:
-            ws = await http.ws_connect(f"ws://127.0.0.1:{port}/ws?width=80&height=24")
+
+            async def connect() -> aiohttp.ClientWebSocketResponse | None:
+                try:
+                    return await http.ws_connect(f"ws://127.0.0.1:{port}/ws?width=80&height=24")
+                except aiohttp.ClientConnectorError:
+                    return None
+
+            ws = await until(connect, "the server to listen")
             marks = wait_until(lambda: list(stuck.iterdir()), "the visitor's dashboard to start")
             pids = [int(p) for p in marks[0].name.split()]
             assert all(alive(p) for p in pids)
