@@ -83,6 +83,11 @@ def _forever() -> None:
 
 
 def child(argv: list[str]) -> None:
+    # the dispositions a process started from an operator's shell has: the suite may run under nohup, or in the
+    # background of a script, and an ignored SIGHUP or SIGINT would be inherited by every child (a helper that
+    # ignores SIGHUP survives its terminal's hangup)
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
     role, sim = argv[0], Path(argv[1]) if len(argv) > 1 else None
     if sim is not None:
         _record(sim)

@@ -26,6 +26,8 @@ GROUP_KINDS = ("tty", "ns", "exec_daemon", "lead_exit", "orphans")
 LAUNCH = r"""
 import ctypes, os, signal, sys
 mode, argv = sys.argv[1], sys.argv[2:]
+for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):  # as a shell's job has them (the suite may not)
+    signal.signal(sig, signal.SIG_DFL)
 if mode == "ns" and ctypes.CDLL(None, use_errno=True).unshare(0x20000000) != 0:  # CLONE_NEWPID
     raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
 if mode == "tty":

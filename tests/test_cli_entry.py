@@ -34,6 +34,12 @@ sys.meta_path.insert(0, Hold())
 """
 
 
+def default_sigint() -> None:
+    """In the child: SIGINT as a shell gives its foreground command (the suite, started in the background by a
+    script, may have it ignored, and an ignored SIGINT stays ignored: Python then installs no handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("argv", "module"), [
     (["replay", "--summary"], "kimitui.commands.main"),  # python -m kimitui importing the command line
     (["replay", "--summary"], "kimitui.commands.compare"),  # building the parser
@@ -49,7 +55,8 @@ def test_ctrl_c_before_the_command_starts_is_one_line_and_130(tmp_path: Path, ar
     env.update(PYTHONPATH=f"{hook}{os.pathsep}{env['PYTHONPATH']}", KIMITUI_TEST_HOLD_AT=module,
                KIMITUI_TEST_HELD=str(held))
     proc = subprocess.Popen([sys.executable, "-m", "kimitui", *argv], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            preexec_fn=default_sigint)
     try:
         wait_until(held.exists, f"the import of {module}", CLI_WAIT_S)
         proc.send_signal(signal.SIGINT)
