@@ -17,7 +17,6 @@ IMPOSSIBLE_RUN = ROOT / "sample_runs" / "campaign-1x-h200.jsonl.gz"
 
 
 def test_an_impossible_bar_is_marked_with_how_far_it_is_over() -> None:
-    pytest.importorskip("matplotlib")
     from kimitui.report.figures import _pyplot, budget
 
     plt = _pyplot()

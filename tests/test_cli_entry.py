@@ -16,7 +16,7 @@ from tests.support import CLI_WAIT_S, cli_env, run_kimitui
 from tests.waiting import wait_until
 
 HOLD = """
-import os, sys, time
+import os, signal, sys
 from importlib.abc import MetaPathFinder
 
 class Hold(MetaPathFinder):
@@ -27,7 +27,7 @@ class Hold(MetaPathFinder):
             sys.meta_path.remove(self)
             open(os.environ["KIMITUI_TEST_HELD"], "w").close()
             while True:
-                time.sleep(1)
+                signal.pause()
         return None
 
 sys.meta_path.insert(0, Hold())

@@ -26,8 +26,6 @@ STEP_EVENTS = ("step_preview", "consent", "signal", "signal_outcome", "step_resu
 WIDTH_EM = 0.62
 """A generous average width of a DejaVu Sans character, in ems: labels' boxes are estimated no smaller."""
 
-pytest.importorskip("matplotlib")
-
 
 @dataclass(frozen=True)
 class Label:

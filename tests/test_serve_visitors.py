@@ -21,7 +21,7 @@ from tests.support import ROOT
 from tests.waiting import until, wait_until
 
 STUCK = """
-import os, signal, subprocess, sys, time
+import os, signal, subprocess, sys
 
 if sys.orig_argv[3:4] == ["replay"] and os.environ.get("KIMITUI_TEST_STUCK_DIR"):
     # a visitor's dashboard that will not end: SIGTERM and SIGINT ignored (and so by its child: a disposition
@@ -33,7 +33,7 @@ if sys.orig_argv[3:4] == ["replay"] and os.environ.get("KIMITUI_TEST_STUCK_DIR")
     sys.stdout.flush()
     open(os.path.join(os.environ["KIMITUI_TEST_STUCK_DIR"], f"{os.getpid()} {child.pid}"), "w").close()
     while True:
-        time.sleep(1)
+        signal.pause()
 """
 
 
