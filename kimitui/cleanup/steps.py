@@ -94,7 +94,6 @@ async def graceful(ex: StepContext) -> StepResult:
     failure = note = ""
     signalled = True
     ex.acted()
-    blocked = [(c, why) for c in confirmed.procs.values() if (why := fate.refusal(ex, c, confirmed)) is not None]
     if isinstance(svc, PidService):
         assert main is not None
         outcome = await ex.signal(confirmed, main, signal_mod.SIGTERM)
@@ -104,8 +103,9 @@ async def graceful(ex: StepContext) -> StepResult:
             said = next((s.detail for s in reversed(ex.signals("graceful")) if s.pid == main.pid), "")
             failure = f"main pid {main.pid} not signalled" + (f": {said}" if said else "")
             signalled = False
-    elif blocked:  # the manager's stop would end them all: nothing is stopped
-        c, why = blocked[0]
+    elif blocked := [(c, why) for c in confirmed.procs.values()
+                     if (why := fate.refusal(ex, c, confirmed)) is not None]:
+        c, why = blocked[0]  # the manager's stop would end them all: nothing is stopped
         return ex.result("graceful", "failed", f"{' '.join(svc.stop_argv() or [])} not run: pid {c.pid} {why}",
                          started)
     else:
