@@ -186,9 +186,12 @@ async def test_a_worker_that_execs_into_a_host_daemon_after_sigterm_gets_no_sigk
 
 async def test_a_process_whose_main_thread_exited_is_seen_alive_and_cleaned(rig: Rig, sim: SimDir) -> None:
     holder = sim.start_ready("leader_exit", "1", "3000")
-    sim.wait(lambda: (st := read_stat(holder)) is not None and st.task != 0, what="the main thread to exit")
-    raw = Path(f"/proc/{holder}/stat").read_text().rpartition(")")[2].split()[0]
-    assert raw == "Z"  # what /proc says of the leader
+
+    def raw_state() -> str:
+        return Path(f"/proc/{holder}/stat").read_text().rpartition(")")[2].split()[0]
+
+    sim.wait(lambda: (st := read_stat(holder)) is not None and st.task != 0 and raw_state() == "Z",
+             what="the main thread to exit")  # Z: what /proc says of the leader
     sample = await sample_where(rig.feed, lambda s: any(p.pid == holder and p.kind == "cuda" for p in s.procs),
                                 "the holder seen as a CUDA context")
     seen = next(p for p in sample.procs if p.pid == holder)
@@ -261,3 +264,32 @@ def test_parse_status_reads_nspid_and_the_signal_masks() -> None:
     assert sig_bit(st.sig_cgt, signal.SIGTERM) and not sig_bit(st.sig_cgt, signal.SIGHUP)
 
 
+
+
+def _stat_line(pid: int, state: str, flags: int, start: int = 777) -> str:
+    fields = [state, "1", str(pid), str(pid), "0", "-1", str(flags)] + ["0"] * 12 + [str(start)] + ["0"] * 30
+    return f"{pid} (worker) {' '.join(fields)}\n"
+
+
+def _fake_proc(root: Path, pid: int, leader: tuple[str, int], threads: dict[int, tuple[str, int]]) -> str:
+    (root / str(pid) / "task").mkdir(parents=True)
+    (root / str(pid) / "stat").write_text(_stat_line(pid, *leader))
+    for tid, (state, flags) in {pid: leader, **threads}.items():
+        (root / str(pid) / "task" / str(tid)).mkdir()
+        (root / str(pid) / "task" / str(tid) / "stat").write_text(_stat_line(tid, state, flags))
+    return str(root)
+
+
+def test_a_leader_still_on_its_way_out_is_read_from_its_live_thread(tmp_path: Path) -> None:
+    """The window before the leader reads Z: PF_EXITING, its mm already let go (cmdline and exe read empty);
+    a first look there cached an empty command line for the process's whole life (a CI run caught it)."""
+    exiting = 0x400040 | 0x4
+    root = _fake_proc(tmp_path / "a", 50, ("R", exiting), {51: ("S", 0x400040)})
+    st = read_stat(50, root)
+    assert st is not None and (st.pid, st.start_time, st.state, st.task) == (50, 777, "S", 51)
+    whole = _fake_proc(tmp_path / "b", 60, ("R", exiting), {61: ("R", exiting)})  # exit_group: every thread
+    st = read_stat(60, whole)
+    assert st is not None and (st.state, st.task) == ("R", 0)
+    plain = _fake_proc(tmp_path / "c", 70, ("S", 0x400040), {71: ("S", 0x400040)})
+    st = read_stat(70, plain)
+    assert st is not None and (st.state, st.task) == ("S", 0)

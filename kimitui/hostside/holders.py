@@ -196,8 +196,8 @@ class ProcDetails:
             self.static[key] = info
         else:
             exe = read_exe(pid, self.root, st)
-            if exe is not None and exe != info["exe"]:  # exec'd since: same pid and start time, another program
-                info["exe"] = exe
+            if exe is not None and exe != info["exe"]:  # exec'd since (same pid and start time, another program),
+                info["exe"] = exe  # or first read in a leader's exit, before its live thread was found
                 try:
                     info["cmdline"] = parse_cmdline(self._read(task_dir(pid, st, self.root), "cmdline"))
                 except OSError:

@@ -78,9 +78,11 @@ def read_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:
     A process whose thread-group leader called pthread_exit while its other threads run is alive: its
     /proc/PID/stat reads as a zombie (the leader's state; PF_EXITING set) and its cmdline, exe, fds and maps
     read empty (the leader let go of the shared mm and file table). It is returned with a live thread's state
-    and flags and that thread as ``task`` (its files: ``task_dir``), the leader's pid and start time kept."""
+    and flags and that thread as ``task`` (its files: ``task_dir``), the leader's pid and start time kept.
+    So is one whose leader is still on its way out (PF_EXITING, not yet Z: its mm already gone) while another
+    thread lives on; a whole process in exit_group has every thread exiting and is returned as it is."""
     st = _raw_stat(pid, proc_root)
-    if st is None or st.state != "Z":
+    if st is None or (st.state != "Z" and not st.flags & PF_EXITING):
         return st
     tasks = f"{proc_root}/{pid}/task"
     try:
@@ -89,7 +91,7 @@ def read_stat(pid: int, proc_root: str = "/proc") -> ProcStat | None:
         return st
     for tid in sorted(tids):
         t = _raw_stat(tid, tasks)
-        if t is not None and t.state not in ("Z", "X"):
+        if t is not None and t.state not in ("Z", "X") and not t.flags & PF_EXITING:
             return st._replace(state=t.state, flags=t.flags, task=tid)
     return st
 
