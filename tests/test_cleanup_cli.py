@@ -302,7 +302,7 @@ def test_text_output_is_readable(tmp_path: Path) -> None:
     assert "left alone: pid" in out and "GPUs CLEAN" in out and "last consent -> clean" in out
     assert "recording this session to" in res.stderr
     # each process by what tells it apart, and when it started (a wall-clock time, not clock ticks)
-    assert " kimitui.hosts.sim.worker tp-worker" in out and "bin/python" not in out
+    assert " VLLM::Worker_TP7" in out and "bin/python" not in out
     rows = [line.split() for line in out.splitlines() if "descendant of pid" in line]
     assert rows and all(re.fullmatch(r"\d\d:\d\d:\d\d", row[1]) for row in rows)
     assert "STARTED" in out

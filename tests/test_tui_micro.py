@@ -103,7 +103,7 @@ async def test_live_micro_run_refused_overridden_and_cancelled() -> None:
             assert "held by 2 process(es)" in asked
             for h in refused.holders:
                 assert f"pid {h.pid}" in asked
-            assert "kimitui.hosts.sim.worker" in asked
+            assert "VLLM::Worker_TP" in asked
             assert "refused" in str(app.screen_stack[0].query_one("#micro-status", Static).render())
             await pilot.press("y")
             run = lambda: session.state.micro  # noqa: E731

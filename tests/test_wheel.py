@@ -183,7 +183,7 @@ def test_the_demo_dashboard_on_the_simulated_host(installed: Installed) -> None:
     """The sim host's processes and the agent both come from the installed package: the dashboard shows
     the agent connected and the simulated vLLM workers in the process table; quitting tears it down."""
     def ready(seen: bytes) -> bool:
-        return b"connected (agent pid" in seen and b"kimitui.hosts.sim.worker tp-worker" in seen
+        return b"connected (agent pid" in seen and b"VLLM::Worker_TP" in seen
 
     rc, out = on_a_terminal([installed.kimitui, "demo"], cwd=installed.cwd, env=installed.env, ready=ready,
                             keys=b"q")

@@ -71,6 +71,23 @@ def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
     return int(libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
 
 
+def set_title(title: str) -> None:
+    """What setproctitle does for a vLLM worker: the name (comm) and the command line both read TITLE. The
+    command line is the argv block on this process's stack (arg_start..arg_end in /proc/self/stat, fields 48
+    and 49), overwritten in place and padded with NULs; Python keeps its own copy of its arguments."""
+    set_comm(title)
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rpartition(b")")[2].split()
+        start, end = int(fields[45]), int(fields[46])
+    except (OSError, ValueError, IndexError):
+        return
+    if not start or end <= start:
+        return
+    raw = title.encode()[: end - start - 1]
+    ctypes.memmove(start, raw + b"\0" * (end - start - len(raw)), end - start)
+
+
 def set_comm(title: str) -> None:
     """Set /proc/self/comm (15 bytes at most), the name ``ps -o comm`` and ``top`` show."""
     libc = _libc()

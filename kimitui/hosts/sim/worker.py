@@ -12,7 +12,8 @@ Roles:
   device files and its context, as DataLoader workers do), says ``ready``, and waits to be SIGKILLed: the
   driver keeps its memory, under its dead pid, while the children live.
 
-The flags are shaped like vLLM's so the command line reads like a real worker in a process list.
+The flags are shaped like vLLM's; a worker given ``--title`` then reads as one in a process list, its name and
+command line both the title (``VLLM::Worker_TP3``), as setproctitle leaves a real one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kimitui.hosts.sim.holder import (
     open_devices,
     set_comm,
     set_parent_death_signal,
+    set_title,
     write_holder_record,
 )
 from kimitui.hosts.sim.layout import SimLayout
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     if stuck:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.title:
-        set_comm(args.title)
+        set_title(args.title)
     watch_parent = 0
     if args.role == "tp-worker" and args.parent_pid:
         if not set_parent_death_signal(signal.SIGTERM) and not stuck:
