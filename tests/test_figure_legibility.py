@@ -277,6 +277,25 @@ async def test_the_micro_gemm_plot_has_a_legend_naming_each_series() -> None:
         left = rows[top].index("╭─ GEMM")
         right = rows[top].index("╮", left)
         box = [line[left:right] for line in rows[top + 1:] if len(line) > right and line[right] == "│"]
-        cells = "".join(line[line.index("┤") + 1:] for line in box if "┤" in line)
-        shown = {m for m in named.values() if m in cells}
-        assert len(shown) >= len(named) // 2, (shown, cells)  # the letters mark the series in the plot
+        frame = [line[min(i for i in (line.find("┤"), line.find("│")) if i >= 0) + 1:]
+                 for line in box if "┤" in line or "│" in line]  # the plot's rows, right of its y axis
+        cells = "".join(frame)
+        marks = {named[name] for name in series}  # type: ignore[union-attr]
+        shown = {m for m in marks if m in cells}
+        assert shown == marks, (shown, cells)  # each series' letter is in the plot, none hidden
+        lettered = view.lettered
+        assert all(lettered[name] for name in series)  # type: ignore[union-attr]
+
+
+def test_series_on_one_line_are_lettered_at_different_m_and_no_cell_holds_two_letters() -> None:
+    from kimitui.tui.views.micro_view import mark_points, nice_ticks
+
+    same = [(1.0, 70.0), (8.0, 70.2), (32.0, 70.1), (128.0, 69.9)]
+    series = {"a": same, "b": same, "c": list(same), "d": [(1.0, 20.0), (8.0, 21.0), (32.0, 22.0), (128.0, 23.0)]}
+    at = mark_points(series, 10, (0.0, 100.0))
+    assert [at[k][-1][0] for k in "abc"] == [128.0, 32.0, 8.0]  # one line: each letter at its own M
+    assert len(at["d"]) == 4
+    cells = [(x, int(y * 9 / 100 + 0.5)) for pts in at.values() for x, y in pts]
+    assert len(cells) == len(set(cells))
+    assert nice_ticks(0.0, 63.0) == [0.0, 20.0, 40.0, 60.0, 80.0]  # not plotext's 0.1 10.6 21.0 ...
+    assert nice_ticks(17.4, 81.4) == [0.0, 20.0, 40.0, 60.0, 80.0, 100.0]

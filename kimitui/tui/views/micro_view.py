@@ -7,7 +7,7 @@ the state (tested without a terminal)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.columns import Columns
 from rich.text import Text
@@ -85,6 +85,51 @@ def series_keys(series: Series) -> list[tuple[str, str, int]]:
     dozen shapes in a box 30 cells wide has no room for a legend inside it, so each series is drawn with
     its letter at its points and named in the legend under the plots."""
     return [(MARKS[k % len(MARKS)], name, COLOURS[k % len(COLOURS)]) for k, name in enumerate(series)]
+
+
+def mark_points(series: Series, rows: int, y_range: tuple[float, float]) -> dict[str, list[tuple[float, float]]]:
+    """Where each series' letter is drawn in a plot ROWS cells tall (plotext's rows: the nearest, halves
+    up): one letter a cell (a later letter hid an earlier one: shapes the model runs at the same share of
+    the roofline lie on one line). First each series, in turn, takes its rightmost point whose cell is
+    free, so series on one line are lettered at different M; then each takes every cell still free."""
+    lo, hi = y_range
+    scale = (max(rows, 2) - 1) / ((hi - lo) or 1.0)
+    taken: set[tuple[float, int]] = set()
+    placed: dict[str, list[tuple[float, float]]] = {name: [] for name in series}
+
+    def claim(name: str, x: float, y: float) -> bool:
+        cell = (x, int((y - lo) * scale + 0.5))
+        if cell in taken:
+            return False
+        taken.add(cell)
+        placed[name].append((x, y))
+        return True
+
+    for name, pts in series.items():
+        next((True for x, y in reversed(pts) if claim(name, x, y)), False)
+    for name, pts in series.items():
+        for x, y in pts:
+            if (x, y) not in placed[name]:
+                claim(name, x, y)
+    return {name: sorted(pts) for name, pts in placed.items()}
+
+
+def nice_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
+    """At most MOST round ticks (a 1, 2 or 5 times a power of ten apart) from the one at or below ``lo`` to
+    the one at or above ``hi``: '0 20 40 60', not plotext's '0.1 10.6 21.0'."""
+    if hi <= lo:
+        hi = lo + 1.0
+    for k in range(math.floor(math.log10((hi - lo) / most)) - 1, math.ceil(math.log10(hi - lo)) + 2):
+        for m in (1, 2, 5):
+            step = m * 10.0 ** k
+            first, last = math.floor(lo / step), math.ceil(hi / step)
+            if last - first + 1 <= most:
+                return [round(i * step, 12) for i in range(first, last + 1)]
+    return [lo, hi]
+
+
+def tick_label(v: float) -> str:
+    return f"{v / 1000:g}k" if abs(v) >= 10_000 else f"{v:g}"
 
 
 def roofline_legend(series: Series) -> Columns:
@@ -194,6 +239,8 @@ class MicroView(VerticalScroll):
         self.plotted: dict[str, object] = {}
         """What each plot shows (for tests): the series it was drawn from."""
         self._stamps: dict[str, object] = {}
+        self.lettered: dict[str, list[tuple[float, float]]] = {}
+        """Where the GEMM plot's letters are (for tests): each series' points that carry its letter."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="micro-status")
@@ -216,8 +263,14 @@ class MicroView(VerticalScroll):
         if not self.plots:
             from textual_plotext import PlotextPlot  # heavy: imported on first show only
 
+            view = self
+
+            class RoofPlot(PlotextPlot):
+                def on_resize(self) -> None:
+                    view.redraw_roof()
+
             for key, _ in PLOTS:
-                plot = PlotextPlot(id=f"{key}-plot")
+                plot = (RoofPlot if key == "gemm-roof" else PlotextPlot)(id=f"{key}-plot")
                 self.plots[key] = plot
                 self.query_one(f"#{key}-box").mount(plot)
         return self.plots
@@ -258,16 +311,20 @@ class MicroView(VerticalScroll):
                 if pts:
                     plt.bar([str(m) for m, _ in pts], [v for _, v in pts])  # type: ignore[union-attr]
                     plt.xlabel("M tokens")
+                    ticks = nice_ticks(0.0, max(v for _, v in pts))  # type: ignore[union-attr]
+                    plt.ylim(ticks[0], ticks[-1])
+                    plt.yticks(ticks, [tick_label(t) for t in ticks])
             else:
                 lines: Series = data[0]  # type: ignore[assignment]
                 log_y = key == "ar-latency"  # a few us at 1 KiB to tens of ms at 1 GiB: decades apart
                 if key == "gemm-roof":
                     self.query_one("#micro-plot-legend", Static).update(roofline_legend(lines))
-                    for mark, name, colour in series_keys(lines):
-                        xs = [math.log2(x) for x, _ in lines[name]]  # M doubles step by step
-                        ys = [y for _, y in lines[name]]
-                        plt.plot(xs, ys, marker="braille", color=colour)
-                        plt.scatter(xs, ys, marker=mark, color=colour)
+                    self._draw_roof(plots[key], lines)
+                elif key == "ar-busbw" and lines:
+                    top = max([y for pts in lines.values() for _, y in pts] + [limit or 0.0])
+                    ticks = nice_ticks(0.0, top)
+                    plt.ylim(ticks[0], ticks[-1])
+                    plt.yticks(ticks, [tick_label(t) for t in ticks])
                 for name, pts in lines.items() if key != "gemm-roof" else ():
                     shown = [(x, y) for x, y in pts if y > 0] if log_y else pts
                     xs = [math.log2(x) for x, _ in shown]  # sizes and M both double step by step
@@ -281,13 +338,47 @@ class MicroView(VerticalScroll):
                     xs_all = [math.log2(x) for pts in lines.values() for x, _ in pts]
                     plt.plot([min(xs_all), max(xs_all)], [limit, limit], label=f"link {limit:.0f}",
                              color="red")
-                xs_all = sorted({x for pts in lines.values() for x, _ in pts})
-                if xs_all:
-                    ticks = xs_all[:: max(1, len(xs_all) // 5)]
-                    plt.xticks([math.log2(x) for x in ticks],
-                               [size_tick(x) if key != "gemm-roof" else f"{x:g}" for x in ticks])
-                plt.xlabel("message size" if key != "gemm-roof" else "M tokens")
+                x_axis(plt, key, lines)
             plots[key].refresh()
+
+
+    def _draw_roof(self, plot: PlotextPlot, lines: Series) -> None:
+        """The GEMM lines, then each series' letter where it has a cell to itself: placed for the plot's
+        size, so drawn again when that changes."""
+        plt = plot.plt
+        ys_all = [y for pts in lines.values() for _, y in pts]
+        ticks = nice_ticks(min(ys_all), max(ys_all)) if ys_all else []
+        rows = max(plot.size.height - 4, 0) or 10  # the frame, the ticks and the label take 4
+        at = mark_points(lines, rows, (ticks[0], ticks[-1])) if ticks else {}
+        keys = series_keys(lines)
+        for _, name, colour in keys:
+            plt.plot([math.log2(x) for x, _ in lines[name]], [y for _, y in lines[name]], marker="braille",
+                     color=colour)  # M doubles step by step
+        for mark, name, colour in keys:  # over every line: a later line hid an earlier letter
+            plt.scatter([math.log2(x) for x, _ in at[name]], [y for _, y in at[name]], marker=mark, color=colour)
+        if ticks:
+            plt.ylim(ticks[0], ticks[-1])
+            plt.yticks(ticks, [tick_label(t) for t in ticks])
+        self.lettered = at
+
+    def redraw_roof(self) -> None:
+        """The GEMM plot's size changed: its letters placed again."""
+        lines = self.plotted.get("gemm-roof", ({},))[0]
+        if lines and "gemm-roof" in self.plots:
+            plot = self.plots["gemm-roof"]
+            plot.plt.clear_figure()
+            self._draw_roof(plot, lines)  # type: ignore[arg-type]
+            x_axis(plot.plt, "gemm-roof", lines)  # type: ignore[arg-type]
+            plot.refresh()
+
+
+def x_axis(plt: Any, key: str, lines: Series) -> None:
+    """Ticks at the sizes (or M) measured, at most about five, on the log2 axis the points are drawn on."""
+    xs_all = sorted({x for pts in lines.values() for x, _ in pts})
+    if xs_all:
+        ticks = xs_all[:: max(1, len(xs_all) // 5)]
+        plt.xticks([math.log2(x) for x in ticks], [size_tick(x) if key != "gemm-roof" else f"{x:g}" for x in ticks])
+    plt.xlabel("message size" if key != "gemm-roof" else "M tokens")
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
