@@ -153,13 +153,16 @@ def distributions(plt: Any, runs: list[Run], key: str, name: str) -> Any:
                 where.append(i + (k - (len(runs) - 1) / 2) * width)
         if data:
             colour = colours[k % len(colours)]
-            box = ax.boxplot(data, positions=where, widths=width * 0.9, whis=(0, 100), patch_artist=True)
+            # the median in the run's colour, over the box: where p25 to p75 is one value the box is a line
+            box = ax.boxplot(data, positions=where, widths=width * 0.9, whis=(0, 100), patch_artist=True,
+                             medianprops={"color": colour, "linewidth": 2.5, "zorder": 3})
             for patch in box["boxes"]:
                 patch.set(facecolor=colour, alpha=0.45)
             ax.plot([], [], color=colour, linewidth=6, alpha=0.45, label=_legend(r, len(runs) > 1))
     ax.set_xticks(range(len(levels)), [f"c={c}" for c in levels])
+    ax.set_xlabel("concurrency (box: p25 to p75, thick line: median, whiskers: min to max)")
     ax.set_ylabel(f"{name} per request, ms")
-    ax.set_title(_title(runs, f"{name} per request at each level (box p25 to p75, whiskers min to max)"))
+    ax.set_title(_title(runs, f"{name} per request at each level"))
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -404,21 +407,35 @@ def budget(plt: Any, runs: list[Run]) -> Any:
     return fig
 
 
+def _size(n: float, _: Any = None) -> str:
+    """A message size as its tick reads: '4 KiB', '64 MiB'."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n:g} B"
+
+
 def allreduce(plt: Any, runs: list[Run]) -> Any:
     if not any(row.burst == 1 for r in runs for row in r.state.allreduce):
         return None
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for r in runs:
-        for mode, style in (("eager", "-"), ("graph", "--")):
+    for r in runs:  # eager under graph, wider: where the two coincide (large messages), both show
+        for mode, style, width, mark in (("eager", "-", 3.2, "o"), ("graph", "--", 1.4, ".")):
             pts = sorted((row.size_bytes, row.time_us) for row in r.state.allreduce if row.burst == 1
                          and row.mode == mode)
             if pts:
                 xs, ys = zip(*pts, strict=True)
                 label = f"{r.label + ': ' if len(runs) > 1 else ''}{mode}"
-                ax.plot(xs, ys, style, marker=".", label=label)
+                ax.plot(xs, ys, style, linewidth=width, marker=mark, markersize=5, label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("message size, bytes")
+    ax.xaxis.set_major_formatter(FuncFormatter(_size))
+    ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # a label every 1-2-5, not only at each power of 10
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("message size")
     ax.set_ylabel("time per all-reduce, us")
     ax.set_title(_title(runs, "All-reduce latency against size"))
     ax.grid(True, which="both", alpha=0.3)
