@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_figure_legibility import DEMO, PAIR, ROOT, SVG, axes_boxes, curves, draw, inside, labels, overlap
+from tests.figure_svg import DEMO, PAIR, ROOT, SVG, axes_boxes, curves, draw, inside, labels, overlap
 
 H200 = ROOT / "sample_runs" / "campaign-1x-h200.jsonl.gz"
 BLACK_OR_GRID = ("#000000", "#b0b0b0")
