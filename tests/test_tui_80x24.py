@@ -4,6 +4,7 @@ scroll, the controls stay); the F dialog's buttons are on screen; the Benchmarks
 
 from __future__ import annotations
 
+import pytest
 from textual.widgets import DataTable
 
 from kimitui.core.events import StepPreview
@@ -139,3 +140,31 @@ async def test_the_process_table_gives_a_narrow_terminal_to_the_command() -> Non
             gist = fmt.command_gist(table.cell_text(key, "command"))
             line = next(ln for ln in screen_text(app).splitlines() if ln.lstrip("│ ").startswith(key.split(":")[0]))
             assert gist[:35] in line, (size, line)
+
+
+@pytest.mark.parametrize("size", [(60, 24), (80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_benchmarks_tab_says_its_summary_and_titles_whole_at_any_width(size: tuple[int, int]) -> None:
+    """Issue 33: nothing of the sweep's summary or a plot's title is cut with '…'. A narrow panel breaks the
+    summary between its parts and leaves out what the box beside it says (the single stream); a narrow plot
+    box takes its title's short form (``TTFT p50 ms``)."""
+    app = replay_app(bundled_sample_run())
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("e", "b")
+        await pilot_until(pilot, lambda: bool(app.query(BenchView)), "the Benchmarks tab")
+        view = app.query_one(BenchView)
+        await pilot_until(pilot, lambda: bool(view.plotted.get("throughput", (None, []))[1]), "the plot")
+        summary = view.query_one("#single-stream")
+        await pilot_until(pilot, lambda: "peak" in str(summary.render()), "the summary")
+        await pilot.pause()
+        text = screen_text(app)
+        summary_lines = [ln for ln in text.splitlines() if "peak" in ln or "points" in ln]
+        assert any("peak 1391 tok/s at c=128" in ln for ln in summary_lines), text
+        assert not any("…" in ln for ln in summary_lines), text
+        assert ("single stream 49.7 tok/s" in text) == (size[0] >= 120), text
+        titles = [view.query_one(f"#{key}-box").border_title for key in ("throughput", "ttft", "tpot")]
+        for title, box in zip(titles, ("throughput", "ttft", "tpot"), strict=True):
+            assert len(str(title)) <= view.query_one(f"#{box}-box").size.width - 4, titles
+        short = size[0] < 80
+        assert titles[1:] == (["TTFT p50 ms", "TPOT p50 ms"] if short else ["TTFT ms (median)", "TPOT ms (median)"])
+        for title in titles:
+            assert f" {title} " in text, text

@@ -91,38 +91,64 @@ def single_stream_to_come(sweep: Sweep | None) -> str | None:
     return "measuring (c=1 running)" if running else "not measured yet (c=1 to run)"
 
 
+Part = str | tuple[str, str]
+GAP = "   "
+
+
 def single_stream_content(points: list[MacroPoint], verdict: MacroVerdict | None = None,
-                          to_come: str | None = None) -> Content:
-    """One line: the headline, the peak and where, the number of points (a failed level has neither), and
-    the sweep's verdict once it has one: the knee and the highest concurrency meeting the SLOs at p99. TO_COME
-    (``single_stream_to_come``) says why there is no headline yet while the sweep runs."""
+                          to_come: str | None = None, width: int | None = None) -> Content:
+    """The headline, the peak and where, the number of points (a failed level has neither), and the sweep's
+    verdict once it has one: the knee and the highest concurrency meeting the SLOs at p99. TO_COME
+    (``single_stream_to_come``) says why there is no headline yet while the sweep runs. One line; in WIDTH
+    cells, as many lines as it takes, broken between those parts only, never cut."""
     ok = [p for p in points if not level_failed(p)]
     single = single_stream(points)
     peak = max(ok, key=lambda p: p.metric("output_throughput") or 0.0, default=None)
     style = "bold $accent" if single.tok_s is not None else "bold $error" if single.state == "failed" else "$text-muted"
     words = to_come if to_come is not None and single.state == "not run" else single_stream_words(single)
-    parts: list[str | tuple[str, str]] = [("single stream ", "$text-muted"), (words, style)]
+    groups: list[list[Part]] = [[("single stream ", "$text-muted"), (words, style)]]
     peak_tok = peak.metric("output_throughput") if peak is not None else None
     if peak is not None and peak_tok:
-        parts += [("   peak ", "$text-muted"), (f"{peak_tok:.0f} tok/s", "bold"),
-                  (f" at c={peak.concurrency}", "$text-muted")]
-    parts += [("   points ", "$text-muted"), str(len(points))]
+        groups.append([("peak ", "$text-muted"), (f"{peak_tok:.0f} tok/s", "bold"),
+                       (f" at c={peak.concurrency}", "$text-muted")])
+    groups.append([("points ", "$text-muted"), str(len(points))])
     if verdict is not None:
-        parts += verdict_parts(verdict)
-    return Content.assemble(*parts)
+        groups += verdict_groups(verdict)
+    if width is not None and "\n" in pack(groups, width) and peak_tok:
+        # narrow: the headline box beside says the single stream, the status line the levels run
+        groups = [g for i, g in enumerate(groups) if i not in (0, 2)]
+    return Content.assemble(*pack(groups, width))
 
 
-def verdict_parts(v: MacroVerdict) -> list[str | tuple[str, str]]:
-    """``knee c=128 (1536 tok/s)   SLOs ttft:200,tpot:50 met up to c=16`` (what the sweep's verdict says)."""
-    parts: list[str | tuple[str, str]] = []
+def pack(groups: list[list[Part]], width: int | None) -> list[Part]:
+    """The groups on one line, GAP apart; in WIDTH cells, a new line where the next group would not fit."""
+    out: list[Part] = []
+    used = 0
+    for group in groups:
+        size = sum(len(p if isinstance(p, str) else p[0]) for p in group)
+        if out:
+            if width is not None and used + len(GAP) + size > width:
+                out.append("\n")
+                used = 0
+            else:
+                out.append(GAP)
+                used += len(GAP)
+        out += group
+        used += size
+    return out
+
+
+def verdict_groups(v: MacroVerdict) -> list[list[Part]]:
+    """``knee c=128 (1536 tok/s)``, ``SLOs ttft:200,tpot:50 met up to c=16`` (what the sweep's verdict says)."""
+    groups: list[list[Part]] = []
     if v.knee_concurrency is not None:
-        parts += [("   knee ", "$text-muted"), (f"c={v.knee_concurrency}", "bold"),
-                  (f" ({fmt.num(v.knee_tok_s, '{:.0f}', ' tok/s')})", "$text-muted")]
+        groups.append([("knee ", "$text-muted"), (f"c={v.knee_concurrency}", "bold"),
+                       (f" ({fmt.num(v.knee_tok_s, '{:.0f}', ' tok/s')})", "$text-muted")])
     if v.slo:
         slos = ",".join(f"{k}:{x:g}" for k, x in v.slo.items())
         met = (f"c={v.slo_concurrency}", "bold") if v.slo_concurrency is not None else ("no level", "bold $error")
-        parts += [(f"   SLOs {slos} p99 met up to ", "$text-muted"), met]
-    return parts
+        groups.append([(f"SLOs {slos} p99 met up to ", "$text-muted"), met])
+    return groups
 
 
 def failures_text(sweep: Sweep) -> str:
@@ -251,12 +277,14 @@ class SweepPanel(Vertical):
         self.border_title = "macro sweep"
         self._status: Content | None = None
         self._bars: tuple[float, float, float, float] | None = None
+        self._summary: tuple[list[MacroPoint], MacroVerdict | None, str | None] = ([], None, None)
+        self._summary_shown: Content | None = None
 
     def show(self, state: SessionState, points: list[MacroPoint], live: bool) -> None:
         sweep = state.sweep
         verdict = sweep.verdict if sweep is not None else None
-        self.query_one("#single-stream", Static).update(single_stream_content(points, verdict,
-                                                                              single_stream_to_come(sweep)))
+        self._summary = (points, verdict, single_stream_to_come(sweep))
+        self._show_summary()
         self._set_status(sweep_status(sweep, live))
         bars = progress_bars(sweep) if sweep is not None else None
         self._show_bars(bars is not None)
@@ -265,6 +293,18 @@ class SweepPanel(Vertical):
         self._bars = bars
         self.query_one("#level-progress", FractionBar).update(total=bars[0], progress=bars[1])
         self.query_one("#overall-progress", FractionBar).update(total=bars[2], progress=bars[3])
+
+    def _show_summary(self) -> None:
+        line = self.query_one("#single-stream", Static)
+        width = line.size.width or None  # before the first layout: one line, fitted on the resize that follows
+        content = single_stream_content(*self._summary, width=width)
+        if content != self._summary_shown:
+            self._summary_shown = content
+            line.update(content)
+
+    def on_resize(self) -> None:
+        if self._summary[0] or self._summary[1] is not None or self._summary[2] is not None:
+            self.call_after_refresh(self._show_summary)
 
     def _set_status(self, content: Content) -> None:
         if content != self._status:

@@ -92,6 +92,26 @@ def stat_word(key: str | None) -> str:
     return "" if key is None else key.split("_", 1)[0]
 
 
+def plot_titles(key: str, title: str, metric: str | None, sweeps: int, compared: bool) -> list[str]:
+    """A plot's title, wordiest first: ``TTFT ms (median), 2 sweeps, cyan: B (--compare)`` down to
+    ``TTFT p50 ms`` for a narrow box."""
+    stat = stat_word(metric) or "median"
+    head = [title] if key == "throughput" else [f"{title} ({stat})", f"{title.split()[0]} "
+                                               f"{'p50' if stat == 'median' else stat} {title.split()[-1]}"]
+    tails = [f", {sweeps} sweeps" if sweeps > 1 else "", ", cyan: B (--compare)" if compared else ""]
+    tail = "".join(tails)
+    short_tail = (f", {sweeps} sweeps" if sweeps > 1 else "") + (", B cyan" if compared else "")
+    return [h + t for t, h in ((tail, head[0]), (short_tail, head[0]), *((short_tail, h) for h in head[1:]),
+                               *(("", h) for h in head))]
+
+
+def fit_title(titles: list[str], width: int) -> str:
+    """The first of TITLES that fits in a border WIDTH cells wide (its corners and a space each side taken);
+    the last one, which Textual cuts, if none does."""
+    room = width - 4
+    return next((t for t in titles if len(t) <= room), titles[-1]) if width else titles[0]
+
+
 class BenchView(VerticalScroll):
     """Everything the benchmarks measured; the plot widgets are created the first time it is shown."""
 
@@ -198,11 +218,8 @@ class BenchView(VerticalScroll):
             stamp = (metric, tuple(tuple(one) for one in series), tuple(numbers), tuple(axis),
                      plots[key].size.width)
             box = self.query_one(f"#{key}-box")
-            label = title if key == "throughput" else f"{title} ({stat_word(metric) or 'median'})"
-            if len(numbers) > 1:
-                label += f", {len(numbers)} sweeps"
-            if compare is not None and compare.tok_s:
-                label += ", cyan: B (--compare)"
+            label = fit_title(plot_titles(key, title, metric, len(numbers),
+                                          compare is not None and bool(compare.tok_s)), box.size.width)
             if box.border_title != label:
                 box.border_title = label
             if self._plot_keys.get(key) == stamp:
