@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
 
 from kimitui.campaign import machine as machine_module
 from kimitui.core.events import CampaignControl, Consent, PhaseStart
@@ -65,6 +66,28 @@ async def test_a_aborts_the_campaign_from_the_dashboard(tmp_path: Path) -> None:
     assert c is not None and c.end is not None and c.end.status == "aborted"
     assert c.phases["cleanup"].status == "pending", "nothing after the abort ran; no restart was due"
 
+
+
+async def test_a_aborts_the_campaign_from_its_consent_modal(tmp_path: Path) -> None:
+    """Issue 33 item 10: the modal's keys name A, and A there aborts (a modal screen stops the app's keys):
+    the step in hand is declined as aborted and nothing after it runs."""
+    cfg = small_config(["cleanup", "micro", "analysis"], consent={"graceful": "ask"})
+    async with campaign_rig(cfg, tmp_path, app_pumps=True) as rig:
+        app = app_for(rig)
+        async with app.run_test(size=BIG) as pilot:
+            await pilot_until(pilot, lambda: isinstance(app.screen, ConsentScreen), "the graceful consent modal")
+            keys = str(app.screen.query_one("#consent-keys", Static).render())
+            assert "A abort the campaign" in keys and "x cancel" not in keys, keys
+            await pilot.press("A")
+            await pilot_until(pilot, lambda: rig.machine.finished, "the abort")
+            assert not isinstance(app.screen, ConsentScreen)
+    (ctl,) = rig.of(CampaignControl)
+    assert ctl.action == "abort" and ctl.phase == "cleanup"
+    graceful = next(c for c in rig.of(Consent) if c.step == "graceful")
+    assert not graceful.accepted and graceful.note == "campaign aborted"
+    c = rig.session.state.campaign
+    assert c is not None and c.end is not None and c.end.status == "aborted"
+    assert c.phases["micro"].status == "pending"
 
 
 async def test_a_campaign_without_telemetry_ends_before_it_began(tmp_path: Path,

@@ -123,6 +123,7 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
         Binding("escape", "decline", "Decline"),
         Binding("space", "toggle", "Tick / untick"),
         Binding("x", "cancel_cleanup", "Cancel the cleanup"),
+        Binding("A", "campaign_abort", "Abort the campaign"),
     ]
 
     def __init__(self, preview: StepPreview, operator: str, position: str = "",
@@ -176,10 +177,18 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
                 yield Button("Confirm (enter)", variant="error", id="consent-confirm", compact=True)
 
     def _keys(self) -> str:
+        # in a campaign, x (the F action's cancel) has no cleanup of its own to cancel: A aborts the campaign
+        stop = " · A abort the campaign" if self._in_campaign() else " · x cancel the cleanup"
         if not self.rows:
-            tail = " · x cancel the cleanup" if self.preview.step == "reset" else ""
-            return f"enter confirm · esc decline{tail}"
-        return "space tick / untick · tab next table · enter confirm · esc decline · x cancel the cleanup"
+            return f"enter confirm · esc decline{stop if self.preview.step == 'reset' or self._in_campaign() else ''}"
+        return f"space tick / untick · tab next table · enter confirm · esc decline{stop}"
+
+    def _in_campaign(self) -> bool:
+        campaign = getattr(self.app, "campaign", None)
+        return bool(campaign is not None and campaign.running)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self._in_campaign() if action == "campaign_abort" else True
 
     @property
     def compact(self) -> bool:
@@ -323,6 +332,10 @@ class ConsentScreen(ModalScreen[ConsentDecision]):
     async def action_cancel_cleanup(self) -> None:
         """x: the app's cancel (declines this step and the rest); a modal screen stops app keys."""
         await self.app.run_action("cancel_cleanup")
+
+    async def action_campaign_abort(self) -> None:
+        """A: the campaign's abort, which declines this step; a modal screen stops app keys."""
+        await self.app.run_action("campaign_abort")
 
     def action_confirm(self) -> None:
         self.dismiss(self.decision(True))
