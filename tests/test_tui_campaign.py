@@ -148,3 +148,25 @@ def test_the_strip_keeps_what_comes_next_at_80_columns() -> None:
                 assert "next: " in content.plain, content.plain
             running = [n for n in state.campaign.phases if state.campaign.shown_status(n) == "running"]
             assert running and all(SHORT[n] in content.plain for n in running), content.plain
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_a_paused_campaign_says_paused_whole_at_any_width(width: int) -> None:
+    """Issue 33: at 60 columns the strip cut its own state ('PAU…'): the pause's note goes first, then what
+    the pause is before; PAUSED itself stays, within the width."""
+    from kimitui.core.replay import state_at
+    from kimitui.core.runfile import RunReader
+    from kimitui.core.state import fold
+    from kimitui.resources import bundled_sample_run
+
+    reader = RunReader(bundled_sample_run())
+    first_micro = next(i for i in range(len(reader)) if isinstance(ev := reader.decoded(i), PhaseStart)
+                       and ev.phase == "micro")
+    state = state_at(reader, first_micro + 1)
+    note = "the GPUs are warm: cool down before Phase 2"
+    state = fold(state, CampaignControl(t=state.clock, action="pause", phase="analysis", operator="op", note=note))
+    assert state.campaign is not None and state.campaign.paused
+    for live in (True, False):
+        content = strip_content(state, live=live, width=width).plain
+        assert "PAUSED" in content and len(content) <= width, content
+        assert (note in content) == (width >= 120), content

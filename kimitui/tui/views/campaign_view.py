@@ -39,6 +39,10 @@ def strip_content(state: SessionState, live: bool, width: int = 120) -> Content:
         # too wide for the line: the phases that are done or still to come by their letter, so what runs and
         # what comes next stay whole (the line's end would be cut at the screen's edge)
         content = _phases_and_where(c, state, short=True)
+        for terse in (1, 2):  # still too wide: the pause's note, then what the pause is before
+            if content.cell_length <= width:
+                break
+            content = _phases_and_where(c, state, short=True, terse=terse)
     if live and c.end is None:
         # the keys where they fit (the footer lists them too): a line cut at the screen's edge would cut them
         for hint in KEY_HINTS:
@@ -47,7 +51,7 @@ def strip_content(state: SessionState, live: bool, width: int = 120) -> Content:
     return content
 
 
-def _phases_and_where(c: CampaignState, state: SessionState, short: bool) -> Content:
+def _phases_and_where(c: CampaignState, state: SessionState, short: bool, terse: int = 0) -> Content:
     parts: list[str | tuple[str, str]] = [(" campaign ", "bold reverse $secondary"), " "]
     for name, phase in c.phases.items():
         status = c.shown_status(name)
@@ -61,7 +65,7 @@ def _phases_and_where(c: CampaignState, state: SessionState, short: bool) -> Con
         if status == "running" and phase.start is not None:
             parts.append((f" {fmt.duration(state.clock - phase.start)}", "$text-muted"))
         parts.append(" " if short else "  ")
-    parts += _where(c, state)
+    parts += _where(c, state, terse)
     return Content.assemble(*parts)
 
 
@@ -69,7 +73,8 @@ KEY_HINTS = ("   P pause/go on · S skip next · A abort", "   P/S/A")
 """The strip's key hints, longest first: the first that fits is shown."""
 
 
-def _where(c: CampaignState, state: SessionState) -> list[str | tuple[str, str]]:
+def _where(c: CampaignState, state: SessionState, terse: int = 0) -> list[str | tuple[str, str]]:
+    """What the campaign does now or next; TERSE 1 leaves out the pause's note, 2 what the pause is before."""
     if c.end is not None:
         style = "bold $success" if c.end.status == "done" else "bold $error"
         probe = state.probe
@@ -80,8 +85,9 @@ def _where(c: CampaignState, state: SessionState) -> list[str | tuple[str, str]]
     if c.aborting:
         out.append(("ABORTING", "bold $error"))
     elif c.paused:
-        out += [("PAUSED", "bold $warning"), (f" before {PHASE_TITLES.get(nxt.name, nxt.name)}" if nxt else "",
-                                              "$warning"), (f": {c.pause_note}" if c.pause_note else "", "$warning")]
+        before = f" before {PHASE_TITLES.get(nxt.name, nxt.name)}" if nxt and terse < 2 else ""
+        out += [("PAUSED", "bold $warning"), (before, "$warning"),
+                (f": {c.pause_note}" if c.pause_note and not terse else "", "$warning")]
     elif nxt is not None:
         out.append((f"next: {PHASE_TITLES.get(nxt.name, nxt.name)}", "$text-muted"))
     return out
