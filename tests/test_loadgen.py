@@ -128,18 +128,18 @@ async def test_chat_sse_variants_and_request_body(client: str) -> None:
 async def test_completions_body_synthetic_prompt_and_no_ignore_eos(client: str) -> None:
     async with FaultyServer(Behavior(n_tokens=2)) as srv:
         cfg = MacroConfig(url=srv.url, model="m", concurrency=[1], requests=3, input_len=50,
-                          max_tokens=9, ignore_eos=False, warmup=0, client=client)
+                          max_tokens=9, ignore_eos=False, warmup=0, client=client, prompt_salt="")
         result = await run_sweep(cfg, lambda e: None)
         bodies = measured(srv, result)
     assert len(bodies) == 3 and "ignore_eos" not in bodies[0] and bodies[0]["max_tokens"] == 9
     prompts = [bd["prompt"] for bd in bodies]
     # 50 tokens as this server counts them (2 special tokens, a word of n characters is ceil(n/2))
     assert [count_prompt(bd, chat=False) for bd in bodies] == [50, 50, 50]
-    assert len(set(prompts)) == 3  # distinct, deterministic
+    assert len(set(prompts)) == 3  # distinct, deterministic (unsalted: from the seed alone, as with --seed)
     assert len({p.split()[:6] == prompts[0].split()[:6] for p in prompts[1:]}) == 1  # apart from the start
     async with FaultyServer(Behavior(n_tokens=2)) as srv:
         result = await run_sweep(MacroConfig(client=client, url=srv.url, model="m", concurrency=[1], requests=3,
-                                             input_len=50, max_tokens=9, warmup=0), lambda e: None)
+                                             input_len=50, max_tokens=9, warmup=0, prompt_salt=""), lambda e: None)
         assert [bd["prompt"] for bd in measured(srv, result)] == prompts
 
 

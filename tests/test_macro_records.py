@@ -54,9 +54,11 @@ def test_records_recompute_every_level_exactly_from_the_run_file(run_file: Path)
         assert [b.first for b in batches] == [0, RECORDS_PER_EVENT] and {b.total for b in batches} == {250}
         records = from_events(batches)
         assert len(records) == 250 and all(r.success for r in records)
-        # the server's own figures come from its /metrics histograms, not from the records: apart
-        server = {k: v for k, v in p.metrics.items() if k.startswith(("server_", "overhead_"))}
+        # the server's own figures come from its /metrics histograms and counters, not from the records: apart
+        server = {k: v for k, v in p.metrics.items() if k.startswith(("server_", "overhead_", "prefix_cache_"))}
         assert server["server_requests"] == 250  # the simulated server counted each request the client made
+        assert server["prefix_cache_hits"] == 0  # no prompt shares a block with another
+        assert server["prefix_cache_queries"] == sum(r.input_tokens for r in records)
         client = {k: v for k, v in p.metrics.items() if k not in server}
         assert summarize(records, LevelContext.from_metrics(p.metrics)) == client
         assert p.metrics["p99.9_ttft_ms"] >= p.metrics["p90_ttft_ms"] >= p.metrics["p50_ttft_ms"] > 0

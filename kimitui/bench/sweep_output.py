@@ -34,7 +34,7 @@ def json_level(concurrency: int, metrics: dict[str, Any]) -> str:
 
 def format_level(concurrency: int, m: dict[str, Any]) -> str:
     """One level as a line: throughput, TTFT / TPOT / ITL (mean and the highest percentile asked for), the
-    input tokens achieved, the concurrency reached, goodput and failures."""
+    input tokens achieved, the concurrency reached, goodput, the server's prefix-cache hit rate and failures."""
     top = max(m.get("percentiles") or [99.0])
     pk = f"p{int(top) if int(top) == top else top}"
     line = (f"c={concurrency:<4} {m['completed']:>5} ok {m['failed']:>4} failed  "
@@ -44,6 +44,8 @@ def format_level(concurrency: int, m: dict[str, Any]) -> str:
             f"in {m['mean_input_tokens']:.0f}±{m['std_input_tokens']:.0f} tok  reached {m['concurrency_reached']}")
     if m.get("request_goodput") is not None:
         line += f"  goodput {m['request_goodput']:.2f}/s"
+    if m.get("prefix_cache_hit_rate") is not None:
+        line += f"  prefix cache {m['prefix_cache_hit_rate']:.0%}"
     if m["failures"]:
         line += "  [" + printable("; ".join(f"{n} x {r}" for r, n in m["failures"].items())) + "]"
     return line

@@ -41,6 +41,9 @@ class MacroSettings:
     """Send vLLM's ``ignore_eos`` (a server that refuses it gets the run without it, with a warning)."""
     goodput: str = ""
     """SLOs in ms, vLLM's ``--goodput`` form (``ttft:200,tpot:50``); empty: none."""
+    reset_prefix_cache: bool = False
+    """Ask the server to drop its prefix cache before each level (vLLM's ``POST /reset_prefix_cache``, served
+    in its dev mode); a server that does not offer it is said once."""
 
     def macro_config(self, url: str, levels: list[int] | None = None) -> MacroConfig:
         """The load generator's settings for these levels (all of them by default) against ``url``: the
@@ -52,7 +55,8 @@ class MacroSettings:
         return MacroConfig(url=url, model=self.model or None, endpoint=self.endpoint,  # type: ignore[arg-type]
                            concurrency=list(self.concurrency if levels is None else levels), requests=count,
                            requests_per_stream=per_stream, max_tokens=self.max_tokens, input_len=self.input_len,
-                           warmup=self.warmup, slo=parse_goodput([self.goodput]), ignore_eos=self.ignore_eos)
+                           warmup=self.warmup, slo=parse_goodput([self.goodput]), ignore_eos=self.ignore_eos,
+                           reset_prefix_cache=self.reset_prefix_cache)
 
 
 @dataclass(slots=True)
@@ -439,6 +443,7 @@ endpoint = "completions"  # or chat
 # model = ""            # default: the first model /v1/models lists
 ignore_eos = true       # vLLM's: every output max_tokens long; a server that refuses it runs without (a warning)
 # goodput = "ttft:200,tpot:50"  # SLOs in ms (ttft, tpot, e2el): goodput, the top concurrency meeting them at p99
+reset_prefix_cache = false  # drop the server's prefix cache before each level (vLLM: VLLM_SERVER_DEV_MODE=1)
 
 [cleanup]
 gpus = "all"            # or e.g. "0,1,2,3"

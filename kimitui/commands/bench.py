@@ -90,7 +90,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "that refuses it gets the run without it, and a warning)")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="do not send ignore_eos (outputs may end early: lengths come from usage)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None,
+                   help="seeds the lengths, the arrivals and the prompts: the same N repeats a run's prompts "
+                        "exactly (default: lengths and arrivals seeded 0, prompts fresh each run, so that a "
+                        "server's prefix cache cannot serve them from an earlier run)")
     p.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
                    help="SLOs in ms (vLLM's form), e.g. ttft:200,tpot:50 or ttft:200 tpot:50 (keys ttft, tpot, "
                         "e2el): goodput per level, and the highest concurrency meeting them at p99")
@@ -105,6 +108,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                                          "<url>/metrics)")
     p.add_argument("--scrape-interval", type=float, default=0.2, metavar="S",
                    help="read the server's metrics every S seconds during the sweep (0: not read; default 0.2)")
+    p.add_argument("--reset-prefix-cache", action="store_true",
+                   help="ask the server to drop its prefix cache before each level (vLLM's POST "
+                        "/reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1; said once where it is not)")
     p.add_argument("--json", action="store_true", help="one JSON object per level (vLLM's key names)")
     p.add_argument("--output", type=Path,
                    help="the sweep as JSON in this file, rewritten as each level ends (\"finished\": false until "
@@ -141,7 +147,7 @@ def _config(args: argparse.Namespace) -> Any:
         requests_per_stream=per_stream,
         duration_s=args.duration, request_rate=args.request_rate, warmup=args.warmup,
         input_len=args.input_len, dataset=args.dataset, max_tokens=args.max_tokens,
-        ignore_eos=args.ignore_eos, seed=args.seed, input_len_stddev=args.input_len_stddev,
+        ignore_eos=args.ignore_eos, seed=args.seed or 0, input_len_stddev=args.input_len_stddev,
         max_tokens_stddev=args.max_tokens_stddev, percentiles=args.percentiles or PERCENTILES,
         burstiness=args.burstiness, ramp_up=ramp, trace=args.trace,
         timeouts=Timeouts(connect_s=args.connect_timeout, read_s=args.read_timeout,
@@ -174,6 +180,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         cfg = _config(args)
         cfg.metrics_url, cfg.scrape_s = args.metrics_url, args.scrape_interval
+        cfg.reset_prefix_cache = args.reset_prefix_cache
+        if args.seed is not None:
+            cfg.prompt_salt = ""
         cfg.validate()
         if cfg.trace is not None:  # a bad trace is a usage error, before anything is recorded
             from kimitui.bench.macro.arrivals import load_trace

@@ -2,6 +2,13 @@
 per engine (vLLM, SGLang, TGI, llama.cpp), the page read into a ``ServerSnapshot`` (gauges summed over
 their label sets, histograms as their sum and count), and a level's server-side means from two snapshots.
 
+vLLM (v1 engine) counts its prefix cache in prompt tokens: ``vllm:prefix_cache_queries_total`` (tokens looked
+up as each request is scheduled) and ``vllm:prefix_cache_hits_total`` (those found cached), labels
+``model_name`` and ``engine``; releases before them exposed ``vllm:gpu_prefix_cache_queries_total`` /
+``..._hits_total`` (deprecated since, still served with hidden metrics). The delta of the two over a level
+is its hit rate (``prefix_hit_rate``). v0's ``vllm:gpu_prefix_cache_hit_rate`` gauge is a rate since the
+server started and cannot be taken per level: it is not read.
+
 Shared by the macro sweep's scraper (``kimitui.bench.macro.server_scrape``) and the cleanup's drain, so
 both know the same names. Only lines of the known names are handed to ``prometheus_client``'s parser: a
 vLLM page is mostly histogram buckets of metrics we do not read, and the scrape runs beside the load
@@ -11,6 +18,9 @@ generator.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+from kimitui.core.typed import finite
 
 
 class MetricsError(Exception):
@@ -30,6 +40,8 @@ class EngineNames:
     e2e: str | None = None
     queue: str | None = None
     preemptions: str | None = None
+    prefix_cache: tuple[tuple[str, str], ...] = ()
+    """(queries, hits) counter names of the prefix cache, the preferred pair first."""
 
     def histograms(self) -> dict[str, str]:
         """The latency histograms it has, by our key (ttft, itl, e2e, queue)."""
@@ -38,13 +50,16 @@ class EngineNames:
 
     def names(self) -> tuple[str, ...]:
         return tuple(n for n in (self.running, self.waiting, self.kv_cache, self.preemptions,
-                                 *self.histograms().values()) if n is not None)
+                                 *self.histograms().values(), *(n for pair in self.prefix_cache for n in pair))
+                     if n is not None)
 
 
 VLLM = EngineNames("vllm", "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
                    "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
-                   "vllm:num_preemptions_total")
+                   "vllm:num_preemptions_total",
+                   (("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"),
+                    ("vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total")))
 """Not the deprecated ``vllm:time_per_output_token_seconds``: ``inter_token_latency`` is the per-token gap."""
 SGLANG = EngineNames("sglang", "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
                      "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
@@ -59,6 +74,7 @@ def _sample_names() -> frozenset[str]:
     names: set[str] = set()
     for e in ENGINES:
         names.update(n for n in (e.running, e.waiting, e.kv_cache, e.preemptions) if n is not None)
+        names.update(n for pair in e.prefix_cache for n in pair)
         for h in e.histograms().values():
             names.update((h + "_sum", h + "_count"))
     return frozenset(names)
@@ -77,6 +93,8 @@ class ServerSnapshot:
     preemptions: float | None = None
     histograms: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Per key (ttft, itl, e2e, queue): (sum in seconds, count) since the server started."""
+    prefix_cache: tuple[float, float] | None = None
+    """(queries, hits) of the prefix cache since the server started, in tokens (None: no such counters)."""
 
 
 def _known_lines(text: str) -> str:
@@ -116,9 +134,23 @@ def parse_snapshot(text: str) -> ServerSnapshot:
         raise MetricsError(f"none of {wanted} in the metrics (not a serving engine we know)")
     hists = {key: (found[name + "_sum"], found[name + "_count"]) for key, name in names.histograms().items()
              if name + "_sum" in found and name + "_count" in found}
+    prefix = next(((found[q], found[h]) for q, h in names.prefix_cache if q in found and h in found), None)
     return ServerSnapshot(names.engine, found.get(names.running), found.get(names.waiting),
                           found.get(names.kv_cache) if names.kv_cache else None,
-                          found.get(names.preemptions) if names.preemptions else None, hists)
+                          found.get(names.preemptions) if names.preemptions else None, hists, prefix)
+
+
+def prefix_hit_rate(before: ServerSnapshot, after: ServerSnapshot) -> tuple[int, int, float | None] | None:
+    """(queries, hits, hits / queries) of the prefix cache between the two snapshots, in tokens; the rate is
+    None when nothing was looked up (caching off). None without the counters, or when they went back (the
+    server restarted in between)."""
+    if before.prefix_cache is None or after.prefix_cache is None:
+        return None
+    queries = round(after.prefix_cache[0] - before.prefix_cache[0])
+    hits = round(after.prefix_cache[1] - before.prefix_cache[1])
+    if queries < 0 or hits < 0:
+        return None
+    return queries, hits, (hits / queries if queries else None)
 
 
 def level_means_ms(before: ServerSnapshot, after: ServerSnapshot) -> tuple[dict[str, float], int | None]:
@@ -132,3 +164,20 @@ def level_means_ms(before: ServerSnapshot, after: ServerSnapshot) -> tuple[dict[
     e2e_after, e2e_before = after.histograms.get("e2e"), before.histograms.get("e2e", (0.0, 0.0))
     finished = round(e2e_after[1] - e2e_before[1]) if e2e_after is not None else None
     return means, finished
+
+
+PREFIX_CACHE_WARN_ABOVE = 0.10
+"""A level whose prompt tokens the server found cached above this share is flagged (``prefix_cache_warning``)."""
+
+
+def prefix_cache_warning(metrics: dict[str, Any]) -> str | None:
+    """What to say of a level (its metrics) whose prompt tokens the server's prefix cache held above
+    ``PREFIX_CACHE_WARN_ABOVE``; None otherwise, or without the server's counters."""
+    rate = finite(metrics.get("prefix_cache_hit_rate"))
+    if rate is None or rate <= PREFIX_CACHE_WARN_ABOVE:
+        return None
+    hits, queries = metrics.get("prefix_cache_hits"), metrics.get("prefix_cache_queries")
+    counted = f" ({hits:,} of {queries:,})" if isinstance(hits, int) and isinstance(queries, int) else ""
+    return (f"the server's prefix cache held {rate:.0%} of the prompt tokens{counted}: TTFT was measured on a "
+            "warm cache (prompts an earlier run or level sent; --reset-prefix-cache drops the cache before each "
+            "level where the server offers it)")

@@ -10,6 +10,7 @@ from kimitui.core.describe import gemm_words, single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, MacroPoint, first_error, level_failed
 from kimitui.core.figures import percentile, single_stream
 from kimitui.core.printable import printable
+from kimitui.core.server_metrics import prefix_cache_warning
 from kimitui.core.state import SessionState, Sweep
 from kimitui.core.typed import finite
 from kimitui.report.format import fmt_bytes, fmt_num, table
@@ -103,6 +104,9 @@ def _sweep(sweep: Sweep) -> list[str]:
     client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in _listed(p.metrics.get("client_warnings"))]
     if client:
         lines += ["", "The load generator may have distorted these figures:", "", *client]
+    warm = [f"- concurrency {p.concurrency}: {w}" for p in points if (w := prefix_cache_warning(p.metrics))]
+    if warm:
+        lines += ["", "A warm prefix cache lowered these levels' TTFT:", "", *warm]
     return lines
 
 
@@ -116,20 +120,31 @@ def _server_table(points: list[MacroPoint]) -> list[str]:
     read = [p for p in points if any(f"server_mean_{key}_ms" in p.metrics for _, key, _ in SERVER_FIGURES)]
     if not read:
         return []
+    cached = any("prefix_cache_queries" in p.metrics for p in read)
     rows = []
     for p in read:
         row = [str(p.concurrency), fmt_num(p.metrics.get("server_requests"), "d")]
         for _, key, client in SERVER_FIGURES:
             row += [fmt_num(p.metrics.get(client)), fmt_num(p.metrics.get(f"server_mean_{key}_ms")),
                     fmt_num(p.metrics.get(f"overhead_{key}_ms"), "+.1f")]
-        rows.append([*row, fmt_num(p.metrics.get("server_mean_queue_ms"))])
+        row.append(fmt_num(p.metrics.get("server_mean_queue_ms")))
+        rows.append([*row, _hit_cell(p.metrics)] if cached else row)
     head = ["concurrency", "server requests"]
     for name, _, _ in SERVER_FIGURES:
         head += [f"{name} client", f"{name} server", f"{name} overhead"]
+    head += ["queue server", *(["prefix cache hit"] if cached else [])]
     engine = str(read[0].metrics.get("server_engine") or "the server")
     return ["", f"Client vs server ({engine}'s /metrics, mean ms over each level's measured requests; overhead: "
-                "client minus server, the network and the client measured):", "",
-            *table([*head, "queue server"], rows)]
+                "client minus server, the network and the client measured"
+                + ("; prefix cache hit: the share of the level's prompt tokens the server found cached" if cached
+                   else "") + "):", "",
+            *table(head, rows)]
+
+
+def _hit_cell(m: dict[str, Any]) -> str:
+    rate = finite(m.get("prefix_cache_hit_rate"))
+    cell = "n/a" if rate is None else f"{rate:.1%}"
+    return cell + (" (reset)" if m.get("prefix_cache_reset") is True else "")
 
 
 def _verdict(sweep: Sweep) -> list[str]:

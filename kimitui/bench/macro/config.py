@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -110,6 +111,11 @@ class MacroConfig:
     """Request fields left out of every request: the ones the server refused (``fields.check_fields``)."""
     temperature: float = 0.0
     seed: int = 0
+    """Seeds the prompts' lengths, the arrivals and (with ``prompt_salt``) the prompts' words."""
+    prompt_salt: str = field(default_factory=lambda: secrets.token_hex(4))
+    """Mixed into the synthetic prompts' words, fresh for each configuration: no sweep sends the prompts of
+    an earlier one, which a long-lived server's prefix cache would serve warm. Empty: the words follow
+    ``seed`` alone, and a sweep with the same seed repeats its prompts exactly (``--seed`` given)."""
     timeouts: Timeouts = field(default_factory=Timeouts)
     slo: SLO = field(default_factory=SLO)
     api_key: str | None = None
@@ -122,6 +128,9 @@ class MacroConfig:
     """The server's Prometheus metrics, read during the sweep; None: ``<url>/metrics``."""
     scrape_s: float = 0.2
     """How often the server's metrics are read during the sweep (0: not read)."""
+    reset_prefix_cache: bool = False
+    """Ask the server to drop its prefix cache before each level (vLLM's ``POST /reset_prefix_cache``, in its
+    dev mode; ``prefix_cache``): no level measures prompts an earlier one left cached."""
 
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):

@@ -34,6 +34,7 @@ from kimitui.bench.macro.metrics import LevelContext, summarize
 from kimitui.bench.macro.prompts import Planned, Prompt, PromptSource
 from kimitui.bench.macro.request import Gauge, RequestOutcome, stream_request
 from kimitui.bench.macro.transport import POOL_SHARD, headers, shard_sizes, ssl_context
+from kimitui.core.server_metrics import prefix_cache_warning
 
 PROGRESS_INTERVAL_S = 0.1
 PREBUILD_MAX = 4096
@@ -352,6 +353,8 @@ class Level:
             out.append(f"concurrency {c}: prompts averaged {m['mean_input_tokens']:.1f} input tokens for "
                        f"{target:.0f} asked")
         out += [f"concurrency {c}: {w}" for w in m.get("client_warnings", [])]
+        if (cached := prefix_cache_warning(m)) is not None:
+            out.append(f"concurrency {c}: {cached}")
         return out
 
 

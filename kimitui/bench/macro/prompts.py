@@ -1,10 +1,13 @@
 """Request payloads: synthetic prompts of a target token length, or prompts from a JSONL file.
 
 Synthetic prompts are the calibration's anchor followed by random one-token words (``lengths``), drawn
-from a seeded stream per level and purpose (warm-up, measured), so every prompt differs from the others
-within its first few tokens (no prefix-cache hit between them, nor across levels) and a run repeats
-exactly with the same seed. Lengths: ``input_len`` / ``max_tokens``, or with a spread, a seeded normal
-draw per request (at least 1); a trace can give each request its own lengths.
+from a seeded stream per level and purpose (warm-up, measured) and salted per sweep
+(``MacroConfig.prompt_salt``), so every prompt differs from the others within its first few tokens: no
+prefix-cache hit between them, across levels, nor across sweeps against the same server (whose prefix
+cache is counted in blocks of 16 tokens by vLLM: two prompts share a block only when their first 16 tokens
+are the same). Unsalted (``--seed`` given), a run repeats its prompts exactly with the same seed. Lengths:
+``input_len`` / ``max_tokens``, or with a spread, a seeded normal draw per request (at least 1); a trace can
+give each request its own lengths.
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ class PromptSource:
         self.model = model
         self.lengths = lengths
         self.dataset = dataset
-        self._words = random.Random(f"{cfg.seed}:words:{stream}")
+        salt = f":{cfg.prompt_salt}" if cfg.prompt_salt else ""
+        self._words = random.Random(f"{cfg.seed}:words:{stream}{salt}")
         self._sizes = random.Random(f"{cfg.seed}:lengths:{stream}")
         self._next = 0
 

@@ -2,7 +2,9 @@
 small task (one keep-alive connection), each read published as a ``ServerSample`` (running, waiting,
 KV-cache use), and a fresh read at each level's measured start and end, whose histogram deltas give the
 server's mean TTFT, ITL, e2e and queue time of the level (``level_figures``) beside the client's: the
-difference is the network and client overhead, measured.
+difference is the network and client overhead, measured; and where the server counts its prefix cache
+(vLLM's ``vllm:prefix_cache_queries_total`` / ``..._hits_total``), the share of the level's prompt tokens
+it found cached (``prefix_cache_hit_rate``): a warm cache lowers TTFT.
 
 A server without metrics (404, as ``transformers serve``) or of an engine we do not know is said once and
 the sweep goes on without them; a read that fails later is said once too.
@@ -20,7 +22,13 @@ import httpx
 
 from kimitui.core.error_words import exc_words
 from kimitui.core.events import Event, LogLine, ServerSample
-from kimitui.core.server_metrics import MetricsError, ServerSnapshot, level_means_ms, parse_snapshot
+from kimitui.core.server_metrics import (
+    MetricsError,
+    ServerSnapshot,
+    level_means_ms,
+    parse_snapshot,
+    prefix_hit_rate,
+)
 
 SOURCE = "macro"
 TIMEOUT_S = 2.0
@@ -90,12 +98,19 @@ class ServerScraper:
         self._marks[stage] = snap
 
     def level_figures(self, metrics: dict[str, Any]) -> dict[str, Any]:
-        """The server's means of the level between its two marks, and the client's overhead over each."""
+        """The server's means of the level between its two marks, the client's overhead over each, and the
+        prefix cache's tokens looked up and found (``prefix_cache_queries`` / ``_hits``) with their ratio
+        (``prefix_cache_hit_rate``, absent when nothing was looked up or the server has no such counters)."""
         before, after = self._marks.get("run"), self._marks.get("done")
         if before is None or after is None:
             return {}
         means, finished = level_means_ms(before, after)
         out: dict[str, Any] = {"server_engine": after.engine, "server_requests": finished}
+        prefix = prefix_hit_rate(before, after)
+        if prefix is not None:
+            out["prefix_cache_queries"], out["prefix_cache_hits"], rate = prefix
+            if rate is not None:
+                out["prefix_cache_hit_rate"] = rate
         for key, mean in means.items():
             out[f"server_mean_{key}_ms"] = mean
             client = metrics.get(CLIENT_KEYS.get(key, ""))

@@ -6,7 +6,9 @@ fields the server refuses (``fields``): a ``RequestFieldsDropped`` warning names
 config's ``omit_fields``, each level's ``request_fields_dropped``) goes without them. It publishes a
 ``LogLine`` saying how the input lengths are obtained, then for each finished level (the moment it ends)
 its ``MacroRequests`` records and its ``MacroPoint`` summary, and ``LogLine`` warnings (usage missing,
-failures, a concurrency not reached, a client that may have distorted the figures). It publishes no
+failures, a concurrency not reached, a client that may have distorted the figures, a warm prefix cache).
+With ``reset_prefix_cache`` it asks the server to drop its prefix cache before each level
+(``prefix_cache``; each level's ``prefix_cache_reset`` says whether it did). It publishes no
 phase: the macro phase (its start, its end and whether it failed) is
 ``kimitui.phases.macro.macro_phase``'s, the one that Textual's worker, the headless CLI and the
 campaign call. It reports progress through ``progress`` at about 10 Hz; it returns the whole sweep.
@@ -39,6 +41,7 @@ from kimitui.bench.macro.lengths import (
     calibrate,
 )
 from kimitui.bench.macro.level import Level, LevelProgress, LevelRun
+from kimitui.bench.macro.prefix_cache import PrefixCacheReset
 from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
 from kimitui.bench.macro.server_scrape import ServerScraper
@@ -255,9 +258,12 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
             scraper = ServerScraper(config.server_metrics_url, publish, config.scrape_s, headers(config),
                                     config.timeouts.connect_s)
             await scraper.start()
+        resetter = (PrefixCacheReset(config.base_url, publish, headers(config), config.timeouts.read_s)
+                    if config.reset_prefix_cache else None)
         for idx, c in enumerate(levels):
             if cancel.is_set():
                 break
+            reset = await resetter.reset() if resetter is not None else None
             level = Level(config, model, c, idx, len(levels), progress, cancel, client, lengths, method,
                           plan.dataset, plan.trace)
             if scraper is not None and scraper.active:
@@ -270,6 +276,8 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
                 run.metrics.update(scraper.level_figures(run.metrics))
             if found.dropped:
                 run.metrics["request_fields_dropped"] = list(found.dropped)
+            if reset is not None:
+                run.metrics["prefix_cache_reset"] = reset
             _publish_level(publish, level, run)
             result.levels.append(LevelResult(c, run.metrics, run.records))
     finally:

@@ -16,7 +16,8 @@ Prefill: a request's prompt is processed in the steps after it is admitted, at m
 ``max_num_batched_tokens``), each prompt token adding ``1 / prefill_tps`` seconds to its step; a
 request's first token comes at the end of the step that finishes its prompt. So TTFT grows with the
 prompt length counted by the toy tokenizer, the same count as ``usage.prompt_tokens``. The prefill rate
-is a simulated figure (8,000 tok/s by default), not a measurement.
+is a simulated figure (8,000 tok/s by default), not a measurement. With a prefix cache (``prefix_cache``),
+a request is looked up as it is admitted, and the prompt tokens it finds cached are not prefilled again.
 
 ``BatchingModel.instant()`` (step time 0) streams every token with no delay: the server for measuring a
 load generator's own ceiling.
@@ -29,6 +30,8 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+from kimitui.hosts.sim.prefix_cache import PrefixCache
 
 REFERENCE_SINGLE_STREAM_TPS = 50.0
 REFERENCE_PLATEAU_TPS = 1536.0
@@ -179,12 +182,16 @@ class BatchingModel:
 class Sequence:
     """One running request as the scheduler sees it: tokens are pushed to its queue as steps end."""
 
-    __slots__ = ("admitted_at", "done", "max_tokens", "prefill_left", "produced", "prompt_tokens", "queue")
+    __slots__ = ("admitted_at", "block_hashes", "cached_tokens", "done", "max_tokens", "prefill_left", "produced",
+                 "prompt_tokens", "queue")
 
-    def __init__(self, max_tokens: int, prompt_tokens: int = 0) -> None:
+    def __init__(self, max_tokens: int, prompt_tokens: int = 0, block_hashes: tuple[int, ...] = ()) -> None:
         self.max_tokens = max_tokens
         self.prompt_tokens = prompt_tokens
         self.prefill_left = prompt_tokens
+        self.block_hashes = block_hashes
+        self.cached_tokens = 0
+        """Prompt tokens the prefix cache held when the request was admitted (not prefilled again)."""
         self.admitted_at: float | None = None
         """The scheduler's clock when the request entered the batch (None while it waits)."""
         self.produced = 0
@@ -197,8 +204,9 @@ class DecodeScheduler:
     step to its queue (``-1`` never: a request ends when ``produced == max_tokens``)."""
 
     def __init__(self, model: BatchingModel, *, on_batch: Callable[[int], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, prefix_cache: PrefixCache | None = None) -> None:
         self.model = model
+        self.prefix_cache = prefix_cache
         self._on_batch = on_batch
         self._clock = clock
         self._waiting: list[Sequence] = []
@@ -237,8 +245,8 @@ class DecodeScheduler:
                 await self._task
             self._task = None
 
-    def submit(self, max_tokens: int, prompt_tokens: int = 0) -> Sequence:
-        seq = Sequence(max_tokens, prompt_tokens)
+    def submit(self, max_tokens: int, prompt_tokens: int = 0, block_hashes: tuple[int, ...] = ()) -> Sequence:
+        seq = Sequence(max_tokens, prompt_tokens, block_hashes)
         self._waiting.append(seq)
         self._wake.set()
         return seq
@@ -256,6 +264,9 @@ class DecodeScheduler:
             now = self._clock()
             for seq in self._waiting[:room]:
                 seq.admitted_at = now
+                if self.prefix_cache is not None:
+                    seq.cached_tokens = self.prefix_cache.schedule(seq.block_hashes, seq.prompt_tokens)
+                    seq.prefill_left -= seq.cached_tokens
             self._running.extend(self._waiting[:room])
             del self._waiting[:room]
 

@@ -8,6 +8,8 @@ Names, labels and buckets are vLLM's, as its ``PrometheusStatLogger`` declares t
 - gauges ``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``;
 - counter ``vllm:num_preemptions`` (exposed as ``vllm:num_preemptions_total``; the simulator never
   preempts, so it stays 0), ``vllm:prompt_tokens`` and ``vllm:generation_tokens``;
+- counters ``vllm:prefix_cache_queries`` and ``vllm:prefix_cache_hits`` (prompt tokens looked up in the
+  prefix cache and found there, ``prefix_cache.py``; SGLang has no such counters);
 - histograms ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``,
   ``vllm:e2e_request_latency_seconds``, ``vllm:request_queue_time_seconds``.
 
@@ -49,6 +51,8 @@ _NAMES: dict[str, tuple[str, str | None]] = {
     "preemptions": ("vllm:num_preemptions", None),
     "prompt_tokens": ("vllm:prompt_tokens", "sglang:prompt_tokens"),
     "generation_tokens": ("vllm:generation_tokens", "sglang:generation_tokens"),
+    "prefix_queries": ("vllm:prefix_cache_queries", None),
+    "prefix_hits": ("vllm:prefix_cache_hits", None),
     "ttft": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
     "itl": ("vllm:inter_token_latency_seconds", "sglang:inter_token_latency_seconds"),
     "e2e": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
@@ -61,6 +65,8 @@ _HELP = {
     "preemptions": "Cumulative number of preemption from the engine.",
     "prompt_tokens": "Number of prefill tokens processed.",
     "generation_tokens": "Number of generation tokens processed.",
+    "prefix_queries": "Prefix cache queries, in terms of number of queried tokens.",
+    "prefix_hits": "Prefix cache hits, in terms of number of cached tokens.",
     "ttft": "Histogram of time to first token in seconds.",
     "itl": "Histogram of inter-token latency in seconds.",
     "e2e": "Histogram of e2e request latency in seconds.",
@@ -147,7 +153,8 @@ class ServerMetrics:
         vllm, sglang = _NAMES[key]
         return vllm if self.flavor == "vllm" else sglang
 
-    def render(self, *, running: int, waiting: int, kv_usage: float) -> str:
+    def render(self, *, running: int, waiting: int, kv_usage: float, prefix_queries: int = 0,
+               prefix_hits: int = 0) -> str:
         labels = (f'engine="0",model_name="{self.model}"' if self.flavor == "vllm"
                   else f'model_name="{self.model}"')
         lines: list[str] = []
@@ -164,7 +171,8 @@ class ServerMetrics:
             if (name := head(key, "gauge")) is not None:
                 lines.append(f"{name}{{{labels}}} {float(value)!r}")
         for key, value in (("preemptions", self.preemptions), ("prompt_tokens", self.prompt_tokens),
-                           ("generation_tokens", self.generation_tokens)):
+                           ("generation_tokens", self.generation_tokens), ("prefix_queries", prefix_queries),
+                           ("prefix_hits", prefix_hits)):
             if (name := head(key, "counter")) is not None:
                 lines.append(f"{name}_total{{{labels}}} {float(value)!r}")
         for key, hist in (("ttft", self.ttft), ("itl", self.itl), ("e2e", self.e2e), ("queue", self.queue)):

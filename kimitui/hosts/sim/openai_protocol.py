@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kimitui.hosts.sim import toy_tokenizer
+from kimitui.hosts.sim.prefix_cache import block_hashes
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 DEFAULT_CHAT_MAX_TOKENS = 256
@@ -63,6 +64,8 @@ class GenRequest:
     """``length`` (all ``max_tokens`` generated) or ``stop`` (the model's EOS came first)."""
     arrived: float = 0.0
     """The server's monotonic clock when the request's handling began (its metrics start there)."""
+    block_hashes: tuple[int, ...] = ()
+    """The prompt's full blocks, hashed as the prefix cache looks them up (``prefix_cache``)."""
 
 
 def _int_field(body: dict[str, Any], name: str) -> int | None:
@@ -193,10 +196,11 @@ def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len
         _check_fields(body)
     _check_model(body, served_model)
     if kind == "completion":
-        prompt_tokens = len(_prompt_ids(body.get("prompt"), _bool_field(body, "add_special_tokens", True)))
+        ids = _prompt_ids(body.get("prompt"), _bool_field(body, "add_special_tokens", True))
     else:
-        prompt_tokens = len(toy_tokenizer.encode_chat(_messages(body.get("messages")),
-                                                      _bool_field(body, "add_generation_prompt", True)))
+        ids = toy_tokenizer.encode_chat(_messages(body.get("messages")),
+                                        _bool_field(body, "add_generation_prompt", True))
+    prompt_tokens = len(ids)
     max_tokens = _int_field(body, "max_tokens")
     if kind == "chat" and max_tokens is None:
         max_tokens = _int_field(body, "max_completion_tokens")
@@ -229,7 +233,8 @@ def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len
         max_tokens, finish_reason = eos_after, "stop"
     prefix = "cmpl" if kind == "completion" else "chatcmpl"
     return GenRequest(kind, served_model, prompt_tokens, max_tokens, stream, include_usage,
-                      f"{prefix}-sim{next(_ids):08d}", int(time.time()), finish_reason)
+                      f"{prefix}-sim{next(_ids):08d}", int(time.time()), finish_reason,
+                      block_hashes=block_hashes(ids))
 
 
 def token_text(index: int) -> str:

@@ -3,7 +3,9 @@
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streamed SSE or one JSON body),
 ``GET /v1/models``, ``GET /health`` (503 until ``ready()`` says so), ``POST /tokenize`` (vLLM's, with the
 toy tokenizer that also counts ``usage.prompt_tokens`` and the prefill cost), ``GET /metrics`` (vLLM's
-Prometheus gauges, counters and latency histograms, ``metrics.py``). ``EngineQuirks`` (``quirks.py``) make
+Prometheus gauges, counters and latency histograms, ``metrics.py``, the prefix cache's counters among them:
+``prefix_cache.py``), and in dev mode (``VLLM_SERVER_DEV_MODE=1``, as vLLM) ``POST /reset_prefix_cache``
+(200, empty; the route does not exist otherwise: 404). ``EngineQuirks`` (``quirks.py``) make
 it behave like other engines: strict fields, a role chunk first, no ``[DONE]``, EOS, a late port,
 SGLang's metric names, other tokenize forms. Unknown paths answer 404, a
 known path with the wrong method 405, a bad body 400 with an OpenAI-style error.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import time
@@ -45,6 +48,7 @@ from kimitui.hosts.sim.openai_protocol import (
     tokenize_llamacpp,
     tokenize_sglang,
 )
+from kimitui.hosts.sim.prefix_cache import BLOCK_SIZE, PrefixCache
 from kimitui.hosts.sim.quirks import EngineQuirks, QuirkError
 
 DEFAULT_MODEL = "moonshotai/Kimi-K2.5"
@@ -55,6 +59,15 @@ INSTANT_TOKENS_PER_WRITE = 256
 KV_CAPACITY_TOKENS = 1 << 20
 """Tokens of KV cache the simulated engine has (``kv_cache_usage_perc`` is the running requests' share)."""
 _MALFORMED = b'data: {"id": "broken", "choices": [{"text": \n\n'
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+
+
+def dev_mode_from_env() -> bool:
+    """vLLM's ``VLLM_SERVER_DEV_MODE``: an integer, on when not 0 (default 0)."""
+    try:
+        return bool(int(os.environ.get(DEV_MODE_ENV, "0")))
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +95,19 @@ class OpenAIApp:
     def __init__(self, *, model: str = DEFAULT_MODEL, batching: BatchingModel | None = None,
                  max_model_len: int = DEFAULT_MAX_MODEL_LEN, faults: FaultPlan | None = None,
                  ready: Callable[[], bool] | None = None,
-                 on_batch: Callable[[int], None] | None = None, quirks: EngineQuirks | None = None) -> None:
+                 on_batch: Callable[[int], None] | None = None, quirks: EngineQuirks | None = None,
+                 prefix_caching: bool = True, dev_mode: bool | None = None) -> None:
         self.model = model
+        self.dev_mode = dev_mode_from_env() if dev_mode is None else dev_mode
+        """Serve vLLM's development endpoints (``/reset_prefix_cache``); None: from VLLM_SERVER_DEV_MODE."""
+        self.prefix_cache = PrefixCache(KV_CAPACITY_TOKENS // BLOCK_SIZE) if prefix_caching else None
+        """vLLM's automatic prefix caching, on by default in its v1 engine (None: ``--no-enable-prefix-caching``)."""
         self.batching = batching or BatchingModel.from_targets()
         self.max_model_len = max_model_len
         self.faults = faults or FaultPlan()
         self.quirks = quirks or EngineQuirks()
         self._ready = ready or (lambda: True)
-        self.scheduler = DecodeScheduler(self.batching, on_batch=on_batch)
+        self.scheduler = DecodeScheduler(self.batching, on_batch=on_batch, prefix_cache=self.prefix_cache)
         self.metrics = ServerMetrics(model, "sglang" if self.quirks.metrics == "sglang" else "vllm")
         self.created = int(time.time())
         self.generation_requests = 0
@@ -106,6 +124,8 @@ class OpenAIApp:
                   "/v1/chat/completions": "POST"}
         if self.quirks.metrics != "none":
             routes["/metrics"] = "GET"
+        if self.dev_mode:
+            routes["/reset_prefix_cache"] = "POST"
         if self.quirks.tokenize in ("vllm", "llamacpp"):
             routes["/tokenize"] = "POST"
         elif self.quirks.tokenize == "sglang":
@@ -129,6 +149,12 @@ class OpenAIApp:
             await out.send_json(200, models_list(self.model, self.max_model_len, self.created))
         elif path in ("/tokenize", "/v1/tokenize"):
             await self._tokenize(request, out)
+        elif path == "/reset_prefix_cache":
+            # as vLLM: the answer does not say whether the engine could drop the cache (it cannot while
+            # requests hold blocks)
+            if self.prefix_cache is not None:
+                self.prefix_cache.reset(self.scheduler.in_flight[0])
+            await out.send(200, b"", "text/plain")
         else:
             await self._generate("completion" if path == "/v1/completions" else "chat", request, out)
 
@@ -151,7 +177,9 @@ class OpenAIApp:
         and histograms from the finished ones."""
         running, waiting = self.scheduler.in_flight
         kv_usage = min(1.0, self.scheduler.kv_tokens / KV_CAPACITY_TOKENS)
-        return self.metrics.render(running=running, waiting=waiting, kv_usage=kv_usage)
+        cache = self.prefix_cache
+        return self.metrics.render(running=running, waiting=waiting, kv_usage=kv_usage,
+                                   prefix_queries=cache.queries if cache else 0, prefix_hits=cache.hits if cache else 0)
 
     async def _generate(self, kind: str, request: Request, out: Responder) -> None:
         arrived = time.monotonic()
@@ -190,12 +218,14 @@ class OpenAIApp:
         writes: list[tuple[float, int]] = []
         admitted = arrived
         if self.batching.is_instant:
+            if self.prefix_cache is not None:
+                self.prefix_cache.schedule(req.block_hashes, req.prompt_tokens)
             for start in range(0, req.max_tokens, INSTANT_TOKENS_PER_WRITE):
                 batch = list(range(start, min(start + INSTANT_TOKENS_PER_WRITE, req.max_tokens)))
                 writes.append((time.monotonic(), len(batch)))
                 yield batch
         else:
-            seq = self.scheduler.submit(req.max_tokens, req.prompt_tokens)
+            seq = self.scheduler.submit(req.max_tokens, req.prompt_tokens, req.block_hashes)
             try:
                 got = 0
                 while got < req.max_tokens:
@@ -275,9 +305,11 @@ class SimOpenAIServer:
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL,
                  batching: BatchingModel | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN,
                  faults: FaultPlan | None = None, ready: Callable[[], bool] | None = None,
-                 on_batch: Callable[[int], None] | None = None, quirks: EngineQuirks | None = None) -> None:
+                 on_batch: Callable[[int], None] | None = None, quirks: EngineQuirks | None = None,
+                 prefix_caching: bool = True, dev_mode: bool | None = None) -> None:
         self.app = OpenAIApp(model=model, batching=batching, max_model_len=max_model_len, faults=faults,
-                             ready=ready, on_batch=on_batch, quirks=quirks)
+                             ready=ready, on_batch=on_batch, quirks=quirks, prefix_caching=prefix_caching,
+                             dev_mode=dev_mode)
         if self.app.quirks.listen_delay_s and port == 0:
             port = free_port(host)  # the port is known before it opens
         self._http = HttpServer(self.app.handle, host, port)
@@ -389,7 +421,8 @@ def batching_to_args(model: BatchingModel) -> list[str]:
 
 async def _serve_forever(ns: argparse.Namespace) -> None:
     server = SimOpenAIServer(host=ns.host, port=ns.port, model=ns.model, batching=batching_from_args(ns),
-                             faults=FaultPlan(ns.fault, ns.fault_every), quirks=ns.quirks)
+                             faults=FaultPlan(ns.fault, ns.fault_every), quirks=ns.quirks,
+                             prefix_caching=ns.enable_prefix_caching)
     await server.start()
     await server.listening.wait()
     if ns.port_file:
@@ -414,6 +447,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fault-every", type=int, default=1)
     p.add_argument("--quirks", type=quirks_arg, default=EngineQuirks(),
                    help="behave like another engine (kimitui/hosts/sim/quirks.py), e.g. transformers")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="vLLM's automatic prefix caching (on by default, as in vLLM's v1 engine); "
+                        "VLLM_SERVER_DEV_MODE=1 serves POST /reset_prefix_cache")
     add_batching_args(p)
     ns = p.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
