@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import DataTable
 
-from kimitui.core.events import StepPreview
+from kimitui.core.events import MacroPoint, StepPreview
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
@@ -145,7 +145,8 @@ async def test_the_process_table_gives_a_narrow_terminal_to_the_command() -> Non
 @pytest.mark.parametrize("size", [(60, 24), (80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_benchmarks_tab_says_its_summary_and_titles_whole_at_any_width(size: tuple[int, int]) -> None:
     """Issue 33: nothing of the sweep's summary or a plot's title is cut with '…'. A narrow panel breaks the
-    summary between its parts and leaves out what the box beside it says (the single stream); a narrow plot
+    summary between its parts and leaves out what the status line says (the points), then what the box beside
+    it says (the single stream's figure); a narrow plot
     box takes its title's short form (``TTFT p50 ms``)."""
     app = replay_app(bundled_sample_run())
     async with app.run_test(size=size) as pilot:
@@ -158,9 +159,14 @@ async def test_benchmarks_tab_says_its_summary_and_titles_whole_at_any_width(siz
         await pilot.pause()
         text = screen_text(app)
         summary_lines = [ln for ln in text.splitlines() if "peak" in ln or "points" in ln]
-        assert any("peak 1391 tok/s at c=128" in ln for ln in summary_lines), text
+        points = [e for e in RunReader(bundled_sample_run()).events() if isinstance(e, MacroPoint)]
+        peak = max(points, key=lambda p: p.metrics["output_throughput"])
+        single = next(p for p in points if p.concurrency == 1).metrics["output_throughput"]
+        peak_words = f"peak {peak.metrics['output_throughput']:.0f} tok/s at c={peak.concurrency}"
+        assert any(peak_words in ln for ln in summary_lines), text
         assert not any("…" in ln for ln in summary_lines), text
-        assert ("single stream 49.7 tok/s" in text) == (size[0] >= 120), text
+        assert (f"single stream {single:.1f} tok/s" in text) == (size[0] >= 80), text
+        assert ("points 4" in text) == (size[0] >= 120), text
         titles = [view.query_one(f"#{key}-box").border_title for key in ("throughput", "ttft", "tpot")]
         for title, box in zip(titles, ("throughput", "ttft", "tpot"), strict=True):
             assert len(str(title)) <= view.query_one(f"#{box}-box").size.width - 4, titles

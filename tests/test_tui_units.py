@@ -4,6 +4,7 @@ report. Read from the screen of the bundled run's replay."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,16 @@ from tests.screen_text import screen_text
 from tests.support import replay_app
 from tests.waiting import pilot_until
 
-BENCH_PID = 4915
-"""Phase 2's GEMM worker in the bundled run: 2,860 MiB on GPU 0 (below 10 GiB, where MiB and GiB met)."""
+
+def gemm_worker_pid() -> int:
+    """Phase 2's GEMM worker in the bundled run: 2,860 MiB on GPU 0 (below 10 GiB, where MiB and GiB met)."""
+    reader = RunReader(bundled_sample_run())
+    found = (re.search(rb'"pid":(\d+),[^{}]*"gpu_mem_mib":\{"0":2860\.0\}[^{}]*worker\.py--shapes',
+                       reader.raw(i).replace(b" ", b"")) for i in reader.indices_of("sample"))
+    return int(next(m for m in found if m is not None).group(1))
+
+
+BENCH_PID = gemm_worker_pid()
 
 
 def paused_at(position: int) -> tuple[KimituiApp, Player, RunReader]:

@@ -114,9 +114,11 @@ def single_stream_content(points: list[MacroPoint], verdict: MacroVerdict | None
     groups.append([("points ", "$text-muted"), str(len(points))])
     if verdict is not None:
         groups += verdict_groups(verdict)
-    if width is not None and "\n" in pack(groups, width) and peak_tok:
-        # narrow: the headline box beside says the single stream, the status line the levels run
-        groups = [g for i, g in enumerate(groups) if i not in (0, 2)]
+    points_at = 2 if peak_tok else 1
+    if width is not None and "\n" in pack(groups, width):  # narrow: the status line says the levels run
+        groups = [g for i, g in enumerate(groups) if i != points_at]
+        if "\n" in pack(groups, width) and single.tok_s is not None:
+            groups = groups[1:]  # the headline box beside says the single stream's figure
     return Content.assemble(*pack(groups, width))
 
 
