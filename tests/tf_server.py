@@ -68,8 +68,8 @@ def _corpus(seed: int) -> list[str]:
     return [" ".join(rng.choices(words, k=rng.randint(5, 20))) for _ in range(2000)]
 
 
-def make_tiny_model(folder: Path, seed: int = 0) -> Path:
-    """A tokenizer and a random 2-layer Llama saved under FOLDER; returns FOLDER."""
+def make_tiny_model(folder: Path, seed: int = 0, hidden_size: int = 64) -> Path:
+    """A tokenizer and a random 2-layer Llama (4 heads of HIDDEN_SIZE / 4) saved under FOLDER; returns FOLDER."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -83,10 +83,11 @@ def make_tiny_model(folder: Path, seed: int = 0) -> Path:
     tokenizer.save_pretrained(folder)
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                         max_position_embeddings=2048, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         tie_word_embeddings=False)
     model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     # Random weights would often pick a special token (the streamed text skips those: a chunk-free stream)
