@@ -1,8 +1,9 @@
 """A real third-party OpenAI-compatible server for tests: ``transformers serve`` on CPU.
 
-``make_tiny_model(folder)`` writes a model made on the spot (nothing is downloaded): a word-level tokenizer
-trained on a generated corpus, wrapped as a ``PreTrainedTokenizerFast`` with a chat template, and a 2-layer
-``LlamaConfig`` model with random weights, both saved with ``save_pretrained``. ``start_tf_server(folder)``
+``make_tiny_model(folder)`` (kimitui/hosts/sim/tiny_llama.py: the demo's real engine serves it too) writes a
+model made on the spot (nothing is downloaded): a word-level tokenizer trained on a generated corpus, wrapped as
+a ``PreTrainedTokenizerFast`` with a chat template, and a 2-layer ``LlamaConfig`` model with random weights,
+both saved with ``save_pretrained``. ``start_tf_server(folder)``
 runs ``transformers serve FOLDER`` (the model pinned: ``/v1/models`` lists the folder's path alone) as a child
 on a free port of 127.0.0.1 and waits on ``GET /health`` with a deadline; ``TfServer.stop()`` kills it and
 everything it started. The server's log is in the error when it does not come up.
@@ -19,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import re
 import signal
 import socket
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimitui.hosts.sim.tiny_llama import make_tiny_model as make_tiny_model  # the tests import it from here
 from tests.sshd import descendants, free_port
 from tests.waiting import wait_until
 
@@ -45,57 +46,8 @@ POLL_S = 0.05
 TOKEN_TEXT = re.compile(rb'"(?:content|text)":"[^"]')
 """A chunk that carries text (chat's delta content or completions' text), not an empty one."""
 
-WORDS = 400
-"""Distinct words of the generated corpus (the vocabulary is these plus the special tokens)."""
-
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|{{ message['role'] }}|> {{ message['content'] }} </s> {% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|> {% endif %}"
-)
-
-SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>"]
-
-
 class TfServeMissing(RuntimeError):
     """transformers[serving] is not installed."""
-
-
-def _corpus(seed: int) -> list[str]:
-    """Sentences of made-up words: letters drawn by a seeded generator, the same every run."""
-    rng = random.Random(seed)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    words = sorted({"".join(rng.choices(letters, k=rng.randint(2, 7))) for _ in range(WORDS * 2)})[:WORDS]
-    return [" ".join(rng.choices(words, k=rng.randint(5, 20))) for _ in range(2000)]
-
-
-def make_tiny_model(folder: Path, seed: int = 0, hidden_size: int = 64) -> Path:
-    """A tokenizer and a random 2-layer Llama (4 heads of HIDDEN_SIZE / 4) saved under FOLDER; returns FOLDER."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    raw = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    raw.train_from_iterator(_corpus(seed), trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>", bos_token="<s>",
-                                        eos_token="</s>", pad_token="<pad>")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.save_pretrained(folder)
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                         max_position_embeddings=2048, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         tie_word_embeddings=False)
-    model = LlamaForCausalLM(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    # Random weights would often pick a special token (the streamed text skips those: a chunk-free stream)
-    # or the EOS (an output that ends at a random length): every generated token is a word, so a request
-    # gets exactly max_tokens content chunks.
-    model.generation_config.suppress_tokens = tokenizer.all_special_ids
-    model.save_pretrained(folder)
-    return folder
 
 
 def tf_serve_command() -> list[str]:
