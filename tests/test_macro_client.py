@@ -88,3 +88,43 @@ def test_warning_thresholds_follow_the_level() -> None:
     assert warnings({**quiet, "client_send_late_p99_ms": 3.0, "mean_arrival_gap_ms": 100.0}) == []
     assert warnings({**quiet, "client_send_late_p99_ms": 1.9, "mean_arrival_gap_ms": 1.0}) == []
     assert warnings({}) == []
+
+
+async def test_cpu_wait_is_read_on_the_loop_thread_at_start_and_stop() -> None:
+    """The probe reads the loop thread's run-queue wait when it starts and when it stops (issue 34: a client
+    starved of CPU by a server on its cores lagged 67-851 ms with 1-2 % CPU of its own), and gives its share."""
+    import threading
+
+    reads: list[int] = []
+    waits = iter([1.0, 3.0])
+
+    def cpu_wait() -> float:
+        reads.append(threading.get_ident())
+        return next(waits)
+
+    probe = LoopLagProbe(cpu_wait=cpu_wait)
+    probe.start()
+    await until(lambda: len(probe.lags) >= 2, "two loop-lag samples")
+    probe.stop()
+    assert reads == [threading.get_ident()] * 2  # once at each end, on the loop's own thread
+    wait = probe.figures()["client_cpu_wait_pct"]
+    assert wait is not None and wait > 0  # 2 s of waiting over the level's wall time
+    unknown = LoopLagProbe(cpu_wait=lambda: None)  # no schedstat (not Linux): no figure, no warning
+    unknown.start()
+    unknown.stop()
+    assert unknown.figures()["client_cpu_wait_pct"] is None
+
+
+def test_run_queue_wait_read_from_this_threads_schedstat() -> None:
+    from kimitui.bench.macro.client_health import run_queue_wait_s
+
+    wait = run_queue_wait_s()
+    assert wait is not None and wait >= 0.0
+
+
+def test_cpu_wait_warning_names_other_processes() -> None:
+    quiet = {"client_cpu_pct": 2.0, "client_loop_lag_p99_ms": 1.4, "client_cpu_wait_pct": 5.0, "median_itl_ms": 20.0}
+    assert warnings(quiet) == []
+    (said,) = warnings({**quiet, "client_cpu_wait_pct": 40.0})
+    assert said.startswith("the client process waited for a CPU 40% of the level (its own CPU 2% of a core)")
+    assert "other processes held its cores" in said
