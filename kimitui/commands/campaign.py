@@ -146,10 +146,13 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
             resume = plan_resume(args.resume, cfg.phases)
         except ResumeError as exc:
             raise CampaignUsageError(str(exc)) from None
+    from kimitui.commands.demo_engine import demo_engine_args
+
     operator = cfg.operator or current_operator()
-    gpus = 8
+    gpus = getattr(args, "gpus", None) or 8
     async with open_target(cfg.host, accept_new_host_key=cfg.accept_new_host_key,
-                           remote_python=cfg.remote_python or None, gpus=gpus) as opened:
+                           remote_python=cfg.remote_python or None, gpus=gpus,
+                           **(demo_engine_args(args) if cfg.host == "demo" else {})) as opened:
         target = CampaignHost(opened.host, opened.label, simulated=opened.facts.simulated, sim_dir=opened.sim_dir,
                               api_url=opened.facts.api_url or "", nvidia_smi=opened.facts.nvidia_smi or "nvidia-smi")
         await preflight(cfg, target, list(resume.todo if resume is not None else cfg.phases),
@@ -208,8 +211,8 @@ def resume_words(machine: Any, cfg: CampaignConfig, path: Path) -> str:
         return ""
     last = getattr(machine, "last_started", "")
     where = PHASE_TITLES.get(last, last)
-    again = ("kimitui demo --campaign" if cfg.file.startswith("(built in") else
-             f"kimitui campaign {shlex.quote(cfg.file)}")
+    built_in = cfg.file.startswith("(built in: ") and cfg.file.endswith(")")
+    again = cfg.file[len("(built in: "):-1] if built_in else f"kimitui campaign {shlex.quote(cfg.file)}"
     return (f"the campaign stopped before its end{f' (in {where})' if where else ''}: go on with it: "
             f"{again} --resume {shlex.quote(str(path))}")
 
@@ -318,9 +321,14 @@ def init(path: Path) -> int:
 
 
 def cmd_demo_campaign(args: argparse.Namespace) -> int:
-    """``kimitui demo --campaign``: the embedded default campaign on the simulated host."""
+    """``kimitui demo --campaign``: the embedded default campaign on the simulated host (a lighter one with a
+    real vLLM: ``--engine vllm``)."""
     from kimitui.campaign.config import demo_config
+    from kimitui.commands.demo_engine import resolve_demo
 
-    cfg = demo_config()
+    bad = resolve_demo(args)
+    if bad is not None:
+        return bad
+    cfg = demo_config(getattr(args, "engine", "sim") or "sim")
     return run(cfg, args)
 

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from kimitui.commands.demo_engine import demo_engine_args, resolve_demo
 from kimitui.core.events import ConnectionState, HostSample, LogLine
 from kimitui.core.printable import printable
 from kimitui.core.session import Prefetched
@@ -42,8 +43,9 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
     started = False
     try:
         async with open_target(target, accept_new_host_key=getattr(args, "accept_new_host_key", False),
-                               gpus=getattr(args, "gpus", 8),
-                               remote_python=getattr(args, "remote_python", None)) as opened:
+                               gpus=getattr(args, "gpus", None) or 8,
+                               remote_python=getattr(args, "remote_python", None),
+                               **demo_engine_args(args)) as opened:
             mark("opened")
             session = new_session(opened, command)
             source = TelemetrySource(opened.host, check_interval(args.interval), **opened.telemetry_args)
@@ -124,9 +126,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if not 1 <= args.gpus <= 64:
-        print("kimitui: --gpus must be between 1 and 64", file=sys.stderr)
-        return 2
+    bad = resolve_demo(args)
+    if bad is not None:
+        return bad
     return run_command(lambda: _dashboard("demo", args, "demo"))
 
 

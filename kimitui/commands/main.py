@@ -50,13 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cli.add_parser(sub)
 
     p = sub.add_parser("demo", help="start the simulated 8-GPU host and open the dashboard on it")
-    p.add_argument("--gpus", type=int, default=8, metavar="N",
-                   help="how many GPUs the simulated host has (default 8, the demo's RTX PRO 6000s)")
+    p.add_argument("--gpus", type=int, default=None, metavar="N",
+                   help="how many GPUs the simulated host has (default 8, the demo's RTX PRO 6000s; 2 with "
+                        "--engine vllm)")
     p.add_argument("--interval", type=float, default=0.5, help="sampling interval in seconds (0.1 to 10)")
     p.add_argument("--campaign", action="store_true",
                    help="run the whole built-in campaign on the simulated host (macro, the transition, micro, the "
                         "analysis, the restart, the check), in the dashboard or --headless")
     p.add_argument("--resume", type=Path, metavar="RUN", help="with --campaign: go on with the campaign in RUN")
+    from kimitui.commands.demo_engine import add_engine_options
+
+    add_engine_options(p)
     _add_theme(p)
     from kimitui.commands import campaign as campaign_cli
 

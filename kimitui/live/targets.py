@@ -116,22 +116,35 @@ def check_interval(value: float) -> float:
 
 @contextlib.asynccontextmanager
 async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: int = 8,
-                      check: bool = True, remote_python: str | None = None) -> AsyncIterator[OpenedTarget]:
+                      check: bool = True, remote_python: str | None = None, engine: str = "sim",
+                      engine_python: str | None = None) -> AsyncIterator[OpenedTarget]:
     """A host for ``local``, ``demo`` or an SSH target; ``check`` makes sure it has a driver first.
-    ``remote_python`` is the interpreter that runs the agent on an SSH host (default python3)."""
+    ``remote_python`` is the interpreter that runs the agent on an SSH host (default python3). The demo's
+    ``engine``: its own simulated vLLM (``sim``) or a real one (``vllm``, run by ``engine_python``)."""
     from kimitui.hosts.telemetry import probe_host
 
     if target == "demo":
         from kimitui.hosts.sim.host import SimHost
 
         stray, orphans = demo_stray(gpus), demo_orphans(gpus)
-        print(f"starting the simulated {gpus}-GPU host ...", file=sys.stderr)
-        async with SimHost(gpus=gpus, name="demo", stray_holder=stray, orphans_gpu=orphans) as sim:
+        real = engine != "sim"
+        print(f"starting the simulated {gpus}-GPU host{' with a real vLLM' if real else ''} ...", file=sys.stderr)
+        extra: dict[str, Any] = {"engine": engine, "engine_python": engine_python, "stuck_workers": 0} if real else {}
+        sim = SimHost(gpus=gpus, name="demo", stray_holder=stray, orphans_gpu=orphans, **extra)
+        try:
+            try:
+                await sim.start()
+            except (HostError, RuntimeError) as exc:
+                if not real:
+                    raise
+                raise TargetError(f"the demo's vLLM did not start: {exc}") from None
             print(f"simulated host ready: {sim.sim_dir}, OpenAI API at {sim.api_url}", file=sys.stderr)
             facts = dataclasses.replace(target_facts("demo"), api_url=sim.api_url, nvidia_smi=sim.nvidia_smi,
                                         systemctl=sim.systemctl)
-            yield OpenedTarget(sim, f"demo ({gpus} simulated GPUs)", facts, sim_dir=sim.sim_dir,
-                               dev_prefix=sim.dev_prefix)
+            label = f"demo ({gpus} simulated GPUs{', a real vLLM' if real else ''})"
+            yield OpenedTarget(sim, label, facts, sim_dir=sim.sim_dir, dev_prefix=sim.dev_prefix)
+        finally:
+            await sim.close()
         return
     host: Host
     if target == "local":

@@ -8,6 +8,8 @@
 It is a ``LocalHost``: commands, files and signals act on this machine, where the simulated GPU holders
 are real processes. ``close`` SIGKILLs everything the sim started (found by POSIX session and by recorded
 (pid, start time)), waits until it is gone, and removes the directory.
+
+``engine="vllm"``: the service is a real vLLM (``real_engine.py``), its processes holding the simulated GPUs.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kimitui.hosts.base import HostError, ProcId
@@ -38,6 +40,7 @@ from kimitui.hosts.sim.layout import (
 )
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_to_args
 from kimitui.hosts.sim.quirks import EngineQuirks
+from kimitui.hosts.sim.real_engine import ENGINES, HEALTH_POLL_S, READY_TIMEOUT_S, VllmEngine, say_stderr
 from kimitui.hosts.sim.service import DEFAULT_WORKER_MEM_MIB, STUCK_RANKS_ENV
 from kimitui.hosts.sim.teardown import alive, kill_everything, posix_session_members
 from kimitui.hosts.sim.tools import install_tools
@@ -61,8 +64,13 @@ class SimHost(LocalHost):
                  model: str = DEFAULT_MODEL, load_time: float = 0.2, batching: BatchingModel | None = None,
                  faults: FaultPlan | None = None, ready_timeout: float = 30.0, name: str = "sim",
                  python: str | None = None, persistence_daemon: bool = False,
-                 quirks: EngineQuirks | None = None, orphans_gpu: int | None = None) -> None:
+                 quirks: EngineQuirks | None = None, orphans_gpu: int | None = None, engine: str = "sim",
+                 engine_python: str | None = None) -> None:
         super().__init__(name=name, python=python)
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}")
+        if engine != "sim" and (stuck_workers or engine_python is None):
+            raise ValueError("a real engine needs its python, and its workers stop as they do (no stuck workers)")
         if not 0 <= stuck_workers <= gpus:
             raise ValueError("stuck_workers must be between 0 and the number of GPUs")
         if not 0 <= worker_mem_mib <= total_mib - reserved_mib:
@@ -94,7 +102,11 @@ class SimHost(LocalHost):
         self.faults = faults or FaultPlan()
         self.quirks = quirks or EngineQuirks()
         """How the simulated service departs from vLLM (``quirks.py``)."""
-        self.ready_timeout = ready_timeout
+        self.engine: VllmEngine | None = None if engine == "sim" else \
+            VllmEngine(str(engine_python), gpus, worker_mem_mib)
+        """The real engine run as the service (or None: the simulated one)."""
+        self.ready_timeout = ready_timeout if self.engine is None else max(ready_timeout, READY_TIMEOUT_S)
+        self._poll_s = POLL_S if self.engine is None else HEALTH_POLL_S
         self._layout: SimLayout | None = None
         self._tools: tuple[Path, Path] | None = None
         self._port = 0
@@ -178,6 +190,8 @@ class SimHost(LocalHost):
             orphaner = self._spawn_holder(["orphaner", "--title", "python3", "--mem-mib", str(ORPHANS_MIB),
                                            *self._gpu_flags([self.orphans_gpu])]) \
                 if self.orphans_gpu is not None else None
+            if self.engine is not None:
+                await self._prepare_engine()
             await self.start_service()
             if orphaner is not None:
                 self.orphans = await self._orphan(*orphaner)
@@ -196,6 +210,8 @@ class SimHost(LocalHost):
         layout = self.layout
         with contextlib.suppress(FileNotFoundError):
             layout.port_file.unlink()
+        if self.engine is not None:
+            return await self._start_engine(wait)
         argv = [self.python, "-S", "-m", "kimitui.hosts.sim.service", "--model", self.model,
                 "--tensor-parallel-size", str(len(self.gpus)), "--host", "127.0.0.1", "--port", str(self._port),
                 "--sim-dir", str(layout.root), "--worker-mem-mib", str(self.worker_mem_mib),
@@ -293,8 +309,45 @@ class SimHost(LocalHost):
         if self._layout is not None:
             shutil.rmtree(self._layout.root, ignore_errors=True)
         self.service_proc = None
+        if self.engine is not None:
+            self.engine.release()  # everything it started is gone: another vLLM may run
         if left:
             raise HostError(f"{self.name}: processes survived SIGKILL: {', '.join(str(p.pid) for p in left)}")
+
+    # ----- the real engine (real_engine.py) -----
+
+    async def _prepare_engine(self) -> None:
+        assert self.engine is not None
+        await self.engine.take_lock(say_stderr)
+        self.layout.load_json.unlink()  # the load is the engine's processes' own (their holder records)
+        say_stderr(f"making the demo's model (a tiny random Llama) with {self.engine.python} ...")
+        await self.engine.prepare(self.layout.root, self.layout.service_log)
+        if not self._port:
+            from kimitui.hosts.sim.openai_server import free_port
+
+            self._port = free_port("127.0.0.1")
+        say_stderr(f"starting vLLM (TP={len(self.gpus)}): /health answers in a minute or more; its log: "
+                   f"{self.layout.service_log}")
+
+    async def _start_engine(self, wait: bool) -> ProcId:
+        """The real API server; its pidfile and port written here (the service manager's knowledge), the
+        pidfile removed when it exits."""
+        assert self.engine is not None
+        layout = self.layout
+        proc = self.engine.popen(layout.root, self._port, layout.service_log, self._env()[OWNER_ENV], _PKG_ROOT)
+        self._service = proc
+        pid = self._record(proc, on_exit=lambda: self._forget_pidfile(proc.pid))
+        self.service_proc = pid
+        layout.pidfile.write_text(f"{proc.pid}\n")
+        layout.port_file.write_text(f"{self._port}\n")
+        if wait:
+            await self.wait_ready()
+        return pid
+
+    def _forget_pidfile(self, pid: int) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if int(self.layout.pidfile.read_text().strip()) == pid:
+                self.layout.pidfile.unlink()
 
     # ----- helpers -----
 
@@ -358,16 +411,16 @@ class SimHost(LocalHost):
         start = read_start_time(proc.pid)
         return ProcId(proc.pid, start if start is not None else -1)
 
-    def _record(self, proc: subprocess.Popen[bytes]) -> ProcId:
+    def _record(self, proc: subprocess.Popen[bytes], on_exit: Callable[[], None] | None = None) -> ProcId:
         self._children.append(proc)
-        self._watch_exit(proc)
+        self._watch_exit(proc, on_exit)
         self._posix_sessions.add(proc.pid)  # start_new_session: the pid is the session id
         start = read_start_time(proc.pid)
         pid = ProcId(proc.pid, start if start is not None else -1)
         self._started.add(pid)
         return pid
 
-    def _watch_exit(self, proc: subprocess.Popen[bytes]) -> None:
+    def _watch_exit(self, proc: subprocess.Popen[bytes], on_exit: Callable[[], None] | None = None) -> None:
         """Reap the child as soon as it exits (a pidfd becomes readable), so no zombie lingers in /proc."""
         try:
             loop = asyncio.get_running_loop()
@@ -380,6 +433,8 @@ class SimHost(LocalHost):
             os.close(fd)
             self._pidfds.pop(fd, None)
             proc.poll()
+            if on_exit is not None:
+                on_exit()
 
         self._pidfds[fd] = loop
         loop.add_reader(fd, exited)
@@ -401,12 +456,13 @@ class SimHost(LocalHost):
             tail = ""
             with contextlib.suppress(OSError):
                 tail = self.layout.service_log.read_text(errors="replace")[-800:]
-            raise HostError(f"{self.name}: the simulated API server exited with {proc.returncode}: {tail}")
+            what = "vLLM's API server" if self.engine is not None else "the simulated API server"
+            raise HostError(f"{self.name}: {what} exited with {proc.returncode}: {tail}")
 
     async def _tick(self, deadline: float, what: str) -> None:
         if time.monotonic() >= deadline:
             raise HostError(f"{self.name}: timed out waiting for {what}")
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(self._poll_s)
 
 
 async def http_status(host: str, port: int, path: str, timeout: float = 2.0) -> int | None:

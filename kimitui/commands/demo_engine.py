@@ -1,0 +1,49 @@
+"""``kimitui demo --engine vllm [--engine-python PATH]``: the simulated host's service a real vLLM
+(kimitui/hosts/sim/real_engine.py). What the command line says, checked before anything starts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kimitui.core.printable import printable
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                   help="the simulated host's service: its own simulated vLLM (sim, the default) or a real vLLM "
+                        "serving a tiny random Llama on this machine's CPUs, its processes holding the simulated "
+                        "GPUs (vllm: 2 GPUs by default, a worker per GPU; a minute or more to start)")
+    p.add_argument("--engine-python", metavar="PATH",
+                   help="with --engine vllm: a python that imports vllm (default $KIMITUI_VLLM_VENV/bin/python, "
+                        "else ~/.cache/kimitui/vllm-venv/bin/python)")
+
+
+def resolve_demo(args: argparse.Namespace) -> int | None:
+    """Fill in the demo's GPU count and engine python; an exit status (2, one line said) when they do not do."""
+    from kimitui.hosts.sim.real_engine import DEFAULT_GPUS, default_engine_python, engine_problem
+
+    engine = getattr(args, "engine", "sim") or "sim"
+    if getattr(args, "gpus", None) is None:
+        args.gpus = DEFAULT_GPUS if engine == "vllm" else 8
+    if not 1 <= args.gpus <= 64:
+        print("kimitui: --gpus must be between 1 and 64", file=sys.stderr)
+        return 2
+    if engine == "sim":
+        if getattr(args, "engine_python", None):
+            print("kimitui: --engine-python is for --engine vllm", file=sys.stderr)
+            return 2
+        return None
+    given = bool(args.engine_python)
+    args.engine_python = args.engine_python or default_engine_python()
+    problem = engine_problem(args.engine_python, given)
+    if problem is not None:
+        print(f"kimitui: {printable(problem)}", file=sys.stderr)
+        return 2
+    return None
+
+
+def demo_engine_args(args: argparse.Namespace) -> dict[str, object]:
+    """``open_target``'s keyword arguments for the demo's engine (none for the simulated one)."""
+    engine = getattr(args, "engine", "sim") or "sim"
+    return {} if engine == "sim" else {"engine": engine, "engine_python": args.engine_python}
