@@ -53,7 +53,8 @@ def compare(metrics: dict[str, object] | None, baseline: MacroPoint | None, marg
 
 async def check_phase(publish: Publish, url: str, baseline: MacroPoint | None, *, requests: int, max_tokens: int,
                       input_len: int, endpoint: str, model: str | None, margin_pct: float,
-                      ttft_margin_pct: float, cancel: asyncio.Event, ignore_eos: bool = True) -> ProbeResult:
+                      ttft_margin_pct: float, cancel: asyncio.Event, ignore_eos: bool = True,
+                      warmup: int = 0) -> ProbeResult:
     from kimitui.bench.macro import MacroConfig, run_sweep
 
     publish(PhaseStart(now(), phase="check", title=f"post-restart probe: {requests} single-stream requests "
@@ -68,7 +69,7 @@ async def check_phase(publish: Publish, url: str, baseline: MacroPoint | None, *
 
     try:
         cfg = MacroConfig(url=url, model=model or None, endpoint=endpoint, concurrency=[1],  # type: ignore[arg-type]
-                          requests=requests, max_tokens=max_tokens, input_len=input_len, warmup=0,
+                          requests=requests, max_tokens=max_tokens, input_len=input_len, warmup=warmup,
                           ignore_eos=ignore_eos)
         try:
             sweep = await run_sweep(cfg, keep, cancel=cancel)
