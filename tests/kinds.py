@@ -18,17 +18,17 @@ KINDS: dict[str, tuple[str, ...]] = {
     ),
     "e2e": (
         "test_campaign_cli", "test_cleanup_cli", "test_cleanup_random", "test_clone_in_cwd", "test_compare",
-        "test_first_look", "test_live_commands", "test_macro_cli", "test_micro_cpu", "test_micro_sim",
-        "test_outside_text", "test_quiet_driver", "test_record_cli", "test_report_figures", "test_serve",
-        "test_tf_serve", "test_tui_exit", "test_tui_plain_draw", "test_vllm_real", "test_wheel",
+        "test_demo_engine_vllm", "test_first_look", "test_live_commands", "test_macro_cli", "test_micro_cpu",
+        "test_micro_sim", "test_outside_text", "test_quiet_driver", "test_record_cli", "test_report_figures",
+        "test_serve", "test_tf_serve", "test_tui_exit", "test_tui_plain_draw", "test_vllm_real", "test_wheel",
     ),
 }
 """Test modules by kind; every other test module is ``integration``."""
 
 SLOW_FIRST = (
-    "test_vllm_real", "test_cleanup_random", "test_cleanup_cli", "test_tf_serve", "test_campaign_cli",
-    "test_campaign", "test_tui_cleanup", "test_macro_cli", "test_fuzz_runfile", "test_macro_verdict", "test_serve",
-    "test_micro_sim", "test_wheel", "test_campaign_preconditions",
+    "test_vllm_real", "test_demo_engine_vllm", "test_cleanup_random", "test_cleanup_cli", "test_tf_serve",
+    "test_campaign_cli", "test_campaign", "test_tui_cleanup", "test_macro_cli", "test_fuzz_runfile",
+    "test_macro_verdict", "test_serve", "test_micro_sim", "test_wheel", "test_campaign_preconditions",
 )
 """The modules that take longest (``--durations``), in that order: handed to the workers before the rest."""
 
