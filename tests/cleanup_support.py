@@ -14,6 +14,11 @@ Run as a script it becomes one of those children (stdlib only, starts fast):
   hup_main SIM GPU MIB          a worker (GPU, MIB) that first double-forks a sleeper without setsid: re-parented
                                 away, no descendant, but in the terminal's foreground group (SIM/ready/helper-PID
                                 names it)
+  session SIM ROLE ARGS...      a new session (setsid) whose leader stays, running ``ROLE ARGS`` in a process group
+                                of its own: the leader is that group's link to its session (SIM/ready/session-PID)
+  orphan_main SIM GPU MIB       a worker (GPU, MIB) with a child it stopped (SIGSTOP) and a sleeper it double-forked
+                                without setsid (re-parented away, in its group): when it exits the group is orphaned
+                                with a stopped member (SIM/ready/stopped-PID and helper-PID name them)
   exec_daemon SIM GPU MIB EXE   a worker that, on SIGTERM, execs EXE (a host daemon's path): same pid, same start
   leader_exit SIM GPU MIB       a worker whose main thread calls pthread_exit while another thread holds on
   orphaner SIM GPU MIB          takes a context (MIB on GPU) and forks two children that inherit it, then waits to
@@ -163,6 +168,38 @@ def child(argv: list[str]) -> None:
             (sim / "ready" / f"helper-{os.getppid()}").write_text(str(helper))
             os._exit(0)
         os.waitpid(first, 0)
+        _holder(sim, {gpu: mib})
+        (sim / "ready" / str(os.getpid())).touch()
+        _forever()
+        del keep
+    elif role == "session":
+        assert sim is not None
+        os.setsid()
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, 0)
+            os.execv(sys.executable, [sys.executable, str(HERE), argv[2], str(sim), *argv[3:]])
+        (sim / "ready" / f"session-{os.getpid()}").write_text(str(pid))
+        os.waitpid(pid, 0)
+    elif role == "orphan_main":
+        assert sim is not None
+        gpu, mib = int(argv[2]), float(argv[3])
+        keep = _map(sim, gpu)
+        stopped = os.fork()
+        if stopped == 0:
+            _record(sim)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            _forever()
+        os.waitpid(stopped, os.WUNTRACED)  # it is stopped: the group has a stopped member from here on
+        first = os.fork()
+        if first == 0:  # double fork, no setsid: the helper stays in this process group
+            helper = os.fork()
+            if helper == 0:
+                os.execv(sys.executable, [sys.executable, str(HERE), "sleeper", str(sim)])
+            (sim / "ready" / f"helper-{os.getppid()}").write_text(str(helper))
+            os._exit(0)
+        os.waitpid(first, 0)
+        (sim / "ready" / f"stopped-{os.getpid()}").write_text(str(stopped))
         _holder(sim, {gpu: mib})
         (sim / "ready" / str(os.getpid())).touch()
         _forever()

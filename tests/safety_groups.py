@@ -9,6 +9,10 @@ that dies of the signal its child died of):
 - ``ns``: a GPU holder that is PID 1 of a PID namespace of its own, and a process entered into that namespace
   from outside (nsenter): when the init ends, the kernel SIGKILLs it. A SIGTERM the init has no handler for is
   dropped.
+- ``pgrp``: a GPU holder leading a process group whose only link to its session is itself (the session's leader,
+  its launcher, is its parent), with a child the harness stopped (SIGSTOP) and a helper it double-forked without
+  setsid (re-parented to the harness, no descendant, in its group): when the holder ends, the group is orphaned
+  with a stopped member and the kernel sends it SIGHUP then SIGCONT, which ends the helper and the child.
 - ``exec_daemon``: a GPU holder that execs into a host daemon's executable on SIGTERM (same pid, same start).
 - ``lead_exit``: a GPU holder whose main thread called pthread_exit: /proc reads its leader as a zombie.
 - ``orphans``: a GPU holder that forked two children, then was SIGKILLed (by the harness, before the cleanup):
@@ -21,7 +25,7 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-GROUP_KINDS = ("tty", "ns", "exec_daemon", "lead_exit", "orphans")
+GROUP_KINDS = ("tty", "ns", "pgrp", "exec_daemon", "lead_exit", "orphans")
 
 LAUNCH = r"""
 import ctypes, os, signal, sys
@@ -32,11 +36,15 @@ if mode == "ns" and ctypes.CDLL(None, use_errno=True).unshare(0x20000000) != 0: 
     raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
 if mode == "tty":
     master, slave = os.openpty()
+if mode == "pgrp":
+    os.setsid()
 pid = os.fork()
 if pid == 0:
     if mode == "tty":
         os.close(master)
         os.login_tty(slave)
+    if mode == "pgrp":
+        os.setpgid(0, 0)
     os.execv(argv[0], argv)
 if mode == "tty":
     os.close(slave)
@@ -49,7 +57,8 @@ if os.WIFSIGNALED(status):
 os._exit(os.WEXITSTATUS(status))
 """
 """A launcher (``python -c LAUNCH MODE ARGV...``): runs ARGV as the leader of a new session with a pty as its
-controlling terminal (tty; it holds the master, as screen does) or as PID 1 of a new PID namespace (ns), waits
+controlling terminal (tty; it holds the master, as screen does), as PID 1 of a new PID namespace (ns), or as the
+leader of a process group of a new session whose leader it stays (pgrp: the group's one link), waits
 for it, and dies of the signal it died of (so the harness reads the child's fate from the launcher's status)."""
 
 EXEC_ON_TERM = ("import os, signal, sys\n"
@@ -65,15 +74,16 @@ LEAD_EXIT = ("import ctypes, signal, threading\n"
 ROLES = {
     "tty": ("tty_leader", "hup_helper"),
     "ns": ("ns_init", "ns_guest"),
+    "pgrp": ("pgrp_leader", "stopped_child", "pgrp_helper"),
     "exec_daemon": ("exec_daemon",),
     "lead_exit": ("lead_exited",),
     "orphans": ("dead_owner", "inheritor", "inheritor"),
 }
 """Each group's processes by role, its holder first."""
 
-OTHER_HOLDERS = frozenset({"tty_leader", "ns_init", "exec_daemon", "lead_exited", "inheritor"})
+OTHER_HOLDERS = frozenset({"tty_leader", "ns_init", "pgrp_leader", "exec_daemon", "lead_exited", "inheritor"})
 """Roles that are GPU holders not the service's: signalled only in the others step (or later, once consented)."""
-TICK_ONLY = frozenset({"hup_helper", "ns_guest"})
+TICK_ONLY = frozenset({"hup_helper", "ns_guest", "stopped_child", "pgrp_helper"})
 """Roles the cleanup may end only when the operator ticked them: they die with another (its preview lists them)."""
 
 

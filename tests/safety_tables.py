@@ -870,6 +870,15 @@ class Table:
                     if old is not None:
                         signal.signal(signal.SIGTERM, old)
                 add(leaves[1], await found(toks[1]), [SLEEP, str(toks[1])], waiter=entered)
+            elif g.kind == "pgrp":
+                script = f"( {SLEEP} {toks[2]} & ) ; {SLEEP} {toks[1]} & exec {SLEEP} {toks[0]}"
+                launcher = subprocess.Popen([py, "-c", LAUNCH, "pgrp", DASH, "-c", script], **quiet)
+                add(holder, await found(toks[0]), [SLEEP, str(toks[0])], waiter=launcher)
+                child = await found(toks[1])
+                os.kill(child, signal.SIGSTOP)  # the group's stopped member (the harness stops it: not a cleanup's)
+                await until(lambda: _raw_state(child) == "T", SETUP_TIMEOUT_S, "the child to stop", interval=0.002)
+                add(leaves[1], child, [SLEEP, str(toks[1])])
+                add(leaves[2], await found(toks[2]), [SLEEP, str(toks[2])])
             elif g.kind == "exec_daemon":
                 argv = [py, "-c", EXEC_ON_TERM, str(self.prog.daemons["nvidia-persistenced"]), str(toks[0])]
                 popen = subprocess.Popen(argv, **quiet)

@@ -2,6 +2,8 @@
 
 - A session leader with a controlling terminal (screen -dm, tmux new -d): a helper it double-forked without
   setsid is in the terminal's foreground group and dies of the SIGHUP when the leader ends.
+- A group's last link to its session (a service's main): when it ends while a member of its group is stopped,
+  the group is orphaned and the kernel sends every member SIGHUP then SIGCONT; a helper it double-forked dies.
 - The init of a PID namespace (a container's PID 1): a process entered from outside (nsenter) dies of the
   SIGKILL when the namespace ends; and a SIGTERM the init has no handler for is dropped by the kernel.
 - A worker that execs into a host daemon between the SIGTERM and the SIGKILL (same pid, same start time).
@@ -100,6 +102,54 @@ async def test_ticking_the_terminal_helper_lets_the_leader_go_and_both_end(rig: 
     assert sent(rig, main) == ["SIGTERM"]
     # the agent was told what may die with it: the helper, ticked; it died of the hangup, no signal of ours
     assert sent(rig, helper) == []
+
+
+def start_orphan_main(sim: SimDir, gpu: int, mib: float) -> tuple[int, int, int]:
+    """(main, stopped, helper): a worker leading a process group in a session whose leader stays (the group's
+    link), with a child it stopped and a sleeper it double-forked without setsid (re-parented away)."""
+    wrapper = sim.spawn("session", "orphan_main", str(gpu), str(mib))
+    main = int(ready_text(sim, f"session-{wrapper.pid}"))
+    stopped = int(ready_text(sim, f"stopped-{main}"))
+    helper = int(ready_text(sim, f"helper-{main}"))
+    sim.wait(lambda: (sim.path / "ready" / str(main)).exists() and main in sim.holder_pids(), what="the group's main")
+    return main, stopped, helper
+
+
+async def test_a_group_orphaned_with_a_stopped_member_is_previewed_and_its_link_refused_unless_ticked(
+        rig: Rig, sim: SimDir) -> None:
+    """The main's SIGTERM would orphan its process group while its child is stopped: the kernel would send the
+    group SIGHUP and SIGCONT, and kill the helper it double-forked (no descendant, never signalled by us). Every
+    step that would signal the main while that holds lists the helper as "dies with pid M (its process group is
+    orphaned ...)" and refuses the main, one line saying how to go on. The helper lives through the cleanup."""
+    main, stopped, helper = start_orphan_main(sim, 0, 9_000)
+    st, hst = read_stat(main), read_stat(helper)
+    assert st.pgrp == main and st.session != main and hst.pgrp == main and hst.ppid != main
+    assert read_stat(stopped).state == "T"
+    assert sorted((c.pid, c.why, c.via) for c in fate.fate_now(main)) == sorted(
+        [(stopped, fate.ORPHANED, main), (helper, fate.ORPHANED, main)])
+    await rig.settled({main})
+    await rig.executor(as_previewed, PidService(pid=main), deadlines=SHORT_VERIFY).run()
+
+    assert alive(helper)
+    assert not rig.signals(helper) or all(s.outcome != "sent" for s in rig.signals(helper))
+    graceful = previews(rig, "graceful")[0]
+    row = next(r for r in graceful.spared if r.pid == helper)
+    assert row.dies_with == main and f"dies with pid {main} ({fate.ORPHANED})" in row.reason
+    assert row.start_time == start_time(helper) and "not the service's" in row.reason
+    first = rig.signals(main)[0]
+    assert first.outcome == "refused" and f"would take pid {helper}" in first.detail and "tick it" in first.detail
+
+
+async def test_ticking_the_orphaned_groups_helper_lets_the_main_go_and_the_group_ends(rig: Rig, sim: SimDir) -> None:
+    """Ticked, the helper is consented: the main's SIGTERM goes; the kernel's SIGHUP ends the helper and the
+    stopped child (SIGCONT wakes it to it), no signal of ours to either."""
+    main, stopped, helper = start_orphan_main(sim, 0, 9_000)
+    await rig.settled({main})
+    report = await rig.executor(ticking(helper), PidService(pid=main)).run()
+    assert report.clean
+    assert not alive(main) and not alive(helper) and not alive(stopped)
+    assert sent(rig, main) == ["SIGTERM"]
+    assert sent(rig, helper) == [] and sent(rig, stopped) == []
 
 
 def start_ns_init(sim: SimDir, gpu: int, mib: float) -> tuple[subprocess.Popen[bytes], int]:
@@ -252,6 +302,35 @@ def test_fate_of_rows_follows_hangups_and_namespaces_and_leaves_sighup_ignorers(
     rows[21] = rows[21]._replace(session=21, pgrp=21, tty_nr=34817, tpgid=21)  # leads a terminal of its own
     rows[23] = fate.Row(23, 1, "S", 21, 21, 34817, 21, (23,), 0, 1)
     assert [(c.pid, c.via) for c in fate.fate(20, rows, {2: {2}})] == [(21, 20), (23, 21)]  # in turn
+
+
+def test_fate_of_rows_follows_orphaned_groups_with_a_stopped_member() -> None:
+    """kill_orphaned_pgrp: a dying process orphans its own group (it was the group's only link to its session)
+    or a child's group in its session (re-parented away); only a group with a stopped member is signalled, and
+    a member whose parent links the group to the session outside it keeps it from being orphaned."""
+    def row(pid: int, pgrp: int, ppid: int, state: str = "S", sid: int = 5, ign: int = 0) -> fate.Row:
+        return fate.Row(pid, 1, state, pgrp, sid, 0, -1, (pid,), ign, 1, ppid)
+
+    rows = {r.pid: r for r in [
+        row(5, 5, 1),               # the session's leader: the link of group 10
+        row(10, 10, 5),             # the main, leading group 10
+        row(11, 10, 10, "T"),       # its stopped child
+        row(12, 10, 1),             # a helper double-forked away (parent: init)
+        row(13, 10, 1, ign=1),      # one that ignores SIGHUP
+        row(20, 20, 10),            # a child of the main leading a group of its own (same session)
+        row(21, 20, 20, "T"),       # stopped, in that group
+    ]}
+    got = fate.fate(10, rows)
+    assert sorted((c.pid, c.why, c.via, c.ignores) for c in got) == [
+        (11, fate.ORPHANED, 10, False), (12, fate.ORPHANED, 10, False), (13, fate.ORPHANED, 10, True),
+        (20, fate.ORPHANED, 10, False), (21, fate.ORPHANED, 10, False)]
+    assert fate.fate(11, rows) == []  # its parent is in its own group: not the link
+    no_stop = {**rows, 11: rows[11]._replace(state="S"), 21: rows[21]._replace(state="S")}
+    assert fate.fate(10, no_stop) == []  # nothing stopped: no signal at all
+    linked = {**rows, 14: row(14, 10, 5)}  # another member whose parent (5) links group 10 to the session
+    assert {c.pid for c in fate.fate(10, linked)} == {20, 21}
+    other_session = {**rows, 5: row(5, 5, 1, sid=6)}  # the main's parent in another session: never a link
+    assert {c.pid for c in fate.fate(10, other_session)} == {20, 21}
 
 
 def test_parse_status_reads_nspid_and_the_signal_masks() -> None:

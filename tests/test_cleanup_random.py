@@ -89,6 +89,7 @@ async def test_random_tables_signal_only_what_was_previewed_and_consented(capsys
     # and what the kernel ends along with a target (issue 32): listed, consented, then dead of its signal
     assert summary.died_with["hup_helper (SIGHUP)"] > 0 and summary.died_with["ns_guest (SIGKILL)"] > 0, \
         summary.report()
+    assert summary.died_with["pgrp_helper (SIGHUP)"] > 0, summary.report()
     assert summary.roles["exec_daemon"] and summary.roles["lead_exited"] and summary.roles["inheritor"]
 
 
@@ -151,14 +152,16 @@ class BlindToFate(Table):
 
 
 async def test_the_oracle_judges_what_died_not_only_what_was_sent() -> None:
-    """Blind to what the kernel ends along with a target (the cleanup before issue 32), the tables' oracle reports
-    the helpers killed by a terminal's hangup and the processes killed with their PID namespace (no signal event
-    and no preview row explains their wait status), and the SIGKILL to a worker that became a host daemon."""
+    """Blind to what the kernel ends along with a target (the cleanup before issue 32), the tables' oracle
+    reports the helpers killed by a terminal's hangup or an orphaned group's, and the processes killed with
+    their PID namespace (no signal event and no preview row explains their wait status), and the SIGKILL to
+    a worker that became a host daemon."""
     summary = await run_tables(120, SEED, table_cls=BlindToFate)
     assert not summary.errors, summary.report()
     kinds = summary.kinds
     assert kinds["hup_helper: delivered without a signal event"] > 0, summary.report()
     assert kinds["ns_guest: delivered without a signal event"] > 0, summary.report()
+    assert kinds["pgrp_helper: delivered without a signal event"] > 0, summary.report()
     assert kinds["exec_daemon: signalled after it became a host daemon"] > 0, summary.report()
 
 

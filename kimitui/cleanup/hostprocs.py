@@ -14,7 +14,8 @@ class Takes:
     pid: int
     start_time: int
     why: str
-    """"terminal hangup" (SIGHUP to the terminal's foreground group) or "its PID namespace ends" (SIGKILL)."""
+    """"terminal hangup" (SIGHUP to the terminal's foreground group), "its PID namespace ends" (SIGKILL) or
+    "its process group is orphaned, a member stopped" (SIGHUP, SIGCONT)."""
     via: int
     ignores: bool = False
     """It ignores that signal (SIGHUP): it survives."""
