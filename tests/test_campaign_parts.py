@@ -12,7 +12,9 @@ import pytest
 
 from kimitui.campaign.config import DEMO_TEXT, demo_config
 from kimitui.cleanup.drain import InFlight, MetricsError, parse_in_flight, read_in_flight
+from kimitui.core.campaign_words import probe_words
 from kimitui.core.events import AllReduceRow, BudgetRow, GemmRow, MacroPoint, MicroPlan, Topology
+from kimitui.core.level_requests import LevelRequests
 from kimitui.core.state import SessionState, fold
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
@@ -142,6 +144,34 @@ def test_the_probe_margins() -> None:
     assert probe(50.0, 51.0).drift and not probe(50.0, 30.0).drift  # only a slower first token
     none = compare(None, base, 10.0, 25.0, 2.0, "the probe failed: refused")
     assert none.tok_s is None and not none.drift and none.note == "the probe failed: refused"
+
+
+def test_the_probe_calls_drift_only_beyond_the_requests_spread() -> None:
+    # issue 37 item 1: the margins are floors; a change the two sets of requests' p25-p75 overlap is noise
+    base = MacroPoint(1.0, concurrency=1, metrics={"completed": 8, "output_throughput": 50.0,
+                                                   "median_ttft_ms": 40.0})
+
+    def requests(ttft: list[float], tpot: list[float]) -> LevelRequests:
+        return LevelRequests(0.0, len(ttft), received=len(ttft), ttft_ms=ttft, tpot_ms=tpot)
+
+    phase1 = requests([20, 30, 40, 50, 60, 70, 80, 90], [15, 17, 19, 20, 21, 23, 25, 40])
+    wide = requests([25, 35, 60, 65, 70, 75, 80, 95], [14, 18, 20, 24, 26, 28, 30, 45])
+    apart = requests([95, 96, 97, 98, 99, 100, 101, 102], [39, 40, 40, 41, 41, 42, 42, 43])
+    metrics = {"completed": 8, "num_prompts": 8, "failed": 0, "output_throughput": 30.0, "median_ttft_ms": 67.5}
+
+    within = compare(metrics, base, 10.0, 25.0, 2.0, probe=wide, base=phase1)
+    assert within.tok_s_change_pct == -40.0 and within.ttft_change_pct == 68.75  # both past their margins
+    assert (within.tok_s_noise, within.ttft_noise, within.drift) == ("within noise", "within noise", False)
+    assert within.ttft_all_ms == wide.ttft_ms and within.baseline_tpot_all_ms == phase1.tpot_ms
+    beyond = compare(metrics, base, 10.0, 25.0, 2.0, probe=apart, base=phase1)
+    assert (beyond.tok_s_noise, beyond.ttft_noise, beyond.drift) == ("beyond noise", "beyond noise", True)
+    few = compare(metrics, base, 10.0, 25.0, 2.0, probe=requests([95, 96], [40, 41]), base=phase1)
+    assert few.ttft_noise == "too few requests" and few.drift  # too few to tell: the margin alone
+    assert "within noise" in probe_words(within) and "beyond noise" in probe_words(beyond)
+    assert "noise" not in probe_words(few)
+    small = compare({**metrics, "output_throughput": 48.0, "median_ttft_ms": 41.0}, base, 10.0, 25.0, 2.0,
+                    probe=apart, base=phase1)
+    assert small.ttft_noise == "beyond noise" and not small.drift  # beyond the spread, within the margin
 
 
 def test_stacked_bars_fill_their_width() -> None:

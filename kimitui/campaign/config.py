@@ -90,7 +90,8 @@ class RestartSettings:
 
 @dataclass(slots=True)
 class CheckSettings:
-    requests: int = 4
+    requests: int = 8
+    """Enough to tell a change from the requests' own spread (``figures.NOISE_MIN_REQUESTS`` at the least)."""
     max_tokens: int = 0
     """0: Phase 1's max_tokens."""
     margin_pct: float = 10.0
@@ -360,19 +361,20 @@ def demo_config(engine: str = "sim") -> CampaignConfig:
 
 VLLM_DEMO: dict[str, dict[str, Any]] = {
     "campaign": {"name": "demo: a real vLLM (a tiny random Llama on this machine's CPUs), simulated RTX PRO 6000s"},
-    "macro": {"concurrency": [1, 2, 4], "requests": "2x", "warmup": 4},
+    "macro": {"concurrency": [1, 2, 4], "requests": "8x", "warmup": 4},
     "cleanup": {"drain_s": 120, "graceful_s": 60, "term_grace_s": 5, "verify_s": 30},
     "micro": {"ms": [1, 2, 4]},
     "restart": {"health_s": 900},
-    "check": {"requests": 4, "warmup": 4, "margin_pct": 50, "ttft_margin_pct": 1000},
+    "check": {"requests": 8, "warmup": 4, "margin_pct": 50, "ttft_margin_pct": 1000},
 }
 """The demo campaign over a real vLLM on a CPU of 2 cores or so (``kimitui demo --campaign --engine vllm``): a few
 levels (a few minutes in all, most of it the engine's two starts), the waits of a real engine (its start takes a
 minute or more alone on 2 cores), a few requests not counted before Phase 1 and the probe (a freshly started
-engine's first ones are slow: the probe right after /health waited for a CPU 96 % of its time), and the check's
-margins wide: the tiny model's TTFT is about 10 ms, below this
-machine's own noise (right after the restart the client's event loop was seen to lag 43 ms, the TTFT read +380 %),
-so the TTFT check is in effect off and a drop of tok/s by half is what is flagged."""
+engine's first ones are slow), 8 requests at concurrency 1 on each side of the check (judged against their spread),
+and its margins wide: the tiny model's TTFT is about 10 ms, below this machine's own noise (the engine's workers
+busy-poll both cores: the client waited for a CPU 86-98 % of each level and its loop lagged ~100 ms, TTFTs read
+50-290 ms, a single stream's tok/s 217 in one run and 549 in the next), so the TTFT check is in effect off and a
+drop of tok/s by half beyond the spread is what is flagged."""
 
 
 DEMO_TEXT = """
@@ -492,7 +494,7 @@ force = false           # run even when the GPUs hold memory (they should not af
 health_s = 600          # the longest wait for the health endpoint after the start
 
 [check]
-requests = 4            # single-stream requests of the post-restart probe
+requests = 8            # single-stream requests of the post-restart probe (5 or more: judged against their spread)
 # max_tokens = 128      # default: the macro phase's
 margin_pct = 10         # flag a single-stream tok/s that moved more than this from Phase 1's
 ttft_margin_pct = 25    # flag a TTFT this much above Phase 1's

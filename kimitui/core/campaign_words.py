@@ -51,8 +51,13 @@ def probe_words(ev: ProbeResult) -> str:
     ttft = f", TTFT {ev.ttft_ms:.1f} ms" if ev.ttft_ms is not None else ""
     verdict = (f"DRIFT beyond {ev.margin_pct:g}% (tok/s) / {ev.ttft_margin_pct:g}% (TTFT)" if ev.drift
                else "within the margin")
-    return (f"post-restart probe: {ev.tok_s:.1f} tok/s{ttft}{base} (tok/s {_pct(ev.tok_s_change_pct)}, TTFT "
-            f"{_pct(ev.ttft_change_pct)}): {verdict}")
+    return (f"post-restart probe: {ev.tok_s:.1f} tok/s{ttft}{base} (tok/s {_pct(ev.tok_s_change_pct)}"
+            f"{_judged(ev.tok_s_noise)}, TTFT {_pct(ev.ttft_change_pct)}{_judged(ev.ttft_noise)}): {verdict}")
+
+
+def _judged(noise: str) -> str:
+    """How a change compares with the spread of the requests (nothing where the run has no records)."""
+    return f" {noise}" if noise in ("beyond noise", "within noise") else ""
 
 
 def campaign_line(ev: Event) -> str | None:

@@ -7,7 +7,6 @@ is the empty state), so a 4 Hz stream of large samples costs no copies.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -51,8 +50,8 @@ from kimitui.core.events import (
     phase_outcome,
 )
 from kimitui.core.figures import single_stream
+from kimitui.core.level_requests import LevelRequests, fold_requests
 from kimitui.core.procdisplay import start_wall_time
-from kimitui.core.typed import finite
 
 HISTORY_POINTS = 240
 """Memory history kept per GPU, in samples (one minute at 4 Hz)."""
@@ -273,42 +272,6 @@ class LogEntry:
     level: str
     source: str
     message: str
-
-
-@dataclass(slots=True)
-class LevelRequests:
-    """The per-request distributions of one macro level (from its ``MacroRequests`` events), in ms."""
-
-    origin: float
-    total: int
-    received: int = 0
-    failed: int = 0
-    ttft_ms: list[float] = field(default_factory=list)
-    tpot_ms: list[float] = field(default_factory=list)
-    """Only requests with more than one output token (vLLM's TPOT)."""
-    input_tokens: list[int] = field(default_factory=list)
-
-
-def _fold_requests(state: SessionState, ev: MacroRequests) -> None:
-    level = state.macro_requests.get(ev.concurrency)
-    if level is None or level.origin != ev.origin:  # a new level (or a new sweep) at this concurrency
-        level = state.macro_requests[ev.concurrency] = LevelRequests(ev.origin, ev.total)
-    for r in ev.requests:
-        level.received += 1
-        chunks = r.get("chunk_ms") or []
-        if r.get("error") is not None or not chunks or not isinstance(chunks, list):
-            level.failed += 1
-            continue
-        first, last = finite(chunks[0]), finite(chunks[-1])  # plain JSON, not checked when decoded
-        if first is None or last is None:  # a malformed record: no time to show
-            continue
-        level.ttft_ms.append(first)
-        tokens_in = r.get("in", 0)
-        level.input_tokens.append(tokens_in if type(tokens_in) is int else 0)
-        out = finite(r.get("out", 0))
-        tpot = (last - first) / (out - 1) if out is not None and out > 1 else math.nan
-        if math.isfinite(tpot):
-            level.tpot_ms.append(tpot)
 
 
 @dataclass(slots=True)
@@ -540,7 +503,7 @@ def fold(state: SessionState, ev: Event) -> SessionState:
             sweep.end, sweep.ok = ev.t, ev.status == "done"
             sweep.note = sweep.note or ev.error
     elif isinstance(ev, MacroRequests):
-        _fold_requests(state, ev)
+        fold_requests(state.macro_requests, ev)
     elif isinstance(ev, ServerSample):
         _open_sweep(state, ev.t).server.append(ev)
     elif isinstance(ev, GemmRow):

@@ -11,7 +11,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from kimitui.core.events import Event, LogLine, MacroPoint, PhaseEnd, PhaseStart, ProbeResult, RequestFieldsDropped
+from kimitui.core.events import (
+    Event,
+    LogLine,
+    MacroPoint,
+    MacroRequests,
+    PhaseEnd,
+    PhaseStart,
+    ProbeResult,
+    RequestFieldsDropped,
+)
+from kimitui.core.figures import noise
+from kimitui.core.level_requests import LevelRequests, level_requests
 from kimitui.core.state import level_failed
 from kimitui.core.typed import finite
 from kimitui.phases.base import Publish, now
@@ -29,10 +40,20 @@ def _change(value: float | None, base: float | None) -> float | None:
     return None if value is None or not base else round((value - base) / base * 100.0, 2)
 
 
+def _beyond(change: float | None, margin: float, judged: str) -> bool:
+    """A change past the margin that the spread of the two sets of requests does not explain (with too few
+    records to tell, the margin alone)."""
+    return change is not None and change > margin and judged != "within noise"
+
+
 def compare(metrics: dict[str, object] | None, baseline: MacroPoint | None, margin_pct: float,
-            ttft_margin_pct: float, t: float, note: str = "") -> ProbeResult:
+            ttft_margin_pct: float, t: float, note: str = "", *, probe: LevelRequests | None = None,
+            base: LevelRequests | None = None) -> ProbeResult:
     """The probe's level against Phase 1's single-stream point: drift when tok/s moved more than
-    ``margin_pct`` either way, or TTFT rose more than ``ttft_margin_pct``."""
+    ``margin_pct`` either way, or TTFT rose more than ``ttft_margin_pct``, and the change is beyond the noise
+    (``figures.NOISE_RULE``: the p25-p75 of the per-request records of the probe (PROBE) and of Phase 1's level
+    (BASE) do not overlap; with fewer than ``figures.NOISE_MIN_REQUESTS`` in either, the margin alone): the
+    margins are floors, a change within the requests' own spread is not drift."""
     m = metrics or {}
     tok = _num(m, "output_throughput") if m.get("completed") else None
     ttft = _num(m, "median_ttft_ms", "mean_ttft_ms") if m.get("completed") else None
@@ -40,7 +61,11 @@ def compare(metrics: dict[str, object] | None, baseline: MacroPoint | None, marg
     base_tok = _num(baseline.metrics, "output_throughput") if base_ok and baseline else None
     base_ttft = _num(baseline.metrics, "median_ttft_ms", "mean_ttft_ms") if base_ok and baseline else None
     d_tok, d_ttft = _change(tok, base_tok), _change(ttft, base_ttft)
-    drift = (d_tok is not None and abs(d_tok) > margin_pct) or (d_ttft is not None and d_ttft > ttft_margin_pct)
+    p_ttft, p_tpot = (probe.ttft_ms, probe.tpot_ms) if probe else ([], [])
+    b_ttft, b_tpot = (base.ttft_ms, base.tpot_ms) if base else ([], [])
+    tok_noise, ttft_noise = noise(b_tpot, p_tpot), noise(b_ttft, p_ttft)
+    drift = _beyond(None if d_tok is None else abs(d_tok), margin_pct, tok_noise) or \
+        _beyond(d_ttft, ttft_margin_pct, ttft_noise)
     if tok is None:
         note = note or "no request of the probe completed"
     elif base_tok is None:
@@ -48,21 +73,30 @@ def compare(metrics: dict[str, object] | None, baseline: MacroPoint | None, marg
     return ProbeResult(t, requests=int(m.get("num_prompts") or m.get("completed") or 0),
                        failed=int(m.get("failed") or 0), tok_s=tok, ttft_ms=ttft, baseline_tok_s=base_tok,
                        baseline_ttft_ms=base_ttft, tok_s_change_pct=d_tok, ttft_change_pct=d_ttft,
-                       margin_pct=margin_pct, ttft_margin_pct=ttft_margin_pct, drift=drift, note=note)
+                       margin_pct=margin_pct, ttft_margin_pct=ttft_margin_pct, drift=drift, note=note,
+                       ttft_noise=ttft_noise, tok_s_noise=tok_noise, ttft_all_ms=_ms(p_ttft), tpot_all_ms=_ms(p_tpot),
+                       baseline_ttft_all_ms=_ms(b_ttft), baseline_tpot_all_ms=_ms(b_tpot))
+
+
+def _ms(values: list[float]) -> list[float]:
+    return [round(v, 3) for v in values]
 
 
 async def check_phase(publish: Publish, url: str, baseline: MacroPoint | None, *, requests: int, max_tokens: int,
                       input_len: int, endpoint: str, model: str | None, margin_pct: float,
                       ttft_margin_pct: float, cancel: asyncio.Event, ignore_eos: bool = True,
-                      warmup: int = 0) -> ProbeResult:
+                      warmup: int = 0, base: LevelRequests | None = None) -> ProbeResult:
     from kimitui.bench.macro import MacroConfig, run_sweep
 
     publish(PhaseStart(now(), phase="check", title=f"post-restart probe: {requests} single-stream requests "
                                                    f"against Phase 1's figures"))
     result: ProbeResult | None = None
+    batches: list[MacroRequests] = []
 
     def keep(ev: Event) -> None:  # the probe's warnings, said as the check's; its points are not a sweep
-        if isinstance(ev, LogLine):
+        if isinstance(ev, MacroRequests):  # judged against Phase 1's spread, kept in the ProbeResult
+            batches.append(ev)
+        elif isinstance(ev, LogLine):
             publish(dataclasses.replace(ev, source="check"))
         elif isinstance(ev, RequestFieldsDropped):  # the restarted server refused a field: the probe went without
             publish(ev)
@@ -75,7 +109,8 @@ async def check_phase(publish: Publish, url: str, baseline: MacroPoint | None, *
             sweep = await run_sweep(cfg, keep, cancel=cancel)
             metrics = sweep.levels[0].metrics if sweep.levels else None
             result = compare(metrics, baseline, margin_pct, ttft_margin_pct, now(),
-                             "" if sweep.levels else "cancelled before it finished")
+                             "" if sweep.levels else "cancelled before it finished",
+                             probe=level_requests(batches), base=base)
         except Exception as exc:  # the server does not answer: that is the check's finding
             result = compare(None, baseline, margin_pct, ttft_margin_pct, now(), f"the probe failed: {exc}")
         publish(result)

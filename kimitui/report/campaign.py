@@ -11,7 +11,7 @@ from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.campaign_words import drain_words, phase_title, probe_words
 from kimitui.core.describe import budget_level, budget_row_note, budget_verdict
 from kimitui.core.events import HostSample, MacroPoint
-from kimitui.core.figures import TPOT_STATISTIC, budget_impossible
+from kimitui.core.figures import NOISE_RULE, TPOT_STATISTIC, budget_impossible, spread
 from kimitui.core.state import CleanupState, SessionState, StepState, level_failed
 from kimitui.report.budget_text import BUDGET_HEAD, SEGMENTS, bar_text, budget_cells
 from kimitui.report.format import fmt_duration, table
@@ -157,9 +157,24 @@ def check_section(state: SessionState) -> list[str]:
         return []
     verdict = "**DRIFT**" if p.drift else "within the margin"
     lines = ["## Post-restart check", "", f"{probe_words(p).removeprefix('post-restart probe: ')}.", "",
-             f"Verdict: {verdict} (tok/s within ±{p.margin_pct:g}%, TTFT at most +{p.ttft_margin_pct:g}% of Phase 1's "
-             f"single stream; {p.requests} requests, {p.failed} failed).", ""]
+             f"Verdict: {verdict} (drift: tok/s moved more than ±{p.margin_pct:g}% or TTFT rose more than "
+             f"+{p.ttft_margin_pct:g}% from Phase 1's single stream, and beyond the requests' own spread; "
+             f"{p.requests} requests, {p.failed} failed).", ""]
+    rows = [(name, base, probe) for name, base, probe in (
+        ("TTFT ms", p.baseline_ttft_all_ms, p.ttft_all_ms), ("TPOT ms", p.baseline_tpot_all_ms, p.tpot_all_ms))
+        if base or probe]
+    if rows:
+        lines += [f"Per request (n, p25 / p50 / p75); {NOISE_RULE}:", "",
+                  "| | Phase 1, concurrency 1 | post-restart probe |", "|---|---|---|",
+                  *[f"| {name} | {_spread(base)} | {_spread(probe)} |" for name, base, probe in rows], ""]
     return lines
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "no records"
+    s = spread(values)
+    return f"{s.n}: {s.p25:.3g} / {s.p50:.3g} / {s.p75:.3g}"
 
 
 def titles() -> dict[str, str]:

@@ -167,6 +167,16 @@ class ProbeResult(Event):
     ttft_margin_pct: float = 25.0
     drift: bool = False
     note: str = ""
+    ttft_noise: str = ""
+    """``kimitui.core.figures.noise`` of the TTFT records: "beyond noise", "within noise", "too few requests",
+    "no records" ("" in a run from before the rule: judged by the margin alone)."""
+    tok_s_noise: str = ""
+    """The same for tok/s, judged on the TPOT records (as ``compare`` does)."""
+    ttft_all_ms: list[float] = field(default_factory=list)
+    """The probe's per-request TTFTs, and below its TPOTs, then Phase 1's single-stream ones (the baseline)."""
+    tpot_all_ms: list[float] = field(default_factory=list)
+    baseline_ttft_all_ms: list[float] = field(default_factory=list)
+    baseline_tpot_all_ms: list[float] = field(default_factory=list)
 
 
 CAMPAIGN_EVENT_TYPES: tuple[type[Event], ...] = (CampaignPlan, CampaignControl, CampaignResume, CampaignEnd,
