@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from textual.binding import Binding
 
 from kimitui.cleanup import steps
 from kimitui.core.events import MacroProgress, PhaseStart, StepPreview
@@ -21,11 +22,13 @@ from kimitui.core.session import Session
 from kimitui.core.state import fold_all
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
+from kimitui.tui.keys import BINDINGS
 from kimitui.tui.screens.cleanup_consent import ConsentScreen
 from kimitui.tui.views.cleanup_view import CleanupView, StepTable
-from kimitui.tui.views.macro_progress import single_stream_content, single_stream_to_come
+from kimitui.tui.views.macro_progress import single_stream_content, single_stream_to_come, sweep_status
 from kimitui.tui.views.replay_info import ReplayInfo
 from kimitui.tui.widgets.event_log import EventLog
+from kimitui.tui.widgets.key_footer import fitted, key_width
 from kimitui.tui.widgets.position_bar import BAR_MIN
 from kimitui.tui.widgets.status_bar import status_content
 from tests.screen_text import screen_text
@@ -52,6 +55,29 @@ async def test_at_60x20_the_footer_keeps_help_and_quit_and_the_events_have_rows(
         assert log.scrollable_content_region.height >= 2, log.size  # rows for events, not just its border
         text = screen_text(app)
         assert "campaign done" in text, text  # the latest event is on screen
+
+
+def test_a_short_footer_keeps_free_gpus_after_help_and_quit() -> None:
+    # the live dashboard's keys at 60 columns (the room the footer has beside the palette's ^p): F Free GPUs,
+    # what the operator came for, stays; the views and Restart go
+    live = [(k.key_display or k.key, k.description, k.action) for k in BINDINGS
+            if isinstance(k, Binding) and k.show and k.action in
+            ("macro_sweep", "show_view('dashboard')", "micro_run", "free_gpus", "restart_service", "help", "quit")]
+    keys = [SimpleNamespace(key_display=d, description=desc, action=a) for d, desc, a in live]
+    shown = fitted(keys, 60 - 12)  # type: ignore[arg-type]
+    assert [k.description for k in shown] == ["Sweep", "Micro", "Free GPUs", "Help", "Quit"], shown
+    assert sum(map(key_width, shown)) <= 60 - 12  # type: ignore[arg-type]
+    assert [k.description for k in fitted(keys, 200)] == [k.description for k in keys]  # type: ignore[arg-type]
+
+
+def test_the_sweep_status_leaves_out_its_key_hint_where_it_would_be_cut() -> None:
+    # at 80 columns the running line read "... 1 in flight  x canc…" (the footer says x Cancel anyway)
+    state = fold_all([MacroProgress(1.0, status="running", levels=list(range(1, 9)), concurrency=1, stage="run",
+                                    total=4, in_flight=1)])
+    wide = sweep_status(state.sweep, live=True).plain
+    assert wide.endswith("x cancels"), wide
+    narrow = sweep_status(state.sweep, live=True, width=len(wide) - 1).plain
+    assert narrow == wide.removesuffix("  x cancels") and "1 in flight" in narrow, narrow
 
 
 async def test_below_the_least_size_it_says_so_and_keeps_quit() -> None:

@@ -164,7 +164,15 @@ def failures_text(sweep: Sweep) -> str:
     return fmt.printable("; ".join(parts))
 
 
-def sweep_status(sweep: Sweep | None, live: bool) -> Content:
+def _with_hint(parts: list[Part], hint: str, width: int | None) -> Content:
+    """PARTS and the key's hint after them, where the line has room for it (the footer says the key too)."""
+    shown = Content.assemble(*parts)
+    if width is None or shown.cell_length + len(hint) <= width:
+        return Content.assemble(*parts, (hint, "$text-muted"))
+    return shown
+
+
+def sweep_status(sweep: Sweep | None, live: bool, width: int | None = None) -> Content:
     """What the latest sweep is doing or did, in one line."""
     if sweep is None:
         if live:
@@ -202,9 +210,7 @@ def sweep_status(sweep: Sweep | None, live: bool) -> Content:
         parts = [(word, style), f"{tail} in {p.elapsed_s:.1f} s"]
         if failed:
             parts += [", ", (f"{len(failed)} failed ({failures_text(sweep)})", "bold $error")]
-        if live:
-            parts.append(("   M runs another", "$text-muted"))
-        return Content.assemble(*parts)
+        return _with_hint(parts, "   M runs another", width) if live else Content.assemble(*parts)
     state = ("cancelling", "bold $warning") if status == "cancelling" else ("running", "bold $success")
     if not p.stage:
         return Content.assemble(state, ("  asking the server for its model ...", "$text-muted"))
@@ -218,8 +224,7 @@ def sweep_status(sweep: Sweep | None, live: bool) -> Content:
             parts += ["  ", (f"{p.failed} failed", "bold $error")]
     if failed:
         parts += ["  ", (f"{len(failed)} level{'s' if len(failed) > 1 else ''} failed", "bold $error")]
-    parts += [("  x cancels", "$text-muted")]
-    return Content.assemble(*parts)
+    return _with_hint(parts, "  x cancels", width)
 
 
 def progress_bars(sweep: Sweep) -> tuple[float, float, float, float] | None:
@@ -287,7 +292,7 @@ class SweepPanel(Vertical):
         verdict = sweep.verdict if sweep is not None else None
         self._summary = (points, verdict, single_stream_to_come(sweep))
         self._show_summary()
-        self._set_status(sweep_status(sweep, live))
+        self._set_status(sweep_status(sweep, live, self.query_one("#sweep-status", Static).size.width or None))
         bars = progress_bars(sweep) if sweep is not None else None
         self._show_bars(bars is not None)
         if bars is None or bars == self._bars:

@@ -1,5 +1,6 @@
 """The footer: the keys that apply, as many as the line has room for, with ``? Help`` and ``q Quit`` always
-among them (a narrow terminal leaves out the others from the right: the help lists every key)."""
+among them, then the keys of what the operator came for (free the GPUs, pause a replay or a campaign); a
+narrow terminal leaves out the others from the right (the help lists every key)."""
 
 from __future__ import annotations
 
@@ -33,19 +34,21 @@ def key_width(key: FooterKey) -> int:
     return cell_len(key.key_display) + cell_len(key.description) + 3
 
 
+FIRST = ("free_gpus", "toggle_pause", "campaign_pause")
+"""After the kept keys, these before the others when the line is short."""
+
+
 def fitted(keys: list[FooterKey], room: int) -> list[FooterKey]:
-    """The keys to show within ``room`` cells, in their order: the kept ones first counted, then each other
-    key that still fits."""
+    """The keys to show within ``room`` cells, in their order: the kept ones first counted, then those of
+    ``FIRST``, then each other key that still fits."""
     used = sum(key_width(k) for k in keys if k.action in KEPT)
-    shown = []
-    for key in keys:
-        if key.action not in KEPT:
-            width = key_width(key)
-            if used + width > room:
-                continue
+    shown = {id(k) for k in keys if k.action in KEPT}
+    for key in sorted((k for k in keys if k.action not in KEPT), key=lambda k: k.action not in FIRST):
+        width = key_width(key)
+        if used + width <= room:
             used += width
-        shown.append(key)
-    return shown
+            shown.add(id(key))
+    return [k for k in keys if id(k) in shown]
 
 
 class KeyFooter(Footer):
