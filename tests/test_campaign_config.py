@@ -68,7 +68,7 @@ def test_a_section_that_is_not_a_table(section: str, shape: Any) -> None:
     ({'requests = "4x"': 'requests = "4000000x"'}, "[macro] requests per level at most 1,000,000"),
     ({"max_tokens = 128\ninput_len": "max_tokens = 99999999999\ninput_len"}, "[macro] max_tokens and input_len at"),
     ({'gpus = "all"': 'gpus = "0,x"'}, "[cleanup] gpus '0,x': all, or GPU indexes"),
-    ({"requests = 4 ": "requests = 100000 "}, "[check] requests 1 to 1000"),
+    ({"requests = 8 ": "requests = 100000 "}, "[check] requests 1 to 1000"),
 ])
 def test_numbers_out_of_range_are_found_at_load(tmp_path: Path, edit: dict[str, str], message: str) -> None:
     text = INIT_TEXT

@@ -293,4 +293,7 @@ async def test_a_process_outside_the_table_is_the_harness_doing_never_a_wrong(cl
     summary = await run_tables(3, SEED, table_cls=cls)
     assert not summary.errors, summary.report()
     assert summary.wrong == 0, summary.report()
-    assert summary.foreign == 3 and summary.foreign_kinds, summary.report()
+    # each table's graceful SIGTERM reaches its taker; a taker still alive when the process step comes (a
+    # loaded machine) gets that step's signals too: more, never fewer, and all of them the harness's doing
+    assert summary.foreign_kinds["SIGTERM reached a process the table did not start"] >= 3, summary.report()
+    assert summary.foreign == summary.sent, summary.report()
