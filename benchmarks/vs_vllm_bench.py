@@ -156,6 +156,42 @@ with open(out, "w") as f:
     json.dump(marks, f)
 '''
 
+BARE_CLIENT = r'''
+"""The floor of a client's CPU: the same streamed completions read by a bare asyncio Protocol over keep-alive
+connections (one wakeup per chunk as every client that times each chunk has, a timestamp kept and nothing
+parsed); the process's CPU over the measured requests, after one request per connection not counted."""
+import asyncio, json, sys, time
+url, model, c, n, in_len, out_len = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
+host, port = url.split("//")[1].split(":")
+END = b"0\r\n\r\n"
+class Bare(asyncio.Protocol):
+    done = None
+    def connection_made(self, tr):
+        self.stamps = []
+    def data_received(self, data):
+        self.stamps.append(time.perf_counter())
+        if data.endswith(END) and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+async def worker(loop, jobs, body):
+    tr, pr = await loop.create_connection(Bare, host, int(port))
+    req = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    for _ in range(jobs):
+        pr.done = loop.create_future()
+        tr.write(req)
+        await pr.done
+    tr.close()
+async def main():
+    loop = asyncio.get_running_loop()
+    body = json.dumps({"model": model, "prompt": " ".join(["the"] * in_len), "max_tokens": out_len,
+                       "stream": True, "ignore_eos": True, "temperature": 0}).encode()
+    await asyncio.gather(*(worker(loop, 1, body) for _ in range(c)))  # warm-up, not counted
+    c0 = time.process_time()
+    await asyncio.gather(*(worker(loop, n // c + (i < n % c), body) for i in range(c)))
+    print(json.dumps({"cpu": time.process_time() - c0}))
+asyncio.run(main())
+'''
+
 BARE_PROBE = r'''
 import asyncio, json, random, sys
 async def main(seconds):
@@ -313,6 +349,13 @@ def vllm_run(url: str, model: Path, args: argparse.Namespace, c: int, seed: int,
             "out": r["total_output_tokens"] / max(1, r["completed"])}
 
 
+def bare_run(url: str, model: Path, args: argparse.Namespace, c: int, cores: set[int] | None) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-c", BARE_CLIENT, url, str(model), str(c), str(args.prompts),
+                          str(args.input_len), str(args.output_len)], capture_output=True, text=True, check=True,
+                         preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
+    return json.loads(out.stdout)
+
+
 def bare_floor(cores: set[int] | None, seconds: float = 5.0) -> dict[str, float]:
     """A bare asyncio timer loop alone on the clients' cores: the lag no client can go under here."""
     out = subprocess.run([sys.executable, "-c", BARE_PROBE, str(seconds)], capture_output=True, text=True, check=True,
@@ -337,7 +380,7 @@ def report(results: dict[int, dict[str, list[dict[str, Any]]]], floor: dict[str,
           f"{'srvITL':>6} {'CPU s':>6} {'whole':>6} {'lag99':>6} {'wait%':>5} {'in/out tok':>10}")
     verdicts: list[str] = []
     for c, by in results.items():
-        m = {name: {k: med(runs, k) for k in runs[0]} for name, runs in by.items()}
+        m = {name: {k: med(runs, k) for k in runs[0]} for name, runs in by.items() if runs}
         for name in ("kimitui", "vllm"):
             f = m[name]
             over = None if f["ttft"] is None or f["srv_ttft"] is None else f["ttft"] - f["srv_ttft"]
@@ -357,9 +400,13 @@ def report(results: dict[int, dict[str, list[dict[str, Any]]]], floor: dict[str,
             verdicts.append(f"c={c} {key}: kimitui/vLLM {fmt(r, '.3f')} (target within {limit:.0%}): "
                             f"{'met' if ok else 'NOT met'}{'' if ok else right_one(key, k, v)}")
         cpu = ratios["cpu"]
+        bare = m.get("bare", {}).get("cpu")
+        floor_words = ("" if bare is None or not v["cpu"] or not k["cpu"] else
+                       f"; the floor, a bare Protocol that only stamps each chunk of the same requests, "
+                       f"{bare:.3f} s: {bare / v['cpu']:.3f}x vLLM's client, kimitui {k['cpu'] / bare:.2f}x the floor")
         verdicts.append(f"c={c} client CPU: kimitui/vLLM {fmt(cpu, '.3f')} over the measured requests, "
                         f"{fmt(ratios['cpu_whole'], '.3f')} whole process (target <= {CPU_RATIO:g}): "
-                        f"{'met' if cpu is not None and cpu <= CPU_RATIO else 'NOT met'}")
+                        f"{'met' if cpu is not None and cpu <= CPU_RATIO else 'NOT met'}{floor_words}")
         lag = k["lag"]
         scrape = f"every {scrape_s:g} s" if scrape_s else "off"
         verdicts.append(f"c={c} kimitui loop lag p99 {fmt(lag, '.2f')} ms, scrape {scrape} (target <= {LAG_MS:g} ms; "
@@ -417,7 +464,8 @@ def main() -> int:
         floor = bare_floor(client_cores)
         print(f"bare asyncio loop alone on the clients' cores, server idle: lag p99 {floor['p99_ms']:.2f} ms, "
               f"max {floor['max_ms']:.2f} ms", flush=True)
-        results: dict[int, dict[str, list[dict[str, Any]]]] = {c: {"kimitui": [], "vllm": []} for c in levels}
+        results: dict[int, dict[str, list[dict[str, Any]]]] = {c: {"kimitui": [], "vllm": [], "bare": []}
+                                                              for c in levels}
         with vllm_lock(), vllm_server(model, free_port(), server_cores, work / "vllm-server.log") as url:
             page = read_page(url)
             print(f"the server's /metrics: {len(page.encode())} bytes, {page.count(chr(10))} lines", flush=True)
@@ -428,6 +476,7 @@ def main() -> int:
                     v = vllm_run(url, model, args, c, 1000 * i + c, client_cores, work, tag)
                     results[c]["kimitui"].append(k)
                     results[c]["vllm"].append(v)
+                    results[c]["bare"].append(bare_run(url, model, args, c, client_cores))
                     print(f"c={c} round {i + 1}: kimitui {k['tok_s']:.0f} tok/s TTFT {k['ttft']:.1f} ms lag99 "
                           f"{k['lag']:.2f} ms | vLLM {v['tok_s']:.0f} tok/s TTFT {v['ttft']:.1f} ms", flush=True)
         floor_after = bare_floor(client_cores)
