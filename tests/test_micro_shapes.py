@@ -72,8 +72,8 @@ def test_an_hf_config_file_and_a_tp_that_does_not_divide(tmp_path: Path) -> None
     bad.write_text('{"hidden_size": 7168')
     with pytest.raises(ShapeError, match="not JSON"):
         load_config(bad)
-    bad.write_text('{"model_type": "llama", "hidden_size": 4096}')
-    with pytest.raises(ShapeError, match="intermediate_size"):
+    bad.write_text('{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 2}')
+    with pytest.raises(ShapeError, match="num_attention_heads"):
         shapes_for(load_config(bad), 8)
 
 

@@ -1,7 +1,7 @@
 """``kimitui shapes`` and ``kimitui bench micro``: the model's per-GPU shapes, and the micro benchmarks on
 a host, headless. Imports only the standard library at load time (the rest when a command runs).
 
-    kimitui shapes --tp 8 [--config FILE] [--json]
+    kimitui shapes --tp 8 [--config FILE | --model NAME] [--expert-parallel] [--json]
     kimitui bench micro --host TARGET [--gemm] [--allreduce] [--json] [--device cpu] ...
 
 ``--host demo`` starts the simulated 8-GPU host, frees its GPUs with the real cleanup (its simulated vLLM
@@ -55,26 +55,38 @@ def add_shapes_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "shapes", help="the model's per-GPU decode GEMMs and all-reduces at a TP size",
         description="Per-GPU GEMMs (N x K, dtype as the checkpoint stores it, calls per token) and the "
-                    "all-reduces of one decode step, from Kimi-K2.5 (built in) or an HF config.json.")
+                    "all-reduces of one decode step, and the parameter counts, from Kimi-K2.5 (built in), a "
+                    "preset (--model) or an HF config.json.")
     p.add_argument("--tp", type=int, default=8, help="tensor-parallel size (default 8)")
-    p.add_argument("--config", type=Path, help="an HF-style config.json of the DeepSeek-V3 / Kimi-K2 family")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--config", type=Path, help="an HF config.json (Llama / Mistral / Qwen2 / Qwen3, Qwen3-MoE, "
+                                                   "Mixtral, DeepSeek-V3 / Kimi-K2, GLM-4.5, GLM-5, gpt-oss)")
+    which.add_argument("--model", help="a preset: kimi-k2.5 (the default), glm-5, deepseek-v3, qwen3-235b-a22b, "
+                                       "llama-3.1-70b, gpt-oss-120b")
+    p.add_argument("--expert-parallel", action="store_true",
+                   help="as vLLM's --enable-expert-parallel: the routed experts split across the GPUs whole")
     p.add_argument("--ms", type=parse_ints, default=None, help="token counts for the all-reduce sizes")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the plan as JSON, with params_total and params_active")
     return p
 
 
 def cmd_shapes(args: argparse.Namespace) -> int:
+    from kimitui.bench.micro.presets import preset
     from kimitui.bench.micro.runner import DEFAULT_MS
     from kimitui.bench.micro.shapes import ShapeError, format_plan, load_config, shapes_for
 
     ms = args.ms or list(DEFAULT_MS)
     try:
-        plan = shapes_for(load_config(args.config), args.tp)
+        data = preset(args.model) if getattr(args, "model", None) else load_config(args.config)
+        plan = shapes_for(data, args.tp, expert_parallel=bool(getattr(args, "expert_parallel", False)))
     except ShapeError as exc:
         print(f"kimitui shapes: {printable(str(exc))}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(plan.to_dict(ms), indent=1))
+        out = plan.to_dict(ms)
+        out.update(family=plan.family, expert_parallel=plan.expert_parallel, params_total=plan.params_total,
+                   params_active=plan.params_active, params_embedding=plan.params_embedding)
+        print(json.dumps(out, indent=1))
     else:
         sys.stdout.write(format_plan(plan, ms))
     return 0
