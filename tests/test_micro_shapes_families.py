@@ -230,3 +230,19 @@ def test_quantized_only_where_the_checkpoint_says() -> None:
     assert quant_dtype(awq, "model.layers.0.mlp.gate_proj") == "int4-g128" and quant_dtype(awq, "lm_head") == "bf16"
     # MXFP4: half a byte a weight, one byte of scale per 32
     assert weight_bytes(720, 2880, "mxfp4") == 720 * 2880 // 2 + 720 * 2880 // 32
+
+
+def test_the_micro_worker_plans_every_preset() -> None:
+    """The GEMM worker's plan (kimitui/hostside/gemm_rows.py) takes every preset's shapes: bf16 and intN-gG
+    measured, MXFP4 and FP8 listed as not benchmarked, a fused-MoE item where the experts are measured."""
+    from kimitui.hostside.gemm_rows import plan_items
+
+    for name in PRESETS:
+        items, skipped = plan_items([g.to_dict() for g in shapes_for(preset(name), 8).gemms],
+                                    ["marlin", "torch-int4", "bf16"])
+        assert any(i["name"] == "lm_head" for i in items), name
+        kinds = {i["kind"] for i in items}
+        if name in ("gpt-oss-120b", "deepseek-v3"):
+            assert "moe_w13: dtype " in "\n".join(skipped) and kinds == {"dense"}, name
+        else:
+            assert not skipped and kinds == ({"dense"} if name == "llama-3.1-70b" else {"dense", "moe"}), name
