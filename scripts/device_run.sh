@@ -15,6 +15,9 @@
 #            stand-in nvidia-persistenced and an NVML monitor spared, a worker whose name is not UTF-8 cleaned
 #   orphans  scripts/device_orphans.py: a torch holder SIGKILLed while two forked workers keep its memory: shown as
 #            kind exited held by them, previewed as theirs, freed by the cleanup's others step
+#   pgrp     scripts/device_pgrp.py: a torch main whose end orphans its process group with a stopped child: the
+#            child and a helper previewed as dying with it, the main refused unless the helper is ticked, and the
+#            kernel's SIGHUP ending them when the main ends
 #   micro    scripts/device_micro.sh: the GEMM benchmark through the host program, fidelity, cancel
 #   loadgen  benchmarks/loadgen.py --quick --servers sim,burst (with and without /metrics reads), pinned to 2 cores
 #   campaign scripts/device_campaign.sh: the whole campaign headless against a stand-in for vLLM
@@ -97,6 +100,15 @@ part_orphans() {
   local rc=$?
   say "orphans: rc $rc"
   cat "$d/orphans.txt" >> "$OUT/summary.txt" 2>/dev/null
+  [ $rc -eq 0 ] || status=1
+}
+
+part_pgrp() {
+  local d="$OUT/work/pgrp"; mkdir -p "$d"
+  timeout 300 $PY scripts/device_pgrp.py --out "$d" > "$d/run.log" 2>&1
+  local rc=$?
+  say "pgrp: rc $rc"
+  cat "$d/pgrp.txt" >> "$OUT/summary.txt" 2>/dev/null
   [ $rc -eq 0 ] || status=1
 }
 
