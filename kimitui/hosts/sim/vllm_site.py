@@ -12,6 +12,7 @@ every ``POLL_S``:
   ``KIMITUI_ENGINE_MEM_MIB``), until it exits: the driver frees the memory then;
 - then keeps its record's ``util`` at the share of a core the process used since the last look (the engine
   runs on CPUs: that is how busy its "GPU" is), written when it moves by ``UTIL_STEP`` or more;
+- first of all keeps the process to the engine's cores (``KIMITUI_ENGINE_CORES``), before vLLM starts anything;
 - ends the whole process group (SIGKILL) when the process that started the demo is gone (``KIMITUI_SIM_OWNER``:
   a ``kill -9`` of kimitui), as the simulated service does; the group is vLLM's (the demo starts its API
   server in a session of its own).
@@ -34,6 +35,9 @@ SIM_DIR_ENV = "KIMITUI_ENGINE_SIM_DIR"
 PKG_ROOT_ENV = "KIMITUI_ENGINE_PKG_ROOT"
 MEM_ENV = "KIMITUI_ENGINE_MEM_MIB"
 TP_ENV = "KIMITUI_ENGINE_TP"
+CORES_ENV = "KIMITUI_ENGINE_CORES"
+"""The CPUs every process of the engine keeps to (comma-separated), set at its start: the engine stands in for a
+GPU host's, whose CPUs the client does not share."""
 OWNER_ENV = "KIMITUI_SIM_OWNER"
 """``pid:start_time`` of the process that started the demo (kimitui.hosts.sim.watchdog's)."""
 WORKER_TITLE = re.compile(r"VLLM::Worker(?:_TP(\d+))?")
@@ -142,10 +146,21 @@ def _start() -> None:
     threading.Thread(target=_guarded, name="kimitui-sim-holder", daemon=True).start()
 
 
+def _pin() -> None:
+    """Keep to the cores ``KIMITUI_ENGINE_CORES`` names (the engine's share of the machine), where it is set."""
+    cores = os.environ.get(CORES_ENV, "")
+    try:
+        if cores:
+            os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+    except (OSError, ValueError):
+        pass
+
+
 def install() -> None:
     """Start the watcher here and in every child forked from here."""
     if not os.environ.get(SIM_DIR_ENV):
         return
+    _pin()
     _start()
     os.register_at_fork(after_in_child=_after_fork)
 
