@@ -64,6 +64,18 @@ thread waited for a CPU 60 / 85 / 14 % of each level (client_cpu_wait_pct), TTFT
 server's own against vLLM's client's 22.9 / 3.2 / 14.4 ms: sharing cores with the server, kimitui is the more
 starved of the two at c=1 and 4 (also not explained here).
 
+The floor of a client's CPU (``bare``: the same requests read by an asyncio Protocol that only stamps each chunk,
+one wakeup per chunk as every client that times each chunk needs), 1 round, pinned, 2026-12-04:
+
+  c   kimitui CPU s   vLLM client CPU s   bare floor CPU s   floor / vLLM   kimitui / floor
+  1   0.121           0.250               0.123              0.49           0.98
+  4   0.085           0.087               0.050              0.58           1.69
+
+(and against the simulated server at c=1, 2 runs: bare 0.103 / 0.129 s, kimitui 0.120 / 0.165 s, vLLM's client
+0.185 / 0.191 s). The 0.2x target is below the floor: a client that reads each chunk when it arrives, which TTFT,
+ITL and TPOT need, spends 0.5-0.6x vLLM's client's CPU on the wakeups and reads alone; kimitui is at 1.0-1.7x that
+floor. Not met, and not reachable by a client that measures what this one measures.
+
 Only one vLLM runs on the machine at a time: the script holds the lock tests/vllm_server.py takes
 ($TMPDIR/kimitui-vllm.lock) while its server lives, and ends the server's whole process group.
 Run: ``.venv/bin/python benchmarks/vs_vllm_bench.py [--rounds 3] [--no-pin]`` (about 5 minutes). The machine is
