@@ -249,7 +249,7 @@ def quant_dtype(quant: dict[str, Any] | None, module: str) -> str:
     return "bf16"
 
 
-def _quant_label(quant: dict[str, Any] | None) -> str:
+def quant_label(quant: dict[str, Any] | None) -> str:
     if not quant:
         return "none (bf16)"
     method = quant.get("quant_method", "?")
@@ -261,7 +261,7 @@ def _quant_label(quant: dict[str, Any] | None) -> str:
 # -- the shapes ------------------------------------------------------------------------------------------
 
 
-def _split(total: int, tp: int, what: str, name: str) -> int:
+def split_tp(total: int, tp: int, what: str, name: str) -> int:
     if total % tp:
         raise ShapeError(f"{name}: {what} {total} is not divisible by TP {tp}")
     return total // tp

@@ -25,8 +25,8 @@ from kimitui.bench.micro.shape_core import (
     ShapeError,
     ShapePlan,
     TextConfig,
-    _quant_label,
-    _split,
+    quant_label,
+    split_tp,
     step_allreduces,
     vocab_split,
 )
@@ -101,9 +101,9 @@ def build_gqa(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
     kv = c.opt("num_key_value_heads", heads) or heads
     head_dim = c.opt("head_dim", 0) or hidden // heads
     vocab = c.need("vocab_size")
-    q_gpu = _split(heads, tp, "num_attention_heads", c.name)
+    q_gpu = split_tp(heads, tp, "num_attention_heads", c.name)
     if kv >= tp:
-        kv_gpu = _split(kv, tp, "num_key_value_heads", c.name)
+        kv_gpu = split_tp(kv, tp, "num_key_value_heads", c.name)
     elif tp % kv:
         raise ShapeError(f"{c.name}: TP {tp} is not a multiple of num_key_value_heads {kv}")
     else:
@@ -140,7 +140,7 @@ def build_gqa(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
 
     # dense MLP layers
     if n_dense:
-        inter = _split(c.need("intermediate_size"), tp, "intermediate_size", c.name)
+        inter = split_tp(c.need("intermediate_size"), tp, "intermediate_size", c.name)
         mlp = f"{L}.{first_dense}.mlp"
         names = ("gate_up_proj", "down_proj") if not n_moe else ("dense_gate_up", "dense_down")
         note = "" if not n_moe else f"{n_dense} dense layer{'s' if n_dense > 1 else ''}"
@@ -166,7 +166,7 @@ def build_gqa(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
             note=f"{experts} expert logits, top {topk}")
         shared = c.opt("n_shared_experts", 0) if mt == "glm4_moe" else 0
         if shared:
-            sh = _split(moe_i * shared, tp, "shared expert intermediate size", c.name)
+            sh = split_tp(moe_i * shared, tp, "shared expert intermediate size", c.name)
             add("shared_gate_up", 2 * sh, hidden, c.dtype(f"{m}.shared_experts.gate_proj"), n_moe, "column",
                 f"{m}.shared_experts.gate_proj")
             add("shared_down", hidden, sh, c.dtype(f"{m}.shared_experts.down_proj"), n_moe, "row",
@@ -175,12 +175,12 @@ def build_gqa(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
                                                                                              "down_proj"))
         e0 = f"{m}.experts" if mt == "gpt_oss" else f"{m}.experts.0"
         if ep:
-            e_gpu = _split(experts, tp, "the experts (expert parallel)", c.name)
+            e_gpu = split_tp(experts, tp, "the experts (expert parallel)", c.name)
             n13, n2k, split = 2 * moe_i, moe_i, "expert"
             how = f"expert parallel: {e_gpu} whole experts per GPU, {topk} of {experts} per token in all"
         else:
             e_gpu = experts
-            n13 = 2 * _split(moe_i, tp, "the experts' intermediate size", c.name)
+            n13 = 2 * split_tp(moe_i, tp, "the experts' intermediate size", c.name)
             n2k, split = n13 // 2, "intermediate"
             how = f"fused MoE: {topk} of {experts} experts per token"
         add("moe_w13", n13, hidden, c.dtype(f"{e0}.{w1}"), n_moe, split, f"{e0}.{w1}", experts=e_gpu, topk=topk,
@@ -201,7 +201,7 @@ def build_gqa(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
     embedding = 0 if tied else vocab * hidden
     plan = ShapePlan(model=c.name, tp=tp, gemms=g,
                      allreduces=step_allreduces(hidden, layers, tp, vocab_split(vocab, tp)),
-                     quant=_quant_label(c.quant))
+                     quant=quant_label(c.quant))
     pad = (vocab_split(vocab, 1) - vocab) * hidden  # lm_head's padded rows are no parameters
     plan.params_total, plan.params_active = extra_total + embedding - pad, extra_active - pad
     plan.params_embedding = embedding

@@ -24,8 +24,8 @@ from kimitui.bench.micro.shape_core import (
     GemmShape,
     ShapePlan,
     TextConfig,
-    _quant_label,
-    _split,
+    quant_label,
+    split_tp,
     step_allreduces,
     vocab_split,
 )
@@ -46,7 +46,7 @@ def build_mla(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
 
     L = "model.layers"
     attn, dense, moe = f"{L}.1.self_attn", f"{L}.0.mlp", f"{L}.{max(first_dense, 1)}.mlp"
-    heads = _split(n_heads, tp, "num_attention_heads", c.name)
+    heads = split_tp(n_heads, tp, "num_attention_heads", c.name)
     moe_layers = layers_n - first_dense
     dt = c.dtype
     g: list[GemmShape] = []
@@ -74,7 +74,7 @@ def build_mla(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
     g.append(GemmShape("o_proj", hidden, heads * v_head, dt(f"{attn}.o_proj"), layers_n, "row", f"{attn}.o_proj",
                        note="all-reduce #1 follows"))
     if first_dense:
-        inter_gpu = _split(inter, tp, "intermediate_size", c.name)
+        inter_gpu = split_tp(inter, tp, "intermediate_size", c.name)
         which = "layer 0" if first_dense == 1 else f"layers 0-{first_dense - 1}"
         g.append(GemmShape("dense_gate_up", 2 * inter_gpu, hidden, dt(f"{dense}.gate_proj"), first_dense, "column",
                            f"{dense}.gate_proj", note=which))
@@ -84,19 +84,19 @@ def build_mla(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
         g.append(GemmShape("router", experts, hidden, "bf16", moe_layers, "replicated", f"{moe}.gate",
                            note=f"{experts} expert logits, top {topk}"))
     if shared and moe_layers:
-        sh = _split(moe_i * shared, tp, "shared expert intermediate size", c.name)
+        sh = split_tp(moe_i * shared, tp, "shared expert intermediate size", c.name)
         g.append(GemmShape("shared_gate_up", 2 * sh, hidden, dt(f"{moe}.shared_experts.gate_proj"), moe_layers,
                            "column", f"{moe}.shared_experts.gate_proj"))
         g.append(GemmShape("shared_down", hidden, sh, dt(f"{moe}.shared_experts.down_proj"), moe_layers, "row",
                            f"{moe}.shared_experts.down_proj", note="added before all-reduce #2"))
     if moe_layers:
         if ep:
-            e_gpu = _split(experts, tp, "n_routed_experts (expert parallel)", c.name)
+            e_gpu = split_tp(experts, tp, "n_routed_experts (expert parallel)", c.name)
             n13, k2, split = 2 * moe_i, moe_i, "expert"
             how = f"expert parallel: {e_gpu} whole experts per GPU, {topk} of {experts} per token in all"
         else:
             e_gpu = experts
-            k2 = _split(moe_i, tp, "moe_intermediate_size", c.name)
+            k2 = split_tp(moe_i, tp, "moe_intermediate_size", c.name)
             n13, split = 2 * k2, "intermediate"
             how = f"fused MoE: {topk} of {experts} experts per token"
         g.append(GemmShape("moe_w13", n13, hidden, dt(f"{moe}.experts.0.gate_proj"), moe_layers, split,
@@ -116,7 +116,7 @@ def build_mla(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
     embedding = 0 if tied else vocab * hidden
     plan = ShapePlan(model=c.name, tp=tp, gemms=g,
                      allreduces=step_allreduces(hidden, layers_n, tp, vocab_split(vocab, tp)),
-                     quant=_quant_label(c.quant))
+                     quant=quant_label(c.quant))
     pad = (vocab_split(vocab, 1) - vocab) * hidden  # lm_head's padded rows are no parameters
     plan.params_total, plan.params_active, plan.params_embedding = extra + embedding - pad, extra - pad, embedding
     return plan
