@@ -92,19 +92,31 @@ def test_the_demo_campaign_runs_against_a_real_vllm(tmp_path: Path) -> None:
     env_python = str(engine_python)
     done = kimitui(tmp_path, "demo", "--campaign", "--engine", "vllm", "--engine-python", env_python, "--headless",
                    "--json", timeout=LOCK_TIMEOUT_S + CAMPAIGN_S)
-    assert done.returncode == 0, done.stderr[-4000:]
     assert "Traceback" not in done.stderr, done.stderr
     (run,) = (tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl")
-    assert json.loads(done.stdout.splitlines()[-1])["status"] == "done"
-    check_run(run, kimitui(tmp_path, "report", str(run)).stdout)
+    assert json.loads(done.stdout.splitlines()[-1])["status"] == "done", done.stderr[-4000:]
+    drift = check_run(run, kimitui(tmp_path, "report", str(run)).stdout)
+    assert done.returncode == (1 if drift else 0), done.stderr[-4000:]
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("kimitui-sim-*/model")), "the sim dir is left"
 
 
-def check_run(run: Path, report: str) -> None:
-    """What the campaign's run and its report say of the real engine."""
+def check_run(run: Path, report: str) -> bool:
+    """What the campaign's run and its report say of the real engine; whether the check found a drift.
+
+    Every phase is ok, the check too unless its own records show the restarted engine serving at another pace
+    beyond the margin and the requests' spread: alone on 2 cores it does not (every run so far), but beside two
+    CPU hogs and the rest of the suite the engine's pace follows the machine's load (a single stream of 23 tok/s
+    in Phase 1 and 37 after the restart, every request of one set apart from every request of the other), and
+    the check is right to say so."""
     events = list(RunReader(run).events())
     ends = [(e.phase, e.ok) for e in events if isinstance(e, PhaseEnd)]
-    assert ends == [(p, True) for p in ("macro", "cleanup", "micro", "analysis", "restart", "check")], ends
+    (probe,) = [e for e in events if isinstance(e, ProbeResult)]
+    assert ends == [(p, True) for p in ("macro", "cleanup", "micro", "analysis", "restart")] + \
+        [("check", not probe.drift)], ends
+    if probe.drift:  # the records justify it: past the margin and beyond the noise
+        assert probe.tok_s_change_pct is not None and probe.ttft_change_pct is not None, probe
+        assert (abs(probe.tok_s_change_pct) > probe.margin_pct and probe.tok_s_noise == "beyond noise") or \
+            (probe.ttft_change_pct > probe.ttft_margin_pct and probe.ttft_noise == "beyond noise"), probe
 
     # the simulated driver attributed each GPU's memory to the real worker holding it (both trees' workers)
     samples = [e for e in events if isinstance(e, HostSample)]
@@ -123,7 +135,6 @@ def check_run(run: Path, report: str) -> None:
     assert results["graceful"].status == "done", results["graceful"]
     assert results["graceful"].reason.startswith("every service process exited"), results["graceful"]
     assert results["verify"].status == "done" and results["restart"].status == "done", results
-    (probe,) = [e for e in events if isinstance(e, ProbeResult)]
     assert probe.failed == 0 and probe.tok_s, probe
 
     assert TP0 in report and ENGINE in report, report
@@ -132,3 +143,4 @@ def check_run(run: Path, report: str) -> None:
     seen = {(p.pid, p.start_time) for e in samples for p in e.procs
             if p.cmdline.startswith("VLLM::") or API in p.cmdline}
     assert seen and all(_gone(pid, st) for pid, st in seen), [x for x in seen if not _gone(*x)]
+    return probe.drift
