@@ -59,17 +59,19 @@ def read_row(pid: int, proc_root: str = "/proc") -> Row | None:
                tuple(status.nspid) if status else (), status.sig_ign if status else 0, ns, st.ppid)
 
 
+def _pids(proc_root: str) -> list[int]:
+    try:
+        return [int(name) for name in os.listdir(proc_root) if name.isdigit()]
+    except OSError:
+        return []
+
+
 def read_rows(proc_root: str = "/proc") -> dict[int, Row]:
     rows = {}
-    try:
-        names = os.listdir(proc_root)
-    except OSError:
-        return rows
-    for name in names:
-        if name.isdigit():
-            row = read_row(int(name), proc_root)
-            if row is not None:
-                rows[row.pid] = row
+    for pid in _pids(proc_root):
+        row = read_row(pid, proc_root)
+        if row is not None:
+            rows[row.pid] = row
     return rows
 
 
@@ -213,15 +215,10 @@ def fate_now(pid: int, proc_root: str = "/proc") -> list[Companion]:
 
 
 def any_stopped(proc_root: str = "/proc") -> bool:
-    try:
-        names = os.listdir(proc_root)
-    except OSError:
-        return False
-    for name in names:
-        if name.isdigit():
-            st = read_stat(int(name), proc_root)
-            if st is not None and st.state == STOPPED:
-                return True
+    for pid in _pids(proc_root):
+        st = read_stat(pid, proc_root)
+        if st is not None and st.state == STOPPED:
+            return True
     return False
 
 
