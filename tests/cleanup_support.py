@@ -8,7 +8,7 @@ Run as a script it becomes one of those children (stdlib only, starts fast):
   ctx SIM MEM MAPS              a torch-like process: maps the device files of MAPS (e.g. 0,1) and records MEM
                                 (e.g. 0=518,1=2426; "-" for none), as torch on cuda:1 does on a real 2 x H200 host
   monitor SIM                   opens every device file, maps none (an NVML-only monitor)
-  sleeper                       does nothing until killed
+  sleeper [stopped]             does nothing until killed (stopped: it stops itself first)
   tty SIM ROLE ARGS...          screen -dm / tmux new -d: holds a pty's master and runs ``ROLE ARGS`` as the
                                 leader of a new session with the pty as its controlling terminal
   hup_main SIM GPU MIB          a worker (GPU, MIB) that first double-forks a sleeper without setsid: re-parented
@@ -17,8 +17,9 @@ Run as a script it becomes one of those children (stdlib only, starts fast):
   session SIM ROLE ARGS...      a new session (setsid) whose leader stays, running ``ROLE ARGS`` in a process group
                                 of its own: the leader is that group's link to its session (SIM/ready/session-PID)
   orphan_main SIM GPU MIB       a worker (GPU, MIB) with a child it stopped (SIGSTOP) and a sleeper it double-forked
-                                without setsid (re-parented away, in its group): when it exits the group is orphaned
-                                with a stopped member (SIM/ready/stopped-PID and helper-PID name them)
+                                without setsid (re-parented away, in its group), stopped too: when it exits the group
+                                is orphaned with stopped members (SIM/ready/stopped-PID and helper-PID name them).
+                                Both stopped, as kernels differ on the running ones (docs/cleanup.md)
   exec_daemon SIM GPU MIB EXE   a worker that, on SIGTERM, execs EXE (a host daemon's path): same pid, same start
   leader_exit SIM GPU MIB       a worker whose main thread calls pthread_exit while another thread holds on
   orphaner SIM GPU MIB          takes a context (MIB on GPU) and forks two children that inherit it, then waits to
@@ -144,6 +145,8 @@ def child(argv: list[str]) -> None:
         (sim / "run" / "service.pid").write_text(f"{os.getpid()}\n")
         _forever()
     elif role == "sleeper":
+        if argv[2:] == ["stopped"]:
+            os.kill(os.getpid(), signal.SIGSTOP)
         _forever()
     elif role == "tty":
         assert sim is not None
@@ -194,8 +197,9 @@ def child(argv: list[str]) -> None:
         first = os.fork()
         if first == 0:  # double fork, no setsid: the helper stays in this process group
             helper = os.fork()
-            if helper == 0:
-                os.execv(sys.executable, [sys.executable, str(HERE), "sleeper", str(sim)])
+            if helper == 0:  # stopped too: every kernel sends an orphaned group's stopped members SIGHUP
+                os.execv(sys.executable, [sys.executable, str(HERE), "sleeper", str(sim), "stopped"])
+            os.waitpid(helper, os.WUNTRACED)
             (sim / "ready" / f"helper-{os.getppid()}").write_text(str(helper))
             os._exit(0)
         os.waitpid(first, 0)

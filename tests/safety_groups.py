@@ -10,9 +10,10 @@ that dies of the signal its child died of):
   from outside (nsenter): when the init ends, the kernel SIGKILLs it. A SIGTERM the init has no handler for is
   dropped.
 - ``pgrp``: a GPU holder leading a process group whose only link to its session is itself (the session's leader,
-  its launcher, is its parent), with a child the harness stopped (SIGSTOP) and a helper it double-forked without
-  setsid (re-parented to the harness, no descendant, in its group): when the holder ends, the group is orphaned
-  with a stopped member and the kernel sends it SIGHUP then SIGCONT, which ends the helper and the child.
+  its launcher, is its parent), with a child and a helper it double-forked without setsid (re-parented to the
+  harness, no descendant, in its group), both stopped by the harness (SIGSTOP): when the holder ends, the group
+  is orphaned with stopped members and the kernel sends it SIGHUP then SIGCONT, which ends the helper and the
+  child (a running member would live on kernels that send the SIGHUP to stopped members only: docs/vllm.md).
 - ``exec_daemon``: a GPU holder that execs into a host daemon's executable on SIGTERM (same pid, same start).
 - ``lead_exit``: a GPU holder whose main thread called pthread_exit: /proc reads its leader as a zombie.
 - ``orphans``: a GPU holder that forked two children, then was SIGKILLed (by the harness, before the cleanup):

@@ -874,11 +874,15 @@ class Table:
                 script = f"( {SLEEP} {toks[2]} & ) ; {SLEEP} {toks[1]} & exec {SLEEP} {toks[0]}"
                 launcher = subprocess.Popen([py, "-c", LAUNCH, "pgrp", DASH, "-c", script], **quiet)
                 add(holder, await found(toks[0]), [SLEEP, str(toks[0])], waiter=launcher)
-                child = await found(toks[1])
-                os.kill(child, signal.SIGSTOP)  # the group's stopped member (the harness stops it: not a cleanup's)
-                await until(lambda: _raw_state(child) == "T", SETUP_TIMEOUT_S, "the child to stop", interval=0.002)
+                child, helper = await found(toks[1]), await found(toks[2])
+                # the group's stopped members (the harness stops them: not a cleanup's); the helper too, as some
+                # kernels send an orphaned group's SIGHUP to its stopped members only (docs/vllm.md)
+                for member in (child, helper):
+                    os.kill(member, signal.SIGSTOP)
+                    await until(lambda m=member: _raw_state(m) == "T", SETUP_TIMEOUT_S, "a member to stop",
+                                interval=0.002)
                 add(leaves[1], child, [SLEEP, str(toks[1])])
-                add(leaves[2], await found(toks[2]), [SLEEP, str(toks[2])])
+                add(leaves[2], helper, [SLEEP, str(toks[2])])
             elif g.kind == "exec_daemon":
                 argv = [py, "-c", EXEC_ON_TERM, str(self.prog.daemons["nvidia-persistenced"]), str(toks[0])]
                 popen = subprocess.Popen(argv, **quiet)

@@ -2,7 +2,9 @@
 
 The agent's scan says, for each process, what the kernel ends when it ends (``ProcInfo.takes``: the foreground
 process group of a terminal it leads gets SIGHUP; every process of a PID namespace it is init of gets SIGKILL;
-each member of a process group its end orphans while a member is stopped gets SIGHUP and SIGCONT).
+each member of a process group its end orphans while a member is stopped gets SIGHUP and SIGCONT, as POSIX
+says; some kernels send that SIGHUP to the stopped members only, e.g. 6.18.44 on an H200 host, and a running
+member then lives: it is listed anyway, the safe side).
 Each step lists those processes in its preview ("dies with pid N (terminal hangup)"), tickable. A target is
 signalled only when every process that would die with it is the service's or was ticked; else it is refused
 with one line saying which and how to go on. The agent checks it again, fresh, right before the signal.
