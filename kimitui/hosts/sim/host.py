@@ -326,7 +326,7 @@ class SimHost(LocalHost):
             from kimitui.hosts.sim.openai_server import free_port
 
             self._port = free_port("127.0.0.1")
-        say_stderr(f"starting vLLM (TP={len(self.gpus)}): /health answers in a minute or more; its log: "
+        say_stderr(f"starting vLLM (TP={len(self.gpus)}): /health answers in 45 s or more; its log: "
                    f"{self.layout.service_log}")
 
     async def _start_engine(self, wait: bool) -> ProcId:
