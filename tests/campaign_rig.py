@@ -19,6 +19,7 @@ from kimitui.core.runfile import RunWriter
 from kimitui.core.session import Session
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.host import SimHost
+from kimitui.hosts.sim.quirks import EngineQuirks
 from kimitui.hosts.telemetry import TelemetrySource
 
 POLL_S = 0.05
@@ -90,11 +91,13 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def campaign_rig(cfg: CampaignConfig, tmp_path: Path, *, gpus: int = 2, stuck: int = 1,
-                       batching: BatchingModel | None = None, app_pumps: bool = False) -> AsyncIterator[Rig]:
+                       batching: BatchingModel | None = None, app_pumps: bool = False,
+                       quirks: str = "") -> AsyncIterator[Rig]:
     """``app_pumps``: the telemetry is left for a dashboard to pump (``rig.source`` in its sources), as
-    ``kimitui campaign`` does; the feed then reads the session."""
+    ``kimitui campaign`` does; the feed then reads the session. ``quirks``: the simulated server's
+    (kimitui/hosts/sim/quirks.py), e.g. ``cold=4``."""
     async with SimHost(gpus=gpus, stuck_workers=stuck, nvml_monitor=True, load_time=0.05, name="demo",
-                       batching=batching) as host:
+                       batching=batching, quirks=EngineQuirks.parse(quirks)) as host:
         path = tmp_path / "run.jsonl"
         session = Session(RunWriter(path, host="demo", meta={"command": "campaign"}))
         source = TelemetrySource(host, 0.2, sim_dir=host.sim_dir, dev_prefix=host.dev_prefix, scan_interval=0.2)

@@ -260,6 +260,34 @@ async def test_the_probe_flags_a_service_that_came_back_slower(tmp_path: Path) -
     assert end.status == "done" and end.note == "drift after the restart"
 
 
+async def test_a_restart_that_is_still_cold_is_not_drift(tmp_path: Path) -> None:
+    """A freshly started engine's first requests are slow (the simulated server's ``cold=4``: its first 4
+    requests after each start run at a third of its pace). Phase 1 warms it up with 4 requests not counted;
+    the probe, its warm-up not set, warms the restarted engine up as Phase 1 did and measures 8 warm requests:
+    no drift."""
+    cfg = small_config(["macro", "cleanup", "restart", "check"],
+                       macro={"concurrency": [1], "requests": "8x", "warmup": 4}, check={"requests": 8})
+    assert cfg.check.warmup == -1 and cfg.check_warmup() == 4
+    async with campaign_rig(cfg, tmp_path, quirks="cold=4") as rig:
+        end = await rig.machine.run()
+    (probe,) = rig.of(ProbeResult)
+    assert end.status == "done" and not probe.drift, probe
+    assert probe.requests == 8 and len(probe.tpot_all_ms) == 8 and probe.failed == 0, probe
+    assert rig.of(CampaignPlan)[0].settings["check"]["warmup"] == 4
+
+
+async def test_a_probe_that_measures_the_cold_requests_says_drift(tmp_path: Path) -> None:
+    """The control: the same cold engine, the probe told to warm nothing up (``[check] warmup = 0``) and to
+    measure 4 requests (too few to judge by their spread: the margin alone), all of them cold: drift, the
+    single stream about a third of Phase 1's. So the test above meets a server that really is cold."""
+    cfg = small_config(["macro", "cleanup", "restart", "check"],
+                       macro={"concurrency": [1], "requests": "8x", "warmup": 4}, check={"requests": 4, "warmup": 0})
+    async with campaign_rig(cfg, tmp_path, quirks="cold=4") as rig:
+        await rig.machine.run()
+    (probe,) = rig.of(ProbeResult)
+    assert probe.drift and probe.tok_s_change_pct is not None and probe.tok_s_change_pct < -probe.margin_pct, probe
+
+
 async def test_a_headless_campaign_never_waits_on_a_prompt(tmp_path: Path) -> None:
     from kimitui.commands.campaign import CampaignUsageError, apply_answers
 

@@ -64,7 +64,7 @@ def test_the_real_engines_demo_campaign_is_the_demos_lighter() -> None:
     assert max(cfg.macro.concurrency) < max(sim.macro.concurrency)
     assert set(cfg.micro_ms()) >= set(cfg.macro.concurrency)
     assert cfg.restart.health_s >= 600 and cfg.consent == sim.consent
-    assert cfg.macro.warmup == cfg.check.warmup > 0, "Phase 1 and the probe both measure an engine warmed up"
+    assert cfg.macro.warmup == cfg.check_warmup() > 0, "Phase 1 and the probe both measure an engine warmed up"
 
 
 @pytest.mark.parametrize(("title", "tp", "gpu"), [

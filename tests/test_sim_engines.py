@@ -254,15 +254,25 @@ async def test_nothing_listens_while_loading() -> None:
 
 
 def test_quirk_specs_parse_and_round_trip() -> None:
-    q = EngineQuirks.parse("transformers, eos=7,listen_delay=1.5")
+    q = EngineQuirks.parse("transformers, eos=7,listen_delay=1.5,cold=3")
     assert (q.strict_fields, q.role_first, q.no_done, q.metrics, q.tokenize) == (True, True, True, "none", "none")
-    assert (q.eos_after, q.listen_delay_s) == (7, 1.5)
+    assert (q.eos_after, q.listen_delay_s, q.cold_requests) == (7, 1.5, 3)
     assert EngineQuirks.parse(q.spec()) == q and EngineQuirks.parse("") == EngineQuirks()
     assert EngineQuirks.parse("metrics=sglang,tokenize=llamacpp").spec() == "metrics=sglang,tokenize=llamacpp"
     for bad, says in (("eos=0", "eos="), ("fast", "unknown quirk 'fast'"), ("metrics=tgi", "metrics=tgi"),
-                      ("listen_delay=-1", "listen_delay")):
+                      ("listen_delay=-1", "listen_delay"), ("cold=0", "cold="), ("cold=x", "cold=")):
         with pytest.raises(QuirkError, match=says):
             EngineQuirks.parse(bad)
+
+
+def test_a_cold_engines_first_requests_are_marked_cold() -> None:
+    """``cold=N``: the first N requests submitted after the start are cold (each step while one of them is in
+    the batch takes ``COLD_FACTOR`` times: tests/test_campaign.py measures it through a campaign)."""
+    from kimitui.hosts.sim.batching import COLD_FACTOR, DecodeScheduler
+
+    sched = DecodeScheduler(FAST, cold_requests=2)
+    assert [sched.submit(4).cold for _ in range(4)] == [True, True, False, False] and COLD_FACTOR > 1
+    assert not DecodeScheduler(FAST).submit(4).cold
 
 
 async def test_sim_host_serves_with_its_quirks() -> None:

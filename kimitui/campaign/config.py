@@ -98,8 +98,9 @@ class CheckSettings:
     """A drift in single-stream tok/s beyond this (either way) is flagged."""
     ttft_margin_pct: float = 25.0
     """A TTFT higher than Phase 1's by more than this is flagged."""
-    warmup: int = 0
-    """Requests sent before the probe and not counted (a freshly started engine's first ones are slow)."""
+    warmup: int = -1
+    """Requests sent before the probe and not counted (a freshly started engine's first ones are slow); -1 (not
+    set): as many as Phase 1's, at least ``MIN_CHECK_WARMUP`` (``CampaignConfig.check_warmup``)."""
 
 
 @dataclass(slots=True)
@@ -128,13 +129,19 @@ class CampaignConfig:
             return sorted(set(self.micro.ms))
         return sorted({1 << i for i in range(9)} | set(self.macro.concurrency))
 
+    def check_warmup(self) -> int:
+        """The probe's uncounted requests: as set, else Phase 1's and at least ``MIN_CHECK_WARMUP`` (a restarted
+        engine is cold whatever Phase 1 met: on the H200 a probe of 3 cold requests read -63 % tok/s)."""
+        return self.check.warmup if self.check.warmup >= 0 else max(self.macro.warmup, MIN_CHECK_WARMUP)
+
     def settings(self) -> dict[str, Any]:
         """Each phase's settings as plain values (the CampaignPlan event carries them)."""
         from dataclasses import asdict
 
         return {"macro": asdict(self.macro), "cleanup": asdict(self.cleanup),
                 "micro": {**asdict(self.micro), "ms": self.micro_ms()}, "restart": asdict(self.restart),
-                "check": asdict(self.check), "sample_interval_s": self.sample_interval_s}
+                "check": {**asdict(self.check), "warmup": self.check_warmup()},
+                "sample_interval_s": self.sample_interval_s}
 
 
 # --- reading -------------------------------------------------------------------------------------------
@@ -275,9 +282,9 @@ def validate(cfg: CampaignConfig, path: str) -> None:
         raise CampaignConfigError(f"{path}: [restart] health_s {cfg.restart.health_s:g}: 0 to 7200 s")
     k = cfg.check
     if not 1 <= k.requests <= MAX_CHECK_REQUESTS or not 0 <= k.max_tokens <= MAX_TOKENS_LEN \
-            or not 0 <= k.warmup <= MAX_CHECK_REQUESTS:
+            or not -1 <= k.warmup <= MAX_CHECK_REQUESTS:
         raise CampaignConfigError(f"{path}: [check] requests 1 to {MAX_CHECK_REQUESTS}, max_tokens 0 to "
-                                  f"{MAX_TOKENS_LEN:,}")
+                                  f"{MAX_TOKENS_LEN:,}, warmup 0 to {MAX_CHECK_REQUESTS}")
     if not (0 < k.margin_pct <= 1000 and 0 < k.ttft_margin_pct <= 1000):
         raise CampaignConfigError(f"{path}: [check] margin_pct and ttft_margin_pct above 0, at most 1000")
 
@@ -288,6 +295,7 @@ MAX_M = 1 << 16
 MAX_TP = 64
 MAX_SWEEP_BYTES = 1 << 34
 MAX_CHECK_REQUESTS = 1000
+MIN_CHECK_WARMUP = 2
 
 
 def _validate_cleanup(c: CleanupSettings, path: str) -> None:
@@ -361,20 +369,20 @@ def demo_config(engine: str = "sim") -> CampaignConfig:
 
 VLLM_DEMO: dict[str, dict[str, Any]] = {
     "campaign": {"name": "demo: a real vLLM (a tiny random Llama on this machine's CPUs), simulated RTX PRO 6000s"},
-    "macro": {"concurrency": [1, 2, 4], "requests": "8x", "warmup": 4},
+    "macro": {"concurrency": [1, 2, 4], "requests": "8x", "warmup": 4, "max_tokens": 32},
     "cleanup": {"drain_s": 120, "graceful_s": 60, "term_grace_s": 5, "verify_s": 30},
     "micro": {"ms": [1, 2, 4]},
     "restart": {"health_s": 900},
-    "check": {"requests": 8, "warmup": 4, "margin_pct": 50, "ttft_margin_pct": 1000},
+    "check": {"requests": 8, "margin_pct": 50, "ttft_margin_pct": 1000},
 }
 """The demo campaign over a real vLLM on a CPU of 2 cores or so (``kimitui demo --campaign --engine vllm``): a few
-levels (a few minutes in all, most of it the engine's two starts), the waits of a real engine (its start takes a
-minute or more alone on 2 cores), a few requests not counted before Phase 1 and the probe (a freshly started
-engine's first ones are slow), 8 requests at concurrency 1 on each side of the check (judged against their spread),
-and its margins wide: the tiny model's TTFT is about 10 ms, below this machine's own noise (the engine's workers
-busy-poll both cores: the client waited for a CPU 86-98 % of each level and its loop lagged ~100 ms, TTFTs read
-50-290 ms, a single stream's tok/s 217 in one run and 549 in the next), so the TTFT check is in effect off and a
-drop of tok/s by half beyond the spread is what is flagged."""
+levels of short answers (32 tokens; about three minutes in all, most of it the engine's two starts), the waits of a
+real engine (its start takes 45 s or more alone on 2 cores, eager), a few requests not counted before Phase 1 and the
+probe (a freshly started engine's first ones are slow), 8 requests at concurrency 1 on each side of the check (judged
+against their spread), and its margins wide: the tiny model's TTFT is about 10 ms, below this machine's own noise
+(the engine's workers busy-poll both cores: the client waited for a CPU 86-98 % of each level and its loop lagged
+~100 ms, TTFTs read 50-290 ms, a single stream's tok/s 217 in one run and 549 in the next), so the TTFT check is in
+effect off and a drop of tok/s by half beyond the spread is what is flagged."""
 
 
 DEMO_TEXT = """
@@ -498,5 +506,6 @@ requests = 8            # single-stream requests of the post-restart probe (5 or
 # max_tokens = 128      # default: the macro phase's
 margin_pct = 10         # flag a single-stream tok/s that moved more than this from Phase 1's
 ttft_margin_pct = 25    # flag a TTFT this much above Phase 1's
-# warmup = 0            # requests sent first and not counted (a freshly started engine's first ones are slow)
+# warmup = 2            # requests sent first and not counted (a freshly started engine's first ones are slow);
+                        # default: [macro] warmup, at least 2
 """

@@ -515,7 +515,7 @@ class Campaign:
         await check.check_phase(self.publish, self.api_url, baseline, requests=k.requests,
                                 max_tokens=k.max_tokens or m.max_tokens, input_len=m.input_len, endpoint=m.endpoint,
                                 model=m.model or None, margin_pct=k.margin_pct, ttft_margin_pct=k.ttft_margin_pct,
-                                cancel=self._cancel, ignore_eos=m.ignore_eos, warmup=k.warmup,
+                                cancel=self._cancel, ignore_eos=m.ignore_eos, warmup=self.cfg.check_warmup(),
                                 base=self.state.macro_requests.get(1))
         return self._phase_ok("check")
 

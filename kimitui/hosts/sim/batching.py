@@ -40,6 +40,9 @@ REFERENCE_PREFILL_TPS = 8000.0
 PREFILL_CHUNK = 8192
 ALLREDUCES_PER_STEP = 122
 HIDDEN = 7168
+COLD_FACTOR = 3.0
+"""How much slower a cold engine's steps are (quirks ``cold=N``): the H200's transformers serve streamed 35 tok/s
+just after its start against 95 warm (issue 37)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +185,8 @@ class BatchingModel:
 class Sequence:
     """One running request as the scheduler sees it: tokens are pushed to its queue as steps end."""
 
-    __slots__ = ("admitted_at", "block_hashes", "cached_tokens", "done", "max_tokens", "prefill_left", "produced",
-                 "prompt_tokens", "queue")
+    __slots__ = ("admitted_at", "block_hashes", "cached_tokens", "cold", "done", "max_tokens", "prefill_left",
+                 "produced", "prompt_tokens", "queue")
 
     def __init__(self, max_tokens: int, prompt_tokens: int = 0, block_hashes: tuple[int, ...] = ()) -> None:
         self.max_tokens = max_tokens
@@ -197,6 +200,8 @@ class Sequence:
         self.produced = 0
         self.queue: asyncio.Queue[int] = asyncio.Queue()
         self.done = False
+        self.cold = False
+        """One of the first requests of a cold engine (``cold_requests``): the batch's steps are slower."""
 
 
 class DecodeScheduler:
@@ -204,8 +209,11 @@ class DecodeScheduler:
     step to its queue (``-1`` never: a request ends when ``produced == max_tokens``)."""
 
     def __init__(self, model: BatchingModel, *, on_batch: Callable[[int], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, prefix_cache: PrefixCache | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, prefix_cache: PrefixCache | None = None,
+                 cold_requests: int = 0) -> None:
         self.model = model
+        self._cold_left = cold_requests
+        """Requests still to be submitted cold: a freshly started engine's first ones (quirks ``cold=N``)."""
         self.prefix_cache = prefix_cache
         self._on_batch = on_batch
         self._clock = clock
@@ -247,6 +255,9 @@ class DecodeScheduler:
 
     def submit(self, max_tokens: int, prompt_tokens: int = 0, block_hashes: tuple[int, ...] = ()) -> Sequence:
         seq = Sequence(max_tokens, prompt_tokens, block_hashes)
+        if self._cold_left > 0:
+            self._cold_left -= 1
+            seq.cold = True
         self._waiting.append(seq)
         self._wake.set()
         return seq
@@ -307,6 +318,8 @@ class DecodeScheduler:
             now = self._clock()
             prefilled = self._plan_prefill()
             step = self.model.step_time(batch) + (self.model.prefill_time(prefilled) if prefilled else 0.0)
+            if any(s.cold and not s.done for s in self._running):
+                step *= COLD_FACTOR
             start = step_end if 0.0 <= now - step_end < step else now
             step_end = start + step
             while (left := step_end - self._clock()) > 0:

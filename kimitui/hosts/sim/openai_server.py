@@ -107,7 +107,8 @@ class OpenAIApp:
         self.faults = faults or FaultPlan()
         self.quirks = quirks or EngineQuirks()
         self._ready = ready or (lambda: True)
-        self.scheduler = DecodeScheduler(self.batching, on_batch=on_batch, prefix_cache=self.prefix_cache)
+        self.scheduler = DecodeScheduler(self.batching, on_batch=on_batch, prefix_cache=self.prefix_cache,
+                                         cold_requests=self.quirks.cold_requests)
         self.metrics = ServerMetrics(model, "sglang" if self.quirks.metrics == "sglang" else "vllm")
         self.created = int(time.time())
         self.generation_requests = 0

@@ -12,6 +12,9 @@ A spec is a comma-separated list (``--quirks`` of the servers, ``SimHost(quirks=
 - ``eos=N``: the model emits EOS after N tokens unless the request says ``ignore_eos: true`` (outputs
   shorter than ``max_tokens``, finish_reason ``stop``);
 - ``listen_delay=S``: the port opens S seconds after the server starts (nothing listens while it loads);
+- ``cold=N``: the first N requests after the server starts run at a third of its pace, as a freshly started
+  engine's do (``transformers serve`` loads the model on its first request; an engine meets each new shape
+  the first time, allocators grow): every step while one of them is in the batch takes ``COLD_FACTOR`` times;
 - ``metrics=vllm|sglang|none``: the names ``/metrics`` serves (``none``: 404);
 - ``tokenize=vllm|sglang|llamacpp|none``: ``POST /tokenize`` with ``{"prompt"|"messages"}`` -> ``{"count"}``
   (vLLM), ``POST /v1/tokenize`` with ``{"prompt"}`` -> ``{"tokens", "count"}`` (SGLang), ``POST /tokenize``
@@ -42,6 +45,7 @@ class EngineQuirks:
     no_done: bool = False
     eos_after: int | None = None
     listen_delay_s: float = 0.0
+    cold_requests: int = 0
     metrics: MetricsFlavor = "vllm"
     tokenize: TokenizeForm = "vllm"
 
@@ -62,11 +66,15 @@ class EngineQuirks:
             if key in _FLAGS:
                 return replace(self, **{key: True})
             raise QuirkError(f"unknown quirk {key!r}; one of {', '.join((*_FLAGS, 'transformers'))}, eos=N, "
-                             "listen_delay=S, metrics=..., tokenize=...")
+                             "listen_delay=S, cold=N, metrics=..., tokenize=...")
         if key == "eos":
             if not value.isdigit() or int(value) < 1:
                 raise QuirkError(f"eos={value!r}: a number of tokens, at least 1")
             return replace(self, eos_after=int(value))
+        if key == "cold":
+            if not value.isdigit() or int(value) < 1:
+                raise QuirkError(f"cold={value!r}: a number of requests, at least 1")
+            return replace(self, cold_requests=int(value))
         if key == "listen_delay":
             try:
                 delay = float(value)
@@ -89,6 +97,8 @@ class EngineQuirks:
             parts.append(f"eos={self.eos_after}")
         if self.listen_delay_s:
             parts.append(f"listen_delay={self.listen_delay_s!r}")
+        if self.cold_requests:
+            parts.append(f"cold={self.cold_requests}")
         parts += [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
                   if f.name in ("metrics", "tokenize") and getattr(self, f.name) != getattr(default, f.name)]
         return ",".join(parts)
