@@ -11,6 +11,8 @@ Figures (each a function registered in FIGURES; add yours the same way):
   dashboard-cpu  the dashboard on a 120x40 pty (Textual's real driver) while a live source feeds it 8 GPUs and
                64 processes at 2 Hz: the bytes it writes to the terminal per 30 s and its CPU (the child's
                /proc utime+stime) over --duration seconds, for two loads (LOADS).
+  first-paint  what `kimitui demo` writes to a 120x40 pty in its first 5 s, per second and its largest writes
+               (--runs, --dump FILE keeps the last run's bytes).
   table-cpu    the GPU table's cost a frame: 8 GPU rows with new figures every frame (Textual headless,
                120x40), drawn by KeyedTable (kimitui's Line API table) and by a plain DataTable fed the
                same cells through update_cell; CPU time of this process per frame, each table in its own app.
@@ -422,11 +424,65 @@ def table_cpu(args: argparse.Namespace) -> None:
     print(f"  DataTable + update_cell       {(plain - idle) * 1e3:6.2f} ms  ({(plain - idle) / (keyed - idle):.1f}x)")
 
 
+def _first_paint_once(window: float, dump: Path | None) -> list[tuple[float, int]]:
+    """(seconds from the start, bytes) of each read of ``kimitui demo`` on a 120x40 pty over ``window`` s."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": ""}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="kimitui-first-paint-")
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "kimitui", "demo"], stdin=slave, stdout=slave, stderr=slave,
+                            env=env, cwd=ROOT, start_new_session=True)
+    os.close(slave)
+    reads: list[tuple[float, int]] = []
+    stream = bytearray()
+    try:
+        while (left := t0 + window - time.monotonic()) > 0:
+            if select.select([master], [], [], min(left, 0.1))[0]:
+                chunk = os.read(master, 65536)
+                reads.append((time.monotonic() - t0, len(chunk)))
+                stream += chunk
+    finally:
+        os.write(master, b"q")
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        os.close(master)
+        shutil.rmtree(env["XDG_DATA_HOME"], ignore_errors=True)
+    if dump is not None:
+        dump.write_bytes(bytes(stream))
+    return reads
+
+
+def first_paint(args: argparse.Namespace) -> None:
+    """What ``kimitui demo`` writes to a 120x40 terminal in its first 5 s (issue 37: <= 14 KB; nvitop's whole
+    first paint is ~6 KB), and when: the bytes per second and the largest writes."""
+    for run in range(args.runs):
+        reads = _first_paint_once(5.0, Path(args.dump) if args.dump else None)
+        total = sum(n for _, n in reads)
+        per_s = [sum(n for t, n in reads if i <= t < i + 1) for i in range(5)]
+        big = sorted(reads, key=lambda r: -r[1])[:4]
+        print(f"  run {run + 1}: {total / 1000:.1f} KB in the first 5 s (target <= 14), per second "
+              f"{' / '.join(f'{b / 1000:.1f}' for b in per_s)} KB; first byte at {reads[0][0]:.2f} s; largest "
+              f"writes {', '.join(f'{n / 1000:.1f} KB at {t:.2f} s' for t, n in big)}" if reads else
+              f"  run {run + 1}: nothing written in 5 s")
+
+
 FIGURES: dict[str, Callable[[argparse.Namespace], None]] = {
     "agent-cost": agent_cost,
     "ssh-latency": ssh_latency,
     "dashboard-cpu": dashboard_cpu,
     "table-cpu": table_cpu,
+    "first-paint": first_paint,
 }
 
 
@@ -436,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--sim", action="store_true", help="agent-cost: use the sim source even with NVML")
     ap.add_argument("--duration", type=float, default=30.0, help="dashboard-cpu: seconds measured (default 30)")
+    ap.add_argument("--runs", type=int, default=3, help="first-paint: runs (default 3)")
+    ap.add_argument("--dump", help="first-paint: write the bytes of the last run to this file")
     ap.add_argument("--dashboard-child", choices=LOADS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.dashboard_child:

@@ -239,3 +239,44 @@ def test_figures_in_columns_are_written_down_each_column() -> None:
     # down the first column, then the second, then the third: one absolute move a column
     assert out.count("\x1b[B\b") == 21 and out.count("H") == 3, repr(out)
     assert len(out) < 3 * 8 * 9, len(out)  # row by row: an absolute move to each row's first figure, steps right
+
+
+def test_a_full_update_is_written_once_a_look_and_then_only_what_changed() -> None:
+    """The first full update writes every cell (the shadow knows none), each look's SGR once per run of it
+    rather than Textual's reset and SGR per segment; the next (a layout that changed as the tables filled, a
+    screen pushed) only its changed cells; the terminal left as Textual's own writes would leave it. After a
+    suspend (``forget``) every cell is written again; a full update of a part of an unknown screen is sent as
+    it is."""
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.geometry import Region
+    from textual.strip import Strip
+
+    console = Console(color_system="256", force_terminal=True, width=30, height=4)
+    red, blue = Style(color="red", bgcolor="black"), Style(color="blue", bgcolor="black")
+
+    def frame(util: str) -> LayoutUpdate:
+        return LayoutUpdate([[Strip([Segment(f"gpu {i}", red), Segment(f"  {util}%".ljust(24), blue)])]
+                             for i in range(4)], Region(0, 0, 30, 4))
+
+    def written(shadow: ScreenShadow, update: LayoutUpdate) -> str:
+        out = minimal_update(shadow, update, (30, 4), console)
+        assert out is not update
+        return out.render_segments(console)  # type: ignore[attr-defined]
+
+    shadow, term, textual = ScreenShadow(), Terminal(30, 4), Terminal(30, 4)
+    first = written(shadow, frame("41"))
+    term.feed(first)
+    textual.feed(frame("41").render_segments(console))
+    assert term.cells == textual.cells and shadow.complete
+    assert len(first) < len(frame("41").render_segments(console)), (len(first), repr(first))
+    assert written(shadow, frame("41")) == ""
+    second = written(shadow, frame("47"))
+    term.feed(second)
+    textual.feed(frame("47").render_segments(console))
+    assert term.cells == textual.cells and len(second) < 40, repr(second)
+    shadow.forget()
+    assert "gpu 0" in written(shadow, frame("47"))
+    partial = LayoutUpdate([[Strip([Segment("x", red)])]], Region(3, 1, 1, 1))
+    fresh = ScreenShadow()
+    assert minimal_update(fresh, partial, (30, 4), console) is partial and not fresh.complete

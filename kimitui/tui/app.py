@@ -216,6 +216,8 @@ class KimituiApp(ScreenshotDelivery, ReplayControls):
         self.query_one("#proc-table").border_title = "Processes"
         self.query_one("#event-log").border_title = "Events"
         apply_size(self.screen_stack[0], *self.size)
+        if (shadow := self._shadow) is not None:  # suspended, the terminal is another's: nothing on it is known
+            self.app_suspend_signal.subscribe(self, lambda _: shadow.forget(), immediate=True)
         for warning in self.startup_warnings:
             self.log.warning(warning)
             self.notify(warning, title="kimitui", severity="warning", timeout=12)

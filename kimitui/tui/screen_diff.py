@@ -5,7 +5,10 @@ as its 84 cells with their styles, twice a second for every GPU, which over SSH 
 operator feels. ``ScreenShadow`` keeps what the terminal shows (a character and a style a cell) and turns
 each partial update (Textual's ``ChopsUpdate``) into the runs of cells that differ from it, each written
 at its position, as curses does. A full update (``LayoutUpdate``: the first frame, a resize, a screen
-pushed) is sent whole and taken as the new picture, so the shadow never drifts from the terminal for long.
+pushed, a layout that changed as the first samples filled the tables) is diffed the same way once the shadow
+knows every cell of a screen of that size; the first one, one after a resize, or after the app handed the
+terminal away (a suspend) is sent whole and taken as the new picture. Two full paints in the first seconds
+were half of what the dashboard wrote on its start (issue 37).
 """
 
 from __future__ import annotations
@@ -123,11 +126,18 @@ class ScreenShadow:
         self.strips: list[dict[int, Strip]] = []
         """Per row, the strips whose cells the row holds, by column: a chop that is the same (immutable)
         strip again is skipped without looking at its cells (Textual keeps a line it did not repaint)."""
+        self.complete = False
+        """Every cell of the screen is known (a full update covered it): a full update can be diffed."""
 
     def reset(self, width: int, height: int) -> None:
         self.width = width
         self.rows = [[UNKNOWN] * width for _ in range(height)]
         self.strips = [{} for _ in range(height)]
+        self.complete = False
+
+    def forget(self) -> None:
+        """The terminal was someone else's a while (a suspend): nothing on it is known."""
+        self.reset(self.width, len(self.rows))
 
     def _took(self, y: int, x: int, strip: Strip | None) -> None:
         """Row ``y`` now holds ``strip``'s cells from ``x`` (None: cells not known): forget the strips it
@@ -155,6 +165,8 @@ class ScreenShadow:
         if width != self.width or height != len(self.rows):
             self.reset(width, height)
         region = update.region
+        if region.x <= 0 and region.y <= 0 and region.right >= width and region.bottom >= height:
+            self.complete = True
         for y, line in enumerate(update.strips, region.y):
             x = region.x
             for strip in line:
@@ -384,13 +396,36 @@ def _render(cells: list[Cell], styles: list[Style | None], console: Console) -> 
 
 def minimal_update(shadow: ScreenShadow, update: object, size: tuple[int, int],
                    console: Console) -> object:
-    """The update to write instead of ``update``: only the changed cells of a partial one; a full one as
-    it is (the shadow takes it)."""
+    """The update to write instead of ``update``: only the changed cells of a partial one, and of a full one
+    once the shadow knows the whole screen; else a full one as it is (the shadow takes it)."""
     if isinstance(update, LayoutUpdate):
-        shadow.take_full(update, *size, console._color_system or ColorSystem.TRUECOLOR)
-        return update
+        region = update.region
+        whole = region.x <= 0 and region.y <= 0 and region.right >= size[0] and region.bottom >= size[1]
+        if not (shadow.complete and shadow.width == size[0] and len(shadow.rows) == size[1]):
+            if not whole:
+                shadow.take_full(update, *size, console._color_system or ColorSystem.TRUECOLOR)
+                return update
+            shadow.reset(*size)  # every cell unknown: all written, a look's SGR once per run of it
+        diffed = DiffUpdate(shadow.diff(_as_chops(update, size[1]), console))
+        shadow.complete = shadow.complete or whole
+        return diffed
     if isinstance(update, ChopsUpdate):
         if shadow.width != size[0] or len(shadow.rows) != size[1]:
             shadow.reset(*size)  # a resize with no full update yet: nothing is known
         return DiffUpdate(shadow.diff(update, console))
     return update
+
+
+def _as_chops(update: LayoutUpdate, height: int) -> ChopsUpdate:
+    """A full update as the partial one of its every line (what ``ScreenShadow.diff`` reads)."""
+    chops: list[dict[int, Strip | None]] = [{} for _ in range(height)]
+    spans: list[tuple[int, int, int]] = []
+    for y, line in enumerate(update.strips, update.region.y):
+        if not 0 <= y < height:
+            continue
+        x = update.region.x
+        for strip in line:
+            chops[y][x] = strip
+            x += strip.cell_length
+        spans.append((y, update.region.x, x))
+    return ChopsUpdate(chops, spans, [[end] for _, _, end in spans])
