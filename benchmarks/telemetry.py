@@ -435,7 +435,8 @@ def _first_paint_once(window: float, dump: Path | None) -> list[tuple[float, int
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": ""}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    for var in ("PYTHONDONTWRITEBYTECODE", "COLUMNS", "LINES"):  # the pty's size, not the caller's
+        env.pop(var, None)
     env["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="kimitui-first-paint-")
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "kimitui", "demo"], stdin=slave, stdout=slave, stderr=slave,

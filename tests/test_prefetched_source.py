@@ -62,3 +62,23 @@ async def test_closed_unconsumed_it_stops_reading() -> None:
     await until(lambda: source.yielded == 1, "the first event read")
     prefetched.close()
     await until(lambda: source.ended, "the source's reading cancelled")
+
+
+async def test_what_was_read_is_taken_at_once_and_the_rest_and_its_end_come_after() -> None:
+    """``take_ready``: the events read so far (the dashboard publishes them before its first frame); the
+    consumer then gets the rest, and a failure read with them is still raised where it is consumed."""
+    source = Counted(3, fail=True)
+    prefetched = Prefetched(source)
+    await until(lambda: source.ended, "the source read to its failure")
+    assert [e.message for e in prefetched.take_ready()] == ["line 0", "line 1", "line 2"]  # type: ignore[attr-defined]
+    assert prefetched.take_ready() == []
+    session = Session()
+    with pytest.raises(ConnectionError, match="the agent went away"):
+        await session.pump(prefetched)
+    assert session.state.events == 0
+
+    more = Counted(2)
+    waiting = Prefetched(more)
+    await until(lambda: more.yielded == 2, "two read")
+    assert len(waiting.take_ready()) == 2
+    waiting.close()

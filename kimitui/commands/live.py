@@ -58,6 +58,8 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
                 from kimitui.tui.launch import run_live
 
                 look.hand_over()
+                for event in prefetched.take_ready():  # the first frame shows what the first look showed
+                    session.publish(event)
                 started = True
                 rc = await run_live(session, [prefetched], live, theme=args.theme)
             finally:

@@ -86,6 +86,8 @@ class Prefetched:
         self.source = source
         self.on_event = on_event
         self._queue: asyncio.Queue[Event | _Failed | None] = asyncio.Queue()
+        self._end: list[_Failed | None] = []
+        """The source's end (or failure) met by ``take_ready``: what ``events()`` meets first."""
         self._task = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -99,9 +101,22 @@ class Prefetched:
         finally:
             self._queue.put_nowait(None)
 
+    def take_ready(self) -> list[Event]:
+        """The events read so far that nobody consumed, taken now (the dashboard publishes them before its first
+        frame, which then shows the first sample rather than an empty table filled a frame later); the source's
+        end or failure, if read, stays for ``events()``."""
+        taken: list[Event] = []
+        while not self._end and not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is None or isinstance(item, _Failed):
+                self._end.append(item)
+            else:
+                taken.append(item)
+        return taken
+
     async def events(self) -> AsyncIterator[Event]:
         try:
-            while (item := await self._queue.get()) is not None:
+            while (item := (self._end.pop() if self._end else await self._queue.get())) is not None:
                 if isinstance(item, _Failed):
                     raise item.error
                 yield item
