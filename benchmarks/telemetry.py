@@ -47,6 +47,11 @@ the compositor ~2.6 ms (the GPU table's 8 changed lines ~0.9 ms, the memory hist
 message loop the rest. Before the
 band compositor a frame where the header and the GPU rows changed rendered all 25 widgets of the dashboard,
 every line of each; the input thread woke 10 times a second (0.13 % of a core idle; now 0.00 %).
+first-paint (issue 37, `kimitui demo` on a 120x40 pty, the first 5 s; nvitop's whole first paint is ~6 KB): 26.7 KB
+  with every full update sent whole (the first frame, then again as the tables filled); 15.4 KB with the full
+  updates after the first diffed; 11.6-11.8 KB with the first one written a look at a time too. On the H200 host
+  (docs/device-runs/issue37-start-draw-1xh200): 26-27 KB before, 14.8-15.0 KB after (Textual's first frame
+  there comes before the rows are filled: 3.7 KB of their blanks, then the rows).
 Where the bytes go: a cursor move and 1-3 characters per changed figure (~16-32 a frame), an SGR change per
 look, 4 bytes of reset a frame; the memory history's sparklines while they fill (the first 11 s).
 """
