@@ -32,6 +32,7 @@ def main() -> int:
     ap.add_argument("command", nargs="*")
     args = ap.parse_args()
     import pyte
+    from telemetry import quit_on_pty  # this folder's (run as a script, it is on sys.path)
 
     command = args.command or [sys.executable, "-m", "kimitui", "demo"]
     master, slave = pty.openpty()
@@ -62,13 +63,7 @@ def main() -> int:
             print(f"{time.monotonic() - t0:6.2f} s {len(chunk):6d} B  rows {rows if len(rows) < 40 else 'all'}")
             before = now
     finally:
-        os.write(master, b"q")
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        os.close(master)
+        quit_on_pty(proc, master, 20.0)
         if dump is not None:
             dump.close()
     print(f"{total / 1000:.1f} KB in {args.seconds:g} s")

@@ -303,6 +303,17 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def quit_on_pty(proc: subprocess.Popen[bytes], master: int, wait_s: float = 10.0) -> None:
+    """Press q on the app's pty, wait for it (killed past ``wait_s``), close the pty."""
+    os.write(master, b"q")
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    os.close(master)
+
+
 def _on_a_pty(load: str, duration: float, settle: float = 4.0) -> tuple[int, float, float]:
     """(bytes written, CPU seconds, wall seconds) of the dashboard on a 120x40 pty over ``duration``."""
     import fcntl
@@ -332,13 +343,7 @@ def _on_a_pty(load: str, duration: float, settle: float = 4.0) -> tuple[int, flo
         written = drain(wall0 + duration)
         return written, _cpu_seconds(proc.pid) - cpu0, time.monotonic() - wall0
     finally:
-        os.write(master, b"q")
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        os.close(master)
+        quit_on_pty(proc, master)
 
 
 def dashboard_cpu(args: argparse.Namespace) -> None:
@@ -456,13 +461,7 @@ def _first_paint_once(window: float, dump: Path | None) -> list[tuple[float, int
                 reads.append((time.monotonic() - t0, len(chunk)))
                 stream += chunk
     finally:
-        os.write(master, b"q")
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-        os.close(master)
+        quit_on_pty(proc, master, 20.0)
         shutil.rmtree(env["XDG_DATA_HOME"], ignore_errors=True)
     if dump is not None:
         dump.write_bytes(bytes(stream))
