@@ -31,3 +31,26 @@ def test_the_first_frame_imports_none_of_the_heavy_modules() -> None:
     loaded = set(json.loads(out.stdout))
     assert "kimitui.tui.app" in loaded and "textual.app" in loaded
     assert sorted(m for m in HEAVY if m in loaded) == []
+
+
+LOCAL_DASHBOARD_PATH = """
+import json, sys
+from kimitui.commands.main import _read
+args = _read(sys.argv[1:])
+print(json.dumps({"modules": sorted(m for m in sys.modules if m.startswith("kimitui.commands")),
+                  "args": {k: v for k, v in vars(args).items()}}))
+"""
+
+
+def test_the_local_dashboards_command_line_imports_no_other_command() -> None:
+    """``kimitui`` (its theme at most) is parsed by the top level alone: no command's module is imported to build
+    the others' parsers before its start; the arguments read are the full parser's."""
+    from kimitui.commands.main import build_parser, parse
+
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    for argv in ([], ["--theme", "nord"], ["--theme=nord"]):
+        out = subprocess.run([sys.executable, "-c", LOCAL_DASHBOARD_PATH, *argv], cwd=ROOT, capture_output=True,
+                             text=True, check=True, env=env)
+        got = json.loads(out.stdout)
+        assert got["modules"] == ["kimitui.commands", "kimitui.commands.main", "kimitui.commands.output"], got
+        assert got["args"] == vars(parse(build_parser(), argv)), argv

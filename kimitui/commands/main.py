@@ -23,7 +23,9 @@ def _add_remote_python(p: argparse.ArgumentParser) -> None:
                    help="the python (3.8 or newer) that runs kimitui's agent on an SSH host (default python3)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(full: bool = True) -> argparse.ArgumentParser:
+    """The command line's parser; not ``full``: the top level alone (``kimitui`` with no argument but its theme,
+    the local dashboard, whose start waits on it: no command's module is imported to build the others)."""
     parser = argparse.ArgumentParser(
         prog="kimitui",
         description="Terminal dashboard for a GPU profiling campaign: telemetry, safe cleanup, benchmarks, replay.",
@@ -32,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"kimitui {__version__}")
     sub = parser.add_subparsers(dest="command")
+    if not full:
+        _add_theme(parser, default=None)
+        return parser
 
     p = sub.add_parser("replay", help="play a recorded run in the dashboard (the bundled sample run by default)")
     p.add_argument("file", nargs="?", type=Path, help="run file (.jsonl or .jsonl.gz), or a bundled run's name")
@@ -161,7 +166,14 @@ def _read(argv: list[str] | None) -> argparse.Namespace:
 
         prestart_agent()
         mark("agent-prestarted")
-    return parse(build_parser(), argv)
+    return parse(build_parser(full=not _only_a_theme(sys.argv[1:] if argv is None else argv)), argv)
+
+
+def _only_a_theme(argv: list[str]) -> bool:
+    """No argument but ``--theme NAME`` (or ``--theme=NAME``): the local dashboard, nothing else to parse."""
+    if len(argv) == 2 and argv[0] == "--theme" and not argv[1].startswith("-"):
+        return True
+    return not argv or (len(argv) == 1 and argv[0].startswith("--theme="))
 
 
 def _dispatch(args: argparse.Namespace) -> int:
