@@ -12,6 +12,7 @@ from typing import Any
 
 from kimitui.campaign.config import CampaignConfig, parse_config
 from kimitui.campaign.machine import Campaign, CampaignHost
+from kimitui.campaign.preflight import preflight
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.sample_feed import SampleFeed
 from kimitui.core.events import Event
@@ -110,8 +111,13 @@ async def campaign_rig(cfg: CampaignConfig, tmp_path: Path, *, gpus: int = 2, st
             if not app_pumps:
                 await feed.latest(timeout=15)
             target = CampaignHost(host, "demo", simulated=True, sim_dir=host.sim_dir, api_url=host.api_url)
+
+            async def gpus_on_host() -> list[int]:
+                return [g.index for g in host.gpus]
+
+            served = await preflight(cfg, target, list(cfg.phases), gpus_on_host)  # as kimitui campaign does
             machine = Campaign(cfg, session, target, feed, operator="tester", headless=True,
-                               audit_factory=lambda: AuditLog(tmp_path / "audit.log"))
+                               audit_factory=lambda: AuditLog(tmp_path / "audit.log"), served=served)
             rig = Rig(host, session, machine, path, source)
             session.subscribe(rig.events.append)
             yield rig

@@ -740,6 +740,9 @@ class TableResult:
     run_tables makes each a wrong, or the harness's doing when another table's signal explains it."""
     died_with: Counter[str] = field(default_factory=Counter)
     """Deaths by the kernel's signal along with a signalled target, listed in its preview and consented: by role."""
+    notes: list[str] = field(default_factory=list)
+    """Why a table sent no signal at all (the service not found, the executor's last events): said in the
+    report, so a table that exercised nothing explains itself."""
 
     def describe(self) -> str:
         s = self.spec
@@ -748,6 +751,7 @@ class TableResult:
             lines.append(f"  error: {self.error}")
         lines += [f"  wrong: {w.kind}: {w.detail}" for w in self.wrong]
         lines += [f"  the harness's doing: {w.kind}: {w.detail}" for w in self.foreign]
+        lines += [f"  note: {n}" for n in self.notes]
         for d in self.decisions:
             lines.append(f"  {d.step} [{d.mode}] targets {[r.pid for r in d.preview.targets]} spared "
                          f"{[r.pid for r in d.preview.spared]} -> accepted={d.decision.accepted} "
@@ -1106,8 +1110,10 @@ class Table:
             protected = {p.pid for p in self.procs if p.role == "protected"}
             host = TableHost(self.shared, protected, self.forks)
             ex = CleanupExecutor(host, self.target(), self, self.consent, publish=self.events.append)
-            with contextlib.suppress(ServiceNotFound):
+            try:
                 await ex.run()
+            except ServiceNotFound as exc:
+                self.result.notes.append(f"the service was not found: {exc}")
         except ReuseMissed:
             pass  # counted; the table stopped before its next step
         except Exception as exc:  # the table is reported, with its seed; the others go on
@@ -1119,6 +1125,12 @@ class Table:
                 self.result.reuses["stale pid taken"] += 1  # by the table's end: the counter let it go
             await self.teardown()
             self.judge(alive)
+            if not self.result.sent:
+                from kimitui.core.describe import describe
+
+                said = [describe(ev) for ev in self.events[-6:]]
+                self.result.notes.append("no signal sent; the executor's last events: "
+                                         + " | ".join(x for x in said if x) if said else "no signal, no event")
         return self.result
 
     async def teardown(self) -> None:
@@ -1334,6 +1346,8 @@ class Summary:
     """Signals and deaths across a table's edge: the harness's doing (TableResult.foreign), not the cleanup's."""
     foreign_kinds: Counter[str] = field(default_factory=Counter)
     died_with: Counter[str] = field(default_factory=Counter)
+    quiet: list[TableResult] = field(default_factory=list)
+    """Tables that sent no signal (their notes say why)."""
 
     def add(self, res: TableResult) -> None:
         self.tables += 1
@@ -1352,6 +1366,8 @@ class Summary:
             self.errors.append(res)
         if res.wrong or res.foreign:
             self.failing.append(res)
+        elif res.notes:
+            self.quiet.append(res)
 
     def line(self) -> str:
         return (f"{self.tables} tables, {self.sent} signals sent, {self.wrong} wrong"
@@ -1365,7 +1381,7 @@ class Summary:
         lines += [f"  {n} x {detail}" for detail, n in self.odd.most_common()]
         lines += [f"  {n} x {kind}" for kind, n in self.kinds.most_common()]
         lines += [f"  {n} x the harness's doing: {kind}" for kind, n in self.foreign_kinds.most_common()]
-        lines += [r.describe() for r in (self.failing + self.errors)[:show]]
+        lines += [r.describe() for r in (self.failing + self.errors + self.quiet)[:show]]
         return "\n".join(lines)
 
 

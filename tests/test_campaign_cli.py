@@ -41,8 +41,15 @@ def test_the_whole_campaign_headless_then_its_report(tmp_path: Path) -> None:
                     "## Phase 3: where a decode step's time goes", "## Post-restart check",
                     "Output tok/s against concurrency:"):
         assert heading in report, heading
-    budget = state_at(reader, len(reader)).budget
+    state = state_at(reader, len(reader))
+    budget, served = state.budget, state.served_model
     assert budget is not None and budget.level
+    # the model: named by the simulated server, its config.json read from the HF cache its process uses; Phase 2
+    # measured its shapes and Phase 3 divided them
+    assert served is not None and served.name == budget.model == "moonshotai/Kimi-K2.5", served
+    assert "/hf/hub/models--moonshotai--Kimi-K2.5/snapshots/" in served.source and "(pid " in served.source
+    assert {r.plan.model for r in state.micro_runs} == {served.name}
+    assert "**Model:** moonshotai/Kimi-K2.5 (deepseek_v3, " in report
     assert f"**Verdict:** At the {budget.level} (" in report and f"| {budget.plateau_m} ({budget.level}) |" in report
     audit = [json.loads(line) for line in (tmp_path / "data" / "kimitui" / "audit.log").read_text().splitlines()]
     assert {a["event"] for a in audit} >= {"step_preview", "consent", "signal", "step_result"}

@@ -75,7 +75,8 @@ async def test_continue_after_failure_goes_on_to_the_transition(tmp_path: Path, 
 
 async def test_the_dashboard_holds_after_a_failed_phase_1_and_the_operator_chooses(tmp_path: Path,
                                                                                    refusing: str) -> None:
-    cfg = small_config(["macro", "cleanup", "micro"], service={"api_url": refusing})
+    cfg = small_config(["macro", "cleanup", "micro"], service={"api_url": refusing},
+                       model={"preset": "kimi-k2.5"})  # its server's model is no real one's: the file names it
     async with campaign_rig(cfg, tmp_path) as rig:
         rig.machine.headless = False
         task = asyncio.ensure_future(rig.machine.run())

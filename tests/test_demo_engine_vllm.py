@@ -21,7 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.core.events import DrainProgress, HostSample, PhaseEnd, ProbeResult, StepPreview, StepResult
+from kimitui.core.events import (
+    DrainProgress,
+    HostSample,
+    MicroPlan,
+    PhaseEnd,
+    ProbeResult,
+    ServedModel,
+    StepPreview,
+    StepResult,
+)
 from kimitui.core.runfile import RunReader
 from kimitui.hostside.procfs import start_time_of
 from tests.support import cli_env
@@ -138,6 +147,12 @@ def check_run(run: Path, report: str) -> bool:
     assert probe.failed == 0 and probe.tok_s, probe
 
     assert TP0 in report and ENGINE in report, report
+
+    # the model measured is the one vLLM serves: its folder's config.json, read where vLLM's process sees it
+    (served,) = [e for e in events if isinstance(e, ServedModel)]
+    assert served.family == "llama" and served.tp == 2 and "/config.json (pid " in served.source, served
+    assert {e.model for e in events if isinstance(e, MicroPlan)} == {served.name}
+    assert "**Model:** " in report
 
     # nothing of either vLLM tree (the first and the restarted one) outlives kimitui
     seen = {(p.pid, p.start_time) for e in samples for p in e.procs

@@ -110,3 +110,28 @@ def test_bench_micro_demo_runs_to_the_end_and_records_a_simulated_run(tmp_path: 
     holding = {p.pid for s in during for p in s.procs if p.kind == "cuda" and p.gpu_mem_mib
                and "kimitui-worker" in p.cmdline}
     assert holding, "no sample caught a micro worker holding simulated GPU memory"
+
+
+def test_bench_micro_measures_the_preset_it_is_given(tmp_path: Path) -> None:
+    """``--model NAME``: the plan and every row are that preset's shapes (not Kimi-K2.5's); a name that is no
+    preset is one line, exit 2, before any host is opened."""
+    from kimitui.bench.micro.presets import preset
+    from kimitui.bench.micro.shapes import shapes_for
+
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "kimitui", "bench", "micro", "--host", "demo", "--json", "--gemm",
+                          "--model", "glm-5", "--pace", "0", "--ms", "1", "--interval", "0.2"],
+                         capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    (plan,) = [d for d in lines if d["type"] == "micro_plan"]
+    want = shapes_for(preset("glm-5"), 8)
+    assert plan["model"] == "zai-org/GLM-5" and [g["name"] for g in plan["gemms"]] == [g.name for g in want.gemms]
+    rows = {d["name"]: (d["n"], d["k"]) for d in lines if d["type"] == "gemm_row"}
+    assert rows["o_proj"] == (6144, 2048) and "indexer_wq_b" in rows, rows  # GLM-5's, at TP=8
+    assert set(rows.values()) <= {(g.n, g.k) for g in want.gemms}, rows
+    bad = subprocess.run([sys.executable, "-m", "kimitui", "bench", "micro", "--host", "demo", "--model", "glm-6"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "kimitui bench micro: no preset 'glm-6'; presets: kimi-k2.5, glm-5, deepseek-v3, qwen3-235b-a22b, "
+        "llama-3.1-70b, gpt-oss-120b"], bad.stderr

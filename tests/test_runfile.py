@@ -41,6 +41,7 @@ from kimitui.core.events import (
     ProcRef,
     ProcSample,
     RequestFieldsDropped,
+    ServedModel,
     ServerSample,
     SignalLate,
     SignalOutcome,
@@ -119,6 +120,9 @@ def every_event() -> list:
                    after_s=16.2, after_end=True),
         HostCommand(t=7.66, step="reset", argv=["nvidia-smi", "-i", "0", "-pm", "0"], purpose="persistence off",
                     ok=False, detail="rc 6"),
+        ServedModel(t=7.68, name="org/m", source="the server's org/m: /hf/config.json (pid 7)", family="llama", tp=2,
+                    config={"model_type": "llama", "hidden_size": 256}, params_total=143_000_000,
+                    params_active=143_000_000, server_names=["org/m"], note="n ✓"),
         CampaignEnd(t=7.7, status="done", note="ok"),
     ]
 

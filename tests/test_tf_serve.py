@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.core.events import MacroPoint, ProbeResult
+from kimitui.core.events import MacroPoint, ProbeResult, ServedModel
 from tests.campaign_rig import campaign_rig, small_config
 from tests.sshd import free_port
 from tests.support import ROOT, phases_of
@@ -225,7 +225,7 @@ async def test_a_campaign_against_transformers_serve_under_supervisord(
     cfg = small_config(["macro", "cleanup", "restart", "check"],
                        service={"spec": f"supervisor:tfserve@{conf}", "api_url": url},
                        macro={"concurrency": [1, 2], "requests": "2x", "max_tokens": MAX_TOKENS},
-                       cleanup={"graceful_s": 15}, restart={"health_s": START_TIMEOUT_S},
+                       cleanup={"graceful_s": 15}, restart={"health_s": START_TIMEOUT_S}, model={"tp": 1},
                        # a freshly started server's first requests run cold (about a third slower here), and
                        # the machine's load moves between the phases (a parallel suite ran Phase 1 at a third of
                        # the probe's speed): the probe is checked, drift is not the point, so the widest margins
@@ -235,6 +235,9 @@ async def test_a_campaign_against_transformers_serve_under_supervisord(
     assert phases_of(rig.events) == [(p, s) for p in ("macro", "cleanup", "restart", "check")
                                      for s in ("start", "ok")], end
     assert end.status == "done", end
+    (served,) = rig.of(ServedModel)  # named by the server (/v1/models: the folder), its config read on the host
+    assert served.family == "llama" and served.tp == 1 and served.params_total, served
+    assert "/config.json (pid " in served.source, served.source
     assert [(p.concurrency, p.metrics['completed']) for p in rig.of(MacroPoint)] == [(1, 2), (2, 4)]
     (probe,) = rig.of(ProbeResult)
     assert probe.failed == 0 and probe.tok_s and probe.baseline_tok_s, probe

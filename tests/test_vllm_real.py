@@ -29,6 +29,7 @@ from kimitui.core.events import (
     MacroPoint,
     PhaseStart,
     ProbeResult,
+    ServedModel,
     SignalOutcome,
     StepPreview,
     StepResult,
@@ -160,7 +161,7 @@ async def test_a_campaign_drains_stops_restarts_and_probes_the_real_server(
                        service={"spec": f"supervisor:vllm@{vllm.conf}", "api_url": vllm.url},
                        macro={"concurrency": [1, 2], "requests": "2x", "max_tokens": MAX_TOKENS},
                        cleanup={"drain_s": START_TIMEOUT_S, "graceful_s": 60},
-                       restart={"health_s": START_TIMEOUT_S},
+                       restart={"health_s": START_TIMEOUT_S}, model={"tp": 2},
                        # the probe is checked, drift is not the point: the widest margins
                        check={"margin_pct": 1000, "ttft_margin_pct": 1000})
     monkeypatch.setenv("PATH", f"{VENV_BIN}:{os.environ['PATH']}")  # supervisorctl found on PATH, as on a host
@@ -194,6 +195,9 @@ async def test_a_campaign_drains_stops_restarts_and_probes_the_real_server(
         for s in streams:
             s.cancel()
     assert end.status == "done", end
+    (served,) = rig.of(ServedModel)  # vLLM's /v1/models names the folder it loaded: its config read there
+    assert served.family == "llama" and served.tp == 2 and served.params_total and not served.note, served
+    assert "/config.json (pid " in served.source, served.source
     assert phases_of(rig.events) == [(p, s) for p in ("macro", "cleanup", "restart", "check")
                                      for s in ("start", "ok")], end
     assert [(p.concurrency, p.metrics["completed"], p.metrics["failed"]) for p in rig.of(MacroPoint)] == \

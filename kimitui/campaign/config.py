@@ -84,6 +84,20 @@ class MicroSettings:
 
 
 @dataclass(slots=True)
+class ModelSettings:
+    """The served model, where the server cannot say it (``kimitui.campaign.served_model``)."""
+
+    preset: str = ""
+    """A preset by name (``kimitui shapes --model``): measured when the server's model cannot be found."""
+    config: str = ""
+    """Its config.json (or the folder holding it) on the host: read there, before the server's word."""
+    tp: int = 0
+    """The tensor-parallel size it is served at; 0: [micro] tp (read only where this is not set)."""
+    expert_parallel: bool = False
+    """Served with vLLM's --enable-expert-parallel."""
+
+
+@dataclass(slots=True)
 class RestartSettings:
     health_s: float = 600.0
 
@@ -120,6 +134,7 @@ class CampaignConfig:
     macro: MacroSettings = field(default_factory=MacroSettings)
     cleanup: CleanupSettings = field(default_factory=CleanupSettings)
     micro: MicroSettings = field(default_factory=MicroSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
     restart: RestartSettings = field(default_factory=RestartSettings)
     check: CheckSettings = field(default_factory=CheckSettings)
     file: str = ""
@@ -128,6 +143,10 @@ class CampaignConfig:
         if self.micro.ms:
             return sorted(set(self.micro.ms))
         return sorted({1 << i for i in range(9)} | set(self.macro.concurrency))
+
+    def tp(self) -> int:
+        """The TP the model is served at: [model] tp, else [micro] tp."""
+        return self.model.tp or self.micro.tp
 
     def check_warmup(self) -> int:
         """The probe's uncounted requests: as set, else Phase 1's and at least ``MIN_CHECK_WARMUP`` (a restarted
@@ -139,14 +158,15 @@ class CampaignConfig:
         from dataclasses import asdict
 
         return {"macro": asdict(self.macro), "cleanup": asdict(self.cleanup),
-                "micro": {**asdict(self.micro), "ms": self.micro_ms()}, "restart": asdict(self.restart),
+                "micro": {**asdict(self.micro), "ms": self.micro_ms(), "tp": self.tp()},
+                "model": asdict(self.model), "restart": asdict(self.restart),
                 "check": {**asdict(self.check), "warmup": self.check_warmup()},
                 "sample_interval_s": self.sample_interval_s}
 
 
 # --- reading -------------------------------------------------------------------------------------------
 
-_TOP = {"campaign", "service", "consent", "macro", "cleanup", "micro", "restart", "check"}
+_TOP = {"campaign", "service", "consent", "macro", "cleanup", "micro", "model", "restart", "check"}
 
 
 def _kind(value: Any) -> str:
@@ -239,7 +259,7 @@ def parse_config(data: dict[str, Any], path: str = "campaign file") -> CampaignC
         if not isinstance(answer, str) or answer not in ANSWERS:
             raise CampaignConfigError(f"{path}: [consent] {step} = {_got(answer)}: ask, yes or no")
         cfg.consent[step] = answer
-    for name in ("macro", "cleanup", "micro", "restart", "check"):
+    for name in ("macro", "cleanup", "micro", "model", "restart", "check"):
         if name in data:
             _section(path, name, data[name], getattr(cfg, name))
     validate(cfg, path)
@@ -278,6 +298,7 @@ def validate(cfg: CampaignConfig, path: str) -> None:
         raise CampaignConfigError(f"{path}: [macro] requests: {exc}") from None
     _validate_cleanup(cfg.cleanup, path)
     _validate_micro(cfg.micro, path)
+    _validate_model(cfg, path)
     if not 0 <= cfg.restart.health_s <= 7200:
         raise CampaignConfigError(f"{path}: [restart] health_s {cfg.restart.health_s:g}: 0 to 7200 s")
     k = cfg.check
@@ -315,8 +336,6 @@ def _validate_cleanup(c: CleanupSettings, path: str) -> None:
 
 
 def _validate_micro(mi: MicroSettings, path: str) -> None:
-    from kimitui.bench.micro.shapes import ShapeError, load_config, shapes_for
-
     if any(p not in ("gemm", "allreduce") for p in mi.parts) or not mi.parts:
         raise CampaignConfigError(f"{path}: [micro] parts: gemm and/or allreduce")
     if any(not 1 <= v <= MAX_M for v in mi.ms) or not 1 <= mi.tp <= MAX_TP:
@@ -325,10 +344,25 @@ def _validate_micro(mi: MicroSettings, path: str) -> None:
         raise CampaignConfigError(f"{path}: [micro] backends: marlin, torch-int4, bf16")
     if not 0 <= mi.sweep_max_bytes <= MAX_SWEEP_BYTES or not 0 <= mi.pace_s <= 60:
         raise CampaignConfigError(f"{path}: [micro] sweep_max_bytes 0 to {MAX_SWEEP_BYTES:,}, pace_s 0 to 60")
-    try:  # the model's dimensions split over TP (the same check ``kimitui bench micro`` makes)
-        shapes_for(load_config(None), mi.tp)
-    except ShapeError as exc:
-        raise CampaignConfigError(f"{path}: [micro] tp {mi.tp}: {exc}") from None
+
+
+def _validate_model(cfg: CampaignConfig, path: str) -> None:
+    from kimitui.bench.micro.presets import PRESETS, preset
+    from kimitui.bench.micro.shapes import ShapeError, shapes_for
+
+    mo = cfg.model
+    if not 0 <= mo.tp <= MAX_TP:
+        raise CampaignConfigError(f"{path}: [model] tp {mo.tp}: 1 to {MAX_TP} (0: [micro] tp)")
+    if mo.preset and mo.preset not in PRESETS:
+        raise CampaignConfigError(f"{path}: [model] preset {mo.preset!r}: one of {', '.join(PRESETS)}")
+    if mo.config and not mo.config.startswith("/"):
+        raise CampaignConfigError(f"{path}: [model] config {mo.config!r}: an absolute path on the host (its "
+                                  "config.json or the folder holding it)")
+    if mo.preset:
+        try:  # the preset's dimensions split over TP (the same check ``kimitui bench micro`` makes)
+            shapes_for(preset(mo.preset), cfg.tp(), mo.expert_parallel)
+        except ShapeError as exc:
+            raise CampaignConfigError(f"{path}: [model] preset {mo.preset} at tp {cfg.tp()}: {exc}") from None
 
 
 def load_config(path: str | Path) -> CampaignConfig:
@@ -360,7 +394,7 @@ def demo_config(engine: str = "sim") -> CampaignConfig:
     data = tomllib.loads(DEMO_TEXT)
     if engine != "sim":
         for section, values in VLLM_DEMO.items():
-            data[section].update(values)
+            data.setdefault(section, {}).update(values)
     cfg = parse_config(data, "the demo campaign")
     cfg.file = "(built in: kimitui demo --campaign)" if engine == "sim" else \
         f"(built in: kimitui demo --campaign --engine {engine})"
@@ -497,6 +531,16 @@ backends = ["marlin", "torch-int4", "bf16"]
 tp = 8
 sweep_max_bytes = 1073741824
 force = false           # run even when the GPUs hold memory (they should not after the transition)
+
+[model]
+# The model Phase 2 measures and Phase 3 divides. Left out, it is found from the server: the folder or
+# Hugging Face id /v1/models names, its config.json read on the host (the folder, or the HF cache the
+# server's processes use). A model that cannot be found is said before Phase 1.
+# preset = "kimi-k2.5"  # measured when the server's model cannot be found: kimi-k2.5, glm-5, deepseek-v3,
+#                       # qwen3-235b-a22b, llama-3.1-70b, gpt-oss-120b (kimitui shapes --model NAME)
+# config = "/models/Kimi-K2.5/config.json"   # read on the host before the server's word (or its folder)
+# tp = 8                # the tensor-parallel size it is served at (default: [micro] tp)
+# expert_parallel = false  # served with --enable-expert-parallel
 
 [restart]
 health_s = 600          # the longest wait for the health endpoint after the start

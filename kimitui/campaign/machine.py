@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kimitui.campaign.config import CampaignConfig
@@ -32,7 +31,17 @@ from kimitui.cleanup.services import ServiceManager
 from kimitui.cleanup.setup import UsageError, build_target, parse_gpus, parse_service
 from kimitui.cleanup.steps import GPUS_HELD, service_up
 from kimitui.core.campaign_state import PHASE_TITLES
-from kimitui.core.events import CampaignControl, CampaignEnd, CampaignPlan, Event, LogLine, StepPreview
+from kimitui.core.events import (
+    CampaignControl,
+    CampaignEnd,
+    CampaignPlan,
+    Event,
+    LogLine,
+    PhaseEnd,
+    PhaseStart,
+    ServedModel,
+    StepPreview,
+)
 from kimitui.core.session import Session
 from kimitui.hosts.base import Host, HostError
 from kimitui.phases import analysis, check, macro, micro, restart, transition
@@ -62,61 +71,6 @@ def campaign_service(cfg: CampaignConfig, simulated: bool, api_url: str) -> Serv
         return parse_service(spec, health)
     except UsageError as exc:
         raise UsageError(f"{cfg.file}: [service] spec: {exc}") from None
-
-
-async def preflight(cfg: CampaignConfig, target: CampaignHost, todo: list[str], gpus_on_host: Callable[
-        [], Awaitable[list[int]]]) -> None:
-    """Before anything is recorded, what a typo in the file would otherwise show an hour in: the service
-    is on the host (looked up as the cleanup does), every GPU in scope exists. Raises UsageError (one line)."""
-    from kimitui.cleanup.services import ServiceNotFound
-    from kimitui.cleanup.setup import check_gpus
-
-    service = campaign_service(cfg, target.simulated, (cfg.api_url or target.api_url).rstrip("/"))
-    if service is not None and "cleanup" in todo:  # a resumed restart may find a pid service gone: it was stopped
-        try:
-            await service.locate(target.host)
-        except ServiceNotFound as exc:
-            raise UsageError(f"{cfg.file}: [service] spec {cfg.service or service.label!r}: {exc}") from None
-    wanted = parse_gpus(cfg.cleanup.gpus)
-    if wanted is not None:
-        check_gpus(wanted, await gpus_on_host(), target.label, f"{cfg.file}: [cleanup] gpus")
-    warning = await reach_api(cfg, target, todo)
-    if warning:
-        print(f"kimitui campaign: {warning}", file=sys.stderr)
-
-
-API_PHASES = ("macro", "check")
-"""The phases that talk to the service's OpenAI-compatible API."""
-
-
-async def reach_api(cfg: CampaignConfig, target: CampaignHost, todo: list[str], timeout_s: float = 10.0) -> str:
-    """The API the campaign will use, reached once (``GET /v1/models``; any HTTP answer will do) before
-    Phase 1: a host name that does not resolve is a usage error (UsageError: a typo or the --init example's
-    host left in), not a Phase 1 that fails an hour in. Any other failure to connect is returned as a warning
-    when the first phase to run needs the server (a later one may follow the restart); "" when all is well."""
-    import httpx
-
-    from kimitui.bench.macro.transport import ssl_context
-    from kimitui.core.error_words import exc_words, resolver_words, unresolved
-
-    api_url = (cfg.api_url or target.api_url).rstrip("/")
-    if not api_url or not any(p in API_PHASES for p in todo):
-        return ""
-    try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), verify=ssl_context()) as client:
-            await client.get(f"{api_url}/v1/models")
-    except (httpx.HTTPError, OSError) as exc:
-        gai = unresolved(exc)
-        if gai is not None:
-            name = httpx.URL(api_url).host or api_url
-            hint = ("leave api_url out with host = \"demo\": the simulated host's own server is used"
-                    if target.simulated and cfg.api_url else "is the host name right?")
-            raise UsageError(f"{cfg.file}: [service] api_url {api_url}: cannot resolve {name} "
-                             f"({resolver_words(gai)}): {hint}") from None
-        if todo[0] in API_PHASES:
-            return (f"[service] api_url {api_url} does not answer ({exc_words(exc)}): "
-                    f"{PHASE_TITLES.get(todo[0], todo[0])} will fail unless the server is up by then")
-    return ""
 
 
 def policy_consent(policy: dict[str, str], ask: ConsentCallback | None, operator: str,
@@ -154,8 +108,11 @@ class Campaign:
     def __init__(self, cfg: CampaignConfig, session: Session, target: CampaignHost, feed: SampleFeed,
                  ask: ConsentCallback | None = None, operator: str = "", headless: bool = False,
                  audit_factory: Callable[[], AuditLog] = AuditLog, resume: ResumePlan | None = None,
-                 dropped_bytes: int = 0, continue_after_failure: bool = False) -> None:
+                 dropped_bytes: int = 0, continue_after_failure: bool = False,
+                 served: ServedModel | None = None) -> None:
         self.cfg = cfg
+        self.served = served
+        """The model measured (``preflight``), published after the plan; None: a resumed run's, recorded."""
         self.session = session
         self.target = target
         self.feed = feed
@@ -294,11 +251,15 @@ class Campaign:
             for ev in self.resume.closing(time.time(), self.dropped_bytes, self.operator):
                 self.publish(ev)
             todo = list(self.resume.todo)
+            if self.served is not None:  # a run recorded before the model was
+                self.publish(self.served)
         else:
             self.publish(CampaignPlan(time.time(), name=cfg.name, file=cfg.file, host=self.target.label,
                                       service=self.service.label if self.service else "none", api_url=self.api_url,
                                       health_url=cfg.health_url, phases=list(cfg.phases), consent=dict(cfg.consent),
                                       settings=cfg.settings(), headless=self.headless, operator=self.operator))
+            if self.served is not None:
+                self.publish(self.served)
             todo = list(cfg.phases)
             await self._preflight()
         status, note = "done", ""
@@ -419,7 +380,20 @@ class Campaign:
             await macro.macro_phase(self.publish, cfg, self._cancel)
         except (ConfigError, MacroError) as exc:
             self._log(f"Phase 1 could not run: {exc}", "error")
+        await self._identify_again()
         return self._phase_ok("macro")
+
+    async def _identify_again(self) -> None:
+        """The model, where the server did not answer before Phase 1: asked again while it still runs."""
+        from kimitui.campaign.served_model import ModelUnknown, identify_served
+
+        served = self.state.served_model
+        if served is None or served.identified or "micro" not in self.cfg.phases:
+            return
+        try:
+            self.publish(await identify_served(self.cfg, self.target.host, self.api_url, self.service, needed=True))
+        except (ModelUnknown, HostError) as exc:
+            self._log(f"the served model: {exc}", "error")
 
     async def _cleanup(self) -> bool:
         target = self.cleanup_target()
@@ -452,10 +426,20 @@ class Campaign:
             if not free:
                 return False
         parts = [p for p in mi.parts if self.resume is None or p not in self.resume.micro_parts_done]
-        cfg = MicroConfig(parts=parts, tp=mi.tp, ms=self.cfg.micro_ms(), backends=list(mi.backends),
+        served = self.state.served_model
+        if served is None or not served.identified:
+            from kimitui.campaign.served_model import NAME_IT
+
+            why = served.note if served is not None else "none was recorded"
+            self.publish(PhaseStart(time.time(), phase="micro", title="GEMM and all-reduce micro benchmarks"))
+            self.publish(PhaseEnd(time.time(), phase="micro", ok=False,
+                                  note=f"the served model was not identified ({why}): {NAME_IT}"))
+            return False
+        cfg = MicroConfig(parts=parts, tp=served.tp, ms=self.cfg.micro_ms(), backends=list(mi.backends),
                           gpus=parse_gpus(self.cfg.cleanup.gpus), sweep_max=mi.sweep_max_bytes, force=mi.force,
                           skip={k: list(v) for k, v in (self.resume.micro_done if self.resume else {}).items()})
-        cfg.burst_tokens = list(cfg.ms)  # the 122-burst at every M the budget divides
+        cfg.model_config, cfg.expert_parallel = served.config, served.expert_parallel
+        cfg.burst_tokens = list(cfg.ms)  # the step's all-reduce burst at every M the budget divides
         if self.target.simulated:
             cfg.modelled, cfg.sim_dir, cfg.pace_s = "rtx-pro-6000", self.target.sim_dir, mi.pace_s
         try:

@@ -128,7 +128,8 @@ def printer(out: TextIO, as_json: bool, session: Any) -> Any:
 
 
 async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
-    from kimitui.campaign.machine import Campaign, CampaignHost, preflight
+    from kimitui.campaign.machine import Campaign, CampaignHost
+    from kimitui.campaign.preflight import preflight
     from kimitui.campaign.resume import ResumeError, plan_resume
     from kimitui.cleanup.audit import AuditLog
     from kimitui.cleanup.consent import current_operator
@@ -155,8 +156,9 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
                            **(demo_engine_args(args) if cfg.host == "demo" else {})) as opened:
         target = CampaignHost(opened.host, opened.label, simulated=opened.facts.simulated, sim_dir=opened.sim_dir,
                               api_url=opened.facts.api_url or "", nvidia_smi=opened.facts.nvidia_smi or "nvidia-smi")
-        await preflight(cfg, target, list(resume.todo if resume is not None else cfg.phases),
-                        lambda: host_gpus(opened, cfg.sample_interval_s))
+        served = await preflight(cfg, target, list(resume.todo if resume is not None else cfg.phases),
+                                 lambda: host_gpus(opened, cfg.sample_interval_s),
+                                 resume.state if resume is not None else None)
         if resume is not None:
             writer, dropped = RunWriter.reopen(resume.path)
             session = Session(writer)
@@ -179,7 +181,8 @@ async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
 
         machine = Campaign(cfg, session, target, feed, operator=operator, headless=headless, audit_factory=audit,
                            resume=resume, dropped_bytes=dropped,
-                           continue_after_failure=bool(getattr(args, "continue_after_failure", False)))
+                           continue_after_failure=bool(getattr(args, "continue_after_failure", False)),
+                           served=served)
         try:
             if headless:
                 rc = await _headless(machine, session, source, feed, args)
@@ -330,5 +333,6 @@ def cmd_demo_campaign(args: argparse.Namespace) -> int:
     if bad is not None:
         return bad
     cfg = demo_config(getattr(args, "engine", "sim") or "sim")
+    cfg.model.tp = args.gpus  # the simulated host serves its model over every GPU it has
     return run(cfg, args)
 

@@ -108,7 +108,12 @@ def add_micro_parser(bench_sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--allreduce", action="store_true", help="the all-reduce benchmark (default: both)")
     p.add_argument("--json", action="store_true", help="the run's events as JSON lines (rows, env, topology, end)")
     p.add_argument("--tp", type=int, default=8)
-    p.add_argument("--config", type=Path, help="HF config.json (default: Kimi-K2.5)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--config", type=Path, help="the model's HF config.json (default: Kimi-K2.5)")
+    which.add_argument("--model", help="a preset: kimi-k2.5 (the default), glm-5, deepseek-v3, qwen3-235b-a22b, "
+                                       "llama-3.1-70b, gpt-oss-120b")
+    p.add_argument("--expert-parallel", action="store_true",
+                   help="as vLLM's --enable-expert-parallel: the routed experts split across the GPUs whole")
     p.add_argument("--ms", type=parse_ints, help="token counts M (default 1,2,4,...,256)")
     p.add_argument("--backends", type=parse_names, help="marlin,torch-int4,bf16 (default: all found)")
     p.add_argument("--gpus", type=parse_ints, help="GPUs in scope (default: all; the GEMM runs on the first)")
@@ -137,7 +142,11 @@ def _config(args: argparse.Namespace) -> Any:
     parts = [p for p in ("gemm", "allreduce") if getattr(args, p)] or ["gemm", "allreduce"]
     cfg = MicroConfig(parts=parts, tp=args.tp, config_path=args.config, device=args.device, force=args.force,
                       threshold_mib=args.threshold_mib, python=args.python, gpus=args.gpus or None,
-                      ranks=args.ranks, modes=args.modes)
+                      ranks=args.ranks, modes=args.modes, expert_parallel=args.expert_parallel)
+    if args.model:
+        from kimitui.bench.micro.presets import preset
+
+        cfg.model_config = preset(args.model)
     if args.ms:
         cfg.ms = args.ms
     if args.backends:
@@ -198,7 +207,7 @@ async def _micro(args: argparse.Namespace) -> int:
     import signal
     import time
 
-    from kimitui.bench.micro.shapes import load_config, shapes_for
+    from kimitui.bench.micro.shapes import shapes_for
     from kimitui.bench.micro.tables import TextPrinter
     from kimitui.core.events import (
         AllReduceRow,
@@ -214,7 +223,7 @@ async def _micro(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     cfg.validate()
-    shapes_for(load_config(cfg.config_path), cfg.tp)  # a bad config or TP is a usage error before any host
+    shapes_for(cfg.model_data(), cfg.tp, cfg.expert_parallel)  # a bad config or TP: a usage error before any host
     json_types = (MicroPlan, MicroEnv, Topology, GemmRow, AllReduceRow, MicroEnd)
     text = TextPrinter()
 

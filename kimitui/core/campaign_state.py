@@ -19,6 +19,7 @@ from kimitui.core.events import (
     PhaseEnd,
     PhaseStart,
     ProbeResult,
+    ServedModel,
 )
 
 PhaseStatus = str
@@ -89,13 +90,17 @@ class CampaignRecords:
     drain: DrainProgress | None = None
     budget: DecodeBudget | None = None
     probe: ProbeResult | None = None
+    served: ServedModel | None = None
+    """The model the campaign measures (the latest said)."""
 
 
 def fold_campaign(fold: CampaignRecords, ev: Event) -> None:
     c = fold.campaign
     if isinstance(ev, CampaignPlan):
         fold.campaign = CampaignState(ev, {p: CampaignPhase(p) for p in ev.phases})
-        fold.drain = fold.budget = fold.probe = None
+        fold.drain = fold.budget = fold.probe = fold.served = None
+    elif isinstance(ev, ServedModel):
+        fold.served = ev
     elif isinstance(ev, DrainProgress):
         fold.drain = ev
     elif isinstance(ev, DecodeBudget):

@@ -12,6 +12,7 @@ from kimitui.core.events import (
     DrainProgress,
     Event,
     ProbeResult,
+    ServedModel,
 )
 
 SOURCE = "campaign"
@@ -55,6 +56,20 @@ def probe_words(ev: ProbeResult) -> str:
             f"{_judged(ev.tok_s_noise)}, TTFT {_pct(ev.ttft_change_pct)}{_judged(ev.ttft_noise)}): {verdict}")
 
 
+def _params(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+def served_words(ev: ServedModel) -> str:
+    """The model the campaign measures, how it is known, and what did not agree."""
+    if not ev.identified:
+        return f"not identified: {ev.note or ev.source}"
+    size = f"{_params(ev.params_total)} parameters, {_params(ev.params_active)} active"
+    ep = ", expert parallel" if ev.expert_parallel else ""
+    return (f"{ev.name} ({ev.family}, {size}) at TP={ev.tp}{ep}, from {ev.source}"
+            + (f"; {ev.note}" if ev.note else ""))
+
+
 def _judged(noise: str) -> str:
     """How a change compares with the spread of the requests (nothing where the run has no records)."""
     return f" {noise}" if noise in ("beyond noise", "within noise") else ""
@@ -83,6 +98,8 @@ def campaign_line(ev: Event) -> str | None:
         return f"decode-step budget: {ev.verdict}" if ev.verdict else "decode-step budget: no verdict"
     if isinstance(ev, ProbeResult):
         return probe_words(ev)
+    if isinstance(ev, ServedModel):
+        return f"the model measured: {served_words(ev)}"
     return None
 
 
@@ -96,6 +113,8 @@ def campaign_level(ev: Event) -> str | None:
         return "warning" if ev.status in ("deadline", "unreadable", "stopped") else "info"
     if isinstance(ev, ProbeResult):
         return "warning" if ev.drift or ev.tok_s is None else "info"
+    if isinstance(ev, ServedModel):
+        return "warning" if ev.note or not ev.identified else "info"
     if isinstance(ev, CampaignPlan | CampaignResume | DecodeBudget):
         return "info"
     return None

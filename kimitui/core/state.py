@@ -37,6 +37,7 @@ from kimitui.core.events import (
     PhaseStart,
     ProbeResult,
     ProcSample,
+    ServedModel,
     ServerSample,
     SignalOutcome,
     SignalSent,
@@ -320,6 +321,10 @@ class SessionState:
     @property
     def probe(self) -> ProbeResult | None:
         return self.campaigns.probe
+
+    @property
+    def served_model(self) -> ServedModel | None:
+        return self.campaigns.served
 
     @property
     def phase(self) -> PhaseSpan | None:

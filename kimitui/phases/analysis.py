@@ -4,13 +4,18 @@ dashboard and a replay all show the same).
 For each measured concurrency M (a macro level with a TPOT), one decode step of a batch of M takes the
 TPOT measured at that concurrency. Of it, the micro benchmarks account for:
 
-- all-reduce: 2 per layer (after o_proj, after the MLP / MoE output) x 61 layers = 122 all-reduces of
-  M x 7168 x 2 bytes: the measured CUDA-graph burst of 122 at that M where there is one, else 122 x one
-  all-reduce (graph, else eager);
-- GEMMs: each per-GPU GEMM at M tokens x its calls per token (61 for the attention projections, 60 for
-  the MoE and the shared expert, 1 for the dense MLP and the lm_head); the routed experts through the
-  fused MoE row (the experts M tokens touch), with Marlin where it was measured, else a stand-in (said);
+- all-reduce: 2 per layer (after o_proj, after the MLP / MoE output) x the layers (Kimi-K2.5: 61, so 122
+  all-reduces of M x hidden x 2 bytes): the measured CUDA-graph burst at that M where there is one, else
+  that many x one all-reduce (graph, else eager);
+- GEMMs: each per-GPU GEMM at M tokens x its calls per token (the micro plan's: for Kimi-K2.5 61 for the
+  attention projections, 60 for the MoE and the shared expert, 1 for the dense MLP and the lm_head); the
+  routed experts through the fused MoE row (the experts M tokens touch), with Marlin where it was
+  measured, else a stand-in (said);
 - the rest, TPOT minus both: attention, routing, sampling, scheduling (not measured).
+
+Only the micro runs measured for the model the campaign serves (``ServedModel``: its name and TP) are
+counted; rows measured for another model (a resumed campaign, a ``bench micro`` of another preset in the same
+session) are refused, and said.
 
 The verdict names the largest share at one level, with its assumptions stated: the knee of the sweep where it
 found one (``core.figures.knee``), else the highest level measured (``core.figures.verdict_level``; one word
@@ -34,7 +39,7 @@ from kimitui.core.events import (
     PhaseStart,
 )
 from kimitui.core.figures import TPOT_STATISTIC, budget_impossible, step_tpot, verdict_level
-from kimitui.core.state import SessionState, level_failed
+from kimitui.core.state import MicroRunState, SessionState, level_failed
 from kimitui.phases.base import Publish, now
 
 ALLREDUCES_PER_LAYER = 2
@@ -48,14 +53,43 @@ class Shape:
     dtype: str
     calls: int
     experts: int
+    n: int = 0
 
 
-def _shapes(state: SessionState) -> list[Shape]:
-    for run in reversed(state.micro_runs):
+def _shapes(runs: list[MicroRunState]) -> list[Shape]:
+    for run in reversed(runs):
         if run.plan.gemms:
             return [Shape(str(g.get("name")), str(g.get("dtype", "bf16")), int(g.get("calls_per_token") or 0),
-                          int(g.get("experts") or 0)) for g in run.plan.gemms]
+                          int(g.get("experts") or 0), int(g.get("n") or 0)) for g in run.plan.gemms]
     return []
+
+
+@dataclass(slots=True)
+class Measured:
+    """The micro runs the budget counts (those of the served model), their rows, and what was refused."""
+
+    runs: list[MicroRunState]
+    gemm: list[GemmRow]
+    allreduce: list[AllReduceRow]
+    model: str
+    refused: list[str]
+
+
+def measured_for_model(state: SessionState) -> Measured:
+    """The runs measured for the served model (its name and TP; every run where the campaign recorded no
+    model) and their rows; the others named in ``refused``."""
+    served = state.served_model
+    runs = list(state.micro_runs)
+    if served is None or not served.identified:
+        model = next((r.plan.model for r in reversed(runs) if r.plan.gemms), "")
+        return Measured(runs, list(state.gemm), list(state.allreduce), model, [])
+    mine = [r for r in runs if r.plan.model == served.name and r.plan.tp == served.tp]
+    others = sorted({f"{r.plan.model or 'a model not named'} at TP={r.plan.tp}" for r in runs if r not in mine})
+    refused = [f"micro rows measured for {o}, not for the served {served.name} at TP={served.tp}: not counted"
+               for o in others]
+    ids = {r.plan.run_id for r in mine}
+    return Measured(mine, [g for g in state.gemm if g.run_id in ids],
+                    [a for a in state.allreduce if a.run_id in ids], served.name, refused)
 
 
 def _interpolate(series: dict[int, float], m: int) -> tuple[float | None, str]:
@@ -126,19 +160,21 @@ def _share(part: float | None, total: float | None) -> float | None:
 
 def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
     """The budget per measured concurrency, the bound at the verdict's level and the verdict."""
-    missing: list[str] = []
+    mine = measured_for_model(state)
+    missing: list[str] = list(mine.refused)
     points = [p for p in state.macro_points if not level_failed(p)]
-    shapes = _shapes(state)
+    shapes = _shapes(mine.runs)
     if not points:
         missing.append("no macro level with a TPOT: Phase 1 measured nothing to divide")
-    if not shapes or not state.gemm:
-        missing.append("no GEMM rows: Phase 2 measured no GEMM")
-    series = _gemm_series(state.gemm)
+    if not shapes or not mine.gemm:
+        missing.append("no GEMM rows: Phase 2 measured no GEMM" + (f" for {mine.model}" if mine.model else ""))
+    series = _gemm_series(mine.gemm)
     o_proj = next((s for s in shapes if s.name == "o_proj"), None)
     layers = o_proj.calls if o_proj is not None else max((s.calls for s in shapes), default=0)
-    tp = next((run.plan.tp for run in reversed(state.micro_runs) if run.plan.tp), 0)
+    hidden = o_proj.n if o_proj is not None else 0
+    tp = next((run.plan.tp for run in reversed(mine.runs) if run.plan.tp), 0)
     ar_count = ALLREDUCES_PER_LAYER * layers if tp > 1 else 0
-    ar_ms, ar_how = _allreduce_series(state.allreduce, ar_count)
+    ar_ms, ar_how = _allreduce_series(mine.allreduce, ar_count)
     if ar_count and not ar_ms:
         missing.append("no all-reduce rows at decode-step sizes: Phase 2 measured no all-reduce")
     stand_ins: set[str] = set()
@@ -204,11 +240,12 @@ def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
                               rest_ms=None if rest is None else round(rest, 4), notes=notes))
     at, level = _verdict_row(rows)
     link = _link(state)
-    assumptions = _assumptions(state, ar_count, layers, link, fused)
-    bound, verdict = _verdict(at, level, ar_count, state, link, stand_ins)
+    assumptions = _assumptions(mine, ar_count, layers, link, fused)
+    bound, verdict = _verdict(at, level, ar_count, hidden, link, stand_ins, bool(moe))
     return DecodeBudget(t, rows=rows, bound=bound, plateau_m=at.m if at else None,  # type: ignore[arg-type]
                         plateau_tok_s=at.tok_s if at else None, level=level, verdict=verdict,
-                        assumptions=assumptions, stand_ins=sorted(stand_ins), link=link, missing=missing)
+                        assumptions=assumptions, stand_ins=sorted(stand_ins), link=link, missing=missing,
+                        model=mine.model)
 
 
 def _verdict_row(rows: list[BudgetRow]) -> tuple[BudgetRow | None, str]:
@@ -227,8 +264,9 @@ def _link(state: SessionState) -> str:
     return f"{topo.link_kind or 'link unknown'}{limit}{sim}"
 
 
-def _assumptions(state: SessionState, ar_count: int, layers: int, link: str, fused: str | None) -> list[str]:
-    out = [f"TPOT ({TPOT_STATISTIC} of the level's requests) at concurrency M is one decode step of a batch of M "
+def _assumptions(got: Measured, ar_count: int, layers: int, link: str, fused: str | None) -> list[str]:
+    out = [f"GEMM shapes: {got.model}, as the micro plan gave them"] if got.model else []
+    out += [f"TPOT ({TPOT_STATISTIC} of the level's requests) at concurrency M is one decode step of a batch of M "
            "(closed loop; the first token, prefill, is not in TPOT)"]
     if ar_count:
         out.append(f"{ar_count} all-reduces per step ({ALLREDUCES_PER_LAYER} per layer x {layers} layers); the "
@@ -238,7 +276,7 @@ def _assumptions(state: SessionState, ar_count: int, layers: int, link: str, fus
         out.append(f"routed experts: the fused MoE row ({fused}): the experts M tokens touch, both weights")
     if link:
         out.append(f"link limit: {link}")
-    if any(r.simulated for r in state.gemm) or any(r.simulated for r in state.allreduce):
+    if any(r.simulated for r in got.gemm) or any(r.simulated for r in got.allreduce):
         out.append("micro figures are modelled (the simulated host), not measured")
     return out
 
@@ -248,8 +286,8 @@ def _pct(part: float | None, total: float | None) -> str:
     return "n/a" if s is None else f"{s:.0%}"
 
 
-def _verdict(row: BudgetRow | None, level: str, ar_count: int, state: SessionState, link: str,
-             stand_ins: set[str]) -> tuple[str, str]:
+def _verdict(row: BudgetRow | None, level: str, ar_count: int, hidden: int, link: str,
+             stand_ins: set[str], moe: bool = True) -> tuple[str, str]:
     if row is None or row.tpot_ms is None:
         return "", "no verdict: no macro level with both a throughput and a TPOT"
     parts = {"allreduce": row.allreduce_ms, "gemm": row.gemm_ms, "rest": row.rest_ms}
@@ -258,20 +296,24 @@ def _verdict(row: BudgetRow | None, level: str, ar_count: int, state: SessionSta
         return "", no_verdict_words(row, level)
     bound = max(known, key=lambda k: known[k] or 0.0)
     t = row.tpot_ms
-    size_b = row.m * 7168 * 2
+    size = f" at {row.m * hidden * 2 / 1e6:.2f} MB" if hidden else ""
     ar_words = ("no all-reduce (TP=1)" if not ar_count else
                 f"all-reduce {row.allreduce_ms:.1f} ms ({_pct(row.allreduce_ms, t)}: {ar_count} x "
-                f"{(row.allreduce_ms or 0.0) / ar_count * 1000:.0f} us at {size_b / 1e6:.2f} MB"
+                f"{(row.allreduce_ms or 0.0) / ar_count * 1000:.0f} us{size}"
                 + (f", over {link}" if link else "") + ")")
     kernel = "Marlin" if not any(s.startswith("moe") for s in stand_ins) else "a stand-in for Marlin"
     steady = row.m / t * 1000.0
+    int4 = row.int4_gemm_ms is not None and row.int4_gemm_ms > 0
+    which = "routed experts" if moe else "GEMMs"
+    split = (f"; the INT4 {which} on {kernel} {row.int4_gemm_ms or 0.0:.1f} ms, the bf16 GEMMs "
+             f"{row.bf16_gemm_ms or 0.0:.1f} ms" if int4 else "")
     text = (f"At the {level} ({row.tok_s:.0f} tok/s measured at concurrency {row.m}; {row.m} / TPOT = "
             f"{steady:.0f} tok/s while decoding) a decode step takes {t:.1f} ms: "
-            f"GEMMs {row.gemm_ms:.1f} ms ({_pct(row.gemm_ms, t)}; the INT4 routed experts on {kernel} "
-            f"{row.int4_gemm_ms or 0.0:.1f} ms, the bf16 GEMMs {row.bf16_gemm_ms or 0.0:.1f} ms), {ar_words}, "
+            f"GEMMs {row.gemm_ms:.1f} ms ({_pct(row.gemm_ms, t)}{split}), {ar_words}, "
             f"the rest {row.rest_ms:.1f} ms ({_pct(row.rest_ms, t)}). Throughput is bound by {BOUND_WORDS[bound]}")
-    if bound == "gemm":
-        heavy = "the Marlin MoE GEMMs" if (row.int4_gemm_ms or 0) >= (row.bf16_gemm_ms or 0) else "the bf16 GEMMs"
+    if bound == "gemm" and int4:
+        heavy = (("the Marlin MoE GEMMs" if moe else "the INT4 GEMMs") if (row.int4_gemm_ms or 0) >=
+                 (row.bf16_gemm_ms or 0) else "the bf16 GEMMs")
         text += f", mostly {heavy}"
     text += "."
     if ar_count and bound != "allreduce":

@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kimitui.core.campaign_state import PHASE_TITLES
-from kimitui.core.campaign_words import drain_words, phase_title, probe_words
+from kimitui.core.campaign_words import drain_words, phase_title, probe_words, served_words
 from kimitui.core.describe import budget_level, budget_row_note, budget_verdict
 from kimitui.core.events import HostSample, MacroPoint
 from kimitui.core.figures import NOISE_RULE, TPOT_STATISTIC, budget_impossible, spread
+from kimitui.core.printable import printable
 from kimitui.core.state import CleanupState, SessionState, StepState, level_failed
 from kimitui.report.budget_text import BUDGET_HEAD, SEGMENTS, bar_text, budget_cells
 from kimitui.report.format import fmt_duration, table
@@ -123,6 +124,8 @@ def budget_section(state: SessionState) -> list[str]:
         budget = decode_budget(state)
         computed = " (computed by the report: the run has no analysis phase)"
     lines += [f"**Verdict{computed}:** {budget_verdict(budget)}", ""]
+    if state.served_model is not None:
+        lines += [f"**Model:** {printable(served_words(state.served_model))}", ""]
     if budget.rows:
         rows = []
         for r in budget.rows:

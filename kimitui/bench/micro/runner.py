@@ -59,6 +59,9 @@ class MicroConfig:
     parts: list[str] = field(default_factory=lambda: list(PARTS))
     tp: int = 8
     config_path: Path | None = None
+    model_config: dict[str, Any] | None = None
+    """The model's config as read (a preset's, or the one the campaign found on the host): before config_path."""
+    expert_parallel: bool = False
     ms: list[int] = field(default_factory=lambda: list(DEFAULT_MS))
     backends: list[str] = field(default_factory=lambda: list(DEFAULT_BACKENDS))
     gpus: list[int] | None = None
@@ -86,6 +89,10 @@ class MicroConfig:
     @property
     def cpu(self) -> bool:
         return self.device == "cpu"
+
+    def model_data(self) -> dict[str, Any]:
+        """The config whose shapes are measured: as given, else read from config_path (Kimi-K2.5 without)."""
+        return self.model_config if self.model_config is not None else load_config(self.config_path)
 
     def validate(self) -> None:
         unknown = [p for p in self.parts if p not in PARTS]
@@ -302,7 +309,7 @@ class MicroRunner:
     async def run(self, sample: HostSample | None = None) -> MicroResult:
         cfg, res = self.cfg, self.result
         cfg.validate()
-        plan = shapes_for(load_config(cfg.config_path), cfg.tp)
+        plan = shapes_for(cfg.model_data(), cfg.tp, cfg.expert_parallel)
         res.plan = plan
         scope = self.scope(sample)
         now = self.clock()

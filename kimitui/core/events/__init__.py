@@ -30,6 +30,7 @@ from kimitui.core.events.campaign import (  # noqa: F401
     DecodeBudget,
     DrainProgress,
     ProbeResult,
+    ServedModel,
 )
 from kimitui.core.events.cleanup import (  # noqa: F401
     CleanupPlan,

@@ -45,6 +45,34 @@ class CampaignPlan(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ServedModel(Event):
+    """The model the campaign measures, known before Phase 1 (``kimitui.campaign.served_model``): from the
+    campaign file's ``[model]``, else found from the server (``/v1/models``) and its ``config.json`` on the
+    host. Phase 2 measures its shapes; Phase 3 counts only micro rows measured for it."""
+
+    type: ClassVar[str] = "served_model"
+    name: str = ""
+    """What the micro plan calls it (``MicroPlan.model``); "" when it could not be identified."""
+    source: str = ""
+    """How it is known, in words: the file's preset or config, or the server's name and the file read."""
+    family: str = ""
+    tp: int = 0
+    expert_parallel: bool = False
+    config: dict[str, Any] = field(default_factory=dict)
+    """The model config Phase 2 measures (as read; a preset's as transcribed)."""
+    params_total: int | None = None
+    params_active: int | None = None
+    server_names: list[str] = field(default_factory=list)
+    """What the server called its model (``/v1/models``' root and id), looked for on the host."""
+    note: str = ""
+    """What did not agree or could not be read (the paths tried, a preset other than the server's model)."""
+
+    @property
+    def identified(self) -> bool:
+        return bool(self.name)
+
+
+@dataclass(frozen=True, slots=True)
 class CampaignControl(Event):
     """The operator between phases: pause (the campaign stops before ``phase``), resume, skip ``phase``,
     or abort (the phase in hand is stopped the graceful way, then the service restart is offered)."""
@@ -148,6 +176,8 @@ class DecodeBudget(Event):
     """The interconnect and its limit, as the topology read gave them."""
     missing: list[str] = field(default_factory=list)
     """What the budget could not use (no macro point, no micro row at an M)."""
+    model: str = ""
+    """The model whose shapes the GEMM rows are (the micro plan's), "" in a run recorded before."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +210,6 @@ class ProbeResult(Event):
 
 
 CAMPAIGN_EVENT_TYPES: tuple[type[Event], ...] = (CampaignPlan, CampaignControl, CampaignResume, CampaignEnd,
-                                                   DrainProgress, DecodeBudget, ProbeResult)
+                                                   DrainProgress, DecodeBudget, ProbeResult, ServedModel)
 EVENTS = CAMPAIGN_EVENT_TYPES
 """The events this module declares (the registry reads them)."""

@@ -37,6 +37,7 @@ from kimitui.hosts.sim.layout import (
     create_layout,
     make_gpus,
     remove_stale_layouts,
+    write_model_cache,
 )
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_to_args
 from kimitui.hosts.sim.quirks import EngineQuirks
@@ -178,6 +179,7 @@ class SimHost(LocalHost):
             raise HostError(f"{self.name}: already started")
         remove_stale_layouts()  # those of a sim killed before it could remove its own
         self._layout = create_layout(self.gpus)
+        write_model_cache(self._layout, self.model)
         self._tools = install_tools(self._layout.root)
         try:
             # the holders start while the service loads; each is waited for below
@@ -220,6 +222,7 @@ class SimHost(LocalHost):
                 *batching_to_args(self.batching)]
         env = self._env()
         env[STUCK_RANKS_ENV] = ",".join(map(str, self.stuck_gpus))
+        env["HF_HOME"] = str(layout.hf_home)
         with open(layout.service_log, "ab") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                     start_new_session=True)

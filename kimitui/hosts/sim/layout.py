@@ -123,6 +123,11 @@ class SimLayout:
     def service_log(self) -> Path:
         return self.run_dir / "vllm.log"
 
+    @property
+    def hf_home(self) -> Path:
+        """The simulated service's HF_HOME: its model's config.json is cached there, as vLLM's download leaves it."""
+        return self.root / "hf"
+
     def read_gpus(self) -> list[SimGpu]:
         data = json.loads(self.gpus_json.read_text())
         return [SimGpu(**g) for g in data["gpus"]]
@@ -141,6 +146,29 @@ def write_atomic(path: Path, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+SNAPSHOT = "5f0c3b1e9a7d4c2b8e6f1a3d5c7b9e0f2a4c6e8b"
+"""The revision the simulated HF cache names in refs/main (any 40 hex digits)."""
+
+
+def write_model_cache(layout: SimLayout, model: str) -> Path | None:
+    """The served model's config.json in the simulated host's HF cache (``models--ORG--NAME/snapshots/REV``,
+    ``refs/main`` naming REV), when the model is a preset's; the path written, else None (a model the
+    simulated host has no config for: the campaign cannot identify it, as on a real host)."""
+    from kimitui.bench.micro.presets import PRESETS
+
+    data = next((d for d in PRESETS.values() if d.get("_name") == model), None)
+    if data is None:
+        return None
+    repo = layout.hf_home / "hub" / ("models--" + model.replace("/", "--"))
+    snap = repo / "snapshots" / SNAPSHOT
+    snap.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    write_atomic(repo / "refs" / "main", SNAPSHOT)
+    config = {k: v for k, v in data.items() if k != "_name"}
+    write_atomic(snap / "config.json", json.dumps(config, indent=2))
+    return snap / "config.json"
 
 
 def create_layout(gpus: list[SimGpu], *, driver: str = DEFAULT_DRIVER, parent: str | None = None) -> SimLayout:

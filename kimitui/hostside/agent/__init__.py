@@ -34,6 +34,8 @@ sample_stop run one after another in the order they came):
   read_file      path, max_bytes        -> {data (base64), size}; a regular file only (kind not_regular:
                                            a FIFO, device or directory, refused without waiting on it);
                                            kind too_large past max_bytes
+  model_config   names, pids            -> {found: {name, path, where, data (base64)} or null, tried: [[path,
+                                           why], ...]}: the served model's config.json (hostside/model_config.py)
   signal         pid, start_time, sig, companions  -> {outcome: sent|gone|mismatch|refused|error, detail};
                                            refused for PID 1, kernel threads, the agent and its ancestors,
                                            and, looked at right before the signal, a host daemon (by exe or

@@ -216,6 +216,18 @@ class Agent:
             raise RequestError(f"{path} is larger than {limit} bytes", "too_large")
         return {"data": base64.b64encode(data).decode("ascii"), "size": len(data)}
 
+    def op_model_config(self, req: dict[str, Any]) -> dict[str, Any]:
+        import base64
+
+        from ..model_config import find_model_config
+
+        names = [str(n) for n in req["names"]][:8]
+        pids = [int(p) for p in req.get("pids") or ()][:64]
+        res = find_model_config(names, pids)
+        if res["found"] is not None:
+            res["found"]["data"] = base64.b64encode(res["found"]["data"]).decode("ascii")
+        return res
+
     # -- commands --
 
     def _popen(self, argv: list[str], **kw: Any) -> Any:

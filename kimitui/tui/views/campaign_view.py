@@ -9,7 +9,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from kimitui.core.campaign_state import PHASE_TITLES, CampaignState
-from kimitui.core.campaign_words import drain_words, probe_words
+from kimitui.core.campaign_words import drain_words, probe_words, served_words
 from kimitui.core.describe import budget_level, budget_verdict, tpot_label
 from kimitui.core.figures import budget_impossible
 from kimitui.core.state import SessionState
@@ -172,7 +172,13 @@ def table_content(state: SessionState) -> Content:
 
 def checks_content(state: SessionState) -> Content:
     parts: list[str | tuple[str, str]] = []
+    if state.served_model is not None:
+        served = state.served_model
+        parts += [("Model: ", "bold"), (fmt.printable(served_words(served)),
+                                         "$warning" if served.note or not served.identified else "")]
     if state.drain is not None:
+        if parts:
+            parts.append("\n")
         d = state.drain
         style = "$warning" if d.status in ("deadline", "unreadable", "stopped") else ""
         parts += [("Drain before the graceful stop: ", "bold"),
