@@ -22,6 +22,9 @@
 #   loadgen  benchmarks/loadgen.py --quick --servers sim,burst (with and without /metrics reads), pinned to 2 cores
 #   campaign scripts/device_campaign.sh: the whole campaign headless against a stand-in for vLLM
 #   tfcampaign scripts/device_tf_campaign.sh: the same against transformers serve on the GPU (a real engine)
+#   budget   scripts/device_model_budget.sh: the analysis against transformers serve serving random models of two
+#            real families (Llama-3-8B's shapes, Qwen3-30B-A3B's on 12 layers), found from the server, beside a
+#            plain torch timing of the models' own linears (issue 35 item 4)
 #   record   `kimitui record --host local` beside a torch holder for 15 s (stopped with SIGINT), then the run
 #            replayed (--summary) and read back: the headless recorder on a real driver
 #   draw     scripts/device_draw.sh: the local dashboard's start, beside nvitop (start, bytes, CPU), the dashboard's
@@ -139,6 +142,13 @@ part_tfcampaign() {
   OUT="$d" timeout 570 bash scripts/device_tf_campaign.sh > "$d/run.log" 2>&1
   say "tfcampaign: rc $?"
   cat "$d/campaign.txt" >> "$OUT/summary.txt"
+}
+
+part_budget() {
+  local d="$OUT/work/budget"; mkdir -p "$d"
+  OUT="$d" timeout 590 bash scripts/device_model_budget.sh > "$d/run.log" 2>&1
+  say "budget: rc $?"
+  cat "$d/budget.txt" >> "$OUT/summary.txt"
 }
 
 part_record() {

@@ -246,3 +246,17 @@ def test_the_micro_worker_plans_every_preset() -> None:
             assert "moe_w13: dtype " in "\n".join(skipped) and kinds == {"dense"}, name
         else:
             assert not skipped and kinds == ({"dense"} if name == "llama-3.1-70b" else {"dense", "moe"}), name
+
+
+def test_a_qwen3_moe_config_as_transformers_5_saves_it() -> None:
+    """transformers 5 writes a Qwen3-MoE config's expert count as ``num_local_experts`` (its config class reads
+    either name): the fixture is Qwen3-30B-A3B's shapes on one layer, saved by transformers 5.25
+    (scripts/make_random_model.py), and gives the shapes the ``num_experts`` spelling gives."""
+    saved = json.loads((FIXTURES / "qwen3-30b-a3b-1layer-transformers5.json").read_text())
+    assert "num_experts" not in saved and saved["num_local_experts"] == 128
+    plan = shapes_for(saved, 4)
+    spelled = {k: v for k, v in saved.items() if k != "num_local_experts"} | {"num_experts": 128}
+    assert [g.to_dict() for g in plan.gemms] == [g.to_dict() for g in shapes_for(spelled, 4).gemms]
+    moe = {g.name: g for g in plan.gemms}
+    assert (moe["moe_w13"].experts, moe["moe_w13"].n, moe["moe_w13"].k) == (128, 2 * 768 // 4, 2048)
+    assert (moe["qkv_proj"].n, moe["o_proj"].k) == ((32 + 2 * 4) * 128 // 4, 32 * 128 // 4)

@@ -155,8 +155,10 @@ def build_gqa(model_type: str, data: dict[str, Any], tp: int, ep: bool) -> Shape
     # MoE layers
     if n_moe:
         mt = model_type
-        experts = c.need("num_local_experts" if mt in ("mixtral", "gpt_oss") else
-                         "n_routed_experts" if mt == "glm4_moe" else "num_experts")
+        own = ("num_local_experts" if mt in ("mixtral", "gpt_oss") else
+               "n_routed_experts" if mt == "glm4_moe" else "num_experts")
+        # transformers 5 saves a Qwen3-MoE config with num_local_experts (its attribute_map reads either)
+        experts = c.need(own, *(k for k in ("num_experts", "num_local_experts", "n_routed_experts") if k != own))
         topk = c.need("num_experts_per_tok", "experts_per_token")
         moe_i = c.need("intermediate_size" if mt in ("mixtral", "gpt_oss") else "moe_intermediate_size")
         block = "block_sparse_moe" if mt == "mixtral" else "mlp"
