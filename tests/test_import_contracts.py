@@ -133,6 +133,20 @@ def test_only_the_commands_and_the_entry_point_import_the_commands() -> None:
     assert bad == []
 
 
+def test_the_report_imports_only_the_core_and_the_analysis() -> None:
+    """docs/architecture.md: a report is made from a run's fold (the core) and, for a recorded run's budget, the
+    analysis' pure arithmetic; no engine (the micro tables' lines are the core's: ``core/micro_words.py``)."""
+    assert offenders("kimitui.report", ("kimitui",), allowed=("kimitui.core", "kimitui.report",
+                                                              "kimitui.phases.analysis", "kimitui.resources",
+                                                              "kimitui._version")) == []
+
+
+def test_widgets_import_no_view() -> None:
+    """A widget is a building block of the views (docs/architecture.md): it never reaches up into one."""
+    assert offenders("kimitui.tui.widgets", ("kimitui.tui.views", "kimitui.tui.screens",
+                                             "kimitui.tui.controllers", "kimitui.tui.app")) == []
+
+
 def test_the_report_knows_no_command_campaign_machine_or_tui() -> None:
     assert offenders("kimitui.report", ("kimitui.commands", "kimitui.tui", "kimitui.campaign.machine",
                                         "kimitui.phases.macro")) == []

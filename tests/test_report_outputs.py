@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kimitui.bench.micro.tables import NCCL_HEAD
+from kimitui.core.micro_words import NCCL_HEAD
 from kimitui.report.html import to_html
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,12 +31,12 @@ from kimitui.report.markdown import render_report
 from kimitui.resources import bundled_sample_run
 from kimitui.tui import fmt
 from kimitui.tui.palette import Colors
+from kimitui.tui.replay_info import ReplayInfo
 from kimitui.tui.screens.cleanup_consent import ConsentScreen
 from kimitui.tui.screens.help_screen import HelpScreen
 from kimitui.tui.screens.macro_dialog import MacroDialog
 from kimitui.tui.views.cleanup_view import StepTable, step_cells
 from kimitui.tui.views.macro_view import BenchView
-from kimitui.tui.views.replay_info import ReplayInfo
 from kimitui.tui.views.result_tables import MacroTable
 from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.proc_table import proc_cells

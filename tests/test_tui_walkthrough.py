@@ -23,10 +23,10 @@ from kimitui.core.state import fold_all
 from kimitui.resources import bundled_sample_run
 from kimitui.tui.app import KimituiApp
 from kimitui.tui.keys import BINDINGS
+from kimitui.tui.replay_info import ReplayInfo
 from kimitui.tui.screens.cleanup_consent import ConsentScreen
 from kimitui.tui.views.cleanup_view import CleanupView, StepTable
 from kimitui.tui.views.macro_progress import single_stream_content, single_stream_to_come, sweep_status
-from kimitui.tui.views.replay_info import ReplayInfo
 from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.key_footer import fitted, key_width
 from kimitui.tui.widgets.position_bar import BAR_MIN

@@ -232,7 +232,7 @@ def _micro_env(state: SessionState, part: str) -> list[str]:
 
 
 def gemm_section(state: SessionState) -> list[str]:
-    from kimitui.bench.micro.tables import INT4_NOTE
+    from kimitui.core.micro_words import INT4_NOTE
 
     lines = ["## GEMM (micro)", ""]
     rows_in = state.gemm
@@ -258,7 +258,7 @@ def gemm_section(state: SessionState) -> list[str]:
 
 
 def allreduce_section(state: SessionState) -> list[str]:
-    from kimitui.bench.micro.tables import NCCL_HEAD, burst_line, nccl_line
+    from kimitui.core.micro_words import NCCL_HEAD, burst_line, nccl_line
 
     lines = ["## All-reduce (micro)", ""]
     rows_in = state.allreduce

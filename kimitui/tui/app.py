@@ -42,6 +42,7 @@ from kimitui.tui.controllers.micro import MicroController
 from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
 from kimitui.tui.palette import Colors
 from kimitui.tui.replay_controls import ReplayControls
+from kimitui.tui.replay_info import ReplayInfo
 from kimitui.tui.screens.help_screen import HelpScreen
 from kimitui.tui.screenshot_delivery import ScreenshotDelivery, plain_notice
 from kimitui.tui.terminal_size import apply_size
@@ -51,7 +52,6 @@ from kimitui.tui.views.cleanup_view import CleanupView
 from kimitui.tui.views.macro_progress import TAB_LABEL, tab_label
 from kimitui.tui.views.macro_view import BenchView
 from kimitui.tui.views.micro_view import MicroView
-from kimitui.tui.views.replay_info import ReplayInfo
 from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.gpu_table import GpuTable
 from kimitui.tui.widgets.key_footer import KeyFooter

@@ -2,9 +2,7 @@
 
 ``TextPrinter`` prints a run's events as they come (``kimitui bench micro`` without ``--json``): the plan,
 the topology, each worker's findings and each part's end in ``describe``'s words (the event log's),
-the rows as tables; the functions format rows for it and for the fidelity script.
-torch.distributed's all-reduce works in place, so nccl-tests' two column groups (out-of-place, in-place)
-are here eager and CUDA graph, both in place.
+the rows as tables (``kimitui.core.micro_words`` writes each line, for the report too).
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from kimitui.core.describe import describe, details, gemm_words
+from kimitui.core.describe import describe, details
 from kimitui.core.events import (
     AllReduceRow,
     Event,
@@ -25,51 +23,8 @@ from kimitui.core.events import (
     MicroProgress,
     Topology,
 )
+from kimitui.core.micro_words import GEMM_HEAD, INT4_NOTE, NCCL_HEAD, burst_line, gemm_line, nccl_line, progress_bar
 from kimitui.core.printable import printable_lines
-
-INT4_NOTE = ("torch-int4 is torch._weight_int4pack_mm (tinygemm): correct, but honest only near M=1; it stands "
-             "in for Marlin where vLLM is not installed")
-GEMM_HEAD = (f"{'GEMM':<20} {'M':>4} {'N x K':>13} {'dtype':<14} {'backend':<10} {'time us':>9} {'TFLOP/s':>8} "
-             f"{'GB/s':>7} {'% roof':>7} {'rel err':>11}")
-NCCL_HEAD = (
-    "#                                                   eager (in place)                    CUDA graph (in place)\n"
-    "#       size       count      type redop  root     time    algbw    busbw  #wrong     time    algbw"
-    "    busbw  #wrong\n"
-    "#        (B)  (elements)                           (us)   (GB/s)   (GB/s)             (us)   (GB/s)"
-    "   (GB/s)")
-
-
-def gemm_line(g: GemmRow) -> str:
-    """A GEMM row under ``GEMM_HEAD``, in ``describe.gemm_words``' cells (the dashboard's and the report's)."""
-    w = gemm_words(g)
-    return (f"{w['name'][:20]:<20} {w['m']:>4} {w['nk']:>13} {w['dtype'][:14]:<14} {w['backend'][:10]:<10} "
-            f"{w['time']:>9} {w['tflops']:>8} {w['gbps']:>7} {w['pct_roof']:>7} {w['rel_err']:>11}")
-
-
-def _cols(r: AllReduceRow | None) -> str:
-    if r is None:
-        return f"{'-':>8} {'-':>8} {'-':>8} {'-':>7}"
-    return f"{r.time_us:>8.1f} {r.algbw_gbps:>8.2f} {r.busbw_gbps:>8.2f} {r.wrong:>7}"
-
-
-def nccl_line(eager: AllReduceRow | None, graph: AllReduceRow | None) -> str:
-    r = eager or graph
-    assert r is not None
-    dtype = {"bfloat16": "bfloat16", "float16": "half", "float32": "float"}.get(r.dtype, r.dtype)
-    return f"{r.size_bytes:>12} {r.count:>11} {dtype:>9}   sum    -1 {_cols(eager)} {_cols(graph)}"
-
-
-def burst_line(r: AllReduceRow) -> str:
-    where = "in one CUDA graph" if r.mode == "graph" else "back to back (eager)"
-    per = r.burst_us if r.burst_us is not None else r.time_us * r.burst
-    return (f"burst: {r.burst} all-reduces of M={r.tokens} ({r.size_bytes:,} B) {where}: {per:,.1f} us per burst, "
-            f"{r.time_us:.1f} us each ({r.ranks} ranks, {r.backend or '?'})")
-
-
-def progress_bar(p: MicroProgress, width: int = 24) -> str:
-    frac = p.done / p.total if p.total else 0.0
-    full = int(frac * width)
-    return f"[{'#' * full}{'.' * (width - full)}] {p.part} {p.done}/{p.total} {p.item}"
 
 
 class TextPrinter:

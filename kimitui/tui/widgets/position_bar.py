@@ -3,7 +3,7 @@ began."""
 
 from __future__ import annotations
 
-from kimitui.tui.views.replay_info import ReplayInfo
+from kimitui.tui.replay_info import ReplayInfo
 
 BAR_MIN = 8
 BAR_MAX = 30

@@ -9,7 +9,7 @@ from textual.content import Content
 from kimitui.core.replay import SPEEDS
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
-from kimitui.tui.views.replay_info import ReplayInfo
+from kimitui.tui.replay_info import ReplayInfo
 from kimitui.tui.widgets.part_lines import Line, Part, PartLines
 from kimitui.tui.widgets.position_bar import BAR_MAX, BAR_MIN, position_bar
 
