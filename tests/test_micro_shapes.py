@@ -1,4 +1,4 @@
-"""The model's per-GPU shapes: Kimi-K2.5 at TP=8 as the project reference (REFERENCE.md, section 1) tabulates it, other
+"""The model's per-GPU shapes: Kimi-K2.5 at TP=8 as docs/reference.md section 1 tabulates it, other
 configs of the family, and ``kimitui shapes``."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.support import ROOT
 TINY = ROOT / "tests" / "fixtures" / "micro" / "tiny-deepseek-config.json"
 
 REFERENCE_TP8 = [
-    # (name, N, K, split, dtype, experts): REFERENCE.md section 1, "Per-GPU decode GEMMs at TP=8"
+    # (name, N, K, split, dtype, experts): docs/reference.md section 1, "Per-GPU decode GEMMs at TP=8"
     ("fused_qkv_a", 2112, 7168, "replicated", "bf16", 0),
     ("q_b_proj", 1536, 1536, "column", "bf16", 0),
     ("kv_b_proj", 2048, 512, "column", "bf16", 0),
@@ -52,7 +52,7 @@ def test_int4_only_where_the_checkpoint_quantizes() -> None:
     assert quant_dtype(None, "model.layers.1.mlp.experts.0.gate_proj") == "bf16"
     fp8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
     assert quant_dtype(fp8, "model.layers.1.self_attn.o_proj") == "fp8" and quant_dtype(fp8, "lm_head") == "bf16"
-    # W4A16 g32: 0.5625 B per weight (REFERENCE section 2)
+    # W4A16 g32: 0.5625 B per weight (docs/reference.md section 2)
     assert weight_bytes(512, 7168, "int4-g32") == 512 * 7168 * 0.5625
     assert weight_bytes(512, 7168, "bf16") == 512 * 7168 * 2
 

@@ -19,7 +19,7 @@ from tests.support import ROOT
 FIXTURES = ROOT / "tests" / "fixtures" / "shapes"
 
 PUBLISHED = {
-    # name: (total, active or None), as the publishers give them (REFERENCE.md, "Published sizes")
+    # name: (total, active or None), as the publishers give them (docs/reference.md section 5)
     "kimi-k2.5": (1.04e12, 32e9),
     "glm-5": (744e9, 40e9),
     "deepseek-v3": (671e9, 37e9),

@@ -92,7 +92,7 @@ def test_bench_micro_demo_runs_to_the_end_and_records_a_simulated_run(tmp_path: 
     topo = next(d for d in lines if d["type"] == "topology")
     assert topo["summary"].startswith("8 x PCIe Gen5 x16, no NVLink, P2P OK") and topo["link_gbps"] == 63.0
     burst = next(r for r in rows if r.get("burst", 1) == 122 and r["tokens"] == 1)
-    assert 17 < burst["time_us"] < 22  # modelled PCIe graph latency, REFERENCE section 2
+    assert 17 < burst["time_us"] < 22  # modelled PCIe graph latency, docs/reference.md section 2
     assert [(d["part"], d["status"]) for d in lines if d["type"] == "micro_end"] == [("gemm", "done"),
                                                                                        ("allreduce", "done")]
     run = next((tmp_path / "kimitui" / "runs").glob("*.jsonl"))

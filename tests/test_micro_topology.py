@@ -16,7 +16,7 @@ BUS = ["00000000:00:06.0", "00000000:00:07.0"]  # the 2 x H200 capture's bus ids
 
 
 class FakeNvml:
-    """What pynvml answers on the 2 x H200 host of the captures (NV18 between the two, REFERENCE section 2);
+    """What pynvml answers on the 2 x H200 host of the captures (NV18 between the two, docs/reference.md section 2);
     ``broken`` names calls that raise, as NVML calls do one by one (fan: NotSupported on H200)."""
 
     NVML_NVLINK_MAX_LINKS = 18
@@ -82,7 +82,7 @@ def test_pcie_only_from_the_real_nvidia_smi_xml() -> None:
     topo = parse_topology(data, "h200x2", 1.0)
     assert [(g.index, g.name, g.bus_id) for g in topo.gpus] == [(0, "NVIDIA H200", BUS[0]), (1, "NVIDIA H200", BUS[1])]
     assert all((g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) == (5, 5, 16, 16) for g in topo.gpus)
-    assert topo.link_kind == "PCIe" and topo.link_gbps == 63.0  # Gen5 x16 per direction (REFERENCE)
+    assert topo.link_kind == "PCIe" and topo.link_gbps == 63.0  # Gen5 x16 per direction (docs/reference.md section 2)
     assert topo.summary.startswith("2 x PCIe Gen5 x16, no NVLink, P2P unknown")
     assert any("NVML is needed" in e for e in topo.errors)
 

@@ -126,7 +126,8 @@ def modelled_rank(rank: int, args: argparse.Namespace, release: int) -> int:
     event("env", torch="", device=model["device"] + " (simulated)", ranks=args.ranks, simulated=True,
          backends={"nccl": f"modelled: {args.ranks} ranks over {model['link']}, small messages "
                            f"{model['latency_us']:g} us, busbw {model['busbw_gbps']:g} GB/s (simulated)"},
-         notes=["modelled figures, not measured (REFERENCE: PCIe Gen5 NCCL ~24 us up to 64 KB, busbw 37-41 GB/s)"])
+         notes=["modelled figures, not measured (docs/reference.md section 2: PCIe Gen5 NCCL ~24 us up to 64 KB, "
+                "busbw 37-41 GB/s)"])
     sizes = sizes_for(args)
     modes = [m for m in args.modes if m in ("eager", "graph")]
     skip = set(args.skip)

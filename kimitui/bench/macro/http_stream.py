@@ -1,7 +1,7 @@
 """A lean HTTP/1.1 client for the load generator's hot path: POST one request, stream its SSE response.
 
 Why hand-write this when httpx is the project's HTTP library: the load generator must measure a server
-without becoming the bottleneck itself (REFERENCE.md section 3: on 2 cores a Python client can saturate
+without becoming the bottleneck itself (docs/reference.md section 3: on 2 cores a Python client can saturate
 before the server). Through httpx -> httpcore -> h11 -> anyio every HTTP chunk costs several awaits and
 parser events, one chunk at a time even when one socket read holds hundreds of them: about 130-200 µs of
 client CPU per chunk. vLLM sends one token per chunk, so at concurrency 64 x 100 chunks/s the client is

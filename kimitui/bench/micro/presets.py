@@ -77,7 +77,7 @@ GPT_OSS_120B: dict[str, Any] = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "kimi-k2.5": KIMI_K25,  # moonshotai/Kimi-K2.5 (REFERENCE.md section 1)
+    "kimi-k2.5": KIMI_K25,  # moonshotai/Kimi-K2.5 (docs/reference.md section 1)
     "glm-5": GLM_5,
     "deepseek-v3": DEEPSEEK_V3,
     "qwen3-235b-a22b": QWEN3_235B_A22B,

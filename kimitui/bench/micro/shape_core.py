@@ -58,7 +58,7 @@ KIMI_K25: dict[str, Any] = {
     },
 }
 """Kimi-K2.5's text architecture and INT4 checkpoint (compressed-tensors pack-quantized, 4-bit symmetric,
-group 32, W4A16; only the routed experts quantized), as the project reference (REFERENCE.md, section 1) gives them."""
+group 32, W4A16; only the routed experts quantized), as docs/reference.md section 1 gives them."""
 
 
 class ShapeError(ValueError):

@@ -13,7 +13,7 @@ the FP8 top-k scoring over the cached keys (attention, not a GEMM of weights), a
 (``num_nextn_predict_layers``: a draft layer, not in the decode step nor in the published totals).
 
 The router gate: listed as a GEMM for GLM-5; for DeepSeek-V3 / Kimi it is counted in the parameters but not
-listed, so the plan stays the project reference's table (REFERENCE.md section 1) that the campaign goldens hold.
+listed, so the plan stays the project reference's table (docs/reference.md section 1) that the campaign goldens hold.
 """
 
 from __future__ import annotations
