@@ -265,7 +265,7 @@ def comparable(state: SessionState) -> tuple:
     """What the dashboard shows of a fold's state, as one value two folds can be compared by."""
     return (
         state.gpus, state.procs, {k: list(v) for k, v in state.mem_history.items()}, state.phases,
-        [(c.plan, c.steps, c.verification) for c in state.cleanups], state.macro, list(state.log),
+        [(c.plan, c.steps, c.verification) for c in state.cleanups], state.macro_by_level, list(state.log),
         state.clock, state.sample_seq,
     )
 

@@ -88,7 +88,7 @@ async def test_the_budget_adds_up_what_phase_2_measured(tmp_path: Path) -> None:
         assert calls["o_proj"] == 61 and calls["moe_w13"] == 60 and calls["lm_head"] == 1
         assert abs(row.bf16_gemm_ms - bf16) < 1e-3 and abs(row.int4_gemm_ms - int4) < 1e-3
         assert abs(row.allreduce_ms - burst.burst_us / 1000.0) < 1e-3
-        tpot = state.macro[m].metrics["median_tpot_ms"]
+        tpot = state.macro_by_level[m].metrics["median_tpot_ms"]
         assert row.tpot_ms == tpot and abs(row.rest_ms - (tpot - row.allreduce_ms - int4 - bf16)) < 1e-3
 
 

@@ -58,7 +58,7 @@ def exercise(path: Path, replay: bool = True) -> tuple[RunReader, str, str]:
     session = Session()
     for ev in reader.events():
         session.publish(ev)
-    assert session.state.events == len(reader) - len(reader.skipped)
+    assert session.state.events_folded == len(reader) - len(reader.skipped)
     if replay:
         _replay(reader)
     return reader, summarize(reader), render_report(reader)
@@ -145,7 +145,7 @@ def test_a_replay_warns_once_about_a_bad_sample_however_often_it_seeks(bundled: 
     player.seek_index(i)
     player.advance(0.0)
     player.advance(math.inf)
-    assert player.finished and player.session.state.events == len(reader) - 1
+    assert player.finished and player.session.state.events_folded == len(reader) - 1
     assert reader.warnings == [f"run.jsonl: line {i + 2} skipped: bad sample event: "
                                "field 'gpus[3].mem_used_mib' is str, expected float | None"]
     assert reader.skipped.keys() == {i}

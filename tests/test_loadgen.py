@@ -259,7 +259,7 @@ async def test_cancel_keeps_finished_levels_and_stops_promptly(client: str) -> N
     state = SessionState()
     for ev in events:
         fold(state, ev)
-    assert list(state.macro) == [1] and state.single_stream_tok_s() == result.single_stream_tok_s
+    assert list(state.macro_by_level) == [1] and state.single_stream_tok_s() == result.single_stream_tok_s
     assert list(state.macro_requests) == [1] and len(state.macro_requests[1].ttft_ms) == 2
 
 

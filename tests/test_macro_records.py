@@ -83,7 +83,7 @@ def test_the_fold_keeps_each_level_distribution_and_the_report_draws_it(run_file
     state = fold_all(list(RunReader(run_file).events()))
     assert sorted(state.macro_requests) == [2, 8, 32]
     for c, level in state.macro_requests.items():
-        point = state.macro[c].metrics
+        point = state.macro_by_level[c].metrics
         assert level.total == level.received == 250 and level.failed == 0
         assert len(level.ttft_ms) == len(level.tpot_ms) == 250
         assert sum(level.ttft_ms) / 250 == pytest.approx(point["mean_ttft_ms"])

@@ -53,7 +53,7 @@ async def test_a_failing_source_fails_where_it_is_consumed_after_its_events() ->
     prefetched = Prefetched(Counted(2, fail=True))
     with pytest.raises(ConnectionError, match="the agent went away"):
         await session.pump(prefetched)
-    assert session.state.events == 2
+    assert session.state.events_folded == 2
 
 
 async def test_closed_unconsumed_it_stops_reading() -> None:
@@ -75,7 +75,7 @@ async def test_what_was_read_is_taken_at_once_and_the_rest_and_its_end_come_afte
     session = Session()
     with pytest.raises(ConnectionError, match="the agent went away"):
         await session.pump(prefetched)
-    assert session.state.events == 0
+    assert session.state.events_folded == 0
 
     more = Counted(2)
     waiting = Prefetched(more)

@@ -68,7 +68,7 @@ async def test_a_redraw_tells_the_screen_without_waking_each_widget() -> None:
         assert posted["BandScreen", "Update"] >= 2, posted  # the GPU table and the header, at least
         strips = app.screen._compositor.render_strips()
         screen_text = "\n".join(strip.text for strip in strips)
-        assert "303W" in screen_text and f"events {app.session.state.events}" in screen_text  # the header too
+        assert "303W" in screen_text and f"events {app.session.state.events_folded}" in screen_text  # the header too
 
 
 async def test_only_a_plain_repaint_is_batched() -> None:

@@ -203,11 +203,11 @@ def test_report_benchmark_tables(report, folded):
     macro = _section(report, "## Serving sweep (macro)")
     single = state.single_stream_tok_s()
     assert single is not None and f"Single stream: **{single:.1f} output tok/s**" in macro
-    peak = max(state.macro.values(), key=lambda p: p.metrics["output_throughput"])
+    peak = max(state.macro_by_level.values(), key=lambda p: p.metrics["output_throughput"])
     assert f"peak **{peak.metrics['output_throughput']:.0f} tok/s** at concurrency {peak.concurrency}" in macro
     levels = macro.split("\n\n| concurrency | ok/failed |", 1)[1].split("\n\n", 1)[0]  # the per-level table
     rows = [line for line in levels.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert len(rows) == len(state.macro)
+    assert len(rows) == len(state.macro_by_level)
     gemm = _section(report, "## GEMM (micro)")
     for row in state.gemm:
         assert f"| {row.name} | {row.m} | {row.n} x {row.k} | {row.dtype} |" in gemm
@@ -259,7 +259,7 @@ def test_summary_on_the_sample_run(folded):
     assert lines["campaign"].endswith(f"{campaign.end.status}: {campaign.end.note}; post-restart "
                                       + ("DRIFT" if probe.drift else "within the margin"))
     single = state.single_stream_tok_s()
-    peak = max(state.macro.values(), key=lambda p: p.metrics["output_throughput"])
+    peak = max(state.macro_by_level.values(), key=lambda p: p.metrics["output_throughput"])
     assert single is not None
     assert lines["macro"].startswith(f"peak {peak.metrics['output_throughput']:.0f} tok/s at concurrency "
                                      f"{peak.concurrency}; single stream {single:.0f} tok/s")

@@ -41,7 +41,7 @@ def assert_seeks_equal_fold(reader: RunReader, events: list[Event]) -> None:
         assert comparable(state_at(reader, position)) == expected, position
         player.seek_index(position)  # from the checkpoints
         assert comparable(player.session.state) == expected, position
-        assert player.session.state.events == position
+        assert player.session.state.events_folded == position
 
 
 @pytest.fixture

@@ -49,7 +49,7 @@ def test_seek_equals_folding_from_start(tmp_path: Path) -> None:
         expected = fold_all(events[:position])
         got = state_at(reader, position)
         assert comparable(got) == comparable(expected), position
-        assert got.events == position
+        assert got.events_folded == position
 
 
 def test_seek_equals_folding_when_readings_fail(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_player_pause_step_and_phase_jumps(tmp_path: Path) -> None:
     assert player.finished and not player.next_phase()
     assert comparable(session.state) == comparable(fold_all(events))
     player.seek_index(0)
-    assert session.state.events == 0 and not session.state.gpus
+    assert session.state.events_folded == 0 and not session.state.gpus
 
 
 def test_live_session_records_and_replays_identically(tmp_path: Path) -> None:

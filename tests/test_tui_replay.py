@@ -102,7 +102,7 @@ async def test_pause_step_and_speed(run_path: Path) -> None:
         assert player.position == before, "a paused replay must not move"
         await pilot.press("full_stop")
         assert player.position == before + 1
-        assert app.session.state.events == before + 1
+        assert app.session.state.events_folded == before + 1
         await pilot.press("plus", "plus")
         assert player.speed == 4.0
         await pilot.press("minus")

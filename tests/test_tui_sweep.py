@@ -70,8 +70,8 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
             await pilot_until(pilot, lambda: tab_label(app) == "Benchmarks", "the tab label back to plain")
 
             state = app.session.state
-            assert sorted(state.macro) == [1, 4, 16]
-            toks = {c: p.metrics["output_throughput"] for c, p in state.macro.items()}
+            assert sorted(state.macro_by_level) == [1, 4, 16]
+            toks = {c: p.metrics["output_throughput"] for c, p in state.macro_by_level.items()}
             assert toks[1] < toks[4] < toks[16]
             span = state.phases[-1]
             assert span.phase == "macro" and span.ok and DEFAULT_MODEL in span.title
@@ -90,7 +90,7 @@ async def test_sweep_from_the_dialog_fills_progress_plots_table_and_headline() -
             assert metric == "output_throughput" and series == [(c, toks[c]) for c in (1, 4, 16)]
             metric, series = view.plotted["ttft"]
             assert metric == "median_ttft_ms"
-            assert series == [(c, state.macro[c].metrics["median_ttft_ms"]) for c in (1, 4, 16)]
+            assert series == [(c, state.macro_by_level[c].metrics["median_ttft_ms"]) for c in (1, 4, 16)]
             metric, series = view.plotted["tpot"]
             assert metric == "median_tpot_ms" and all(v > 0 for _, v in series)
             assert view.query_one("#ttft-box").border_title == "TTFT ms (median)"
@@ -134,7 +134,7 @@ async def test_cancel_mid_sweep_keeps_the_finished_levels() -> None:
             assert span.note.startswith("cancelled after 2 of 3 levels")
             # the finished levels are kept: as events in the state and in the sweep's result
             assert run.result is not None and [lv.concurrency for lv in run.result.levels] == [1, 4]
-            assert sorted(state.macro) == [1, 4]
+            assert sorted(state.macro_by_level) == [1, 4]
             assert any("cancelling the sweep" in n for n in notes(app))
             view = app.screen_stack[0].query_one(BenchView)
             await pilot_until(pilot, lambda: view.query_one(MacroTable).row_keys == ["1:1", "1:4"], "2 table rows")
@@ -222,7 +222,7 @@ async def test_replay_sweep_action_only_notifies_and_the_sample_run_shows_its_he
         await pilot_until(pilot, lambda: view.query_one(Digits).value == headline_text(single), "the headline")
         assert str(view.query_one("#headline-caption", Static).render()) == "tok/s at concurrency 1"
         status = text_of(app, "#sweep-status")  # the campaign's sweep, recorded with its progress
-        assert status.startswith(f"done: {len(state.macro)} levels in ") and "M runs another" not in status
-        levels = sorted(state.macro)
+        assert status.startswith(f"done: {len(state.macro_by_level)} levels in ") and "M runs another" not in status
+        levels = sorted(state.macro_by_level)
         assert [c for c, _ in view.plotted["throughput"][1]] == levels
         assert view.plotted["ttft"][0] == "median_ttft_ms"

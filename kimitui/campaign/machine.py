@@ -495,7 +495,7 @@ class Campaign:
 
     async def _check(self) -> bool:
         m, k = self.cfg.macro, self.cfg.check
-        baseline = self.state.macro.get(1)
+        baseline = self.state.macro_by_level.get(1)
         await check.check_phase(self.publish, self.api_url, baseline, requests=k.requests,
                                 max_tokens=k.max_tokens or m.max_tokens, input_len=m.input_len, endpoint=m.endpoint,
                                 model=m.model or None, margin_pct=k.margin_pct, ttft_margin_pct=k.ttft_margin_pct,

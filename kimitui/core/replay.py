@@ -85,7 +85,7 @@ def state_at(reader: RunReader, position: int, *, _index: tuple[list[int], list[
                 fold(state, ev)
         else:
             _fold_history_only(state, reader, i)
-    state.events = position
+    state.events_folded = position
     return state
 
 

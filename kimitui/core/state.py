@@ -281,7 +281,8 @@ class SessionState:
     connection: str = "unknown"
     connection_detail: str = ""
     clock: float = 0.0
-    events: int = 0
+    events_folded: int = 0
+    """How many events the fold has taken (a replay's position)."""
     sample_seq: int = 0
     sample_t: float = 0.0
     sample_source: str = ""
@@ -291,7 +292,9 @@ class SessionState:
     procs: list[ProcSample] = field(default_factory=list)
     phases: list[PhaseSpan] = field(default_factory=list)
     cleanups: list[CleanupState] = field(default_factory=list)
-    macro: dict[int, MacroPoint] = field(default_factory=dict)
+    macro_by_level: dict[int, MacroPoint] = field(default_factory=dict)
+    """The latest point at each concurrency, over every sweep of the session (a later sweep's level
+    replaces an earlier one's)."""
     """The latest point at each concurrency, whichever sweep it came from."""
     sweeps: list[Sweep] = field(default_factory=list)
     boot_time: float | None = None
@@ -340,7 +343,7 @@ class SessionState:
 
     @property
     def macro_points(self) -> list[MacroPoint]:
-        return [self.macro[c] for c in sorted(self.macro)]
+        return [self.macro_by_level[c] for c in sorted(self.macro_by_level)]
 
     @property
     def micro(self) -> MicroRunState | None:
@@ -430,7 +433,7 @@ def _fold_step_result(state: SessionState, ev: StepResult) -> StepState | None:
 
 
 def fold(state: SessionState, ev: Event) -> SessionState:
-    state.events += 1
+    state.events_folded += 1
     if ev.t > state.clock:
         state.clock = ev.t
     if isinstance(ev, HostSample):
@@ -493,7 +496,7 @@ def fold(state: SessionState, ev: Event) -> SessionState:
             if verify is not None and verify.status == "running":
                 verify.status = "pending"  # the verdict is in; its result follows
     elif isinstance(ev, MacroPoint):
-        state.macro[ev.concurrency] = ev
+        state.macro_by_level[ev.concurrency] = ev
         _open_sweep(state, ev.t).points[ev.concurrency] = ev
     elif isinstance(ev, MacroVerdict):
         if state.sweep is not None:

@@ -116,7 +116,7 @@ def budget_section(state: SessionState) -> list[str]:
     budget = state.budget
     computed = ""
     if budget is None:
-        if not state.macro or not state.gemm:
+        if not state.macro_by_level or not state.gemm:
             return [*lines, "No budget: the run has no analysis phase, and not both the macro points and the GEMM "
                             "rows to compute one."]
         from kimitui.phases.analysis import decode_budget

@@ -54,7 +54,7 @@ def load_runs(readers: list[RunReader]) -> list[Run]:
     for label, reader in zip(LABELS, readers, strict=False):
         d = digest(reader)
         budget, computed = d.state.budget, False
-        if budget is None and d.state.macro and d.state.gemm:  # as the run's own report computes it
+        if budget is None and d.state.macro_by_level and d.state.gemm:  # as the run's own report computes it
             from kimitui.phases.analysis import decode_budget
 
             budget, computed = decode_budget(d.state), True
@@ -81,7 +81,7 @@ def _series(run: Run, c: int, key: str) -> list[float]:
 
 
 def _common_levels(runs: list[Run]) -> list[int]:
-    sets = [set(r.state.macro) for r in runs]
+    sets = [set(r.state.macro_by_level) for r in runs]
     return sorted(set.intersection(*sets)) if sets else []
 
 
@@ -100,7 +100,7 @@ def _level_rows(runs: list[Run], levels: list[int], figures: list[tuple[str, str
     base = runs[0]
     rows = []
     for c in levels:
-        points = [r.state.macro[c] for r in runs]
+        points = [r.state.macro_by_level[c] for r in runs]
         for name, key, digits, series in figures:
             cells = [("FAILED" if level_failed(p) else fmt_num(p.metrics.get(key), digits)) for p in points]
             changes = []
@@ -123,7 +123,7 @@ def macro_compare(runs: list[Run]) -> list[str]:
     head = ["concurrency", "figure", *[r.label for r in runs], *others]
     lines += [f"Latencies in ms, as each run's own report gives them; the change is against run {runs[0].label}; "
               f"{NOISE_RULE}.", "", *table(head, _level_rows(runs, levels, list(MEANS)), "ll" + "r" * (len(head) - 2))]
-    pks = _percentiles([r.state.macro[c] for r in runs for c in levels])
+    pks = _percentiles([r.state.macro_by_level[c] for r in runs for c in levels])
     names = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2EL", "e2el"))
     figures = [(f"{name} {pk}", f"{pk}_{key}_ms", ".0f" if key == "e2el" else ".1f",
                 "ttft" if key == "ttft" else "tpot") for name, key in names for pk in pks]
@@ -151,7 +151,7 @@ def _plateau(run: Run) -> str:
 
 
 def throughput_compare(runs: list[Run]) -> list[str]:
-    if not any(r.state.macro for r in runs):
+    if not any(r.state.macro_by_level for r in runs):
         return []
     rows = []
     from kimitui.report.bench import peak_point

@@ -24,21 +24,21 @@ from rich.style import Style
 from textual._compositor import ChopsUpdate, CompositorUpdate, LayoutUpdate
 from textual.strip import SGR_STYLES, Strip
 
-Look = tuple[str, str, str, str | None] | None
-"""What a style looks like on the terminal: its SGR parameters (attributes, foreground, background) and its
-link; None: the terminal's default (Textual's styles also carry meta, the widget and offset a click goes to,
-which the terminal never sees)."""
-Cell = tuple[str, Look]
-"""One terminal cell: its character ("" for the right half of a wide one) and its look."""
+Pen = tuple[str, str, str, str | None] | None
+"""The pen a style draws a cell with on the terminal: its SGR parameters (attributes, foreground, background)
+and its link; None: the terminal's default (Textual's styles also carry meta, the widget and offset a click goes
+to, which the terminal never sees)."""
+ScreenCell = tuple[str, Pen]
+"""One terminal cell: its character ("" for the right half of a wide one) and its pen."""
 
-Run = tuple[int, int, list[Cell], list[Style | None]]
+Run = tuple[int, int, list[ScreenCell], list[Style | None]]
 """Cells to write: at (x, y), each with its style."""
 
-UNKNOWN: Cell = ("\0", None)
+UNKNOWN: ScreenCell = ("\0", None)
 """A cell whose content the terminal shows is not known (never drawn, or drawn by a control sequence)."""
 
 
-def look_of(style: Style | None, color_system: ColorSystem) -> Look:
+def pen_of(style: Style | None, color_system: ColorSystem) -> Pen:
     if style is None:
         return None
     attributes = style._attributes & style._set_attributes
@@ -51,13 +51,13 @@ def look_of(style: Style | None, color_system: ColorSystem) -> Look:
     return (attrs, fg, bg, style._link)
 
 
-def sgr_change(before: Look, after: Look) -> str:
+def sgr_change(before: Pen, after: Pen) -> str:
     """The SGR sequence from ``before`` to ``after``: only the colour that changed when the attributes are
     the same, else a reset and the whole of ``after``."""
     if after is None:
         return "\x1b[0m"
     attrs, fg, bg, _ = after
-    if before is None:  # the terminal's default look (a frame starts in it): nothing to reset
+    if before is None:  # the terminal's default pen (a frame starts in it): nothing to reset
         return f"\x1b[{';'.join(code for code in (attrs, fg, bg) if code)}m"
     if before is not None and before[0] == attrs and (fg or not before[1]) and (bg or not before[2]):
         codes = [code for code, was in ((fg, before[1]), (bg, before[2])) if code != was]
@@ -65,31 +65,32 @@ def sgr_change(before: Look, after: Look) -> str:
     return f"\x1b[{';'.join(['0', *(code for code in (attrs, fg, bg) if code)])}m"
 
 
-_LOOKS: dict[tuple[Style | None, ColorSystem], Look] = {}
-"""look_of's answers: a frame's strips share a few dozen styles."""
+_PENS: dict[tuple[Style | None, ColorSystem], Pen] = {}
+"""pen_of's answers: a frame's strips share a few dozen styles."""
 
 
-def _look(style: Style | None, color_system: ColorSystem) -> Look:
+def _pen(style: Style | None, color_system: ColorSystem) -> Pen:
     key = (style, color_system)
-    look = _LOOKS.get(key, UNKNOWN)
-    if look is UNKNOWN:
-        if len(_LOOKS) > 4096:  # styles made and dropped (a theme tried, a link's id): start again
-            _LOOKS.clear()
-        look = _LOOKS[key] = look_of(style, color_system)
-    return look  # type: ignore[return-value]
+    pen = _PENS.get(key, UNKNOWN)
+    if pen is UNKNOWN:
+        if len(_PENS) > 4096:  # styles made and dropped (a theme tried, a link's id): start again
+            _PENS.clear()
+        pen = _PENS[key] = pen_of(style, color_system)
+    return pen  # type: ignore[return-value]
 
 
-def strip_cells(strip: Iterable[Segment], color_system: ColorSystem) -> tuple[list[Cell], list[Style | None]] | None:
+def strip_cells(strip: Iterable[Segment], color_system: ColorSystem
+                ) -> tuple[list[ScreenCell], list[Style | None]] | None:
     """The cells a strip (or a run of its segments) paints, left to right, and each one's style; None when it
     holds a control segment (not diffed)."""
-    cells: list[Cell] = []
+    cells: list[ScreenCell] = []
     styles: list[Style | None] = []
     for text, style, control in strip:
         if control:
             return None
-        look = _look(style, color_system)
+        pen = _pen(style, color_system)
         if text.isascii() and text.isprintable():  # a cell a character
-            cells += zip(text, repeat(look))
+            cells += zip(text, repeat(pen))
             styles += repeat(style, len(text))
             continue
         for char in text:
@@ -99,10 +100,10 @@ def strip_cells(strip: Iterable[Segment], color_system: ColorSystem) -> tuple[li
                     prev, prev_look = cells[-1]
                     cells[-1] = (prev + char, prev_look)
                 continue
-            cells.append((char, look))
+            cells.append((char, pen))
             styles.append(style)
             if width == 2:
-                cells.append(("", look))
+                cells.append(("", pen))
                 styles.append(style)
     return cells, styles
 
@@ -121,7 +122,7 @@ class ScreenShadow:
     """What the terminal shows, cell by cell, as far as the updates sent to it say."""
 
     def __init__(self) -> None:
-        self.rows: list[list[Cell]] = []
+        self.rows: list[list[ScreenCell]] = []
         self.width = 0
         self.strips: list[dict[int, Strip]] = []
         """Per row, the strips whose cells the row holds, by column: a chop that is the same (immutable)
@@ -149,7 +150,7 @@ class ScreenShadow:
         if strip is not None:
             held[x] = strip
 
-    def _paint(self, y: int, x: int, painted: tuple[list[Cell], list[Style | None]] | None, length: int) -> None:
+    def _paint(self, y: int, x: int, painted: tuple[list[ScreenCell], list[Style | None]] | None, length: int) -> None:
         if not 0 <= y < len(self.rows):
             return
         row = self.rows[y]
@@ -214,12 +215,12 @@ class ScreenShadow:
                     runs.append((start, y, cells[start - at:end - at], styles[start - at:end - at]))
                 row[at:at + len(cells)] = cells
                 self._took(y, x, strip)
-        # The runs do not overlap: written a look at a time (the SGR changes once a look, not once a run), the
-        # looks in the order they first appear on the screen, each look's runs top to bottom then left to
+        # The runs do not overlap: written a pen at a time (the SGR changes once a pen, not once a run), the
+        # pens in the order they first appear on the screen, each pen's runs top to bottom then left to
         # right, or left to right then top to bottom, whichever is shorter (figures in a column, a row apart:
         # a cursor step down and back, not a move to each row's next figure)
         runs.sort(key=lambda run: (run[1], run[0]))
-        groups: dict[Look, list[Run]] = {}
+        groups: dict[Pen, list[Run]] = {}
         for run in runs:
             groups.setdefault(run[2][0][1], []).append(run)
         for group in groups.values():
@@ -235,13 +236,13 @@ class ScreenShadow:
 
 class _Writer:
     """Terminal sequences for runs of cells: a cursor move only where the cursor is not already, an SGR only
-    where the look changes (one reset at the end, as Textual leaves the terminal after a frame)."""
+    where the pen changes (one reset at the end, as Textual leaves the terminal after a frame)."""
 
     def __init__(self, width: int) -> None:
         self.width = width
         self.parts: list[str] = []
         self.at: tuple[int, int] | None = None
-        self.look: Look = None
+        self.pen: Pen = None
 
     @property
     def length(self) -> int:
@@ -250,13 +251,13 @@ class _Writer:
     def fork(self) -> _Writer:
         """A writer that goes on from where this one is (its parts its own)."""
         fork = _Writer(self.width)
-        fork.at, fork.look = self.at, self.look
+        fork.at, fork.pen = self.at, self.pen
         return fork
 
     def take(self, fork: _Writer) -> None:
         """What a fork wrote, as if written here."""
         self.parts += fork.parts
-        self.at, self.look = fork.at, fork.look
+        self.at, self.pen = fork.at, fork.pen
 
     def write(self, runs: list[Run], console: Console) -> None:
         for x, y, cells, styles in runs:
@@ -275,22 +276,22 @@ class _Writer:
         """Sequences rendered by Textual (they end on a reset); where the cursor ends is not known."""
         self.move(x, y)
         self.parts.append(rendered)
-        self.at, self.look = None, None
+        self.at, self.pen = None, None
 
-    def cells(self, x: int, y: int, cells: list[Cell], styles: list[Style | None], console: Console) -> None:
+    def cells(self, x: int, y: int, cells: list[ScreenCell], styles: list[Style | None], console: Console) -> None:
         if any(style is not None and style._link for style in styles):
             self.raw(x, y, _render(cells, styles, console))
             return
         self.move(x, y)
-        for char, look in cells:
-            if look != self.look:
-                self.parts.append(sgr_change(self.look, look))
-                self.look = look
+        for char, pen in cells:
+            if pen != self.pen:
+                self.parts.append(sgr_change(self.pen, pen))
+                self.pen = pen
             self.parts.append(char)
         self.at = (x + len(cells), y)
 
     def done(self) -> str:
-        if self.look is not None:
+        if self.pen is not None:
             self.parts.append("\x1b[0m")
         return "".join(self.parts)
 
@@ -352,24 +353,24 @@ def _changed_window(before: Strip, after: Strip) -> tuple[int, int, int] | None:
     return first, end, offset
 
 
-def _changed_runs(row: list[Cell], x: int, cells: list[Cell]) -> list[tuple[int, int]]:
+def _changed_runs(row: list[ScreenCell], x: int, cells: list[ScreenCell]) -> list[tuple[int, int]]:
     """[start, end) screen columns where ``cells`` (painted from ``x``) differ from ``row``, each run of one
-    look, never starting or ending inside a wide character. Two runs of a look are sent as one when the
-    unchanged cells between them are of that look too and cost no more bytes than the cursor move over them."""
+    pen, never starting or ending inside a wide character. Two runs of a pen are sent as one when the
+    unchanged cells between them are of that pen too and cost no more bytes than the cursor move over them."""
     runs: list[list[int]] = []
-    looks: list[Look] = []
+    pens: list[Pen] = []
     for i, cell in enumerate(cells):
         if row[x + i] == cell:
             continue
-        look = cell[1]
-        if runs and looks[-1] == look:
+        pen = cell[1]
+        if runs and pens[-1] == pen:
             gap = cells[runs[-1][1]:i]
-            if not gap or (all(c[1] == look for c in gap)
+            if not gap or (all(c[1] == pen for c in gap)
                            and sum(len(c[0].encode()) for c in gap) <= len(_steps(len(gap), "C", ""))):
                 runs[-1][1] = i + 1
                 continue
         runs.append([i, i + 1])
-        looks.append(look)
+        pens.append(pen)
     out = []
     for start, end in runs:
         while start > 0 and cells[start][0] == "":
@@ -380,15 +381,15 @@ def _changed_runs(row: list[Cell], x: int, cells: list[Cell]) -> list[tuple[int,
     return out
 
 
-def _render(cells: list[Cell], styles: list[Style | None], console: Console) -> str:
-    """The cells as one strip of segments, a segment per run of one look."""
+def _render(cells: list[ScreenCell], styles: list[Style | None], console: Console) -> str:
+    """The cells as one strip of segments, a segment per run of one pen."""
     segments: list[Segment] = []
     text: list[str] = []
-    look, style = cells[0][1], styles[0]
-    for (char, cell_look), cell_style in zip(cells, styles, strict=True):
-        if cell_look != look:
+    pen, style = cells[0][1], styles[0]
+    for (char, cell_pen), cell_style in zip(cells, styles, strict=True):
+        if cell_pen != pen:
             segments.append(Segment("".join(text), style))
-            text, look, style = [], cell_look, cell_style
+            text, pen, style = [], cell_pen, cell_style
         text.append(char)
     segments.append(Segment("".join(text), style))
     return Strip(segments).render(console)
@@ -405,7 +406,7 @@ def minimal_update(shadow: ScreenShadow, update: object, size: tuple[int, int],
             if not whole:
                 shadow.take_full(update, *size, console._color_system or ColorSystem.TRUECOLOR)
                 return update
-            shadow.reset(*size)  # every cell unknown: all written, a look's SGR once per run of it
+            shadow.reset(*size)  # every cell unknown: all written, a pen's SGR once per run of it
         diffed = DiffUpdate(shadow.diff(_as_chops(update, size[1]), console))
         shadow.complete = shadow.complete or whole
         return diffed

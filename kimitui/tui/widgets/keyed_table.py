@@ -58,7 +58,7 @@ class Column:
 
 
 @dataclass(frozen=True, slots=True)
-class Look:
+class TableStyles:
     """The styles a frame is drawn with, from the widget's CSS and component classes."""
 
     base: Style
@@ -143,7 +143,7 @@ class KeyedTable(BatchedIdle, BareLines, ScrollView, can_focus=True):
     """
 
     COLUMNS: tuple[tuple[str, str, int | None], ...] = ()
-    _look: Look | None = None
+    _look: TableStyles | None = None
     _look_stale = True
     """Class defaults: Textual may refresh the widget before ``__init__`` has run to the end."""
 
@@ -319,14 +319,15 @@ class KeyedTable(BatchedIdle, BareLines, ScrollView, can_focus=True):
         self._look_stale = True
         super()._restyled()
 
-    def _read_look(self) -> Look:
+    def _read_look(self) -> TableStyles:
         if self._look is None or self._look_stale:
             self._look_stale = False
             get = self.get_component_rich_style
             cursor = get("keyed-table--cursor")
-            look = Look(base=self.rich_style, header=get("keyed-table--header"), even=get("keyed-table--even-row"),
-                        odd=get("keyed-table--odd-row"), cursor=Style() + cursor,
-                        cursor_post=Style.from_color(color=cursor.color) + Style.from_color(bgcolor=cursor.bgcolor))
+            look = TableStyles(base=self.rich_style, header=get("keyed-table--header"),
+                               even=get("keyed-table--even-row"), odd=get("keyed-table--odd-row"),
+                               cursor=Style() + cursor, cursor_post=Style.from_color(color=cursor.color)
+                               + Style.from_color(bgcolor=cursor.bgcolor))
             if look != self._look:
                 self._look = look
                 self._look_version += 1
@@ -368,7 +369,7 @@ class KeyedTable(BatchedIdle, BareLines, ScrollView, can_focus=True):
             line.strip_for = (width, scroll_x)
         return line.strip
 
-    def _render_row(self, line: _Line, index: int, cursor: bool, look: Look, width: int) -> Strip:
+    def _render_row(self, line: _Line, index: int, cursor: bool, look: TableStyles, width: int) -> Strip:
         row_style = look.header if index == HEADER else look.odd if index % 2 else look.even
         component, post = (look.cursor, look.cursor_post) if cursor else (NO_STYLE, NO_STYLE)
         app = self.app
@@ -419,7 +420,7 @@ class KeyedTable(BatchedIdle, BareLines, ScrollView, can_focus=True):
             segments = line_filter.apply(segments, background)  # type: ignore[arg-type]
         return segments[0].style
 
-    def _blank(self, width: int, look: Look) -> Strip:
+    def _blank(self, width: int, look: TableStyles) -> Strip:
         """A line below the last row."""
         key = (width, look.base, self._filters)
         if self._blank_line is None or self._blank_line[0] != key:

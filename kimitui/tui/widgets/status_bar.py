@@ -98,7 +98,7 @@ def status_parts(state: SessionState, replay: ReplayInfo | None, live: bool, hos
     else:
         parts.append(clock(state.clock))
         if live and not narrow:
-            parts.append((f"  events {state.events}", "$text-muted"))
+            parts.append((f"  events {state.events_folded}", "$text-muted"))
     if replay is not None:  # the position bar, as wide as the line has room for whatever its changing parts say
         phase_cells = cells_of(parts[phase_at:phase_end])
         words = [w for p in replay.phases for w in (p, CAMPAIGN_WORDS.get(p, p))]  # a campaign's once it has begun
