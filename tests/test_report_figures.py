@@ -71,7 +71,7 @@ def test_html_is_one_file_with_the_figures_inline(tmp_path: Path) -> None:
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert page.count("<svg") == len(STEMS) and "<img" not in page and ".png" not in page
-    assert "<table>" in page and "<th>concurrency</th>" in page and "<strong>" in page
+    assert "<table>" in page and ">concurrency</th>" in page and "<strong>" in page
     assert "<title>kimitui compare: " in page
 
 

@@ -92,3 +92,15 @@ def test_serve_without_textual_serve_names_the_clone_venv_command(tmp_path: Path
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [
         f"kimitui: kimitui serve needs textual-serve, which is not installed: {clone_command('serve')}"]
+
+
+def test_the_html_page_escapes_what_the_run_says() -> None:
+    """Text from outside (a process name, a server's error) reaches the page as text: a tag in it is escaped,
+    never markup (raw HTML off); a table cell's escaped pipe is a pipe; a lone image is a figure, not in a <p>."""
+    md = ("# r <b>\n\n| a | b |\n|---|--:|\n| <script>x</script> | 1 \\| 2 |\n\n"
+          "`<img src=x onerror=alert(1)>` and **<i>bold</i>**\n\n![missing figure](f.png)\n")
+    page = to_html(md, {})
+    assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page and "<i>" not in page
+    assert "<title>r &lt;b&gt;</title>" in page and '<td style="text-align:right">1 | 2</td>' in page
+    assert "<p>[figure not available: missing figure]</p>" in page and "<p><p>" not in page
