@@ -21,9 +21,10 @@ SSE_CAP = 1 << 20
 """The client's cap on one SSE line (kimitui.bench.macro.sse.MAX_LINE), as its error message says."""
 
 
-@pytest.fixture(params=["lean", "httpx"])
+@pytest.fixture(params=["lean", "httpx", "aiohttp"])
 def client(request: pytest.FixtureRequest) -> str:
-    """The HTTP client of the streamed requests: every fault is checked with both."""
+    """The HTTP client of the streamed requests: every fault is checked with each (aiohttp: the one measured
+    beside the others, benchmarks/loadgen.py)."""
     return str(request.param)
 
 

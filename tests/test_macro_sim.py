@@ -13,7 +13,7 @@ from kimitui.hosts.sim.openai_server import FaultPlan, SimOpenAIServer
 CURVE = BatchingModel.from_targets(single_stream_tps=100, plateau_tps=1600, plateau_batch=16, prefill_tps=1e9)
 
 
-@pytest.fixture(params=["lean", "httpx"])
+@pytest.fixture(params=["lean", "httpx", "aiohttp"])
 def client(request: pytest.FixtureRequest) -> str:
     """The HTTP client of the streamed requests: the simulated server is measured with both."""
     return str(request.param)

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 Endpoint = Literal["completions", "chat"]
-Client = Literal["lean", "httpx"]
-CLIENTS: tuple[str, ...] = ("lean", "httpx")
+Client = Literal["lean", "httpx", "aiohttp"]
+CLIENTS: tuple[str, ...] = ("lean", "httpx", "aiohttp")
+"""aiohttp: measured beside the others in benchmarks/loadgen.py (kimitui/bench/macro/aiohttp_stream.py)."""
 RampStrategy = Literal["linear", "exponential"]
 
 MAX_CONCURRENCY = 512
@@ -184,7 +185,12 @@ class MacroConfig:
         if self.dataset is not None and not self.dataset.is_file():
             raise ConfigError(f"{self.dataset}: no such file (the --dataset of prompts)")
         if self.client not in CLIENTS:
-            raise ConfigError(f"unknown client {self.client!r} (lean or httpx)")
+            raise ConfigError(f"unknown client {self.client!r} (lean, httpx or aiohttp)")
+        if self.client == "aiohttp":
+            import importlib.util
+
+            if importlib.util.find_spec("aiohttp") is None:
+                raise ConfigError("client aiohttp: aiohttp is not installed (it comes with the serve extra)")
 
     def level_requests(self, concurrency: int) -> int:
         """Measured requests at one level (request-count mode)."""

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from time import perf_counter
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import httpx
 
@@ -35,6 +35,9 @@ from kimitui.bench.macro.prompts import Planned, Prompt, PromptSource
 from kimitui.bench.macro.request import Gauge, RequestOutcome, stream_request
 from kimitui.bench.macro.transport import POOL_SHARD, headers, shard_sizes, ssl_context
 from kimitui.core.server_metrics import prefix_cache_warning
+
+if TYPE_CHECKING:
+    from kimitui.bench.macro.aiohttp_stream import AiohttpStream
 
 PROGRESS_INTERVAL_S = 0.1
 PREBUILD_MAX = 4096
@@ -100,7 +103,8 @@ class _HttpxStream:
                                     gauge)
 
 
-Streamer = LeanClient | _HttpxStream
+Streamer: TypeAlias = "LeanClient | _HttpxStream | AiohttpStream"
+"""Each with the same ``stream``."""
 Item = tuple[Planned, float | None]
 """A request to send and when it was due (None: closed loop)."""
 
@@ -176,7 +180,16 @@ class Level:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 clients: list[Streamer]
-                if self.client == "httpx":
+                if self.client == "aiohttp":
+                    from kimitui.bench.macro.aiohttp_stream import AiohttpStream
+
+                    clients = []
+                    for n in shard_sizes(self.c, POOL_SHARD):
+                        session = AiohttpStream(self.url, n, headers(cfg), cfg.timeouts.connect_s,
+                                                cfg.timeouts.read_s, ssl)
+                        stack.push_async_callback(session.close)
+                        clients.append(session)
+                elif self.client == "httpx":
                     clients = [_HttpxStream(await stack.enter_async_context(httpx.AsyncClient(
                         limits=httpx.Limits(max_connections=n, max_keepalive_connections=n), timeout=timeout,
                         headers=headers(cfg), verify=ssl)), self.url)
