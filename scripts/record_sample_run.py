@@ -32,7 +32,7 @@ SPEEDUP_ENV = "KIMITUI_SIM_ALLREDUCE_SPEEDUP"
 def campaign_file(tmp: Path, speedup: float) -> Path:
     """The demo campaign as a file, its name saying what was changed."""
     sys.path.insert(0, str(ROOT))
-    from kimitui.campaign.config import DEMO_TEXT
+    from kimitui.campaign.examples import DEMO_TEXT
 
     name = 'name = "demo: Kimi-K2.5 on the simulated 8 x RTX PRO 6000"'
     assert name in DEMO_TEXT

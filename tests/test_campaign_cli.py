@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.campaign.config import INIT_TEXT, CampaignConfigError, load_config
+from kimitui.campaign.config import CampaignConfigError, load_config
+from kimitui.campaign.examples import INIT_TEXT
 from kimitui.core.events import CampaignResume, MacroPoint, PhaseEnd
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunReader

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from kimitui.campaign.config import INIT_TEXT, CampaignConfigError, load_config, parse_config
+from kimitui.campaign.config import CampaignConfigError, load_config, parse_config
+from kimitui.campaign.examples import INIT_TEXT
 
 SHAPES: list[Any] = [{"a": 1}, [1, "x"], [], "text", 7, -7, 2.5, math.nan, math.inf, -math.inf, True, 10**30,
                      [[[1]]], {"deep": {"er": [1]}}]

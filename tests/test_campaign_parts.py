@@ -10,7 +10,7 @@ import tomllib
 import httpx
 import pytest
 
-from kimitui.campaign.config import DEMO_TEXT, demo_config
+from kimitui.campaign.examples import DEMO_TEXT, demo_config
 from kimitui.cleanup.drain import InFlight, MetricsError, parse_in_flight, read_in_flight
 from kimitui.core.campaign_words import probe_words
 from kimitui.core.events import AllReduceRow, BudgetRow, GemmRow, MacroPoint, MicroPlan, Topology
@@ -204,7 +204,8 @@ def test_the_demo_campaign_reaches_the_plateau_level() -> None:
 def test_the_consent_table_takes_others_apart_and_headless_must_answer_it() -> None:
     """``others`` (what holds the GPUs and is not the service) is a step of the consent policy: the file
     answers it, it defaults to ask, and a headless campaign that leaves it at ask is refused before it runs."""
-    from kimitui.campaign.config import INIT_TEXT, parse_config
+    from kimitui.campaign.config import parse_config
+    from kimitui.campaign.examples import INIT_TEXT
     from kimitui.commands.campaign import CampaignUsageError, apply_answers
 
     data = tomllib.loads(DEMO_TEXT)

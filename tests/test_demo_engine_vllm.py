@@ -66,7 +66,7 @@ def test_engine_python_is_for_the_real_engine(tmp_path: Path) -> None:
 
 def test_the_real_engines_demo_campaign_is_the_demos_lighter() -> None:
     """Its own levels (each measured by micro, for the analysis), the real engine's waits, every consent."""
-    from kimitui.campaign.config import demo_config
+    from kimitui.campaign.examples import demo_config
 
     cfg, sim = demo_config("vllm"), demo_config()
     assert cfg.host == "demo" and cfg.file == "(built in: kimitui demo --campaign --engine vllm)"

@@ -23,7 +23,8 @@ from kimitui.bench.macro import ConfigError, MacroConfig, run_sweep
 from kimitui.bench.macro import records as rec
 from kimitui.bench.macro.fields import named_fields
 from kimitui.bench.macro.request import RequestOutcome, StreamAccount
-from kimitui.campaign.config import INIT_TEXT, parse_config
+from kimitui.campaign.config import parse_config
+from kimitui.campaign.examples import INIT_TEXT
 from kimitui.commands.bench import add_parser, cmd_bench
 from kimitui.core.describe import describe, level_of
 from kimitui.core.events import Event, LogLine, MacroPoint, MacroRequests, RequestFieldsDropped, decode, encode

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from kimitui.campaign.config import CONSENT_STEPS, INIT_TEXT, CampaignConfig, CampaignConfigError, load_config
+from kimitui.campaign.config import CONSENT_STEPS, CampaignConfig, CampaignConfigError, load_config
+from kimitui.campaign.examples import INIT_TEXT
 from kimitui.core.printable import printable
 
 PRINTED = frozenset({"phase_start", "phase_end", "campaign_plan", "campaign_control", "campaign_resume",
@@ -326,7 +327,7 @@ def init(path: Path) -> int:
 def cmd_demo_campaign(args: argparse.Namespace) -> int:
     """``kimitui demo --campaign``: the embedded default campaign on the simulated host (a lighter one with a
     real vLLM: ``--engine vllm``)."""
-    from kimitui.campaign.config import demo_config
+    from kimitui.campaign.examples import demo_config
     from kimitui.commands.demo_engine import resolve_demo
 
     bad = resolve_demo(args)
