@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from kimitui.campaign.config import CampaignConfig, parse_config
-from kimitui.campaign.machine import Campaign, CampaignHost
+from kimitui.campaign.machine import Campaign
 from kimitui.campaign.preflight import preflight
+from kimitui.campaign.setup import CampaignHost
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.sample_feed import SampleFeed
 from kimitui.core.events import Event

@@ -181,7 +181,7 @@ async def test_a_restart_while_the_gpus_hold_memory_says_so_and_the_policy_does_
         cleanup_rig: Rig, tmp_path: Path) -> None:
     """After an abort mid-transition the old service's processes still hold GPU memory: the preview names
     them and asks to finish the cleanup first; the file's restart = yes does not cover that start."""
-    from kimitui.campaign.machine import policy_consent
+    from kimitui.campaign.setup import policy_consent
 
     holder = cleanup_rig.sim.start_holder(1, 30_000.0)
     await cleanup_rig.settled({holder})

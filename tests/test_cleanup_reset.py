@@ -128,7 +128,7 @@ async def test_the_dashboard_and_the_campaign_reset_the_demo_with_its_own_nvidia
     (a plain `nvidia-smi` is not there), as `kimitui cleanup --host demo` does."""
     import os
 
-    from kimitui.campaign.machine import CampaignHost
+    from kimitui.campaign.setup import CampaignHost
     from kimitui.live.context import LiveContext
     from kimitui.live.targets import open_target
 

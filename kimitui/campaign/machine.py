@@ -19,17 +19,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kimitui.campaign.config import CampaignConfig
 from kimitui.campaign.resume import ResumePlan
+from kimitui.campaign.setup import CampaignHost, campaign_service, policy_consent
 from kimitui.cleanup.audit import AuditLog
-from kimitui.cleanup.consent import ConsentCallback, ConsentDecision
+from kimitui.cleanup.consent import ConsentCallback
 from kimitui.cleanup.plan import CleanupTarget, Deadlines
 from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
 from kimitui.cleanup.services import ServiceManager
-from kimitui.cleanup.setup import UsageError, build_target, parse_gpus, parse_service
-from kimitui.cleanup.steps import GPUS_HELD, service_up
+from kimitui.cleanup.setup import build_target, parse_gpus
+from kimitui.cleanup.steps import service_up
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.events import (
     CampaignControl,
@@ -40,65 +40,10 @@ from kimitui.core.events import (
     PhaseEnd,
     PhaseStart,
     ServedModel,
-    StepPreview,
 )
 from kimitui.core.session import Session
-from kimitui.hosts.base import Host, HostError
+from kimitui.hosts.base import HostError
 from kimitui.phases import analysis, check, macro, micro, restart, transition
-
-
-@dataclass(slots=True)
-class CampaignHost:
-    """The host a campaign runs on, opened (``kimitui.live.targets.open_target``)."""
-
-    host: Host
-    label: str
-    simulated: bool = False
-    sim_dir: str | None = None
-    api_url: str = ""
-    """The simulated host's server (a real host's comes from the campaign file)."""
-    nvidia_smi: str = "nvidia-smi"
-    """The GPU reset's tool on the host (the simulated host's own stand-in there)."""
-
-
-def campaign_service(cfg: CampaignConfig, simulated: bool, api_url: str) -> ServiceManager | None:
-    """The service the campaign stops and restarts (the simulated host's own by default there)."""
-    spec = cfg.service or ("sim:vllm" if simulated else "none")
-    health = cfg.health_url or None
-    if health is None and api_url and not spec.startswith("sim:"):
-        health = f"{api_url}/health"
-    try:
-        return parse_service(spec, health)
-    except UsageError as exc:
-        raise UsageError(f"{cfg.file}: [service] spec: {exc}") from None
-
-
-def policy_consent(policy: dict[str, str], ask: ConsentCallback | None, operator: str,
-                   aborting: Callable[[], bool]) -> ConsentCallback:
-    """Consent from the campaign's policy: ``yes`` and ``no`` answer at once (recorded as the file's),
-    ``ask`` asks (the dashboard's modal). While aborting only the restart offer is answered (by
-    ``abort_restart``); every other step is declined."""
-
-    async def decide(preview: StepPreview) -> ConsentDecision:
-        key = "abort_restart" if preview.step == "restart" and aborting() else preview.step
-        if aborting() and key != "abort_restart":
-            return ConsentDecision(False, None, operator, "campaign aborted: the remaining steps are declined")
-        answer = policy.get(key, "ask")
-        if answer == "yes" and preview.step == "restart" and preview.action.startswith(GPUS_HELD):
-            answer = "ask"  # the file's yes was for a start on free GPUs: one beside the old processes is asked
-            if ask is None:
-                return ConsentDecision(False, None, operator, f"campaign policy: {key} = yes covers a start on "
-                                       "free GPUs; they still hold memory: finish the cleanup first")
-        if answer == "yes":
-            return ConsentDecision(True, None, operator, f"campaign policy: {key} = yes")
-        if answer == "no":
-            return ConsentDecision(False, None, operator, f"campaign policy: {key} = no")
-        if ask is None:
-            return ConsentDecision(False, None, operator, f"campaign policy: {key} = ask, and no one to ask")
-        return await ask(preview)
-
-    return decide
-
 
 FIRST_SAMPLE_S = 30.0
 """How long a campaign waits for the host's first sample before it gives up."""
@@ -502,7 +447,3 @@ class Campaign:
                                 cancel=self._cancel, ignore_eos=m.ignore_eos, warmup=self.cfg.check_warmup(),
                                 base=self.state.macro_requests.get(1))
         return self._phase_ok("check")
-
-
-def phase_words(name: str) -> str:
-    return PHASE_TITLES.get(name, name)

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from kimitui.campaign.config import CampaignConfig
-from kimitui.campaign.machine import CampaignHost, campaign_service
+from kimitui.campaign.setup import CampaignHost, campaign_service
 from kimitui.cleanup.setup import UsageError, parse_gpus
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.campaign_words import served_words

@@ -129,9 +129,10 @@ def printer(out: TextIO, as_json: bool, session: Any) -> Any:
 
 
 async def run_campaign(cfg: CampaignConfig, args: argparse.Namespace) -> int:
-    from kimitui.campaign.machine import Campaign, CampaignHost
+    from kimitui.campaign.machine import Campaign
     from kimitui.campaign.preflight import preflight
     from kimitui.campaign.resume import ResumeError, plan_resume
+    from kimitui.campaign.setup import CampaignHost
     from kimitui.cleanup.audit import AuditLog
     from kimitui.cleanup.consent import current_operator
     from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout

@@ -172,7 +172,7 @@ async def free_simulated_gpus(opened: Any, feed: Any, publish: Any, sample: Any,
     the campaign does before its Phase 2 (``free_before_micro``: the transition phase when the GPUs hold
     memory), its consent the campaign's policy, yes to each step (the simulated host and all on it belong to
     this command). Returns (free, the sample after)."""
-    from kimitui.campaign.machine import policy_consent
+    from kimitui.campaign.setup import policy_consent
     from kimitui.cleanup.consent import current_operator
     from kimitui.cleanup.setup import build_target, default_deadlines, parse_service
     from kimitui.phases.micro import free_before_micro
