@@ -14,9 +14,10 @@ from textual.widgets import Static
 from kimitui.bench.macro.config import MacroConfig
 from kimitui.bench.macro.sweep import LevelResult, SweepResult, sweep_note
 from kimitui.bench.micro.tables import TextPrinter
-from kimitui.core.describe import budget_verdict, gemm_words
+from kimitui.core.budget_words import budget_verdict
 from kimitui.core.events import BudgetRow, Event, GemmRow, MacroPoint
 from kimitui.core.figures import budget_shares, single_stream
+from kimitui.core.micro_words import gemm_words
 from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader, RunWriter
 from kimitui.core.session import Session

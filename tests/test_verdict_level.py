@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.core.describe import budget_level, budget_verdict
+from kimitui.core.budget_words import budget_level, budget_verdict
 from kimitui.core.events import BudgetRow, DecodeBudget
 from kimitui.core.figures import LEVEL_BEFORE, LEVEL_HIGHEST, LEVEL_KNEE, knee, level_tok_s, plateau, verdict_level
 from kimitui.core.runfile import RunReader

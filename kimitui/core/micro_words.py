@@ -1,12 +1,31 @@
-"""Micro rows in words: the GEMM table's line (in ``describe.gemm_words``' cells), the all-reduce table in
-nccl-tests' columns, a burst, a progress bar; the CLI's text (``bench/micro/tables.py``) and the report
-(``report/bench.py``) both write them. torch.distributed's all-reduce works in place, so nccl-tests' two column
+"""Micro rows in words: a GEMM row's cells (``gemm_words``, the same on every surface) and its table line,
+the all-reduce table in nccl-tests' columns, a burst, a progress bar; the CLI's text (``bench/micro/tables.py``),
+the views and the report all write them. torch.distributed's all-reduce works in place, so nccl-tests' two column
 groups (out-of-place, in-place) are here eager and CUDA graph, both in place."""
 
 from __future__ import annotations
 
-from kimitui.core.describe import gemm_words
 from kimitui.core.events import AllReduceRow, GemmRow, MicroProgress
+from kimitui.core.figures import correctness_failed, roofline_pct
+from kimitui.core.printable import printable
+from kimitui.core.procdisplay import DASH
+
+GEMM_FAIL = "FAIL"
+"""The mark of a GEMM row whose output is off the reference by more than the limit, on every surface."""
+
+
+def gemm_words(g: GemmRow) -> dict[str, str]:
+    """A GEMM row's cells, the same on the Benchmarks and Micro tabs, the CLI and the report (each shows
+    the columns it has room for): a row that failed its correctness check says FAIL in its error cell."""
+    pct = roofline_pct(g)
+    err = "-" if g.rel_err is None else f"{g.rel_err:.4f}"
+    if correctness_failed(g):
+        err = GEMM_FAIL if g.rel_err is None else f"{err} {GEMM_FAIL}"
+    return {"name": printable(g.name), "m": str(g.m), "nk": f"{g.n} x {g.k}", "dtype": printable(g.dtype or DASH),
+            "backend": printable(g.backend or DASH), "kernel": printable(g.kernel or DASH),
+            "time": f"{g.time_us:.2f}", "roofline": DASH if g.roofline_us is None else f"{g.roofline_us:.2f}",
+            "pct_roof": DASH if pct is None else f"{pct:.0f}%", "tflops": f"{g.tflops:.2f}",
+            "gbps": f"{g.gbps:.0f}", "rel_err": err}
 
 INT4_NOTE = ("torch-int4 is torch._weight_int4pack_mm (tinygemm): correct, but honest only near M=1; it stands "
              "in for Marlin where vLLM is not installed")

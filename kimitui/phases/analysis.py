@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kimitui.core.describe import impossible_words, no_verdict_words
+from kimitui.core.budget_words import impossible_words, no_verdict_words
 from kimitui.core.events import (
     AllReduceRow,
     BudgetRow,

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kimitui.core.describe import gemm_words, single_stream_words, verdict_line
+from kimitui.core.describe import single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, MacroPoint, first_error, level_failed
 from kimitui.core.figures import percentile, single_stream
+from kimitui.core.micro_words import gemm_words
 from kimitui.core.printable import printable
 from kimitui.core.server_metrics import prefix_cache_warning
 from kimitui.core.state import SessionState, Sweep

@@ -3,7 +3,7 @@ dashboard's Analysis tab draw the same bars)."""
 
 from __future__ import annotations
 
-from kimitui.core.describe import budget_row_note, share_words, tpot_label
+from kimitui.core.budget_words import budget_row_note, share_words, tpot_label
 from kimitui.core.events import BudgetRow, DecodeBudget
 from kimitui.core.figures import budget_impossible, budget_shares
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kimitui.core.budget_words import budget_level, budget_row_note, budget_verdict
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.campaign_words import drain_words, phase_title, probe_words, served_words
-from kimitui.core.describe import budget_level, budget_row_note, budget_verdict
 from kimitui.core.events import HostSample, MacroPoint
 from kimitui.core.figures import NOISE_RULE, TPOT_STATISTIC, budget_impossible, spread
 from kimitui.core.printable import printable

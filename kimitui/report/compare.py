@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kimitui.core.describe import budget_level, budget_verdict, gemm_words, single_stream_words, verdict_line
+from kimitui.core.budget_words import budget_level, budget_verdict
+from kimitui.core.describe import single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, DecodeBudget, GemmRow, MacroPoint, level_failed
 from kimitui.core.figures import NOISE_RULE, change_pct, knee, level_tok_s, noise, plateau, single_stream
+from kimitui.core.micro_words import gemm_words
 from kimitui.core.printable import printable
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import SessionState

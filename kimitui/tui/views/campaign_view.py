@@ -8,9 +8,9 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
+from kimitui.core.budget_words import budget_level, budget_verdict, tpot_label
 from kimitui.core.campaign_state import PHASE_TITLES, CampaignState
 from kimitui.core.campaign_words import drain_words, probe_words, served_words
-from kimitui.core.describe import budget_level, budget_verdict, tpot_label
 from kimitui.core.figures import budget_impossible
 from kimitui.core.state import SessionState
 from kimitui.report.budget_text import SEGMENTS, budget_lines, stacked_bar

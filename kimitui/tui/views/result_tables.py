@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from kimitui.core.describe import gemm_words
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, first_error, level_failed
 from kimitui.core.figures import correctness_failed
+from kimitui.core.micro_words import gemm_words
 from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
 from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
