@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from kimitui.hosts.base import HostError
-from kimitui.hosts.link import WorkerLost
 from kimitui.hosts.local import LocalHost
+from kimitui.hosts.remote_worker import WorkerLost
 from kimitui.hostside.procfs import read_stat
 from tests.agent_helpers import host as host  # a fixture: a local agent under each python
 from tests.agent_helpers import pid_gone

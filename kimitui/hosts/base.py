@@ -32,7 +32,8 @@ from kimitui.hosts.channel import (
 )
 
 if TYPE_CHECKING:
-    from kimitui.hosts.link import AgentLink, RemoteWorker
+    from kimitui.hosts.link import AgentLink
+    from kimitui.hosts.remote_worker import RemoteWorker
 
 __all__ = [
     "BACKOFF", "NO_LIMIT_S", "AncestorProcess", "Channel", "CommandResult", "Host", "HostError", "HostFatal",
@@ -189,7 +190,7 @@ class Host(abc.ABC):
     async def start_worker(self, source: bytes | str, args: Sequence[str] = (), env: dict[str, str] | None = None,
                            python: str | None = None, cwd: str | None = None) -> RemoteWorker:
         """Start a Python worker on the host from SOURCE (sent over the channel; nothing is read from the
-        host's disk). See ``kimitui.hosts.link.RemoteWorker`` for the whole contract::
+        host's disk). See ``kimitui.hosts.remote_worker.RemoteWorker`` for the whole contract::
 
             worker = await host.start_worker(SOURCE, ["--shape", "7168x1024"], {"CUDA_VISIBLE_DEVICES": "0"},
                                              python="/usr/bin/python3")

@@ -20,7 +20,7 @@ import itertools
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,6 +35,7 @@ from kimitui.hosts.channel import (
     StateCallback,
 )
 from kimitui.hosts.launch import MIN_PYTHON, agent_command, agent_payload
+from kimitui.hosts.remote_worker import RemoteWorker
 from kimitui.hostside.wire import line_tag
 
 NEEDED = f"python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}"
@@ -89,11 +90,6 @@ class Lost:
     reason: str
 
 
-class WorkerLost(OutcomeUnknown):
-    """The channel dropped while the worker ran: the agent ends its workers when its channel closes, but
-    what the worker did last is unknown."""
-
-
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
@@ -110,87 +106,6 @@ def _line_type(line: bytes) -> str:
         return ""
     j = line.find(b'"', i + 8, i + 40)
     return line[i + 8:j].decode("ascii", "replace") if j > 0 else ""
-
-
-class RemoteWorker:
-    """A Python worker the agent runs on the host (``Host.start_worker``).
-
-    The contract (what the micro benchmarks code against):
-
-    - The SOURCE is sent over the channel and written by the agent to a private temporary file, run as
-      ``PYTHON -u FILE ARGS...`` (so it is a real ``__main__`` module: dataclasses and multiprocessing
-      "spawn" work) with the agent's environment plus ENV and PYTHONUNBUFFERED=1, in a session and process
-      group of its own, stdin from /dev/null. PYTHON defaults to the agent's interpreter; name the host's
-      python3 that has torch when it differs. A PYTHON that does not exist: HostError at start.
-    - ``lines()`` yields, in order, each line the worker writes on stdout: a line that parses as JSON as
-      that value (normally a dict), any other line as ``{"text": LINE}``. It ends after the worker's last
-      line, when it has exited: then ``returncode`` is set (negative: killed by that signal) and
-      ``stderr_tail`` holds the end of its stderr when it exited non-zero. Each line is yielded once (a
-      second ``lines()`` goes on where the first stopped).
-    - ``wait()`` returns the exit status (lines not consumed are kept for ``lines()``).
-    - ``cancel(grace)`` sends SIGTERM to the worker's process group, SIGKILL to it after ``grace`` seconds
-      if the worker is still there, and returns the exit status (``cancelled`` is then True).
-    - When the worker exits, whatever is left in its process group is killed; when the agent's channel
-      closes (kimitui exits or the connection drops) the agent ends every worker the same way.
-    - When the channel drops while it runs, ``lines()``, ``wait()`` and ``cancel()`` raise WorkerLost
-      (a HostError): its outcome is unknown and ``returncode`` stays None.
-    """
-
-    def __init__(self, link: AgentLink, wid: int) -> None:
-        self.link = link
-        self.id = wid
-        self.pid: int | None = None
-        self.python: str | None = None
-        self.returncode: int | None = None
-        self.cancelled = False
-        self.stderr_tail = ""
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._ended = False
-        self._done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-
-    def _line(self, msg: dict[str, Any]) -> None:
-        self._queue.put_nowait(msg["data"] if "data" in msg else {"text": msg.get("text", "")})
-
-    def _exit(self, msg: dict[str, Any]) -> None:
-        self.returncode = int(msg.get("returncode", -1))
-        self.cancelled = bool(msg.get("cancelled"))
-        self.stderr_tail = str(msg.get("stderr_tail") or "")
-        self._queue.put_nowait(_END)
-        if not self._done.done():
-            self._done.set_result(self.returncode)
-
-    def _lost(self, reason: str) -> None:
-        err = WorkerLost(f"{self.link.host.name}: worker {self.id} (pid {self.pid}): {reason}; its outcome is "
-                         "unknown (the agent ends its workers when its channel closes)")
-        self._queue.put_nowait(err)
-        if not self._done.done():
-            self._done.set_exception(err)
-            self._done.exception()  # retrieved here: a worker nobody waits on is not an error
-
-    async def lines(self) -> AsyncIterator[Any]:
-        while not self._ended:
-            item = await self._queue.get()
-            if item is _END:
-                self._ended = True
-                return
-            if isinstance(item, WorkerLost):
-                self._queue.put_nowait(item)  # a later call raises it too
-                raise item
-            yield item
-
-    async def wait(self) -> int:
-        return await asyncio.shield(self._done)
-
-    async def cancel(self, grace: float = 5.0) -> int:
-        if not self._done.done():
-            try:
-                await self.link.request("worker_cancel", {"worker": self.id, "grace": grace}, timeout=15.0)
-            except RequestFailed:
-                pass  # it exited meanwhile: its exit is on the way
-        return await asyncio.wait_for(self.wait(), grace + 15.0)
-
-
-_END = object()
 
 
 @dataclass
@@ -505,7 +420,7 @@ class AgentLink:
         await self.connect()
         text = source.decode("utf-8") if isinstance(source, bytes) else source
         rid = next(self._ids)
-        worker = RemoteWorker(self, rid)
+        worker = RemoteWorker(self, rid, self.host.name)
         self._workers[rid] = worker  # before the request: its first lines may come before the reply is read
         try:
             res = await self.request("worker_start", {"source": text, "args": [str(a) for a in args],

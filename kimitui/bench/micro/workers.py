@@ -4,7 +4,7 @@
 GPU host (its source sent over the channel, its own process group), ``async for obj in worker.lines()``
 streams its JSON lines back, ``await worker.cancel()`` ends the group (SIGTERM, then SIGKILL), and
 ``worker.returncode`` / ``worker.stderr_tail`` say how it ended. Every host (local, SSH, simulated) offers
-it through its agent; see ``kimitui.hosts.link.RemoteWorker`` for the whole contract.
+it through its agent; see ``kimitui.hosts.remote_worker.RemoteWorker`` for the whole contract.
 """
 
 from __future__ import annotations
