@@ -25,11 +25,11 @@ from kimitui.campaign.resume import ResumePlan
 from kimitui.campaign.setup import CampaignHost, campaign_service, policy_consent
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentCallback
+from kimitui.cleanup.last_steps import service_up
 from kimitui.cleanup.plan import CleanupTarget, Deadlines
 from kimitui.cleanup.sample_feed import SampleFeed, ViewTimeout
 from kimitui.cleanup.services import ServiceManager
 from kimitui.cleanup.setup import build_target, parse_gpus
-from kimitui.cleanup.steps import service_up
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.events import (
     CampaignControl,

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from kimitui.campaign.config import CampaignConfig
 from kimitui.cleanup.consent import ConsentCallback, ConsentDecision
+from kimitui.cleanup.last_steps import GPUS_HELD
 from kimitui.cleanup.services import ServiceManager
 from kimitui.cleanup.setup import UsageError, parse_service
-from kimitui.cleanup.steps import GPUS_HELD
 from kimitui.core.events import StepPreview
 from kimitui.hosts.base import Host
 

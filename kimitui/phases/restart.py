@@ -7,9 +7,9 @@ import asyncio
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.consent import ConsentCallback
 from kimitui.cleanup.executor import CleanupExecutor
+from kimitui.cleanup.last_steps import service_up
 from kimitui.cleanup.plan import CleanupTarget
 from kimitui.cleanup.sample_feed import ProcessView, SampleFeed
-from kimitui.cleanup.steps import service_up
 from kimitui.core.events import CleanupPlan, PhaseEnd, PhaseStart, StepResult
 from kimitui.hosts.base import Host
 from kimitui.phases.base import Publish, now

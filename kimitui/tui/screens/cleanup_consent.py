@@ -34,9 +34,9 @@ STEP_TITLES = {
 NO_ROWS = frozenset({"restart", "reset"})
 """Steps that signal no process: their modal shows what they will do, not process tables."""
 ALREADY_RUNNING = "already running"
-"""The start of a restart preview whose service is up (kimitui.cleanup.steps.ALREADY_RUNNING)."""
+"""The start of a restart preview whose service is up (kimitui.cleanup.last_steps.ALREADY_RUNNING)."""
 GPUS_HELD = "GPU memory still held"
-"""The start of a restart preview while the GPUs still hold memory (kimitui.cleanup.steps.GPUS_HELD)."""
+"""The start of a restart preview while the GPUs still hold memory (kimitui.cleanup.last_steps.GPUS_HELD)."""
 TICKED, UNTICKED, LOCKED = "[x]", "[ ]", " - "
 WIDE_COLUMNS = (("tick", "", 3), ("pid", "PID", 7), ("start", "Start", 8), ("user", "User", 8),
                 ("gpus", "GPUs", 4), ("mem", "GPU MiB", 9), ("unit", "Unit", 15))
