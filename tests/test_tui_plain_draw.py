@@ -87,6 +87,9 @@ async def test_the_replayed_dashboard_on_either_drawing_path(plain: bool) -> Non
         app.redraw()
         gpus, procs = app.query_one(GpuTable), app.query_one(ProcTable)
         await wait_for(pilot, app, lambda: len(gpus.row_keys) == 8 and procs.row_keys, "the GPU and process rows")
+        # Textual's Footer fills its keys a refresh after it mounts: on a loaded machine (the suite beside two CPU
+        # hogs) the rows above came first and the footer line was still blank
+        await wait_for(pilot, app, lambda: "q Quit" in screen_text(app).splitlines()[-1], "the footer's keys")
         await pilot.pause()
         text = screen_text(app)
         lines = text.splitlines()
