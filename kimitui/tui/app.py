@@ -35,10 +35,11 @@ from kimitui.live.process_clock import mark, since_process_start
 from kimitui.tui import draw_mode, fmt, keys
 from kimitui.tui.commands import KimituiCommands
 from kimitui.tui.controllers.base import Controller
-from kimitui.tui.controllers.campaign import RUNNING, CampaignController
+from kimitui.tui.controllers.campaign import CampaignController
 from kimitui.tui.controllers.cleanup import CleanupController
 from kimitui.tui.controllers.macro import MacroController
 from kimitui.tui.controllers.micro import MicroController
+from kimitui.tui.host_keys import HostKeys
 from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
 from kimitui.tui.palette import Colors
 from kimitui.tui.replay_controls import ReplayControls
@@ -76,7 +77,7 @@ PLAIN_DRAW_ENV = draw_mode.PLAIN_DRAW_ENV
 """1: draw on Textual's own path, not kimitui's (kimitui/tui/draw_mode.py); read once, when the app is made."""
 
 
-class KimituiApp(ScreenshotDelivery, ReplayControls):
+class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
     CSS_PATH = "app.tcss"
     TITLE = "kimitui"
     COMMANDS = App.COMMANDS | {KimituiCommands}
@@ -449,89 +450,9 @@ class KimituiApp(ScreenshotDelivery, ReplayControls):
         if action in LIVE_ACTIONS:
             getattr(self, f"action_{action}")()
 
-    def campaign_busy(self) -> bool:
-        """A campaign runs here: F, M, K and R say so instead of starting on the host beside it."""
-        if self.campaign.running:
-            self.notify(RUNNING, title="campaign", severity="warning", timeout=6)
-            return True
-        return False
-
-    def action_campaign_pause(self) -> None:
-        self.campaign.toggle_pause()
-
-    def action_campaign_skip(self) -> None:
-        self.campaign.skip_next()
-
-    def action_campaign_abort(self) -> None:
-        self.campaign.cancel()
-
     def _after_control(self) -> None:
         self._sync_replay_timers()
         self.redraw()
-
-    def action_toggle_pause(self) -> None:
-        if self.player is not None:
-            self.player.toggle_pause()
-            self._after_control()
-
-    def action_faster(self) -> None:
-        if self.player is not None:
-            self.player.faster()
-            self._after_control()
-
-    def action_slower(self) -> None:
-        if self.player is not None:
-            self.player.slower()
-            self._after_control()
-
-    def action_set_speed(self, speed: float) -> None:
-        if self.player is not None:
-            self.player.set_speed(float(speed))
-            self._after_control()
-
-    def action_next_phase(self) -> None:
-        if self.player is not None:
-            if not self.player.next_phase():
-                self.notify("no later phase boundary", timeout=3)
-            self._after_control()
-
-    def action_prev_phase(self) -> None:
-        if self.player is not None:
-            if not self.player.prev_phase():
-                self.notify("already at the start", timeout=3)
-            self._after_control()
-
-    def action_step(self) -> None:
-        if self.player is not None:
-            if not self.player.step():
-                self.notify("end of the run", timeout=3)
-            self._after_control()
-
-    def action_to_end(self) -> None:
-        if self.player is not None:
-            self.player.to_end()
-            self._after_control()
-
-    def action_macro_sweep(self) -> None:
-        if not self.campaign_busy():
-            self.macro.start()
-
-    def action_cancel_macro(self) -> None:
-        self.macro.cancel()
-
-    def action_cancel_macro_key(self) -> None:
-        if self.active_view != "bench" or not self.macro.running:
-            raise SkipAction()  # the key's other bindings get it
-        self.macro.cancel()
-
-    def action_micro_run(self) -> None:
-        if not self.campaign_busy():
-            self.micro.start()
-
-    def action_cancel_micro_key(self) -> None:
-        if self.active_view != "micro" or not self.micro.running:
-            raise SkipAction()  # the key's other bindings get it
-        self.micro.cancel()
 
     def action_scroll_view(self, action: str) -> None:
         """Scroll the view shown (the Dashboard: its process table), whatever has focus on the dashboard."""
@@ -560,36 +481,6 @@ class KimituiApp(ScreenshotDelivery, ReplayControls):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(replay=self.player is not None,
                                         run_path=str(self.run_path) if self.run_path else None))
-
-    # -- cleanup (live only): the dialog, the consent modals and the worker are controllers/cleanup.py's
-
-    def action_free_gpus(self) -> None:
-        if not self.campaign_busy():
-            self.cleanup.start()
-
-    def action_cancel_cleanup(self) -> None:
-        self.cleanup.cancel()
-
-    def action_cancel_cleanup_idle(self) -> None:
-        self.action_cancel_cleanup()
-
-    def busy(self) -> str | None:
-        """What acts on the host now (Ctrl-C asks before quitting), or None."""
-        return next((c.BUSY for c in self.controllers if c.running), None)
-
-    def action_interrupt(self) -> None:
-        """Ctrl-C: quit, as in htop and k9s; while something acts on the host, ask first (again: quit)."""
-        from kimitui.tui.screens.quit_screen import QuitScreen
-
-        busy = self.busy()
-        if busy is None or isinstance(self.screen, QuitScreen):
-            self.exit()
-            return
-        self.push_screen(QuitScreen(busy), callback=lambda quit_: self.exit() if quit_ else None)
-
-    def action_restart_service(self) -> None:
-        if not self.campaign_busy():
-            self.cleanup.restart()
 
 
 def print_first_frame(app: KimituiApp) -> None:
