@@ -42,7 +42,7 @@ async def test_the_dashboard_runs_the_campaign_and_asks_in_the_modal(tmp_path: P
             # no Phase 1 in this campaign: no TPOT to divide, so the analysis ends without a verdict
             assert "✓ transition  ✓ micro  ✗ analysis  done" in strip
             await pilot.press("a")
-            await pilot_until(pilot, lambda: app._analysis is not None, "the Analysis tab")
+            await pilot_until(pilot, lambda: app._views["analysis"] is not None, "the Analysis tab")
     graceful = next(c for c in rig.of(Consent) if c.step == "graceful")
     assert graceful.accepted and graceful.note == "confirmed in the dashboard"
     process = next(c for c in rig.of(Consent) if c.step == "process")

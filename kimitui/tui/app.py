@@ -24,7 +24,6 @@ from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.timer import Timer
-from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
 from kimitui.core.events import Event
@@ -40,7 +39,7 @@ from kimitui.tui.controllers.cleanup import CleanupController
 from kimitui.tui.controllers.macro import MacroController
 from kimitui.tui.controllers.micro import MicroController
 from kimitui.tui.host_keys import HostKeys
-from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS, VIEWS
+from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS
 from kimitui.tui.palette import Colors
 from kimitui.tui.replay_controls import ReplayControls
 from kimitui.tui.replay_info import ReplayInfo
@@ -48,11 +47,10 @@ from kimitui.tui.screens.help_screen import HelpScreen
 from kimitui.tui.screenshot_delivery import ScreenshotDelivery, plain_notice
 from kimitui.tui.terminal_size import apply_size
 from kimitui.tui.themes import load_themes, resolve_theme
-from kimitui.tui.views.campaign_view import AnalysisView, CampaignStrip
-from kimitui.tui.views.cleanup_view import CleanupView
+from kimitui.tui.views import registry
+from kimitui.tui.views.base import View, ViewContext
+from kimitui.tui.views.campaign_view import CampaignStrip
 from kimitui.tui.views.macro_progress import TAB_LABEL, tab_label
-from kimitui.tui.views.macro_view import BenchView
-from kimitui.tui.views.micro_view import MicroView
 from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.gpu_table import GpuTable
 from kimitui.tui.widgets.key_footer import KeyFooter
@@ -189,10 +187,8 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
                 yield ProcTable(id="proc-table")
                 yield EventLog(id="event-log")
             # The other views are mounted the first time they are shown: a faster first frame.
-            yield TabPane("Benchmarks", id="bench")
-            yield TabPane("Cleanup", id="cleanup")
-            yield TabPane("Micro", id="micro")
-            yield TabPane("Analysis", id="analysis")
+            for entry in registry.VIEWS:
+                yield TabPane(entry.label, id=entry.id)
         yield Static(id="too-small")
         yield KeyFooter()
 
@@ -208,10 +204,8 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
         self._proc_table = self.query_one(ProcTable)
         self._event_log = self.query_one(EventLog)
         self._panes = {pane.id or "": pane for pane in self.query(TabPane)}
-        self._bench: BenchView | None = None
-        self._cleanup: CleanupView | None = None
-        self._micro: MicroView | None = None
-        self._analysis: AnalysisView | None = None
+        self._views: dict[str, View | None] = {entry.id: None for entry in registry.VIEWS}
+        """Each tab's view once mounted (registry.py)."""
         self._mounting: set[str] = set()
         self.query_one("#gpu-row").border_title = "GPUs"
         self.query_one("#proc-table").border_title = "Processes"
@@ -374,26 +368,12 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
             if state.gpus and self._exit_after == "sample":
                 self._exit_after = None
                 self.call_after_refresh(self._first_frame_drawn)
-        elif view == "bench":
-            if self._bench is None:
+        elif view in self._views:
+            shown = self._views[view]
+            if shown is None:
                 self._mount_view(view)
             else:
-                self._bench.show(state, live=self.live is not None)
-        elif view == "cleanup":
-            if self._cleanup is None:
-                self._mount_view(view)
-            else:
-                self._cleanup.show(state, colors)
-        elif view == "micro":
-            if self._micro is None:
-                self._mount_view(view)
-            else:
-                self._micro.show(state)
-        elif view == "analysis":
-            if self._analysis is None:
-                self._mount_view(view)
-            else:
-                self._analysis.show(state)
+                shown.draw(ViewContext(state, colors, live=self.live is not None))
 
     def _mount_view(self, view: str) -> None:
         """Mount a view on first show, then draw it (until then it counts as not drawn)."""
@@ -403,21 +383,11 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
         self._mounting.add(view)
 
         async def mount() -> None:
-            widget: BenchView | CleanupView | MicroView | AnalysisView = (
-                BenchView(id="bench-view") if view == "bench" else
-                MicroView(id="micro-view") if view == "micro" else
-                AnalysisView(id="analysis-view") if view == "analysis" else CleanupView(id="cleanup-view"))
+            widget = next(entry for entry in registry.VIEWS if entry.id == view).make()
             await self._panes[view].mount(widget)
             if not self.is_running:  # the app began to exit meanwhile: the view's children are gone
                 return
-            if isinstance(widget, BenchView):
-                self._bench = widget
-            elif isinstance(widget, MicroView):
-                self._micro = widget
-            elif isinstance(widget, AnalysisView):
-                self._analysis = widget
-            else:
-                self._cleanup = widget
+            self._views[view] = widget  # type: ignore[assignment]
             self.redraw()
 
         self.run_worker(mount(), group="views", name=f"mount {view}")
@@ -458,15 +428,14 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
         """Scroll the view shown (the Dashboard: its process table), whatever has focus on the dashboard."""
         if self.screen is not self.screen_stack[0]:
             raise SkipAction()  # a modal screen's keys are its own
-        views: dict[str, Widget | None] = {"dashboard": self._proc_table, "bench": self._bench,
-                                           "cleanup": self._cleanup, "micro": self._micro, "analysis": self._analysis}
+        views: dict[str, object] = {"dashboard": self._proc_table, **self._views}
         view = views.get(self.active_view)
         if view is None:
             raise SkipAction()
         getattr(view, f"action_{action}")()
 
     def action_show_view(self, view: str) -> None:
-        if view in VIEWS:
+        if view == "dashboard" or view in self._views:
             self._tabs.active = view
             self.redraw()
 

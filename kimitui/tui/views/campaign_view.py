@@ -15,6 +15,7 @@ from kimitui.core.figures import budget_impossible
 from kimitui.core.state import SessionState
 from kimitui.report.budget_text import SEGMENTS, budget_lines, stacked_bar
 from kimitui.tui import fmt
+from kimitui.tui.views.base import ViewContext
 from kimitui.tui.views.compare_overlay import (
     CompareRun,
     compare_bar,
@@ -204,6 +205,9 @@ class AnalysisView(VerticalScroll):
         yield Static(id="analysis-verdict")
         yield Static(id="analysis-table")
         yield Static(id="analysis-checks")
+
+    def draw(self, ctx: ViewContext) -> None:
+        self.show(ctx.state)
 
     def show(self, state: SessionState) -> None:
         width = self.size.width or self.app.size.width  # 0 until the first layout

@@ -17,6 +17,7 @@ from kimitui.core.describe import signal_status
 from kimitui.core.state import CleanupState, PhaseSpan, SessionState, StepState
 from kimitui.tui import fmt
 from kimitui.tui.palette import Colors
+from kimitui.tui.views.base import ViewContext
 from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
 
 STATUS_COLORS = {"done": "success", "failed": "error", "declined": "warning", "skipped": "muted",
@@ -272,6 +273,9 @@ class CleanupView(VerticalScroll):
         if self._shown.get(widget_id) != content:
             self._shown[widget_id] = content
             self.query_one(f"#{widget_id}", Static).update(content)
+
+    def draw(self, ctx: ViewContext) -> None:
+        self.show(ctx.state, ctx.colors)
 
     def show(self, state: SessionState, colors: Colors) -> None:
         cleanup = state.cleanup

@@ -21,6 +21,7 @@ from textual.widgets import Static
 
 from kimitui.core.events import MacroPoint, ServerSample
 from kimitui.core.state import SessionState, Sweep, level_failed
+from kimitui.tui.views.base import ViewContext
 from kimitui.tui.views.compare_overlay import COMPARE_COLOR, compare_of
 from kimitui.tui.views.macro_progress import HeadlineBox, SweepPanel, single_stream_content, sweep_headline
 from kimitui.tui.views.result_tables import AllReduceTable, GemmTable, MacroTable, sweep_numbers
@@ -178,6 +179,9 @@ class BenchView(VerticalScroll):
             self._draw_plots(self._last_sweeps)
         if self._last_server:
             self._draw_server(self._last_server)
+
+    def draw(self, ctx: ViewContext) -> None:
+        self.show(ctx.state, live=ctx.live)
 
     def show(self, state: SessionState, live: bool = False) -> None:
         sweep = state.sweep

@@ -20,6 +20,7 @@ from kimitui.core.events import AllReduceRow, GemmRow
 from kimitui.core.figures import roofline_pct
 from kimitui.core.state import MicroRunState, SessionState
 from kimitui.tui import fmt
+from kimitui.tui.views.base import ViewContext
 from kimitui.tui.views.result_tables import AllReduceTable, GemmTable
 from kimitui.tui.widgets.keyed_table import KeyedTable
 
@@ -274,6 +275,9 @@ class MicroView(VerticalScroll):
                 self.plots[key] = plot
                 self.query_one(f"#{key}-box").mount(plot)
         return self.plots
+
+    def draw(self, ctx: ViewContext) -> None:
+        self.show(ctx.state)
 
     def show(self, state: SessionState) -> None:
         gemm, ar = run_rows(state)
