@@ -24,6 +24,15 @@ from kimitui.core.typed import finite
 # -- statistics ---------------------------------------------------------------------------------------------
 
 
+def request_tpot(ttft_ms: float, e2el_ms: float, output_tokens: float | None) -> float | None:
+    """One request's TPOT as vLLM defines it (docs/reference.md section 3): (E2EL - TTFT) / (N - 1), only where
+    it has more than one output token (None otherwise). The load generator's summary and the fold's per-request
+    records both take it from here."""
+    if output_tokens is None or output_tokens <= 1:
+        return None
+    return (e2el_ms - ttft_ms) / (output_tokens - 1)
+
+
 def percentile(sorted_values: Sequence[float], p: float) -> float:
     """numpy.percentile(values, p) with the default linear interpolation; values sorted ascending (0.0
     for none)."""

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kimitui.core.events import MacroRequests
+from kimitui.core.figures import request_tpot
 from kimitui.core.typed import finite
 
 
@@ -42,8 +43,8 @@ def fold_requests(levels: dict[int, LevelRequests], ev: MacroRequests) -> None:
         tokens_in = r.get("in", 0)
         level.input_tokens.append(tokens_in if type(tokens_in) is int else 0)
         out = finite(r.get("out", 0))
-        tpot = (last - first) / (out - 1) if out is not None and out > 1 else math.nan
-        if math.isfinite(tpot):
+        tpot = request_tpot(first, last, out)
+        if tpot is not None and math.isfinite(tpot):
             level.tpot_ms.append(tpot)
 
 

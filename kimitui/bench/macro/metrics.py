@@ -20,6 +20,7 @@ from kimitui.bench.macro.config import PERCENTILES, SLO
 from kimitui.bench.macro.records import RequestRecord
 from kimitui.bench.macro.stats import mean_std, percentile, pword
 from kimitui.bench.macro.verdict import request_is_good, slo_dict
+from kimitui.core.figures import request_tpot
 
 CLIENT_KEYS = client_health.PROBE_KEYS
 __all__ = ["LevelContext", "mean_std", "percentile", "pword", "series_stats", "summarize"]
@@ -116,11 +117,10 @@ def summarize(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[str, 
         from_usage += r.input_from_usage
         c = r.chunk_ms
         ttft, e2el = c[0], c[-1]
-        tpot = 0.0
-        if n > 1:
-            tpot = (e2el - ttft) / (n - 1)
+        tpot = request_tpot(ttft, e2el, n)
+        if tpot is not None:
             tpots.append(tpot)
-        all_tpots.append(tpot)
+        all_tpots.append(tpot or 0.0)  # for goodput a one-token request's TPOT is 0, as in vLLM
         itls.extend(c[i] - c[i - 1] for i in range(1, len(c)))
         ttfts.append(ttft)
         e2els.append(e2el)
