@@ -79,14 +79,12 @@ class AiohttpStream:
     async def _run(self, body: bytes, chat: bool, out: RequestOutcome, gauge: Gauge) -> None:
         # in flight from the request's send to its end, as the lean client counts (a server that answers at
         # once would otherwise never show two at a time)
-        gauge.active += 1
-        if gauge.active > gauge.peak:
-            gauge.peak = gauge.active
+        gauge.up()
         try:
             async with self.session.post(self.url, data=body, headers={"content-type": "application/json"}) as resp:
                 await _read(resp, chat, out)
         finally:
-            gauge.active -= 1
+            gauge.down()
 
 
 async def _read(resp: Any, chat: bool, out: RequestOutcome) -> None:

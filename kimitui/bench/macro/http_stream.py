@@ -174,9 +174,7 @@ class _Conn(asyncio.Protocol):
         # a response that arrives whole in one read still overlaps the others in the level.
         self.counted = gauge is not None
         if gauge is not None:
-            gauge.active += 1
-            if gauge.active > gauge.peak:
-                gauge.peak = gauge.active
+            gauge.up()
         self.state = _HEAD
         self.buf = b""
         self.error_body = None
@@ -381,7 +379,7 @@ class _Conn(asyncio.Protocol):
             self.timer.cancel()
             self.timer = None
         if self.counted and self.gauge is not None:
-            self.gauge.active -= 1
+            self.gauge.down()
         self.counted = False
         self.fut = None
         self.account = None

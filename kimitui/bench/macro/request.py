@@ -84,6 +84,14 @@ class Gauge:
         self.active = 0
         self.peak = 0
 
+    def up(self) -> None:
+        self.active += 1
+        if self.active > self.peak:
+            self.peak = self.active
+
+    def down(self) -> None:
+        self.active -= 1
+
 
 class RequestFailed(Exception):
     """A request failed; its message is the failure reason counted in the level's metrics."""
@@ -136,13 +144,11 @@ async def _run(client: httpx.AsyncClient, url: str, body: bytes, chat: bool, out
                gauge: Gauge) -> None:
     async with client.stream("POST", url, content=body,
                              headers={"content-type": "application/json"}) as resp:
-        gauge.active += 1
-        if gauge.active > gauge.peak:
-            gauge.peak = gauge.active
+        gauge.up()
         try:
             await _read(resp, chat, out)
         finally:
-            gauge.active -= 1
+            gauge.down()
 
 
 async def _read(resp: httpx.Response, chat: bool, out: RequestOutcome) -> None:
