@@ -28,9 +28,10 @@ async def preflight(cfg: CampaignConfig, target: CampaignHost, todo: list[str], 
     from kimitui.cleanup.setup import check_gpus
 
     service = campaign_service(cfg, target.simulated, (cfg.api_url or target.api_url).rstrip("/"))
+    located: list[int] | None = None
     if service is not None and "cleanup" in todo:  # a resumed restart may find a pid service gone: it was stopped
         try:
-            await service.locate(target.host)
+            located = (await service.locate(target.host)).pids
         except ServiceNotFound as exc:
             raise UsageError(f"{cfg.file}: [service] spec {cfg.service or service.label!r}: {exc}") from None
     wanted = parse_gpus(cfg.cleanup.gpus)
@@ -43,9 +44,9 @@ async def preflight(cfg: CampaignConfig, target: CampaignHost, todo: list[str], 
         return None
     from kimitui.campaign.served_model import ModelUnknown, identify_served
 
-    try:
+    try:  # the service's pids as located above, not looked up a second time
         served = await identify_served(cfg, target.host, (cfg.api_url or target.api_url).rstrip("/"), service,
-                                       needed=bool({"micro", "analysis"} & set(todo)))
+                                       needed=bool({"micro", "analysis"} & set(todo)), pids=located)
     except ModelUnknown as exc:
         raise UsageError(str(exc)) from None
     print(f"kimitui campaign: the model measured: {served_words(served)}", file=sys.stderr)

@@ -153,12 +153,13 @@ def _short(path: str) -> str:
 
 
 async def identify_served(cfg: CampaignConfig, host: Host, api_url: str, service: ServiceManager | None,
-                          needed: bool) -> ServedModel:
-    """``identify``, looking as the service's processes see their files (their pids as its manager names them)."""
+                          needed: bool, pids: list[int] | None = None) -> ServedModel:
+    """``identify``, looking as the service's processes see their files (``pids``: as its manager named them
+    already; None: asked here)."""
     from kimitui.cleanup.services import ServiceNotFound
 
-    pids: list[int] = []
-    if service is not None:
+    if pids is None and service is not None:
+        pids = []
         with contextlib.suppress(ServiceNotFound):
             pids = (await service.locate(host)).pids
-    return await identify(cfg, host, api_url, pids, needed)
+    return await identify(cfg, host, api_url, pids or [], needed)
