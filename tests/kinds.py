@@ -12,9 +12,9 @@ from __future__ import annotations
 KINDS: dict[str, tuple[str, ...]] = {
     "unit": (
         "test_agent_parsers", "test_campaign_shown_status", "test_error_words", "test_events_typed",
-        "test_fuzz_runfile", "test_loadgen_units", "test_macro_client", "test_macro_lengths", "test_micro_text",
-        "test_prefetched_source", "test_printable", "test_runchunks", "test_runfile", "test_screen_diff",
-        "test_signal_pairing", "test_ssh_target", "test_state_replay",
+        "test_fuzz_runfile", "test_level_result", "test_loadgen_units", "test_macro_client", "test_macro_lengths",
+        "test_micro_text", "test_prefetched_source", "test_printable", "test_runchunks", "test_runfile",
+        "test_sample_changes", "test_screen_diff", "test_signal_pairing", "test_ssh_target", "test_state_replay",
     ),
     "e2e": (
         "test_campaign_cli", "test_cleanup_cli", "test_cleanup_random", "test_clone_in_cwd", "test_compare",

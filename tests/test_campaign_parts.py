@@ -15,6 +15,7 @@ from kimitui.cleanup.drain import InFlight, MetricsError, parse_in_flight, read_
 from kimitui.core.campaign_words import probe_words
 from kimitui.core.events import AllReduceRow, BudgetRow, GemmRow, MacroPoint, MicroPlan, Topology
 from kimitui.core.level_requests import LevelRequests
+from kimitui.core.level_result import LevelResult
 from kimitui.core.state import SessionState, fold
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
@@ -135,8 +136,9 @@ def test_the_probe_margins() -> None:
                                                    "median_ttft_ms": 40.0})
 
     def probe(tok: float, ttft: float):  # type: ignore[no-untyped-def]
-        return compare({"completed": 3, "num_prompts": 3, "failed": 0, "output_throughput": tok,
-                        "median_ttft_ms": ttft}, base, 10.0, 25.0, 2.0)
+        return compare(LevelResult.from_json(1, {"completed": 3, "num_prompts": 3, "failed": 0,
+                                                 "output_throughput": tok, "median_ttft_ms": ttft}),
+                       base, 10.0, 25.0, 2.0)
 
     assert not probe(46.0, 48.0).drift  # -8 %, +20 %: within
     assert probe(44.0, 40.0).drift and probe(44.0, 40.0).tok_s_change_pct == -12.0
@@ -158,19 +160,20 @@ def test_the_probe_calls_drift_only_beyond_the_requests_spread() -> None:
     wide = requests([25, 35, 60, 65, 70, 75, 80, 95], [14, 18, 20, 24, 26, 28, 30, 45])
     apart = requests([95, 96, 97, 98, 99, 100, 101, 102], [39, 40, 40, 41, 41, 42, 42, 43])
     metrics = {"completed": 8, "num_prompts": 8, "failed": 0, "output_throughput": 30.0, "median_ttft_ms": 67.5}
+    level = LevelResult.from_json(1, metrics)
 
-    within = compare(metrics, base, 10.0, 25.0, 2.0, probe=wide, base=phase1)
+    within = compare(level, base, 10.0, 25.0, 2.0, probe=wide, base=phase1)
     assert within.tok_s_change_pct == -40.0 and within.ttft_change_pct == 68.75  # both past their margins
     assert (within.tok_s_noise, within.ttft_noise, within.drift) == ("within noise", "within noise", False)
     assert within.ttft_all_ms == wide.ttft_ms and within.baseline_tpot_all_ms == phase1.tpot_ms
-    beyond = compare(metrics, base, 10.0, 25.0, 2.0, probe=apart, base=phase1)
+    beyond = compare(level, base, 10.0, 25.0, 2.0, probe=apart, base=phase1)
     assert (beyond.tok_s_noise, beyond.ttft_noise, beyond.drift) == ("beyond noise", "beyond noise", True)
-    few = compare(metrics, base, 10.0, 25.0, 2.0, probe=requests([95, 96], [40, 41]), base=phase1)
+    few = compare(level, base, 10.0, 25.0, 2.0, probe=requests([95, 96], [40, 41]), base=phase1)
     assert few.ttft_noise == "too few requests" and few.drift  # too few to tell: the margin alone
     assert "within noise" in probe_words(within) and "beyond noise" in probe_words(beyond)
     assert "noise" not in probe_words(few)
-    small = compare({**metrics, "output_throughput": 48.0, "median_ttft_ms": 41.0}, base, 10.0, 25.0, 2.0,
-                    probe=apart, base=phase1)
+    slower = LevelResult.from_json(1, {**metrics, "output_throughput": 48.0, "median_ttft_ms": 41.0})
+    small = compare(slower, base, 10.0, 25.0, 2.0, probe=apart, base=phase1)
     assert small.ttft_noise == "beyond noise" and not small.drift  # beyond the spread, within the margin
 
 

@@ -111,8 +111,9 @@ def test_the_gpu_memory_map_is_keyed_by_integer_gpu_index() -> None:
     p = build(ProcSample, {"pid": 1, "gpu_mem_mib": {"0": 8148.0, "7": 12}})
     assert p.gpu_mem_mib == {0: 8148.0, 7: 12.0}
     assert _error(ProcSample, {"pid": 1, "gpu_mem_mib": {"x": 1.0}}) == (
-        "field 'gpu_mem_mib' has key 'x', expected an integer")
-    assert _error(ProcSample, {"pid": 1, "gpu_mem_mib": {"\u0661": 1.0}}).endswith("expected an integer")  # Arabic 1
+        "field 'gpu_mem_mib' has key 'x', expected an index >= 0")
+    assert _error(ProcSample, {"pid": 1, "gpu_mem_mib": {"\u0661": 1.0}}).endswith("an index >= 0")  # Arabic 1
+    assert _error(ProcSample, {"pid": 1, "gpu_mem_mib": {"-1": 1.0}}).endswith("an index >= 0")  # no GPU -1
     assert _error(ProcSample, {"pid": 1, "gpu_mem_mib": {"0": "1"}}) == "field 'gpu_mem_mib[0]' is str, expected float"
     assert _error(ProcSample, {"pid": 1, "gpu_mem_mib": [1.0]}) == (
         "field 'gpu_mem_mib' is list, expected dict[int, float]")

@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import Static
 
 from kimitui.bench.macro.config import MacroConfig
-from kimitui.bench.macro.sweep import LevelResult, SweepResult, sweep_note
+from kimitui.bench.macro.sweep import SweepLevel, SweepResult, sweep_note
 from kimitui.bench.micro.tables import TextPrinter
 from kimitui.core.budget_words import budget_verdict
 from kimitui.core.events import BudgetRow, Event, GemmRow, MacroPoint
@@ -85,7 +85,7 @@ async def test_one_recorded_row_reads_the_same_on_every_surface(run_file: Path) 
     # the summary and the log's sweep note (the campaign's phase end, `bench macro`'s text)
     assert SINGLE_FAILED in summarize(RunReader(run_file))
     result = SweepResult(MacroConfig(url="http://x", concurrency=[1, 8]), "m",
-                         levels=[LevelResult(1, dict(FAILED_C1)), LevelResult(8, dict(OK_C8))])
+                         levels=[SweepLevel(1, dict(FAILED_C1)), SweepLevel(8, dict(OK_C8))])
     assert result.single_stream_tok_s is None and sweep_note(result) == f"2 levels; {SINGLE_FAILED}"
 
     # the Benchmarks tab and the Micro tab: the same table, the same cells

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -115,7 +116,8 @@ def test_summary_formulas() -> None:
         _failed(500, 200, "HTTP 500: boom"),
         _failed(500, 200, "stream closed early (before [DONE])"),
     ]
-    recs[2].end_ms = 1700  # the last byte (1.999 s after the origin): the level's duration is 2.0 s
+    # the last byte (1.999 s after the origin): the level's duration is 2.0 s
+    recs[2] = dataclasses.replace(recs[2], end_ms=1700)
     ctx = LevelContext(concurrency=4, slo=SLO(ttft_ms=150, tpot_ms=100), concurrency_reached=3,
                        percentiles=(50.0, 99.9))
     m = summarize(recs, ctx)

@@ -67,7 +67,7 @@ def test_json_lines_per_level_and_output_file(server_url: str, tmp_path: Path,
     assert saved["single_stream_tok_s"] == pytest.approx(lines[0]["output_throughput"])
 
 
-@pytest.mark.parametrize("client", ["lean", "httpx"])
+@pytest.mark.parametrize("client", ["lean", "httpx", "aiohttp"])
 def test_client_choice(server_url: str, tmp_path: Path, client: str, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sweep.json"
     assert _run(["--url", server_url, "--model", "m", "--concurrency", "3", "--requests", "6", "--max-tokens", "5",
@@ -76,7 +76,7 @@ def test_client_choice(server_url: str, tmp_path: Path, client: str, capsys: pyt
     assert line["completed"] == 6 and line["failed"] == 0 and line["total_output_tokens"] == 30
     assert json.loads(out.read_text())["config"]["client"] == client
     with pytest.raises(SystemExit):
-        _run(["--url", server_url, "--client", "aiohttp"])
+        _run(["--url", server_url, "--client", "urllib"])
     assert "invalid choice" in capsys.readouterr().err
 
 

@@ -540,10 +540,13 @@ async def test_part_lines_draw_what_a_static_with_the_same_content_draws() -> No
 
 async def test_the_same_processes_again_are_not_sorted_or_synced() -> None:
     """A sample whose processes read as the last one's (new objects, the same figures) leaves the process
-    table alone; one process changed, or the list changed in place, and the table shows it."""
+    table alone: the fold says nothing changed (issue 36 item 2); one process changed, or one more came, and
+    the table shows it, making the changed row's cells only."""
     from dataclasses import replace
 
-    from kimitui.core.state import SessionState
+    from kimitui.core.events import HostSample
+    from kimitui.core.state import SessionState, fold
+    from kimitui.tui.widgets import proc_table
     from kimitui.tui.widgets.proc_table import ProcTable
 
     app = Tables()
@@ -557,16 +560,27 @@ async def test_the_same_processes_again_are_not_sorted_or_synced() -> None:
             sync(rows)
 
         table.sync = counting  # type: ignore[method-assign]
-        state = SessionState()
-        state.procs = [proc(k) for k in range(1, 5)]
-        table.show(state, COLORS)
-        state.procs = [proc(k) for k in range(1, 5)]  # a new sample, the same processes
-        table.show(state, COLORS)
-        assert synced == [4]
-        state.procs = [replace(proc(k), gpu_mem_mib={0: 9999.0}) if k == 3 else proc(k) for k in range(1, 5)]
-        table.show(state, COLORS)
-        state.procs.append(proc(6))  # changed in place
-        table.show(state, COLORS)
+        made: list[int] = []
+        cells = proc_table.proc_cells
+
+        def making(p: ProcSample, colors: object) -> list[object]:
+            made.append(p.pid)
+            return cells(p, colors)  # type: ignore[arg-type]
+
+        proc_table.proc_cells = making  # type: ignore[assignment]
+        try:
+            state = SessionState()
+            for seq, procs in enumerate((
+                    [proc(k) for k in range(1, 5)],
+                    [proc(k) for k in range(1, 5)],  # a new sample, the same processes
+                    [replace(proc(k), gpu_mem_mib={0: 9999.0}) if k == 3 else proc(k) for k in range(1, 5)],
+                    [replace(proc(k), gpu_mem_mib={0: 9999.0}) if k == 3 else proc(k) for k in (1, 2, 3, 4, 6)])):
+                fold(state, HostSample(float(seq), seq=seq, procs=procs))
+                table.show(state, COLORS)
+        finally:
+            proc_table.proc_cells = cells  # type: ignore[assignment]
         await pilot.pause()
         assert synced == [4, 4, 5]
+        # each row made again only when its process changed
+        assert sorted(made[:4]) == [1001, 1002, 1003, 1004] and made[4:] == [1003, 1006]
         assert "9.76" in table.cell_text("1003:5003", "memory")

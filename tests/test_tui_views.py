@@ -5,10 +5,15 @@ entry (the app's code untouched), and with the built-in views' entries."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from textual.widgets import Static
 
+from kimitui.core.events import GpuSample, HostSample, MacroPoint
+from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
+from kimitui.tui.app import KimituiApp
 from kimitui.tui.views import registry
 from kimitui.tui.views.base import ViewContext
 from tests.screen_text import screen_text
@@ -47,3 +52,37 @@ def test_every_built_in_view_is_an_entry_whose_widget_draws() -> None:
     for entry in registry.VIEWS:
         widget = entry.make()
         assert callable(getattr(widget, "draw", None)) and widget.id == f"{entry.id}-view", entry
+
+
+class LevelCount(Static):
+    """A view that reads no sample: the macro levels in the fold, and how many times it was drawn."""
+
+    draws = 0
+
+    def draw(self, ctx: ViewContext) -> None:
+        LevelCount.draws += 1
+        self.update(f"{len(ctx.state.macro_by_level)} levels in the fold")
+
+
+async def test_a_view_that_reads_no_sample_is_not_drawn_again_for_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36 item 2: the fold says what moved (``events_rev``); a view whose entry says it reads no sample is
+    drawn again for the next other event, not for the samples between (the Dashboard is, for each)."""
+    monkeypatch.setattr(registry, "VIEWS", (*registry.VIEWS, registry.ViewEntry(
+        "levels", "Levels", lambda: LevelCount(id="levels-view"), samples=False)))
+    monkeypatch.setattr(LevelCount, "draws", 0)
+    session = Session()
+    app = KimituiApp(session)
+    gpu = GpuSample(index=0, uuid="GPU-0", name="H200", mem_used_mib=1.0, mem_total_mib=143771.0)
+    async with app.run_test(size=BIG) as pilot:
+        app.action_show_view("levels")
+        await pilot_until(pilot, lambda: "0 levels in the fold" in screen_text(app), "the view drawn")
+        drawn = LevelCount.draws
+        for seq in range(1, 6):
+            session.publish(HostSample(float(seq), seq=seq, gpus=[replace(gpu, util_pct=10.0 * seq)]))
+            app.redraw()
+        await pilot.pause()
+        assert LevelCount.draws == drawn and len(app.session.state.gpus) == 1
+        session.publish(MacroPoint(7.0, concurrency=4, metrics={"completed": 4, "output_throughput": 100.0}))
+        app.redraw()
+        await pilot_until(pilot, lambda: "1 levels in the fold" in screen_text(app), "the level drawn")
+        assert LevelCount.draws == drawn + 1

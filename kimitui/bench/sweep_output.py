@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
-from kimitui.bench.macro import LevelProgress, LevelResult, MacroConfig, SweepResult
+from kimitui.bench.macro import LevelProgress, MacroConfig, SweepLevel, SweepResult
+from kimitui.core.level_result import LevelResult
 from kimitui.core.printable import printable
 
 
@@ -32,22 +33,31 @@ def json_level(concurrency: int, metrics: dict[str, Any]) -> str:
     return json.dumps({"concurrency": concurrency, **{k: _clean(v) for k, v in metrics.items()}})
 
 
-def format_level(concurrency: int, m: dict[str, Any]) -> str:
+def _n(value: float | None, spec: str) -> str:
+    """A figure in SPEC, or n/a (right-aligned to SPEC's width) where the level has none."""
+    if value is None:
+        width = spec.split(".")[0].lstrip(">")
+        return format("n/a", f">{width}") if width else "n/a"
+    return format(value, spec)
+
+
+def format_level(r: LevelResult) -> str:
     """One level as a line: throughput, TTFT / TPOT / ITL (mean and the highest percentile asked for), the
     input tokens achieved, the concurrency reached, goodput, the server's prefix-cache hit rate and failures."""
-    top = max(m.get("percentiles") or [99.0])
-    pk = f"p{int(top) if int(top) == top else top}"
-    line = (f"c={concurrency:<4} {m['completed']:>5} ok {m['failed']:>4} failed  "
-            f"out {m['output_throughput']:>9.1f} tok/s  req {m['request_throughput']:>7.2f}/s  "
-            f"TTFT {m['mean_ttft_ms']:>8.1f} ms ({pk} {m[f'{pk}_ttft_ms']:.1f})  "
-            f"TPOT {m['mean_tpot_ms']:>7.2f} ms  ITL {pk} {m[f'{pk}_itl_ms']:.2f} ms  "
-            f"in {m['mean_input_tokens']:.0f}±{m['std_input_tokens']:.0f} tok  reached {m['concurrency_reached']}")
-    if m.get("request_goodput") is not None:
-        line += f"  goodput {m['request_goodput']:.2f}/s"
-    if m.get("prefix_cache_hit_rate") is not None:
-        line += f"  prefix cache {m['prefix_cache_hit_rate']:.0%}"
-    if m["failures"]:
-        line += "  [" + printable("; ".join(f"{n} x {r}" for r, n in m["failures"].items())) + "]"
+    top, pk = r.top_percentile, r.top_word
+    figure = r.figure
+    line = (f"c={r.concurrency:<4} {_n(r.completed, '>5')} ok {_n(r.failed, '>4')} failed  "
+            f"out {_n(r.output_throughput, '>9.1f')} tok/s  req {_n(figure('request_throughput'), '>7.2f')}/s  "
+            f"TTFT {_n(r.ttft.mean, '>8.1f')} ms ({pk} {_n(r.ttft.p(top), '.1f')})  "
+            f"TPOT {_n(r.tpot.mean, '>7.2f')} ms  ITL {pk} {_n(r.itl.p(top), '.2f')} ms  "
+            f"in {_n(figure('mean_input_tokens'), '.0f')}±{_n(figure('std_input_tokens'), '.0f')} tok  "
+            f"reached {_n(r.count('concurrency_reached'), '')}")
+    if (good := figure("request_goodput")) is not None:
+        line += f"  goodput {good:.2f}/s"
+    if (hit := figure("prefix_cache_hit_rate")) is not None:
+        line += f"  prefix cache {hit:.0%}"
+    if r.failures:
+        line += "  [" + printable("; ".join(f"{n} x {why}" for why, n in r.failures)) + "]"
     return line
 
 
@@ -86,14 +96,14 @@ class StderrProgress:
         self.err.flush()
         self.shown = True
 
-    def level_done(self, concurrency: int, metrics: dict[str, Any]) -> None:
+    def level_done(self, r: LevelResult) -> None:
         self.done += 1
         self.clear()
         if self.live:
             return
-        self.err.write(f"{self.PREFIX}level {self.done}/{len(self.levels)} c={concurrency} done in "
-                       f"{metrics.get('duration', 0.0):.1f}s: {metrics['completed']} ok, {metrics['failed']} "
-                       f"failed, {metrics['output_throughput']:.1f} tok/s\n")
+        self.err.write(f"{self.PREFIX}level {self.done}/{len(self.levels)} c={r.concurrency} done in "
+                       f"{r.duration or 0.0:.1f}s: {_n(r.completed, '')} ok, {_n(r.failed, '')} "
+                       f"failed, {_n(r.output_throughput, '.1f')} tok/s\n")
         self.err.flush()
 
 
@@ -106,7 +116,7 @@ class OutputFile:
         self.partial = SweepResult(config=config, model=model)
 
     def level(self, concurrency: int, metrics: dict[str, Any]) -> None:
-        self.partial.levels.append(LevelResult(concurrency, metrics))
+        self.partial.levels.append(SweepLevel(concurrency, metrics))
         self.write(self.partial, finished=False)
 
     def write(self, result: SweepResult, finished: bool) -> None:

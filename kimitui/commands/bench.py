@@ -101,9 +101,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--read-timeout", type=float, default=60.0, help="longest silence between chunks (s)")
     p.add_argument("--request-timeout", type=float, default=600.0, help="longest single request (s)")
     p.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY if set)")
-    p.add_argument("--client", choices=("lean", "httpx"), default="lean",
-                   help="HTTP client of the streamed requests: lean (default; asyncio protocol, ~10x less CPU "
-                        "per chunk) or httpx")
+    p.add_argument("--client", choices=("lean", "httpx", "aiohttp"), default="lean",
+                   help="HTTP client of the streamed requests: lean (default; an asyncio protocol that times each "
+                        "chunk as it arrives), aiohttp (the serve extra's) or httpx")
     p.add_argument("--metrics-url", help="the server's Prometheus metrics, read during the sweep (default: "
                                          "<url>/metrics)")
     p.add_argument("--scrape-interval", type=float, default=0.2, metavar="S",
@@ -201,9 +201,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if requests_out is not None:
             requests_out(ev)
         if isinstance(ev, MacroPoint):
-            progress.level_done(ev.concurrency, ev.metrics)
-            print(json_level(ev.concurrency, ev.metrics) if args.json else format_level(ev.concurrency, ev.metrics),
-                  flush=True)
+            progress.level_done(ev.result)
+            print(json_level(ev.concurrency, ev.metrics) if args.json else format_level(ev.result), flush=True)
             if output:
                 output[0].level(ev.concurrency, ev.metrics)
         elif isinstance(ev, MacroVerdict):
@@ -305,7 +304,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 130
     from kimitui.core.state import sweep_failure
 
-    failure = sweep_failure((lv.concurrency, lv.metrics) for lv in result.levels)
+    failure = sweep_failure(lv.result for lv in result.levels)
     if failure is not None:  # nothing was measured: a script must not read the sweep as done
         print(f"kimitui bench macro: {printable(failure)}", file=sys.stderr)
         return 1

@@ -42,7 +42,6 @@ from kimitui.core.events import (
     StepResult,
     Topology,
     Verification,
-    first_error,
     level_failed,
     phase_outcome,
 )
@@ -192,11 +191,11 @@ def _words(ev: Event, state: StateView | None) -> str | None:
         return (f"verify: {'CLEAN' if ev.clean else 'NOT CLEAN'} after {ev.elapsed_s:.2f}s"
                 + (f" ({ev.detail})" if ev.detail else ""))
     if isinstance(ev, MacroPoint):
-        m = ev.metrics
-        if level_failed(ev):
-            return (f"concurrency {ev.concurrency}: FAILED, {m.get('failed')} of {m.get('num_prompts')} requests "
-                    f"failed (first: {first_error(ev) or 'no reason given'})")
-        tok = ev.metric("output_throughput")
+        r = ev.result
+        if r.all_failed:
+            return (f"concurrency {ev.concurrency}: FAILED, {r.failed} of {r.num_prompts} requests "
+                    f"failed (first: {r.first_error or 'no reason given'})")
+        tok = r.output_throughput
         return (f"concurrency {ev.concurrency}: " + (f"{tok:.0f} tok/s" if tok is not None else "no throughput")
                 + server_words(ev))
     if isinstance(ev, ServerSample):
@@ -242,11 +241,12 @@ def _words(ev: Event, state: StateView | None) -> str | None:
 def server_words(point: MacroPoint) -> str:
     """The server's own mean TTFT and ITL of a level beside the client's overhead over them ("" if unread)."""
     parts = []
+    server = point.result.server
     for key, name in (("ttft", "TTFT"), ("itl", "ITL")):
-        mean, overhead = point.metric(f"server_mean_{key}_ms"), point.metric(f"overhead_{key}_ms")
+        mean, overhead = server.mean_ms.get(key), server.overhead_ms.get(key)
         if mean is not None:
             parts.append(f"{name} {mean:.1f} ms" + (f" (client {overhead:+.1f} ms)" if overhead is not None else ""))
-    return f"; server {point.metrics.get('server_engine', '')}: " + ", ".join(parts) if parts else ""
+    return f"; server {server.engine}: " + ", ".join(parts) if parts else ""
 
 
 FIELD_CONSEQUENCES = {

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from kimitui.core.events import BudgetRow, GemmRow, MacroPoint, metrics_failed
-from kimitui.core.typed import finite
+from kimitui.core.events import BudgetRow, GemmRow, MacroPoint
+from kimitui.core.level_result import LevelResult
 
 # -- statistics ---------------------------------------------------------------------------------------------
 
@@ -58,21 +58,20 @@ class SingleStream:
     tok_s: float | None = None
 
 
-def single_stream_of(levels: Iterable[tuple[int, Mapping[str, object]]]) -> SingleStream:
-    """The headline from (concurrency, metrics) pairs: a level where every request failed has no
-    throughput (never 0.0)."""
-    for concurrency, metrics in levels:
-        if concurrency != 1:
+def single_stream_of(levels: Iterable[LevelResult]) -> SingleStream:
+    """The headline from a sweep's levels: a level where every request failed has no throughput (never 0.0)."""
+    for level in levels:
+        if level.concurrency != 1:
             continue
-        if metrics_failed(metrics):
+        if level.all_failed:
             return SingleStream("failed")
-        tok = finite(metrics.get("output_throughput"))
+        tok = level.output_throughput
         return SingleStream("measured", tok) if tok is not None else SingleStream("no figure")
     return SingleStream("not run")
 
 
 def single_stream(points: Iterable[MacroPoint]) -> SingleStream:
-    return single_stream_of((p.concurrency, p.metrics) for p in points)
+    return single_stream_of(p.result for p in points)
 
 
 # -- the TPOT statistic -------------------------------------------------------------------------------------
@@ -86,7 +85,7 @@ def step_tpot(point: MacroPoint) -> tuple[float | None, str]:
     """(the level's TPOT in ms, the statistic it is): the median; the mean for a level recorded without a
     median (an older run), said so."""
     for stat in (TPOT_STATISTIC, "mean"):
-        v = point.metric(f"{stat}_tpot_ms")
+        v = point.result.tpot.stat(stat)
         if v is not None and v > 0:
             return v, stat
     return None, TPOT_STATISTIC
@@ -215,8 +214,8 @@ def verdict_level(levels: Iterable[tuple[int, float]]) -> tuple[int, str] | None
 
 def level_tok_s(points: Iterable[MacroPoint]) -> list[tuple[int, float]]:
     """(concurrency, output tok/s) of the levels that measured it (a failed level has none)."""
-    return [(p.concurrency, v) for p in points if not metrics_failed(p.metrics)
-            and (v := p.metric("output_throughput")) is not None]
+    return [(p.concurrency, v) for p in points if not p.result.all_failed
+            and (v := p.result.output_throughput) is not None]
 
 
 # -- a change between two runs, against their spread --------------------------------------------------------

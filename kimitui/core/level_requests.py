@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 from kimitui.core.events import MacroRequests
 from kimitui.core.figures import request_tpot
-from kimitui.core.typed import finite
 
 
 @dataclass(slots=True)
@@ -30,20 +29,16 @@ def fold_requests(levels: dict[int, LevelRequests], ev: MacroRequests) -> None:
     level = levels.get(ev.concurrency)
     if level is None or level.origin != ev.origin:  # a new level (or a new sweep) at this concurrency
         level = levels[ev.concurrency] = LevelRequests(ev.origin, ev.total)
-    for r in ev.requests:
+    for r in ev.records(keep_malformed=True):
         level.received += 1
-        chunks = r.get("chunk_ms") or []
-        if r.get("error") is not None or not chunks or not isinstance(chunks, list):
+        if r is None:  # a malformed record (a damaged or hostile file): no time to show
+            continue
+        if not r.success or not r.chunk_ms:
             level.failed += 1
             continue
-        first, last = finite(chunks[0]), finite(chunks[-1])  # plain JSON, not checked when decoded
-        if first is None or last is None:  # a malformed record: no time to show
-            continue
-        level.ttft_ms.append(first)
-        tokens_in = r.get("in", 0)
-        level.input_tokens.append(tokens_in if type(tokens_in) is int else 0)
-        out = finite(r.get("out", 0))
-        tpot = request_tpot(first, last, out)
+        level.ttft_ms.append(r.ttft_ms)
+        level.input_tokens.append(r.input_tokens)
+        tpot = request_tpot(r.ttft_ms, r.e2el_ms, r.output_tokens)
         if tpot is not None and math.isfinite(tpot):
             level.tpot_ms.append(tpot)
 

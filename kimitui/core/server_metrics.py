@@ -18,9 +18,8 @@ generator.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from kimitui.core.typed import finite
+from kimitui.core.level_result import LevelResult
 
 
 class MetricsError(Exception):
@@ -170,14 +169,14 @@ PREFIX_CACHE_WARN_ABOVE = 0.10
 """A level whose prompt tokens the server found cached above this share is flagged (``prefix_cache_warning``)."""
 
 
-def prefix_cache_warning(metrics: dict[str, Any]) -> str | None:
-    """What to say of a level (its metrics) whose prompt tokens the server's prefix cache held above
+def prefix_cache_warning(level: LevelResult) -> str | None:
+    """What to say of a level whose prompt tokens the server's prefix cache held above
     ``PREFIX_CACHE_WARN_ABOVE``; None otherwise, or without the server's counters."""
-    rate = finite(metrics.get("prefix_cache_hit_rate"))
+    rate = level.figure("prefix_cache_hit_rate")
     if rate is None or rate <= PREFIX_CACHE_WARN_ABOVE:
         return None
-    hits, queries = metrics.get("prefix_cache_hits"), metrics.get("prefix_cache_queries")
-    counted = f" ({hits:,} of {queries:,})" if isinstance(hits, int) and isinstance(queries, int) else ""
+    hits, queries = level.count("prefix_cache_hits"), level.count("prefix_cache_queries")
+    counted = f" ({hits:,} of {queries:,})" if hits is not None and queries is not None else ""
     return (f"the server's prefix cache held {rate:.0%} of the prompt tokens{counted}: TTFT was measured on a "
             "warm cache (prompts an earlier run or level sent; --reset-prefix-cache drops the cache before each "
             "level where the server offers it)")

@@ -8,10 +8,11 @@ is the empty state), so a 4 Hz stream of large samples costs no copies.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from kimitui.core.campaign_state import CampaignRecords, CampaignState, fold_campaign
+from kimitui.core.changes import SampleChanges, next_revision, sample_changes
 from kimitui.core.cleanup_state import FINAL, CleanupState, SignalRecord, StepState
 from kimitui.core.describe import describe, level_of, source_of
 from kimitui.core.events import (
@@ -47,12 +48,11 @@ from kimitui.core.events import (
     Topology,
     Verification,
     level_failed,
-    metrics_error,
-    metrics_failed,
     phase_outcome,
 )
 from kimitui.core.figures import single_stream
 from kimitui.core.level_requests import LevelRequests, fold_requests
+from kimitui.core.level_result import LevelResult
 from kimitui.core.procdisplay import start_wall_time
 
 HISTORY_POINTS = 240
@@ -75,14 +75,14 @@ class PhaseSpan:
         return "unfinished" if self.end is None else phase_outcome(self.ok, self.note)
 
 
-def sweep_failure(levels: Iterable[tuple[int, Mapping[str, object]]]) -> str | None:
+def sweep_failure(levels: Iterable[LevelResult]) -> str | None:
     """The one judgement of a sweep as failed: it has levels and every one of them failed (nothing was
     measured). Returns what its phase's end says (the count and the first level's error), else None.
-    ``levels``: (concurrency, metrics) in order. The macro phase ends on it, the fold reads it."""
+    ``levels`` in order. The macro phase ends on it, the fold reads it."""
     levels = list(levels)
-    if not levels or not all(metrics_failed(m) for _, m in levels):
+    if not levels or not all(lv.all_failed for lv in levels):
         return None
-    error = next((e for _, m in levels if (e := metrics_error(m))), None)
+    error = next((e for lv in levels if (e := lv.first_error)), None)
     plural = "s" if len(levels) > 1 else ""
     return f"every request failed at {len(levels)} level{plural}" + (f": {error}" if error else "")
 
@@ -117,7 +117,7 @@ class Sweep:
     @property
     def failure(self) -> str | None:
         """Why the sweep failed when every level of it failed (``sweep_failure``), else None."""
-        return sweep_failure((p.concurrency, p.metrics) for p in self.point_list)
+        return sweep_failure(p.result for p in self.point_list)
 
     @property
     def status(self) -> str:
@@ -191,6 +191,13 @@ class SessionState:
     gpus: dict[int, GpuSample] = field(default_factory=dict)
     mem_history: dict[int, deque[tuple[float, float | None]]] = field(default_factory=dict)
     procs: list[ProcSample] = field(default_factory=list)
+    changes: SampleChanges = field(default_factory=SampleChanges, compare=False)
+    """Which GPUs and processes the latest sample changed (``sample_changes``): the tables redraw those rows only.
+    Bookkeeping for drawing, not what the run says: two folds of the same events are equal whatever their
+    revisions (a seek's state is another fold's, numbered afresh)."""
+    events_rev: int = field(default=0, compare=False)
+    """The revision of the latest event folded that is no host sample (``changes.next_revision``): a view that
+    reads no sample is drawn again when this moves."""
     phases: list[PhaseSpan] = field(default_factory=list)
     cleanups: list[CleanupState] = field(default_factory=list)
     macro_by_level: dict[int, MacroPoint] = field(default_factory=dict)
@@ -276,6 +283,7 @@ def _fold_sample(state: SessionState, ev: HostSample) -> None:
     state.agent_pid = ev.agent_pid
     if ev.boot_time is not None and ev.clock_ticks:
         state.boot_time, state.clock_ticks = ev.boot_time, ev.clock_ticks
+    state.changes = sample_changes(state.changes, state.gpus, ev.gpus, state.procs, ev.procs)
     state.gpus = {g.index: g for g in ev.gpus}
     state.procs = ev.procs
     record_memory(state, ev.t, [(g.index, g.mem_used_mib) for g in ev.gpus])
@@ -340,6 +348,7 @@ def fold(state: SessionState, ev: Event) -> SessionState:
     if isinstance(ev, HostSample):
         _fold_sample(state, ev)
         return state
+    state.events_rev = next_revision()
     if isinstance(ev, PhaseStart):
         state.phases.append(PhaseSpan(ev.phase, ev.title or ev.phase, ev.t))
         if ev.phase == "macro":

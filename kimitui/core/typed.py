@@ -32,7 +32,8 @@ T = TypeVar("T")
 NON_FINITE = "non-finite"
 """Annotation metadata (``Annotated[float | None, NON_FINITE]``): the field may be NaN or an infinity."""
 
-_INT_KEY = re.compile(r"-?[0-9]+")
+_INT_KEY = re.compile(r"[0-9]+")
+"""An integer key of a JSON object: an index (a GPU's), never negative."""
 _SHOWN = 40
 """How much of a wrong value an error quotes."""
 
@@ -236,11 +237,11 @@ def _list(inner: Check, name: str) -> Check:
 
 
 def _key_int(key: Any) -> int:
-    if type(key) is int:
+    if type(key) is int and key >= 0:
         return key
     if type(key) is str and _INT_KEY.fullmatch(key):
         return _int(int(key))
-    raise _Bad(f"has key {_shown(key)}, expected an integer")
+    raise _Bad(f"has key {_shown(key)}, expected an index >= 0")
 
 
 def _dict(key: Check | None, inner: Check, name: str) -> Check:

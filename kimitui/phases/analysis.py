@@ -147,7 +147,7 @@ def _allreduce_series(rows: Iterable[AllReduceRow], count: int) -> tuple[dict[in
 def _server_check(point: MacroPoint, tpot: float | None) -> list[str]:
     """The level's decode step cross-checked against the server's own inter-token latency (its /metrics,
     over the same requests): what the client's TPOT holds beyond the server's step."""
-    itl = point.metric("server_mean_itl_ms")
+    itl = point.result.server.mean_ms.get("itl")
     if itl is None or tpot is None:
         return []
     return [f"the server's own ITL {itl:.2f} ms against a TPOT of {tpot:.2f} ms ({tpot - itl:+.2f} ms: the "
@@ -204,7 +204,7 @@ def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
         tpot, stat = step_tpot(p)
         if tpot is not None and stat != TPOT_STATISTIC:
             notes.append(f"TPOT: the {stat} (the level has no {TPOT_STATISTIC})")
-        tok = p.metric("output_throughput")
+        tok = p.result.output_throughput
         ar, how = _interpolate(ar_ms, m) if ar_count else (0.0, "tensor parallel 1: no all-reduce")
         if ar is None:
             notes.append(f"all-reduce at M={m}: not measured")

@@ -23,17 +23,14 @@ from kimitui.core.events import (
 )
 from kimitui.core.figures import noise
 from kimitui.core.level_requests import LevelRequests, level_requests
+from kimitui.core.level_result import LevelResult
 from kimitui.core.state import level_failed
-from kimitui.core.typed import finite
 from kimitui.phases.base import Publish, now
 
 
-def _num(metrics: dict[str, object], *keys: str) -> float | None:
-    for key in keys:
-        v = finite(metrics.get(key))
-        if v is not None:
-            return v
-    return None
+def _ttft(level: LevelResult) -> float | None:
+    """The level's TTFT as the check reads it: the median, else (an older record) the mean."""
+    return level.ttft.median if level.ttft.median is not None else level.ttft.mean
 
 
 def _change(value: float | None, base: float | None) -> float | None:
@@ -46,7 +43,7 @@ def _beyond(change: float | None, margin: float, judged: str) -> bool:
     return change is not None and change > margin and judged != "within noise"
 
 
-def compare(metrics: dict[str, object] | None, baseline: MacroPoint | None, margin_pct: float,
+def compare(probed: LevelResult | None, baseline: MacroPoint | None, margin_pct: float,
             ttft_margin_pct: float, t: float, note: str = "", *, probe: LevelRequests | None = None,
             base: LevelRequests | None = None) -> ProbeResult:
     """The probe's level against Phase 1's single-stream point: drift when tok/s moved more than
@@ -54,12 +51,12 @@ def compare(metrics: dict[str, object] | None, baseline: MacroPoint | None, marg
     (``figures.NOISE_RULE``: the p25-p75 of the per-request records of the probe (PROBE) and of Phase 1's level
     (BASE) do not overlap; with fewer than ``figures.NOISE_MIN_REQUESTS`` in either, the margin alone): the
     margins are floors, a change within the requests' own spread is not drift."""
-    m = metrics or {}
-    tok = _num(m, "output_throughput") if m.get("completed") else None
-    ttft = _num(m, "median_ttft_ms", "mean_ttft_ms") if m.get("completed") else None
+    r = probed or LevelResult(concurrency=1)
+    tok = r.output_throughput if r.completed else None
+    ttft = _ttft(r) if r.completed else None
     base_ok = baseline is not None and not level_failed(baseline)
-    base_tok = _num(baseline.metrics, "output_throughput") if base_ok and baseline else None
-    base_ttft = _num(baseline.metrics, "median_ttft_ms", "mean_ttft_ms") if base_ok and baseline else None
+    base_tok = baseline.result.output_throughput if base_ok and baseline else None
+    base_ttft = _ttft(baseline.result) if base_ok and baseline else None
     d_tok, d_ttft = _change(tok, base_tok), _change(ttft, base_ttft)
     p_ttft, p_tpot = (probe.ttft_ms, probe.tpot_ms) if probe else ([], [])
     b_ttft, b_tpot = (base.ttft_ms, base.tpot_ms) if base else ([], [])
@@ -70,8 +67,8 @@ def compare(metrics: dict[str, object] | None, baseline: MacroPoint | None, marg
         note = note or "no request of the probe completed"
     elif base_tok is None:
         note = note or "no Phase 1 single-stream figure to compare with"
-    return ProbeResult(t, requests=int(m.get("num_prompts") or m.get("completed") or 0),
-                       failed=int(m.get("failed") or 0), tok_s=tok, ttft_ms=ttft, baseline_tok_s=base_tok,
+    return ProbeResult(t, requests=r.num_prompts or r.completed or 0, failed=r.failed or 0, tok_s=tok, ttft_ms=ttft,
+                       baseline_tok_s=base_tok,
                        baseline_ttft_ms=base_ttft, tok_s_change_pct=d_tok, ttft_change_pct=d_ttft,
                        margin_pct=margin_pct, ttft_margin_pct=ttft_margin_pct, drift=drift, note=note,
                        ttft_noise=ttft_noise, tok_s_noise=tok_noise, ttft_all_ms=_ms(p_ttft), tpot_all_ms=_ms(p_tpot),
@@ -107,8 +104,8 @@ async def check_phase(publish: Publish, url: str, baseline: MacroPoint | None, *
                           ignore_eos=ignore_eos)
         try:
             sweep = await run_sweep(cfg, keep, cancel=cancel)
-            metrics = sweep.levels[0].metrics if sweep.levels else None
-            result = compare(metrics, baseline, margin_pct, ttft_margin_pct, now(),
+            probed = sweep.levels[0].result if sweep.levels else None
+            result = compare(probed, baseline, margin_pct, ttft_margin_pct, now(),
                              "" if sweep.levels else "cancelled before it finished",
                              probe=level_requests(batches), base=base)
         except Exception as exc:  # the server does not answer: that is the check's finding

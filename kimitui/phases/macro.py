@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kimitui.core.events import MacroProgress, PhaseEnd, PhaseStart
+from kimitui.core.events import MacroProgress, PhaseEnd, PhaseStart, SweepStatus
 from kimitui.phases.base import Publish, now
 
 if TYPE_CHECKING:
@@ -47,25 +47,17 @@ class SweepProgress:
         self.announced = True
         self.publish(MacroProgress(now(), status="starting", levels=list(self.levels)))
 
-    def update(self, progress: LevelProgress, status: str = "running") -> None:
+    def update(self, progress: LevelProgress, status: SweepStatus = "running") -> None:
         self.latest = progress
         where = (progress.level_index, progress.stage)
         last = self._last
         if last is None or last[1] != where or time.monotonic() - last[0] >= PROGRESS_EVERY_S:
             self.emit(status)
 
-    def emit(self, status: str, error: str = "") -> None:
+    def emit(self, status: SweepStatus, error: str = "") -> None:
         p = self.latest
         self._last = (time.monotonic(), (p.level_index, p.stage) if p is not None else None)
-        fields: dict[str, object] = {}
-        if p is not None:
-            fields = {"level_index": p.level_index, "concurrency": p.concurrency, "stage": p.stage, "done": p.done,
-                      "total": p.total, "failed": p.failed, "in_flight": p.in_flight,
-                      "level_fraction": round(p.level_fraction, 4)}
-        if status == "done":
-            fields.update(level_index=len(self.levels) - 1, stage="done", level_fraction=1.0, in_flight=0)
-        self.publish(MacroProgress(now(), status=status, levels=list(self.levels),  # type: ignore[arg-type]
-                                   elapsed_s=round(self.elapsed_s, 3), error=error, **fields))  # type: ignore[arg-type]
+        self.publish(MacroProgress.of(now(), status, self.levels, round(self.elapsed_s, 3), p, error))
 
 
 async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
@@ -125,7 +117,7 @@ async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
                          note=f"failed: {why}" if started_ok else f"could not start: {why}"))
         progress.emit("failed", why)
         raise
-    failure = sweep_failure((lv.concurrency, lv.metrics) for lv in result.levels)
+    failure = sweep_failure(lv.result for lv in result.levels)
     publish(PhaseEnd(now(), phase="macro", ok=failure is None and not result.cancelled,
                      note=failure or sweep_note(result)))
     if failure is not None:

@@ -4,38 +4,27 @@ the GEMM and all-reduce tables (micro). Each takes the folded session state."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from kimitui.core.describe import single_stream_words, verdict_line
-from kimitui.core.events import AllReduceRow, MacroPoint, first_error, level_failed
+from kimitui.core.events import AllReduceRow, MacroPoint, level_failed
 from kimitui.core.figures import percentile, single_stream
+from kimitui.core.level_result import LevelResult
 from kimitui.core.micro_words import gemm_words
 from kimitui.core.printable import printable
 from kimitui.core.server_metrics import prefix_cache_warning
 from kimitui.core.state import SessionState, Sweep
-from kimitui.core.typed import finite
 from kimitui.report.format import fmt_bytes, fmt_num, table
 
 
 def peak_point(points: list[MacroPoint]) -> MacroPoint | None:
     """The level of the highest output tok/s (a failed level, or one without the figure, is none)."""
-    scored = [(tok, p) for p in points if (tok := p.metric("output_throughput")) is not None and not level_failed(p)]
+    scored = [(tok, p) for p in points if (tok := p.result.output_throughput) is not None and not level_failed(p)]
     return max(scored, key=lambda s: s[0])[1] if scored else None
 
 
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _top_percentile(p: MacroPoint) -> str:
-    """The highest percentile a level reports, as its key spells it (vLLM's "p99", "p99.9")."""
-    ps = [v for v in map(finite, _listed(p.metrics.get("percentiles"))) if v is not None and 0 < v <= 100]
-    top = max(ps, default=99.0)
-    return f"p{int(top) if int(top) == top else top}"
-
-
 def _input_cell(p: MacroPoint) -> str:
-    mean, std, asked = p.metric("mean_input_tokens"), p.metric("std_input_tokens"), p.metric("requested_input_len")
+    r = p.result
+    mean, std, asked = r.figure("mean_input_tokens"), r.figure("std_input_tokens"), r.figure("requested_input_len")
     if mean is None:
         return "n/a"
     text = f"{mean:.1f} ±{std:.1f}" if std is not None else f"{mean:.1f}"
@@ -62,50 +51,49 @@ def _sweep(sweep: Sweep) -> list[str]:
     peak = peak_point(points)
     head = []
     if single.tok_s is not None:
-        tpot = sweep.points[1].metric("mean_tpot_ms")
+        tpot = sweep.points[1].result.tpot.mean
         head.append(f"Single stream: **{single_stream_words(single).replace('tok/s', 'output tok/s')}**"
                     + (f" (TPOT mean {tpot:.1f} ms)" if tpot is not None else ""))
     else:
         head.append(f"Single stream: {single_stream_words(single)}")
     if peak is not None:
-        head.append(f"peak **{fmt_num(peak.metrics['output_throughput'], '.0f')} tok/s** at concurrency "
+        head.append(f"peak **{fmt_num(peak.result.output_throughput, '.0f')} tok/s** at concurrency "
                     f"{peak.concurrency}")
     failed = sweep.failed_levels
     if failed:
         head.append(f"{len(failed)} level(s) FAILED: every request failed")
-    pk = _top_percentile(points[0])
+    top, pk = points[0].result.top_percentile, points[0].result.top_word
     lines = ["; ".join(head) + ".", "",
              "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token); "
              "input tokens: achieved mean ± spread (asked).", ""]
     rows = []
     for p in points:
-        m = p.metrics
-        counts = f"{fmt_num(m.get('completed'), 'd')}/{fmt_num(m.get('failed'), 'd')}"
-        if level_failed(p):
-            rows.append([str(p.concurrency), counts, f"FAILED: {first_error(p) or 'no reason given'}",
-                         *(["n/a"] * 7), fmt_num(m.get("duration"))])
+        r = p.result
+        counts = f"{fmt_num(r.completed, 'd')}/{fmt_num(r.failed, 'd')}"
+        if r.all_failed:
+            rows.append([str(p.concurrency), counts, f"FAILED: {r.first_error or 'no reason given'}",
+                         *(["n/a"] * 7), fmt_num(r.duration)])
             continue
         rows.append([str(p.concurrency), counts,
-                     fmt_num(m.get("output_throughput")), fmt_num(m.get("mean_ttft_ms")),
-                     fmt_num(m.get(f"{pk}_ttft_ms")),
-                     fmt_num(m.get("mean_tpot_ms")), fmt_num(m.get(f"{pk}_tpot_ms")), fmt_num(m.get("mean_itl_ms")),
-                     fmt_num(m.get("mean_e2el_ms"), ".0f"), _input_cell(p), fmt_num(m.get("duration"))])
+                     fmt_num(r.output_throughput), fmt_num(r.ttft.mean), fmt_num(r.ttft.p(top)),
+                     fmt_num(r.tpot.mean), fmt_num(r.tpot.p(top)), fmt_num(r.itl.mean),
+                     fmt_num(r.e2el.mean, ".0f"), _input_cell(p), fmt_num(r.duration)])
     lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT mean", f"TTFT {pk}", "TPOT mean", f"TPOT {pk}",
                     "ITL mean", "E2EL mean", "input tok", "duration s"], rows)
     lines += _server_table(points)
-    methods = sorted({str(p.metrics["input_len_method"]) for p in points if "input_len_method" in p.metrics})
+    methods = sorted({m for p in points if (m := p.result.input_len_method) is not None})
     if methods:
         lines += ["", "Input lengths: " + ", ".join(_METHODS.get(x, x) for x in methods) + "."]
-    dropped = sorted({str(f) for p in points for f in _listed(p.metrics.get("request_fields_dropped"))})
+    dropped = sorted({f for p in points for f in p.result.request_fields_dropped})
     if dropped:
         names = ", ".join(f"`{printable(f)}`" for f in dropped)
         lines += ["", f"Request fields the server rejected: {names}; the sweep went without them (without "
                       "`ignore_eos` an output may end before max_tokens: its length is the server's usage count)."]
     lines += _verdict(sweep)
-    client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in _listed(p.metrics.get("client_warnings"))]
+    client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in p.result.client_warnings]
     if client:
         lines += ["", "The load generator may have distorted these figures:", "", *client]
-    warm = [f"- concurrency {p.concurrency}: {w}" for p in points if (w := prefix_cache_warning(p.metrics))]
+    warm = [f"- concurrency {p.concurrency}: {w}" for p in points if (w := prefix_cache_warning(p.result))]
     if warm:
         lines += ["", "A warm prefix cache lowered these levels' TTFT:", "", *warm]
     return lines
@@ -118,23 +106,24 @@ def _server_table(points: list[MacroPoint]) -> list[str]:
     """Per level, the server's own means (from its /metrics histograms over the level) beside the client's
     and the difference between them: the network and client overhead, measured. Nothing when no level
     has the server's figures."""
-    read = [p for p in points if any(f"server_mean_{key}_ms" in p.metrics for _, key, _ in SERVER_FIGURES)]
+    read = [p for p in points if any(key in p.result.server.mean_ms for _, key, _ in SERVER_FIGURES)]
     if not read:
         return []
-    cached = any("prefix_cache_queries" in p.metrics for p in read)
+    cached = any(p.result.figure("prefix_cache_queries") is not None for p in read)
     rows = []
     for p in read:
-        row = [str(p.concurrency), fmt_num(p.metrics.get("server_requests"), "d")]
+        r = p.result
+        row = [str(p.concurrency), fmt_num(r.count("server_requests"), "d")]
         for _, key, client in SERVER_FIGURES:
-            row += [fmt_num(p.metrics.get(client)), fmt_num(p.metrics.get(f"server_mean_{key}_ms")),
-                    fmt_num(p.metrics.get(f"overhead_{key}_ms"), "+.1f")]
-        row.append(fmt_num(p.metrics.get("server_mean_queue_ms")))
-        rows.append([*row, _hit_cell(p.metrics)] if cached else row)
+            row += [fmt_num(r.figure(client)), fmt_num(r.server.mean_ms.get(key)),
+                    fmt_num(r.server.overhead_ms.get(key), "+.1f")]
+        row.append(fmt_num(r.server.mean_ms.get("queue")))
+        rows.append([*row, _hit_cell(r)] if cached else row)
     head = ["concurrency", "server requests"]
     for name, _, _ in SERVER_FIGURES:
         head += [f"{name} client", f"{name} server", f"{name} overhead"]
     head += ["queue server", *(["prefix cache hit"] if cached else [])]
-    engine = str(read[0].metrics.get("server_engine") or "the server")
+    engine = read[0].result.server.engine or "the server"
     return ["", f"Client vs server ({engine}'s /metrics, mean ms over each level's measured requests; overhead: "
                 "client minus server, the network and the client measured"
                 + ("; prefix cache hit: the share of the level's prompt tokens the server found cached" if cached
@@ -142,10 +131,10 @@ def _server_table(points: list[MacroPoint]) -> list[str]:
             *table(head, rows)]
 
 
-def _hit_cell(m: dict[str, Any]) -> str:
-    rate = finite(m.get("prefix_cache_hit_rate"))
+def _hit_cell(r: LevelResult) -> str:
+    rate = r.figure("prefix_cache_hit_rate")
     cell = "n/a" if rate is None else f"{rate:.1%}"
-    return cell + (" (reset)" if m.get("prefix_cache_reset") is True else "")
+    return cell + (" (reset)" if r.server.prefix_cache_reset else "")
 
 
 def _verdict(sweep: Sweep) -> list[str]:
@@ -153,9 +142,9 @@ def _verdict(sweep: Sweep) -> list[str]:
     if sweep.verdict is None:
         return []
     lines = ["", f"Verdict: {verdict_line(sweep.verdict)}."]
-    good = [f"c={p.concurrency}: {fmt_num(p.metrics.get('request_goodput'), '.2f')}/s of "
-            f"{fmt_num(p.metrics.get('request_throughput'), '.2f')}/s" for p in sweep.point_list
-            if p.metrics.get("request_goodput") is not None]
+    good = [f"c={p.concurrency}: {fmt_num(good, '.2f')}/s of "
+            f"{fmt_num(p.result.figure('request_throughput'), '.2f')}/s" for p in sweep.point_list
+            if (good := p.result.figure("request_goodput")) is not None]
     if good:
         lines += ["", "Goodput (completed requests meeting every SLO, per second, of all completed): "
                   + "; ".join(good) + "."]

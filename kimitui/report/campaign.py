@@ -100,7 +100,7 @@ def drain_section(state: SessionState) -> list[str]:
 def throughput_plot(points: list[MacroPoint]) -> list[str]:
     """Output tok/s against concurrency as a text bar chart (one bar a level, scaled to the highest)."""
     scored = [(p.concurrency, v) for p in points if not level_failed(p)
-              and (v := p.metric("output_throughput")) is not None and v >= 0]
+              and (v := p.result.output_throughput) is not None and v >= 0]
     if not scored:
         return []
     top = max(v for _, v in scored) or 1.0

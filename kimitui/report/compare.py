@@ -16,6 +16,7 @@ from kimitui.core.budget_words import budget_level, budget_verdict
 from kimitui.core.describe import single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, DecodeBudget, GemmRow, MacroPoint, level_failed
 from kimitui.core.figures import NOISE_RULE, change_pct, knee, level_tok_s, noise, plateau, single_stream
+from kimitui.core.level_result import pword
 from kimitui.core.micro_words import gemm_words
 from kimitui.core.printable import printable
 from kimitui.core.runfile import RunReader
@@ -91,9 +92,7 @@ def _percentiles(points: list[MacroPoint]) -> list[str]:
     """The percentiles every level of every run reports, as their keys spell them (p90, p99, p99.9)."""
     out: set[str] | None = None
     for p in points:
-        ps = p.metrics.get("percentiles")
-        have = {f"p{int(v) if float(v).is_integer() else v}" for v in ps if isinstance(v, int | float)} \
-            if isinstance(ps, list) else set()
+        have = {"p" + pword(v) for v in p.result.percentiles}
         out = have if out is None else out & have
     return sorted(out or (), key=lambda k: float(k[1:]))
 
@@ -104,14 +103,14 @@ def _level_rows(runs: list[Run], levels: list[int], figures: list[tuple[str, str
     for c in levels:
         points = [r.state.macro_by_level[c] for r in runs]
         for name, key, digits, series in figures:
-            cells = [("FAILED" if level_failed(p) else fmt_num(p.metrics.get(key), digits)) for p in points]
+            cells = [("FAILED" if level_failed(p) else fmt_num(p.result.figure(key), digits)) for p in points]
             changes = []
             for run, p in zip(runs[1:], points[1:], strict=True):
                 if level_failed(p) or level_failed(points[0]):
                     changes.append("n/a")
                     continue
                 judged = noise(_series(base, c, series), _series(run, c, series))
-                changes.append(change_cell(points[0].metric(key), p.metric(key), judged))
+                changes.append(change_cell(points[0].result.figure(key), p.result.figure(key), judged))
             rows.append([str(c), name, *cells, *changes])
     return rows
 
@@ -167,7 +166,7 @@ def throughput_compare(runs: list[Run]) -> list[str]:
         peak = peak_point(points)
         at, where = knee_of(r.state)
         rows.append([r.label, single_stream_words(single_stream(points)),
-                     "n/a" if peak is None else f"{fmt_num(peak.metrics['output_throughput'], '.0f')} at "
+                     "n/a" if peak is None else f"{fmt_num(peak.result.output_throughput, '.0f')} at "
                                                 f"c={peak.concurrency}",
                      _plateau(r), "none in the sweep" if at is None else f"c={at}", where])
     lines = ["## Throughput against concurrency", "",

@@ -55,7 +55,7 @@ def summarize(reader: RunReader) -> str:
     if peak is not None:
         single = single_stream(s.macro_points)
         tail = f"; {single_stream_line(single, '.0f')}" if single.state != "not run" else ""
-        out.append(_line("macro", f"peak {peak.metric('output_throughput') or 0.0:.0f} tok/s at concurrency "
+        out.append(_line("macro", f"peak {peak.result.output_throughput or 0.0:.0f} tok/s at concurrency "
                           f"{peak.concurrency}{tail} ({len(s.macro_by_level)} points)"))
     else:
         out.append(_line("macro", "no benchmark points in this run"))

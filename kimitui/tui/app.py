@@ -205,6 +205,7 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
         self._event_log = self.query_one(EventLog)
         self._panes = {pane.id or "": pane for pane in self.query(TabPane)}
         self._views: dict[str, View | None] = {entry.id: None for entry in registry.VIEWS}
+        self._sample_free = frozenset(entry.id for entry in registry.VIEWS if not entry.samples)
         """Each tab's view once mounted (registry.py)."""
         self._mounting: set[str] = set()
         self.query_one("#gpu-row").border_title = "GPUs"
@@ -348,7 +349,8 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
                 self._tab_label = label
                 self._tabs.get_tab("bench").label = label
         view = self.active_view
-        stamp = (self.session.version, self.theme)
+        # a view that reads no sample is not drawn again for one (the fold says what moved: core/changes.py)
+        stamp = (self.session.version if view not in self._sample_free else state.events_rev, self.theme)
         running = (view, *(c.running for c in self.controllers))
         if running != self._running_key:  # the footer's x and the keys that apply
             self._running_key = running

@@ -7,8 +7,8 @@ the macro phase is ``kimitui.phases.macro.macro_phase``).
 from kimitui.bench.macro.config import SLO, ConfigError, MacroConfig, RampUp, Timeouts
 from kimitui.bench.macro.level import LevelProgress
 from kimitui.bench.macro.sweep import (
-    LevelResult,
     MacroError,
+    SweepLevel,
     SweepPlan,
     SweepResult,
     discover_model,
@@ -22,10 +22,10 @@ __all__ = [
     "SLO",
     "ConfigError",
     "LevelProgress",
-    "LevelResult",
     "MacroConfig",
     "MacroError",
     "RampUp",
+    "SweepLevel",
     "SweepPlan",
     "SweepResult",
     "Timeouts",

@@ -5,11 +5,11 @@ The same accounting as the other two (``StreamAccount``: every body block timed 
 decoder, the same failure reasons), one ``aiohttp.ClientSession`` per shard of connections as httpx has.
 aiohttp comes with the ``serve`` extra; without it ``MacroConfig.validate`` says so in one line.
 
-Measured on 2 cores, quiet (``benchmarks/loadgen.py --quick``, 2026-12-05), client CPU per chunk lean / aiohttp /
-httpx: burst server c=64 4.20 / 4.20 / 9.22 us, c=256 2.00 / 2.74 / 8.95 us; sim server c=64 2.88 / 3.08 / 4.30
-us, c=256 1.99 / 2.28 / 3.70 us. Added ITL at c=64 (stamped server) median 0.106 / 0.109 / 0.219 ms, p99 1.76 /
-1.81 / 10.2 ms; one-way delay median 0.195 / 0.485 / 0.665 ms. The hand-written client is 1.0-1.4x cheaper than
-aiohttp, not the 2x that would keep it (issue 36 item 5): it is to give way to aiohttp.
+Measured on 2 cores, quiet (``benchmarks/loadgen.py --quick``, 2026-12-05; the figures in http_stream.py's
+docstring): the hand-written client is 1.0-1.9x cheaper in CPU per chunk, and times chunks closer to their arrival
+(added ITL p99 at c=64 0.40-1.03 against 1.84-2.44 ms; one-way delay median 0.16 against 0.38-0.46 ms): here a
+block reaches ``_read`` one pass of the event loop after aiohttp's protocol received it. It stays the default for
+that fidelity; this one is the library beside it (``--client aiohttp``).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from kimitui.bench.macro.metrics import LevelContext, summarize
 from kimitui.bench.macro.prompts import Planned, Prompt, PromptSource
 from kimitui.bench.macro.request import Gauge, RequestOutcome, stream_request
 from kimitui.bench.macro.transport import POOL_SHARD, headers, shard_sizes, ssl_context
+from kimitui.core.level_result import LevelResult
 from kimitui.core.server_metrics import prefix_cache_warning
 
 if TYPE_CHECKING:
@@ -349,24 +350,25 @@ class Level:
             else:
                 self.failed += 1
 
-    def warnings(self, m: dict[str, Any]) -> list[str]:
+    def warnings(self, r: LevelResult) -> list[str]:
+        """What the log says of the level when it ends (the figures it may not be read without)."""
         out = []
         c = self.c
-        if m["usage_missing"]:
-            out.append(f"concurrency {c}: {m['usage_missing']} of {m['completed']} responses had no usage "
+        missing, completed = r.count("usage_missing") or 0, r.completed or 0
+        if missing:
+            out.append(f"concurrency {c}: {missing} of {completed} responses had no usage "
                        "chunk; their output tokens were counted from content chunks (a lower bound)")
-        if m["failed"]:
-            reasons = "; ".join(f"{n} x {r}" for r, n in list(m["failures"].items())[:3])
-            out.append(f"concurrency {c}: {m['failed']} of {m['num_prompts']} requests failed ({reasons})")
-        if m["num_prompts"] >= c and self.gauge.peak < c:
+        if r.failed:
+            reasons = "; ".join(f"{n} x {why}" for why, n in r.failures[:3])
+            out.append(f"concurrency {c}: {r.failed} of {r.num_prompts} requests failed ({reasons})")
+        if (r.num_prompts or 0) >= c and self.gauge.peak < c:
             out.append(f"concurrency {c}: only {self.gauge.peak} responses were streaming at once")
-        target = m.get("requested_input_len")
-        if (self.lengths is not None and self.lengths.cal.exact and m["completed"] and target is not None
-                and self.cfg.input_len_stddev == 0 and abs(m["mean_input_tokens"] - target) > 1.0):
-            out.append(f"concurrency {c}: prompts averaged {m['mean_input_tokens']:.1f} input tokens for "
-                       f"{target:.0f} asked")
-        out += [f"concurrency {c}: {w}" for w in m.get("client_warnings", [])]
-        if (cached := prefix_cache_warning(m)) is not None:
+        target, mean = r.figure("requested_input_len"), r.figure("mean_input_tokens")
+        if (self.lengths is not None and self.lengths.cal.exact and completed and target is not None
+                and mean is not None and self.cfg.input_len_stddev == 0 and abs(mean - target) > 1.0):
+            out.append(f"concurrency {c}: prompts averaged {mean:.1f} input tokens for {target:.0f} asked")
+        out += [f"concurrency {c}: {w}" for w in r.client_warnings]
+        if (cached := prefix_cache_warning(r)) is not None:
             out.append(f"concurrency {c}: {cached}")
         return out
 

@@ -16,84 +16,14 @@ chunk): nothing here runs while requests stream. They are published as ``MacroRe
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kimitui.bench.macro.request import RequestOutcome
-from kimitui.core.events import MacroRequests
+from kimitui.core.events import MacroRequests, RequestRecord
 
 MS_DIGITS = 2
 RECORDS_PER_EVENT = 200
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    start_ms: float
-    """Dispatch (the request's ``t0``) after the level's origin."""
-    end_ms: float
-    """The request's end (its last byte, or the failure) after its start."""
-    chunk_ms: list[float] = field(default_factory=list)
-    """Arrival of each token chunk after the start: ``chunk_ms[0]`` is the TTFT, ``chunk_ms[-1]`` the E2EL."""
-    first_ms: float | None = None
-    """Arrival of the first chunk with a choice (a role-only delta) after the start, where it came before
-    the first token chunk (None: with it, as on vLLM, or no chunk at all)."""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    error: str | None = None
-    input_from_usage: bool = True
-    """``input_tokens`` is the server's ``usage.prompt_tokens`` (else the client's estimate)."""
-    usage_missing: bool = False
-    """No usage chunk: ``output_tokens`` counts content chunks (a lower bound)."""
-    target_input: int | None = None
-    """The input length asked for (None: a dataset prompt)."""
-    max_tokens: int = 0
-    sched_ms: float | None = None
-    """Open-loop arrivals: when the schedule said to send it, after the origin."""
-    late_ms: float | None = None
-    """Open-loop arrivals: how long the client took to send it once it could (its own lateness)."""
-
-    @property
-    def success(self) -> bool:
-        return self.error is None
-
-    @property
-    def ttft_ms(self) -> float:
-        return self.chunk_ms[0] if self.chunk_ms else 0.0
-
-    @property
-    def e2el_ms(self) -> float:
-        return self.chunk_ms[-1] if self.chunk_ms else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        """A compact object: optional keys are left out at their default."""
-        out: dict[str, Any] = {"start_ms": self.start_ms, "end_ms": self.end_ms, "chunk_ms": self.chunk_ms,
-                               "in": self.input_tokens, "out": self.output_tokens, "max_tokens": self.max_tokens}
-        if self.target_input is not None:
-            out["target_in"] = self.target_input
-        if self.first_ms is not None:
-            out["first_ms"] = self.first_ms
-        if self.error is not None:
-            out["error"] = self.error
-        if not self.input_from_usage:
-            out["in_estimated"] = True
-        if self.usage_missing:
-            out["usage_missing"] = True
-        if self.sched_ms is not None:
-            out["sched_ms"] = self.sched_ms
-        if self.late_ms is not None:
-            out["late_ms"] = self.late_ms
-        return out
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> RequestRecord:
-        return cls(start_ms=float(obj["start_ms"]), end_ms=float(obj["end_ms"]),
-                   chunk_ms=[float(x) for x in obj.get("chunk_ms") or []],
-                   first_ms=None if obj.get("first_ms") is None else float(obj["first_ms"]),
-                   input_tokens=int(obj.get("in", 0)), output_tokens=int(obj.get("out", 0)),
-                   error=obj.get("error"), input_from_usage=not obj.get("in_estimated", False),
-                   usage_missing=bool(obj.get("usage_missing", False)), target_input=obj.get("target_in"),
-                   max_tokens=int(obj.get("max_tokens", 0)), sched_ms=obj.get("sched_ms"),
-                   late_ms=obj.get("late_ms"))
 
 
 @dataclass(slots=True)
@@ -146,14 +76,15 @@ def events(records: Sequence[RequestRecord], *, t: float, concurrency: int, leve
 
 
 def from_events(evs: Sequence[MacroRequests]) -> list[RequestRecord]:
-    return [RequestRecord.from_json(obj) for ev in evs for obj in ev.requests]
+    return [r for ev in evs for r in ev.records()]
 
 
 def export_lines(ev: MacroRequests) -> Iterator[dict[str, Any]]:
     """One self-describing object per request of ``ev``, for ``--requests-out`` (JSON Lines): every key
     present (null where it has no value), ``start`` in unix seconds, the other times in ms."""
-    for n, obj in enumerate(ev.requests):
-        r = RequestRecord.from_json(obj)
+    for n, r in enumerate(ev.records(keep_malformed=True)):
+        if r is None:
+            continue
         yield {"concurrency": ev.concurrency, "level_index": ev.level_index, "index": ev.first + n,
                "start": round(ev.origin + r.start_ms / 1000.0, 6), "start_ms": r.start_ms,
                "status": "ok" if r.success else "failed", "error": r.error,

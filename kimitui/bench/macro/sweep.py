@@ -50,6 +50,7 @@ from kimitui.core.describe import single_stream_line
 from kimitui.core.error_words import exc_words
 from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
 from kimitui.core.figures import SingleStream, single_stream_of
+from kimitui.core.level_result import LevelResult
 
 PHASE = "macro"
 SOURCE = "macro"
@@ -63,17 +64,23 @@ class MacroError(Exception):
 
 
 @dataclass(slots=True)
-class LevelResult:
+class SweepLevel:
+    """A level the sweep ran: its record (vLLM's keys, as ``--output`` writes it) and its requests."""
+
     concurrency: int
     metrics: dict[str, Any]
     records: list[rec.RequestRecord] = field(default_factory=list, repr=False)
+
+    @property
+    def result(self) -> LevelResult:
+        return LevelResult.from_json(self.concurrency, self.metrics)
 
 
 @dataclass(slots=True)
 class SweepResult:
     config: MacroConfig
     model: str
-    levels: list[LevelResult] = field(default_factory=list)
+    levels: list[SweepLevel] = field(default_factory=list)
     cancelled: bool = False
     lengths: Calibration | None = None
     """How the synthetic prompts got their lengths (None: dataset prompts)."""
@@ -87,7 +94,7 @@ class SweepResult:
     def single_stream(self) -> SingleStream:
         """The headline: output tok/s at concurrency 1 (``figures.single_stream_of``: none for a level
         where every request failed)."""
-        return single_stream_of((lv.concurrency, lv.metrics) for lv in self.levels)
+        return single_stream_of(lv.result for lv in self.levels)
 
     @property
     def single_stream_tok_s(self) -> float | None:
@@ -279,7 +286,7 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
             if reset is not None:
                 run.metrics["prefix_cache_reset"] = reset
             _publish_level(publish, level, run)
-            result.levels.append(LevelResult(c, run.metrics, run.records))
+            result.levels.append(SweepLevel(c, run.metrics, run.records))
     finally:
         result.cancelled = cancel.is_set() or len(result.levels) < len(levels)
         if scraper is not None:
@@ -292,7 +299,7 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
 
 def sweep_verdict_event(result: SweepResult) -> MacroVerdict:
     """The verdict of the sweep's finished levels, as the event that records it."""
-    figures = [vd.LevelFigures(lv.concurrency, float(lv.metrics.get("output_throughput") or 0.0), lv.records)
+    figures = [vd.LevelFigures(lv.concurrency, lv.result.output_throughput or 0.0, lv.records)
                for lv in result.levels]
     v = vd.sweep_verdict(figures, vd.slo_dict(result.config.slo))
     return MacroVerdict(t=_now(), slo=v.slo, meets=v.meets, slo_concurrency=v.slo_concurrency,
@@ -327,5 +334,5 @@ def _publish_level(publish: Callable[[Event], None], level: Level, run: LevelRun
     for ev in rec.events(run.records, t=t, concurrency=level.c, level_index=level.idx, origin=run.origin_wall):
         publish(ev)
     publish(MacroPoint(t=t, concurrency=level.c, metrics=run.metrics))
-    for line in level.warnings(run.metrics):
+    for line in level.warnings(LevelResult.from_json(level.c, run.metrics)):
         publish(LogLine(t=_now(), level="warning", source=SOURCE, message=line))

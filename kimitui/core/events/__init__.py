@@ -59,11 +59,11 @@ from kimitui.core.events.macro import (  # noqa: F401
     MacroRequests,
     MacroVerdict,
     RequestFieldsDropped,
+    RequestRecord,
     ServerSample,
+    SweepStatus,
     first_error,
     level_failed,
-    metrics_error,
-    metrics_failed,
 )
 from kimitui.core.events.micro import (  # noqa: F401
     AllReduceRow,
@@ -87,3 +87,4 @@ from kimitui.core.events.registry import (  # noqa: F401
     encode,
     from_dict,
 )
+from kimitui.core.level_result import LevelResult  # noqa: F401

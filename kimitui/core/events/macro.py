@@ -2,31 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol, overload
 
-from kimitui.core.events.base import Event
+from kimitui.core.events.base import Event, _plain
+from kimitui.core.level_result import LevelResult
 from kimitui.core.typed import finite
 
 
 @dataclass(frozen=True, slots=True)
 class MacroPoint(Event):
-    """One concurrency level of a serving sweep; ``metrics`` uses vLLM's result key names."""
+    """One concurrency level of a serving sweep: ``metrics`` is the record (vLLM's result key names, plain JSON
+    not checked when decoded), ``result`` its figures typed once (``kimitui.core.level_result``): every surface
+    reads ``result``."""
 
     type: ClassVar[str] = "macro_point"
     concurrency: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
-    """Plain JSON, not checked when decoded (its keys are open-ended): read its numbers with ``metric``."""
+    result: LevelResult = field(init=False, compare=False, repr=False)
 
-    def metric(self, key: str) -> float | None:
-        """A metric as a finite float; None when it is missing or no number (NaN, a string, a list, ...)."""
-        return finite(self.metrics.get(key))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "result", LevelResult.from_json(self.concurrency, self.metrics))
 
-
-def metrics_failed(m: Mapping[str, object]) -> bool:
-    """A level's metrics say every request of it failed."""
-    return "completed" in m and not m["completed"] and bool(m.get("failed") or m.get("num_prompts"))
+    def to_dict(self) -> dict[str, Any]:
+        return {"t": self.t, "type": self.type, "concurrency": self.concurrency, "metrics": _plain(self.metrics)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,20 +49,32 @@ class MacroVerdict(Event):
 
 def level_failed(point: MacroPoint) -> bool:
     """Every request of the level failed: it has no throughput or latency to show (never a zero)."""
-    return metrics_failed(point.metrics)
-
-
-def metrics_error(m: Mapping[str, object]) -> str | None:
-    """The most frequent failure of a level's metrics (the load generator counts them by reason, most first)."""
-    failures = m.get("failures")
-    if isinstance(failures, dict) and failures:
-        return str(next(iter(failures)))
-    return None
+    return point.result.all_failed
 
 
 def first_error(point: MacroPoint) -> str | None:
     """The most frequent failure of a level."""
-    return metrics_error(point.metrics)
+    return point.result.first_error
+
+
+SweepStatus = Literal["starting", "running", "cancelling", "done", "cancelled", "failed"]
+"""Where a serving sweep is: the one vocabulary of the load generator's phase, its events and the dashboard."""
+LevelStage = Literal["", "warmup", "run", "done"]
+
+
+class LevelCounts(Protocol):
+    """A level in progress as the load generator counts it (``kimitui.bench.macro.LevelProgress``)."""
+
+    level_index: int
+    concurrency: int
+    stage: Literal["warmup", "run", "done"]
+    done: int
+    total: int | None
+    failed: int
+    in_flight: int
+
+    @property
+    def level_fraction(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +84,12 @@ class MacroProgress(Event):
     ends (with its status and, when it could not run, why)."""
 
     type: ClassVar[str] = "macro_progress"
-    status: Literal["starting", "running", "cancelling", "done", "cancelled", "failed"] = "running"
+    status: SweepStatus = "running"
     levels: list[int] = field(default_factory=list)
     """The planned concurrency levels, in order."""
     level_index: int = 0
     concurrency: int = 0
-    stage: Literal["", "warmup", "run", "done"] = ""
+    stage: LevelStage = ""
     done: int = 0
     """Requests of this level finished (successful or failed)."""
     total: int | None = None
@@ -89,11 +101,138 @@ class MacroProgress(Event):
     """Since the sweep started."""
     error: str = ""
 
+    @classmethod
+    def of(cls, t: float, status: SweepStatus, levels: list[int], elapsed_s: float, level: LevelCounts | None = None,
+           error: str = "") -> MacroProgress:
+        """The sweep's progress with LEVEL's counts (None: before the first level); a sweep that is done ends on
+        its last level, whole."""
+        if status == "done":
+            return cls(t, status=status, levels=list(levels), level_index=len(levels) - 1,
+                       concurrency=level.concurrency if level is not None else 0, stage="done",
+                       done=level.done if level is not None else 0, total=level.total if level is not None else None,
+                       failed=level.failed if level is not None else 0, in_flight=0, level_fraction=1.0,
+                       elapsed_s=elapsed_s, error=error)
+        if level is None:
+            return cls(t, status=status, levels=list(levels), elapsed_s=elapsed_s, error=error)
+        return cls(t, status=status, levels=list(levels), level_index=level.level_index,
+                   concurrency=level.concurrency, stage=level.stage, done=level.done, total=level.total,
+                   failed=level.failed, in_flight=level.in_flight, level_fraction=round(level.level_fraction, 4),
+                   elapsed_s=elapsed_s, error=error)
+
     @property
     def overall_fraction(self) -> float:
         if self.status == "done":
             return 1.0
         return (self.level_index + self.level_fraction) / max(1, len(self.levels))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """What one measured request of a level did, in ms (``kimitui.bench.macro.records`` builds them when the
+    level ends; ``MacroRequests`` carries them in their JSON form, ``to_json``)."""
+
+
+    start_ms: float
+    """Dispatch (the request's ``t0``) after the level's origin."""
+    end_ms: float
+    """The request's end (its last byte, or the failure) after its start."""
+    chunk_ms: list[float] = field(default_factory=list)
+    """Arrival of each token chunk after the start: ``chunk_ms[0]`` is the TTFT, ``chunk_ms[-1]`` the E2EL."""
+    first_ms: float | None = None
+    """Arrival of the first chunk with a choice (a role-only delta) after the start, where it came before
+    the first token chunk (None: with it, as on vLLM, or no chunk at all)."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None
+    input_from_usage: bool = True
+    """``input_tokens`` is the server's ``usage.prompt_tokens`` (else the client's estimate)."""
+    usage_missing: bool = False
+    """No usage chunk: ``output_tokens`` counts content chunks (a lower bound)."""
+    target_input: int | None = None
+    """The input length asked for (None: a dataset prompt)."""
+    max_tokens: int = 0
+    sched_ms: float | None = None
+    """Open-loop arrivals: when the schedule said to send it, after the origin."""
+    late_ms: float | None = None
+    """Open-loop arrivals: how long the client took to send it once it could (its own lateness)."""
+
+    @property
+    def success(self) -> bool:
+        return self.error is None
+
+    @property
+    def ttft_ms(self) -> float:
+        return self.chunk_ms[0] if self.chunk_ms else 0.0
+
+    @property
+    def e2el_ms(self) -> float:
+        return self.chunk_ms[-1] if self.chunk_ms else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """A compact object: optional keys are left out at their default."""
+        out: dict[str, Any] = {"start_ms": self.start_ms, "end_ms": self.end_ms, "chunk_ms": self.chunk_ms,
+                               "in": self.input_tokens, "out": self.output_tokens, "max_tokens": self.max_tokens}
+        if self.target_input is not None:
+            out["target_in"] = self.target_input
+        if self.first_ms is not None:
+            out["first_ms"] = self.first_ms
+        if self.error is not None:
+            out["error"] = self.error
+        if not self.input_from_usage:
+            out["in_estimated"] = True
+        if self.usage_missing:
+            out["usage_missing"] = True
+        if self.sched_ms is not None:
+            out["sched_ms"] = self.sched_ms
+        if self.late_ms is not None:
+            out["late_ms"] = self.late_ms
+        return out
+
+    @classmethod
+    def read(cls, obj: Any) -> RequestRecord | None:
+        """The record of a JSON object, every field checked; None for one that is not a record (a run file
+        is read as it is: a hostile or damaged one loses that request, never the session)."""
+        if not isinstance(obj, dict):
+            return None
+        start, end = finite(obj.get("start_ms")), finite(obj.get("end_ms"))
+        chunks = obj.get("chunk_ms") or []
+        if start is None or end is None or not isinstance(chunks, list) or not _times(chunks):
+            return None
+        first, sched, late = (_opt_ms(obj.get(k)) for k in ("first_ms", "sched_ms", "late_ms"))
+        ints = [obj.get(k, 0) for k in ("in", "out", "max_tokens")]
+        target, error = obj.get("target_in"), obj.get("error")
+        if (first is False or sched is False or late is False or any(type(v) is not int for v in ints)
+                or (target is not None and type(target) is not int) or (error is not None and type(error) is not str)):
+            return None
+        return cls(start_ms=start, end_ms=end, chunk_ms=[float(x) for x in chunks], first_ms=first,
+                   input_tokens=ints[0], output_tokens=ints[1], error=error,
+                   input_from_usage=obj.get("in_estimated") is not True, usage_missing=obj.get("usage_missing") is True,
+                   target_input=target, max_tokens=ints[2], sched_ms=sched, late_ms=late)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> RequestRecord:
+        """``read``, raising ValueError for what is not a record."""
+        r = cls.read(obj)
+        if r is None:
+            raise ValueError("not a per-request record")
+        return r
+
+
+def _times(values: list[Any]) -> bool:
+    """Every value a finite number (a bool is none): the sum of finite floats is finite, a NaN or an infinity
+    makes it not."""
+    try:
+        return all(type(v) is float or type(v) is int for v in values) and math.isfinite(math.fsum(values))
+    except OverflowError:
+        return False
+
+
+def _opt_ms(value: Any) -> float | bool | None:
+    """An optional time: the float, None when absent, False when it is there and not a finite number."""
+    if value is None:
+        return None
+    v = finite(value)
+    return False if v is None else v
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +252,18 @@ class MacroRequests(Event):
     first: int = 0
     total: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
+
+    @overload
+    def records(self, keep_malformed: Literal[False] = False) -> list[RequestRecord]: ...
+
+    @overload
+    def records(self, keep_malformed: Literal[True]) -> list[RequestRecord | None]: ...
+
+    def records(self, keep_malformed: bool = False) -> list[RequestRecord] | list[RequestRecord | None]:
+        """The batch's records, typed (``RequestRecord.read``); with KEEP_MALFORMED, None in the place of each
+        object that is not a record (so ``first + k`` still numbers them), else those are left out."""
+        read = [RequestRecord.read(obj) for obj in self.requests]
+        return read if keep_malformed else [r for r in read if r is not None]
 
     def to_dict(self) -> dict[str, Any]:
         # ``requests`` already holds plain JSON values: walking its thousands of floats one by one (the

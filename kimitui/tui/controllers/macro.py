@@ -18,10 +18,10 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from kimitui.core.describe import single_stream_line
-from kimitui.core.events import Event
+from kimitui.core.events import Event, SweepStatus
 from kimitui.tui.controllers.base import Controller
 from kimitui.tui.controllers.port import AppPort
 
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from kimitui.bench.macro import LevelProgress, MacroConfig, SweepResult
     from kimitui.phases.macro import SweepProgress
 
-RunStatus = Literal["running", "cancelling", "done", "cancelled", "failed"]
+RunStatus = SweepStatus
+"""A sweep started from the dashboard is where its events say a sweep is (one vocabulary, core.events)."""
 NEEDS_LIVE = "benchmarks need a live host (kimitui demo, kimitui connect HOST)"
 EXIT_GRACE_S = 3.0
 """On app exit, how long the worker waits for the cancelled sweep to publish its end."""
@@ -93,7 +94,7 @@ class MacroController(Controller):
             return
         previous = self.run.config if self.run is not None else None
         pace = {p.concurrency: tok for p in self.app.session.state.macro_points
-                if (tok := p.metric("output_throughput")) is not None}
+                if (tok := p.result.output_throughput) is not None}
         self.app.push_screen(MacroDialog(url=live.api_url or "", previous=previous, pace=pace),
                              callback=self._confirmed)
 

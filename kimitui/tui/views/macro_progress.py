@@ -103,11 +103,11 @@ def single_stream_content(points: list[MacroPoint], verdict: MacroVerdict | None
     cells, as many lines as it takes, broken between those parts only, never cut."""
     ok = [p for p in points if not level_failed(p)]
     single = single_stream(points)
-    peak = max(ok, key=lambda p: p.metric("output_throughput") or 0.0, default=None)
+    peak = max(ok, key=lambda p: p.result.output_throughput or 0.0, default=None)
     style = "bold $accent" if single.tok_s is not None else "bold $error" if single.state == "failed" else "$text-muted"
     words = to_come if to_come is not None and single.state == "not run" else single_stream_words(single)
     groups: list[list[Part]] = [[("single stream ", "$text-muted"), (words, style)]]
-    peak_tok = peak.metric("output_throughput") if peak is not None else None
+    peak_tok = peak.result.output_throughput if peak is not None else None
     if peak is not None and peak_tok:
         groups.append([("peak ", "$text-muted"), (f"{peak_tok:.0f} tok/s", "bold"),
                        (f" at c={peak.concurrency}", "$text-muted")])
@@ -157,9 +157,8 @@ def failures_text(sweep: Sweep) -> str:
     """'c=1: 4 of 4 requests failed: HTTP 503: model loading; c=4: ...' for the sweep's failed levels."""
     parts = []
     for p in sweep.failed_levels:
-        m = p.metrics
         error = first_error(p)
-        parts.append(f"c={p.concurrency}: {m.get('failed')} of {m.get('num_prompts')} requests failed"
+        parts.append(f"c={p.concurrency}: {p.result.failed} of {p.result.num_prompts} requests failed"
                      + (f": {error}" if error else ""))
     return fmt.printable("; ".join(parts))
 

@@ -81,9 +81,9 @@ SERIES = 4
 def plot_series(points: list[MacroPoint], keys: tuple[str, ...]) -> tuple[str | None, list[tuple[int, float]]]:
     """(metric key, [(concurrency, value)]) for the first key every point with completed requests has.
     A level where every request failed has no throughput or latency: it is left out (never plotted as 0)."""
-    usable = [p for p in points if p.concurrency > 0 and not level_failed(p) and p.metrics.get("completed", 1)]
+    usable = [p for p in points if p.concurrency > 0 and not level_failed(p) and p.result.completed != 0]
     for key in keys:
-        values = [(p.concurrency, p.metric(key)) for p in usable]
+        values = [(p.concurrency, p.result.figure(key)) for p in usable]
         if values and all(v is not None for _, v in values):
             return key, [(c, v) for c, v in values if v is not None]
     return None, []

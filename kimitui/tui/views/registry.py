@@ -17,6 +17,9 @@ class ViewEntry:
     label: str
     make: Callable[[], Widget]
     """The view's widget (a ``base.View``), made when its tab is first shown."""
+    samples: bool = True
+    """It reads the host's samples (the GPUs, the processes, their history, or the clock they move): drawn again
+    at each sample. False: drawn again only when the fold takes another event (``SessionState.events_rev``)."""
 
 
 def _bench() -> Widget:
@@ -44,9 +47,9 @@ def _analysis() -> Widget:
 
 
 VIEWS: tuple[ViewEntry, ...] = (
-    ViewEntry("bench", "Benchmarks", _bench),
+    ViewEntry("bench", "Benchmarks", _bench, samples=False),
     ViewEntry("cleanup", "Cleanup", _cleanup),
-    ViewEntry("micro", "Micro", _micro),
-    ViewEntry("analysis", "Analysis", _analysis),
+    ViewEntry("micro", "Micro", _micro, samples=False),
+    ViewEntry("analysis", "Analysis", _analysis, samples=False),
 )
 """In tab order, after the Dashboard."""

@@ -16,8 +16,8 @@ def _r(value: str) -> Text:
     return Text(value, justify="right")
 
 
-def _metric(point: MacroPoint, key: str, spec: str = "{:.1f}") -> Text:
-    return _r(fmt.num(point.metric(key), spec))
+def _figure(value: float | None, spec: str = "{:.1f}") -> Text:
+    return _r(fmt.num(value, spec))
 
 
 def size_label(n: int) -> str:
@@ -29,9 +29,8 @@ def size_label(n: int) -> str:
 
 def requests_cell(p: MacroPoint) -> Text:
     """'12/12' requests completed of those sent ('-' for a point recorded without the counts)."""
-    m = p.metrics
-    done, sent = m.get("completed"), m.get("num_prompts")
-    if not isinstance(done, int) or not isinstance(sent, int):
+    done, sent = p.result.completed, p.result.num_prompts
+    if done is None or sent is None:
         return _r(fmt.DASH)
     return Text(f"{done}/{sent}", justify="right", style="bold red" if done < sent else "")
 
@@ -42,17 +41,16 @@ def macro_cells(p: MacroPoint) -> list[Cell]:
     if level_failed(p):  # nothing was measured: no number, and no zero
         return [_r(str(p.concurrency)), Text("FAILED", justify="right", style="bold red"), requests_cell(p),
                 *(_r(fmt.DASH) for _ in range(5)), note]
-    tok = p.metric("output_throughput")
-    per_stream = tok / p.concurrency if tok is not None and p.concurrency else None
+    r = p.result
     return [
         _r(str(p.concurrency)),
-        _metric(p, "output_throughput", "{:.0f}"),
+        _figure(r.output_throughput, "{:.0f}"),
         requests_cell(p),
-        _r(fmt.num(per_stream, "{:.1f}")),
-        _metric(p, "mean_ttft_ms", "{:.0f}"),
-        _metric(p, "p99_ttft_ms", "{:.0f}"),
-        _metric(p, "mean_tpot_ms", "{:.1f}"),
-        _metric(p, "p99_tpot_ms", "{:.1f}"),
+        _figure(r.tok_per_stream),
+        _figure(r.ttft.mean, "{:.0f}"),
+        _figure(r.ttft.p(99), "{:.0f}"),
+        _figure(r.tpot.mean),
+        _figure(r.tpot.p(99)),
         note,
     ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from kimitui.core.changes import proc_id
 from kimitui.core.events import ProcSample
 from kimitui.core.state import SessionState, proc_mem_mib
 from kimitui.tui import fmt
@@ -74,10 +75,10 @@ class ProcTable(KeyedTable):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self._made: dict[str, tuple[ProcSample, Colors, list[Cell]]] = {}
-        """The cells last made for each process, and what they were made from."""
-        self._shown: tuple[list[ProcSample], Colors] | None = None
-        """The processes and colours last shown."""
+        self._made: dict[str, tuple[int, Colors, list[Cell]]] = {}
+        """The cells last made for each process, with the revision (``state.changes``) and colours they show."""
+        self._shown: tuple[int, Colors] | None = None
+        """The revision of the process list and the colours last shown."""
 
     def on_resize(self) -> None:
         self.fit_to_width(self.size.width)
@@ -92,21 +93,23 @@ class ProcTable(KeyedTable):
                 room += fixed[key]
 
     def show(self, state: SessionState, colors: Colors) -> None:
-        # The same processes as last sample, read the same (a steady service): nothing to sort or compare row by
-        # row. Otherwise a process that reads the same keeps its very cells: nothing is formatted, and sync
-        # skips the row without comparing cells.
-        if self._shown == (state.procs, colors):
+        # The fold says what the sample changed (core/changes.py). The same processes as last sample, read the
+        # same (a steady service): nothing to sort or compare row by row. Otherwise a process that reads the same
+        # keeps its very cells: nothing is formatted, and sync skips the row without comparing cells.
+        changes = state.changes
+        if changes.procs and self._shown == (changes.procs, colors):  # 0: a state no sample was folded into
             return
-        self._shown = (list(state.procs), colors)
-        made: dict[str, tuple[ProcSample, Colors, list[Cell]]] = {}
+        self._shown = (changes.procs, colors)
+        made: dict[str, tuple[int, Colors, list[Cell]]] = {}
         rows: list[Row] = []
         for p in sorted_procs(state.procs):
             key = proc_key(p)
+            rev = changes.proc.get(proc_id(p), -1)
             last = self._made.get(key)
-            if last is not None and last[1] == colors and last[0] == p:
+            if last is not None and last[1] == colors and last[0] == rev >= 0:
                 made[key] = last
             else:
-                made[key] = (p, colors, proc_cells(p, colors))
+                made[key] = (rev, colors, proc_cells(p, colors))
             rows.append((key, made[key][2]))
         self._made = made
         self.sync(rows)
