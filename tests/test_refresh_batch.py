@@ -54,21 +54,27 @@ async def test_a_redraw_tells_the_screen_without_waking_each_widget() -> None:
         table = app.query_one(GpuTable)
         MessagePump.post_message = counting  # type: ignore[method-assign]
         try:
-            source.put(sample(3))
-            # the new power figure, as the screen renders it
-            await pilot_until(pilot, lambda: "303W" in table.render_line(1).text, "sample 3's power figure drawn")
-            await pilot.pause()
+            # A frame in which Textual also lays the screen out (a late footer, a header line that grew) leaves
+            # the table to its idle, in Textual's order, by design: the next sample's frame is a plain repaint.
+            for seq in range(3, 9):
+                source.put(sample(seq))
+                # the new power figure, as the screen renders it
+                await pilot_until(pilot, lambda s=seq: f"{300 + s}W" in table.render_line(1).text,
+                                  f"sample {seq}'s power figure drawn")
+                await pilot.pause()
+                if "the redraw" in by:
+                    break
         finally:
             MessagePump.post_message = original  # type: ignore[method-assign]
         # What the batch promises: no widget whose idle would only repaint is woken from the redraw. (A layout
         # Textual runs meanwhile, as a loaded machine's late footer asks for, still prompts from outside the
         # batch: that is Textual's order, not the redraw's, and is not counted.)
         assert woken == [], posted
-        assert "the redraw" in by, (by, posted)  # sample 3's row reached the screen from the redraw's batch
+        assert "the redraw" in by, (by, posted)  # a sample's row reached the screen from the redraw's batch
         assert posted["BandScreen", "Update"] >= 2, posted  # the GPU table and the header, at least
         strips = app.screen._compositor.render_strips()
         screen_text = "\n".join(strip.text for strip in strips)
-        assert "303W" in screen_text and f"events {app.session.state.events_folded}" in screen_text  # the header too
+        assert f"{300 + seq}W" in screen_text and f"events {app.session.state.events_folded}" in screen_text
 
 
 async def test_only_a_plain_repaint_is_batched() -> None:
