@@ -49,6 +49,8 @@ def format_level(r: LevelResult) -> str:
     line = (f"c={r.concurrency:<4} {_n(r.completed, '>5')} ok {_n(r.failed, '>4')} failed  "
             f"out {_n(r.output_throughput, '>9.1f')} tok/s  req {_n(figure('request_throughput'), '>7.2f')}/s  "
             f"TTFT {_n(r.ttft.mean, '>8.1f')} ms ({pk} {_n(r.ttft.p(top), '.1f')})  "
+            + (f"TTFO {_n(r.ttfo.mean, '>8.1f')} ms ({pk} {_n(r.ttfo.p(top), '.1f')}, "
+               f"thinking {_n(figure('mean_reasoning_tokens'), '.0f')} tok)  " if r.reasoning else "") +
             f"TPOT {_n(r.tpot.mean, '>7.2f')} ms  ITL {pk} {_n(r.itl.p(top), '.2f')} ms  "
             f"in {_n(figure('mean_input_tokens'), '.0f')}±{_n(figure('std_input_tokens'), '.0f')} tok  "
             f"reached {_n(r.count('concurrency_reached'), '')}")

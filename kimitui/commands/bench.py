@@ -94,9 +94,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="seeds the lengths, the arrivals and the prompts: the same N repeats a run's prompts "
                         "exactly (default: lengths and arrivals seeded 0, prompts fresh each run, so that a "
                         "server's prefix cache cannot serve them from an earlier run)")
-    p.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
+    p.add_argument("--goodput", "--slo", nargs="+", default=[], metavar="KEY:MS", dest="goodput",
                    help="SLOs in ms (vLLM's form), e.g. ttft:200,tpot:50 or ttft:200 tpot:50 (keys ttft, tpot, "
                         "e2el): goodput per level, and the highest concurrency meeting them at p99")
+    p.add_argument("--search", action="store_true",
+                   help="with --slo: find the highest concurrency meeting the SLOs at p99 by bracketing and "
+                        "bisection between the lowest and the highest --concurrency (default 1 to 128), each "
+                        "probe at least 4 requests per slot, instead of running every level")
     p.add_argument("--connect-timeout", type=float, default=10.0)
     p.add_argument("--read-timeout", type=float, default=60.0, help="longest silence between chunks (s)")
     p.add_argument("--request-timeout", type=float, default=600.0, help="longest single request (s)")
@@ -152,7 +156,7 @@ def _config(args: argparse.Namespace) -> Any:
         burstiness=args.burstiness, ramp_up=ramp, trace=args.trace,
         timeouts=Timeouts(connect_s=args.connect_timeout, read_s=args.read_timeout,
                           total_s=args.request_timeout),
-        slo=slo,
+        slo=slo, search=args.search,
         api_key=args.api_key or os.environ.get("OPENAI_API_KEY"), client=args.client,
     )
 

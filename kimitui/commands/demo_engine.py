@@ -17,6 +17,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-python", metavar="PATH",
                    help="with --engine vllm: a python that imports vllm (default $KIMITUI_VLLM_VENV/bin/python, "
                         "else ~/.cache/kimitui/vllm-venv/bin/python)")
+    p.add_argument("--reasoning-tokens", type=int, default=None, metavar="N",
+                   help="the simulated Kimi-K2.5 thinks for N tokens before it answers on the chat endpoint, as the "
+                        "real one does behind vLLM's reasoning parser (default 32; 0: no thinking)")
 
 
 def resolve_demo(args: argparse.Namespace) -> int | None:
@@ -24,6 +27,9 @@ def resolve_demo(args: argparse.Namespace) -> int | None:
     from kimitui.hosts.sim.real_engine import DEFAULT_GPUS, default_engine_python, engine_problem
 
     engine = getattr(args, "engine", "sim") or "sim"
+    if (getattr(args, "reasoning_tokens", None) or 0) < 0:
+        print("kimitui: --reasoning-tokens must be 0 or more", file=sys.stderr)
+        return 2
     if getattr(args, "gpus", None) is None:
         args.gpus = DEFAULT_GPUS if engine == "vllm" else 8
     if not 1 <= args.gpus <= 64:
@@ -46,4 +52,7 @@ def resolve_demo(args: argparse.Namespace) -> int | None:
 def demo_engine_args(args: argparse.Namespace) -> dict[str, object]:
     """``open_target``'s keyword arguments for the demo's engine (none for the simulated one)."""
     engine = getattr(args, "engine", "sim") or "sim"
-    return {} if engine == "sim" else {"engine": engine, "engine_python": args.engine_python}
+    if engine == "sim":
+        given = getattr(args, "reasoning_tokens", None)
+        return {} if given is None else {"reasoning_tokens": given}
+    return {"engine": engine, "engine_python": args.engine_python}

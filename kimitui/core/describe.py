@@ -389,6 +389,8 @@ def verdict_line(ev: MacroVerdict) -> str:
         slos = ",".join(f"{k}:{v:g}" for k, v in ev.slo.items())
         parts.append(f"SLOs {slos} ms met at p99 up to c={ev.slo_concurrency}" if ev.slo_concurrency is not None
                      else f"SLOs {slos} ms met at p99 at no level")
+        if ev.searched:
+            parts[-1] += f" (searched: c={','.join(map(str, ev.searched))}; {len(ev.searched)} probes)"
     if ev.knee_concurrency is not None and ev.knee_tok_s is not None:
         parts.append(f"knee at c={ev.knee_concurrency}, {ev.knee_tok_s:.0f} tok/s "
                      f"(under {ev.knee_growth:.0%} more per doubling past it)")

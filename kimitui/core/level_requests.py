@@ -22,6 +22,8 @@ class LevelRequests:
     tpot_ms: list[float] = field(default_factory=list)
     """Only requests with more than one output token (vLLM's TPOT)."""
     input_tokens: list[int] = field(default_factory=list)
+    ttfo_ms: list[float] = field(default_factory=list)
+    """A reasoning model's time to its first output token, over the requests that answered."""
 
 
 def fold_requests(levels: dict[int, LevelRequests], ev: MacroRequests) -> None:
@@ -38,6 +40,8 @@ def fold_requests(levels: dict[int, LevelRequests], ev: MacroRequests) -> None:
             continue
         level.ttft_ms.append(r.ttft_ms)
         level.input_tokens.append(r.input_tokens)
+        if (ttfo := r.ttfo_ms) is not None:
+            level.ttfo_ms.append(ttfo)
         tpot = request_tpot(r.ttft_ms, r.e2el_ms, r.output_tokens)
         if tpot is not None and math.isfinite(tpot):
             level.tpot_ms.append(tpot)

@@ -17,15 +17,17 @@ from typing import Any
 
 from kimitui.core.typed import finite
 
-SERIES = ("ttft", "tpot", "itl", "e2el")
-"""The latency series vLLM reports, each in ms: ``{mean,median,std,pXX}_<name>_ms``."""
+SERIES = ("ttft", "tpot", "itl", "e2el", "ttfo")
+"""The latency series, each in ms: ``{mean,median,std,pXX}_<name>_ms``: vLLM's four and a reasoning model's
+time to its first output token (``ttfo``: the TTFT where the model did not think first)."""
 STATS = ("mean", "median", "std")
 DEFAULT_PERCENTILES = (99.0,)
 """What vLLM's ``--metric-percentiles`` defaults to, and a level recorded without ``percentiles`` is read with."""
 COUNTS = ("completed", "failed", "num_prompts", "total_input_tokens", "total_output_tokens", "concurrency_reached",
-          "max_concurrent_requests", "usage_missing", "server_requests", "prefix_cache_queries", "prefix_cache_hits")
+          "max_concurrent_requests", "usage_missing", "answered", "total_reasoning_tokens", "server_requests",
+          "prefix_cache_queries", "prefix_cache_hits")
 RATES = ("duration", "output_throughput", "request_throughput", "request_goodput", "total_token_throughput",
-         "mean_input_tokens", "std_input_tokens", "requested_input_len", "mean_output_tokens",
+         "mean_input_tokens", "std_input_tokens", "requested_input_len", "mean_output_tokens", "mean_reasoning_tokens",
          "prefix_cache_hit_rate", "client_cpu_pct", "client_cpu_wait_pct", "client_loop_lag_p99_ms",
          "client_loop_lag_max_ms")
 SERVER_SERIES = ("ttft", "itl", "e2e", "queue")
@@ -108,6 +110,7 @@ class LevelResult:
     counts: Mapping[str, int | None] = field(default_factory=dict)
     """Every figure of ``COUNTS`` (None where it is not an integer)."""
     ttft: Series = field(default_factory=lambda: Series("ttft"))
+    ttfo: Series = field(default_factory=lambda: Series("ttfo"))
     tpot: Series = field(default_factory=lambda: Series("tpot"))
     itl: Series = field(default_factory=lambda: Series("itl"))
     e2el: Series = field(default_factory=lambda: Series("e2el"))
@@ -215,6 +218,11 @@ class LevelResult:
     def top_word(self) -> str:
         """``top_percentile`` as a key spells it: ``p99``, ``p99.9``."""
         return "p" + pword(self.top_percentile)
+
+    @property
+    def reasoning(self) -> bool:
+        """The level's requests thought before they answered (a reasoning model on the chat endpoint)."""
+        return bool(self.counts.get("total_reasoning_tokens"))
 
     @property
     def tok_per_stream(self) -> float | None:

@@ -117,19 +117,24 @@ def check_interval(value: float) -> float:
 @contextlib.asynccontextmanager
 async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: int = 8,
                       check: bool = True, remote_python: str | None = None, engine: str = "sim",
-                      engine_python: str | None = None) -> AsyncIterator[OpenedTarget]:
+                      engine_python: str | None = None,
+                      reasoning_tokens: int | None = None) -> AsyncIterator[OpenedTarget]:
     """A host for ``local``, ``demo`` or an SSH target; ``check`` makes sure it has a driver first.
     ``remote_python`` is the interpreter that runs the agent on an SSH host (default python3). The demo's
-    ``engine``: its own simulated vLLM (``sim``) or a real one (``vllm``, run by ``engine_python``)."""
+    ``engine``: its own simulated vLLM (``sim``, thinking ``reasoning_tokens`` before each chat answer) or a
+    real one (``vllm``, run by ``engine_python``)."""
     from kimitui.hosts.telemetry import probe_host
 
     if target == "demo":
         from kimitui.hosts.sim.host import SimHost
+        from kimitui.hosts.sim.quirks import DEMO_REASONING_TOKENS, EngineQuirks
 
         stray, orphans = demo_stray(gpus), demo_orphans(gpus)
         real = engine != "sim"
         print(f"starting the simulated {gpus}-GPU host{' with a real vLLM' if real else ''} ...", file=sys.stderr)
-        extra: dict[str, Any] = {"engine": engine, "engine_python": engine_python, "stuck_workers": 0} if real else {}
+        extra: dict[str, Any] = ({"engine": engine, "engine_python": engine_python, "stuck_workers": 0} if real
+                                 else {"quirks": EngineQuirks(reasoning_tokens=DEMO_REASONING_TOKENS
+                                                              if reasoning_tokens is None else reasoning_tokens)})
         sim = SimHost(gpus=gpus, name="demo", stray_holder=stray, orphans_gpu=orphans, **extra)
         try:
             try:

@@ -66,20 +66,28 @@ def _sweep(sweep: Sweep) -> list[str]:
     lines = ["; ".join(head) + ".", "",
              "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token); "
              "input tokens: achieved mean ± spread (asked).", ""]
+    thought = any(p.result.reasoning for p in points)  # a reasoning model: its first output token beside TTFT
     rows = []
     for p in points:
         r = p.result
         counts = f"{fmt_num(r.completed, 'd')}/{fmt_num(r.failed, 'd')}"
         if r.all_failed:
             rows.append([str(p.concurrency), counts, f"FAILED: {r.first_error or 'no reason given'}",
-                         *(["n/a"] * 7), fmt_num(r.duration)])
+                         *(["n/a"] * (10 if thought else 7)), fmt_num(r.duration)])
             continue
+        ttfo = [fmt_num(r.ttfo.mean), fmt_num(r.ttfo.p(top)), fmt_num(r.figure("mean_reasoning_tokens"), ".0f")]
         rows.append([str(p.concurrency), counts,
                      fmt_num(r.output_throughput), fmt_num(r.ttft.mean), fmt_num(r.ttft.p(top)),
+                     *(ttfo if thought else []),
                      fmt_num(r.tpot.mean), fmt_num(r.tpot.p(top)), fmt_num(r.itl.mean),
                      fmt_num(r.e2el.mean, ".0f"), _input_cell(p), fmt_num(r.duration)])
-    lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT mean", f"TTFT {pk}", "TPOT mean", f"TPOT {pk}",
+    lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT mean", f"TTFT {pk}",
+                    *(["TTFO mean", f"TTFO {pk}", "thinking tok"] if thought else []), "TPOT mean", f"TPOT {pk}",
                     "ITL mean", "E2EL mean", "input tok", "duration s"], rows)
+    if thought:
+        lines += ["", "TTFO: time to the first output token, the first token of the answer after the model's "
+                      "thinking (TTFT counts the first token of either); thinking tok: reasoning tokens per request. "
+                      "TPOT and ITL run over thinking and answer alike."]
     lines += _server_table(points)
     methods = sorted({m for p in points if (m := p.result.input_len_method) is not None})
     if methods:

@@ -33,6 +33,8 @@ PLOT_WIDTH = 44
 MEANS = (("output tok/s", "output_throughput", ".1f", "tpot"), ("TTFT mean", "mean_ttft_ms", ".1f", "ttft"),
          ("TPOT mean", "mean_tpot_ms", ".1f", "tpot"), ("ITL mean", "mean_itl_ms", ".1f", "tpot"),
          ("E2EL mean", "mean_e2el_ms", ".0f", "tpot"))
+REASONING_MEAN = ("TTFO mean", "mean_ttfo_ms", ".1f", "ttfo")
+"""A reasoning model's time to its first output token, shown where a run's levels thought first."""
 
 
 @dataclass(slots=True)
@@ -80,7 +82,7 @@ def _series(run: Run, c: int, key: str) -> list[float]:
     level = run.state.macro_requests.get(c)
     if level is None:
         return []
-    return level.ttft_ms if key == "ttft" else level.tpot_ms
+    return level.ttft_ms if key == "ttft" else level.ttfo_ms if key == "ttfo" else level.tpot_ms
 
 
 def _common_levels(runs: list[Run]) -> list[int]:
@@ -122,12 +124,16 @@ def macro_compare(runs: list[Run]) -> list[str]:
         return [*lines, "No concurrency level that every run measured."]
     others = [f"{r.label} vs {runs[0].label}" for r in runs[1:]]
     head = ["concurrency", "figure", *[r.label for r in runs], *others]
+    # a reasoning model in any run: its first output token beside TTFT (judged by the TTFO records)
+    thought = any(r.state.macro_by_level[c].result.reasoning for r in runs for c in levels)
+    means = [*MEANS[:2], *([REASONING_MEAN] if thought else []), *MEANS[2:]]
     lines += [f"Latencies in ms, as each run's own report gives them; the change is against run {runs[0].label}; "
-              f"{NOISE_RULE}.", "", *table(head, _level_rows(runs, levels, list(MEANS)), "ll" + "r" * (len(head) - 2))]
+              f"{NOISE_RULE}.", "", *table(head, _level_rows(runs, levels, means), "ll" + "r" * (len(head) - 2))]
     pks = _percentiles([r.state.macro_by_level[c] for r in runs for c in levels])
-    names = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2EL", "e2el"))
+    names = (("TTFT", "ttft"), *([("TTFO", "ttfo")] if thought else []), ("TPOT", "tpot"), ("ITL", "itl"),
+             ("E2EL", "e2el"))
     figures = [(f"{name} {pk}", f"{pk}_{key}_ms", ".0f" if key == "e2el" else ".1f",
-                "ttft" if key == "ttft" else "tpot") for name, key in names for pk in pks]
+                key if key in ("ttft", "ttfo") else "tpot") for name, key in names for pk in pks]
     if figures:
         lines += ["", f"The percentiles every run reports ({', '.join(pks)}):", "",
                   *table(head, _level_rows(runs, levels, figures), "ll" + "r" * (len(head) - 2))]

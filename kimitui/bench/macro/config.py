@@ -74,6 +74,9 @@ class MacroConfig:
     concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
     requests: int = 64
     """Requests per level (ignored when ``duration_s`` or ``requests_per_stream`` is set)."""
+    search: bool = False
+    """Search for the highest concurrency meeting the SLOs at p99 between the lowest and the highest level of
+    ``concurrency`` (``search.SloSearch``) instead of running each level."""
     requests_per_stream: int | None = None
     """When set, each level runs this many requests per concurrency slot (``k x c``: 4 at c=1, 512 at
     c=128) instead of a fixed ``requests``: every level reaches its concurrency and c=1 stays short."""
@@ -186,6 +189,12 @@ class MacroConfig:
             raise ConfigError(f"{self.dataset}: no such file (the --dataset of prompts)")
         if self.client not in CLIENTS:
             raise ConfigError(f"unknown client {self.client!r} (lean, httpx or aiohttp)")
+        if self.search:
+            if not self.slo.active:
+                raise ConfigError("--search finds where SLOs hold: give them (--slo ttft:200,tpot:50)")
+            if self.open_loop or self.duration_s is not None:
+                raise ConfigError("--search probes closed-loop levels of a request count: not with a request rate, "
+                                  "a ramp-up, a trace or --duration")
         if self.client == "aiohttp":
             import importlib.util
 

@@ -95,6 +95,8 @@ def _lengths(prefix: str, values: Sequence[float]) -> dict[str, float]:
 def summarize(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[str, Any]:
     """The level's figures (vLLM's keys first) from its records."""
     ttfts: list[float] = []
+    ttfos: list[float] = []
+    thinking: list[int] = []
     tpots: list[float] = []
     all_tpots: list[float] = []
     itls: list[float] = []
@@ -124,6 +126,9 @@ def summarize(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[str, 
         itls.extend(c[i] - c[i - 1] for i in range(1, len(c)))
         ttfts.append(ttft)
         e2els.append(e2el)
+        thinking.append(r.reasoning_tokens)
+        if (ttfo := r.ttfo_ms) is not None:
+            ttfos.append(ttfo)
     duration = max((r.start_ms + r.end_ms for r in records), default=0.0) / 1000.0
     good = None
     slo = ctx.slo
@@ -148,6 +153,12 @@ def summarize(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[str, 
     }
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         m.update(series_stats(name, values, ctx.percentiles))
+    # a reasoning model's time to its first output token (the TTFT where it did not think first), over the
+    # requests that answered; ITL and TPOT above run over thinking and answer alike, as vLLM's do
+    m.update(series_stats("ttfo", ttfos, ctx.percentiles))
+    m["answered"] = len(ttfos)
+    m["total_reasoning_tokens"] = sum(thinking)
+    m["mean_reasoning_tokens"] = mean_std(thinking)[0]
     m["percentiles"] = list(ctx.percentiles)
     m["max_concurrency"] = ctx.concurrency
     m["request_rate"] = ctx.request_rate if ctx.request_rate is not None else "inf"

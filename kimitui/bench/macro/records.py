@@ -49,6 +49,11 @@ def _ms(seconds: float) -> float:
     return round(seconds * _SCALE) / _UNIT
 
 
+def _thinking(o: RequestOutcome) -> int:
+    """A request's reasoning tokens: the server's count where its usage gave one, else the chunks of thinking."""
+    return o.reasoning_tokens if o.reasoning_tokens is not None else o.reasoning_chunks
+
+
 def build(sent: Sequence[Sent], origin: float) -> list[RequestRecord]:
     """Records of a level's requests, in dispatch order, relative to ``origin`` (perf_counter)."""
     out = []
@@ -62,7 +67,9 @@ def build(sent: Sequence[Sent], origin: float) -> list[RequestRecord]:
             input_tokens=o.prompt_tokens, output_tokens=o.output_tokens if o.success else 0, error=o.error,
             input_from_usage=o.prompt_from_usage, usage_missing=o.usage_missing, target_input=s.target_input,
             max_tokens=s.max_tokens, sched_ms=None if s.sched is None else _ms(s.sched - origin),
-            late_ms=None if s.ready is None else _ms(max(0.0, t0 - s.ready))))
+            late_ms=None if s.ready is None else _ms(max(0.0, t0 - s.ready)),
+            output_ms=_ms(o.first_output - t0) if o.times and o.first_output > o.times[0] else None,
+            reasoning_tokens=_thinking(o) if o.success else 0))
     return out
 
 
@@ -93,4 +100,5 @@ def export_lines(ev: MacroRequests) -> Iterator[dict[str, Any]]:
                "end_ms": r.end_ms, "chunk_ms": r.chunk_ms, "input_tokens": r.input_tokens,
                "output_tokens": r.output_tokens, "target_input_tokens": r.target_input,
                "max_tokens": r.max_tokens, "input_estimated": not r.input_from_usage,
-               "usage_missing": r.usage_missing, "sched_ms": r.sched_ms, "late_ms": r.late_ms}
+               "usage_missing": r.usage_missing, "sched_ms": r.sched_ms, "late_ms": r.late_ms,
+               "ttfo_ms": r.ttfo_ms, "reasoning_tokens": r.reasoning_tokens}

@@ -65,6 +65,13 @@ class RequestOutcome:
     """``prompt_tokens`` is the server's ``usage.prompt_tokens`` (else the client's estimate)."""
     usage_missing: bool = False
     chunks: int = 0
+    first_output: float = 0.0
+    """perf_counter at the first token chunk that is no reasoning (content or a tool call; 0: none): a reasoning
+    model's time to first output token (TTFO) is this, its TTFT the first chunk of either."""
+    reasoning_chunks: int = 0
+    """Token chunks that held reasoning only (``delta.reasoning``, or ``reasoning_content`` of older servers)."""
+    reasoning_tokens: int | None = None
+    """The server's ``usage.completion_tokens_details.reasoning_tokens`` where it gave them."""
 
     @property
     def itl(self) -> list[float]:
@@ -226,9 +233,13 @@ class StreamAccount:
                         if chat:
                             delta = c0["delta"]
                             text = delta.get("content")
-                            if (text or delta.get("reasoning_content") or delta.get("reasoning")
-                                    or delta.get("tool_calls")):
+                            if text or delta.get("tool_calls"):
                                 arrived(now)
+                                if not out.first_output:
+                                    out.first_output = now
+                            elif delta.get("reasoning") or delta.get("reasoning_content"):
+                                arrived(now)
+                                out.reasoning_chunks += 1
                         else:
                             text = c0.get("text")
                             if text:
@@ -245,6 +256,9 @@ class StreamAccount:
                     if isinstance(usage.get("prompt_tokens"), int):
                         out.prompt_tokens = usage["prompt_tokens"]
                         out.prompt_from_usage = True
+                    details = usage.get("completion_tokens_details")
+                    if isinstance(details, dict) and type(details.get("reasoning_tokens")) is int:
+                        out.reasoning_tokens = details["reasoning_tokens"]
                 elif not choices and obj.get("error"):
                     err = obj["error"]
                     msg = err.get("message", err) if isinstance(err, dict) else err
@@ -277,8 +291,10 @@ class StreamAccount:
         out.chunks = self.chunks
         out.ttft = times[0] - out.t0
         out.latency = times[-1] - out.t0
+        if not self._chat and times:
+            out.first_output = times[0]  # a completion has no reasoning: its first token is its first output
         if self.usage_seen and self._completion_tokens:
             out.output_tokens = self._completion_tokens
         else:
             out.usage_missing = True
-            out.output_tokens = self._content_chunks
+            out.output_tokens = self._content_chunks + out.reasoning_chunks

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from kimitui.bench.macro.level import Level, LevelProgress, LevelRun
 from kimitui.bench.macro.prefix_cache import PrefixCacheReset
 from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
+from kimitui.bench.macro.search import PROBE_WAVES, SloSearch
 from kimitui.bench.macro.server_scrape import ServerScraper
 from kimitui.bench.macro.transport import headers, ssl_context
 from kimitui.core.describe import single_stream_line
@@ -184,6 +186,8 @@ class SweepPlan:
     """Why the lean client cannot be used (httpx is used instead)."""
     dataset: list[Prompt] | None = None
     trace: list[Arrival] | None = None
+    search: SloSearch | None = None
+    """``--search``: the levels are the search's probes, chosen as they end (``search.SloSearch``)."""
     result: SweepResult | None = None
     """What has run so far (``run_plan`` fills it as levels end, also when it is cancelled)."""
 
@@ -199,6 +203,10 @@ class SweepPlan:
                 else f"trace of {len(self.trace)} requests per level" if self.trace is not None
                 else config.requests_label)
         arrival = "" if not config.open_loop else f", {config.arrival_label}"
+        if self.search is not None:
+            return (f"SLO search {self.model} at {config.base_url}: the highest concurrency from "
+                    f"{self.search.lowest} to {self.search.highest} meeting {vd.slo_text(vd.slo_dict(config.slo))} "
+                    f"at p99, each probe at least {PROBE_WAVES} requests per slot ({mode}), {self.client} client")
         return (f"serving sweep {self.model} at {config.base_url}: concurrency "
                 f"{','.join(map(str, self.levels))}, {mode}{arrival}, {self.client} client")
 
@@ -216,7 +224,8 @@ async def prepare_sweep(config: MacroConfig) -> SweepPlan:
     fallback = lean_unsupported(config.base_url) if client == "lean" else None
     if fallback is not None:
         client = "httpx"
-    return SweepPlan(config, model, client, fallback, dataset, trace)
+    search = SloSearch(min(config.concurrency), max(config.concurrency)) if config.search else None
+    return SweepPlan(config, model, client, fallback, dataset, trace, search)
 
 
 def sweep_note(result: SweepResult) -> str:
@@ -267,12 +276,16 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
             await scraper.start()
         resetter = (PrefixCacheReset(config.base_url, publish, headers(config), config.timeouts.read_s)
                     if config.reset_prefix_cache else None)
-        for idx, c in enumerate(levels):
-            if cancel.is_set():
+        search = plan.search
+        for idx in itertools.count():
+            c = levels[idx] if search is None and idx < len(levels) else search.next() if search else None
+            if c is None or cancel.is_set():
                 break
             reset = await resetter.reset() if resetter is not None else None
-            level = Level(config, model, c, idx, len(levels), progress, cancel, client, lengths, method,
-                          plan.dataset, plan.trace)
+            level_config = config if search is None else dataclasses.replace(
+                config, requests=search.probe_requests(c, config.level_requests(c)), requests_per_stream=None)
+            level = Level(level_config, model, c, idx, len(levels) if search is None else search.planned, progress,
+                          cancel, client, lengths, method, plan.dataset, plan.trace)
             if scraper is not None and scraper.active:
                 scraper.level(c, idx, lambda lv=level: lv.done - lv.failed)
                 level.on_stage = scraper.mark
@@ -287,24 +300,29 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
                 run.metrics["prefix_cache_reset"] = reset
             _publish_level(publish, level, run)
             result.levels.append(SweepLevel(c, run.metrics, run.records))
+            if search is not None:
+                search.record(c, vd.level_meets(run.records, vd.slo_dict(config.slo)))
     finally:
-        result.cancelled = cancel.is_set() or len(result.levels) < len(levels)
+        result.cancelled = cancel.is_set() or (len(result.levels) < len(levels) if search is None
+                                               else search.next() is not None)
         if scraper is not None:
             await scraper.close()
     if result.levels:
-        result.verdict = sweep_verdict_event(result)
+        result.verdict = sweep_verdict_event(result, search)
         publish(result.verdict)
     return result
 
 
-def sweep_verdict_event(result: SweepResult) -> MacroVerdict:
-    """The verdict of the sweep's finished levels, as the event that records it."""
+def sweep_verdict_event(result: SweepResult, search: SloSearch | None = None) -> MacroVerdict:
+    """The verdict of the sweep's finished levels, as the event that records it; a search's answer is the
+    highest probe that met the SLOs below the lowest that missed them (``SloSearch.answer``)."""
     figures = [vd.LevelFigures(lv.concurrency, lv.result.output_throughput or 0.0, lv.records)
                for lv in result.levels]
     v = vd.sweep_verdict(figures, vd.slo_dict(result.config.slo))
-    return MacroVerdict(t=_now(), slo=v.slo, meets=v.meets, slo_concurrency=v.slo_concurrency,
+    return MacroVerdict(t=_now(), slo=v.slo, meets=v.meets,
+                        slo_concurrency=search.answer if search is not None else v.slo_concurrency,
                         knee_concurrency=v.knee_concurrency, knee_tok_s=v.knee_tok_s, peak_tok_s=v.peak_tok_s,
-                        knee_growth=v.knee_growth)
+                        knee_growth=v.knee_growth, searched=search.order if search is not None else [])
 
 
 def verdict_dict(ev: MacroVerdict | None) -> dict[str, Any] | None:
@@ -313,6 +331,7 @@ def verdict_dict(ev: MacroVerdict | None) -> dict[str, Any] | None:
     if ev is None:
         return None
     return {"goodput_slo_ms": ev.slo, "slo_met_at_p99": ev.meets, "max_concurrency_meeting_slo": ev.slo_concurrency,
+            **({"search_probes": ev.searched} if ev.searched else {}),
             "knee_concurrency": ev.knee_concurrency, "knee_output_throughput": ev.knee_tok_s,
             "peak_output_throughput": ev.peak_tok_s, "knee_growth_per_doubling": ev.knee_growth}
 

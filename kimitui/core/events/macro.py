@@ -45,6 +45,9 @@ class MacroVerdict(Event):
     knee_tok_s: float | None = None
     peak_tok_s: float | None = None
     knee_growth: float = 0.10
+    searched: list[int] = field(default_factory=list)
+    """An SLO search's probes in the order they ran (``kimitui.bench.macro.search``; empty: a fixed sweep):
+    ``slo_concurrency`` is then the search's answer."""
 
 
 def level_failed(point: MacroPoint) -> bool:
@@ -131,7 +134,6 @@ class RequestRecord:
     """What one measured request of a level did, in ms (``kimitui.bench.macro.records`` builds them when the
     level ends; ``MacroRequests`` carries them in their JSON form, ``to_json``)."""
 
-
     start_ms: float
     """Dispatch (the request's ``t0``) after the level's origin."""
     end_ms: float
@@ -155,10 +157,24 @@ class RequestRecord:
     """Open-loop arrivals: when the schedule said to send it, after the origin."""
     late_ms: float | None = None
     """Open-loop arrivals: how long the client took to send it once it could (its own lateness)."""
+    output_ms: float | None = None
+    """A reasoning model's first output token (content, not thinking) after the start, where thinking came
+    first (None: the first token chunk was output, or there was none)."""
+    reasoning_tokens: int = 0
+    """Tokens of thinking before the answer: the server's usage count where it gave one, else the chunks that
+    held reasoning only."""
 
     @property
     def success(self) -> bool:
         return self.error is None
+
+    @property
+    def ttfo_ms(self) -> float | None:
+        """Time to the first output token: the TTFT where the request did not think first; None for one that
+        thought and never answered (or never sent a token)."""
+        if self.output_ms is not None:
+            return self.output_ms
+        return None if self.reasoning_tokens or not self.chunk_ms else self.chunk_ms[0]
 
     @property
     def ttft_ms(self) -> float:
@@ -186,6 +202,10 @@ class RequestRecord:
             out["sched_ms"] = self.sched_ms
         if self.late_ms is not None:
             out["late_ms"] = self.late_ms
+        if self.output_ms is not None:
+            out["output_ms"] = self.output_ms
+        if self.reasoning_tokens:
+            out["think"] = self.reasoning_tokens
         return out
 
     @classmethod
@@ -198,16 +218,17 @@ class RequestRecord:
         chunks = obj.get("chunk_ms") or []
         if start is None or end is None or not isinstance(chunks, list) or not _times(chunks):
             return None
-        first, sched, late = (_opt_ms(obj.get(k)) for k in ("first_ms", "sched_ms", "late_ms"))
-        ints = [obj.get(k, 0) for k in ("in", "out", "max_tokens")]
+        first, sched, late, output = (_opt_ms(obj.get(k)) for k in ("first_ms", "sched_ms", "late_ms", "output_ms"))
+        ints = [obj.get(k, 0) for k in ("in", "out", "max_tokens", "think")]
         target, error = obj.get("target_in"), obj.get("error")
-        if (first is False or sched is False or late is False or any(type(v) is not int for v in ints)
+        if (any(v is False for v in (first, sched, late, output)) or any(type(v) is not int for v in ints)
                 or (target is not None and type(target) is not int) or (error is not None and type(error) is not str)):
             return None
         return cls(start_ms=start, end_ms=end, chunk_ms=[float(x) for x in chunks], first_ms=first,
                    input_tokens=ints[0], output_tokens=ints[1], error=error,
                    input_from_usage=obj.get("in_estimated") is not True, usage_missing=obj.get("usage_missing") is True,
-                   target_input=target, max_tokens=ints[2], sched_ms=sched, late_ms=late)
+                   target_input=target, max_tokens=ints[2], sched_ms=sched, late_ms=late,
+                   output_ms=output, reasoning_tokens=max(0, ints[3]))
 
     @classmethod
     def from_json(cls, obj: Any) -> RequestRecord:

@@ -66,6 +66,14 @@ class GenRequest:
     """The server's monotonic clock when the request's handling began (its metrics start there)."""
     block_hashes: tuple[int, ...] = ()
     """The prompt's full blocks, hashed as the prefix cache looks them up (``prefix_cache``)."""
+    reasoning: int | None = None
+    """A reasoning model's thinking: the first this many tokens of the answer (None: the server has no
+    reasoning parser, as for completions)."""
+
+    @property
+    def thinking(self) -> int:
+        """The tokens of this answer that are thinking (all of them for an answer cut short)."""
+        return min(self.reasoning or 0, self.max_tokens)
 
 
 def _int_field(body: dict[str, Any], name: str) -> int | None:
@@ -187,7 +195,8 @@ def tokenize_llamacpp(raw: bytes) -> dict[str, Any]:
 
 
 def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len: int,
-                     strict_fields: bool = False, eos_after: int | None = None) -> GenRequest:
+                     strict_fields: bool = False, eos_after: int | None = None,
+                     reasoning: int | None = None) -> GenRequest:
     """Validate a /v1/completions or /v1/chat/completions body the way vLLM does (400 / 404); with
     ``strict_fields``, fields outside OpenAI's API get 422; with ``eos_after``, a request without
     ``ignore_eos: true`` ends after that many tokens (finish_reason ``stop``)."""
@@ -234,16 +243,19 @@ def parse_generation(kind: Kind, raw: bytes, *, served_model: str, max_model_len
     prefix = "cmpl" if kind == "completion" else "chatcmpl"
     return GenRequest(kind, served_model, prompt_tokens, max_tokens, stream, include_usage,
                       f"{prefix}-sim{next(_ids):08d}", int(time.time()), finish_reason,
-                      block_hashes=block_hashes(ids))
+                      block_hashes=block_hashes(ids), reasoning=reasoning if kind == "chat" else None)
 
 
 def token_text(index: int) -> str:
     return VOCAB_WORDS[index % len(VOCAB_WORDS)]
 
 
-def usage(req: GenRequest, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens}
+def usage(req: GenRequest, completion_tokens: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + completion_tokens,
+                           "completion_tokens": completion_tokens}
+    if req.reasoning is not None:  # vLLM gives the details wherever a reasoning parser is set
+        out["completion_tokens_details"] = {"reasoning_tokens": min(req.thinking, completion_tokens)}
+    return out
 
 
 class ChunkWriter:
@@ -264,6 +276,8 @@ class ChunkWriter:
             self._open = b'"delta":{"content":'
             self._tail = b'},"logprobs":null,"finish_reason":null}]}\n\n'
             self._last = b'},"logprobs":null,"finish_reason":' + finish + b'}]}\n\n'
+        self._think = b'"delta":{"reasoning":'
+        """A thinking token's delta, as vLLM 0.32 streams it (``reasoning``; ``reasoning_content`` before)."""
         self.finish_in_last_token = True
         """False when a separate content-free final chunk carries the finish_reason (``final``)."""
 
@@ -279,7 +293,8 @@ class ChunkWriter:
 
     def token(self, index: int) -> bytes:
         last = self.finish_in_last_token and index == self.req.max_tokens - 1
-        return self._head + self._open + _VOCAB_JSON[index % len(_VOCAB_JSON)] + (self._last if last else self._tail)
+        opening = self._think if index < self.req.thinking else self._open
+        return self._head + opening + _VOCAB_JSON[index % len(_VOCAB_JSON)] + (self._last if last else self._tail)
 
     def usage(self, completion_tokens: int) -> bytes:
         kind = "text_completion" if self.req.kind == "completion" else "chat.completion.chunk"
@@ -308,14 +323,17 @@ class ChunkWriter:
 
 def full_response(req: GenRequest, *, with_usage: bool = True) -> dict[str, Any]:
     """The non-streamed body once all ``max_tokens`` tokens are generated."""
-    text = "".join(token_text(i) for i in range(req.max_tokens))
+    thinking = req.thinking
+    text = "".join(token_text(i) for i in range(thinking, req.max_tokens))
     if req.kind == "completion":
         choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason,
                                   "stop_reason": None}
         obj = "text_completion"
     else:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": req.finish_reason}
+        message: dict[str, Any] = {"role": "assistant", "content": text if text or not thinking else None}
+        if req.reasoning is not None:
+            message["reasoning"] = "".join(token_text(i) for i in range(thinking)) or None
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": req.finish_reason}
         obj = "chat.completion"
     out: dict[str, Any] = {"id": req.request_id, "object": obj, "created": req.created, "model": req.model,
                            "choices": [choice]}

@@ -189,7 +189,8 @@ class OpenAIApp:
                 raise ApiError(503, "the model is still loading", "ServiceUnavailableError")
             req = parse_generation("completion" if kind == "completion" else "chat", request.body,
                                    served_model=self.model, max_model_len=self.max_model_len,
-                                   strict_fields=self.quirks.strict_fields, eos_after=self.quirks.eos_after)
+                                   strict_fields=self.quirks.strict_fields, eos_after=self.quirks.eos_after,
+                                   reasoning=self.quirks.reasoning_tokens or None)
         except ApiError as exc:
             # a strict server answers as transformers serve (FastAPI) does: {"detail": ...}
             await out.send_json(exc.status, {"detail": str(exc)} if exc.status == 422 else exc.body())

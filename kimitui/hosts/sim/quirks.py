@@ -15,6 +15,10 @@ A spec is a comma-separated list (``--quirks`` of the servers, ``SimHost(quirks=
 - ``cold=N``: the first N requests after the server starts run at a third of its pace, as a freshly started
   engine's do (``transformers serve`` loads the model on its first request; an engine meets each new shape
   the first time, allocators grow): every step while one of them is in the batch takes ``COLD_FACTOR`` times;
+- ``reasoning=N``: a reasoning model (Kimi-K2.5 behind vLLM's ``kimi_k2`` reasoning parser): on the chat
+  endpoint the first N tokens of every answer are its thinking, streamed as vLLM 0.32 does (``delta.reasoning``
+  and, in the usage, ``completion_tokens_details.reasoning_tokens``); a request whose ``max_tokens`` is N or
+  fewer gets no answer at all, as a thinking model cut short does. 0 (the default): no reasoning;
 - ``metrics=vllm|sglang|none``: the names ``/metrics`` serves (``none``: 404);
 - ``tokenize=vllm|sglang|llamacpp|none``: ``POST /tokenize`` with ``{"prompt"|"messages"}`` -> ``{"count"}``
   (vLLM), ``POST /v1/tokenize`` with ``{"prompt"}`` -> ``{"tokens", "count"}`` (SGLang), ``POST /tokenize``
@@ -32,6 +36,9 @@ TokenizeForm = Literal["vllm", "sglang", "llamacpp", "none"]
 METRICS_FLAVORS: tuple[MetricsFlavor, ...] = ("vllm", "sglang", "none")
 TOKENIZE_FORMS: tuple[TokenizeForm, ...] = ("vllm", "sglang", "llamacpp", "none")
 _FLAGS = ("strict_fields", "role_first", "no_done")
+DEMO_REASONING_TOKENS = 32
+"""The demo's simulated Kimi-K2.5 thinks this many tokens before each chat answer (``kimitui demo
+--reasoning-tokens``): its TTFO (first output token) comes after its TTFT, as the real model's does."""
 
 
 class QuirkError(ValueError):
@@ -46,6 +53,7 @@ class EngineQuirks:
     eos_after: int | None = None
     listen_delay_s: float = 0.0
     cold_requests: int = 0
+    reasoning_tokens: int = 0
     metrics: MetricsFlavor = "vllm"
     tokenize: TokenizeForm = "vllm"
 
@@ -66,11 +74,15 @@ class EngineQuirks:
             if key in _FLAGS:
                 return replace(self, **{key: True})
             raise QuirkError(f"unknown quirk {key!r}; one of {', '.join((*_FLAGS, 'transformers'))}, eos=N, "
-                             "listen_delay=S, cold=N, metrics=..., tokenize=...")
+                             "listen_delay=S, cold=N, reasoning=N, metrics=..., tokenize=...")
         if key == "eos":
             if not value.isdigit() or int(value) < 1:
                 raise QuirkError(f"eos={value!r}: a number of tokens, at least 1")
             return replace(self, eos_after=int(value))
+        if key == "reasoning":
+            if not value.isdigit():
+                raise QuirkError(f"reasoning={value!r}: a number of tokens, 0 or more")
+            return replace(self, reasoning_tokens=int(value))
         if key == "cold":
             if not value.isdigit() or int(value) < 1:
                 raise QuirkError(f"cold={value!r}: a number of requests, at least 1")
@@ -99,6 +111,8 @@ class EngineQuirks:
             parts.append(f"listen_delay={self.listen_delay_s!r}")
         if self.cold_requests:
             parts.append(f"cold={self.cold_requests}")
+        if self.reasoning_tokens:
+            parts.append(f"reasoning={self.reasoning_tokens}")
         parts += [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
                   if f.name in ("metrics", "tokenize") and getattr(self, f.name) != getattr(default, f.name)]
         return ",".join(parts)

@@ -40,7 +40,7 @@ def macro_cells(p: MacroPoint) -> list[Cell]:
     note = Text(fmt.printable(error or ""), style="red", no_wrap=True, overflow="ellipsis")
     if level_failed(p):  # nothing was measured: no number, and no zero
         return [_r(str(p.concurrency)), Text("FAILED", justify="right", style="bold red"), requests_cell(p),
-                *(_r(fmt.DASH) for _ in range(5)), note]
+                *(_r(fmt.DASH) for _ in range(7)), note]
     r = p.result
     return [
         _r(str(p.concurrency)),
@@ -49,6 +49,8 @@ def macro_cells(p: MacroPoint) -> list[Cell]:
         _figure(r.tok_per_stream),
         _figure(r.ttft.mean, "{:.0f}"),
         _figure(r.ttft.p(99), "{:.0f}"),
+        _figure(r.ttfo.mean, "{:.0f}"),
+        _figure(r.figure("mean_reasoning_tokens"), "{:.0f}"),
         _figure(r.tpot.mean),
         _figure(r.tpot.p(99)),
         note,
@@ -89,20 +91,29 @@ class MacroTable(KeyedTable):
         ("per_stream", "tok/s/req", 9),
         ("mean_ttft_ms", "TTFT ms", 7),
         ("p99_ttft_ms", "p99 TTFT", 8),
+        ("mean_ttfo_ms", "TTFO ms", 7),
+        ("mean_reasoning_tokens", "think tok", 9),
         ("mean_tpot_ms", "TPOT ms", 7),
         ("p99_tpot_ms", "p99 TPOT", 8),
         ("error", "first error", None),
     )
 
+    REASONING = ("mean_ttfo_ms", "mean_reasoning_tokens")
+    """Shown where a level's requests thought before answering (a reasoning model): TTFO beside TTFT."""
+
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self.set_column_hidden("sweep", True)
+        for key in ("sweep", *self.REASONING):
+            self.set_column_hidden(key, True)
 
     def show(self, state: SessionState) -> None:
         """Each sweep's points (oldest first), a row each, keyed ``row_key(number, concurrency)``."""
         numbered = [(n, sweep.point_list) for n, sweep in zip(sweep_numbers(state.sweeps), state.sweeps, strict=True)
                     if sweep.points]
         self.set_column_hidden("sweep", len(numbered) < 2)
+        thought = any(p.result.reasoning for _, points in numbered for p in points)
+        for key in self.REASONING:
+            self.set_column_hidden(key, not thought)
         rows: list[Row] = [(row_key(n, p.concurrency), [_r(str(n)), *macro_cells(p)])
                            for n, points in numbered for p in points]
         self.sync(rows)

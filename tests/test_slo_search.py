@@ -1,0 +1,115 @@
+"""Issue 38 item 2: ``bench macro --slo ... --search`` finds the highest concurrency meeting the SLOs at p99 by
+bracketing and bisection: every answer of a monotone server is found, in at most the probes it plans; against the
+simulated server the answer is bracketed by its own probes (it met, the next one up missed), recorded in the
+verdict with the probes in order, and the command says it in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kimitui.bench.macro import ConfigError, MacroConfig, run_sweep
+from kimitui.bench.macro.config import SLO
+from kimitui.bench.macro.search import PROBE_WAVES, SloSearch
+from kimitui.core.events import Event, MacroPoint, MacroVerdict
+from kimitui.hosts.sim.batching import BatchingModel
+from kimitui.hosts.sim.openai_server import SimOpenAIServer
+
+
+def _search(lowest: int, highest: int, limit: int | None) -> SloSearch:
+    """Search a server that meets the SLOs up to ``limit`` (None: nowhere)."""
+    s = SloSearch(lowest, highest)
+    while (c := s.next()) is not None:
+        assert c not in s.order and lowest <= c <= highest
+        s.record(c, limit is not None and c <= limit)
+    return s
+
+
+@pytest.mark.parametrize("lowest,highest", [(1, 128), (1, 100), (4, 512), (1, 1), (3, 7)])
+def test_every_answer_of_a_monotone_server_is_found(lowest: int, highest: int) -> None:
+    for limit in [None, *range(lowest, highest + 1)]:
+        s = _search(lowest, highest, limit)
+        assert s.answer == limit, (limit, s.order)
+        assert len(s.order) <= s.planned, (limit, s.order)
+    above = _search(lowest, highest, highest + 50)  # meets beyond the highest level: the highest is the answer
+    assert above.answer == highest
+
+
+def test_a_probe_runs_four_requests_a_slot_or_the_sweeps_own() -> None:
+    s = SloSearch(1, 64)
+    assert PROBE_WAVES == 4 and s.probe_requests(8, 16) == 32 and s.probe_requests(2, 16) == 16
+
+
+def test_a_search_needs_slos_and_closed_loop_levels() -> None:
+    with pytest.raises(ConfigError, match="give them"):
+        MacroConfig(url="http://x", search=True).validate()
+    with pytest.raises(ConfigError, match="closed-loop"):
+        MacroConfig(url="http://x", search=True, slo=SLO(tpot_ms=30), request_rate=5.0).validate()
+
+
+# the step grows 4 ms a request: TPOT 10 ms at c=1, 18 at c=3, 22 at c=4: a 20 ms SLO is met up to c=3, 2 ms each side
+STEEP = BatchingModel.from_targets(single_stream_tps=100, plateau_tps=210, plateau_batch=8, prefill_tps=1e6)
+
+
+async def test_the_search_against_the_simulated_server_is_bracketed_by_its_probes() -> None:
+    events: list[Event] = []
+    async with SimOpenAIServer(batching=STEEP) as srv:
+        cfg = MacroConfig(url=srv.url, concurrency=[1, 16], requests=4, max_tokens=12, warmup=0,
+                          slo=SLO(tpot_ms=20.0), search=True)
+        result = await run_sweep(cfg, events.append)
+    (verdict,) = [e for e in events if isinstance(e, MacroVerdict)]
+    probes = [e.concurrency for e in events if isinstance(e, MacroPoint)]
+    assert verdict.searched == probes == [lv.concurrency for lv in result.levels]
+    assert probes[:2] == [1, 2] and len(probes) == len(set(probes)) and not result.cancelled
+    answer = verdict.slo_concurrency
+    assert answer is not None and answer in verdict.meets and answer + 1 in probes
+    assert answer + 1 not in verdict.meets  # bracketed: the next level up was probed and missed
+    assert verdict.meets == sorted(c for c in probes if c <= answer)  # monotone here: a fixed sweep's verdict
+    for lv in result.levels:  # each probe ran 4 requests a slot at least
+        assert lv.metrics["num_prompts"] >= PROBE_WAVES * lv.concurrency
+
+
+def test_the_command_says_the_answer_and_its_probes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import threading
+
+    from kimitui.commands.bench import add_parser, cmd_bench
+
+    started = threading.Event()
+    box: dict[str, object] = {}
+
+    def serve() -> None:
+        async def main() -> None:
+            async with SimOpenAIServer(batching=STEEP) as srv:
+                box["url"], box["stop"] = srv.url, asyncio.Event()
+                started.set()
+                await box["stop"].wait()  # type: ignore[attr-defined]
+        box["loop"] = asyncio.new_event_loop()
+        box["loop"].run_until_complete(main())  # type: ignore[attr-defined]
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the run file goes here
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(10)
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    out = tmp_path / "search.json"
+    try:
+        args = parser.parse_args(["bench", "macro", "--url", str(box["url"]), "--model", "moonshotai/Kimi-K2.5",
+                                  "--slo", "tpot:20", "--search", "--concurrency", "1,16", "--max-tokens", "12",
+                                  "--warmup", "0", "--output", str(out)])
+        assert cmd_bench(args) == 0
+    finally:
+        box["loop"].call_soon_threadsafe(box["stop"].set)  # type: ignore[attr-defined]
+        thread.join(10)
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("verdict: "))
+    saved = json.loads(out.read_text())["verdict"]
+    probes = saved["search_probes"]
+    assert f"met at p99 up to c={saved['max_concurrency_meeting_slo']} (searched: c={','.join(map(str, probes))}; " \
+           f"{len(probes)} probes)" in line
