@@ -97,6 +97,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--goodput", "--slo", nargs="+", default=[], metavar="KEY:MS", dest="goodput",
                    help="SLOs in ms (vLLM's form), e.g. ttft:200,tpot:50 or ttft:200 tpot:50 (keys ttft, tpot, "
                         "e2el): goodput per level, and the highest concurrency meeting them at p99")
+    p.add_argument("--prefix-len", type=int, default=0, metavar="N",
+                   help="every prompt starts with N tokens of a shared prefix before its own --input-len tokens "
+                        "(vLLM's --random-prefix-len): the sweep measures the server's prefix cache, whose hit "
+                        "rate each level reports (default 0: no two prompts share a prefix)")
+    p.add_argument("--num-prefixes", type=int, default=1, metavar="K",
+                   help="with --prefix-len: the prompts take K different prefixes in turn (default 1)")
     p.add_argument("--search", action="store_true",
                    help="with --slo: find the highest concurrency meeting the SLOs at p99 by bracketing and "
                         "bisection between the lowest and the highest --concurrency (default 1 to 128), each "
@@ -156,7 +162,7 @@ def _config(args: argparse.Namespace) -> Any:
         burstiness=args.burstiness, ramp_up=ramp, trace=args.trace,
         timeouts=Timeouts(connect_s=args.connect_timeout, read_s=args.read_timeout,
                           total_s=args.request_timeout),
-        slo=slo, search=args.search,
+        slo=slo, search=args.search, prefix_len=args.prefix_len, num_prefixes=args.num_prefixes,
         api_key=args.api_key or os.environ.get("OPENAI_API_KEY"), client=args.client,
     )
 

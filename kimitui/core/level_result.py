@@ -25,7 +25,7 @@ DEFAULT_PERCENTILES = (99.0,)
 """What vLLM's ``--metric-percentiles`` defaults to, and a level recorded without ``percentiles`` is read with."""
 COUNTS = ("completed", "failed", "num_prompts", "total_input_tokens", "total_output_tokens", "concurrency_reached",
           "max_concurrent_requests", "usage_missing", "answered", "total_reasoning_tokens", "server_requests",
-          "prefix_cache_queries", "prefix_cache_hits")
+          "prefix_cache_queries", "prefix_cache_hits", "shared_prefix_len", "num_prefixes")
 RATES = ("duration", "output_throughput", "request_throughput", "request_goodput", "total_token_throughput",
          "mean_input_tokens", "std_input_tokens", "requested_input_len", "mean_output_tokens", "mean_reasoning_tokens",
          "prefix_cache_hit_rate", "client_cpu_pct", "client_cpu_wait_pct", "client_loop_lag_p99_ms",

@@ -132,6 +132,12 @@ class MacroConfig:
     """The server's Prometheus metrics, read during the sweep; None: ``<url>/metrics``."""
     scrape_s: float = 0.2
     """How often the server's metrics are read during the sweep (0: not read)."""
+    prefix_len: int = 0
+    """Shared prefixes on purpose (vLLM's ``--random-prefix-len``): every synthetic prompt starts, after the
+    anchor, with this many tokens of one of ``num_prefixes`` prefixes, before its own ``input_len`` tokens, so a
+    sweep measures the server's prefix cache (0: no prompt shares a prefix with another)."""
+    num_prefixes: int = 1
+    """How many different shared prefixes the prompts take in turn (with ``prefix_len``)."""
     reset_prefix_cache: bool = False
     """Ask the server to drop its prefix cache before each level (vLLM's ``POST /reset_prefix_cache``, in its
     dev mode; ``prefix_cache``): no level measures prompts an earlier one left cached."""
@@ -189,6 +195,12 @@ class MacroConfig:
             raise ConfigError(f"{self.dataset}: no such file (the --dataset of prompts)")
         if self.client not in CLIENTS:
             raise ConfigError(f"unknown client {self.client!r} (lean, httpx or aiohttp)")
+        if self.prefix_len < 0 or self.num_prefixes < 1:
+            raise ConfigError("a shared prefix takes --prefix-len 0 or more and --num-prefixes 1 or more")
+        if self.prefix_len and self.dataset is not None:
+            raise ConfigError("--prefix-len shapes synthetic prompts: not with --dataset")
+        if self.prefix_len + self.input_len > MAX_TOKENS_LEN:
+            raise ConfigError(f"--prefix-len and --input-len together at most {MAX_TOKENS_LEN:,} tokens")
         if self.search:
             if not self.slo.active:
                 raise ConfigError("--search finds where SLOs hold: give them (--slo ttft:200,tpot:50)")

@@ -94,6 +94,9 @@ class PromptSource:
         self._words = random.Random(f"{cfg.seed}:words:{stream}{salt}")
         self._sizes = random.Random(f"{cfg.seed}:lengths:{stream}")
         self._next = 0
+        # the same prefixes for every level and purpose of the sweep (seeded by the sweep, not the stream)
+        self._prefixes = [random.Random(f"{cfg.seed}:prefix:{i}{salt}").choices(lengths.cal.words, k=cfg.prefix_len)
+                          for i in range(cfg.num_prefixes)] if cfg.prefix_len and lengths is not None else []
 
     def take(self, input_len: int | None = None, output_len: int | None = None) -> Planned:
         """The next request; ``input_len`` / ``output_len`` override the configured lengths (a trace's)."""
@@ -107,10 +110,12 @@ class PromptSource:
             self._next += 1
             body = self.body(prompt.text, prompt.messages, max_tokens)
             return Planned(json.dumps(body).encode(), prompt.est_tokens, None, max_tokens)
-        self._next += 1
         assert self.lengths is not None
+        prefix = self._prefixes[self._next % len(self._prefixes)] if self._prefixes else []
+        self._next += 1
+        target += len(prefix)  # its own input_len after the shared prefix, as vLLM's random dataset counts
         k = self.lengths.words_for(target)
-        text = prompt_text(self._words.choices(self.lengths.cal.words, k=k))
+        text = prompt_text(prefix[:k] + self._words.choices(self.lengths.cal.words, k=max(0, k - len(prefix))))
         body = self.body(text, None, max_tokens)
         return Planned(json.dumps(body).encode(), self.lengths.predict(k), target, max_tokens, k)
 

@@ -298,6 +298,8 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
                 run.metrics["request_fields_dropped"] = list(found.dropped)
             if reset is not None:
                 run.metrics["prefix_cache_reset"] = reset
+            if config.prefix_len:
+                run.metrics["shared_prefix_len"], run.metrics["num_prefixes"] = config.prefix_len, config.num_prefixes
             _publish_level(publish, level, run)
             result.levels.append(SweepLevel(c, run.metrics, run.records))
             if search is not None:
