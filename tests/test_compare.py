@@ -29,7 +29,7 @@ def kimitui(*args: str, env: dict[str, str] | None = None, ok: bool = True) -> s
 
 def tables(text: str) -> dict[str, list[dict[str, str]]]:
     """Every Markdown table of ``text`` under the heading before it: heading -> rows as {column: cell} (the
-    first table under a heading; a second one gets the heading with ' #2')."""
+    first table under a heading; a second one gets the heading with ' #2', a third ' #3')."""
     out: dict[str, list[dict[str, str]]] = {}
     heading, lines = "", text.splitlines()
     i = 0
@@ -43,7 +43,8 @@ def tables(text: str) -> dict[str, list[dict[str, str]]]:
             while j < len(lines) and lines[j].startswith("|"):
                 rows.append(dict(zip(head, [c.strip() for c in lines[j].strip()[1:-1].split(" | ")], strict=True)))
                 j += 1
-            key = heading if heading not in out else f"{heading} #2"
+            n = sum(1 for k in out if k == heading or k.startswith(f"{heading} #"))
+            key = heading if not n else f"{heading} #{n + 1}"
             out[key] = rows
             i = j
             continue

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimitui.bench.macro import LevelProgress, MacroConfig, SweepLevel, SweepResult
+from kimitui.core.level_energy import NO_POWER, LevelEnergy
 from kimitui.core.level_result import LevelResult
 from kimitui.core.printable import printable
 
@@ -41,7 +42,26 @@ def _n(value: float | None, spec: str) -> str:
     return format(value, spec)
 
 
-def format_level(r: LevelResult) -> str:
+def energy_figures(r: LevelResult, energy: LevelEnergy | None) -> dict[str, Any]:
+    """A level's energy figures for --json and --output (``core.level_energy``): where the host's power was not
+    recorded, null and why."""
+    if energy is None:
+        return {"output_tokens_per_joule": None, "joules_per_request": None, "energy_note": NO_POWER}
+    return {"output_tokens_per_joule": energy.tokens_per_joule(r.output_throughput),
+            "joules_per_request": energy.joules_per_request(r.duration, r.completed),
+            "mean_gpu_power_w": energy.mean_w, "energy_gpus": list(energy.gpus), "energy_samples": energy.samples}
+
+
+def energy_words(r: LevelResult, energy: LevelEnergy | None) -> str:
+    """``2.41 tok/J, 130 J/req on 8 GPUs``, or that the power is not known."""
+    if energy is None:
+        return "energy n/a (no GPU power recorded)"
+    per_j, per_req = energy.tokens_per_joule(r.output_throughput), energy.joules_per_request(r.duration, r.completed)
+    return (f"{_n(per_j, '.3g')} tok/J, {_n(per_req, '.4g')} J/req on {len(energy.gpus)} GPU"
+            f"{'s' if len(energy.gpus) != 1 else ''} ({energy.mean_w:.0f} W)")
+
+
+def format_level(r: LevelResult, energy: LevelEnergy | None = None, metered: bool = False) -> str:
     """One level as a line: throughput, TTFT / TPOT / ITL (mean and the highest percentile asked for), the
     input tokens achieved, the concurrency reached, goodput, the server's prefix-cache hit rate and failures."""
     top, pk = r.top_percentile, r.top_word
@@ -58,6 +78,8 @@ def format_level(r: LevelResult) -> str:
         line += f"  goodput {good:.2f}/s"
     if (hit := figure("prefix_cache_hit_rate")) is not None:
         line += f"  prefix cache {hit:.0%}"
+    if metered:
+        line += "  " + energy_words(r, energy)
     if r.failures:
         line += "  [" + printable("; ".join(f"{n} x {why}" for why, n in r.failures)) + "]"
     return line

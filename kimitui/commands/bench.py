@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+TELEMETRY_S = 0.5
+"""With --host, the host's samples every this many seconds during the sweep (each level's energy is from them)."""
+
 DEMO_PLACEHOLDER_URL = "http://demo.invalid"
 """Validates the rest of the configuration before the simulated host starts (its URL comes after)."""
 
@@ -181,7 +184,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from kimitui.bench.macro import ConfigError, MacroError, SweepPlan, SweepResult
     from kimitui.bench.macro.exports import RequestsOut, write_csv
-    from kimitui.bench.sweep_output import OutputFile, StderrProgress, format_level, json_level
+    from kimitui.bench.sweep_output import OutputFile, StderrProgress, energy_figures, format_level, json_level
     from kimitui.core.describe import describe, single_stream_line, verdict_line
     from kimitui.core.events import Event, LogLine, MacroPoint, MacroVerdict, RequestFieldsDropped
     from kimitui.core.printable import printable
@@ -206,15 +209,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     progress = StderrProgress(sys.stderr, list(cfg.concurrency))
     output: list[OutputFile] = []
     recorded: list[Path] = []
+    sessions: list[Any] = []
+    """The recorded session: its fold has each level's GPU energy (from the host's power samples, with --host)."""
+    metered = args.host is not None
+
+    def energy_of(c: int) -> Any:
+        sweep = sessions[0].state.sweep if sessions else None
+        return sweep.energy.get(c) if sweep is not None else None
 
     def show(ev: Event) -> None:
         if requests_out is not None:
             requests_out(ev)
         if isinstance(ev, MacroPoint):
             progress.level_done(ev.result)
-            print(json_level(ev.concurrency, ev.metrics) if args.json else format_level(ev.result), flush=True)
+            energy = energy_of(ev.concurrency)
+            figures = {**ev.metrics, **energy_figures(ev.result, energy)}  # the event's own dict stays as recorded
+            print(json_level(ev.concurrency, figures) if args.json else format_level(ev.result, energy, metered),
+                  flush=True)
             if output:
-                output[0].level(ev.concurrency, ev.metrics)
+                output[0].level(ev.concurrency, figures)
         elif isinstance(ev, MacroVerdict):
             progress.clear()
             # stdout's --json lines are one a level; the verdict's JSON is --output's "verdict"
@@ -226,7 +239,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             progress.clear()
             print(f"warning: {describe(ev)}", file=sys.stderr, flush=True)
 
-    async def recorded_sweep(host: str, meta: dict[str, Any], cancel: asyncio.Event) -> SweepResult:
+    async def recorded_sweep(host: str, meta: dict[str, Any], cancel: asyncio.Event,
+                             telemetry: Any = None) -> SweepResult:
         """The sweep as a recorded session (its path said first): every event it publishes goes to the run
         file, then to the screen and --output."""
         from kimitui.live.targets import record_session
@@ -234,7 +248,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         session = record_session(host, {"command": "bench macro", **meta, "url": cfg.base_url})
         assert session.recorder is not None
         recorded.append(session.recorder.path)
+        sessions.append(session)
         session.subscribe(show)
+        pumping = asyncio.create_task(session.pump(telemetry)) if telemetry is not None else None
 
         def started(plan: SweepPlan) -> None:  # the model is known (discovered inside the phase)
             if args.output:
@@ -246,6 +262,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             # sweep that cannot start (no server) is recorded as a macro phase that could not start, and why
             return await macro_phase(session.publish, cfg, cancel, on_progress=progress.update, on_start=started)
         finally:
+            if pumping is not None:
+                pumping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pumping
             progress.clear()
             session.close()
 
@@ -258,8 +278,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         # The simulated host lives exactly as long as the sweep: leaving the block removes it (its
         # processes and directory), on success, on error and on Ctrl-C / SIGTERM alike.
         async with open_target(args.host) as opened:
+            from kimitui.hosts.telemetry import TelemetrySource
+
             cfg.url = getattr(opened.host, "api_url", "") or ""
-            return await recorded_sweep(opened.host.name, opened.facts.recorded(), cancel)
+            # the host's samples go to the run beside the sweep: each level's GPU energy comes from their power
+            source = TelemetrySource(opened.host, TELEMETRY_S, **opened.telemetry_args)
+            try:
+                return await recorded_sweep(opened.host.name, opened.facts.recorded(), cancel, source)
+            finally:
+                source.stop()
 
     async def main() -> SweepResult:
         cancel = asyncio.Event()
@@ -281,6 +308,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(main())
         if output:
+            for lv in result.levels:
+                lv.metrics = {**lv.metrics, **energy_figures(lv.result, energy_of(lv.concurrency))}
             output[0].write(result, finished=True)
     except MacroError as exc:  # the sweep could not start (the server): recorded, said in one line
         print(f"kimitui bench macro: {printable(str(exc))}", file=sys.stderr)
@@ -296,6 +325,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             requests_out.close()
     if not args.json and result.single_stream.state != "not run":
         print(f"{single_stream_line(result.single_stream)} (output throughput at concurrency 1)")
+    if not metered and result.levels:
+        print("energy per token: not known (a --url sweep records no GPU power; --host HOST samples it)",
+              file=sys.stderr if args.json else sys.stdout)
     if args.output:
         print(f"sweep written to {args.output}", file=sys.stderr)
     if args.csv:

@@ -51,6 +51,7 @@ from kimitui.core.events import (
     phase_outcome,
 )
 from kimitui.core.figures import single_stream
+from kimitui.core.level_energy import EnergyMeter, LevelEnergy
 from kimitui.core.level_requests import LevelRequests, fold_requests
 from kimitui.core.level_result import LevelResult
 from kimitui.core.procdisplay import start_wall_time
@@ -106,6 +107,9 @@ class Sweep:
     """The server's gauges read through the sweep (none when its /metrics could not be read)."""
     verdict: MacroVerdict | None = None
     """Its verdict (the SLOs at p99, the knee), once it has ended with a level; None in older runs."""
+    energy: dict[int, LevelEnergy] = field(default_factory=dict)
+    """Each level's GPU energy from the power samples recorded while it ran (``level_energy``)."""
+    meter: EnergyMeter | None = None
 
     @property
     def levels(self) -> list[int]:
@@ -275,6 +279,8 @@ def _log(state: SessionState, t: float, level: str, source: str, message: str) -
 
 
 def _fold_sample(state: SessionState, ev: HostSample) -> None:
+    if state.sweeps and (meter := state.sweeps[-1].meter) is not None:
+        meter.sample(ev)
     if ev.host:
         state.host = ev.host
     state.sample_seq = ev.seq
@@ -407,7 +413,12 @@ def fold(state: SessionState, ev: Event) -> SessionState:
                 verify.status = "pending"  # the verdict is in; its result follows
     elif isinstance(ev, MacroPoint):
         state.macro_by_level[ev.concurrency] = ev
-        _open_sweep(state, ev.t).points[ev.concurrency] = ev
+        sweep = _open_sweep(state, ev.t)
+        sweep.points[ev.concurrency] = ev
+        if sweep.meter is not None and sweep.meter.concurrency == ev.concurrency:
+            if (energy := sweep.meter.result()) is not None:
+                sweep.energy[ev.concurrency] = energy
+            sweep.meter = None
     elif isinstance(ev, MacroVerdict):
         if state.sweep is not None:
             state.sweep.verdict = ev
@@ -417,6 +428,9 @@ def fold(state: SessionState, ev: Event) -> SessionState:
             sweep = Sweep(ev.t)
             state.sweeps.append(sweep)
         sweep.progress = ev
+        if ev.status == "running" and ev.stage == "run" and (sweep.meter is None
+                                                              or sweep.meter.concurrency != ev.concurrency):
+            sweep.meter = EnergyMeter(ev.concurrency)  # the level runs: its power samples from here
         if ev.status in ("done", "cancelled", "failed") and sweep.end is None:
             sweep.end, sweep.ok = ev.t, ev.status == "done"
             sweep.note = sweep.note or ev.error

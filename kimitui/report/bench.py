@@ -8,6 +8,7 @@ import math
 from kimitui.core.describe import single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, MacroPoint, level_failed
 from kimitui.core.figures import percentile, single_stream
+from kimitui.core.level_energy import NO_POWER
 from kimitui.core.level_result import LevelResult
 from kimitui.core.micro_words import gemm_words
 from kimitui.core.printable import printable
@@ -67,23 +68,36 @@ def _sweep(sweep: Sweep) -> list[str]:
              "Latencies in ms, as vLLM's `bench serve` defines them (ITL per chunk, TPOT per output token); "
              "input tokens: achieved mean ± spread (asked).", ""]
     thought = any(p.result.reasoning for p in points)  # a reasoning model: its first output token beside TTFT
+    metered = bool(sweep.energy)  # the host's GPU power was recorded during the levels
     rows = []
     for p in points:
         r = p.result
         counts = f"{fmt_num(r.completed, 'd')}/{fmt_num(r.failed, 'd')}"
         if r.all_failed:
             rows.append([str(p.concurrency), counts, f"FAILED: {r.first_error or 'no reason given'}",
-                         *(["n/a"] * (10 if thought else 7)), fmt_num(r.duration)])
+                         *(["n/a"] * (7 + 3 * thought + 2 * metered)), fmt_num(r.duration)])
             continue
+        energy = sweep.energy.get(p.concurrency)
+        power = ([fmt_num(energy.tokens_per_joule(r.output_throughput), ".3g"),
+                  fmt_num(energy.joules_per_request(r.duration, r.completed), ".4g")] if energy is not None
+                 else ["n/a", "n/a"]) if metered else []
         ttfo = [fmt_num(r.ttfo.mean), fmt_num(r.ttfo.p(top)), fmt_num(r.figure("mean_reasoning_tokens"), ".0f")]
         rows.append([str(p.concurrency), counts,
                      fmt_num(r.output_throughput), fmt_num(r.ttft.mean), fmt_num(r.ttft.p(top)),
                      *(ttfo if thought else []),
                      fmt_num(r.tpot.mean), fmt_num(r.tpot.p(top)), fmt_num(r.itl.mean),
-                     fmt_num(r.e2el.mean, ".0f"), _input_cell(p), fmt_num(r.duration)])
+                     fmt_num(r.e2el.mean, ".0f"), _input_cell(p), *power, fmt_num(r.duration)])
     lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT mean", f"TTFT {pk}",
                     *(["TTFO mean", f"TTFO {pk}", "thinking tok"] if thought else []), "TPOT mean", f"TPOT {pk}",
-                    "ITL mean", "E2EL mean", "input tok", "duration s"], rows)
+                    "ITL mean", "E2EL mean", "input tok", *(["tok/J", "J/req"] if metered else []), "duration s"],
+                   rows)
+    if metered:
+        gpus = sorted({i for e in sweep.energy.values() for i in e.gpus})
+        lines += ["", f"Energy: the GPUs the service ran on ({', '.join(map(str, gpus))}), their power as sampled "
+                      "during each level: tok/J = output tok/s / mean watts; J/req = mean watts x duration / "
+                      "completed requests."]
+    else:
+        lines += ["", f"Energy per token: not known ({NO_POWER})."]
     if thought:
         lines += ["", "TTFO: time to the first output token, the first token of the answer after the model's "
                       "thinking (TTFT counts the first token of either); thinking tok: reasoning tokens per request. "

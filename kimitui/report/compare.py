@@ -137,7 +137,25 @@ def macro_compare(runs: list[Run]) -> list[str]:
     if figures:
         lines += ["", f"The percentiles every run reports ({', '.join(pks)}):", "",
                   *table(head, _level_rows(runs, levels, figures), "ll" + "r" * (len(head) - 2))]
-    return lines
+    return lines + _energy_rows(runs, levels, head)
+
+
+def _tok_per_joule(run: Run, c: int) -> float | None:
+    sweep = next((s for s in reversed(run.state.sweeps) if c in s.points), None)
+    energy = sweep.energy.get(c) if sweep is not None else None
+    return energy.tokens_per_joule(sweep.points[c].result.output_throughput) if sweep and energy else None
+
+
+def _energy_rows(runs: list[Run], levels: list[int], head: list[str]) -> list[str]:
+    """Output tokens per joule at each level where a run recorded its GPUs' power (``core.level_energy``)."""
+    values = {c: [_tok_per_joule(r, c) for r in runs] for c in levels}
+    if not any(v is not None for row in values.values() for v in row):
+        return []
+    rows = [[str(c), "output tok/J", *[fmt_num(v, ".3g") for v in row],
+             *[change_cell(row[0], v, "(one figure a level: no spread)") for v in row[1:]]]
+            for c, row in values.items()]
+    return ["", "Energy (the service's GPUs' power sampled during each level; n/a: not recorded):", "",
+            *table(head, rows, "ll" + "r" * (len(head) - 2))]
 
 
 # -- throughput against concurrency, the plateau and the knee -----------------------------------------------

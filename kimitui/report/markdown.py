@@ -63,8 +63,13 @@ def digest(reader: RunReader) -> RunDigest:
     state = SessionState()
     sample_idx = [i for i, ty in enumerate(reader.types) if ty == "sample"]
     d = RunDigest(reader, state, Counter(reader.types), sample_idx, [reader.times[i] for i in sample_idx])
-    others = [i for i, ty in enumerate(reader.types) if ty != "sample"]
-    for i in others:
+    for i, ty in enumerate(reader.types):
+        if ty == "sample":  # read on demand, but metered in order where a level runs (its GPU energy)
+            meter = state.sweeps[-1].meter if state.sweeps else None
+            sample = reader.decoded(i) if meter is not None else None
+            if meter is not None and isinstance(sample, HostSample):
+                meter.sample(sample)
+            continue
         ev = reader.decoded(i)
         if ev is None:
             continue
