@@ -76,6 +76,9 @@ def format_level(r: LevelResult, energy: LevelEnergy | None = None, metered: boo
             f"reached {_n(r.count('concurrency_reached'), '')}")
     if (good := figure("request_goodput")) is not None:
         line += f"  goodput {good:.2f}/s"
+    if (r.count("turns") or 1) > 1:
+        line += (f"  {r.count('turns')}-turn chats: TTFT first {_n(figure('mean_ttft_first_turn_ms'), '.1f')} ms, "
+                 f"later {_n(figure('mean_ttft_later_turns_ms'), '.1f')} ms")
     if (hit := figure("prefix_cache_hit_rate")) is not None:
         line += f"  prefix cache {hit:.0%}"
     if metered:

@@ -106,6 +106,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "rate each level reports (default 0: no two prompts share a prefix)")
     p.add_argument("--num-prefixes", type=int, default=1, metavar="K",
                    help="with --prefix-len: the prompts take K different prefixes in turn (default 1)")
+    p.add_argument("--turns", type=int, default=1, metavar="T",
+                   help="chat: each slot holds conversations of T turns, each turn sent after the answer to the "
+                        "last with the whole history and a new --input-len message; every turn is a request "
+                        "(the level reports the first turn's TTFT beside the later ones')")
     p.add_argument("--search", action="store_true",
                    help="with --slo: find the highest concurrency meeting the SLOs at p99 by bracketing and "
                         "bisection between the lowest and the highest --concurrency (default 1 to 128), each "
@@ -166,6 +170,7 @@ def _config(args: argparse.Namespace) -> Any:
         timeouts=Timeouts(connect_s=args.connect_timeout, read_s=args.read_timeout,
                           total_s=args.request_timeout),
         slo=slo, search=args.search, prefix_len=args.prefix_len, num_prefixes=args.num_prefixes,
+        turns=args.turns,
         api_key=args.api_key or os.environ.get("OPENAI_API_KEY"), client=args.client,
     )
 

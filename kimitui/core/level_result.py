@@ -25,11 +25,11 @@ DEFAULT_PERCENTILES = (99.0,)
 """What vLLM's ``--metric-percentiles`` defaults to, and a level recorded without ``percentiles`` is read with."""
 COUNTS = ("completed", "failed", "num_prompts", "total_input_tokens", "total_output_tokens", "concurrency_reached",
           "max_concurrent_requests", "usage_missing", "answered", "total_reasoning_tokens", "server_requests",
-          "prefix_cache_queries", "prefix_cache_hits", "shared_prefix_len", "num_prefixes")
+          "prefix_cache_queries", "prefix_cache_hits", "shared_prefix_len", "num_prefixes", "turns")
 RATES = ("duration", "output_throughput", "request_throughput", "request_goodput", "total_token_throughput",
          "mean_input_tokens", "std_input_tokens", "requested_input_len", "mean_output_tokens", "mean_reasoning_tokens",
          "prefix_cache_hit_rate", "client_cpu_pct", "client_cpu_wait_pct", "client_loop_lag_p99_ms",
-         "client_loop_lag_max_ms")
+         "client_loop_lag_max_ms", "mean_ttft_first_turn_ms", "mean_ttft_later_turns_ms")
 SERVER_SERIES = ("ttft", "itl", "e2e", "queue")
 """The server's own means joined over a level (``server_mean_<name>_ms``; the client's overhead over the first
 three, ``overhead_<name>_ms``): names as ``kimitui.bench.macro.server_scrape`` writes them."""

@@ -173,8 +173,9 @@ def prefix_cache_warning(level: LevelResult) -> str | None:
     """What to say of a level whose prompt tokens the server's prefix cache held above
     ``PREFIX_CACHE_WARN_ABOVE``; None otherwise, or without the server's counters."""
     rate = level.figure("prefix_cache_hit_rate")
-    if rate is None or rate <= PREFIX_CACHE_WARN_ABOVE or level.count("shared_prefix_len"):
-        return None  # (prompts that share a prefix on purpose, --prefix-len, are to hit it)
+    if rate is None or rate <= PREFIX_CACHE_WARN_ABOVE or level.count("shared_prefix_len") or \
+            (level.count("turns") or 1) > 1:
+        return None  # prompts that share a prefix on purpose (--prefix-len, a conversation's history) are to hit it
     hits, queries = level.count("prefix_cache_hits"), level.count("prefix_cache_queries")
     counted = f" ({hits:,} of {queries:,})" if hits is not None and queries is not None else ""
     return (f"the server's prefix cache held {rate:.0%} of the prompt tokens{counted}: TTFT was measured on a "

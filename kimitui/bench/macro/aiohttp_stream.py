@@ -48,14 +48,14 @@ class AiohttpStream:
         await self.session.close()
 
     async def stream(self, body: bytes, est_prompt_tokens: int, chat: bool, t0: float, total_timeout_s: float,
-                     gauge: Gauge | None = None) -> RequestOutcome:
+                     gauge: Gauge | None = None, keep_text: bool = False) -> RequestOutcome:
         import aiohttp
 
         out = RequestOutcome(t0=t0, prompt_tokens=est_prompt_tokens)
         gauge = gauge or Gauge()
         try:
             async with asyncio.timeout(total_timeout_s):
-                await self._run(body, chat, out, gauge)
+                await self._run(body, chat, out, gauge, keep_text)
         except RequestFailed as exc:
             out.error = str(exc)
         except aiohttp.ConnectionTimeoutError:
@@ -76,22 +76,22 @@ class AiohttpStream:
         out.success = out.error is None
         return out
 
-    async def _run(self, body: bytes, chat: bool, out: RequestOutcome, gauge: Gauge) -> None:
+    async def _run(self, body: bytes, chat: bool, out: RequestOutcome, gauge: Gauge, keep_text: bool = False) -> None:
         # in flight from the request's send to its end, as the lean client counts (a server that answers at
         # once would otherwise never show two at a time)
         gauge.up()
         try:
             async with self.session.post(self.url, data=body, headers={"content-type": "application/json"}) as resp:
-                await _read(resp, chat, out)
+                await _read(resp, chat, out, keep_text)
         finally:
             gauge.down()
 
 
-async def _read(resp: Any, chat: bool, out: RequestOutcome) -> None:
+async def _read(resp: Any, chat: bool, out: RequestOutcome, keep_text: bool = False) -> None:
     if resp.status != 200:
         raw = await resp.content.read(2049)
         raise RequestFailed(http_status_reason(resp.status, raw, resp.reason or ""))
-    account = StreamAccount(out, chat)
+    account = StreamAccount(out, chat, keep_text)
     feed = account.feed
     async for block in resp.content.iter_any():
         feed(block, perf_counter())

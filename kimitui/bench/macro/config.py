@@ -138,6 +138,10 @@ class MacroConfig:
     sweep measures the server's prefix cache (0: no prompt shares a prefix with another)."""
     num_prefixes: int = 1
     """How many different shared prefixes the prompts take in turn (with ``prefix_len``)."""
+    turns: int = 1
+    """Multi-turn conversations (chat): each slot sends a conversation of this many turns, each turn after the
+    answer to the last, with the whole history (its answers included) and a new user message of ``input_len``
+    tokens; every turn is a measured request (1: single requests)."""
     reset_prefix_cache: bool = False
     """Ask the server to drop its prefix cache before each level (vLLM's ``POST /reset_prefix_cache``, in its
     dev mode; ``prefix_cache``): no level measures prompts an earlier one left cached."""
@@ -201,6 +205,10 @@ class MacroConfig:
             raise ConfigError("--prefix-len shapes synthetic prompts: not with --dataset")
         if self.prefix_len + self.input_len > MAX_TOKENS_LEN:
             raise ConfigError(f"--prefix-len and --input-len together at most {MAX_TOKENS_LEN:,} tokens")
+        if self.turns < 1:
+            raise ConfigError("--turns must be 1 or more")
+        if self.turns > 1 and (self.endpoint != "chat" or self.open_loop or self.dataset is not None):
+            raise ConfigError("--turns holds conversations: the chat endpoint, closed-loop levels, synthetic prompts")
         if self.search:
             if not self.slo.active:
                 raise ConfigError("--search finds where SLOs hold: give them (--slo ttft:200,tpot:50)")

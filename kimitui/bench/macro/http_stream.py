@@ -449,13 +449,13 @@ class LeanClient:
         return conn
 
     async def stream(self, body: bytes, est_prompt_tokens: int, chat: bool, t0: float, total_timeout_s: float,
-                     gauge: Gauge | None = None) -> RequestOutcome:
+                     gauge: Gauge | None = None, keep_text: bool = False) -> RequestOutcome:
         """Send one request and time its stream (as ``request.stream_request``); never raises except
         CancelledError."""
         out = RequestOutcome(t0=t0, prompt_tokens=est_prompt_tokens)
         try:
             async with asyncio.timeout(total_timeout_s):
-                await self._exchange(body, chat, out, gauge)
+                await self._exchange(body, chat, out, gauge, keep_text)
         except RequestFailed as exc:
             out.error = str(exc)
         except TimeoutError:
@@ -464,13 +464,14 @@ class LeanClient:
         out.success = out.error is None
         return out
 
-    async def _exchange(self, body: bytes, chat: bool, out: RequestOutcome, gauge: Gauge | None) -> None:
+    async def _exchange(self, body: bytes, chat: bool, out: RequestOutcome, gauge: Gauge | None,
+                        keep_text: bool = False) -> None:
         conn = self._conn
         if conn is None or conn.closed or conn.transport is None or conn.transport.is_closing():
             conn = await self._connect()
         assert conn.transport is not None
         fut: asyncio.Future[None] = conn.loop.create_future()
-        conn.begin(fut, StreamAccount(out, chat), gauge)
+        conn.begin(fut, StreamAccount(out, chat, keep_text), gauge)
         conn.transport.write(b"%s%d\r\n\r\n%s" % (self._head, len(body), body))
         try:
             await fut

@@ -99,9 +99,9 @@ class _HttpxStream:
         self.client, self.url = client, url
 
     async def stream(self, body: bytes, est_prompt_tokens: int, chat: bool, t0: float, total_timeout_s: float,
-                     gauge: Gauge | None = None) -> RequestOutcome:
+                     gauge: Gauge | None = None, keep_text: bool = False) -> RequestOutcome:
         return await stream_request(self.client, self.url, body, est_prompt_tokens, chat, t0, total_timeout_s,
-                                    gauge)
+                                    gauge, keep_text)
 
 
 Streamer: TypeAlias = "LeanClient | _HttpxStream | AiohttpStream"
@@ -285,7 +285,9 @@ class Level:
             total = self.total
             ready = plan.ready
 
-            async def next_item() -> Item | None:
+            turns = self.cfg.turns
+
+            async def next_item(last: tuple[Planned, RequestOutcome] | None = None) -> Item | None:
                 nonlocal issued
                 if total is not None:
                     if issued >= total:
@@ -293,6 +295,8 @@ class Level:
                 elif self.deadline is not None and perf_counter() >= self.deadline:
                     return None
                 issued += 1
+                if last is not None and last[0].turn < turns and last[1].success and last[1].text is not None:
+                    return source.next_turn(last[0], "".join(last[1].text)), None  # the conversation goes on
                 return (ready.popleft() if ready else source.take()), None
 
             await gather_all([self._worker(clients[j % workers], next_item, source) for j in range(self.c)])
@@ -320,14 +324,16 @@ class Level:
         for _ in range(self.c):
             queue.put_nowait(None)
 
-    async def _worker(self, client: Streamer, next_item: Callable[[], Any], source: PromptSource) -> None:
+    async def _worker(self, client: Streamer, next_item: Callable[..., Any], source: PromptSource) -> None:
         cfg = self.cfg
         chat = self.chat
         total_s = cfg.timeouts.total_s
         sent = self.sent
+        talk = cfg.turns > 1  # a slot holds a conversation: each turn is sent after the answer to the last
+        last: tuple[Planned, RequestOutcome] | None = None
         while True:
             idle_since = perf_counter()
-            item = await next_item()
+            item = await (next_item(last) if talk else next_item())
             if item is None:
                 return
             planned, due = item
@@ -338,11 +344,12 @@ class Level:
                     self.deadline = t0 + cfg.duration_s
             self.in_flight += 1
             try:
-                out = await client.stream(planned.body, planned.est_input, chat, t0, total_s, self.gauge)
+                out = await client.stream(planned.body, planned.est_input, chat, t0, total_s, self.gauge, talk)
             finally:
                 self.in_flight -= 1
             sent.append(rec.Sent(out, planned.target_input, planned.max_tokens, due,
-                                 None if due is None else max(due, idle_since)))
+                                 None if due is None else max(due, idle_since), planned.turn))
+            last = (planned, out)
             source.observe(planned, out.prompt_tokens, out.prompt_from_usage)
             self.done += 1
             if out.success:
@@ -365,7 +372,8 @@ class Level:
             out.append(f"concurrency {c}: only {self.gauge.peak} responses were streaming at once")
         target, mean = r.figure("requested_input_len"), r.figure("mean_input_tokens")
         if (self.lengths is not None and self.lengths.cal.exact and completed and target is not None
-                and mean is not None and self.cfg.input_len_stddev == 0 and abs(mean - target) > 1.0):
+                and mean is not None and self.cfg.input_len_stddev == 0 and self.cfg.turns == 1
+                and abs(mean - target) > 1.0):
             out.append(f"concurrency {c}: prompts averaged {mean:.1f} input tokens for {target:.0f} asked")
         out += [f"concurrency {c}: {w}" for w in r.client_warnings]
         if (cached := prefix_cache_warning(r)) is not None:

@@ -95,6 +95,8 @@ def _lengths(prefix: str, values: Sequence[float]) -> dict[str, float]:
 def summarize(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[str, Any]:
     """The level's figures (vLLM's keys first) from its records."""
     ttfts: list[float] = []
+    later: list[float] = []
+    """The TTFTs of a conversation's later turns (its history cached by the server, where it caches)."""
     ttfos: list[float] = []
     thinking: list[int] = []
     tpots: list[float] = []
@@ -125,6 +127,8 @@ def summarize(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[str, 
         all_tpots.append(tpot or 0.0)  # for goodput a one-token request's TPOT is 0, as in vLLM
         itls.extend(c[i] - c[i - 1] for i in range(1, len(c)))
         ttfts.append(ttft)
+        if r.turn > 1:
+            later.append(ttft)
         e2els.append(e2el)
         thinking.append(r.reasoning_tokens)
         if (ttfo := r.ttfo_ms) is not None:
@@ -159,6 +163,12 @@ def summarize(records: Sequence[RequestRecord], ctx: LevelContext) -> dict[str, 
     m["answered"] = len(ttfos)
     m["total_reasoning_tokens"] = sum(thinking)
     m["mean_reasoning_tokens"] = mean_std(thinking)[0]
+    turns = max((r.turn for r in records), default=1)
+    if turns > 1:  # conversations: the first turn's TTFT beside the later ones' (the history is their prefix)
+        first = [r.ttft_ms for r in records if r.success and r.chunk_ms and r.turn == 1]
+        m["turns"] = turns
+        m["mean_ttft_first_turn_ms"] = mean_std(first)[0]
+        m["mean_ttft_later_turns_ms"] = mean_std(later)[0]
     m["percentiles"] = list(ctx.percentiles)
     m["max_concurrency"] = ctx.concurrency
     m["request_rate"] = ctx.request_rate if ctx.request_rate is not None else "inf"

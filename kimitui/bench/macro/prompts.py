@@ -44,6 +44,10 @@ class Planned:
     max_tokens: int
     words: int = -1
     """Words after the anchor of a synthetic prompt (-1: a dataset prompt)."""
+    messages: list[dict[str, Any]] | None = None
+    """A chat request's messages (a conversation's next turn extends them)."""
+    turn: int = 1
+    """Its turn in a conversation (``MacroConfig.turns``; 1: the first, or no conversation)."""
 
 
 def _estimate_tokens(text: str) -> int:
@@ -117,7 +121,18 @@ class PromptSource:
         k = self.lengths.words_for(target)
         text = prompt_text(prefix[:k] + self._words.choices(self.lengths.cal.words, k=max(0, k - len(prefix))))
         body = self.body(text, None, max_tokens)
-        return Planned(json.dumps(body).encode(), self.lengths.predict(k), target, max_tokens, k)
+        return Planned(json.dumps(body).encode(), self.lengths.predict(k), target, max_tokens, k,
+                       messages=body.get("messages"))
+
+    def next_turn(self, before: Planned, answer: str) -> Planned:
+        """A conversation's next turn: the messages so far, the answer they got, and a new user message of a
+        synthetic prompt's length (``input_len``); the server sees the whole history again, as a chat does."""
+        fresh = self.take()
+        assert before.messages is not None and fresh.messages is not None
+        messages = [*before.messages, {"role": "assistant", "content": answer}, *fresh.messages]
+        body = self.body(None, messages, fresh.max_tokens)
+        history = before.est_input + before.max_tokens + fresh.est_input
+        return Planned(json.dumps(body).encode(), history, None, fresh.max_tokens, -1, messages, before.turn + 1)
 
     def observe(self, planned: Planned, prompt_tokens: int, from_usage: bool) -> None:
         """A request came back: its prompt's length as the server counted it adjusts the next ones."""

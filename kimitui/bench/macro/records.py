@@ -37,6 +37,8 @@ class Sent:
     """perf_counter at which the arrival schedule said to send it (open loop)."""
     ready: float | None = None
     """perf_counter from which it could be sent: its scheduled time or, if later, when a slot freed."""
+    turn: int = 1
+    """Its turn in a conversation (``MacroConfig.turns``)."""
 
 
 _SCALE = 1000.0 * 10**MS_DIGITS
@@ -69,7 +71,7 @@ def build(sent: Sequence[Sent], origin: float) -> list[RequestRecord]:
             max_tokens=s.max_tokens, sched_ms=None if s.sched is None else _ms(s.sched - origin),
             late_ms=None if s.ready is None else _ms(max(0.0, t0 - s.ready)),
             output_ms=_ms(o.first_output - t0) if o.times and o.first_output > o.times[0] else None,
-            reasoning_tokens=_thinking(o) if o.success else 0))
+            reasoning_tokens=_thinking(o) if o.success else 0, turn=s.turn))
     return out
 
 
@@ -101,4 +103,4 @@ def export_lines(ev: MacroRequests) -> Iterator[dict[str, Any]]:
                "output_tokens": r.output_tokens, "target_input_tokens": r.target_input,
                "max_tokens": r.max_tokens, "input_estimated": not r.input_from_usage,
                "usage_missing": r.usage_missing, "sched_ms": r.sched_ms, "late_ms": r.late_ms,
-               "ttfo_ms": r.ttfo_ms, "reasoning_tokens": r.reasoning_tokens}
+               "ttfo_ms": r.ttfo_ms, "reasoning_tokens": r.reasoning_tokens, "turn": r.turn}

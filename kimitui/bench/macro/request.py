@@ -72,6 +72,8 @@ class RequestOutcome:
     """Token chunks that held reasoning only (``delta.reasoning``, or ``reasoning_content`` of older servers)."""
     reasoning_tokens: int | None = None
     """The server's ``usage.completion_tokens_details.reasoning_tokens`` where it gave them."""
+    text: list[str] | None = None
+    """The answer's content as it streamed, where it was asked for (a conversation's next turn sends it back)."""
 
     @property
     def itl(self) -> list[float]:
@@ -114,12 +116,13 @@ def _short(body: bytes | str, limit: int = 120) -> str:
 
 
 async def stream_request(client: httpx.AsyncClient, url: str, body: bytes, est_prompt_tokens: int,
-                         chat: bool, t0: float, total_timeout_s: float, gauge: Gauge | None = None) -> RequestOutcome:
+                         chat: bool, t0: float, total_timeout_s: float, gauge: Gauge | None = None,
+                         keep_text: bool = False) -> RequestOutcome:
     """Send one request and time its stream; never raises except CancelledError."""
     out = RequestOutcome(t0=t0, prompt_tokens=est_prompt_tokens)
     try:
         async with asyncio.timeout(total_timeout_s):
-            await _run(client, url, body, chat, out, gauge or Gauge())
+            await _run(client, url, body, chat, out, gauge or Gauge(), keep_text)
     except _Fail as exc:
         out.error = str(exc)
     except TimeoutError:
@@ -148,17 +151,17 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: bytes, est_p
 
 
 async def _run(client: httpx.AsyncClient, url: str, body: bytes, chat: bool, out: RequestOutcome,
-               gauge: Gauge) -> None:
+               gauge: Gauge, keep_text: bool = False) -> None:
     async with client.stream("POST", url, content=body,
                              headers={"content-type": "application/json"}) as resp:
         gauge.up()
         try:
-            await _read(resp, chat, out)
+            await _read(resp, chat, out, keep_text)
         finally:
             gauge.down()
 
 
-async def _read(resp: httpx.Response, chat: bool, out: RequestOutcome) -> None:
+async def _read(resp: httpx.Response, chat: bool, out: RequestOutcome, keep_text: bool = False) -> None:
     if resp.status_code != 200:
         raw = b""
         async for part in resp.aiter_raw():
@@ -166,7 +169,7 @@ async def _read(resp: httpx.Response, chat: bool, out: RequestOutcome) -> None:
             if len(raw) > 2048:
                 break
         raise _Fail(http_status_reason(resp.status_code, raw, resp.reason_phrase))
-    account = StreamAccount(out, chat)
+    account = StreamAccount(out, chat, keep_text)
     feed = account.feed
     blocks = resp.aiter_bytes() if resp.headers.get("content-encoding") else resp.aiter_raw()
     async for block in blocks:
@@ -191,9 +194,11 @@ class StreamAccount:
     __slots__ = ("_chat", "_completion_tokens", "_content_chunks", "_last_choice", "_out", "chunks", "decoder",
                  "done", "usage_seen")
 
-    def __init__(self, out: RequestOutcome, chat: bool) -> None:
+    def __init__(self, out: RequestOutcome, chat: bool, keep_text: bool = False) -> None:
         self._out = out
         self._chat = chat
+        if keep_text:
+            out.text = []
         self.decoder = SSEDecoder()
         self.done = False
         self.usage_seen = False
@@ -237,6 +242,8 @@ class StreamAccount:
                                 arrived(now)
                                 if not out.first_output:
                                     out.first_output = now
+                                if text and out.text is not None:
+                                    out.text.append(text)
                             elif delta.get("reasoning") or delta.get("reasoning_content"):
                                 arrived(now)
                                 out.reasoning_chunks += 1

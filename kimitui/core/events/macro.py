@@ -163,6 +163,8 @@ class RequestRecord:
     reasoning_tokens: int = 0
     """Tokens of thinking before the answer: the server's usage count where it gave one, else the chunks that
     held reasoning only."""
+    turn: int = 1
+    """Its turn in a multi-turn conversation (1: the first, or none)."""
 
     @property
     def success(self) -> bool:
@@ -206,6 +208,8 @@ class RequestRecord:
             out["output_ms"] = self.output_ms
         if self.reasoning_tokens:
             out["think"] = self.reasoning_tokens
+        if self.turn != 1:
+            out["turn"] = self.turn
         return out
 
     @classmethod
@@ -219,7 +223,7 @@ class RequestRecord:
         if start is None or end is None or not isinstance(chunks, list) or not _times(chunks):
             return None
         first, sched, late, output = (_opt_ms(obj.get(k)) for k in ("first_ms", "sched_ms", "late_ms", "output_ms"))
-        ints = [obj.get(k, 0) for k in ("in", "out", "max_tokens", "think")]
+        ints = [obj.get(k, 0) for k in ("in", "out", "max_tokens", "think")] + [obj.get("turn", 1)]
         target, error = obj.get("target_in"), obj.get("error")
         if (any(v is False for v in (first, sched, late, output)) or any(type(v) is not int for v in ints)
                 or (target is not None and type(target) is not int) or (error is not None and type(error) is not str)):
@@ -228,7 +232,7 @@ class RequestRecord:
                    input_tokens=ints[0], output_tokens=ints[1], error=error,
                    input_from_usage=obj.get("in_estimated") is not True, usage_missing=obj.get("usage_missing") is True,
                    target_input=target, max_tokens=ints[2], sched_ms=sched, late_ms=late,
-                   output_ms=output, reasoning_tokens=max(0, ints[3]))
+                   output_ms=output, reasoning_tokens=max(0, ints[3]), turn=max(1, ints[4]))
 
     @classmethod
     def from_json(cls, obj: Any) -> RequestRecord:
