@@ -11,7 +11,7 @@ from __future__ import annotations
 
 KINDS: dict[str, tuple[str, ...]] = {
     "unit": (
-        "test_agent_parsers", "test_campaign_shown_status", "test_error_words", "test_events_typed",
+        "test_agent_parsers", "test_campaign_shown_status", "test_clock_caps", "test_error_words", "test_events_typed",
         "test_fuzz_runfile", "test_level_result", "test_loadgen_units", "test_macro_client", "test_macro_lengths",
         "test_micro_text", "test_prefetched_source", "test_printable", "test_runchunks", "test_runfile",
         "test_sample_changes", "test_screen_diff", "test_signal_pairing", "test_ssh_target", "test_state_replay",

@@ -82,13 +82,20 @@ async def test_modelled_run_holds_simulated_memory_and_cancel_frees_every_gpu() 
 def test_bench_micro_demo_runs_to_the_end_and_records_a_simulated_run(tmp_path: Path) -> None:
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
     out = subprocess.run([sys.executable, "-m", "kimitui", "bench", "micro", "--host", "demo", "--json",
-                          "--pace", "0.01", "--ms", "1,8,64", "--sweep-max", "64K", "--burst-tokens", "1,8",
+                          "--pace", "0.01", "--ms", "1,8,64,256", "--sweep-max", "64K", "--burst-tokens", "1,8",
                           "--interval", "0.2"], capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "freeing the simulated GPUs first" in out.stderr
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     rows = [d for d in lines if d["type"] in ("gemm_row", "allreduce_row")]
     assert rows and all(r["simulated"] for r in rows)
+    # issue 38 item 5: the modelled GPU meets its power cap under a FLOP-bound row (bf16 at M=256, an int4 expert
+    # at M=64), not under a bandwidth-bound one (every row at M <= 8), and the row says so with its clock
+    gemm = [r for r in rows if r["type"] == "gemm_row"]
+    capped = {(r["name"], r["m"], r["backend"]) for r in gemm if r["throttle"]}
+    assert ("o_proj", 256, "bf16") in capped and all(m >= 64 for _, m, _ in capped)
+    assert all(r["throttle"] == ["power cap"] and r["sm_clock_mhz"] == 2235.0 for r in gemm if r["throttle"])
+    assert all(not r["throttle"] and r["sm_clock_mhz"] == 2617.0 for r in gemm if r["m"] <= 8)
     topo = next(d for d in lines if d["type"] == "topology")
     assert topo["summary"].startswith("8 x PCIe Gen5 x16, no NVLink, P2P OK") and topo["link_gbps"] == 63.0
     burst = next(r for r in rows if r.get("burst", 1) == 122 and r["tokens"] == 1)

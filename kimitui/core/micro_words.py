@@ -25,7 +25,14 @@ def gemm_words(g: GemmRow) -> dict[str, str]:
             "backend": printable(g.backend or DASH), "kernel": printable(g.kernel or DASH),
             "time": f"{g.time_us:.2f}", "roofline": DASH if g.roofline_us is None else f"{g.roofline_us:.2f}",
             "pct_roof": DASH if pct is None else f"{pct:.0f}%", "tflops": f"{g.tflops:.2f}",
-            "gbps": f"{g.gbps:.0f}", "rel_err": err}
+            "gbps": f"{g.gbps:.0f}", "rel_err": err, "cap": cap_words(g)}
+
+
+def cap_words(g: GemmRow) -> str:
+    """``power cap at 2235 MHz`` for a row measured under a clock cap; "" for one that was not (or unknown)."""
+    if not g.throttle:
+        return ""
+    return printable(", ".join(g.throttle)) + (f" at {g.sm_clock_mhz:.0f} MHz" if g.sm_clock_mhz else "")
 
 INT4_NOTE = ("torch-int4 is torch._weight_int4pack_mm (tinygemm): correct, but honest only near M=1; it stands "
              "in for Marlin where vLLM is not installed")
@@ -43,7 +50,8 @@ def gemm_line(g: GemmRow) -> str:
     """A GEMM row under ``GEMM_HEAD``, in ``describe.gemm_words``' cells (the dashboard's and the report's)."""
     w = gemm_words(g)
     return (f"{w['name'][:20]:<20} {w['m']:>4} {w['nk']:>13} {w['dtype'][:14]:<14} {w['backend'][:10]:<10} "
-            f"{w['time']:>9} {w['tflops']:>8} {w['gbps']:>7} {w['pct_roof']:>7} {w['rel_err']:>11}")
+            f"{w['time']:>9} {w['tflops']:>8} {w['gbps']:>7} {w['pct_roof']:>7} {w['rel_err']:>11}"
+            + (f"  [{w['cap']}]" if w["cap"] else ""))
 
 
 def _cols(r: AllReduceRow | None) -> str:

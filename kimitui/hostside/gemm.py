@@ -38,6 +38,7 @@ from .gemm_rows import (  # noqa: F401 (the worker's names)
     dtype_bits,
     expected_experts,
     figures,
+    modelled_clock,
     modelled_gemm_us,
     parse_dtype,
     plan_items,
@@ -76,7 +77,7 @@ def run_modelled(args: argparse.Namespace, items: list, ms: list) -> int:
         event("row", name=it["name"], m=m, n=it["n"], k=it["k"], dtype=it["dtype"] if backend != "bf16" else
              ("bf16" if it["dtype"] == "bf16" else "bf16 (dequant)"), backend=backend, kernel=kernel[backend],
              time_us=round(t, 3), rel_err=None, correct=None, experts=round(touched), simulated=True,
-             note="modelled", **figures(it_b, m, t, model["bw"], touched))
+             note="modelled", **figures(it_b, m, t, model["bw"], touched), **modelled_clock(it, backend, m, model))
         done += 1
     del keep
     return done

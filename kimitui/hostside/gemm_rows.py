@@ -12,7 +12,7 @@ DATASHEET_GBPS = (("H200", 4800.0), ("H100 NVL", 3900.0), ("H100 PCIe", 2000.0),
                   ("GH200", 4000.0), ("B200", 8000.0), ("A100-SXM4-80GB", 2039.0), ("A100 80GB PCIe", 1935.0),
                   ("A100", 1555.0), ("RTX PRO 6000", 1792.0), ("L40S", 864.0), ("L4", 300.0))
 MODELS = {"rtx-pro-6000": {"device": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "bw": 1792.0,
-                           "bf16_tflops": 250.0, "l2_mb": 128.0}}
+                           "bf16_tflops": 250.0, "l2_mb": 128.0, "boost_mhz": 2617.0, "capped_mhz": 2235.0}}
 MODELLED_JITTER = (0.985, 1.025)
 """A modelled row's time is ``modelled_gemm_us`` times a factor drawn from this range (a run's spread)."""
 
@@ -142,3 +142,15 @@ def modelled_gemm_us(item: dict, backend: str, m: int, model: dict) -> float:
     if item["kind"] == "moe" and backend == "bf16":
         overhead += 4.0 * touched  # a loop over the experts, two launches each
     return max(mem_us, flop_us) + overhead
+
+
+def modelled_clock(item: dict, backend: str, m: int, model: dict) -> dict:
+    """The simulated GPU's clock under a modelled row: a row bound by its FLOPs (not its bytes) draws the most
+    power, and the modelled GPU meets its power cap there (``throttle``, a lower SM clock), as a real one can;
+    a bandwidth-bound row runs at its boost clock. Only the flag and the clock are modelled, not a slowdown."""
+    touched = expected_experts(item["experts"], item["topk"], m) if item["kind"] == "moe" else 0.0
+    mem_us = row_bytes(as_backend(item, backend), m, touched) / (model["bw"] * 1e9) * 1e6
+    flop_us = row_flops(item, m) / (model["bf16_tflops"] * 1e12) * 1e6
+    capped = flop_us > mem_us
+    return {"throttle": ["power cap"] if capped else [],
+            "sm_clock_mhz": model["capped_mhz"] if capped else model["boost_mhz"]}

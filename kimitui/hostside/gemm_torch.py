@@ -9,6 +9,7 @@ import math
 import statistics
 import time
 
+from .clocks import ClockWatch
 from .gemm_rows import DATASHEET_GBPS, INT4_HONEST, as_backend, figures, parse_dtype, row_bytes, row_key, weight_bytes
 from .wire import event, event_log
 
@@ -417,6 +418,7 @@ def run_torch(args: argparse.Namespace, items: list, ms: list) -> int:
         it["ms"] = [m for m in ms if any(row_key(it["name"], m, b) not in skip for b in it["backends"])]
     total = sum(len(it["backends"]) * len(it["ms"]) for it in items)
     state = {"done": 0}
+    watch = ClockWatch.for_device(torch, device)  # the clock caps met while each row was measured
     stand_in = "" if bench.marlin.ok else f"stands in for marlin ({bench.marlin.why}); "
 
     def report(it: dict, m: int, backend: str, kernel: str, t: float, calls: int, how: str, err: object,
@@ -431,7 +433,8 @@ def run_torch(args: argparse.Namespace, items: list, ms: list) -> int:
         event("row", name=it["name"], m=m, n=it["n"], k=it["k"], dtype=dtype, backend=backend, kernel=kernel,
              time_us=round(t, 3), rel_err=None if err is None else round(err, 5),
              correct=None if err is None else bool(err < args.max_rel_err), experts=round(touched),
-             simulated=False, note="; ".join(notes), **figures(as_backend(it, backend), m, t, bw, touched))
+             simulated=False, note="; ".join(notes), **figures(as_backend(it, backend), m, t, bw, touched),
+             **watch.lap())
         state["done"] += 1
 
     for it in items:

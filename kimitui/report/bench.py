@@ -265,8 +265,13 @@ def gemm_section(state: SessionState) -> list[str]:
                  "relative error limit (0.04).", ""]
     if any(r.backend == "torch-int4" for r in rows_in):
         head += [f"> {INT4_NOTE}.", ""]
+    capped = [r for r in rows_in if r.throttle]
+    tail = ["", "Measured under a clock cap (NVML's clock event reasons and violation counters while the row ran: "
+                "the figure is the capped GPU's): "
+            + "; ".join(f"{gemm_words(r)['name']} M={r.m} {r.backend}: {gemm_words(r)['cap']}" for r in capped)
+            + "."] if capped else []
     return head + table(["GEMM", "M", "N x K", "dtype", "backend", "kernel", "time", "roofline", "% roof",
-                         "TFLOP/s", "GB/s", "rel err"], rows, "lrllllrrrrrr")
+                         "TFLOP/s", "GB/s", "rel err"], rows, "lrllllrrrrrr") + tail
 
 
 def allreduce_section(state: SessionState) -> list[str]:

@@ -36,6 +36,11 @@ class GemmRow(Event):
     correct: bool | None = None
     """rel_err against the dequantized bf16 reference below the limit (None: not checked)."""
     simulated: bool = False
+    throttle: list[str] = field(default_factory=list)
+    """The clock caps NVML said were met while the row was measured (``power cap``, ``thermal``, ``sync boost``,
+    ...; kimitui/hostside/clocks.py): a row measured under one is a different number. Empty: none, or unknown."""
+    sm_clock_mhz: float | None = None
+    """The SM clock at the row's end (None: not read)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,7 +63,8 @@ def gemm_cells(g: GemmRow) -> list[Cell]:
     w = gemm_words(g)
     return [Text(fmt.shorten(w["name"], 18)), _r(w["m"]), _r(w["nk"]), Text(fmt.shorten(w["dtype"], 9)),
             Text(fmt.shorten(w["backend"], 10)), _r(w["time"]), _r(w["tflops"]), _r(w["gbps"]), _r(w["pct_roof"]),
-            Text(w["rel_err"], justify="right", style="bold red" if correctness_failed(g) else "")]
+            Text(w["rel_err"], justify="right", style="bold red" if correctness_failed(g) else ""),
+            Text(w["cap"], style="bold yellow" if w["cap"] else "", no_wrap=True, overflow="ellipsis")]
 
 
 def nccl_cells(modes: dict[str, AllReduceRow]) -> list[Cell]:
@@ -139,9 +140,15 @@ class GemmTable(KeyedTable):
 
     COLUMNS = (("name", "GEMM", 18), ("m", "M", 4), ("nk", "N x K", 11), ("dtype", "dtype", 9),
                ("backend", "backend", 10), ("time", "time us", 9), ("tflops", "TFLOP/s", 7), ("gbps", "GB/s", 6),
-               ("roof", "% roof", 6), ("err", "rel err", 11))
+               ("roof", "% roof", 6), ("err", "rel err", 11), ("cap", "clock cap", None))
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.set_column_hidden("cap", True)
 
     def show(self, rows_in: list[GemmRow]) -> None:
+        """The rows; the clock cap column where a row was measured under one (kimitui/hostside/clocks.py)."""
+        self.set_column_hidden("cap", not any(g.throttle for g in rows_in))
         self.sync([(str(i), gemm_cells(g)) for i, g in enumerate(rows_in)])
 
 
