@@ -11,29 +11,10 @@ OUT=${OUT:-/tmp/kimitui-device-campaign}
 W=$(mktemp -d /tmp/kc-XXXXXX)
 mkdir -p "$OUT" "$W/bin"
 PY=${PYTHON:-python3}
-printf '#!/bin/sh\nexec %s -m supervisor.supervisorctl "$@"\n' "$PY" > "$W/bin/supervisorctl"
-chmod +x "$W/bin/supervisorctl"
+. scripts/device_supervisor.sh
+supervisor_shim "$W" "$PY"
 export PATH="$W/bin:$PATH" XDG_DATA_HOME="$OUT/data"
-cat > "$W/supervisord.conf" <<CONF
-[unix_http_server]
-file=$W/supervisor.sock
-[supervisord]
-logfile=$W/supervisord.log
-pidfile=$W/supervisord.pid
-[rpcinterface:supervisor]
-supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
-[supervisorctl]
-serverurl=unix://$W/supervisor.sock
-[program:llm]
-command=$PY $PWD/scripts/device_llm_service.py --port 8000 --gib 40
-environment=PYTHONPATH="$PYTHONPATH"
-autostart=true
-autorestart=false
-startsecs=0
-stopwaitsecs=10
-stdout_logfile=$W/llm.log
-redirect_stderr=true
-CONF
+supervisor_conf "$W" llm "$PY $PWD/scripts/device_llm_service.py --port 8000 --gib 40" "PYTHONPATH=\"${PYTHONPATH:-}\"" 10
 $PY -m supervisor.supervisord -c "$W/supervisord.conf"
 $PY -c 'import time, pynvml
 pynvml.nvmlInit(); hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]

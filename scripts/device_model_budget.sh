@@ -19,12 +19,12 @@ FAMILIES=${FAMILIES:-"llama-3-8b qwen3-moe"}
 LEVELS=${LEVELS:-"1, 2, 4"}
 OTHERS=no; [ "$HOST" = demo ] && OTHERS=yes
 mkdir -p "$OUT"
+. scripts/device_supervisor.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 for FAMILY in $FAMILIES; do
   W=$(mktemp -d /tmp/kbudget-XXXXXX)
   D="$OUT/$FAMILY"; mkdir -p "$D" "$W/bin"
-  printf '#!/bin/sh\nexec %s -m supervisor.supervisorctl "$@"\n' "$PY" > "$W/bin/supervisorctl"
-  chmod +x "$W/bin/supervisorctl"
+  supervisor_shim "$W" "$PY"
   export PATH="$W/bin:$PATH"  # supervisorctl for the campaign (its service manager) and for the shutdown
   layers_var="LAYERS_${FAMILY//-/_}"
   layers=${LAYERS:-${!layers_var:-}}
@@ -33,26 +33,7 @@ for FAMILY in $FAMILIES; do
   $PY scripts/make_random_model.py "$W/$FAMILY" --family "$FAMILY" ${layers:+--layers $layers} \
     --device "${TF_DEVICE%%:*}" > "$D/model.json" 2> "$D/model.err" || { tail -5 "$D/model.err"; continue; }
   echo "$FAMILY: $(cat "$D/model.json") in $(( $(date +%s) - began )) s" | tee -a "$OUT/budget.txt"
-  cat > "$W/supervisord.conf" <<CONF
-[unix_http_server]
-file=$W/supervisor.sock
-[supervisord]
-logfile=$W/supervisord.log
-pidfile=$W/supervisord.pid
-[rpcinterface:supervisor]
-supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
-[supervisorctl]
-serverurl=unix://$W/supervisor.sock
-[program:tfserve]
-command=$PY -m transformers.cli.transformers serve $W/$FAMILY --host 127.0.0.1 --port $PORT --device $TF_DEVICE --log-level info
-environment=PYTHONPATH="$PYTHONPATH",HF_HUB_OFFLINE="1",TRANSFORMERS_OFFLINE="1",TOKENIZERS_PARALLELISM="false"
-autostart=true
-autorestart=false
-startsecs=0
-stopwaitsecs=15
-stdout_logfile=$W/tfserve.log
-redirect_stderr=true
-CONF
+  tfserve_conf "$W" "$PY" "$W/$FAMILY" "$PORT" "$TF_DEVICE"
   $PY -m supervisor.supervisord -c "$W/supervisord.conf"
   $PY - "$PORT" "$W/$FAMILY" <<'PYEOF' | tee -a "$OUT/budget.txt"
 import json, sys, time, urllib.request

@@ -16,30 +16,11 @@ PY=${PYTHON:-python3}
 PORT=8011
 TF_DEVICE=${TF_DEVICE:-cuda:0}  # cpu, with KIMITUI_HOST=demo, to try the script on a machine with no GPU
 HOST=${KIMITUI_HOST:-local}
-printf '#!/bin/sh\nexec %s -m supervisor.supervisorctl "$@"\n' "$PY" > "$W/bin/supervisorctl"
-chmod +x "$W/bin/supervisorctl"
+. scripts/device_supervisor.sh
+supervisor_shim "$W" "$PY"
 export PATH="$W/bin:$PATH" XDG_DATA_HOME="$OUT/data" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 $PY scripts/make_tiny_model.py "$W/model" > "$OUT/model.txt" 2>&1 || { cat "$OUT/model.txt"; exit 1; }
-cat > "$W/supervisord.conf" <<CONF
-[unix_http_server]
-file=$W/supervisor.sock
-[supervisord]
-logfile=$W/supervisord.log
-pidfile=$W/supervisord.pid
-[rpcinterface:supervisor]
-supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
-[supervisorctl]
-serverurl=unix://$W/supervisor.sock
-[program:tfserve]
-command=$PY -m transformers.cli.transformers serve $W/model --host 127.0.0.1 --port $PORT --device $TF_DEVICE --log-level info
-environment=PYTHONPATH="$PYTHONPATH",HF_HUB_OFFLINE="1",TRANSFORMERS_OFFLINE="1",TOKENIZERS_PARALLELISM="false"
-autostart=true
-autorestart=false
-startsecs=0
-stopwaitsecs=15
-stdout_logfile=$W/tfserve.log
-redirect_stderr=true
-CONF
+tfserve_conf "$W" "$PY" "$W/model" "$PORT" "$TF_DEVICE"
 $PY -m supervisor.supervisord -c "$W/supervisord.conf"
 $PY -c 'import time, pynvml
 pynvml.nvmlInit(); hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
