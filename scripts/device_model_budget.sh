@@ -117,6 +117,10 @@ for r in budget.rows:
     agree = "" if p is None or gemm is None else "  plain torch %.3f ms: %+.1f %%" % (p, (gemm - p) / p * 100)
     print("  M=%d TPOT %s ms, GEMMs %s ms, rest %s ms%s" % (r.m, r.tpot_ms, gemm, r.rest_ms, agree))
 print("  verdict: %s" % budget.verdict[:300])
+from kimitui.bench.sweep_output import energy_words
+for sweep in state.sweeps:
+    for c, point in sorted(sweep.points.items()):
+        print("  energy c=%d: %s" % (c, energy_words(point.result, sweep.energy.get(c))))
 PYEOF
   fi
   rm -rf "$W" "$D/data"

@@ -27,6 +27,8 @@
 #            plain torch timing of the models' own linears (issue 35 item 4)
 #   record   `kimitui record --host local` beside a torch holder for 15 s (stopped with SIGINT), then the run
 #            replayed (--summary) and read back: the headless recorder on a real driver
+#   clocks   scripts/device_clocks.py: NVML's clock calls as kimitui/hostside/clocks.py makes them, idle and after
+#            a burst of big GEMMs; then `kimitui bench micro --host local --gemm --json`: each row's SM clock and caps
 #   draw     scripts/device_draw.sh: the local dashboard's start, beside nvitop (start, bytes, CPU), the dashboard's
 #            bytes and CPU on 8 simulated GPUs x 64 processes
 set -uo pipefail
@@ -165,6 +167,21 @@ part_record() {
   head -20 "$d/summary.txt" | sed 's/^/record:   /' | tee -a "$OUT/summary.txt"
   $PY scripts/device_record_check.py "$d/local.jsonl.gz" "$holder" | tee -a "$OUT/summary.txt"
   kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+  return 0
+}
+
+part_clocks() {
+  local d="$OUT/work/clocks"; mkdir -p "$d"
+  $PY scripts/device_clocks.py 2>&1 | tee -a "$OUT/summary.txt"
+  XDG_DATA_HOME="$d/data" timeout -s INT 200 $PY -m kimitui bench micro --host local --gemm --json > "$d/micro.jsonl" \
+    2> "$d/micro.err"
+  say "clocks: bench micro rc $? ($(grep -c gemm_row "$d/micro.jsonl") rows)"
+  $PY scripts/device_clocks.py --rows "$d/micro.jsonl" 2>&1 | tee -a "$OUT/summary.txt"
+  local run; run=$(ls -t "$d"/data/kimitui/runs/*.jsonl 2>/dev/null | head -1)
+  if [ -n "$run" ]; then
+    $PY -m kimitui report "$run" > "$d/report.md" 2>&1
+    grep -i -E "clock|throttl|cap" "$d/report.md" | head -5 | sed 's/^/clocks: report: /' | tee -a "$OUT/summary.txt"
+  fi
   return 0
 }
 
