@@ -2,7 +2,8 @@
 tiny random Llama, TP=2, under supervisord, started once for the module (about a minute). Without its venv
 (scripts/ci_vllm_deps.sh, which ./run-tests runs) every test here fails, naming the script.
 
-In order: the tree is vLLM's; ``kimitui bench macro``, chat then completions; a campaign (Phase 1, the drain of
+In order: the tree is vLLM's; ``kimitui bench macro``, chat (the model thinks first: vLLM's reasoning parser
+splits its stream) then completions; a campaign (Phase 1, the drain of
 requests in flight, the graceful stop of the real tree through supervisorctl, the restart waited for by
 /health, the post-restart probe); last, a worker stopped by SIGSTOP, which outlives the graceful stop and is
 freed by the process step (that test ends the server)."""
@@ -41,6 +42,7 @@ from tests.support import ROOT, phases_of
 from tests.vllm_server import (
     MAX_NUM_SEQS,
     START_TIMEOUT_S,
+    THINK_WORDS,
     VENV_BIN,
     Member,
     SupervisedVllm,
@@ -117,7 +119,16 @@ def test_bench_macro_measures_every_request_exactly(vllm: SupervisedVllm, tmp_pa
     assert res.returncode == 0, res.stderr
     levels = json.loads(sweep.read_text())["levels"]
     assert [(lv["concurrency"], lv["completed"], lv["failed"]) for lv in levels] == [(1, 4, 0), (2, 4, 0)], levels
+    # the chat stream thinks (vLLM's kimi_k2 parser: delta.reasoning, then </think>, then delta.content): TTFT is
+    # the first thought, TTFO the first word of the answer; the completions endpoint is not parsed
+    thought = THINK_WORDS if endpoint == "chat" else 0
     for lv in levels:
+        assert (lv["answered"], lv["total_reasoning_tokens"], lv["mean_reasoning_tokens"]) == \
+            (4, 4 * thought, thought), lv
+        if thought:
+            assert lv["mean_ttfo_ms"] > lv["mean_ttft_ms"] > 0 and lv["p99_ttfo_ms"] >= lv["median_ttfo_ms"], lv
+        else:
+            assert lv["mean_ttfo_ms"] == lv["mean_ttft_ms"], lv
         assert lv["total_output_tokens"] == 4 * MAX_TOKENS and not lv.get("request_fields_dropped"), lv
         assert lv["input_len_method"] == "tokenize", lv
         assert lv["mean_input_tokens"] == lv["min_input_tokens"] == lv["max_input_tokens"] == INPUT_LEN, lv

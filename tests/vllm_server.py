@@ -17,6 +17,10 @@ What vLLM 0.32 (CPU) does, as the tests rely on it (docs/architecture.md, "The r
   workers, then SIGTERM, 4 s, SIGKILL. With the defaults a worker stopped by SIGSTOP is SIGKILLed by vLLM itself
   within the stop; here both are long (``SHUTDOWN_S``), so a stopped worker outlives the graceful stop and the
   cleanup's process step is what frees it (a running worker exits at once: its death pipe closes);
+- served with ``--reasoning-parser kimi_k2`` (as Kimi-K2.5 is), a chat stream carries the thinking in
+  ``delta.reasoning`` up to ``</think>`` (a special token: no chunk of its own), the answer in ``delta.content``,
+  and ``usage.completion_tokens_details.reasoning_tokens``; the completions endpoint is not parsed. The model
+  thinks ``THINK_WORDS`` words before every answer (``tiny_llama.script_thinking``);
 - ``/metrics``: ``vllm:num_requests_running``, ``vllm:num_requests_waiting`` (the engine's last step: a
   request that does not fit ``--max-num-seqs`` waits), ``vllm:kv_cache_usage_perc``, the latency histograms;
   ``/tokenize`` counts a prompt's tokens.
@@ -56,6 +60,9 @@ HIDDEN = 256
 MAX_NUM_SEQS = 2
 """The engine's batch: a third request waits (``vllm:num_requests_waiting``)."""
 MAX_MODEL_LEN = 1024
+THINK_WORDS = 4
+"""The words of thought before every answer of the tests' model (greedy: its weights are set to)."""
+REASONING_PARSER = "kimi_k2"
 LOCK_PATH = Path(tempfile.gettempdir()) / "kimitui-vllm.lock"
 VENV_BIN = Path(sys.executable).parent
 """The suite's venv: supervisord and supervisorctl."""
@@ -80,8 +87,9 @@ def vllm_python() -> Path:
 
 
 def make_vllm_model(folder: Path) -> Path:
-    """tests/tf_server.py's tiny random Llama (its word tokenizer, 2 layers) at a size vLLM's CPU build serves."""
-    return make_tiny_model(folder, hidden_size=HIDDEN)
+    """tests/tf_server.py's tiny Llama (its word tokenizer, 2 layers) at a size vLLM's CPU build serves, thinking
+    THINK_WORDS words before it answers."""
+    return make_tiny_model(folder, hidden_size=HIDDEN, think=THINK_WORDS)
 
 
 def _core_bind() -> str:
@@ -102,7 +110,8 @@ def vllm_argv(python: Path, model_dir: Path, port: int) -> list[str]:
     return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--host", "127.0.0.1", "--port", str(port), "--tensor-parallel-size", "2",
             "--distributed-executor-backend", "mp", "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "bfloat16",
-            "--max-num-seqs", str(MAX_NUM_SEQS), "--shutdown-timeout", str(SHUTDOWN_S), "--enforce-eager"]
+            "--max-num-seqs", str(MAX_NUM_SEQS), "--shutdown-timeout", str(SHUTDOWN_S), "--enforce-eager",
+            "--reasoning-parser", REASONING_PARSER]
 
 
 @contextlib.contextmanager
@@ -301,5 +310,5 @@ def start_supervised(model_dir: Path, folder: Path) -> SupervisedVllm:
     return server
 
 
-__all__ = ["Member", "SupervisedVllm", "VllmMissing", "alive", "healthy", "kill_left", "make_vllm_model",
+__all__ = ["THINK_WORDS", "Member", "SupervisedVllm", "VllmMissing", "alive", "healthy", "kill_left", "make_vllm_model",
            "one_at_a_time", "start_supervised", "titled", "tree", "vllm_python"]
