@@ -28,7 +28,7 @@ def gemm_words(g: GemmRow) -> dict[str, str]:
             "gbps": f"{g.gbps:.0f}", "rel_err": err, "cap": cap_words(g)}
 
 
-def cap_words(g: GemmRow) -> str:
+def cap_words(g: GemmRow | AllReduceRow) -> str:
     """``power cap at 2235 MHz`` for a row measured under a clock cap; "" for one that was not (or unknown)."""
     if not g.throttle:
         return ""
@@ -60,18 +60,26 @@ def _cols(r: AllReduceRow | None) -> str:
     return f"{r.time_us:>8.1f} {r.algbw_gbps:>8.2f} {r.busbw_gbps:>8.2f} {r.wrong:>7}"
 
 
+def nccl_caps(eager: AllReduceRow | None, graph: AllReduceRow | None) -> str:
+    """``eager: power cap at 1755 MHz`` for the modes of one size measured under a clock cap; "" for none."""
+    return "; ".join(f"{r.mode}: {cap_words(r)}" for r in (eager, graph) if r is not None and r.throttle)
+
+
 def nccl_line(eager: AllReduceRow | None, graph: AllReduceRow | None) -> str:
     r = eager or graph
     assert r is not None
     dtype = {"bfloat16": "bfloat16", "float16": "half", "float32": "float"}.get(r.dtype, r.dtype)
-    return f"{r.size_bytes:>12} {r.count:>11} {dtype:>9}   sum    -1 {_cols(eager)} {_cols(graph)}"
+    caps = nccl_caps(eager, graph)
+    return (f"{r.size_bytes:>12} {r.count:>11} {dtype:>9}   sum    -1 {_cols(eager)} {_cols(graph)}"
+            + (f"  [{caps}]" if caps else ""))
 
 
 def burst_line(r: AllReduceRow) -> str:
     where = "in one CUDA graph" if r.mode == "graph" else "back to back (eager)"
     per = r.burst_us if r.burst_us is not None else r.time_us * r.burst
     return (f"burst: {r.burst} all-reduces of M={r.tokens} ({r.size_bytes:,} B) {where}: {per:,.1f} us per burst, "
-            f"{r.time_us:.1f} us each ({r.ranks} ranks, {r.backend or '?'})")
+            f"{r.time_us:.1f} us each ({r.ranks} ranks, {r.backend or '?'})"
+            + (f" [{cap_words(r)}]" if r.throttle else ""))
 
 
 def progress_bar(p: MicroProgress, width: int = 24) -> str:

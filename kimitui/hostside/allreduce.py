@@ -11,7 +11,8 @@ JSON lines on stdout (rank 0 reports; any rank reports its own error):
   hello {part, pid, python, ranks, simulated}
   env {torch, device, backends, ranks, notes}
   progress {item, done, total}
-  row {size_bytes, count, dtype, ranks, tokens, mode, burst, time_us, burst_us, algbw_gbps, busbw_gbps, wrong}
+  row {size_bytes, count, dtype, ranks, tokens, mode, burst, time_us, burst_us, algbw_gbps, busbw_gbps, wrong,
+       throttle, sm_clock_mhz (on CUDA where NVML answers: the caps any rank's GPU met, the lowest SM clock)}
   log {level, message}, error {message}, done {rows, elapsed_s}
 
 Figures as nccl-tests defines them: algbw = S / t, busbw = algbw * 2(n-1)/n; #wrong counts elements of
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 
+from .clocks import ClockWatch
 from .simholder import hold_simulated_memory
 from .wire import event, event_log
 
@@ -95,9 +97,10 @@ def bus_factor(n: int) -> float:
 
 
 def row(args: argparse.Namespace, size: int, tokens: object, mode: str, t_us: float, wrong: int,
-        burst: int = 1, burst_us: object = None, simulated: bool = False) -> dict:
+        burst: int = 1, burst_us: object = None, simulated: bool = False, clocks: object = None) -> dict:
+    """One row; CLOCKS: the ranks' clock caps while it was measured (``clocks.GroupWatch.lap``), when known."""
     algbw = size / (t_us * 1e-6) / 1e9 if t_us > 0 else 0.0
-    return {"size_bytes": size, "count": size // DTYPE_BYTES[args.dtype], "dtype": args.dtype,
+    return {**(clocks or {}), "size_bytes": size, "count": size // DTYPE_BYTES[args.dtype], "dtype": args.dtype,
             "ranks": args.ranks, "tokens": tokens, "mode": mode, "burst": burst, "time_us": round(t_us, 3),
             "burst_us": None if burst_us is None else round(burst_us, 3), "algbw_gbps": round(algbw, 4),
             "busbw_gbps": round(algbw * bus_factor(args.ranks), 4), "wrong": wrong, "backend": args.backend,
@@ -231,6 +234,8 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
                 fn()
         return g
 
+    # rank 0 watches every rank's GPU: the caps met while each row was measured (kimitui/hostside/clocks.py)
+    watch = ClockWatch.for_devices(torch, [f"cuda:{g}" for g in args.gpus[:n]] if cuda and lead else [])
     sizes = sizes_for(args)
     modes = [m for m in args.modes if m == "eager" or (m == "graph" and cuda)]
     if lead and "graph" in args.modes and not cuda:
@@ -242,6 +247,7 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
     elems = max(s for s, _ in sizes) // DTYPE_BYTES[args.dtype]
     buf = torch.zeros(elems, dtype=dtype, device=device)
     dist.all_reduce(buf[:1])  # communicators up before anything is timed or captured
+    watch.lap()
     for size, tokens in sizes:
         x = buf[: size // DTYPE_BYTES[args.dtype]]
         iters = args.iters if size < (64 << 20) else max(3, args.iters // 4)
@@ -265,7 +271,7 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
                 t = timed(g.replay, 3) / iters
                 del g
             if lead:
-                event("row", **row(args, size, tokens, mode, t, wrong))
+                event("row", **row(args, size, tokens, mode, t, wrong, clocks=watch.lap()))
             done += 1
     hidden_el = args.hidden
     for m in args.burst_tokens:
@@ -289,7 +295,8 @@ def torch_rank(rank: int, args: argparse.Namespace, store: str) -> int:
             burst_us = timed(step, 3)
         if lead:
             size = m * hidden_el * DTYPE_BYTES[args.dtype]
-            event("row", **row(args, size, m, burst_mode, burst_us / args.burst, 0, args.burst, burst_us))
+            event("row", **row(args, size, m, burst_mode, burst_us / args.burst, 0, args.burst, burst_us,
+                               clocks=watch.lap()))
         done += 1
         del bufs
     sync()

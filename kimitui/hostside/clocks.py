@@ -56,6 +56,12 @@ class ClockWatch:
         except Exception:  # no pynvml, no driver, an older torch without the PCI ids: nothing to say
             return cls()
 
+    @classmethod
+    def for_devices(cls, torch: Any, devices: list) -> GroupWatch:
+        """One watch over several of torch's devices (an all-reduce's ranks, read from rank 0: NVML sees every
+        GPU from any process)."""
+        return GroupWatch([cls.for_device(torch, d) for d in devices])
+
     def _violations(self) -> dict:
         out = {}
         if self.nv is None or self.h is None:
@@ -84,4 +90,23 @@ class ClockWatch:
             out["sm_clock_mhz"] = float(self.nv.nvmlDeviceGetClockInfo(self.h, getattr(self.nv, "NVML_CLOCK_SM", 1)))
         except Exception:
             pass
+        return out
+
+
+class GroupWatch:
+    """Laps over several GPUs at once: the caps any of them met, and the lowest SM clock among them (a collective
+    runs at its slowest rank's pace)."""
+
+    def __init__(self, watches: list) -> None:
+        self.watches = watches
+
+    def lap(self) -> dict:
+        laps = [w.lap() for w in self.watches]
+        known = [lap for lap in laps if lap]
+        if not known:
+            return {}
+        out: dict = {"throttle": sorted({word for lap in known for word in lap.get("throttle", [])})}
+        clocks = [lap["sm_clock_mhz"] for lap in known if lap.get("sm_clock_mhz") is not None]
+        if clocks:
+            out["sm_clock_mhz"] = min(clocks)
         return out

@@ -275,7 +275,7 @@ def gemm_section(state: SessionState) -> list[str]:
 
 
 def allreduce_section(state: SessionState) -> list[str]:
-    from kimitui.core.micro_words import NCCL_HEAD, burst_line, nccl_line
+    from kimitui.core.micro_words import NCCL_HEAD, burst_line, cap_words, nccl_line
 
     lines = ["## All-reduce (micro)", ""]
     rows_in = state.allreduce
@@ -306,4 +306,10 @@ def allreduce_section(state: SessionState) -> list[str]:
     bursts = [r for r in rows_in if r.burst > 1]
     if bursts:
         lines += ["", *[f"- {burst_line(r)}" for r in bursts]]
+    capped = [r for r in rows_in if r.throttle]
+    if capped:
+        lines += ["", "Measured under a clock cap (NVML's clock event reasons and violation counters of the ranks' "
+                  "GPUs while the row ran; the lowest SM clock among them): "
+                  + "; ".join(f"{fmt_bytes(r.size_bytes)} {r.mode}" + (f" burst of {r.burst}" if r.burst > 1 else "")
+                              + f": {cap_words(r)}" for r in capped) + "."]
     return lines

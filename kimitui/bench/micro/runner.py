@@ -169,7 +169,7 @@ def gpu_holders(sample: HostSample, scope: list[int], threshold_mib: float) -> t
 _GEMM_FIELDS = {"name", "m", "n", "k", "dtype", "kernel", "time_us", "tflops", "gbps", "roofline_us", "rel_err",
                 "backend", "note", "bytes_moved", "experts", "correct", "simulated", "throttle", "sm_clock_mhz"}
 _AR_FIELDS = {"size_bytes", "count", "dtype", "ranks", "time_us", "algbw_gbps", "busbw_gbps", "burst", "tokens",
-              "mode", "wrong", "backend", "burst_us", "simulated"}
+              "mode", "wrong", "backend", "burst_us", "simulated", "throttle", "sm_clock_mhz"}
 
 
 @dataclass(slots=True)

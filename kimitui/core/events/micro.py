@@ -62,6 +62,10 @@ class AllReduceRow(Event):
     run_id: str = ""
     burst_us: float | None = None
     simulated: bool = False
+    throttle: list[str] = field(default_factory=list)
+    """The clock caps NVML said any rank's GPU met while the row was measured (as ``GemmRow.throttle``)."""
+    sm_clock_mhz: float | None = None
+    """The lowest of the ranks' SM clocks at the row's end (None: not read)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from rich.text import Text
 
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, first_error, level_failed
 from kimitui.core.figures import correctness_failed
-from kimitui.core.micro_words import gemm_words
+from kimitui.core.micro_words import gemm_words, nccl_caps
 from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
 from kimitui.tui.widgets.keyed_table import Cell, KeyedTable, Row
@@ -77,7 +77,7 @@ def nccl_cells(modes: dict[str, AllReduceRow]) -> list[Cell]:
         cells += [_r(fmt.num(r.time_us if r else None, "{:.1f}")),
                   _r(fmt.num(r.algbw_gbps if r else None, "{:.2f}")),
                   _r(fmt.num(r.busbw_gbps if r else None, "{:.2f}")), _r(fmt.num(r.wrong if r else None))]
-    return cells
+    return [*cells, Text(nccl_caps(modes.get("eager"), modes.get("graph")))]
 
 
 class MacroTable(KeyedTable):
@@ -159,9 +159,16 @@ class AllReduceTable(KeyedTable):
     # size, count and M as wide as their widest value: a number is never cut (1,073,741,824 B)
     COLUMNS = (("size", "size (B)", None), ("count", "count", None), ("type", "type", 8), ("tokens", "M", None),
                ("e_time", "eager us", 9), ("e_alg", "algbw", 7), ("e_bus", "busbw", 7), ("e_wrong", "#wrong", 6),
-               ("g_time", "graph us", 9), ("g_alg", "algbw", 7), ("g_bus", "busbw", 7), ("g_wrong", "#wrong", 6))
+               ("g_time", "graph us", 9), ("g_alg", "algbw", 7), ("g_bus", "busbw", 7), ("g_wrong", "#wrong", 6),
+               ("cap", "clock cap", None))
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.set_column_hidden("cap", True)
 
     def show(self, rows_in: list[AllReduceRow]) -> None:
+        """The rows by size; the clock cap column where a row was measured under one."""
+        self.set_column_hidden("cap", not any(r.throttle for r in rows_in if r.burst == 1))
         by_size: dict[int, dict[str, AllReduceRow]] = {}
         for r in rows_in:
             if r.burst == 1:
