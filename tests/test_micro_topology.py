@@ -69,6 +69,45 @@ def test_nvml_topology_of_two_nvlinked_h200s() -> None:
     assert table[2].split() == ["GPU0", "X", "NV18", "0-47", "-"]
 
 
+class SlotBound(FakeNvml):
+    """GPU 1 is a Gen5 card in a Gen4 slot: the link's maximum is the slot's."""
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: int) -> int: return 5 - h
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, h: int) -> int: return 5
+
+
+def test_a_gpu_held_back_by_its_slot_is_named() -> None:
+    topo = parse_topology(topology.nvml_topology(SlotBound()), "h", 1.0)
+    assert [(g.pcie_gen_max, g.pcie_gen_gpu_max) for g in topo.gpus] == [(5, 5), (4, 5)]
+    assert ("GPU 1: link at most Gen4 where the GPU takes Gen5 (the slot, a riser or the firmware holds it back)"
+            in topo.summary), topo.summary
+    assert format_topology(topo).splitlines()[-1].endswith("max Gen4 x16 (the GPU's own Gen5); NVLink 18 links")
+    plain = parse_topology(topology.nvml_topology(FakeNvml()), "h", 1.0)  # no GPU-max call: nothing said
+    assert "holds it back" not in plain.summary and plain.gpus[0].pcie_gen_gpu_max is None
+
+
+def test_a_busy_link_below_its_maximum_flags_the_row() -> None:
+    from kimitui.hostside.clocks import ClockWatch
+
+    class Link(FakeNvml):
+        NVML_CLOCK_SM = 1
+        width = 16
+
+        def nvmlDeviceGetViolationStatus(self, h: int, policy: int) -> Any:
+            return SimpleNamespace(violationTime=0)
+
+        def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int: return 0
+        def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int: return 1980
+        def nvmlDeviceGetCurrPcieLinkGeneration(self, h: int) -> int: return 4
+        def nvmlDeviceGetCurrPcieLinkWidth(self, h: int) -> int: return self.width
+
+    nv = Link()
+    assert ClockWatch(0, nv, link=True).lap()["throttle"] == ["PCIe Gen4 x16 of Gen5 x16"]
+    assert ClockWatch(0, nv).lap()["throttle"] == []  # a GEMM row's watch does not look at the link
+    nv.width = 8
+    assert ClockWatch(0, nv, link=True).lap()["throttle"] == ["PCIe Gen4 x8 of Gen5 x16"]
+
+
 def test_every_nvml_call_fails_on_its_own() -> None:
     nv = FakeNvml(broken=("nvmlDeviceGetP2PStatus", "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetMaxPcieLinkWidth"))
     topo = parse_topology(topology.nvml_topology(nv), "h", 1.0)

@@ -31,8 +31,8 @@ def reasons_words(mask: int) -> list:
 class ClockWatch:
     """Laps over one GPU's clock caps; ``lap()`` returns the row fields since the last lap (empty: unknown)."""
 
-    def __init__(self, handle: Any = None, nvml: Any = None) -> None:
-        self.nv, self.h = nvml, handle
+    def __init__(self, handle: Any = None, nvml: Any = None, link: bool = False) -> None:
+        self.nv, self.h, self.link = nvml, handle, link
         self._reasons = None
         if nvml is not None:
             self._reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
@@ -40,9 +40,10 @@ class ClockWatch:
         self._last = self._violations()
 
     @classmethod
-    def for_device(cls, torch: Any, device: str) -> ClockWatch:
+    def for_device(cls, torch: Any, device: str, link: bool = False) -> ClockWatch:
         """The watch of torch's ``device`` (found by its PCI bus id: CUDA_VISIBLE_DEVICES renumbers GPUs, NVML
-        does not); a watch that says nothing where pynvml or the GPU cannot be had."""
+        does not); a watch that says nothing where pynvml or the GPU cannot be had. LINK: also say when the PCIe
+        link ran below its maximum generation or width at a row's end (``link_words``)."""
         if not device.startswith("cuda"):
             return cls()
         try:
@@ -52,7 +53,7 @@ class ClockWatch:
             props = torch.cuda.get_device_properties(device)
             bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
             get = getattr(nv, "nvmlDeviceGetHandleByPciBusId_v2", None) or nv.nvmlDeviceGetHandleByPciBusId
-            return cls(get(bus), nv)
+            return cls(get(bus), nv, link)
         except Exception:  # no pynvml, no driver, an older torch without the PCI ids: nothing to say
             return cls()
 
@@ -60,7 +61,7 @@ class ClockWatch:
     def for_devices(cls, torch: Any, devices: list) -> GroupWatch:
         """One watch over several of torch's devices (an all-reduce's ranks, read from rank 0: NVML sees every
         GPU from any process)."""
-        return GroupWatch([cls.for_device(torch, d) for d in devices])
+        return GroupWatch([cls.for_device(torch, d, link=True) for d in devices])
 
     def _violations(self) -> dict:
         out = {}
@@ -85,12 +86,30 @@ class ClockWatch:
                 seen.update(reasons_words(int(self._reasons(self.h))))
             except Exception:
                 pass
+        if self.link:
+            seen.update(self.link_words())
         out: dict = {"throttle": sorted(seen)}
         try:
             out["sm_clock_mhz"] = float(self.nv.nvmlDeviceGetClockInfo(self.h, getattr(self.nv, "NVML_CLOCK_SM", 1)))
         except Exception:
             pass
         return out
+
+
+    def link_words(self) -> list:
+        """``["PCIe Gen4 x16 of Gen5 x16"]`` when the link runs below its maximum generation or width now (just
+        after a row, the GPU busy: an idle GPU trains its link down to save power, a busy one should not); []
+        when it does not, or NVML cannot say."""
+        try:
+            now = (int(self.nv.nvmlDeviceGetCurrPcieLinkGeneration(self.h)),
+                   int(self.nv.nvmlDeviceGetCurrPcieLinkWidth(self.h)))
+            top = (int(self.nv.nvmlDeviceGetMaxPcieLinkGeneration(self.h)),
+                   int(self.nv.nvmlDeviceGetMaxPcieLinkWidth(self.h)))
+        except Exception:
+            return []
+        if now[0] >= top[0] and now[1] >= top[1]:
+            return []
+        return [f"PCIe Gen{now[0]} x{now[1]} of Gen{top[0]} x{top[1]}"]
 
 
 class GroupWatch:

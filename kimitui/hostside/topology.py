@@ -71,8 +71,9 @@ def nvml_topology(nv: Any) -> dict[str, Any]:
         h = get(f"GPU {i}: handle", nv.nvmlDeviceGetHandleByIndex, i)
         handles.append(h)
         g: dict[str, Any] = {"index": i, "name": "", "uuid": "", "bus_id": "", "pcie_gen": None,
-                             "pcie_gen_max": None, "pcie_width": None, "pcie_width_max": None, "nvlinks": 0,
-                             "nvlink_version": None, "nvlink_remote": [], "numa_node": None, "cpu_affinity": ""}
+                             "pcie_gen_max": None, "pcie_gen_gpu_max": None, "pcie_width": None,
+                             "pcie_width_max": None, "nvlinks": 0, "nvlink_version": None, "nvlink_remote": [],
+                             "numa_node": None, "cpu_affinity": ""}
         gpus.append(g)
         if h is None:
             continue
@@ -82,6 +83,7 @@ def nvml_topology(nv: Any) -> dict[str, Any]:
         g["bus_id"] = _topo_str(getattr(pci, "busId", "") or "") if pci is not None else ""
         for key, fn in (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
                         ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+                        ("pcie_gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration"),
                         ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth"),
                         ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
             if hasattr(nv, fn):
@@ -147,6 +149,7 @@ def smi_xml_topology(xml_text: str) -> dict[str, Any]:
                      "bus_id": gpu.findtext("pci/pci_bus_id") or gpu.get("id", ""),
                      "pcie_gen": num(gpu, "pci/pci_gpu_link_info/pcie_gen/current_link_gen"),
                      "pcie_gen_max": num(gpu, "pci/pci_gpu_link_info/pcie_gen/max_link_gen"),
+                     "pcie_gen_gpu_max": num(gpu, "pci/pci_gpu_link_info/pcie_gen/max_device_link_gen"),
                      "pcie_width": num(gpu, "pci/pci_gpu_link_info/link_widths/current_link_width"),
                      "pcie_width_max": num(gpu, "pci/pci_gpu_link_info/link_widths/max_link_width"),
                      "nvlinks": 0, "nvlink_version": None, "nvlink_remote": [], "numa_node": None,

@@ -53,6 +53,11 @@ def summarize(gpus: list[TopoGpu], links: list[list[str]], p2p: list[list[str]],
                                                             g.pcie_width_max or g.pcie_width)]
     if now:
         parts[-1] += f" ({len(now)} trained down now: idle GPUs save power)"
+    held = [g for g in gpus if g.pcie_gen_max and g.pcie_gen_gpu_max and g.pcie_gen_max < g.pcie_gen_gpu_max]
+    for top, own in sorted({(g.pcie_gen_max, g.pcie_gen_gpu_max) for g in held}):
+        which = [g.index for g in held if (g.pcie_gen_max, g.pcie_gen_gpu_max) == (top, own)]
+        parts.append(f"GPU{'s' if len(which) > 1 else ''} {', '.join(map(str, which))}: link at most Gen{top} where "
+                     f"the GPU takes Gen{own} (the slot, a riser or the firmware holds it back)")
     nv = [g.nvlinks for g in gpus]
     if not any(nv):
         parts.append("no NVLink")
@@ -91,6 +96,7 @@ def parse_topology(data: Any, host: str, t: float, simulated: bool = False) -> T
         gpus.append(TopoGpu(index=_int(g.get("index")) if _int(g.get("index")) is not None else i,
                             name=str(g.get("name") or ""), bus_id=str(g.get("bus_id") or ""),
                             pcie_gen=_int(g.get("pcie_gen")), pcie_gen_max=_int(g.get("pcie_gen_max")),
+                            pcie_gen_gpu_max=_int(g.get("pcie_gen_gpu_max")),
                             pcie_width=_int(g.get("pcie_width")), pcie_width_max=_int(g.get("pcie_width_max")),
                             nvlinks=links, nvlink_gbps=links * per_link if links else None,
                             numa_node=_int(g.get("numa_node")), cpu_affinity=str(g.get("cpu_affinity") or "")))
@@ -114,7 +120,9 @@ def format_topology(topo: Topology) -> str:
             lines.append(f"{'GPU' + str(g.index):<8}" + "".join(f"{topo.links[a][b]:>7}" for b in range(n))
                          + f"   {g.cpu_affinity or '-':<14} {'-' if g.numa_node is None else g.numa_node}")
     for g in topo.gpus:
+        own = (f" (the GPU's own Gen{g.pcie_gen_gpu_max})" if g.pcie_gen_gpu_max and g.pcie_gen_max
+               and g.pcie_gen_gpu_max > g.pcie_gen_max else "")
         lines.append(f"GPU{g.index} {g.bus_id or '?'}: PCIe Gen{g.pcie_gen or '?'} x{g.pcie_width or '?'} now, "
-                     f"max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'}; NVLink {g.nvlinks} links")
+                     f"max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'}{own}; NVLink {g.nvlinks} links")
     lines += [f"warning: {e}" for e in topo.errors]
     return "\n".join(lines)

@@ -75,6 +75,9 @@ class TopoGpu:
     bus_id: str = ""
     pcie_gen: int | None = None
     pcie_gen_max: int | None = None
+    """The link's maximum: the lower of the GPU's and the slot's (what NVML's ``MaxPcieLinkGeneration`` says)."""
+    pcie_gen_gpu_max: int | None = None
+    """The GPU's own maximum (``GpuMaxPcieLinkGeneration``): above ``pcie_gen_max``, the slot holds it back."""
     pcie_width: int | None = None
     pcie_width_max: int | None = None
     nvlinks: int = 0
