@@ -36,6 +36,16 @@ def driver() -> None:
     limit = nv.nvmlDeviceGetEnforcedPowerLimit(w.h) / 1e3
     print(f"clocks: after 300 bf16 16384^3 GEMMs: reasons {mask:#x} {reasons_words(mask)}; lap {w.lap()}; "
           f"power {watts:.0f} W of a {limit:.0f} W limit")
+    busy = ClockWatch(w.h, nv, link=True)
+    for _ in range(50):
+        a @ a
+    print(f"clocks: the PCIe link while busy: {busy.link_words() or 'at its maximum'}")
+    torch.cuda.synchronize()
+    from kimitui.bench.micro.topology import format_topology, parse_topology
+    from kimitui.hostside.topology import nvml_topology
+
+    print("clocks: topology: " + format_topology(parse_topology(nvml_topology(nv), "local", 0.0)).replace(
+        "\n", "\nclocks: topology: "))
 
 
 def rows(path: str) -> None:
