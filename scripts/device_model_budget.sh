@@ -37,7 +37,7 @@ for FAMILY in $FAMILIES; do
   $PY -m supervisor.supervisord -c "$W/supervisord.conf"
   $PY - "$PORT" "$W/$FAMILY" <<'PYEOF' | tee -a "$OUT/budget.txt"
 import json, sys, time, urllib.request
-deadline = time.monotonic() + 300
+deadline = time.monotonic() + 240
 began = time.monotonic()
 while time.monotonic() < deadline:
     try:
@@ -45,6 +45,8 @@ while time.monotonic() < deadline:
         break
     except Exception:
         time.sleep(0.5)
+else:
+    sys.exit(print("  the server did not answer /health in 240 s"))
 body = json.dumps({"model": sys.argv[2], "prompt": "hello", "max_tokens": 4, "stream": False}).encode()
 request = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % sys.argv[1], data=body,
                                  headers={"Content-Type": "application/json"})
@@ -54,6 +56,10 @@ try:
 except Exception as error:
     print("  warm-up failed: %s" % error)
 PYEOF
+  if ! curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
+    echo "  transformers serve is not up; the end of its log:" | tee -a "$OUT/budget.txt"
+    tail -15 "$W/tfserve.log" 2>/dev/null | sed 's/^/    /' | tee -a "$OUT/budget.txt"
+  fi
   cat > "$D/campaign.toml" <<TOML
 [campaign]
 name = "the budget of $FAMILY (random weights) on one GPU against transformers serve"
@@ -123,5 +129,6 @@ for sweep in state.sweeps:
         print("  energy c=%d: %s" % (c, energy_words(point.result, sweep.energy.get(c))))
 PYEOF
   fi
+  cp "$W/tfserve.log" "$D/tfserve.log" 2>/dev/null
   rm -rf "$W" "$D/data"
 done

@@ -4,7 +4,7 @@
 #     OUT=/some/dir bash scripts/device_run.sh agent watch cleanup micro loadgen
 #
 # Needs python3 with torch and pynvml, and nvidia-smi. kimitui runs from this checkout (PYTHONPATH); its
-# other dependencies (textual, httpx, asyncssh, ...) are installed from wheels in .whl/ when that folder
+# other dependencies (textual, httpx, asyncssh, ...) are installed from wheels in .whl/ (scripts/device_wheels.sh fetches them) when that folder
 # exists, into a private folder (nothing is installed on the machine itself). Each part writes its files
 # under $OUT/work/PART and a few lines to $OUT/summary.txt; everything is packed into $OUT/device-run.tgz.
 #   agent    scripts/device_agent_check.sh: the agent next to nvidia-smi, its classes, cost, release time
