@@ -4,7 +4,7 @@ functions included), and as what the headless commands really load when they run
 - the core (kimitui.core) imports nothing else of kimitui;
 - nothing outside kimitui.tui imports textual (or textual_plotext);
 - bench/ and cleanup/ import neither kimitui.tui nor kimitui.hosts.sim;
-- the engines (bench/, cleanup/, hosts/) import no campaign, command, report or TUI module; only commands/
+- the engines (bench/, cleanup/, hosts/, fleet/) import no campaign, command, report or TUI module; only commands/
   imports commands/ (docs/architecture.md);
 - no import cycle among kimitui's modules, the TUI included: its controllers never import the app (they see it
   as tui.controllers.port.AppPort, and use exactly its members); its views and widgets call no engine, and
@@ -114,7 +114,7 @@ def test_bench_and_cleanup_know_neither_the_tui_nor_the_simulator(package: str) 
     assert offenders(package, ("kimitui.tui", "kimitui.hosts.sim")) == []
 
 
-ENGINES = ("kimitui.bench", "kimitui.cleanup", "kimitui.hosts")
+ENGINES = ("kimitui.bench", "kimitui.cleanup", "kimitui.hosts", "kimitui.fleet")
 ABOVE_ENGINES = ("kimitui.live", "kimitui.phases", "kimitui.campaign", "kimitui.commands", "kimitui.tui",
                  "kimitui.report")
 

@@ -103,6 +103,9 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     from kimitui.commands import serve as serve_cli
 
     serve_cli.add_parser(sub)
+    from kimitui.commands import fleet as fleet_cli
+
+    fleet_cli.add_parser(sub)
     _add_theme(parser, default=None)
     return parser
 
@@ -133,7 +136,7 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "compare": ("compare", "cmd_compare"), "bench": ("bench", "cmd_bench"), "cleanup": ("cleanup", "cmd_cleanup"),
     "shapes": ("micro", "cmd_shapes"), "campaign": ("campaign", "cmd_campaign"),
     "demo-campaign": ("campaign", "cmd_demo_campaign"), "serve": ("serve", "cmd_serve"),
-    "record": ("record", "cmd_record"),
+    "record": ("record", "cmd_record"), "fleet": ("fleet", "cmd_fleet"),
 }
 """Each command's handler, as (module of kimitui.commands, function): imported when its command runs."""
 

@@ -24,6 +24,7 @@ from kimitui.core.events import (
     DecodeBudget,
     DrainProgress,
     Event,
+    FleetSample,
     GemmRow,
     GpuSample,
     HostSample,
@@ -51,6 +52,7 @@ from kimitui.core.events import (
     phase_outcome,
 )
 from kimitui.core.figures import single_stream
+from kimitui.core.fleet_state import FleetState
 from kimitui.core.level_energy import EnergyMeter, LevelEnergy
 from kimitui.core.level_requests import LevelRequests, fold_requests
 from kimitui.core.level_result import LevelResult
@@ -220,6 +222,8 @@ class SessionState:
     log: deque[LogEntry] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     campaigns: CampaignRecords = field(default_factory=CampaignRecords)
     """The latest campaign (kimitui.core.campaign_state), its drain, budget and probe."""
+    fleet: FleetState | None = None
+    """A fleet session's hosts (``kimitui fleet``; kimitui.core.fleet_state); None in a one-host session."""
 
     @property
     def campaign(self) -> CampaignState | None:
@@ -355,6 +359,11 @@ def fold(state: SessionState, ev: Event) -> SessionState:
         _fold_sample(state, ev)
         return state
     state.events_rev = next_revision()
+    if isinstance(ev, FleetSample):
+        if state.fleet is None:
+            state.fleet = FleetState()
+        state.fleet.fold(ev)
+        return state
     if isinstance(ev, PhaseStart):
         state.phases.append(PhaseSpan(ev.phase, ev.title or ev.phase, ev.t))
         if ev.phase == "macro":

@@ -150,6 +150,10 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
         """No action on the host can start here (kimitui serve's visitors): ``keys.make_read_only``."""
         if self.read_only:
             keys.make_read_only(self)
+        if os.environ.get(keys.ESCAPE_QUITS_ENV) == "1":
+            # opened from kimitui fleet: Escape is Ctrl-C's quit (asking first while something acts on the host),
+            # which brings the fleet back; not a priority binding, so a dialog's own Escape still closes the dialog
+            self.bind("escape", "interrupt", show=False)
 
     # -- layout
 

@@ -23,6 +23,9 @@ HOST_ACTIONS = LIVE_ACTIONS | CAMPAIGN_ACTIONS
 READ_ONLY_ENV = "KIMITUI_READ_ONLY"
 """1: the dashboard is read-only (``kimitui serve`` without ``--allow-actions`` sets it for each visitor's app)."""
 READ_ONLY_NOTICE = "read-only: start with `--allow-actions`"
+ESCAPE_QUITS_ENV = "KIMITUI_ESCAPE_QUITS"
+"""1: Escape quits the dashboard, as Ctrl-C does (``kimitui fleet`` sets it for a host's dashboard it opens: Escape
+goes back to the fleet)."""
 
 
 def make_read_only(app: App[object]) -> None:

@@ -9,8 +9,8 @@ Decoding checks every field against its annotation (``kimitui.core.typed``): a l
 refused whole, with the event type and the field named, rather than becoming an event the fold trips on.
 
 The package: ``base`` (Event), one module per part of the session (``host``, ``phase``, ``cleanup``, ``macro``,
-``micro``, ``campaign``), each declaring its ``EVENTS``, and ``registry`` (every type by name, read from those
-declarations; ``encode``/``decode``). Everything is importable from here.
+``micro``, ``campaign``, ``fleet``), each declaring its ``EVENTS``, and ``registry`` (every type by name, read
+from those declarations; ``encode``/``decode``). Everything is importable from here.
 """
 
 from __future__ import annotations
@@ -43,6 +43,12 @@ from kimitui.core.events.cleanup import (  # noqa: F401
     StepPreview,
     StepResult,
     Verification,
+)
+from kimitui.core.events.fleet import (  # noqa: F401
+    FleetGpu,
+    FleetHost,
+    FleetSample,
+    HostState,
 )
 from kimitui.core.events.host import (  # noqa: F401
     ConnectionState,

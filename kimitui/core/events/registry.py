@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from kimitui.core.error_words import json_words
-from kimitui.core.events import campaign, cleanup, host, macro, micro, phase
+from kimitui.core.events import campaign, cleanup, fleet, host, macro, micro, phase
 from kimitui.core.events.base import Event, _plain  # noqa: F401 (to_dict's helper, kept importable)
 from kimitui.core.typed import FieldTypeError, build
 
@@ -21,7 +21,7 @@ def _by_name(*modules: object) -> dict[str, type[Event]]:
     return out
 
 
-EVENT_TYPES: dict[str, type[Event]] = _by_name(host, phase, cleanup, macro, micro, campaign)
+EVENT_TYPES: dict[str, type[Event]] = _by_name(host, phase, cleanup, macro, micro, campaign, fleet)
 """Every event type by its ``type`` name."""
 
 
