@@ -99,6 +99,11 @@ def test_fleet_demo_json_prints_a_round_a_line_and_records_them(tmp_path: Path) 
     fleet = fold_all([e for e in events if isinstance(e, FleetSample)]).fleet
     assert fleet is not None and fleet.rounds == 2 and fleet.counts()["gpus"] == 64
     assert "recording this session to" in res.stderr
+    summary = subprocess.run([sys.executable, "-m", "kimitui", "replay", str(run), "--summary"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+    assert summary.returncode == 0, summary.stderr
+    assert "fleet     8 hosts (8 up), 64 GPUs, 2 rounds from demo (8 simulated hosts)" in summary.stdout
+    assert "          demo-02: GPUs 2,3: 81,920 MiB held with no service" in summary.stdout
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -150,3 +155,33 @@ async def test_the_ssh_fleet_reads_each_agent_and_says_which_host_does_not_answe
         assert attention(down)[0] == DOWN  # type: ignore[arg-type]
     finally:
         await asyncio.wait_for(reader.close(), 30)
+
+
+async def test_a_recorded_fleet_run_replays_in_the_fleet_view(tmp_path: Path) -> None:
+    from kimitui.commands.fleet import ReplayedRounds, is_fleet_run
+    from kimitui.core.runfile import RunReader, RunWriter
+    from kimitui.core.session import Session
+    from kimitui.tui.fleet_app import FleetApp
+    from kimitui.tui.views.fleet_view import FleetTable
+
+    async with DemoFleet(4) as fleet:
+        reader = DemoReader(fleet.hosts)
+        try:
+            await fleet.tell("down demo-01")
+            recorded = [s async for s in rounds(reader, 0.5, 3)]
+        finally:
+            await reader.close()
+    writer = RunWriter(tmp_path / "fleet.jsonl", host="fleet")
+    for ev in recorded:
+        writer.append(ev)
+    writer.close()
+    run = RunReader(tmp_path / "fleet.jsonl")
+    assert is_fleet_run(run)
+    session = Session()
+    app = FleetApp(session, sources=[ReplayedRounds(run, 64.0)], open_host=lambda _name: None)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await until(lambda: session.state.fleet is not None and session.state.fleet.rounds == 3, "3 rounds replayed")
+        await pilot.pause()
+        app.redraw()
+        keys = app.query_one(FleetTable).row_keys
+        assert keys == ["demo-01", "demo-02", "demo-04", "demo-03"], keys  # down, held, XID, power cap

@@ -203,3 +203,35 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     from kimitui.live.targets import run_command
 
     return run_command(lambda: run_fleet(args))
+
+
+class ReplayedRounds:
+    """A recorded fleet run's events at their recorded pace (SPEED times faster)."""
+
+    def __init__(self, reader: Any, speed: float) -> None:
+        self.reader, self.speed = reader, speed
+
+    async def events(self) -> AsyncIterator[Event]:
+        import asyncio
+
+        last: float | None = None
+        for ev in self.reader.events():
+            if last is not None and ev.t > last:
+                await asyncio.sleep(min(10.0, (ev.t - last) / self.speed))
+            last = ev.t
+            yield ev
+
+
+def is_fleet_run(reader: Any) -> bool:
+    return FleetSample.type in reader.types
+
+
+def replay_fleet(reader: Any, speed: float, theme: str | None) -> int:
+    """A recorded fleet run in the fleet view, at its pace; a host's dashboard cannot be opened from a replay."""
+    from kimitui.core.session import Session
+    from kimitui.tui.fleet_app import FleetApp
+
+    app = FleetApp(Session(), sources=[ReplayedRounds(reader, speed)], open_host=lambda _name: None,
+                   title=f"kimitui fleet: replay of {reader.path.name}", theme=theme)
+    app.run()
+    return app.return_code or 0

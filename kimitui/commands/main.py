@@ -125,6 +125,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 0
     if not 0.5 <= args.speed <= 64:
         raise CliError(f"--speed {args.speed} is out of range (0.5 to 64)")
+    from kimitui.commands.fleet import is_fleet_run, replay_fleet
+
+    reader = RunReader(path)
+    if is_fleet_run(reader):
+        if compare is not None:
+            raise CliError("replay --compare draws a benchmark's curves: not for a fleet run")
+        return replay_fleet(reader, args.speed, args.theme)
     from kimitui.tui.launch import run_replay
 
     return run_replay(path, theme=args.theme, speed=args.speed, compare=compare)

@@ -70,6 +70,8 @@ class FleetState:
     rounds: int = 0
     t: float = 0.0
     round_ms: float | None = None
+    error: str = ""
+    """The latest round's source error (Prometheus not answering), "" once it answers again."""
     hosts: dict[str, FleetHost] = field(default_factory=dict)
     revisions: dict[str, int] = field(default_factory=dict, compare=False)
     """The round at which each host's row last changed: the view redraws those rows only."""
@@ -79,7 +81,7 @@ class FleetState:
         return sorted(self.hosts.values(), key=sort_key)
 
     def fold(self, ev: FleetSample) -> None:
-        self.source, self.where, self.t, self.round_ms = ev.source, ev.where, ev.t, ev.round_ms
+        self.source, self.where, self.t, self.round_ms, self.error = ev.source, ev.where, ev.t, ev.round_ms, ev.error
         self.rounds += 1
         for host in ev.hosts:
             if self.hosts.get(host.name) != host:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from kimitui.core.describe import single_stream_line
 from kimitui.core.figures import single_stream
+from kimitui.core.fleet_state import attention
+from kimitui.core.printable import printable
 from kimitui.core.runfile import RunReader
 from kimitui.report.bench import peak_point
 from kimitui.report.format import document
@@ -27,6 +29,13 @@ def summarize(reader: RunReader) -> str:
     counts = ", ".join(f"{ty} {n}" for ty, n in d.counts.most_common())
     out.append(_line("events", f"{len(reader)}" + (f" ({counts})" if counts else "")))
 
+    if s.fleet is not None:
+        c = s.fleet.counts()
+        states = ", ".join(f"{n} {st}" for st, n in sorted(c.items()) if st not in ("hosts", "gpus"))
+        needs = [f"{h.name}: {'; '.join(attention(h)[1])}" for h in s.fleet.ordered() if attention(h)[1]]
+        out.append(_line("fleet", f"{c['hosts']} hosts ({states}), {c['gpus']} GPUs, {s.fleet.rounds} rounds from "
+                                  f"{printable(s.fleet.source)} ({printable(s.fleet.where)})"))
+        out += [_line("", printable(line)) for line in needs[:12]]
     if s.phases:
         parts = []
         for p in s.phases:

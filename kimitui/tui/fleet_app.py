@@ -23,7 +23,7 @@ from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.widgets import Static
 
-from kimitui.core.events import Event, FleetSample
+from kimitui.core.events import Event
 from kimitui.core.session import EventSource, Session
 from kimitui.tui import fmt
 from kimitui.tui.keys import ESCAPE_QUITS_ENV
@@ -70,8 +70,6 @@ class FleetApp(App[None]):
         self.expanded: set[str] = set()
         """The hosts whose GPUs are shown under them."""
         self.sort = SORTS[0]
-        self._error = ""
-        """The source's own error, as the last round said it (FleetSample.error)."""
         self._colors: tuple[str, Colors] | None = None
         self._status_text: Text | None = None
         self._detail_text: str | None = None
@@ -134,8 +132,6 @@ class FleetApp(App[None]):
 
     def _on_event(self, event: Event) -> None:
         """A published event schedules one redraw, as soon as the cap allows."""
-        if isinstance(event, FleetSample):
-            self._error = event.error
         if self._redraw_pending or not self.is_running:
             return
         self._redraw_pending = True
@@ -158,7 +154,8 @@ class FleetApp(App[None]):
         fleet = self.session.state.fleet
         colors = self.colors
         self._table.show(fleet, self.expanded, self.sort, colors)
-        status = status_line(fleet, self._error, self.sort, self._table.attention_count, self.fleet_title, colors)
+        error = fleet.error if fleet is not None else ""
+        status = status_line(fleet, error, self.sort, self._table.attention_count, self.fleet_title, colors)
         if status != self._status_text:
             self._status_text = status
             self._status.update(status, layout=False)
