@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 
 from kimitui.core.events.fleet import FleetHost  # noqa: E402 (the clone's root first, when run as a script)
 from kimitui.fleet.demo_model import GPU_NAME, ORPHAN_MIB, SERVICE_MIB, TOTAL_MIB, demo_hosts  # noqa: E402
-from kimitui.fleet.prometheus import QUERY, PrometheusReader, parse_answer, parse_targets  # noqa: E402
+from kimitui.fleet.prometheus import INFO_QUERY, QUERY, PrometheusReader, parse_answer, parse_targets  # noqa: E402
 from kimitui.fleet.prometheus_server import (  # noqa: E402
     PrometheusMissing,
     PrometheusServer,
@@ -450,7 +450,10 @@ def test_hostile_answers_never_crash() -> None:
 
 
 def test_the_query_is_one_expression() -> None:
-    assert QUERY.count("{__name__=~") == 1 and "up" in QUERY and "vllm:num_requests_waiting" in QUERY
+    """A round is one query (the gauges with the labels a row needs, every target's up and scrape time); the GPUs'
+    names and UUIDs are another, asked now and then."""
+    assert QUERY.count("{__name__=~") == 2 and "timestamp(up)" in QUERY and "vllm:num_requests_waiting" in QUERY
+    assert "UUID" not in QUERY and "UUID" in INFO_QUERY and "modelName" in INFO_QUERY
 
 
 def capture() -> None:

@@ -201,3 +201,12 @@ def test_a_micro_benchmark_on_the_demo_host(installed: Installed) -> None:
     assert ends == {"gemm": "done", "allreduce": "done"}, proc.stderr[-2000:]
     assert any(e["type"] == "gemm_row" for e in events)
     assert any(e["type"] == "allreduce_row" for e in events)
+
+
+def test_the_fleet_demo_from_the_installed_package(installed: Installed) -> None:
+    """The demo's hosts process is started from the installed files, outside the clone."""
+    proc = installed.run("fleet", "--demo", "4", "--json", "--count", "1", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = proc.stdout.splitlines()
+    hosts = json.loads(line)["hosts"]
+    assert [(h["name"], h["state"], len(h["gpus"])) for h in hosts] == [(f"demo-0{i}", "up", 8) for i in range(1, 5)]
