@@ -18,7 +18,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     ),
     "e2e": (
         "test_campaign_cli", "test_cleanup_cli", "test_cleanup_random", "test_clone_in_cwd", "test_compare",
-        "test_demo_engine_vllm", "test_first_look", "test_fleet", "test_fleet_prometheus", "test_live_commands",
+        "test_demo_engine_vllm", "test_first_look", "test_fleet", "test_fleet_prometheus", "test_fleet_terminal",
+        "test_live_commands",
         "test_macro_cli", "test_micro_cpu",
         "test_micro_sim", "test_outside_text", "test_quiet_driver", "test_record_cli", "test_report_figures",
         "test_serve", "test_tf_serve", "test_tui_exit", "test_tui_plain_draw", "test_vllm_real", "test_wheel",

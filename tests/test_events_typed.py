@@ -21,6 +21,7 @@ from kimitui.core.events import (
     cleanup,
     decode,
     encode,
+    fleet,
     from_dict,
     host,
     macro,
@@ -42,7 +43,7 @@ def _error(cls: type, data: dict) -> str:
 
 def _records() -> list[type]:
     """Every dataclass the events modules declare: the events and the records inside them."""
-    return [v for mod in (base, host, phase, cleanup, macro, micro, campaign) for v in vars(mod).values()
+    return [v for mod in (base, host, phase, cleanup, macro, micro, campaign, fleet) for v in vars(mod).values()
             if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__module__ == mod.__name__]
 
 
@@ -162,8 +163,8 @@ def test_the_registry_holds_every_event_each_module_declares_and_no_other() -> N
     subclass of the vocabulary is declared, once, under its own name."""
     from kimitui.core.events.base import Event
 
-    declared = [cls for mod in (host, phase, cleanup, macro, micro, campaign) for cls in mod.EVENTS]
-    defined = [v for mod in (host, phase, cleanup, macro, micro, campaign) for v in vars(mod).values()
+    declared = [cls for mod in (host, phase, cleanup, macro, micro, campaign, fleet) for cls in mod.EVENTS]
+    defined = [v for mod in (host, phase, cleanup, macro, micro, campaign, fleet) for v in vars(mod).values()
                if isinstance(v, type) and issubclass(v, Event) and v is not Event and v.__module__ == mod.__name__]
     assert sorted(c.__name__ for c in declared) == sorted(c.__name__ for c in defined)
     assert {cls.type: cls for cls in declared} == EVENT_TYPES and len(EVENT_TYPES) == len(declared)

@@ -21,6 +21,9 @@ from kimitui.core.events import (
     DecodeBudget,
     DrainProgress,
     EventDecodeError,
+    FleetGpu,
+    FleetHost,
+    FleetSample,
     GemmRow,
     GpuSample,
     GpuVerdict,
@@ -123,6 +126,11 @@ def every_event() -> list:
         ServedModel(t=7.68, name="org/m", source="the server's org/m: /hf/config.json (pid 7)", family="llama", tp=2,
                     config={"model_type": "llama", "hidden_size": 256}, params_total=143_000_000,
                     params_active=143_000_000, server_names=["org/m"], note="n ✓"),
+        FleetSample(t=7.69, source="prometheus", where="http://prom:9090", seq=3, round_ms=41.5, error="",
+                    hosts=[FleetHost("gpu-01", gpus=[FleetGpu(0, "NVIDIA H200", mem_used_mib=1024.0, xid=79,
+                                                             throttle=["thermal"], link="PCIe Gen4 x16 of Gen5 x16")],
+                                     requests_running=3.0, service="vllm"),
+                           FleetHost("gpu-02 ✓", state="down", detail="connection refused")]),
         CampaignEnd(t=7.7, status="done", note="ok"),
     ]
 
