@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kimitui.core.events import FleetSample, decode
+from kimitui.core.events import FleetHost, FleetSample, decode
 from kimitui.core.fleet_state import CAPPED, DOWN, HELD, OK, XID, attention
 from kimitui.core.state import fold_all
 from kimitui.fleet.demo import DemoFleet, DemoReader
@@ -185,3 +185,34 @@ async def test_a_recorded_fleet_run_replays_in_the_fleet_view(tmp_path: Path) ->
         app.redraw()
         keys = app.query_one(FleetTable).row_keys
         assert keys == ["demo-01", "demo-02", "demo-04", "demo-03"], keys  # down, held, XID, power cap
+
+
+async def test_an_ssh_host_whose_connection_drops_is_down_then_up_again(server: SshServer, tmp_path: Path) -> None:
+    """Its sshd's connection processes are killed (a host that went away): the row says down, with its last
+    figures and why, while the agent's stream waits to reconnect (a second's backoff here), and up again with the
+    next sample."""
+    import os
+    import signal
+
+    sim = make_sim_dir(tmp_path / "sim", gpus=1)
+    h = SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
+                config_paths=[], close_grace=0.3)
+    h.backoff = (1.0, 1.0, 1.0)
+    reader = SshFleetReader({"a": TelemetrySource(h, interval=0.2, sim_dir=str(sim))}, interval=0.2)
+
+    async def state(want: str) -> FleetHost | None:
+        (row,) = await reader.read(1.0)
+        return row if row.state == want else None
+
+    try:
+        await until(lambda: state("up"), "the host up")
+        before = set(server.connection_pids())
+        assert before
+        for pid in before:
+            os.kill(pid, signal.SIGKILL)
+        down = await until(lambda: state("down"), "the host down")
+        assert down.gpus and down.detail.startswith(("lost", "reconnecting")), down
+        assert attention(down)[0] == DOWN
+        await until(lambda: state("up"), "the host up again")
+    finally:
+        await asyncio.wait_for(reader.close(), 30)
