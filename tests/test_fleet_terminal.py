@@ -35,3 +35,49 @@ def test_the_fleet_demo_on_a_terminal(tmp_path: object, prometheus: bool) -> Non
     assert "held with no service" in out and "Traceback" not in out
     pids = [int(word) for word in out.split("(pid ")[1:2][0].split(")")[:1]] if prometheus else []
     assert all(start_time_of(pid) is None for pid in pids), pids  # Prometheus ended with the command
+
+
+def test_enter_opens_a_hosts_dashboard_and_escape_comes_back(tmp_path: object) -> None:
+    """On the fleet of the demo, Enter on the top host runs its dashboard in the same terminal (the fleet
+    suspended); Escape there ends it and the fleet is back; q quits."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import subprocess
+    import termios
+
+    from tests.waiting import wait_until
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "kimitui", "fleet", "--demo", "4"], cwd=ROOT, stdin=slave,
+                            stdout=slave, stderr=slave, start_new_session=True,
+                            env={**os.environ, "TERM": "xterm-256color", "XDG_DATA_HOME": str(tmp_path)})
+    os.close(slave)
+    out = bytearray()
+
+    def seen_since(mark: int, text: str) -> bool:
+        if select.select([master], [], [], 0.05)[0]:
+            try:
+                out.extend(os.read(master, 65536))
+            except OSError:
+                pass
+        return text in plain(out[mark:].decode(errors="replace"))
+
+    try:
+        wait_until(lambda: seen_since(0, "Space/→/← GPUs") and seen_since(0, "demo-04"), "the fleet", interval=0)
+        mark = len(out)
+        os.write(master, b"\r")
+        wait_until(lambda: seen_since(mark, "connected (agent pid"), "the host's dashboard", interval=0)
+        mark = len(out)
+        os.write(master, b"\x1b")
+        wait_until(lambda: seen_since(mark, "Space/→/← GPUs"), "the fleet again", interval=0)
+        os.write(master, b"q")
+        wait_until(lambda: (seen_since(len(out), "\0") or proc.poll() is not None), "the fleet's exit", interval=0)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)

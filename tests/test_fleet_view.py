@@ -128,10 +128,10 @@ async def test_the_rows_come_in_attention_order_with_their_reasons_and_a_host_ex
         assert "down: connection refused" in text and "power cap" in text, text
         footer = await pilot_until(pilot, lambda: "q Quit" in (last := screen_text(app).splitlines()[-1]) and last,
                                    "the footer's keys")
-        assert "Enter/→/← GPUs" in footer and "o Dashboard" in footer and "s Sort" in footer, footer
+        assert "Enter Dashboard" in footer and "Space/→/← GPUs" in footer and "s Sort" in footer, footer
 
         await pilot.press("down")  # the host holding memory
-        await pilot.press("enter")
+        await pilot.press("space")
         gpu_rows = [gpu_key(HELD, i) for i in range(8)]
         await pilot_until(pilot, lambda: gpu_key(HELD, 0) in t.row_keys, "the host's GPUs under it")
         assert t.row_keys == [DOWN, HELD, *gpu_rows, *ORDER[2:]]
@@ -149,8 +149,8 @@ async def test_the_rows_come_in_attention_order_with_their_reasons_and_a_host_ex
         assert t.row_keys == ORDER and t.cursor_key == HELD
         await pilot.press("right")
         await pilot_until(pilot, lambda: t.row_count == 16, "expanded with the arrow")
-        await pilot.press("enter")
-        await pilot_until(pilot, lambda: t.row_count == 8, "collapsed with Enter")
+        await pilot.press("space")
+        await pilot_until(pilot, lambda: t.row_count == 8, "collapsed with Space")
         await pilot.press("up", "right")  # the host down has no GPUs: nothing to expand
         await pilot.pause()
         assert t.row_count == 8 and t.cursor_key == DOWN
@@ -233,13 +233,13 @@ async def test_the_open_key_runs_the_highest_rows_dashboard_in_the_suspended_ter
     async with app.run_test(size=(160, 40)) as pilot:
         t = await pilot_until(pilot, lambda: table(app).row_count == 8 and table(app), "the first round's rows")
         assert t.cursor_key == DOWN
-        await pilot.press("o")
+        await pilot.press("enter")
         await pilot_until(pilot, lambda: seen.exists(), "the dashboard's argv run")
         assert asked == [DOWN] and seen.read_text() == "1"
         assert calls == ["open", "suspend", "resume"]
         assert app.is_running and not app.notices
         # a host whose dashboard cannot be opened: said in a notice, nothing run
-        await pilot.press("down", "o")
+        await pilot.press("down", "enter")
         await pilot_until(pilot, lambda: app.notices, "the notice")
         assert asked == [DOWN, HELD] and calls == ["open", "suspend", "resume", "open"]
         assert app.notices == [f"{HELD}: its dashboard cannot be opened from here"]
@@ -254,7 +254,7 @@ async def test_a_dashboard_that_cannot_start_is_said_and_the_fleet_stays(monkeyp
     app = Fleet(session, open_host=lambda name: ["/nonexistent/kimitui-dashboard"])
     async with app.run_test(size=(160, 40)) as pilot:
         await pilot_until(pilot, lambda: table(app).row_count == 8, "the first round's rows")
-        await pilot.press("o")
+        await pilot.press("enter")
         await pilot_until(pilot, lambda: app.notices, "the notice")
         assert app.notices[0].startswith(f"{DOWN}: its dashboard did not start:"), app.notices
         assert app.is_running
@@ -283,8 +283,8 @@ async def test_256_hosts_render_scroll_and_sort() -> None:
         assert t.cursor_row < 255
         await pilot.press("home")
         await pilot_until(pilot, lambda: t.scroll_y == 0 and "node-200" in screen_text(app), "back at the top")
-        await pilot.press("enter")  # node-200 is down, no GPUs; the next one expands
-        await pilot.press("down", "enter")
+        await pilot.press("space")  # node-200 is down, no GPUs; the next one expands
+        await pilot.press("down", "space")
         await pilot_until(pilot, lambda: t.row_count == 264, "a host of 256 expanded")
         await pilot.press("s", "s", "s")  # attention, name, memory, util: the busiest first
         await pilot_until(pilot, lambda: app.sort == "util" and "sorted by util" in screen_text(app), "by util")

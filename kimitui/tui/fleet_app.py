@@ -43,11 +43,12 @@ class FleetApp(App[None]):
     CSS_PATH = "fleet.tcss"
     TITLE = "kimitui fleet"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "toggle_host", "GPUs", key_display="Enter/→/←"),
+        Binding("enter", "open_host", "Dashboard", key_display="Enter"),
+        Binding("o", "open_host", show=False),
+        Binding("space", "toggle_host", "GPUs", key_display="Space/→/←"),
         # over the table's own arrows (a horizontal scroll it never needs: the columns are fitted to the width)
         Binding("right", "expand", show=False, priority=True),
         Binding("left", "collapse", show=False, priority=True),
-        Binding("o", "open_host", "Dashboard"),
         Binding("s", "sort", "Sort"),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", show=False, priority=True),
