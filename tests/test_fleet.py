@@ -114,6 +114,7 @@ def test_fleet_demo_json_prints_a_round_a_line_and_records_them(tmp_path: Path) 
     (("a", "b", "a"), "host a is named twice"),
     (("--hosts-file", "/nonexistent/hosts"), "--hosts-file /nonexistent/hosts: No such file or directory"),
     (("--demo", "2", "--interval", "0"), "--interval 0 is out of range"),
+    (("--prometheus", "prom:9090"), "--prometheus prom:9090: not an http(s) URL"),
 ])
 def test_a_bad_command_line_is_one_line(tmp_path: Path, args: tuple[str, ...], words: str) -> None:
     res = _fleet_cli(*args, tmp_path=tmp_path, timeout=60)
@@ -216,3 +217,13 @@ async def test_an_ssh_host_whose_connection_drops_is_down_then_up_again(server: 
         await until(lambda: state("up"), "the host up again")
     finally:
         await asyncio.wait_for(reader.close(), 30)
+
+
+def test_a_prometheus_that_does_not_answer_is_said_once_and_the_exit_status_is_1(tmp_path: Path) -> None:
+    res = _fleet_cli("--prometheus", f"http://127.0.0.1:{free_port()}", "--json", "--count", "2", "--interval", "0.5",
+                     tmp_path=tmp_path)
+    assert res.returncode == 1, res
+    rounds_ = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [(d["hosts"], d["error"].split(":")[0]) for d in rounds_] == [([], "prometheus at http")] * 2
+    said = [line for line in res.stderr.splitlines() if line.startswith("kimitui: fleet: ")]
+    assert len(said) == 1 and "cannot connect" in said[0], res.stderr

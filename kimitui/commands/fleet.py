@@ -67,6 +67,13 @@ def check(args: argparse.Namespace) -> list[str]:
     if sum(given) != 1:
         raise CliError("fleet: name one fleet: HOST... (or --hosts-file), --prometheus URL, or --demo N "
                        "(with --prometheus auto to read it through a real Prometheus)")
+    if args.prometheus not in (None, "auto"):
+        from urllib.parse import urlsplit
+
+        url = urlsplit(args.prometheus)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise CliError(f"fleet: --prometheus {printable(args.prometheus)[:80]}: not an http(s) URL "
+                           "(http://prometheus:9090)")
     if args.demo is not None and not 1 <= args.demo <= MAX_DEMO:
         raise CliError(f"fleet: --demo {args.demo}: 1 to {MAX_DEMO} hosts")
     if not 0.1 <= args.interval <= 60:
@@ -181,12 +188,17 @@ async def run_fleet(args: argparse.Namespace) -> int:
         try:
             if args.json:
                 source = FleetRounds(reader, args.interval, args.count or None)
+                said = ""
                 async with contextlib.aclosing(source.events()) as events:
                     async for ev in events:
                         session.publish(ev)
                         if isinstance(ev, FleetSample):
                             print(json_round(ev), flush=True)
-                return 0
+                            if ev.error != said:  # the source's trouble said once, on stderr too
+                                said = ev.error
+                                print(f"kimitui: fleet: {printable(said) or 'the source answers again'}",
+                                      file=sys.stderr)
+                return 1 if said else 0  # the last round could not read the source
             from kimitui.tui.fleet_app import FleetApp
 
             app = FleetApp(session, sources=[FleetRounds(reader, args.interval)], open_host=dashboard,
