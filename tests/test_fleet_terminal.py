@@ -1,5 +1,9 @@
 """Issue 39: ``kimitui fleet --demo 8`` and ``--demo 8 --prometheus auto`` on a real terminal (a pty): the fleet
-view shows the 8 hosts x 8 GPUs (its status line counts them, up), then quits on q, leaving nothing running."""
+view shows the 8 hosts x 8 GPUs (its status line counts them, up), then quits on q, leaving nothing running.
+
+The output is read as text, so the apps draw on Textual's own path (``KIMITUI_PLAIN_DRAW=1``): kimitui's path
+sends only the cells that changed, moving the cursor over the rest, which no text search can read
+(tests/test_screen_diff.py checks that path)."""
 
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ def test_the_fleet_demo_on_a_terminal(tmp_path: object, prometheus: bool) -> Non
         text = plain(seen.decode(errors="replace"))
         return "8: 8 up" in text and "GPUs 64" in text and all(f"demo-0{i}" in text for i in range(1, 9))
 
-    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path), "KIMITUI_PLAIN_DRAW": "1"}
     rc, out = on_a_terminal(argv, cwd=ROOT, env=env, ready=ready, keys=b"q", size=(140, 40))
     assert rc == 0, out[-2000:]
     out = plain(out)
@@ -53,7 +57,8 @@ def test_enter_opens_a_hosts_dashboard_and_escape_comes_back(tmp_path: object) -
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
     proc = subprocess.Popen([sys.executable, "-m", "kimitui", "fleet", "--demo", "4"], cwd=ROOT, stdin=slave,
                             stdout=slave, stderr=slave, start_new_session=True,
-                            env={**os.environ, "TERM": "xterm-256color", "XDG_DATA_HOME": str(tmp_path)})
+                            env={**os.environ, "TERM": "xterm-256color", "XDG_DATA_HOME": str(tmp_path),
+                                 "KIMITUI_PLAIN_DRAW": "1"})
     os.close(slave)
     out = bytearray()
 

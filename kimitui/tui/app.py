@@ -38,6 +38,7 @@ from kimitui.tui.controllers.campaign import CampaignController
 from kimitui.tui.controllers.cleanup import CleanupController
 from kimitui.tui.controllers.macro import MacroController
 from kimitui.tui.controllers.micro import MicroController
+from kimitui.tui.diff_draw import DiffDraw
 from kimitui.tui.host_keys import HostKeys
 from kimitui.tui.keys import BINDINGS, CAMPAIGN_ACTIONS, LIVE_ACTIONS, REPLAY_ACTIONS
 from kimitui.tui.palette import Colors
@@ -60,11 +61,9 @@ from kimitui.tui.widgets.refresh_batch import refresh_batch
 from kimitui.tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
     from textual.driver import Driver
     from textual.screen import Screen
 
-    from kimitui.tui.screen_diff import ScreenShadow
 
 TICK_HZ = 20.0
 REDRAW_HZ = 8.0
@@ -75,7 +74,7 @@ PLAIN_DRAW_ENV = draw_mode.PLAIN_DRAW_ENV
 """1: draw on Textual's own path, not kimitui's (kimitui/tui/draw_mode.py); read once, when the app is made."""
 
 
-class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
+class KimituiApp(DiffDraw, ScreenshotDelivery, ReplayControls, HostKeys):
     CSS_PATH = "app.tcss"
     TITLE = "kimitui"
     COMMANDS = App.COMMANDS | {KimituiCommands}
@@ -131,11 +130,7 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
         self._unsubscribe: Callable[[], None] | None = None
         self._replay_timers: list[Timer] = []
         self._loop_thread = threading.get_ident()
-        self._shadow: ScreenShadow | None = None
-        """What the terminal shows: a partial update sends only the cells that differ from it (None: plain draw)."""
-        if not self.plain_draw:
-            from kimitui.tui.screen_diff import ScreenShadow  # Textual's internals: imported on kimitui's path only
-            self._shadow = ScreenShadow()
+        self.start_diff_draw(self.plain_draw)  # diff_draw.py: a partial update sends only the cells that changed
         self.macro = MacroController(self)
         """The macro sweep started from the dashboard (live only): dialog, worker, progress, cancel."""
         self.micro = MicroController(self)
@@ -216,8 +211,7 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
         self.query_one("#proc-table").border_title = "Processes"
         self.query_one("#event-log").border_title = "Events"
         apply_size(self.screen_stack[0], *self.size)
-        if (shadow := self._shadow) is not None:  # suspended, the terminal is another's: nothing on it is known
-            self.app_suspend_signal.subscribe(self, lambda _: shadow.forget(), immediate=True)
+        self.forget_on_suspend()
         for warning in self.startup_warnings:
             self.log.warning(warning)
             self.notify(warning, title="kimitui", severity="warning", timeout=12)
@@ -249,35 +243,6 @@ class KimituiApp(ScreenshotDelivery, ReplayControls, HostKeys):
         apply_size(self.screen_stack[0], *event.size)
 
     # -- drawing
-
-    def _display(self, screen: Screen[object], renderable: RenderableType | None) -> None:
-        # Textual's one place that writes a frame: a partial one is cut to the cells that changed
-        shadow = self._shadow
-        if shadow is None:  # plain draw (no shadow made): Textual's own
-            return super()._display(screen, renderable)
-        from kimitui.tui.screen_diff import DiffUpdate, minimal_update
-        driver = self._driver
-        written = (renderable is not None and not self._batch_count and self._running and not self._closed
-                   and not self.is_headless and driver is not None)
-        if written and driver is not None and not driver.is_inline:
-            renderable = minimal_update(shadow, renderable, (self.size.width, self.size.height),
-                                        self.console)  # type: ignore[assignment]
-            if isinstance(renderable, DiffUpdate) and not any(self.cursor_position):
-                # Textual ends every frame with a move to the cursor's place: home, where no widget has put it.
-                # The cursor is hidden and the next update places itself, so the move is left out, and a frame
-                # with nothing changed writes nothing.
-                try:
-                    if renderable.sequences:
-                        self._begin_update()
-                        try:
-                            driver.write(renderable.sequences)
-                        finally:
-                            self._end_update()
-                        driver.flush()
-                finally:
-                    self.post_display_hook()
-                return
-        super()._display(screen, renderable)
 
     @property
     def colors(self) -> Colors:

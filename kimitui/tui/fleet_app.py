@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 from rich.text import Text
-from textual.app import App, ComposeResult, SuspendNotSupported
+from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.events import Resize
 from textual.notifications import SeverityLevel
@@ -25,7 +25,8 @@ from textual.widgets import Static
 
 from kimitui.core.events import Event
 from kimitui.core.session import EventSource, Session
-from kimitui.tui import fmt
+from kimitui.tui import draw_mode, fmt
+from kimitui.tui.diff_draw import DiffDraw
 from kimitui.tui.keys import ESCAPE_QUITS_ENV
 from kimitui.tui.palette import Colors
 from kimitui.tui.themes import load_themes, resolve_theme
@@ -39,7 +40,7 @@ TABLE_ACTIONS = frozenset({"expand", "collapse", "toggle_host", "open_host", "so
 """Keys of the fleet's table: not while another screen (the command palette) is on top."""
 
 
-class FleetApp(App[None]):
+class FleetApp(DiffDraw):
     CSS_PATH = "fleet.tcss"
     TITLE = "kimitui fleet"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -55,8 +56,10 @@ class FleetApp(App[None]):
     ]
 
     def __init__(self, session: Session, sources: Iterable[EventSource] = (), open_host: OpenHost | None = None,
-                 title: str = "", *, theme: str | None = None) -> None:
+                 title: str = "", *, theme: str | None = None, plain_draw: bool | None = None) -> None:
         super().__init__()
+        # every round moves most rows' figures: only the cells that changed are sent (diff_draw.py)
+        self.start_diff_draw(draw_mode.plain_draw_asked() if plain_draw is None else plain_draw)
         self.session = session
         self.sources = list(sources)
         self.open_host = open_host
@@ -86,6 +89,7 @@ class FleetApp(App[None]):
         yield from (self._status, self._table, self._detail, self._footer)
 
     def on_mount(self) -> None:
+        self.forget_on_suspend()
         for warning in self._warnings:
             self.notify(warning, title="kimitui", severity="warning", timeout=12)
         self._unsubscribe = self.session.subscribe(self._on_event)
