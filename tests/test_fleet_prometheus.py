@@ -484,3 +484,18 @@ def capture() -> None:
 
 if __name__ == "__main__":
     capture()
+
+
+def test_an_idle_gpus_trained_down_link_is_not_flagged_a_busy_ones_is() -> None:
+    """An idle GPU runs its PCIe link at Gen1 to save power (an H200's does): only a GPU at work (10 % or more) is
+    flagged for a link below its maximum."""
+    def gpu(index: int, util: str, gen: str) -> list[dict[str, object]]:
+        fields = {"GPU_UTIL": util, "PCIE_LINK_GEN": gen, "PCIE_MAX_LINK_GEN": "5", "PCIE_LINK_WIDTH": "16",
+                  "PCIE_MAX_LINK_WIDTH": "16", "FB_USED": "10", "FB_FREE": "90"}
+        return [{"metric": {"__name__": f"DCGM_FI_DEV_{k}", "gpu": str(index), "Hostname": "h", "job": "dcgm",
+                            "instance": "h:9400"}, "value": [1.0, v]} for k, v in fields.items()]
+
+    answer = {"status": "success", "data": {"resultType": "vector", "result": [
+        *gpu(0, "0", "1"), *gpu(1, "85", "4"), *gpu(2, "85", "5"), *gpu(3, "9", "3")]}}
+    (host,) = PrometheusReader("http://prom:9090").fold(answer)
+    assert [g.link for g in host.gpus] == ["", "PCIe Gen4 x16 of Gen5 x16", "", ""]

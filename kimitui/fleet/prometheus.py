@@ -195,7 +195,15 @@ class _Gpu:
                         link=_link_words(v))
 
 
+BUSY_PCT = 10.0
+"""A GPU's link is judged only while it works: an idle GPU trains its link down to save power (Gen1 on an idle
+H200), a busy one should run it at its maximum."""
+
+
 def _link_words(v: dict[str, float | None]) -> str:
+    util = v.get("GPU_UTIL")
+    if util is None or util < BUSY_PCT:
+        return ""
     got = [v.get(k) for k in ("PCIE_LINK_GEN", "PCIE_LINK_WIDTH", "PCIE_MAX_LINK_GEN", "PCIE_MAX_LINK_WIDTH")]
     if any(x is None or not 0 < x < 1000 for x in got):
         return ""
