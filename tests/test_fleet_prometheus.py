@@ -42,6 +42,7 @@ from kimitui.fleet.prometheus_server import (  # noqa: E402
     start_prometheus,
 )
 from kimitui.fleet.reader import SourceDown, rounds  # noqa: E402
+from tests.waiting import wait_until  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "prometheus"
 COUNT = 8
@@ -163,6 +164,10 @@ def summary(hosts: list[FleetHost]) -> str:
     return "; ".join(f"{h.name} {h.state} {h.detail} gpus={len(h.gpus)}" for h in hosts)
 
 
+ROUND_POLL_S = 0.2
+"""Between two rounds read while waiting for a condition (a second's scrape interval: a few polls a scrape)."""
+
+
 async def until(reader: PrometheusReader, cond: Callable[[dict[str, FleetHost]], bool], what: str,
                 timeout: float = WAIT_S) -> dict[str, FleetHost]:
     """Read rounds until COND holds of one (polling, never a fixed wait)."""
@@ -172,7 +177,7 @@ async def until(reader: PrometheusReader, cond: Callable[[dict[str, FleetHost]],
         if cond(hosts):
             return hosts
         assert time.monotonic() < end, f"{what}: not within {timeout:g} s; last round: {summary(list(hosts.values()))}"
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(ROUND_POLL_S)
 
 
 DEMO = [f"demo-{i:02d}" for i in range(1, COUNT + 1)]
@@ -319,14 +324,14 @@ def test_prometheus_ends_with_the_process_that_started_it(tmp_path: Path) -> Non
         os.kill(pid, 0)  # running
         starter.kill()
         starter.wait()
-        end = time.monotonic() + WAIT_S
-        while True:
+        def gone() -> bool:
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
-                break
-            assert time.monotonic() < end, f"prometheus {pid} still runs after its starter was killed"
-            time.sleep(0.05)
+                return True
+            return False
+
+        wait_until(gone, f"prometheus {pid} to end after its starter was killed", WAIT_S)
     finally:
         if starter.poll() is None:
             starter.kill()
