@@ -136,8 +136,4 @@ def _one_line(exc: BaseException) -> str:
     return (" ".join(str(exc).split()) or type(exc).__name__)[:160]
 
 
-def demo_reader_of(fleet: DemoFleet) -> DemoReader:
-    return DemoReader(fleet.hosts)
-
-
-__all__ = ["DemoAddress", "DemoFleet", "DemoReader", "demo_reader_of"]
+__all__ = ["DemoAddress", "DemoFleet", "DemoReader"]

@@ -17,7 +17,7 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from kimitui.core.events import ConnectionState, Event, FleetGpu, FleetHost, HostSample, ProcSample
@@ -65,7 +65,6 @@ class _Watched:
     seen: float | None = None
     state: str = "connecting"
     detail: str = ""
-    samples: int = field(default=0)
 
 
 class SshFleetReader:
@@ -90,7 +89,6 @@ class SshFleetReader:
                 async for ev in events:
                     if isinstance(ev, HostSample):
                         w.host, w.seen, w.state, w.detail = host_of_sample(w.name, ev), self.clock(), "up", ""
-                        w.samples += 1
                     elif isinstance(ev, ConnectionState):
                         if ev.state == "failed":
                             w.state, w.detail = "down", printable(ev.detail)[:200]
