@@ -38,18 +38,12 @@ FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _link(g: FleetGpu) -> tuple[int, int, int, int]:
-    """(gen, max gen, width, max width) from the row's words (``PCIe Gen4 x16 of Gen5 x16``; "" at its max)."""
-    words = g.link.replace("PCIe ", "").replace(" of ", " ").split()
-    try:
-        gen, width, top, top_width = (int(w.lstrip("Genx")) for w in words)
-        return gen, top, width, top_width
-    except ValueError:
-        return 5, 5, 16, 16
+Link = tuple[int, int, int, int]
+"""A GPU's PCIe link: (generation, width) now, then (generation, width) at most."""
 
 
-def _values(g: FleetGpu) -> dict[str, float | None]:
-    gen, top, width, top_width = _link(g)
+def _values(g: FleetGpu, link: Link | None) -> dict[str, float | None]:
+    gen, width, top, top_width = link or (None, None, None, None)
     free = None if g.mem_total_mib is None or g.mem_used_mib is None else g.mem_total_mib - g.mem_used_mib
     return {"DCGM_FI_DEV_SM_CLOCK": g.sm_clock_mhz, "DCGM_FI_DEV_GPU_TEMP": g.temp_c,
             "DCGM_FI_DEV_POWER_USAGE": g.power_w, "DCGM_FI_DEV_GPU_UTIL": g.util_pct, "DCGM_FI_DEV_FB_FREE": free,
@@ -73,13 +67,14 @@ def _text(metrics: list[Metric]) -> bytes:
     return generate_latest(registry)
 
 
-def dcgm_text(host: FleetHost, bus_ids: dict[int, str] | None = None) -> bytes:
-    """The exporter's /metrics for HOST's GPUs (BUS_IDS: each GPU's PCI bus id, by index)."""
+def dcgm_text(host: FleetHost, bus_ids: dict[int, str] | None = None, links: dict[int, Link] | None = None) -> bytes:
+    """The exporter's /metrics for HOST's GPUs (BUS_IDS: each GPU's PCI bus id, LINKS its PCIe link, by index;
+    a GPU with no link given has no PCIe series)."""
     families = {name: GaugeMetricFamily(name, doc, labels=LABELS) for name, doc in FIELDS}
     for g in host.gpus:
         labels = [str(g.index), g.uuid, (bus_ids or {}).get(g.index, ""), f"nvidia{g.index}", g.name, host.name,
                   DRIVER]
-        for name, value in _values(g).items():
+        for name, value in _values(g, (links or {}).get(g.index)).items():
             if value is not None:
                 families[name].add_metric(labels, float(value))
     return _text(list(families.values()))

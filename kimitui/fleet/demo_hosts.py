@@ -24,7 +24,7 @@ import sys
 import time
 
 from kimitui.fleet.dcgm_text import dcgm_text, vllm_text
-from kimitui.fleet.demo_model import MODEL, DemoHost, demo_hosts
+from kimitui.fleet.demo_model import MAX_LINK, MODEL, DemoHost, demo_hosts
 from kimitui.hosts.sim.http11 import HttpServer, Request, Responder
 
 
@@ -55,7 +55,8 @@ class ServedHost:
         now = self.host.at(time.time())
         if path == "/metrics":
             bus = {g.index: g.bus_id for g in self.host.gpus}
-            await out.send(200, dcgm_text(now, bus), "text/plain; version=0.0.4; charset=utf-8")
+            links = {g.index: (*g.link, *MAX_LINK) for g in self.host.gpus}
+            await out.send(200, dcgm_text(now, bus, links), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/vllm/metrics":
             if self.host.service:
                 await out.send(200, vllm_text(now, MODEL), "text/plain; version=0.0.4; charset=utf-8")

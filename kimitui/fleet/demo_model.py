@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass, field
 
 from kimitui.core.events.fleet import FleetGpu, FleetHost
+from kimitui.hostside.clocks import link_text
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 TOTAL_MIB = 97_887.0
@@ -24,6 +25,8 @@ ORPHAN_MIB = 40_960.0
 IDLE_MIB = 0.0
 BOOST_MHZ, CAPPED_MHZ = 2617.0, 2235.0
 """The modelled GPU's SM clock at boost and under its power cap (kimitui/hostside/gemm_rows.py's model)."""
+MAX_LINK = (5, 16)
+"""The modelled GPUs' PCIe link at most: Gen5 x16."""
 MAX_BATCH = 64
 MODEL = "moonshotai/Kimi-K2.5"
 SERVICE = "vllm.service"
@@ -71,7 +74,7 @@ class DemoHost:
                         power_w=power, sm_clock_mhz=CAPPED_MHZ if capped else BOOST_MHZ,
                         holders=service + g.orphans, service_holders=service, xid=g.xid,
                         throttle=["power cap"] if capped else [],
-                        link="" if g.link == (5, 16) else f"PCIe Gen{g.link[0]} x{g.link[1]} of Gen5 x16")
+                        link=link_text(*g.link, *MAX_LINK))
 
     def at(self, t: float) -> FleetHost:
         load = self.load(t)

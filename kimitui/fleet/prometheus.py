@@ -23,7 +23,7 @@ import httpx
 
 from kimitui.core.events.fleet import FleetGpu, FleetHost, FleetSource
 from kimitui.fleet.reader import SourceDown
-from kimitui.hostside.clocks import reasons_words
+from kimitui.hostside.clocks import link_text, reasons_words
 
 DCGM_FIELDS = ("FB_USED", "FB_FREE", "FB_RESERVED", "GPU_UTIL", "GPU_TEMP", "POWER_USAGE", "SM_CLOCK", "XID_ERRORS",
                "CLOCK_THROTTLE_REASONS", "CLOCKS_EVENT_REASONS", "PCIE_LINK_GEN", "PCIE_MAX_LINK_GEN",
@@ -208,9 +208,7 @@ def _link_words(v: dict[str, float | None]) -> str:
     if any(x is None or not 0 < x < 1000 for x in got):
         return ""
     gen, width, top, top_width = (int(x) for x in got)  # type: ignore[arg-type]
-    if gen >= top and width >= top_width:
-        return ""
-    return f"PCIe Gen{gen} x{width} of Gen{top} x{top_width}"
+    return link_text(gen, width, top, top_width)
 
 
 Target = tuple[str, str]

@@ -23,6 +23,13 @@ POLICIES = ((0, "power cap"), (1, "thermal"), (2, "sync boost"))
 """NVML_PERF_POLICY_POWER, _THERMAL, _SYNC_BOOST: their violation time counters."""
 
 
+def link_text(gen: int, width: int, top_gen: int, top_width: int) -> str:
+    """``PCIe Gen4 x16 of Gen5 x16`` for a link below its maximum generation or width; "" for one at it."""
+    if gen >= top_gen and width >= top_width:
+        return ""
+    return f"PCIe Gen{gen} x{width} of Gen{top_gen} x{top_width}"
+
+
 def reasons_words(mask: int) -> list:
     """The caps a clocks event reasons mask holds, in words (sorted, each once)."""
     return sorted({word for bit, word in REASONS if mask & bit})
@@ -107,9 +114,8 @@ class ClockWatch:
                    int(self.nv.nvmlDeviceGetMaxPcieLinkWidth(self.h)))
         except Exception:
             return []
-        if now[0] >= top[0] and now[1] >= top[1]:
-            return []
-        return [f"PCIe Gen{now[0]} x{now[1]} of Gen{top[0]} x{top[1]}"]
+        words = link_text(now[0], now[1], top[0], top[1])
+        return [words] if words else []
 
 
 class GroupWatch:

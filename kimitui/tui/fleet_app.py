@@ -129,8 +129,7 @@ class FleetApp(DiffDraw):
 
     async def _pump(self, source: EventSource) -> None:
         try:
-            async for event in source.events():
-                self.session.publish(event)
+            await self.session.pump(source)
         except Exception as exc:  # said, not raised: the rows folded so far stay on screen
             self.notify(f"the fleet's source stopped: {type(exc).__name__}: {exc}", title="fleet",
                         severity="error", timeout=30)
