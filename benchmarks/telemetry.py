@@ -465,6 +465,7 @@ def _first_paint_once(window: float, dump: Path | None) -> list[tuple[float, int
         shutil.rmtree(env["XDG_DATA_HOME"], ignore_errors=True)
     if dump is not None:
         dump.write_bytes(bytes(stream))
+        dump.with_name(dump.name + ".reads").write_text("".join(f"{t:.4f} {n}\n" for t, n in reads))
     return reads
 
 
@@ -498,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim", action="store_true", help="agent-cost: use the sim source even with NVML")
     ap.add_argument("--duration", type=float, default=30.0, help="dashboard-cpu: seconds measured (default 30)")
     ap.add_argument("--runs", type=int, default=3, help="first-paint: runs (default 3)")
-    ap.add_argument("--dump", help="first-paint: write the bytes of the last run to this file")
+    ap.add_argument("--dump", help="first-paint: write the bytes of the last run to this file (and FILE.reads: "
+                                       "the time and size of each read)")
     ap.add_argument("--dashboard-child", choices=LOADS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.dashboard_child:

@@ -20,7 +20,7 @@ $PY -m compileall -q -j 0 kimitui ${PYTHONPATH:+$(echo "$PYTHONPATH" | tr ':' ' 
   echo "== $(date -u +%H:%M:%S) kimitui beside nvitop"
   timeout 300 $PY benchmarks/vs_nvitop.py --runs 3 --seconds 30 2>&1
   echo "== $(date -u +%H:%M:%S) kimitui demo's first 5 s on a 120x40 pty (issue 37: <= 14 KB)"
-  timeout 120 $PY benchmarks/telemetry.py --only first-paint --runs 3 2>&1
+  timeout 120 $PY benchmarks/telemetry.py --only first-paint --runs 3 --dump "$OUT/first-paint.bin" 2>&1
   echo "== $(date -u +%H:%M:%S) dashboard on the simulated host, 8 GPUs x 64 processes at 2 Hz"
   timeout 200 $PY benchmarks/telemetry.py --only dashboard-cpu 2>&1
   echo "== $(date -u +%H:%M:%S) done"

@@ -29,6 +29,8 @@
 #            replayed (--summary) and read back: the headless recorder on a real driver
 #   clocks   scripts/device_clocks.py: NVML's clock calls as kimitui/hostside/clocks.py makes them, idle and after
 #            a burst of big GEMMs; then `kimitui bench micro --host local --gemm --json`: each row's SM clock and caps
+#   paint    kimitui demo's first 5 s on a 120x40 pty (benchmarks/telemetry.py --only first-paint), bytecode
+#            compiled, the last run's bytes and reads kept (work/paint/first-paint.bin, .reads)
 #   draw     scripts/device_draw.sh: the local dashboard's start, beside nvitop (start, bytes, CPU), the dashboard's
 #            bytes and CPU on 8 simulated GPUs x 64 processes
 set -uo pipefail
@@ -148,7 +150,7 @@ part_tfcampaign() {
 
 part_budget() {
   local d="$OUT/work/budget"; mkdir -p "$d"
-  OUT="$d" timeout 590 bash scripts/device_model_budget.sh > "$d/run.log" 2>&1
+  OUT="$d" timeout "${BUDGET_TIMEOUT_S:-590}" bash scripts/device_model_budget.sh > "$d/run.log" 2>&1
   say "budget: rc $?"
   cat "$d/budget.txt" >> "$OUT/summary.txt"
 }
@@ -190,6 +192,13 @@ part_draw() {
   OUT="$d" timeout 590 bash scripts/device_draw.sh > "$d/run.log" 2>&1
   say "draw: rc $?"
   cat "$d/draw.txt" >> "$OUT/summary.txt"
+}
+
+part_paint() {
+  local d="$OUT/work/paint"; mkdir -p "$d"
+  (unset PYTHONDONTWRITEBYTECODE; $PY -m compileall -q -j 0 kimitui /tmp/kimitui-site >/dev/null 2>&1
+   timeout 120 $PY benchmarks/telemetry.py --only first-paint --runs 3 --dump "$d/first-paint.bin") 2>&1 \
+    | tee -a "$OUT/summary.txt"
 }
 
 for part in "$@"; do
