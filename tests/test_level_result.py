@@ -17,7 +17,7 @@ from kimitui.core.describe import describe
 from kimitui.core.events import LevelResult, MacroPoint, MacroRequests, RequestRecord
 from kimitui.core.level_requests import level_requests
 from kimitui.core.runfile import RunReader, RunWriter
-from kimitui.core.state import sweep_failure
+from kimitui.core.sweep_state import sweep_failure
 from kimitui.phases.check import compare
 from kimitui.report.compare import load_runs, macro_compare
 from kimitui.report.markdown import render_report

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kimitui.bench.macro import ConfigError, MacroConfig, run_sweep
-from kimitui.bench.macro.config import SLO
-from kimitui.bench.macro.search import PROBE_WAVES, SloSearch
+from kimitui.bench.macro.config import RATE_LEVEL_MIN_REQUESTS, RATE_LEVEL_S, SLO
+from kimitui.bench.macro.search import PROBE_WAVES, RATE_RESOLUTION, RateSearch, SloSearch
 from kimitui.core.events import Event, MacroPoint, MacroVerdict
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
@@ -113,3 +113,77 @@ def test_the_command_says_the_answer_and_its_probes(tmp_path: Path, capsys: pyte
     probes = saved["search_probes"]
     assert f"met at p99 up to c={saved['max_concurrency_meeting_slo']} (searched: c={','.join(map(str, probes))}; " \
            f"{len(probes)} probes)" in line
+
+
+# -- a search over request rates (--request-rate LOW HIGH --search) -----------------------------------------
+
+def _rate_search(lowest: float, highest: float, limit: float | None) -> RateSearch:
+    """Search rates on a server that meets the SLOs up to ``limit`` req/s (None: nowhere)."""
+    s = RateSearch(lowest, highest)
+    while (r := s.next()) is not None:
+        assert r not in s.order and lowest <= r <= highest
+        s.record(r, limit is not None and r <= limit)
+    return s
+
+
+@pytest.mark.parametrize("lowest,highest", [(1.0, 64.0), (0.5, 100.0), (2.0, 3.0)])
+def test_every_rate_of_a_monotone_server_is_found_to_ten_percent(lowest: float, highest: float) -> None:
+    limits = [lowest * 1.07 ** k for k in range(200) if lowest * 1.07 ** k <= highest]
+    for limit in limits:
+        s = _rate_search(lowest, highest, limit)
+        assert s.answer is not None and s.answer <= limit, (limit, s.order)
+        above = [r for r, met in s.tried if not met]
+        # the answer is within RATE_RESOLUTION of the lowest rate that missed (or is the highest rate given)
+        assert s.answer == highest or (above and min(above) <= s.answer * (1 + RATE_RESOLUTION) + 0.01), s.order
+        assert len(s.order) <= s.planned, (limit, s.order, s.planned)
+    assert _rate_search(lowest, highest, None).answer is None
+    assert _rate_search(lowest, highest, highest * 2).answer == highest
+
+
+def test_a_rate_search_needs_two_rates_and_a_request_count() -> None:
+    with pytest.raises(ConfigError, match="lowest and the highest"):
+        MacroConfig(url="http://x", search=True, slo=SLO(tpot_ms=30), rate_levels=[5.0], concurrency=[8]).validate()
+    with pytest.raises(ConfigError, match="one cap"):
+        MacroConfig(url="http://x", rate_levels=[1.0, 2.0], concurrency=[1, 8]).validate()
+    with pytest.raises(ConfigError, match="positive"):
+        MacroConfig(url="http://x", rate_levels=[1.0, float("nan")], concurrency=[8]).validate()
+    with pytest.raises(ConfigError, match="--duration"):
+        MacroConfig(url="http://x", search=True, slo=SLO(tpot_ms=30), rate_levels=[1.0, 8.0], concurrency=[8],
+                    duration_s=5).validate()
+    per_slot = MacroConfig(url="http://x", rate_levels=[1.0, 20.0], concurrency=[64], requests_per_stream=4)
+    assert per_slot.rate_level_requests(1.0) == RATE_LEVEL_MIN_REQUESTS
+    assert per_slot.rate_level_requests(20.0) == int(20 * RATE_LEVEL_S)
+    assert MacroConfig(url="http://x", rate_levels=[1.0], requests=12).rate_level_requests(50.0) == 12
+
+
+# 4 tokens a request, TPOT 10 ms alone and 4 ms more for each request beside it: open loop, a 20 ms TPOT SLO holds
+# up to about 40 req/s (under 3 requests in flight) and is missed by far from 80 req/s (the queue grows)
+FOUR_TOKENS = dict(requests=16, max_tokens=4, warmup=0, slo=SLO(tpot_ms=20.0))
+
+
+async def test_the_rate_search_against_the_simulated_server_agrees_with_a_fixed_sweep() -> None:
+    events: list[Event] = []
+    fixed: list[Event] = []
+    async with SimOpenAIServer(batching=STEEP) as srv:
+        cfg = MacroConfig(url=srv.url, concurrency=[64], rate_levels=[10.0, 160.0], search=True, **FOUR_TOKENS)
+        result = await run_sweep(cfg, events.append)
+        sweep = MacroConfig(url=srv.url, concurrency=[64], rate_levels=[10.0, 160.0], **FOUR_TOKENS)
+        await run_sweep(sweep, fixed.append)
+    (verdict,) = [e for e in events if isinstance(e, MacroVerdict)]
+    points = [e for e in events if isinstance(e, MacroPoint)]
+    probes = [p.rate for p in points]
+    assert verdict.axis == "rate" and verdict.searched == probes == [lv.rate for lv in result.levels]
+    assert [p.metrics["request_rate"] for p in points] == probes and {p.concurrency for p in points} == {64}
+    assert probes[:3] == [10.0, 20.0, 40.0] and len(probes) == len(set(probes)) and not result.cancelled
+    answer = verdict.slo_concurrency
+    assert answer is not None and answer in verdict.meets
+    missed = [r for r in probes if r not in verdict.meets and r > answer]
+    assert missed and min(missed) <= answer * (1 + RATE_RESOLUTION) + 0.01  # bracketed to 10 % by its probes
+    assert all(r in verdict.meets for r in probes if r <= answer / 2)  # far below: met, as the fixed sweep says
+    assert all(r not in verdict.meets for r in probes if r >= answer * 2)
+    (fixed_verdict,) = [e for e in fixed if isinstance(e, MacroVerdict)]
+    assert fixed_verdict.axis == "rate" and fixed_verdict.meets == [10.0] and fixed_verdict.slo_concurrency == 10.0
+    assert 10.0 <= answer < 160.0  # the search's answer lies where the fixed sweep says the SLOs turn
+    assert result.to_dict()["verdict"]["max_rate_meeting_slo"] == answer
+    for lv in result.levels:
+        assert lv.metrics["num_prompts"] == 16 and lv.metrics["request_rate"] == lv.rate

@@ -61,12 +61,15 @@ def energy_words(r: LevelResult, energy: LevelEnergy | None) -> str:
             f"{'s' if len(energy.gpus) != 1 else ''} ({energy.mean_w:.0f} W)")
 
 
-def format_level(r: LevelResult, energy: LevelEnergy | None = None, metered: bool = False) -> str:
+def format_level(r: LevelResult, energy: LevelEnergy | None = None, metered: bool = False,
+                 rate: float | None = None) -> str:
     """One level as a line: throughput, TTFT / TPOT / ITL (mean and the highest percentile asked for), the
-    input tokens achieved, the concurrency reached, goodput, the server's prefix-cache hit rate and failures."""
+    input tokens achieved, the concurrency reached, goodput, the server's prefix-cache hit rate and failures;
+    RATE: the level's request rate, where the sweep's levels are rates (the line starts with it)."""
     top, pk = r.top_percentile, r.top_word
     figure = r.figure
-    line = (f"c={r.concurrency:<4} {_n(r.completed, '>5')} ok {_n(r.failed, '>4')} failed  "
+    where = f"{rate:g} req/s" if rate is not None else f"c={r.concurrency:<4}"
+    line = (f"{where} {_n(r.completed, '>5')} ok {_n(r.failed, '>4')} failed  "
             f"out {_n(r.output_throughput, '>9.1f')} tok/s  req {_n(figure('request_throughput'), '>7.2f')}/s  "
             f"TTFT {_n(r.ttft.mean, '>8.1f')} ms ({pk} {_n(r.ttft.p(top), '.1f')})  "
             + (f"TTFO {_n(r.ttfo.mean, '>8.1f')} ms ({pk} {_n(r.ttfo.p(top), '.1f')}, "
@@ -94,12 +97,14 @@ class StderrProgress:
 
     PREFIX = "kimitui bench macro: "
 
-    def __init__(self, err: TextIO, levels: list[int], live: bool | None = None) -> None:
+    def __init__(self, err: TextIO, levels: list[float], live: bool | None = None) -> None:
         self.err = err
         self.levels = levels
         self.live = err.isatty() if live is None else live
         self.shown = False
         self.done = 0
+        self.planned = len(levels)
+        """Levels the sweep plans (a search's: at most this many probes, from its progress)."""
 
     def clear(self) -> None:
         """Take the live line away (before anything else is written to the terminal)."""
@@ -109,9 +114,11 @@ class StderrProgress:
             self.shown = False
 
     def update(self, p: LevelProgress) -> None:
+        self.planned = max(p.levels, self.done + 1)
         if not self.live:
             return
-        where = f"level {p.level_index + 1}/{p.levels} c={p.concurrency}"
+        where = f"level {p.level_index + 1}/{p.levels} " + (f"{p.rate:g} req/s" if p.rate is not None
+                                                             else f"c={p.concurrency}")
         if p.stage == "warmup":
             what = "warming up"
         else:
@@ -123,12 +130,13 @@ class StderrProgress:
         self.err.flush()
         self.shown = True
 
-    def level_done(self, r: LevelResult) -> None:
+    def level_done(self, r: LevelResult, rate: float | None = None) -> None:
         self.done += 1
         self.clear()
         if self.live:
             return
-        self.err.write(f"{self.PREFIX}level {self.done}/{len(self.levels)} c={r.concurrency} done in "
+        where = f"{rate:g} req/s" if rate is not None else f"c={r.concurrency}"
+        self.err.write(f"{self.PREFIX}level {self.done}/{self.planned} {where} done in "
                        f"{r.duration or 0.0:.1f}s: {_n(r.completed, '')} ok, {_n(r.failed, '')} "
                        f"failed, {_n(r.output_throughput, '.1f')} tok/s\n")
         self.err.flush()
@@ -142,8 +150,8 @@ class OutputFile:
         self.path = path
         self.partial = SweepResult(config=config, model=model)
 
-    def level(self, concurrency: int, metrics: dict[str, Any]) -> None:
-        self.partial.levels.append(SweepLevel(concurrency, metrics))
+    def level(self, concurrency: int, metrics: dict[str, Any], rate: float | None = None) -> None:
+        self.partial.levels.append(SweepLevel(concurrency, metrics, rate=rate))
         self.write(self.partial, finished=False)
 
     def write(self, result: SweepResult, finished: bool) -> None:

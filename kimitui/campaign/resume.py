@@ -28,10 +28,11 @@ from kimitui.core.events import (
     MacroProgress,
     MicroEnd,
     PhaseEnd,
+    level_failed,
 )
 from kimitui.core.replay import state_at
 from kimitui.core.runfile import RunFileError, RunReader
-from kimitui.core.state import SessionState, level_failed
+from kimitui.core.state import SessionState
 
 
 class ResumeError(Exception):

@@ -64,7 +64,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="requests per level: a count, or Nx for N per concurrency slot (default 4x: 4 at c=1, "
                         "512 at c=128, as the dashboard's M dialog)")
     p.add_argument("--duration", type=float, help="seconds per level instead of a request count")
-    p.add_argument("--request-rate", type=float, help="Poisson arrivals, requests/s (default: as fast as allowed)")
+    p.add_argument("--request-rate", type=float, nargs="+", metavar="RPS",
+                   help="Poisson arrivals, requests/s (default: as fast as allowed); several rates (2 4 8) are the "
+                        "levels, each sending 10 s of its arrivals (at least 32 requests) under one --concurrency "
+                        "cap (default 512); with --search, the lowest and highest rate to search between")
     p.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma-distributed gaps between arrivals (vLLM's): 1 Poisson (default), <1 burstier, "
                         ">1 more regular; with --request-rate or a ramp-up")
@@ -113,7 +116,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--search", action="store_true",
                    help="with --slo: find the highest concurrency meeting the SLOs at p99 by bracketing and "
                         "bisection between the lowest and the highest --concurrency (default 1 to 128), each "
-                        "probe at least 4 requests per slot, instead of running every level")
+                        "probe at least 4 requests per slot, instead of running every level; with --request-rate "
+                        "LOW HIGH, the highest request rate (to 10 %%)")
     p.add_argument("--connect-timeout", type=float, default=10.0)
     p.add_argument("--read-timeout", type=float, default=60.0, help="longest silence between chunks (s)")
     p.add_argument("--request-timeout", type=float, default=600.0, help="longest single request (s)")
@@ -147,9 +151,18 @@ def _config(args: argparse.Namespace) -> Any:
     import os
 
     from kimitui.bench.macro import ConfigError, MacroConfig, RampUp, Timeouts
-    from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, PERCENTILES, parse_requests
+    from kimitui.bench.macro.config import (
+        DEFAULT_LEVELS,
+        DEFAULT_REQUESTS,
+        MAX_CONCURRENCY,
+        PERCENTILES,
+        parse_requests,
+    )
 
     slo = _goodput(args.goodput)
+    rates: list[float] = args.request_rate or []
+    rate_levels = rates if len(rates) > 1 or (rates and args.search) else []
+    concurrency = args.concurrency or (list(DEFAULT_LEVELS) if not rate_levels else [MAX_CONCURRENCY])
     per_stream, requests = args.requests or parse_requests(DEFAULT_REQUESTS)
     ramp = None
     if args.ramp_up_strategy is not None:
@@ -160,9 +173,9 @@ def _config(args: argparse.Namespace) -> Any:
         raise ConfigError("--ramp-up-start-rps and --ramp-up-end-rps need --ramp-up-strategy")
     return MacroConfig(
         url=args.url or DEMO_PLACEHOLDER_URL, model=args.model, endpoint=args.endpoint,
-        concurrency=args.concurrency or list(DEFAULT_LEVELS), requests=requests,
+        concurrency=concurrency, requests=requests, rate_levels=rate_levels,
         requests_per_stream=per_stream,
-        duration_s=args.duration, request_rate=args.request_rate, warmup=args.warmup,
+        duration_s=args.duration, request_rate=rates[0] if rates and not rate_levels else None, warmup=args.warmup,
         input_len=args.input_len, dataset=args.dataset, max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos, seed=args.seed or 0, input_len_stddev=args.input_len_stddev,
         max_tokens_stddev=args.max_tokens_stddev, percentiles=args.percentiles or PERCENTILES,
@@ -211,28 +224,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"kimitui bench macro: {printable(str(exc))}", file=sys.stderr)
         return 2
 
-    progress = StderrProgress(sys.stderr, list(cfg.concurrency))
+    progress = StderrProgress(sys.stderr, cfg.levels)
     output: list[OutputFile] = []
     recorded: list[Path] = []
     sessions: list[Any] = []
     """The recorded session: its fold has each level's GPU energy (from the host's power samples, with --host)."""
     metered = args.host is not None
 
-    def energy_of(c: int) -> Any:
+    def energy_of(key: float) -> Any:
         sweep = sessions[0].state.sweep if sessions else None
-        return sweep.energy.get(c) if sweep is not None else None
+        return sweep.energy.get(key) if sweep is not None else None
 
     def show(ev: Event) -> None:
         if requests_out is not None:
             requests_out(ev)
         if isinstance(ev, MacroPoint):
-            progress.level_done(ev.result)
-            energy = energy_of(ev.concurrency)
+            progress.level_done(ev.result, ev.rate)
+            energy = energy_of(ev.key)
             figures = {**ev.metrics, **energy_figures(ev.result, energy)}  # the event's own dict stays as recorded
-            print(json_level(ev.concurrency, figures) if args.json else format_level(ev.result, energy, metered),
-                  flush=True)
+            print(json_level(ev.concurrency, figures) if args.json
+                  else format_level(ev.result, energy, metered, ev.rate), flush=True)
             if output:
-                output[0].level(ev.concurrency, figures)
+                output[0].level(ev.concurrency, figures, ev.rate)
         elif isinstance(ev, MacroVerdict):
             progress.clear()
             # stdout's --json lines are one a level; the verdict's JSON is --output's "verdict"
@@ -314,7 +327,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result = asyncio.run(main())
         if output:
             for lv in result.levels:
-                lv.metrics = {**lv.metrics, **energy_figures(lv.result, energy_of(lv.concurrency))}
+                lv.metrics = {**lv.metrics, **energy_figures(lv.result, energy_of(lv.key))}
             output[0].write(result, finished=True)
     except MacroError as exc:  # the sweep could not start (the server): recorded, said in one line
         print(f"kimitui bench macro: {printable(str(exc))}", file=sys.stderr)
@@ -349,7 +362,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
               f"{recorded[0]})", file=sys.stderr)
     if result.cancelled:
         return 130
-    from kimitui.core.state import sweep_failure
+    from kimitui.core.sweep_state import sweep_failure
 
     failure = sweep_failure(lv.result for lv in result.levels)
     if failure is not None:  # nothing was measured: a script must not read the sweep as done

@@ -192,11 +192,12 @@ def _words(ev: Event, state: StateView | None) -> str | None:
                 + (f" ({ev.detail})" if ev.detail else ""))
     if isinstance(ev, MacroPoint):
         r = ev.result
+        where = f"rate {ev.rate:g} req/s" if ev.rate is not None else f"concurrency {ev.concurrency}"
         if r.all_failed:
-            return (f"concurrency {ev.concurrency}: FAILED, {r.failed} of {r.num_prompts} requests "
+            return (f"{where}: FAILED, {r.failed} of {r.num_prompts} requests "
                     f"failed (first: {r.first_error or 'no reason given'})")
         tok = r.output_throughput
-        return (f"concurrency {ev.concurrency}: " + (f"{tok:.0f} tok/s" if tok is not None else "no throughput")
+        return (f"{where}: " + (f"{tok:.0f} tok/s" if tok is not None else "no throughput")
                 + server_words(ev))
     if isinstance(ev, ServerSample):
         return None  # read every 200 ms: the Benchmarks tab plots them, the log would only repeat them
@@ -387,12 +388,14 @@ def verdict_line(ev: MacroVerdict) -> str:
     parts = []
     if ev.slo:
         slos = ",".join(f"{k}:{v:g}" for k, v in ev.slo.items())
-        parts.append(f"SLOs {slos} ms met at p99 up to c={ev.slo_concurrency}" if ev.slo_concurrency is not None
-                     else f"SLOs {slos} ms met at p99 at no level")
+        parts.append(f"SLOs {slos} ms met at p99 up to {ev.label(ev.slo_concurrency)}"
+                     if ev.slo_concurrency is not None else f"SLOs {slos} ms met at p99 at no level")
         if ev.searched:
-            parts[-1] += f" (searched: c={','.join(map(str, ev.searched))}; {len(ev.searched)} probes)"
+            tried = ",".join(f"{x:g}" for x in ev.searched)
+            parts[-1] += (f" (searched: {tried} req/s" if ev.axis == "rate" else f" (searched: c={tried}") + \
+                f"; {len(ev.searched)} probes)"
     if ev.knee_concurrency is not None and ev.knee_tok_s is not None:
-        parts.append(f"knee at c={ev.knee_concurrency}, {ev.knee_tok_s:.0f} tok/s "
+        parts.append(f"knee at {ev.label(ev.knee_concurrency)}, {ev.knee_tok_s:.0f} tok/s "
                      f"(under {ev.knee_growth:.0%} more per doubling past it)")
     elif ev.peak_tok_s is not None:
         parts.append(f"no knee: tok/s still grows at the last level ({ev.peak_tok_s:.0f} tok/s)")

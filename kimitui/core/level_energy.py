@@ -38,7 +38,8 @@ class LevelEnergy:
 class EnergyMeter:
     """A level being metered (the fold's, while its stage is ``run``)."""
 
-    concurrency: int
+    concurrency: float
+    """The level's place on its sweep's axis (a concurrency, or a request rate: ``MacroProgress.key``)."""
     gpus: tuple[int, ...] = ()
     first: float | None = None
     last: tuple[float, float] | None = None

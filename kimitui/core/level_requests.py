@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kimitui.core.events import MacroRequests
 from kimitui.core.figures import request_tpot
@@ -26,11 +27,12 @@ class LevelRequests:
     """A reasoning model's time to its first output token, over the requests that answered."""
 
 
-def fold_requests(levels: dict[int, LevelRequests], ev: MacroRequests) -> None:
-    """Add a batch of records to its level in LEVELS (by concurrency)."""
-    level = levels.get(ev.concurrency)
+def fold_requests(levels: dict[Any, LevelRequests], ev: MacroRequests) -> None:
+    """Add a batch of records to its level in LEVELS (by rate where it has one, else by concurrency)."""
+    key = ev.rate if ev.rate is not None else ev.concurrency
+    level = levels.get(key)
     if level is None or level.origin != ev.origin:  # a new level (or a new sweep) at this concurrency
-        level = levels[ev.concurrency] = LevelRequests(ev.origin, ev.total)
+        level = levels[key] = LevelRequests(ev.origin, ev.total)
     for r in ev.records(keep_malformed=True):
         level.received += 1
         if r is None:  # a malformed record (a damaged or hostile file): no time to show

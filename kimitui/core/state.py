@@ -48,15 +48,14 @@ from kimitui.core.events import (
     StepResult,
     Topology,
     Verification,
-    level_failed,
     phase_outcome,
 )
 from kimitui.core.figures import single_stream
 from kimitui.core.fleet_state import FleetState
-from kimitui.core.level_energy import EnergyMeter, LevelEnergy
+from kimitui.core.level_energy import EnergyMeter
 from kimitui.core.level_requests import LevelRequests, fold_requests
-from kimitui.core.level_result import LevelResult
 from kimitui.core.procdisplay import start_wall_time
+from kimitui.core.sweep_state import Sweep
 
 HISTORY_POINTS = 240
 """Memory history kept per GPU, in samples (one minute at 4 Hz)."""
@@ -76,81 +75,6 @@ class PhaseSpan:
     def outcome(self) -> str:
         """``phase_outcome`` of its end; "unfinished" while it has none."""
         return "unfinished" if self.end is None else phase_outcome(self.ok, self.note)
-
-
-def sweep_failure(levels: Iterable[LevelResult]) -> str | None:
-    """The one judgement of a sweep as failed: it has levels and every one of them failed (nothing was
-    measured). Returns what its phase's end says (the count and the first level's error), else None.
-    ``levels`` in order. The macro phase ends on it, the fold reads it."""
-    levels = list(levels)
-    if not levels or not all(lv.all_failed for lv in levels):
-        return None
-    error = next((e for lv in levels if (e := lv.first_error)), None)
-    plural = "s" if len(levels) > 1 else ""
-    return f"every request failed at {len(levels)} level{plural}" + (f": {error}" if error else "")
-
-
-@dataclass(slots=True)
-class Sweep:
-    """One serving sweep: its points by concurrency (a later sweep is a new series, not a replacement)."""
-
-    start: float
-    title: str = ""
-    points: dict[int, MacroPoint] = field(default_factory=dict)
-    end: float | None = None
-    ok: bool | None = None
-    note: str = ""
-    phase: bool = False
-    """Its macro phase has started (a sweep is opened by its first progress, its phase start, or its first
-    point)."""
-    progress: MacroProgress | None = None
-    """The latest progress (None for a sweep recorded without: only its points and phase)."""
-    server: list[ServerSample] = field(default_factory=list)
-    """The server's gauges read through the sweep (none when its /metrics could not be read)."""
-    verdict: MacroVerdict | None = None
-    """Its verdict (the SLOs at p99, the knee), once it has ended with a level; None in older runs."""
-    energy: dict[int, LevelEnergy] = field(default_factory=dict)
-    """Each level's GPU energy from the power samples recorded while it ran (``level_energy``)."""
-    meter: EnergyMeter | None = None
-
-    @property
-    def levels(self) -> list[int]:
-        """The planned levels (from its progress), else the levels it has points for."""
-        if self.progress is not None and self.progress.levels:
-            return list(self.progress.levels)
-        return sorted(self.points)
-
-    @property
-    def failure(self) -> str | None:
-        """Why the sweep failed when every level of it failed (``sweep_failure``), else None."""
-        return sweep_failure(p.result for p in self.point_list)
-
-    @property
-    def status(self) -> str:
-        """starting, running, cancelling, done, cancelled or failed; a sweep recorded without progress is
-        running until its phase ends, then done (ok) or cancelled. An ended sweep whose every level failed
-        is failed, however it was recorded (a run from before its phase said so ended ok)."""
-        if self.end is not None and self.failure is not None:
-            return "failed"
-        if self.progress is not None:
-            if self.end is not None and self.progress.status in ("starting", "running", "cancelling"):
-                return "done" if self.ok else "cancelled"  # its phase ended: the last progress is behind
-            return self.progress.status
-        if self.end is None:
-            return "running"
-        return "done" if self.ok else "cancelled"
-
-    @property
-    def active(self) -> bool:
-        return self.status in ("starting", "running", "cancelling")
-
-    @property
-    def point_list(self) -> list[MacroPoint]:
-        return [self.points[c] for c in sorted(self.points)]
-
-    @property
-    def failed_levels(self) -> list[MacroPoint]:
-        return [p for p in self.point_list if level_failed(p)]
 
 
 @dataclass(slots=True)
@@ -208,13 +132,14 @@ class SessionState:
     cleanups: list[CleanupState] = field(default_factory=list)
     macro_by_level: dict[int, MacroPoint] = field(default_factory=dict)
     """The latest point at each concurrency, over every sweep of the session (a later sweep's level
-    replaces an earlier one's)."""
-    """The latest point at each concurrency, whichever sweep it came from."""
+    replaces an earlier one's); levels by request rate are their sweep's alone (``Sweep.points``)."""
     sweeps: list[Sweep] = field(default_factory=list)
     boot_time: float | None = None
     """The host's boot time and clock ticks per second, from its samples (None: the agent did not say)."""
     clock_ticks: int | None = None
     macro_requests: dict[int, LevelRequests] = field(default_factory=dict)
+    rate_requests: dict[float, LevelRequests] = field(default_factory=dict)
+    """The per-request records of levels by request rate, by rate (``macro_requests``: by concurrency)."""
     gemm: list[GemmRow] = field(default_factory=list)
     allreduce: list[AllReduceRow] = field(default_factory=list)
     topology: Topology | None = None
@@ -421,12 +346,13 @@ def fold(state: SessionState, ev: Event) -> SessionState:
             if verify is not None and verify.status == "running":
                 verify.status = "pending"  # the verdict is in; its result follows
     elif isinstance(ev, MacroPoint):
-        state.macro_by_level[ev.concurrency] = ev
+        if ev.rate is None:  # the analysis and compare read concurrencies (a rate level's batch is not one)
+            state.macro_by_level[ev.concurrency] = ev
         sweep = _open_sweep(state, ev.t)
-        sweep.points[ev.concurrency] = ev
-        if sweep.meter is not None and sweep.meter.concurrency == ev.concurrency:
+        sweep.points[ev.key] = ev
+        if sweep.meter is not None and sweep.meter.concurrency == ev.key:
             if (energy := sweep.meter.result()) is not None:
-                sweep.energy[ev.concurrency] = energy
+                sweep.energy[ev.key] = energy
             sweep.meter = None
     elif isinstance(ev, MacroVerdict):
         if state.sweep is not None:
@@ -438,13 +364,13 @@ def fold(state: SessionState, ev: Event) -> SessionState:
             state.sweeps.append(sweep)
         sweep.progress = ev
         if ev.status == "running" and ev.stage == "run" and (sweep.meter is None
-                                                              or sweep.meter.concurrency != ev.concurrency):
-            sweep.meter = EnergyMeter(ev.concurrency)  # the level runs: its power samples from here
+                                                              or sweep.meter.concurrency != ev.key):
+            sweep.meter = EnergyMeter(ev.key)  # the level runs: its power samples from here
         if ev.status in ("done", "cancelled", "failed") and sweep.end is None:
             sweep.end, sweep.ok = ev.t, ev.status == "done"
             sweep.note = sweep.note or ev.error
     elif isinstance(ev, MacroRequests):
-        fold_requests(state.macro_requests, ev)
+        fold_requests(state.macro_requests if ev.rate is None else state.rate_requests, ev)
     elif isinstance(ev, ServerSample):
         _open_sweep(state, ev.t).server.append(ev)
     elif isinstance(ev, GemmRow):

@@ -37,9 +37,10 @@ from kimitui.core.events import (
     MacroPoint,
     PhaseEnd,
     PhaseStart,
+    level_failed,
 )
 from kimitui.core.figures import TPOT_STATISTIC, budget_impossible, step_tpot, verdict_level
-from kimitui.core.state import MicroRunState, SessionState, level_failed
+from kimitui.core.state import MicroRunState, SessionState
 from kimitui.phases.base import Publish, now
 
 ALLREDUCES_PER_LAYER = 2

@@ -20,11 +20,11 @@ from kimitui.core.events import (
     PhaseStart,
     ProbeResult,
     RequestFieldsDropped,
+    level_failed,
 )
 from kimitui.core.figures import noise
 from kimitui.core.level_requests import LevelRequests, level_requests
 from kimitui.core.level_result import LevelResult
-from kimitui.core.state import level_failed
 from kimitui.phases.base import Publish, now
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kimitui.core.events import MacroProgress, PhaseEnd, PhaseStart, SweepStatus
+from kimitui.core.events.macro import LevelAxis
 from kimitui.phases.base import Publish, now
 
 if TYPE_CHECKING:
@@ -21,9 +22,10 @@ class SweepProgress:
     """A sweep's progress as ``MacroProgress`` events: its start, each level's start and end, at most
     every ``PROGRESS_EVERY_S`` while a level runs, and its end (status, error)."""
 
-    def __init__(self, publish: Publish, levels: list[int]) -> None:
+    def __init__(self, publish: Publish, levels: list[float], axis: LevelAxis = "concurrency") -> None:
         self.publish = publish
         self.levels = levels
+        self.axis: LevelAxis = axis
         self.latest: LevelProgress | None = None
         self.announced = False
         """Its start has been published."""
@@ -45,7 +47,7 @@ class SweepProgress:
         if self.announced:
             return
         self.announced = True
-        self.publish(MacroProgress(now(), status="starting", levels=list(self.levels)))
+        self.publish(MacroProgress(now(), status="starting", levels=list(self.levels), axis=self.axis))
 
     def update(self, progress: LevelProgress, status: SweepStatus = "running") -> None:
         self.latest = progress
@@ -57,7 +59,7 @@ class SweepProgress:
     def emit(self, status: SweepStatus, error: str = "") -> None:
         p = self.latest
         self._last = (time.monotonic(), (p.level_index, p.stage) if p is not None else None)
-        self.publish(MacroProgress.of(now(), status, self.levels, round(self.elapsed_s, 3), p, error))
+        self.publish(MacroProgress.of(now(), status, self.levels, round(self.elapsed_s, 3), p, error, self.axis))
 
 
 async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
@@ -73,9 +75,9 @@ async def macro_phase(publish: Publish, cfg: MacroConfig, cancel: asyncio.Event,
     every level failed ends its phase not ok, with the first error (``sweep_failure``, the fold's
     judgement). ``on_start`` is called with the prepared sweep once its phase has started."""
     from kimitui.bench.macro import prepare_sweep, run_plan, sweep_note
-    from kimitui.core.state import sweep_failure
+    from kimitui.core.sweep_state import sweep_failure
 
-    progress = progress or SweepProgress(publish, list(cfg.concurrency))
+    progress = progress or SweepProgress(publish, cfg.levels, cfg.axis)
     progress.start()
     started = now()
     unprepared = f"serving sweep at {cfg.url}"  # the phase's title until the sweep is known

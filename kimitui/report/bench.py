@@ -4,11 +4,13 @@ the GEMM and all-reduce tables (micro). Each takes the folded session state."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from kimitui.core.describe import single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, MacroPoint, level_failed
 from kimitui.core.figures import percentile, single_stream
 from kimitui.core.level_energy import NO_POWER
+from kimitui.core.level_requests import LevelRequests
 from kimitui.core.level_result import LevelResult
 from kimitui.core.micro_words import gemm_words
 from kimitui.core.printable import printable
@@ -46,20 +48,34 @@ def macro_section(state: SessionState) -> list[str]:
     return lines + throughput_plot(state.macro_points) + _distributions(state)
 
 
+def _level(p: MacroPoint) -> str:
+    """A level's cell: its concurrency, or its rate (``2.5 req/s``) where the sweep's levels are rates."""
+    return f"{p.rate:g} req/s" if p.rate is not None else str(p.concurrency)
+
+
+def _where(p: MacroPoint) -> str:
+    """``concurrency 16``, or ``rate 2.5 req/s`` where the sweep's levels are rates."""
+    return f"rate {p.rate:g} req/s" if p.rate is not None else f"concurrency {p.concurrency}"
+
+
 def _sweep(sweep: Sweep) -> list[str]:
     points = sweep.point_list
+    by_rate = sweep.axis == "rate"
     single = single_stream(points)
     peak = peak_point(points)
     head = []
-    if single.tok_s is not None:
+    if by_rate:
+        cap = points[0].concurrency
+        head.append(f"Levels by request rate (Poisson arrivals, at most {cap} requests at once)")
+    elif single.tok_s is not None:
         tpot = sweep.points[1].result.tpot.mean
         head.append(f"Single stream: **{single_stream_words(single).replace('tok/s', 'output tok/s')}**"
                     + (f" (TPOT mean {tpot:.1f} ms)" if tpot is not None else ""))
     else:
         head.append(f"Single stream: {single_stream_words(single)}")
     if peak is not None:
-        head.append(f"peak **{fmt_num(peak.result.output_throughput, '.0f')} tok/s** at concurrency "
-                    f"{peak.concurrency}")
+        head.append(f"peak **{fmt_num(peak.result.output_throughput, '.0f')} tok/s** at "
+                    + (f"{peak.rate:g} req/s" if peak.rate is not None else f"concurrency {peak.concurrency}"))
     failed = sweep.failed_levels
     if failed:
         head.append(f"{len(failed)} level(s) FAILED: every request failed")
@@ -74,20 +90,21 @@ def _sweep(sweep: Sweep) -> list[str]:
         r = p.result
         counts = f"{fmt_num(r.completed, 'd')}/{fmt_num(r.failed, 'd')}"
         if r.all_failed:
-            rows.append([str(p.concurrency), counts, f"FAILED: {r.first_error or 'no reason given'}",
+            rows.append([_level(p), counts, f"FAILED: {r.first_error or 'no reason given'}",
                          *(["n/a"] * (7 + 3 * thought + 2 * metered)), fmt_num(r.duration)])
             continue
-        energy = sweep.energy.get(p.concurrency)
+        energy = sweep.energy.get(p.key)
         power = ([fmt_num(energy.tokens_per_joule(r.output_throughput), ".3g"),
                   fmt_num(energy.joules_per_request(r.duration, r.completed), ".4g")] if energy is not None
                  else ["n/a", "n/a"]) if metered else []
         ttfo = [fmt_num(r.ttfo.mean), fmt_num(r.ttfo.p(top)), fmt_num(r.figure("mean_reasoning_tokens"), ".0f")]
-        rows.append([str(p.concurrency), counts,
+        rows.append([_level(p), counts,
                      fmt_num(r.output_throughput), fmt_num(r.ttft.mean), fmt_num(r.ttft.p(top)),
                      *(ttfo if thought else []),
                      fmt_num(r.tpot.mean), fmt_num(r.tpot.p(top)), fmt_num(r.itl.mean),
                      fmt_num(r.e2el.mean, ".0f"), _input_cell(p), *power, fmt_num(r.duration)])
-    lines += table(["concurrency", "ok/failed", "output tok/s", "TTFT mean", f"TTFT {pk}",
+    lines += table(["request rate" if by_rate else "concurrency", "ok/failed", "output tok/s", "TTFT mean",
+                    f"TTFT {pk}",
                     *(["TTFO mean", f"TTFO {pk}", "thinking tok"] if thought else []), "TPOT mean", f"TPOT {pk}",
                     "ITL mean", "E2EL mean", "input tok", *(["tok/J", "J/req"] if metered else []), "duration s"],
                    rows)
@@ -112,10 +129,10 @@ def _sweep(sweep: Sweep) -> list[str]:
         lines += ["", f"Request fields the server rejected: {names}; the sweep went without them (without "
                       "`ignore_eos` an output may end before max_tokens: its length is the server's usage count)."]
     lines += _verdict(sweep)
-    client = [f"- concurrency {p.concurrency}: {w}" for p in points for w in p.result.client_warnings]
+    client = [f"- {_where(p)}: {w}" for p in points for w in p.result.client_warnings]
     if client:
         lines += ["", "The load generator may have distorted these figures:", "", *client]
-    warm = [f"- concurrency {p.concurrency}: {w}" for p in points if (w := prefix_cache_warning(p.result))]
+    warm = [f"- {_where(p)}: {w}" for p in points if (w := prefix_cache_warning(p.result))]
     if warm:
         lines += ["", "A warm prefix cache lowered these levels' TTFT:", "", *warm]
     return lines
@@ -135,13 +152,13 @@ def _server_table(points: list[MacroPoint]) -> list[str]:
     rows = []
     for p in read:
         r = p.result
-        row = [str(p.concurrency), fmt_num(r.count("server_requests"), "d")]
+        row = [_level(p), fmt_num(r.count("server_requests"), "d")]
         for _, key, client in SERVER_FIGURES:
             row += [fmt_num(r.figure(client)), fmt_num(r.server.mean_ms.get(key)),
                     fmt_num(r.server.overhead_ms.get(key), "+.1f")]
         row.append(fmt_num(r.server.mean_ms.get("queue")))
         rows.append([*row, _hit_cell(r)] if cached else row)
-    head = ["concurrency", "server requests"]
+    head = ["request rate" if read[0].rate is not None else "concurrency", "server requests"]
     for name, _, _ in SERVER_FIGURES:
         head += [f"{name} client", f"{name} server", f"{name} overhead"]
     head += ["queue server", *(["prefix cache hit"] if cached else [])]
@@ -164,7 +181,7 @@ def _verdict(sweep: Sweep) -> list[str]:
     if sweep.verdict is None:
         return []
     lines = ["", f"Verdict: {verdict_line(sweep.verdict)}."]
-    good = [f"c={p.concurrency}: {fmt_num(good, '.2f')}/s of "
+    good = [f"{p.label}: {fmt_num(good, '.2f')}/s of "
             f"{fmt_num(p.result.figure('request_throughput'), '.2f')}/s" for p in sweep.point_list
             if (good := p.result.figure("request_goodput")) is not None]
     if good:
@@ -200,9 +217,16 @@ def _box(values: list[float], lo: float, hi: float, log: bool) -> str:
 
 
 def _distributions(state: SessionState) -> list[str]:
-    levels = state.macro_requests
-    if not levels:
+    if not state.macro_requests and not state.rate_requests:
         return ["", "No per-request records in this run (distributions need them)."]
+    out: list[str] = []
+    for levels, word in ((state.macro_requests, "c="), (state.rate_requests, "req/s ")):
+        out += _boxes(levels, word)
+    return out
+
+
+def _boxes(levels: dict[Any, LevelRequests], word: str) -> list[str]:
+    """The TTFT and TPOT boxes of LEVELS (by concurrency, or by rate: WORD names them)."""
     out: list[str] = []
     for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms")):
         series = {c: getattr(levels[c], key) for c in sorted(levels) if getattr(levels[c], key)}
@@ -217,7 +241,8 @@ def _distributions(state: SessionState) -> list[str]:
                 "", "```text"]
         for c, values in series.items():
             s = sorted(values)
-            out.append(f"c={c:<5}{_box(values, lo, hi, log)}  p50 {percentile(s, 50):.4g}  "
+            where = f"c={c:<5}" if word == "c=" else f"{c:<6g}/s "
+            out.append(f"{where}{_box(values, lo, hi, log)}  p50 {percentile(s, 50):.4g}  "
                        f"p99 {percentile(s, 99):.4g}  max {s[-1]:.4g}  (n={len(s)})")
         out.append("```")
     return out

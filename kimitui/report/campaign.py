@@ -10,10 +10,10 @@ from collections.abc import Callable
 from kimitui.core.budget_words import budget_level, budget_row_note, budget_verdict
 from kimitui.core.campaign_state import PHASE_TITLES
 from kimitui.core.campaign_words import drain_words, phase_title, probe_words, served_words
-from kimitui.core.events import HostSample, MacroPoint
+from kimitui.core.events import HostSample, MacroPoint, level_failed
 from kimitui.core.figures import NOISE_RULE, TPOT_STATISTIC, budget_impossible, spread
 from kimitui.core.printable import printable
-from kimitui.core.state import CleanupState, SessionState, StepState, level_failed
+from kimitui.core.state import CleanupState, SessionState, StepState
 from kimitui.report.budget_text import BUDGET_HEAD, SEGMENTS, bar_text, budget_cells
 from kimitui.report.format import fmt_duration, table
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from kimitui.core.events.macro import LevelAxis
 
 Endpoint = Literal["completions", "chat"]
 Client = Literal["lean", "httpx", "aiohttp"]
@@ -20,6 +23,11 @@ MAX_LEVEL_REQUESTS = 1_000_000
 MAX_TOKENS_LEN = 1_000_000
 """The longest prompt or output, in tokens, a request may ask for."""
 MAX_WARMUP = 10_000
+RATE_LEVEL_S = 10.0
+RATE_LEVEL_MIN_REQUESTS = 32
+"""A level whose levels are rates and whose requests are counted per slot (``4x``, the default, which means
+nothing for a rate) sends ``RATE_LEVEL_S`` seconds of its arrivals, at least ``RATE_LEVEL_MIN_REQUESTS``: so
+its p99 is over enough requests to tell, and a higher rate runs as long as a lower one."""
 DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
 DEFAULT_REQUESTS = "4x"
 """Requests per level, for the CLI and the dialog alike: 4 per concurrency slot (4 at c=1, 512 at c=128),
@@ -76,7 +84,11 @@ class MacroConfig:
     """Requests per level (ignored when ``duration_s`` or ``requests_per_stream`` is set)."""
     search: bool = False
     """Search for the highest concurrency meeting the SLOs at p99 between the lowest and the highest level of
-    ``concurrency`` (``search.SloSearch``) instead of running each level."""
+    ``concurrency`` (``search.SloSearch``) instead of running each level; with ``rate_levels``, the highest
+    request rate between the lowest and the highest of them (``search.RateSearch``)."""
+    rate_levels: list[float] = field(default_factory=list)
+    """Levels by request rate (``--request-rate 2 4 8``): each level sends its requests at its rate (arrivals as
+    ``request_rate``'s), at most the highest ``concurrency`` at once; empty: the levels are the concurrencies."""
     requests_per_stream: int | None = None
     """When set, each level runs this many requests per concurrency slot (``k x c``: 4 at c=1, 512 at
     c=128) instead of a fixed ``requests``: every level reaches its concurrency and c=1 stays short."""
@@ -161,17 +173,22 @@ class MacroConfig:
             raise ConfigError("requests per stream must be at least 1")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ConfigError("duration per level must be positive")
-        if self.request_rate is not None and self.request_rate <= 0:
+        if self.request_rate is not None and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
             raise ConfigError("request rate must be positive")
+        if any(not (r > 0 and math.isfinite(r)) for r in self.rate_levels):
+            raise ConfigError("request rates must be positive numbers")
+        if self.rate_levels and len(self.concurrency) > 1:
+            raise ConfigError("with request rates as the levels, --concurrency is one cap on the requests at once "
+                              f"(not a list: {','.join(map(str, self.concurrency))})")
         if self.scrape_s and not 0.05 <= self.scrape_s <= 60:
             raise ConfigError(f"the metrics' read interval must be 0 (off) or 0.05 to 60 s: {self.scrape_s:g}")
         if self.metrics_url is not None:
             check_url(self.metrics_url)
         if not self.burstiness > 0:
             raise ConfigError("burstiness must be positive")
-        if self.burstiness != 1.0 and self.request_rate is None and self.ramp_up is None:
+        if self.burstiness != 1.0 and self.request_rate is None and self.ramp_up is None and not self.rate_levels:
             raise ConfigError("burstiness shapes the gaps of a request rate: give --request-rate or a ramp-up")
-        arrivals = [name for name, on in (("a request rate", self.request_rate is not None),
+        arrivals = [name for name, on in (("a request rate", self.request_rate is not None or bool(self.rate_levels)),
                                           ("a ramp-up", self.ramp_up is not None),
                                           ("a trace", self.trace is not None)) if on]
         if len(arrivals) > 1:
@@ -186,9 +203,11 @@ class MacroConfig:
             raise ConfigError("max_tokens and input_len must be at least 1, warmup at least 0")
         if max(self.max_tokens, self.input_len) > MAX_TOKENS_LEN or self.warmup > MAX_WARMUP:
             raise ConfigError(f"max_tokens and input_len at most {MAX_TOKENS_LEN:,}, warmup at most {MAX_WARMUP:,}")
-        if self.duration_s is None and max(self.level_requests(c) for c in self.concurrency) > MAX_LEVEL_REQUESTS:
+        largest = max([self.level_requests(c) for c in self.concurrency]
+                      + [self.rate_level_requests(r) for r in self.rate_levels])
+        if self.duration_s is None and largest > MAX_LEVEL_REQUESTS:
             raise ConfigError(f"requests per level at most {MAX_LEVEL_REQUESTS:,} (the largest level would run "
-                              f"{max(self.level_requests(c) for c in self.concurrency):,})")
+                              f"{largest:,})")
         if self.input_len_stddev < 0 or self.max_tokens_stddev < 0:
             raise ConfigError("length spreads (standard deviations) cannot be negative")
         if not self.percentiles or any(not 0 < p <= 100 for p in self.percentiles):
@@ -212,9 +231,15 @@ class MacroConfig:
         if self.search:
             if not self.slo.active:
                 raise ConfigError("--search finds where SLOs hold: give them (--slo ttft:200,tpot:50)")
-            if self.open_loop or self.duration_s is not None:
-                raise ConfigError("--search probes closed-loop levels of a request count: not with a request rate, "
-                                  "a ramp-up, a trace or --duration")
+            if self.rate_levels:
+                if len(self.rate_levels) < 2 or min(self.rate_levels) == max(self.rate_levels):
+                    raise ConfigError("--search with --request-rate searches between two rates: give the lowest and "
+                                      "the highest (--request-rate 1 64)")
+            elif self.open_loop:
+                raise ConfigError("--search probes closed-loop levels, or rates (--request-rate LOW HIGH): not with "
+                                  "a single request rate, a ramp-up or a trace")
+            if self.duration_s is not None:
+                raise ConfigError("--search probes levels of a request count: not with --duration")
         if self.client == "aiohttp":
             import importlib.util
 
@@ -227,8 +252,27 @@ class MacroConfig:
             return self.requests_per_stream * concurrency
         return self.requests
 
+    def rate_level_requests(self, rate: float) -> int:
+        """Measured requests at a level of this rate (request-count mode, ``rate_levels``): the count given
+        (``--requests 200``), or ``RATE_LEVEL_S`` seconds of arrivals and at least ``RATE_LEVEL_MIN_REQUESTS``
+        where the count is per slot (``4x``)."""
+        if self.requests_per_stream is None:
+            return self.requests
+        return max(RATE_LEVEL_MIN_REQUESTS, math.ceil(rate * RATE_LEVEL_S))
+
+    @property
+    def levels(self) -> list[float]:
+        """The levels in order: the rates where they are rates, else the concurrencies."""
+        return list(self.rate_levels) if self.rate_levels else list(self.concurrency)
+
+    @property
+    def axis(self) -> LevelAxis:
+        return "rate" if self.rate_levels else "concurrency"
+
     @property
     def requests_label(self) -> str:
+        if self.rate_levels and self.requests_per_stream is not None:
+            return (f"{RATE_LEVEL_S:g} s of arrivals per level (at least {RATE_LEVEL_MIN_REQUESTS} requests)")
         if self.requests_per_stream is not None:
             return f"{self.requests_per_stream}x the concurrency requests per level"
         return f"{self.requests} requests per level"
@@ -249,7 +293,8 @@ class MacroConfig:
     @property
     def open_loop(self) -> bool:
         """Requests are sent on a schedule (rate, ramp-up, trace) rather than as soon as a slot frees."""
-        return self.request_rate is not None or self.ramp_up is not None or self.trace is not None
+        return (self.request_rate is not None or bool(self.rate_levels) or self.ramp_up is not None
+                or self.trace is not None)
 
     @property
     def arrival_label(self) -> str:
@@ -259,6 +304,8 @@ class MacroConfig:
         if self.ramp_up is not None:
             r = self.ramp_up
             return f"{r.strategy} ramp-up {r.start_rps:g} to {r.end_rps:g} req/s ({shape})"
+        if self.rate_levels:
+            return f"arrivals {shape} at each level's rate, at most {max(self.concurrency)} at once"
         if self.request_rate is not None:
             return f"{self.request_rate:g} req/s {shape}"
         return "closed loop"

@@ -62,6 +62,8 @@ class LevelProgress:
     in_flight: int
     elapsed_s: float
     duration_s: float | None
+    rate: float | None = None
+    """The level's request rate where the sweep's levels are rates (``MacroConfig.rate_levels``)."""
 
     @property
     def level_fraction(self) -> float:
@@ -129,6 +131,8 @@ class Level:
                  client: str = "lean", lengths: LengthModel | None = None, method: str = "estimated",
                  dataset: list[Prompt] | None = None, trace: list[Arrival] | None = None) -> None:
         self.cfg, self.model, self.c, self.idx, self.levels = cfg, model, c, idx, levels
+        self.rate = cfg.request_rate if cfg.rate_levels else None
+        """This level's rate where the sweep's levels are rates (None: its levels are concurrencies)."""
         self.client = client
         self.lengths, self.method, self.dataset, self.trace = lengths, method, dataset, trace
         self.progress_cb = progress
@@ -154,7 +158,7 @@ class Level:
     def snapshot(self) -> LevelProgress:
         elapsed = perf_counter() - (self.first_dispatch or perf_counter())
         return LevelProgress(self.idx, self.levels, self.c, self.stage, self.done, self.total, self.failed,
-                             self.tokens, self.in_flight, elapsed, self.cfg.duration_s)
+                             self.tokens, self.in_flight, elapsed, self.cfg.duration_s, self.rate)
 
     def _report(self) -> None:
         if self.progress_cb is not None:
@@ -361,23 +365,24 @@ class Level:
         """What the log says of the level when it ends (the figures it may not be read without)."""
         out = []
         c = self.c
+        where = f"rate {self.rate:g} req/s" if self.rate is not None else f"concurrency {c}"
         missing, completed = r.count("usage_missing") or 0, r.completed or 0
         if missing:
-            out.append(f"concurrency {c}: {missing} of {completed} responses had no usage "
+            out.append(f"{where}: {missing} of {completed} responses had no usage "
                        "chunk; their output tokens were counted from content chunks (a lower bound)")
         if r.failed:
             reasons = "; ".join(f"{n} x {why}" for why, n in r.failures[:3])
-            out.append(f"concurrency {c}: {r.failed} of {r.num_prompts} requests failed ({reasons})")
-        if (r.num_prompts or 0) >= c and self.gauge.peak < c:
-            out.append(f"concurrency {c}: only {self.gauge.peak} responses were streaming at once")
+            out.append(f"{where}: {r.failed} of {r.num_prompts} requests failed ({reasons})")
+        if self.rate is None and (r.num_prompts or 0) >= c and self.gauge.peak < c:
+            out.append(f"{where}: only {self.gauge.peak} responses were streaming at once")
         target, mean = r.figure("requested_input_len"), r.figure("mean_input_tokens")
         if (self.lengths is not None and self.lengths.cal.exact and completed and target is not None
                 and mean is not None and self.cfg.input_len_stddev == 0 and self.cfg.turns == 1
                 and abs(mean - target) > 1.0):
-            out.append(f"concurrency {c}: prompts averaged {mean:.1f} input tokens for {target:.0f} asked")
-        out += [f"concurrency {c}: {w}" for w in r.client_warnings]
+            out.append(f"{where}: prompts averaged {mean:.1f} input tokens for {target:.0f} asked")
+        out += [f"{where}: {w}" for w in r.client_warnings]
         if (cached := prefix_cache_warning(r)) is not None:
-            out.append(f"concurrency {c}: {cached}")
+            out.append(f"{where}: {cached}")
         return out
 
 

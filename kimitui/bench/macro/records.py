@@ -76,11 +76,12 @@ def build(sent: Sequence[Sent], origin: float) -> list[RequestRecord]:
 
 
 def events(records: Sequence[RequestRecord], *, t: float, concurrency: int, level_index: int,
-           origin: float) -> list[MacroRequests]:
+           origin: float, rate: float | None = None) -> list[MacroRequests]:
     """The records as ``MacroRequests`` events of at most ``RECORDS_PER_EVENT`` requests each."""
     batches = range(0, len(records), RECORDS_PER_EVENT)
     return [MacroRequests(t=t, concurrency=concurrency, level_index=level_index, origin=origin, first=i,
-                          total=len(records), requests=[r.to_json() for r in records[i:i + RECORDS_PER_EVENT]])
+                          total=len(records), requests=[r.to_json() for r in records[i:i + RECORDS_PER_EVENT]],
+                          rate=rate)
             for i in batches]
 
 
@@ -94,7 +95,8 @@ def export_lines(ev: MacroRequests) -> Iterator[dict[str, Any]]:
     for n, r in enumerate(ev.records(keep_malformed=True)):
         if r is None:
             continue
-        yield {"concurrency": ev.concurrency, "level_index": ev.level_index, "index": ev.first + n,
+        yield {"concurrency": ev.concurrency, "request_rate": ev.rate, "level_index": ev.level_index,
+               "index": ev.first + n,
                "start": round(ev.origin + r.start_ms / 1000.0, 6), "start_ms": r.start_ms,
                "status": "ok" if r.success else "failed", "error": r.error,
                "ttft_ms": r.ttft_ms if r.chunk_ms else None, "e2el_ms": r.e2el_ms if r.chunk_ms else None,

@@ -45,7 +45,7 @@ from kimitui.bench.macro.level import Level, LevelProgress, LevelRun
 from kimitui.bench.macro.prefix_cache import PrefixCacheReset
 from kimitui.bench.macro.prompts import Prompt, PromptSource, load_jsonl
 from kimitui.bench.macro.request import stream_request
-from kimitui.bench.macro.search import PROBE_WAVES, SloSearch
+from kimitui.bench.macro.search import PROBE_WAVES, RATE_RESOLUTION, RateSearch, SloSearch
 from kimitui.bench.macro.server_scrape import ServerScraper
 from kimitui.bench.macro.transport import headers, ssl_context
 from kimitui.core.describe import single_stream_line
@@ -72,6 +72,13 @@ class SweepLevel:
     concurrency: int
     metrics: dict[str, Any]
     records: list[rec.RequestRecord] = field(default_factory=list, repr=False)
+    rate: float | None = None
+    """Its request rate where the sweep's levels are rates."""
+
+    @property
+    def key(self) -> float:
+        """Its place on the sweep's axis: its rate, else its concurrency."""
+        return self.rate if self.rate is not None else self.concurrency
 
     @property
     def result(self) -> LevelResult:
@@ -113,6 +120,7 @@ class SweepResult:
             "request_fields_dropped_reason": self.fields_dropped_reason or None,
             "cancelled": self.cancelled,
             "levels": [{"concurrency": lv.concurrency, **lv.metrics} for lv in self.levels],
+            "level_axis": self.config.axis,
             "verdict": verdict_dict(self.verdict),
         }
 
@@ -192,8 +200,9 @@ class SweepPlan:
     """What has run so far (``run_plan`` fills it as levels end, also when it is cancelled)."""
 
     @property
-    def levels(self) -> list[int]:
-        return list(self.config.concurrency)
+    def levels(self) -> list[float]:
+        """The levels in order: concurrencies, or rates (``MacroConfig.levels``)."""
+        return self.config.levels
 
     @property
     def title(self) -> str:
@@ -203,12 +212,20 @@ class SweepPlan:
                 else f"trace of {len(self.trace)} requests per level" if self.trace is not None
                 else config.requests_label)
         arrival = "" if not config.open_loop else f", {config.arrival_label}"
+        slos = vd.slo_text(vd.slo_dict(config.slo))
+        if self.search is not None and config.rate_levels:
+            return (f"SLO search {self.model} at {config.base_url}: the highest request rate from "
+                    f"{self.search.lowest:g} to {self.search.highest:g} req/s meeting {slos} at p99 (to "
+                    f"{RATE_RESOLUTION:.0%}), each probe {mode}{arrival}, {self.client} client")
         if self.search is not None:
             return (f"SLO search {self.model} at {config.base_url}: the highest concurrency from "
-                    f"{self.search.lowest} to {self.search.highest} meeting {vd.slo_text(vd.slo_dict(config.slo))} "
+                    f"{self.search.lowest} to {self.search.highest} meeting {slos} "
                     f"at p99, each probe at least {PROBE_WAVES} requests per slot ({mode}), {self.client} client")
+        if config.rate_levels:
+            return (f"serving sweep {self.model} at {config.base_url}: request rates "
+                    f"{','.join(f'{r:g}' for r in self.levels)} req/s, {mode}{arrival}, {self.client} client")
         return (f"serving sweep {self.model} at {config.base_url}: concurrency "
-                f"{','.join(map(str, self.levels))}, {mode}{arrival}, {self.client} client")
+                f"{','.join(f'{c:g}' for c in self.levels)}, {mode}{arrival}, {self.client} client")
 
 
 async def prepare_sweep(config: MacroConfig) -> SweepPlan:
@@ -224,15 +241,22 @@ async def prepare_sweep(config: MacroConfig) -> SweepPlan:
     fallback = lean_unsupported(config.base_url) if client == "lean" else None
     if fallback is not None:
         client = "httpx"
-    search = SloSearch(min(config.concurrency), max(config.concurrency)) if config.search else None
+    search: SloSearch | None = None
+    if config.search:
+        search = (RateSearch(min(config.rate_levels), max(config.rate_levels)) if config.rate_levels
+                  else SloSearch(min(config.concurrency), max(config.concurrency)))
     return SweepPlan(config, model, client, fallback, dataset, trace, search)
 
 
 def sweep_note(result: SweepResult) -> str:
     """How a sweep ended, in one line: its levels (or where it was cancelled) and its headline."""
-    levels = len(result.config.concurrency)
-    note = (f"cancelled after {len(result.levels)} of {levels} levels" if result.cancelled
-            else f"{levels} levels")
+    levels = len(result.config.levels)
+    if result.config.search:  # a search's probes are chosen as it goes: it says how many it ran
+        ran = len(result.levels)
+        note = f"{'cancelled after ' if result.cancelled else ''}{ran} probe{'s' if ran != 1 else ''}"
+    else:
+        note = (f"cancelled after {len(result.levels)} of {levels} levels" if result.cancelled
+                else f"{levels} levels")
     if result.single_stream.state != "not run":
         note += "; " + single_stream_line(result.single_stream)
     return note
@@ -278,12 +302,18 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
                     if config.reset_prefix_cache else None)
         search = plan.search
         for idx in itertools.count():
-            c = levels[idx] if search is None and idx < len(levels) else search.next() if search else None
-            if c is None or cancel.is_set():
+            key = levels[idx] if search is None and idx < len(levels) else search.next() if search else None
+            if key is None or cancel.is_set():
                 break
             reset = await resetter.reset() if resetter is not None else None
-            level_config = config if search is None else dataclasses.replace(
-                config, requests=search.probe_requests(c, config.level_requests(c)), requests_per_stream=None)
+            if config.rate_levels:  # the level's rate, under the one cap
+                c = max(config.concurrency)
+                level_config = dataclasses.replace(config, request_rate=key, requests_per_stream=None,
+                                                   requests=config.rate_level_requests(key))
+            else:
+                c = int(key)
+                level_config = config if search is None else dataclasses.replace(
+                    config, requests=search.probe_requests(c, config.level_requests(c)), requests_per_stream=None)
             level = Level(level_config, model, c, idx, len(levels) if search is None else search.planned, progress,
                           cancel, client, lengths, method, plan.dataset, plan.trace)
             if scraper is not None and scraper.active:
@@ -301,9 +331,9 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
             if config.prefix_len:
                 run.metrics["shared_prefix_len"], run.metrics["num_prefixes"] = config.prefix_len, config.num_prefixes
             _publish_level(publish, level, run)
-            result.levels.append(SweepLevel(c, run.metrics, run.records))
+            result.levels.append(SweepLevel(c, run.metrics, run.records, level.rate))
             if search is not None:
-                search.record(c, vd.level_meets(run.records, vd.slo_dict(config.slo)))
+                search.record(key, vd.level_meets(run.records, vd.slo_dict(config.slo)))
     finally:
         result.cancelled = cancel.is_set() or (len(result.levels) < len(levels) if search is None
                                                else search.next() is not None)
@@ -318,13 +348,13 @@ async def run_plan(plan: SweepPlan, publish: Callable[[Event], None],
 def sweep_verdict_event(result: SweepResult, search: SloSearch | None = None) -> MacroVerdict:
     """The verdict of the sweep's finished levels, as the event that records it; a search's answer is the
     highest probe that met the SLOs below the lowest that missed them (``SloSearch.answer``)."""
-    figures = [vd.LevelFigures(lv.concurrency, lv.result.output_throughput or 0.0, lv.records)
-               for lv in result.levels]
+    figures = [vd.LevelFigures(lv.key, lv.result.output_throughput or 0.0, lv.records) for lv in result.levels]
     v = vd.sweep_verdict(figures, vd.slo_dict(result.config.slo))
     return MacroVerdict(t=_now(), slo=v.slo, meets=v.meets,
                         slo_concurrency=search.answer if search is not None else v.slo_concurrency,
                         knee_concurrency=v.knee_concurrency, knee_tok_s=v.knee_tok_s, peak_tok_s=v.peak_tok_s,
-                        knee_growth=v.knee_growth, searched=search.order if search is not None else [])
+                        knee_growth=v.knee_growth, searched=search.order if search is not None else [],
+                        axis=result.config.axis)
 
 
 def verdict_dict(ev: MacroVerdict | None) -> dict[str, Any] | None:
@@ -332,6 +362,11 @@ def verdict_dict(ev: MacroVerdict | None) -> dict[str, Any] | None:
     p99 and the highest, the knee and the peak output tok/s."""
     if ev is None:
         return None
+    if ev.axis == "rate":
+        return {"goodput_slo_ms": ev.slo, "slo_met_at_p99_request_rates": ev.meets,
+                "max_rate_meeting_slo": ev.slo_concurrency, **({"search_probes": ev.searched} if ev.searched else {}),
+                "knee_request_rate": ev.knee_concurrency, "knee_output_throughput": ev.knee_tok_s,
+                "peak_output_throughput": ev.peak_tok_s, "knee_growth_per_doubling": ev.knee_growth}
     return {"goodput_slo_ms": ev.slo, "slo_met_at_p99": ev.meets, "max_concurrency_meeting_slo": ev.slo_concurrency,
             **({"search_probes": ev.searched} if ev.searched else {}),
             "knee_concurrency": ev.knee_concurrency, "knee_output_throughput": ev.knee_tok_s,
@@ -352,8 +387,9 @@ async def run_sweep(config: MacroConfig, publish: Callable[[Event], None],
 
 def _publish_level(publish: Callable[[Event], None], level: Level, run: LevelRun) -> None:
     t = _now()
-    for ev in rec.events(run.records, t=t, concurrency=level.c, level_index=level.idx, origin=run.origin_wall):
+    for ev in rec.events(run.records, t=t, concurrency=level.c, level_index=level.idx, origin=run.origin_wall,
+                         rate=level.rate):
         publish(ev)
-    publish(MacroPoint(t=t, concurrency=level.c, metrics=run.metrics))
+    publish(MacroPoint(t=t, concurrency=level.c, metrics=run.metrics, rate=level.rate))
     for line in level.warnings(LevelResult.from_json(level.c, run.metrics)):
         publish(LogLine(t=_now(), level="warning", source=SOURCE, message=line))

@@ -90,9 +90,10 @@ def level_meets(records: Sequence[RequestRecord], slo: dict[str, float]) -> bool
 
 @dataclass(frozen=True, slots=True)
 class LevelFigures:
-    """What the verdict reads of one finished level."""
+    """What the verdict reads of one finished level (``concurrency``: its place on the sweep's axis, a
+    concurrency or a request rate)."""
 
-    concurrency: int
+    concurrency: float
     output_tok_s: float
     records: Sequence[RequestRecord] = field(default_factory=list)
 
@@ -101,11 +102,11 @@ class LevelFigures:
 class Verdict:
     slo: dict[str, float] = field(default_factory=dict)
     """The SLOs in ms by vLLM's key (empty: no ``--goodput``)."""
-    meets: list[int] = field(default_factory=list)
-    """The concurrencies whose level meets the SLOs at p99."""
-    slo_concurrency: int | None = None
+    meets: list[float] = field(default_factory=list)
+    """The levels (concurrencies, or rates) that meet the SLOs at p99."""
+    slo_concurrency: float | None = None
     """The highest of them (None: none meets, or no SLO)."""
-    knee_concurrency: int | None = None
+    knee_concurrency: float | None = None
     knee_tok_s: float | None = None
     peak_tok_s: float | None = None
     knee_growth: float = KNEE_GROWTH

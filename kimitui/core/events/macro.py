@@ -13,20 +13,46 @@ from kimitui.core.typed import finite
 
 @dataclass(frozen=True, slots=True)
 class MacroPoint(Event):
-    """One concurrency level of a serving sweep: ``metrics`` is the record (vLLM's result key names, plain JSON
-    not checked when decoded), ``result`` its figures typed once (``kimitui.core.level_result``): every surface
-    reads ``result``."""
+    """One level of a serving sweep: ``metrics`` is the record (vLLM's result key names, plain JSON not checked
+    when decoded), ``result`` its figures typed once (``kimitui.core.level_result``): every surface reads
+    ``result``. A sweep's levels are concurrencies, or request rates (``rate``: the level's own rate, with
+    ``concurrency`` the cap on requests at once); ``key`` is the one a sweep's levels are ordered by."""
 
     type: ClassVar[str] = "macro_point"
     concurrency: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    rate: float | None = None
+    """Requests/s of this level where the sweep's levels are rates (``--request-rate 2 4 8``, a rate search);
+    None where they are concurrencies (a single ``--request-rate`` included)."""
     result: LevelResult = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "result", LevelResult.from_json(self.concurrency, self.metrics))
 
+    @property
+    def key(self) -> float:
+        """The level's place on its sweep's axis: its rate, else its concurrency."""
+        return self.rate if self.rate is not None else self.concurrency
+
+    @property
+    def label(self) -> str:
+        """``c=8`` or ``2.5 req/s``."""
+        return level_label(self.key, "rate" if self.rate is not None else "concurrency")
+
     def to_dict(self) -> dict[str, Any]:
-        return {"t": self.t, "type": self.type, "concurrency": self.concurrency, "metrics": _plain(self.metrics)}
+        out = {"t": self.t, "type": self.type, "concurrency": self.concurrency, "metrics": _plain(self.metrics)}
+        if self.rate is not None:
+            out["rate"] = self.rate
+        return out
+
+
+LevelAxis = Literal["concurrency", "rate"]
+"""What a sweep's levels are: concurrencies (closed loop, or a cap under one request rate), or request rates."""
+
+
+def level_label(key: float, axis: LevelAxis) -> str:
+    """A level as the operator reads it: ``c=8``, or ``2.5 req/s`` on a rate axis."""
+    return f"{key:g} req/s" if axis == "rate" else f"c={key:g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,16 +64,23 @@ class MacroVerdict(Event):
     type: ClassVar[str] = "macro_verdict"
     slo: dict[str, float] = field(default_factory=dict)
     """The SLOs in ms by vLLM's key (``ttft``, ``tpot``, ``e2el``); empty: none given."""
-    meets: list[int] = field(default_factory=list)
-    """The concurrencies whose level meets the SLOs at p99."""
-    slo_concurrency: int | None = None
-    knee_concurrency: int | None = None
+    meets: list[float] = field(default_factory=list)
+    """The levels (on the sweep's ``axis``) that meet the SLOs at p99."""
+    slo_concurrency: float | None = None
+    """The highest level meeting them: a concurrency, or a rate in requests/s where ``axis`` is rate."""
+    knee_concurrency: float | None = None
+    """The knee, on the same axis."""
     knee_tok_s: float | None = None
     peak_tok_s: float | None = None
     knee_growth: float = 0.10
-    searched: list[int] = field(default_factory=list)
+    searched: list[float] = field(default_factory=list)
     """An SLO search's probes in the order they ran (``kimitui.bench.macro.search``; empty: a fixed sweep):
     ``slo_concurrency`` is then the search's answer."""
+    axis: LevelAxis = "concurrency"
+    """What the levels above are: concurrencies, or request rates (requests/s)."""
+
+    def label(self, key: float) -> str:
+        return level_label(key, self.axis)
 
 
 def level_failed(point: MacroPoint) -> bool:
@@ -70,6 +103,7 @@ class LevelCounts(Protocol):
 
     level_index: int
     concurrency: int
+    rate: float | None
     stage: Literal["warmup", "run", "done"]
     done: int
     total: int | None
@@ -88,10 +122,14 @@ class MacroProgress(Event):
 
     type: ClassVar[str] = "macro_progress"
     status: SweepStatus = "running"
-    levels: list[int] = field(default_factory=list)
-    """The planned concurrency levels, in order."""
+    levels: list[float] = field(default_factory=list)
+    """The planned levels, in order: concurrencies, or request rates where ``axis`` is rate."""
     level_index: int = 0
     concurrency: int = 0
+    """The level's concurrency (on a rate axis: its cap on requests at once)."""
+    rate: float | None = None
+    """The level's request rate where the levels are rates."""
+    axis: LevelAxis = "concurrency"
     stage: LevelStage = ""
     done: int = 0
     """Requests of this level finished (successful or failed)."""
@@ -105,22 +143,32 @@ class MacroProgress(Event):
     error: str = ""
 
     @classmethod
-    def of(cls, t: float, status: SweepStatus, levels: list[int], elapsed_s: float, level: LevelCounts | None = None,
-           error: str = "") -> MacroProgress:
+    def of(cls, t: float, status: SweepStatus, levels: list[float], elapsed_s: float, level: LevelCounts | None = None,
+           error: str = "", axis: LevelAxis = "concurrency") -> MacroProgress:
         """The sweep's progress with LEVEL's counts (None: before the first level); a sweep that is done ends on
         its last level, whole."""
         if status == "done":
             return cls(t, status=status, levels=list(levels), level_index=len(levels) - 1,
-                       concurrency=level.concurrency if level is not None else 0, stage="done",
+                       concurrency=level.concurrency if level is not None else 0,
+                       rate=level.rate if level is not None else None, axis=axis, stage="done",
                        done=level.done if level is not None else 0, total=level.total if level is not None else None,
                        failed=level.failed if level is not None else 0, in_flight=0, level_fraction=1.0,
                        elapsed_s=elapsed_s, error=error)
         if level is None:
-            return cls(t, status=status, levels=list(levels), elapsed_s=elapsed_s, error=error)
+            return cls(t, status=status, levels=list(levels), elapsed_s=elapsed_s, error=error, axis=axis)
         return cls(t, status=status, levels=list(levels), level_index=level.level_index,
-                   concurrency=level.concurrency, stage=level.stage, done=level.done, total=level.total,
-                   failed=level.failed, in_flight=level.in_flight, level_fraction=round(level.level_fraction, 4),
-                   elapsed_s=elapsed_s, error=error)
+                   concurrency=level.concurrency, rate=level.rate, axis=axis, stage=level.stage, done=level.done,
+                   total=level.total, failed=level.failed, in_flight=level.in_flight,
+                   level_fraction=round(level.level_fraction, 4), elapsed_s=elapsed_s, error=error)
+
+    @property
+    def key(self) -> float:
+        """The level in flight on the sweep's axis (its rate, else its concurrency)."""
+        return self.rate if self.axis == "rate" and self.rate is not None else self.concurrency
+
+    @property
+    def label(self) -> str:
+        return level_label(self.key, self.axis)
 
     @property
     def overall_fraction(self) -> float:
@@ -273,6 +321,8 @@ class MacroRequests(Event):
     type: ClassVar[str] = "macro_requests"
     concurrency: int = 0
     level_index: int = 0
+    rate: float | None = None
+    """The level's request rate where the sweep's levels are rates (``MacroPoint.rate``)."""
     origin: float = 0.0
     first: int = 0
     total: int = 0
@@ -293,8 +343,11 @@ class MacroRequests(Event):
     def to_dict(self) -> dict[str, Any]:
         # ``requests`` already holds plain JSON values: walking its thousands of floats one by one (the
         # generic ``_plain``) would triple the cost of writing a level's records
-        return {"t": self.t, "type": self.type, "concurrency": self.concurrency, "level_index": self.level_index,
-                "origin": self.origin, "first": self.first, "total": self.total, "requests": self.requests}
+        out = {"t": self.t, "type": self.type, "concurrency": self.concurrency, "level_index": self.level_index,
+               "origin": self.origin, "first": self.first, "total": self.total, "requests": self.requests}
+        if self.rate is not None:
+            out["rate"] = self.rate
+        return out
 
 
 @dataclass(frozen=True, slots=True)

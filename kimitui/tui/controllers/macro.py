@@ -53,8 +53,8 @@ class MacroRun:
     """Publishes the sweep's progress as MacroProgress events (the campaign's macro phase does the same)."""
 
     @property
-    def levels(self) -> list[int]:
-        return list(self.config.concurrency)
+    def levels(self) -> list[float]:
+        return self.config.levels
 
     @property
     def active(self) -> bool:
@@ -112,7 +112,7 @@ class MacroController(Controller):
         from kimitui.phases.macro import SweepProgress
 
         run = MacroRun(config)
-        run.recorder = SweepProgress(self._publish, run.levels)
+        run.recorder = SweepProgress(self._publish, run.levels, config.axis)
         run.recorder.start()
         self.run = run
         self.app.action_show_view("bench")

@@ -144,11 +144,12 @@ def verdict_groups(v: MacroVerdict) -> list[list[Part]]:
     """``knee c=128 (1536 tok/s)``, ``SLOs ttft:200,tpot:50 met up to c=16`` (what the sweep's verdict says)."""
     groups: list[list[Part]] = []
     if v.knee_concurrency is not None:
-        groups.append([("knee ", "$text-muted"), (f"c={v.knee_concurrency}", "bold"),
+        groups.append([("knee ", "$text-muted"), (v.label(v.knee_concurrency), "bold"),
                        (f" ({fmt.num(v.knee_tok_s, '{:.0f}', ' tok/s')})", "$text-muted")])
     if v.slo:
         slos = ",".join(f"{k}:{x:g}" for k, x in v.slo.items())
-        met = (f"c={v.slo_concurrency}", "bold") if v.slo_concurrency is not None else ("no level", "bold $error")
+        met = ((v.label(v.slo_concurrency), "bold") if v.slo_concurrency is not None
+               else ("no level", "bold $error"))
         groups.append([(f"SLOs {slos} p99 met up to ", "$text-muted"), met])
     return groups
 
@@ -158,7 +159,7 @@ def failures_text(sweep: Sweep) -> str:
     parts = []
     for p in sweep.failed_levels:
         error = first_error(p)
-        parts.append(f"c={p.concurrency}: {p.result.failed} of {p.result.num_prompts} requests failed"
+        parts.append(f"{p.label}: {p.result.failed} of {p.result.num_prompts} requests failed"
                      + (f": {error}" if error else ""))
     return fmt.printable("; ".join(parts))
 
@@ -213,7 +214,7 @@ def sweep_status(sweep: Sweep | None, live: bool, width: int | None = None) -> C
     state = ("cancelling", "bold $warning") if status == "cancelling" else ("running", "bold $success")
     if not p.stage:
         return Content.assemble(state, ("  asking the server for its model ...", "$text-muted"))
-    parts = [state, "  ", (f"c={p.concurrency}", "bold"), (f"  level {p.level_index + 1}/{levels}", "$text-muted")]
+    parts = [state, "  ", (p.label, "bold"), (f"  level {p.level_index + 1}/{levels}", "$text-muted")]
     if p.stage == "warmup":
         parts.append(("  warm-up", "$warning"))
     else:

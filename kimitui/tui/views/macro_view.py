@@ -19,8 +19,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from kimitui.core.events import MacroPoint, ServerSample
-from kimitui.core.state import SessionState, Sweep, level_failed
+from kimitui.core.events import MacroPoint, ServerSample, level_failed
+from kimitui.core.state import SessionState, Sweep
 from kimitui.tui.views.base import ViewContext
 from kimitui.tui.views.compare_overlay import COMPARE_COLOR, compare_of
 from kimitui.tui.views.macro_progress import HeadlineBox, SweepPanel, single_stream_content, sweep_headline
@@ -78,12 +78,13 @@ SERIES = 4
 """Sweeps plotted at once (the latest and the ones before it)."""
 
 
-def plot_series(points: list[MacroPoint], keys: tuple[str, ...]) -> tuple[str | None, list[tuple[int, float]]]:
-    """(metric key, [(concurrency, value)]) for the first key every point with completed requests has.
-    A level where every request failed has no throughput or latency: it is left out (never plotted as 0)."""
-    usable = [p for p in points if p.concurrency > 0 and not level_failed(p) and p.result.completed != 0]
+def plot_series(points: list[MacroPoint], keys: tuple[str, ...]) -> tuple[str | None, list[tuple[float, float]]]:
+    """(metric key, [(level, value)]) for the first key every point with completed requests has; a level is
+    its concurrency, or its rate where the sweep's levels are rates (``MacroPoint.key``). A level where every
+    request failed has no throughput or latency: it is left out (never plotted as 0)."""
+    usable = [p for p in points if p.key > 0 and not level_failed(p) and p.result.completed != 0]
     for key in keys:
-        values = [(p.concurrency, p.result.figure(key)) for p in usable]
+        values = [(p.key, p.result.figure(key)) for p in usable]
         if values and all(v is not None for _, v in values):
             return key, [(c, v) for c, v in values if v is not None]
     return None, []
@@ -119,11 +120,12 @@ class BenchView(VerticalScroll):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.plots: dict[str, PlotextPlot] = {}
-        self.plotted: dict[str, tuple[str | None, list[tuple[int, float]]]] = {}
+        self.plotted: dict[str, tuple[str | None, list[tuple[float, float]]]] = {}
         """What each plot shows of the latest sweep: (metric key, [(concurrency, value)])."""
-        self.plotted_series: dict[str, list[list[tuple[int, float]]]] = {}
+        self.plotted_series: dict[str, list[list[tuple[float, float]]]] = {}
         """Every series each plot shows, oldest sweep first."""
-        self._plot_keys: dict[str, object] = {}
+        self._plot_keys: dict[str, tuple[object, ...]] = {}
+        """What each plot was last drawn from; its last item is the width it was drawn at."""
         self.plotted_server: dict[str, list[list[tuple[float, float]]]] = {}
         """What each server plot shows: its lines of (seconds into the sweep, value)."""
         self._last_sweeps: list[tuple[int, Sweep]] | None = None
@@ -202,10 +204,12 @@ class BenchView(VerticalScroll):
     def _draw_plots(self, sweeps: list[tuple[int, Sweep]]) -> None:
         self._last_sweeps = sweeps
         plots = self._ensure_plots()
+        axis_of = sweeps[-1][1].axis if sweeps else "concurrency"
+        sweeps = [(n, s) for n, s in sweeps if s.axis == axis_of]  # rates and concurrencies share no x axis
         levels = sorted({c for _, s in sweeps for c in s.levels})
         for key, title, metrics in PLOTS:
             metric: str | None = None
-            series: list[list[tuple[int, float]]] = []
+            series: list[list[tuple[float, float]]] = []
             numbers: list[int] = []
             for n, sweep in sweeps:
                 m, one = plot_series(sweep.point_list, metrics)
@@ -215,11 +219,11 @@ class BenchView(VerticalScroll):
                 metric = m or metric
             latest = series[-1] if series else []
             labels = [f"sweep {n}" for n in numbers] if len(series) > 1 else [None] * len(series)
-            compare = compare_of(self.app) if key == "throughput" else None
+            compare = compare_of(self.app) if key == "throughput" and axis_of == "concurrency" else None
             if compare is not None and compare.tok_s:  # replay --compare: run B's curve over A's
                 series, labels = [*series, compare.tok_s], [*(lb or "A" for lb in labels), compare.label]
             axis = sorted(set(levels) | {c for one in series for c, _ in one})
-            stamp = (metric, tuple(tuple(one) for one in series), tuple(numbers), tuple(axis),
+            stamp = (metric, axis_of, tuple(tuple(one) for one in series), tuple(numbers), tuple(axis),
                      plots[key].size.width)
             box = self.query_one(f"#{key}-box")
             label = fit_title(plot_titles(key, title, metric, len(numbers),
@@ -231,7 +235,8 @@ class BenchView(VerticalScroll):
             self._plot_keys[key] = stamp
             self.plotted[key] = (metric, latest)
             self.plotted_series[key] = series
-            draw(plots[key], series, axis, numbers, labels if compare is not None else None)
+            draw(plots[key], series, axis, numbers, labels if compare is not None else None,
+                 "request rate (req/s)" if axis_of == "rate" else "concurrency")
 
 
     def _draw_server(self, samples: list[ServerSample]) -> None:
@@ -276,14 +281,14 @@ Y_AXIS_CELLS = 7
 """The y axis' labels and line, left of the plot area (about: the x ticks are placed in what is left)."""
 
 
-def spaced_ticks(levels: list[int], lo: float, hi: float, width: int) -> list[int]:
+def spaced_ticks(levels: list[float], lo: float, hi: float, width: int) -> list[float]:
     """The levels whose labels fit side by side (a space between) on an axis ``width`` cells wide from
     log2 ``lo`` to ``hi``, left to right. Chosen here, not by plotext: it drops overlapping labels in an
     order that changes from run to run."""
-    kept: list[int] = []
+    kept: list[float] = []
     end = -2.0
     for c in levels:
-        label = str(c)
+        label = f"{c:g}"
         col = (math.log2(c) - lo) / (hi - lo) * (width - 1)
         start = col - len(label) / 2
         if start > end + 1:
@@ -292,20 +297,21 @@ def spaced_ticks(levels: list[int], lo: float, hi: float, width: int) -> list[in
     return kept
 
 
-def draw(plot: PlotextPlot, series: list[list[tuple[int, float]]], axis: list[int],
-         numbers: list[int] | None = None, labels: list[str | None] | None = None) -> None:
-    """A line per sweep over log2(concurrency), ticks at the levels, y from 0 to a round top; with more
-    than one, each labelled with its sweep's number (``numbers``, else 1, 2, ...), or with ``labels``
-    (replay --compare: the last line is run B's, in its own colour)."""
+def draw(plot: PlotextPlot, series: list[list[tuple[float, float]]], axis: list[float],
+         numbers: list[int] | None = None, labels: list[str | None] | None = None,
+         xlabel: str = "concurrency") -> None:
+    """A line per sweep over log2(level: the concurrency, or the request rate), ticks at the levels, y from 0
+    to a round top; with more than one, each labelled with its sweep's number (``numbers``, else 1, 2, ...),
+    or with ``labels`` (replay --compare: the last line is run B's, in its own colour)."""
     plt = plot.plt
     plt.clear_figure()
-    plt.xlabel("concurrency")
+    plt.xlabel(xlabel)
     if axis:
         xs_axis = [math.log2(c) for c in axis]
         pad = max(0.25, (xs_axis[-1] - xs_axis[0]) * 0.04)
         lo, hi = xs_axis[0] - pad, xs_axis[-1] + pad
         ticks = spaced_ticks(axis, lo, hi, max(plot.size.width - Y_AXIS_CELLS, 8))
-        plt.xticks([math.log2(c) for c in ticks], [str(c) for c in ticks])
+        plt.xticks([math.log2(c) for c in ticks], [f"{c:g}" for c in ticks])
         plt.xlim(lo, hi)
     top = 0.0
     for n, one in enumerate(series):

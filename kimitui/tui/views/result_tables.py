@@ -35,15 +35,20 @@ def requests_cell(p: MacroPoint) -> Text:
     return Text(f"{done}/{sent}", justify="right", style="bold red" if done < sent else "")
 
 
+def level_cell(p: MacroPoint) -> Text:
+    """The level: its concurrency, or its rate (``2.5/s``) where the sweep's levels are rates."""
+    return _r(f"{p.rate:g}/s" if p.rate is not None else str(p.concurrency))
+
+
 def macro_cells(p: MacroPoint) -> list[Cell]:
     error = first_error(p)
     note = Text(fmt.printable(error or ""), style="red", no_wrap=True, overflow="ellipsis")
     if level_failed(p):  # nothing was measured: no number, and no zero
-        return [_r(str(p.concurrency)), Text("FAILED", justify="right", style="bold red"), requests_cell(p),
+        return [level_cell(p), Text("FAILED", justify="right", style="bold red"), requests_cell(p),
                 *(_r(fmt.DASH) for _ in range(7)), note]
     r = p.result
     return [
-        _r(str(p.concurrency)),
+        level_cell(p),
         _figure(r.output_throughput, "{:.0f}"),
         requests_cell(p),
         _figure(r.tok_per_stream),
@@ -86,7 +91,7 @@ class MacroTable(KeyedTable):
 
     COLUMNS = (
         ("sweep", "Sweep", 5),
-        ("concurrency", "Conc", 5),
+        ("concurrency", "Conc", 6),
         ("output_throughput", "Out tok/s", 9),
         ("requests", "ok/sent", 7),
         ("per_stream", "tok/s/req", 9),
@@ -115,7 +120,7 @@ class MacroTable(KeyedTable):
         thought = any(p.result.reasoning for _, points in numbered for p in points)
         for key in self.REASONING:
             self.set_column_hidden(key, not thought)
-        rows: list[Row] = [(row_key(n, p.concurrency), [_r(str(n)), *macro_cells(p)])
+        rows: list[Row] = [(row_key(n, p.key), [_r(str(n)), *macro_cells(p)])
                            for n, points in numbered for p in points]
         self.sync(rows)
 
@@ -130,9 +135,10 @@ def sweep_numbers(sweeps: list[Sweep]) -> list[int]:
     return numbers
 
 
-def row_key(sweep: int, concurrency: int) -> str:
-    """A sweep-points row: '2:16' is the second sweep's concurrency 16 (sweeps numbered from 1)."""
-    return f"{sweep}:{concurrency}"
+def row_key(sweep: int, level: float) -> str:
+    """A sweep-points row: '2:16' is the second sweep's concurrency 16 (sweeps numbered from 1), '2:2.5' its
+    rate 2.5 req/s where its levels are rates."""
+    return f"{sweep}:{level:g}"
 
 
 class GemmTable(KeyedTable):
