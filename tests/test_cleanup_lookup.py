@@ -9,8 +9,10 @@ daemons cannot run here, and their tools are missing for real where the tool is 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -276,3 +278,36 @@ def test_none_is_a_choice_and_an_empty_service_is_not() -> None:
     assert parse_service("none") is None and parse_service(" NONE ") is None
     with pytest.raises(UsageError, match=r"choose the service to stop: .* or none"):
         parse_service("")
+
+
+async def test_a_pidfile_is_proven_stale_on_a_host_slow_to_read_its_clocks(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale pidfile (written, dated 0.1 s back, its pid now a process started after it) is proven stale even when
+    the host is slow between reading its wall clock and its uptime (a loaded host): such a reading bounds the boot
+    time loosely, and the clocks are read again (``CLOCK_READINGS``), the tightest bound kept. With one reading, as
+    before, the slow one leaves it unproven, and the pid would be taken for the service's."""
+    from kimitui.cleanup import pidfiles
+
+    marker = tmp_path / "slow-once"
+    # the first reading stalls 0.3 s between the wall clock and the uptime, as a descheduled shell would; later
+    # readings are quick (the marker says the stall happened)
+    slow_once = pidfiles.CLOCKS_SCRIPT.replace(
+        " && cat /proc/uptime", f' && {{ [ -e "{marker}" ] || {{ sleep 0.3; : > "{marker}"; }}; }} && cat /proc/uptime')
+    assert slow_once != pidfiles.CLOCKS_SCRIPT
+    monkeypatch.setattr(pidfiles, "CLOCKS_SCRIPT", slow_once)
+    pidfile = tmp_path / "vllm.pid"
+    pidfile.write_text("0\n")
+    written = time.time() - 0.1
+    os.utime(pidfile, (written, written))
+    taker = subprocess.Popen(["sleep", "30"])  # started after the file was written: the pid's new owner
+    try:
+        start_ticks = int(Path(f"/proc/{taker.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        host = LocalHost("box")
+        assert await pidfiles.stale_pidfile(host, str(pidfile), taker.pid, start_ticks) is not None
+        assert marker.exists()  # the slow reading was made, and another one after it
+        marker.unlink()
+        monkeypatch.setattr(pidfiles, "CLOCK_READINGS", 1)
+        assert await pidfiles.stale_pidfile(host, str(pidfile), taker.pid, start_ticks) is None
+    finally:
+        taker.kill()
+        taker.wait()

@@ -91,9 +91,33 @@ async def stale_pidfile(host: Host, path: str, pid: int, start_ticks: int) -> st
             f"{_utc(started)}, after it (the pid was reused): refused, nothing is signalled")
 
 
+CLOCK_READINGS = 4
+"""The clocks are read up to this many times: each reading bounds the boot time from below by the wall clock
+read before the uptime, so a reading the host was slow to make (a loaded host, the shell descheduled between
+``date`` and ``cat``) bounds it loosely, and a stale pidfile goes unproven; the tightest bound is kept."""
+TIGHT_READING_S = 0.005
+"""A reading whose two wall-clock readings are this close bounds the boot time well enough: no more are made."""
+
+
 async def _fine_clocks(host: Host, path: str) -> tuple[float, float] | None:
     """(the file's mtime, the earliest boot time the readings allow), both wall-clock seconds; None when the
-    host's tools do not give nanoseconds (busybox) or a reading fails."""
+    host's tools do not give nanoseconds (busybox) or a reading fails. The boot time is fixed: each reading's
+    lower bound holds, and the highest of them is the tightest (``CLOCK_READINGS``)."""
+    best: tuple[float, float] | None = None
+    for _ in range(CLOCK_READINGS):
+        reading = await _clock_reading(host, path)
+        if reading is None:
+            return best
+        mtime, earliest_boot, window = reading
+        best = (mtime, earliest_boot if best is None else max(best[1], earliest_boot))
+        if window <= TIGHT_READING_S:
+            break
+    return best
+
+
+async def _clock_reading(host: Host, path: str) -> tuple[float, float, float] | None:
+    """One reading: (the file's mtime, the earliest boot time it allows, the time between its two wall-clock
+    readings); None when it fails."""
     res, _ = await _query(host, ["sh", "-c", CLOCKS_SCRIPT, "sh", path])
     if res is None or not res.ok:
         return None
@@ -106,7 +130,7 @@ async def _fine_clocks(host: Host, path: str) -> tuple[float, float] | None:
         return None
     # the uptime was read between the two wall-clock readings and is cut to the centisecond: the boot was
     # no earlier than the first reading minus the uptime read, minus that centisecond
-    return mtime, before - uptime - 0.01
+    return mtime, before - uptime - 0.01, after - before
 
 
 async def _read_pidfile(host: Host, path: str, what: str) -> tuple[int | None, str | None]:
