@@ -156,25 +156,27 @@ def test_a_rate_search_needs_two_rates_and_a_request_count() -> None:
     assert MacroConfig(url="http://x", rate_levels=[1.0], requests=12).rate_level_requests(50.0) == 12
 
 
-# 4 tokens a request, TPOT 10 ms alone and 4 ms more for each request beside it: open loop, a 20 ms TPOT SLO holds
-# up to about 40 req/s (under 3 requests in flight) and is missed by far from 80 req/s (the queue grows)
-FOUR_TOKENS = dict(requests=16, max_tokens=4, warmup=0, slo=SLO(tpot_ms=20.0))
+# 4 tokens a request, TPOT 20 ms alone and 8 ms more for each request beside it, 8 at most (76 ms): open loop, a
+# 60 ms TPOT SLO holds up to about 25 req/s (6 requests in flight), with room for a loaded machine's stalls at 5 and
+# 10 req/s (TPOT about 21 ms; a stall only adds to it), and is missed where 8 decode at once (from about 35 req/s)
+SLOW_STEEP = BatchingModel.from_targets(single_stream_tps=50, plateau_tps=105, plateau_batch=8, prefill_tps=1e6)
+FOUR_TOKENS = dict(requests=16, max_tokens=4, warmup=0, slo=SLO(tpot_ms=60.0))
 
 
 async def test_the_rate_search_against_the_simulated_server_agrees_with_a_fixed_sweep() -> None:
     events: list[Event] = []
     fixed: list[Event] = []
-    async with SimOpenAIServer(batching=STEEP) as srv:
-        cfg = MacroConfig(url=srv.url, concurrency=[64], rate_levels=[10.0, 160.0], search=True, **FOUR_TOKENS)
+    async with SimOpenAIServer(batching=SLOW_STEEP) as srv:
+        cfg = MacroConfig(url=srv.url, concurrency=[64], rate_levels=[5.0, 80.0], search=True, **FOUR_TOKENS)
         result = await run_sweep(cfg, events.append)
-        sweep = MacroConfig(url=srv.url, concurrency=[64], rate_levels=[10.0, 160.0], **FOUR_TOKENS)
+        sweep = MacroConfig(url=srv.url, concurrency=[64], rate_levels=[5.0, 80.0], **FOUR_TOKENS)
         await run_sweep(sweep, fixed.append)
     (verdict,) = [e for e in events if isinstance(e, MacroVerdict)]
     points = [e for e in events if isinstance(e, MacroPoint)]
     probes = [p.rate for p in points]
     assert verdict.axis == "rate" and verdict.searched == probes == [lv.rate for lv in result.levels]
     assert [p.metrics["request_rate"] for p in points] == probes and {p.concurrency for p in points} == {64}
-    assert probes[:3] == [10.0, 20.0, 40.0] and len(probes) == len(set(probes)) and not result.cancelled
+    assert probes[:3] == [5.0, 10.0, 20.0] and len(probes) == len(set(probes)) and not result.cancelled
     answer = verdict.slo_concurrency
     assert answer is not None and answer in verdict.meets
     missed = [r for r in probes if r not in verdict.meets and r > answer]
@@ -182,8 +184,8 @@ async def test_the_rate_search_against_the_simulated_server_agrees_with_a_fixed_
     assert all(r in verdict.meets for r in probes if r <= answer / 2)  # far below: met, as the fixed sweep says
     assert all(r not in verdict.meets for r in probes if r >= answer * 2)
     (fixed_verdict,) = [e for e in fixed if isinstance(e, MacroVerdict)]
-    assert fixed_verdict.axis == "rate" and fixed_verdict.meets == [10.0] and fixed_verdict.slo_concurrency == 10.0
-    assert 10.0 <= answer < 160.0  # the search's answer lies where the fixed sweep says the SLOs turn
+    assert fixed_verdict.axis == "rate" and fixed_verdict.meets == [5.0] and fixed_verdict.slo_concurrency == 5.0
+    assert 5.0 <= answer < 80.0  # the search's answer lies where the fixed sweep says the SLOs turn
     assert result.to_dict()["verdict"]["max_rate_meeting_slo"] == answer
     for lv in result.levels:
         assert lv.metrics["num_prompts"] == 16 and lv.metrics["request_rate"] == lv.rate
