@@ -143,13 +143,12 @@ def test_chat_ttft_is_the_first_content_chunk(tf_server: TfServer, proxy: Timing
     assert len(records) == 8 and all(r["status"] == "ok" for r in records), records
     exchanges = sorted((e for e in proxy.exchanges if e.content_s is not None and e.role_s is not None),
                        key=lambda e: e.post_s)
-    diffs_ms, gaps_ms, matched = [], [], set()
-    for record in records:
-        # one request at a time (the bench's own warm-up and length probes among them): a request's POST is the
-        # first the relay saw after the client started it (1 ms for the two clocks' reads)
-        exchange = next(e for e in exchanges if e.post_s >= record["start"] - 0.001)
-        assert id(exchange) not in matched, (record, exchange)
-        matched.add(id(exchange))
+    diffs_ms, gaps_ms = [], []
+    # one request at a time, the measured ones last (the bench's own warm-up and length probes come before
+    # them): the last 8 streams the relay passed on are the records', in order. Paired by order, not by the
+    # two processes' clocks, which a loaded machine can set a few ms apart.
+    assert len(exchanges) >= len(records)
+    for record, exchange in zip(sorted(records, key=lambda r: r["start"]), exchanges[-len(records):], strict=True):
         assert exchange.content_s is not None and exchange.role_s is not None
         diffs_ms.append(record["ttft_ms"] - (exchange.content_s - exchange.post_s) * 1000)
         gaps_ms.append((exchange.content_s - exchange.role_s) * 1000)
