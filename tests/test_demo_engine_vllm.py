@@ -102,7 +102,9 @@ def test_the_demo_campaign_runs_against_a_real_vllm(tmp_path: Path) -> None:
     done = kimitui(tmp_path, "demo", "--campaign", "--engine", "vllm", "--engine-python", env_python, "--headless",
                    "--json", timeout=LOCK_TIMEOUT_S + CAMPAIGN_S)
     assert "Traceback" not in done.stderr, done.stderr
-    (run,) = (tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl")
+    runs = list((tmp_path / "data" / "kimitui" / "runs").glob("*.jsonl"))
+    assert len(runs) == 1, f"exit status {done.returncode}, {len(runs)} runs recorded: {done.stderr[-4000:]}"
+    run = runs[0]
     assert json.loads(done.stdout.splitlines()[-1])["status"] == "done", done.stderr[-4000:]
     drift = check_run(run, kimitui(tmp_path, "report", str(run)).stdout)
     assert done.returncode == (1 if drift else 0), done.stderr[-4000:]
