@@ -280,3 +280,30 @@ def test_a_full_update_is_written_once_a_look_and_then_only_what_changed() -> No
     partial = LayoutUpdate([[Strip([Segment("x", red)])]], Region(3, 1, 1, 1))
     fresh = ScreenShadow()
     assert minimal_update(fresh, partial, (30, 4), console) is partial and not fresh.complete
+
+
+def test_a_partial_update_before_the_first_frame_writes_nothing() -> None:
+    """Python 3.12's asyncio gets a partial update of the first widgets out before Textual's first (full) frame,
+    which then paints everything again (3.3 KB of a 120x40 start, issue 37): before any full update, and after
+    the terminal was handed away (a suspend), a partial one writes nothing; the full one that follows shows it."""
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.geometry import Region
+    from textual.strip import Strip
+
+    console = Console(color_system="256", force_terminal=True, width=12, height=2)
+    red = Style(color="red")
+    shadow = ScreenShadow()
+    early = ChopsUpdate([{0: Strip([Segment("connecting  ", red)])}, {}], [(0, 0, 12)], [[12], []])
+    assert minimal_update(shadow, early, (12, 2), console).render_segments(console) == ""  # type: ignore[attr-defined]
+    first = LayoutUpdate([[Strip([Segment("connected   ", red)])], [Strip([Segment("GPU 0  40%  ", red)])]],
+                         Region(0, 0, 12, 2))
+    out = minimal_update(shadow, first, (12, 2), console).render_segments(console)  # type: ignore[attr-defined]
+    term = Terminal(12, 2)
+    term.feed(out)
+    assert term.text().splitlines() == ["connected   ", "GPU 0  40%  "]
+    later = ChopsUpdate([{}, {0: Strip([Segment("GPU 0  41%  ", red)])}], [(1, 0, 12)], [[], [12]])
+    out = minimal_update(shadow, later, (12, 2), console).render_segments(console)  # type: ignore[attr-defined]
+    assert out == "\x1b[2;9H\x1b[31m1\x1b[0m"  # drawn once the screen is ours: the one cell that changed
+    shadow.forget()  # suspended: the terminal was another program's
+    assert minimal_update(shadow, later, (12, 2), console).render_segments(console) == ""  # type: ignore[attr-defined]
