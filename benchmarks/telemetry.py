@@ -50,8 +50,11 @@ every line of each; the input thread woke 10 times a second (0.13 % of a core id
 first-paint (issue 37, `kimitui demo` on a 120x40 pty, the first 5 s; nvitop's whole first paint is ~6 KB): 26.7 KB
   with every full update sent whole (the first frame, then again as the tables filled); 15.4 KB with the full
   updates after the first diffed; 11.6-11.8 KB with the first one written a look at a time too. On the H200 host
-  (docs/device-runs/issue37-start-draw-1xh200): 26-27 KB before, 14.8-15.0 KB after (Textual's first frame
-  there comes before the rows are filled: 3.7 KB of their blanks, then the rows).
+  (docs/device-runs/issue37-start-draw-1xh200): 26-27 KB before, 14.8-15.0 KB after. That was Python 3.12's (the
+  device's python), not the host's: 3.12's asyncio gets a partial update of the first widgets (3.3 KB: the rows'
+  blanks, "connecting") out before Textual's first full frame, which paints them again; here under 3.12 with the
+  device's wheels 14.9 KB. A partial update before the first full one now writes nothing: 11.6 KB under 3.12,
+  12.0 KB under 3.11 (--dump FILE keeps the bytes and FILE.reads each read's time and size).
 Where the bytes go: a cursor move and 1-3 characters per changed figure (~16-32 a frame), an SGR change per
 look, 4 bytes of reset a frame; the memory history's sparklines while they fill (the first 11 s).
 """
