@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kimitui.bench.macro import LevelProgress, MacroConfig, SweepLevel, SweepResult
+from kimitui.core.events.macro import LevelAxis, level_label
 from kimitui.core.level_energy import NO_POWER, LevelEnergy
 from kimitui.core.level_result import LevelResult
 from kimitui.core.printable import printable
@@ -32,6 +33,12 @@ def _clean(value: Any) -> Any:
 def json_level(concurrency: int, metrics: dict[str, Any]) -> str:
     """One level as the --json line: vLLM's key names, non-finite numbers as null."""
     return json.dumps({"concurrency": concurrency, **{k: _clean(v) for k, v in metrics.items()}})
+
+
+def _label(concurrency: int, rate: float | None) -> str:
+    """``c=8``, or ``2.5 req/s`` for a level of a sweep by rate."""
+    axis: LevelAxis = "rate" if rate is not None else "concurrency"
+    return level_label(rate if rate is not None else concurrency, axis)
 
 
 def _n(value: float | None, spec: str) -> str:
@@ -117,8 +124,7 @@ class StderrProgress:
         self.planned = max(p.levels, self.done + 1)
         if not self.live:
             return
-        where = f"level {p.level_index + 1}/{p.levels} " + (f"{p.rate:g} req/s" if p.rate is not None
-                                                             else f"c={p.concurrency}")
+        where = f"level {p.level_index + 1}/{p.levels} {_label(p.concurrency, p.rate)}"
         if p.stage == "warmup":
             what = "warming up"
         else:
@@ -135,7 +141,7 @@ class StderrProgress:
         self.clear()
         if self.live:
             return
-        where = f"{rate:g} req/s" if rate is not None else f"c={r.concurrency}"
+        where = _label(r.concurrency, rate)
         self.err.write(f"{self.PREFIX}level {self.done}/{self.planned} {where} done in "
                        f"{r.duration or 0.0:.1f}s: {_n(r.completed, '')} ok, {_n(r.failed, '')} "
                        f"failed, {_n(r.output_throughput, '.1f')} tok/s\n")

@@ -45,6 +45,7 @@ from kimitui.core.events import (
     level_failed,
     phase_outcome,
 )
+from kimitui.core.events.macro import level_words
 from kimitui.core.figures import (
     SingleStream,
 )
@@ -192,7 +193,7 @@ def _words(ev: Event, state: StateView | None) -> str | None:
                 + (f" ({ev.detail})" if ev.detail else ""))
     if isinstance(ev, MacroPoint):
         r = ev.result
-        where = f"rate {ev.rate:g} req/s" if ev.rate is not None else f"concurrency {ev.concurrency}"
+        where = level_words(ev.concurrency, ev.rate)
         if r.all_failed:
             return (f"{where}: FAILED, {r.failed} of {r.num_prompts} requests "
                     f"failed (first: {r.first_error or 'no reason given'})")

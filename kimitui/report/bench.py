@@ -8,6 +8,7 @@ from typing import Any
 
 from kimitui.core.describe import single_stream_words, verdict_line
 from kimitui.core.events import AllReduceRow, MacroPoint, level_failed
+from kimitui.core.events.macro import level_words
 from kimitui.core.figures import percentile, single_stream
 from kimitui.core.level_energy import NO_POWER
 from kimitui.core.level_requests import LevelRequests
@@ -51,11 +52,6 @@ def macro_section(state: SessionState) -> list[str]:
 def _level(p: MacroPoint) -> str:
     """A level's cell: its concurrency, or its rate (``2.5 req/s``) where the sweep's levels are rates."""
     return f"{p.rate:g} req/s" if p.rate is not None else str(p.concurrency)
-
-
-def _where(p: MacroPoint) -> str:
-    """``concurrency 16``, or ``rate 2.5 req/s`` where the sweep's levels are rates."""
-    return f"rate {p.rate:g} req/s" if p.rate is not None else f"concurrency {p.concurrency}"
 
 
 def _sweep(sweep: Sweep) -> list[str]:
@@ -129,10 +125,10 @@ def _sweep(sweep: Sweep) -> list[str]:
         lines += ["", f"Request fields the server rejected: {names}; the sweep went without them (without "
                       "`ignore_eos` an output may end before max_tokens: its length is the server's usage count)."]
     lines += _verdict(sweep)
-    client = [f"- {_where(p)}: {w}" for p in points for w in p.result.client_warnings]
+    client = [f"- {level_words(p.concurrency, p.rate)}: {w}" for p in points for w in p.result.client_warnings]
     if client:
         lines += ["", "The load generator may have distorted these figures:", "", *client]
-    warm = [f"- {_where(p)}: {w}" for p in points if (w := prefix_cache_warning(p.result))]
+    warm = [f"- {level_words(p.concurrency, p.rate)}: {w}" for p in points if (w := prefix_cache_warning(p.result))]
     if warm:
         lines += ["", "A warm prefix cache lowered these levels' TTFT:", "", *warm]
     return lines

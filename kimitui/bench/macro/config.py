@@ -272,7 +272,7 @@ class MacroConfig:
     @property
     def requests_label(self) -> str:
         if self.rate_levels and self.requests_per_stream is not None:
-            return (f"{RATE_LEVEL_S:g} s of arrivals per level (at least {RATE_LEVEL_MIN_REQUESTS} requests)")
+            return f"{RATE_LEVEL_S:g} s of arrivals per level (at least {RATE_LEVEL_MIN_REQUESTS} requests)"
         if self.requests_per_stream is not None:
             return f"{self.requests_per_stream}x the concurrency requests per level"
         return f"{self.requests} requests per level"

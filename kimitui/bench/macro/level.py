@@ -34,6 +34,7 @@ from kimitui.bench.macro.metrics import LevelContext, summarize
 from kimitui.bench.macro.prompts import Planned, Prompt, PromptSource
 from kimitui.bench.macro.request import Gauge, RequestOutcome, stream_request
 from kimitui.bench.macro.transport import POOL_SHARD, headers, shard_sizes, ssl_context
+from kimitui.core.events.macro import level_words
 from kimitui.core.level_result import LevelResult
 from kimitui.core.server_metrics import prefix_cache_warning
 
@@ -365,7 +366,7 @@ class Level:
         """What the log says of the level when it ends (the figures it may not be read without)."""
         out = []
         c = self.c
-        where = f"rate {self.rate:g} req/s" if self.rate is not None else f"concurrency {c}"
+        where = level_words(c, self.rate)
         missing, completed = r.count("usage_missing") or 0, r.completed or 0
         if missing:
             out.append(f"{where}: {missing} of {completed} responses had no usage "

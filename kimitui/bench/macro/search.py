@@ -97,9 +97,6 @@ class RateSearch(SloSearch):
         mid = float(f"{(lo + hi) / 2:.3g}")
         return mid if lo < mid < hi else None
 
-    def probe_requests(self, concurrency: int, level_requests: int) -> int:
-        return level_requests  # a rate's probe: RATE_LEVEL_S of its arrivals (MacroConfig.rate_level_requests)
-
     @property
     def planned(self) -> int:
         levels = [self.lowest]

@@ -55,6 +55,11 @@ def level_label(key: float, axis: LevelAxis) -> str:
     return f"{key:g} req/s" if axis == "rate" else f"c={key:g}"
 
 
+def level_words(concurrency: int, rate: float | None) -> str:
+    """A level in a sentence: ``concurrency 8``, or ``rate 2.5 req/s`` where the sweep's levels are rates."""
+    return f"rate {rate:g} req/s" if rate is not None else f"concurrency {concurrency}"
+
+
 @dataclass(frozen=True, slots=True)
 class MacroVerdict(Event):
     """A sweep's verdict, published when it ends (``kimitui.bench.macro.verdict``): the highest concurrency
