@@ -226,3 +226,43 @@ async def test_replay_sweep_action_only_notifies_and_the_sample_run_shows_its_he
         levels = sorted(state.macro_by_level)
         assert [c for c, _ in view.plotted["throughput"][1]] == levels
         assert view.plotted["ttft"][0] == "median_ttft_ms"
+
+
+# 4-token requests, TPOT 20 ms alone and 8 ms more for each request beside it: a 60 ms TPOT SLO holds up to
+# about 20 req/s here (tests/test_slo_search.py measures the same model)
+SLOW_STEEP = BatchingModel.from_targets(single_stream_tps=50, plateau_tps=105, plateau_batch=8, prefill_tps=1e6)
+
+
+async def test_a_rate_search_from_the_dialog_is_plotted_probe_by_probe() -> None:
+    from textual.widgets import Select
+
+    async with SimOpenAIServer(batching=SLOW_STEEP) as srv:
+        app = sweep_app(srv.url)
+        async with app.run_test(size=BIG) as pilot:
+            dialog = await open_dialog(app, pilot, concurrency="64", rates="5,80", requests="16", warmup="0",
+                                       **{"max-tokens": "4", "goodput": "tpot:60"})
+            dialog.query_one("#search", Select).value = "yes"
+            await pilot_until(pilot, lambda: "a search from 5 to 80 req/s" in str(
+                dialog.query_one("#dialog-scale", Static).render()), "the search's scale")
+            await pilot.click("#start")
+            await pilot_until(pilot, lambda: app.macro.run is not None, "the search to start")
+            run = app.macro.run
+            assert run is not None and run.config.rate_levels == [5.0, 80.0] and run.config.search
+            view = app.screen_stack[0].query_one(BenchView)
+            seen: list[int] = []  # how many probes the plot held each time it was looked at
+
+            def sample() -> None:
+                seen.append(len(view.plotted.get("throughput", (None, []))[1]))
+
+            await pilot_until(pilot, lambda: not run.active, "the search to end", each=sample)
+            assert run.status == "done", run.error
+            sweep = app.session.state.sweep
+            assert sweep is not None and sweep.axis == "rate" and sweep.verdict is not None
+            probes = sweep.verdict.searched
+            assert len(probes) >= 4 and probes[:2] == [5.0, 10.0]
+            await pilot_until(pilot, lambda: len(view.plotted["throughput"][1]) == len(probes), "every probe plotted")
+            assert [x for x, _ in view.plotted["throughput"][1]] == sorted(probes)
+            assert 1 in seen and 2 in seen  # plotted as they came, not at the end
+            answer = sweep.verdict.slo_concurrency
+            assert answer is not None and f"met up to {answer:g} req/s" in text_of(app, "#single-stream")
+            assert "request rate (req/s)" in str(view.plots["throughput"].render())

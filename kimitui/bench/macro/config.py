@@ -331,6 +331,14 @@ def parse_levels(text: str) -> list[int]:
     return levels
 
 
+def parse_rates(text: str) -> list[float]:
+    """``2,4,8.5`` -> [2.0, 4.0, 8.5] (requests per second; blank: none); each checked by ``MacroConfig.validate``."""
+    try:
+        return [float(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ConfigError(f"request rates: numbers in requests/s (2,4,8), not {text!r}") from None
+
+
 def check_url(url: str) -> None:
     """A URL both HTTP clients can use (a host, a numeric port, brackets closed); ConfigError says why not."""
     from urllib.parse import urlsplit

@@ -4,7 +4,9 @@ Defaults: the live host's OpenAI URL, the model ``/v1/models`` lists first, comp
 1,2,...,128, ``4x`` requests per level (4 per concurrency slot: 4 at c=1, 512 at c=128, so c=1 is over in
 seconds and every level reaches its concurrency; a plain number is a fixed count per level), 128 output
 tokens, 128-token synthetic prompts, one warm-up request per level, vLLM's ``ignore_eos`` sent (a server
-that refuses it gets the sweep without it, and a warning), no goodput SLOs (vLLM's ``--goodput`` form).
+that refuses it gets the sweep without it, and a warning), no goodput SLOs (vLLM's ``--goodput`` form). Request
+rates (``2,4,8``) make the levels rates under one cap (the highest concurrency); search (with SLOs) finds the
+highest concurrency, or rate, meeting them instead of running every level (``kimitui.bench.macro.search``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from kimitui.bench.macro import ConfigError, MacroConfig
-from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, parse_levels, parse_requests
+from kimitui.bench.macro.config import DEFAULT_LEVELS, DEFAULT_REQUESTS, parse_levels, parse_rates, parse_requests
+from kimitui.bench.macro.search import RateSearch, SloSearch
 from kimitui.bench.macro.verdict import parse_goodput, slo_dict, slo_text
 from kimitui.tui import fmt
 
@@ -27,7 +30,8 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     # (id, label, hint)
     ("url", "URL", "OpenAI-compatible server"),
     ("model", "model", "blank: the first of /v1/models"),
-    ("concurrency", "concurrency", "levels, 1 to 512"),
+    ("concurrency", "concurrency", "levels, 1 to 512 (with rates: the highest caps them)"),
+    ("rates", "request rates", "req/s levels: 2,4,8 (blank: closed loop)"),
     ("requests", "requests", "per level: N, or Nx = N per stream"),
     ("max-tokens", "max tokens", "output tokens per request"),
     ("input-len", "input length", "synthetic prompt tokens"),
@@ -45,10 +49,12 @@ def form_defaults(url: str, previous: MacroConfig | None = None) -> dict[str, st
                 "concurrency": ",".join(map(str, previous.concurrency)), "requests": requests,
                 "max-tokens": str(previous.max_tokens), "input-len": str(previous.input_len),
                 "warmup": str(previous.warmup), "ignore-eos": "yes" if previous.ignore_eos else "no",
-                "goodput": slo_text(slo_dict(previous.slo))}
+                "goodput": slo_text(slo_dict(previous.slo)), "rates": ",".join(f"{r:g}" for r in previous.rate_levels),
+                "search": "yes" if previous.search else "no"}
     return {"url": url, "model": "", "endpoint": "completions",
             "concurrency": ",".join(map(str, DEFAULT_LEVELS)), "requests": DEFAULT_REQUESTS,
-            "max-tokens": "128", "input-len": "128", "warmup": "1", "ignore-eos": "yes", "goodput": ""}
+            "max-tokens": "128", "input-len": "128", "warmup": "1", "ignore-eos": "yes", "goodput": "",
+            "rates": "", "search": "no"}
 
 
 def _int(values: dict[str, str], key: str, what: str) -> int:
@@ -61,7 +67,11 @@ def _int(values: dict[str, str], key: str, what: str) -> int:
 def parse_form(values: dict[str, str]) -> MacroConfig:
     """A checked configuration from the dialog's texts; ConfigError says what to fix."""
     levels = parse_levels(values["concurrency"])
+    rates = parse_rates(values.get("rates", ""))
     per_stream, requests = parse_requests(values["requests"])
+    search = values.get("search", "no")
+    if search not in ("yes", "no"):
+        raise ConfigError(f"search: yes or no, not {search!r}")
     endpoint = values["endpoint"]
     if endpoint not in ("completions", "chat"):
         raise ConfigError(f"unknown endpoint {endpoint!r}")
@@ -71,7 +81,8 @@ def parse_form(values: dict[str, str]) -> MacroConfig:
     config = MacroConfig(
         url=values["url"].strip(), model=values["model"].strip() or None,
         endpoint="chat" if endpoint == "chat" else "completions",
-        concurrency=levels, requests=requests, requests_per_stream=per_stream,
+        concurrency=[max(levels)] if rates else levels, rate_levels=rates, search=search == "yes",
+        requests=requests, requests_per_stream=per_stream,
         max_tokens=_int(values, "max-tokens", "max tokens"), input_len=_int(values, "input-len", "input length"),
         warmup=_int(values, "warmup", "warm-up"), ignore_eos=ignore_eos == "yes",
         slo=parse_goodput([values.get("goodput", "")]),
@@ -83,6 +94,19 @@ def parse_form(values: dict[str, str]) -> MacroConfig:
 def sweep_scale(config: MacroConfig, pace: dict[int, float] | None = None) -> str:
     """What the sweep asks of the server, and how long it takes at the pace measured here before (output tok/s by
     concurrency, from the session's last sweep: the nearest level measured stands for one not measured)."""
+    if config.search:
+        search = (RateSearch(min(config.rate_levels), max(config.rate_levels)) if config.rate_levels
+                  else SloSearch(min(config.concurrency), max(config.concurrency)))
+        low, high = (f"{search.lowest:g}", f"{search.highest:g} req/s") if config.rate_levels else \
+            (f"c={search.lowest:g}", f"c={search.highest:g}")
+        return f"a search from {low} to {high}: at most {search.planned} probes, each as long as it needs to tell"
+    if config.rate_levels:
+        rates = config.rate_levels
+        requests = sum(config.rate_level_requests(r) for r in rates)
+        seconds = sum(config.rate_level_requests(r) / r for r in rates)
+        about = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+        return (f"{len(rates)} rate{'s' if len(rates) != 1 else ''}, {requests:,} requests, "
+                f"{requests * config.max_tokens:,} output tokens; about {about} of arrivals")
     levels = config.concurrency
     requests = sum(config.level_requests(c) for c in levels)
     tokens = requests * config.max_tokens
@@ -152,6 +176,11 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
                 yield Select([("send", "yes"), ("do not send", "no")], value=self.values["ignore-eos"],
                              allow_blank=False, compact=True, id="ignore-eos")
                 yield Static("vLLM's: outputs of max tokens (refused: dropped)", classes="hint")
+            with Horizontal(classes="row"):
+                yield Label("levels")
+                yield Select([("run every one", "no"), ("search (SLOs)", "yes")], value=self.values["search"],
+                             allow_blank=False, compact=True, id="search")
+                yield Static("search: the highest meeting the goodput SLOs at p99", classes="hint")
             yield Static("", id="dialog-scale")
             yield Static("", id="dialog-error")
             with Horizontal(id="dialog-buttons"):
@@ -181,10 +210,15 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
         if self.ready:
             self.show_scale()
 
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if self.ready:
+            self.show_scale()
+
     def form_values(self) -> dict[str, str]:
         values = {key: self.query_one(f"#{key}", Input).value for key, _, _ in FIELDS}
         values["endpoint"] = str(self.query_one("#endpoint", Select).value)
         values["ignore-eos"] = str(self.query_one("#ignore-eos", Select).value)
+        values["search"] = str(self.query_one("#search", Select).value)
         return values
 
     def submit(self) -> None:
