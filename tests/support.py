@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -428,3 +428,31 @@ async def one_request(client: str, url: str, body: bytes, est: int = 3, chat: bo
             lean.close()
     async with httpx.AsyncClient() as hc:
         return await stream_request(hc, url, body, est, chat, time.perf_counter(), total_s)
+
+
+@contextlib.contextmanager
+def sim_server_thread(batching: BatchingModel) -> Iterator[str]:
+    """A simulated OpenAI server on an event loop of its own thread, for a command that runs its own loop
+    (``asyncio.run``): its URL while the block runs."""
+    import threading
+
+    from kimitui.hosts.sim.openai_server import SimOpenAIServer
+
+    started = threading.Event()
+    box: dict[str, object] = {}
+    loop = asyncio.new_event_loop()
+
+    async def main() -> None:
+        async with SimOpenAIServer(batching=batching) as srv:
+            box["url"], box["stop"] = srv.url, asyncio.Event()
+            started.set()
+            await box["stop"].wait()  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert started.wait(10), "the simulated server did not start in 10 s"
+    try:
+        yield str(box["url"])
+    finally:
+        loop.call_soon_threadsafe(box["stop"].set)  # type: ignore[attr-defined]
+        thread.join(10)

@@ -6,9 +6,7 @@ Benchmarks tab read the levels as rates (never as the cap they share)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,12 +18,11 @@ from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.core.state import fold_all
 from kimitui.hosts.sim.batching import BatchingModel
-from kimitui.hosts.sim.openai_server import SimOpenAIServer
 from kimitui.report.markdown import render_report
 from kimitui.tui.views.macro_view import BenchView
 from kimitui.tui.views.result_tables import MacroTable
 from tests.app_probe import ProbedApp
-from tests.support import BIG
+from tests.support import BIG, sim_server_thread
 from tests.waiting import pilot_until
 
 # TPOT 10 ms alone, 4 ms more for each request beside it: 4-token requests at 10 req/s meet a 20 ms TPOT SLO, at
@@ -35,27 +32,8 @@ STEEP = BatchingModel.from_targets(single_stream_tps=100, plateau_tps=210, plate
 
 @pytest.fixture
 def server_url() -> Iterator[str]:
-    """The simulated OpenAI server on a loop of its own (the command runs its own with asyncio.run)."""
-    started = threading.Event()
-    box: dict[str, object] = {}
-
-    def serve() -> None:
-        async def main() -> None:
-            async with SimOpenAIServer(batching=STEEP) as srv:
-                box["url"], box["stop"] = srv.url, asyncio.Event()
-                started.set()
-                await box["stop"].wait()  # type: ignore[attr-defined]
-        box["loop"] = asyncio.new_event_loop()
-        box["loop"].run_until_complete(main())  # type: ignore[attr-defined]
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(10)
-    try:
-        yield str(box["url"])
-    finally:
-        box["loop"].call_soon_threadsafe(box["stop"].set)  # type: ignore[attr-defined]
-        thread.join(10)
+    with sim_server_thread(STEEP) as url:
+        yield url
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from kimitui.bench.macro.search import PROBE_WAVES, RATE_RESOLUTION, RateSearch,
 from kimitui.core.events import Event, MacroPoint, MacroVerdict
 from kimitui.hosts.sim.batching import BatchingModel
 from kimitui.hosts.sim.openai_server import SimOpenAIServer
+from tests.support import sim_server_thread
 
 
 def _search(lowest: int, highest: int, limit: int | None) -> SloSearch:
@@ -73,40 +74,19 @@ async def test_the_search_against_the_simulated_server_is_bracketed_by_its_probe
 
 def test_the_command_says_the_answer_and_its_probes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import asyncio
-    import threading
+    import argparse
 
     from kimitui.commands.bench import add_parser, cmd_bench
 
-    started = threading.Event()
-    box: dict[str, object] = {}
-
-    def serve() -> None:
-        async def main() -> None:
-            async with SimOpenAIServer(batching=STEEP) as srv:
-                box["url"], box["stop"] = srv.url, asyncio.Event()
-                started.set()
-                await box["stop"].wait()  # type: ignore[attr-defined]
-        box["loop"] = asyncio.new_event_loop()
-        box["loop"].run_until_complete(main())  # type: ignore[attr-defined]
-
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the run file goes here
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(10)
-    import argparse
-
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     out = tmp_path / "search.json"
-    try:
-        args = parser.parse_args(["bench", "macro", "--url", str(box["url"]), "--model", "moonshotai/Kimi-K2.5",
+    with sim_server_thread(STEEP) as url:
+        args = parser.parse_args(["bench", "macro", "--url", url, "--model", "moonshotai/Kimi-K2.5",
                                   "--slo", "tpot:20", "--search", "--concurrency", "1,16", "--max-tokens", "12",
                                   "--warmup", "0", "--output", str(out)])
         assert cmd_bench(args) == 0
-    finally:
-        box["loop"].call_soon_threadsafe(box["stop"].set)  # type: ignore[attr-defined]
-        thread.join(10)
     text = capsys.readouterr().out
     line = next(x for x in text.splitlines() if x.startswith("verdict: "))
     saved = json.loads(out.read_text())["verdict"]

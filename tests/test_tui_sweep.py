@@ -228,8 +228,9 @@ async def test_replay_sweep_action_only_notifies_and_the_sample_run_shows_its_he
         assert view.plotted["ttft"][0] == "median_ttft_ms"
 
 
-# 4-token requests, TPOT 20 ms alone and 8 ms more for each request beside it: a 60 ms TPOT SLO holds up to
-# about 20 req/s here (tests/test_slo_search.py measures the same model)
+# 4-token requests, TPOT 20 ms alone and 8 ms more for each request beside it, 76 ms at most (8 at once): a 200 ms
+# TPOT SLO is met at every rate, with room for the stalls of the dashboard that shares the client's event loop on a
+# loaded machine, so the search doubles to the highest rate, a probe at a time
 SLOW_STEEP = BatchingModel.from_targets(single_stream_tps=50, plateau_tps=105, plateau_batch=8, prefill_tps=1e6)
 
 
@@ -240,7 +241,7 @@ async def test_a_rate_search_from_the_dialog_is_plotted_probe_by_probe() -> None
         app = sweep_app(srv.url)
         async with app.run_test(size=BIG) as pilot:
             dialog = await open_dialog(app, pilot, concurrency="64", rates="5,80", requests="16", warmup="0",
-                                       **{"max-tokens": "4", "goodput": "tpot:60"})
+                                       **{"max-tokens": "4", "goodput": "tpot:200"})
             dialog.query_one("#search", Select).value = "yes"
             await pilot_until(pilot, lambda: "a search from 5 to 80 req/s" in str(
                 dialog.query_one("#dialog-scale", Static).render()), "the search's scale")
@@ -259,10 +260,10 @@ async def test_a_rate_search_from_the_dialog_is_plotted_probe_by_probe() -> None
             sweep = app.session.state.sweep
             assert sweep is not None and sweep.axis == "rate" and sweep.verdict is not None
             probes = sweep.verdict.searched
-            assert len(probes) >= 4 and probes[:2] == [5.0, 10.0]
+            assert probes == [5.0, 10.0, 20.0, 40.0, 80.0] and sweep.verdict.slo_concurrency == 80.0
             await pilot_until(pilot, lambda: len(view.plotted["throughput"][1]) == len(probes), "every probe plotted")
             assert [x for x, _ in view.plotted["throughput"][1]] == sorted(probes)
             assert 1 in seen and 2 in seen  # plotted as they came, not at the end
-            answer = sweep.verdict.slo_concurrency
-            assert answer is not None and f"met up to {answer:g} req/s" in text_of(app, "#single-stream")
+            await pilot_until(pilot, lambda: "met up to 80 req/s" in text_of(app, "#single-stream"), "the verdict")
+            assert "peak" in text_of(app, "#single-stream") and "req/s" in text_of(app, "#single-stream")
             assert "request rate (req/s)" in str(view.plots["throughput"].render())

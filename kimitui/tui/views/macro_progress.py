@@ -110,7 +110,7 @@ def single_stream_content(points: list[MacroPoint], verdict: MacroVerdict | None
     peak_tok = peak.result.output_throughput if peak is not None else None
     if peak is not None and peak_tok:
         groups.append([("peak ", "$text-muted"), (f"{peak_tok:.0f} tok/s", "bold"),
-                       (f" at c={peak.concurrency}", "$text-muted")])
+                       (f" at {peak.label}", "$text-muted")])
     groups.append([("points ", "$text-muted"), str(len(points))])
     if verdict is not None:
         groups += verdict_groups(verdict)
