@@ -404,9 +404,14 @@ class TableSpec:
     groups: list[GroupSpec] = field(default_factory=list)
     """Groups where the kernel decides more than one fate, or /proc misleads (tests/safety_groups.py)."""
 
-    def rerun(self) -> str:
-        return (f"KIMITUI_SAFETY_SEED={self.seed} KIMITUI_SAFETY_TABLES=1 pytest tests/test_cleanup_random.py "
-                "-k signal_only_what")
+    def rerun(self, table: str = "") -> str:
+        """The command that runs this table alone; TABLE: its class as module:name where it is not ``Table``."""
+        if not table:
+            return (f"KIMITUI_SAFETY_SEED={self.seed} KIMITUI_SAFETY_TABLES=1 pytest tests/test_cleanup_random.py "
+                    "-k signal_only_what")
+        module, name = table.split(":")
+        return (f"python -c 'import asyncio; from tests.safety_tables import run_tables; from {module} import {name}; "
+                f"print(asyncio.run(run_tables(1, {self.seed}, table_cls={name})).report())'")
 
 
 class Tokens:
@@ -744,9 +749,10 @@ class TableResult:
     """Why a table sent no signal at all (the service not found, the executor's last events): said in the
     report, so a table that exercised nothing explains itself."""
 
-    def describe(self) -> str:
+    def describe(self, table: str = "") -> str:
         s = self.spec
-        lines = [f"table seed {s.seed}: service {s.service}, scope {s.scope}, reuse {s.reuse} (rerun: {s.rerun()})"]
+        lines = [f"table seed {s.seed}: service {s.service}, scope {s.scope}, reuse {s.reuse} "
+                 f"(rerun: {s.rerun(table)})"]
         if self.error:
             lines.append(f"  error: {self.error}")
         lines += [f"  wrong: {w.kind}: {w.detail}" for w in self.wrong]
@@ -1348,6 +1354,8 @@ class Summary:
     died_with: Counter[str] = field(default_factory=Counter)
     quiet: list[TableResult] = field(default_factory=list)
     """Tables that sent no signal (their notes say why)."""
+    table: str = ""
+    """The tables' class as module:name where it is a subclass of ``Table`` (their rerun hint names it)."""
 
     def add(self, res: TableResult) -> None:
         self.tables += 1
@@ -1381,7 +1389,7 @@ class Summary:
         lines += [f"  {n} x {detail}" for detail, n in self.odd.most_common()]
         lines += [f"  {n} x {kind}" for kind, n in self.kinds.most_common()]
         lines += [f"  {n} x the harness's doing: {kind}" for kind, n in self.foreign_kinds.most_common()]
-        lines += [r.describe() for r in (self.failing + self.errors + self.quiet)[:show]]
+        lines += [r.describe(self.table) for r in (self.failing + self.errors + self.quiet)[:show]]
         return "\n".join(lines)
 
 
@@ -1446,7 +1454,7 @@ def run_in_namespace(argv: list[str]) -> None:
 async def _run_tables(prog: Programs, count: int, seed: int, concurrency: int, agents: int,
                       table_cls: type[Table]) -> Summary:
     hosts = [LocalHost(name=f"local{i}") for i in range(agents)]
-    summary = Summary()
+    summary = Summary(table="" if table_cls is Table else f"{table_cls.__module__}:{table_cls.__qualname__}")
     results: list[TableResult] = []
     started = time.monotonic()
     set_child_subreaper(True)
