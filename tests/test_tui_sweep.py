@@ -228,9 +228,10 @@ async def test_replay_sweep_action_only_notifies_and_the_sample_run_shows_its_he
         assert view.plotted["ttft"][0] == "median_ttft_ms"
 
 
-# 4-token requests, TPOT 20 ms alone and 8 ms more for each request beside it, 76 ms at most (8 at once): a 200 ms
-# TPOT SLO is met at every rate, with room for the stalls of the dashboard that shares the client's event loop on a
-# loaded machine, so the search doubles to the highest rate, a probe at a time
+# 4-token requests, TPOT 20 ms alone and 8 ms more for each request beside it, 76 ms at most (8 at once). The
+# dashboard shares the load generator's event loop: on a loaded machine its stalls (hundreds of ms in CI) enter the
+# TPOT, so the search here runs under an SLO no rate can miss (10 s) and doubles to the highest rate, a probe at a
+# time; whether an SLO is met is tests/test_slo_search.py's, away from the dashboard
 SLOW_STEEP = BatchingModel.from_targets(single_stream_tps=50, plateau_tps=105, plateau_batch=8, prefill_tps=1e6)
 
 
@@ -241,7 +242,7 @@ async def test_a_rate_search_from_the_dialog_is_plotted_probe_by_probe() -> None
         app = sweep_app(srv.url)
         async with app.run_test(size=BIG) as pilot:
             dialog = await open_dialog(app, pilot, concurrency="64", rates="5,80", requests="16", warmup="0",
-                                       **{"max-tokens": "4", "goodput": "tpot:200"})
+                                       **{"max-tokens": "4", "goodput": "tpot:10000"})
             dialog.query_one("#search", Select).value = "yes"
             await pilot_until(pilot, lambda: "a search from 5 to 80 req/s" in str(
                 dialog.query_one("#dialog-scale", Static).render()), "the search's scale")
