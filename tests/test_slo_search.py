@@ -19,13 +19,16 @@ from kimitui.hosts.sim.openai_server import SimOpenAIServer
 from tests.support import sim_server_thread
 
 
-def _search(lowest: int, highest: int, limit: int | None) -> SloSearch:
-    """Search a server that meets the SLOs up to ``limit`` (None: nowhere)."""
-    s = SloSearch(lowest, highest)
+def _run(s: SloSearch, limit: float | None) -> SloSearch:
+    """Run search S on a server that meets the SLOs up to level ``limit`` (None: nowhere)."""
     while (c := s.next()) is not None:
-        assert c not in s.order and lowest <= c <= highest
+        assert c not in s.order and s.lowest <= c <= s.highest
         s.record(c, limit is not None and c <= limit)
     return s
+
+
+def _search(lowest: int, highest: int, limit: int | None) -> SloSearch:
+    return _run(SloSearch(lowest, highest), limit)
 
 
 @pytest.mark.parametrize("lowest,highest", [(1, 128), (1, 100), (4, 512), (1, 1), (3, 7)])
@@ -97,13 +100,8 @@ def test_the_command_says_the_answer_and_its_probes(tmp_path: Path, capsys: pyte
 
 # -- a search over request rates (--request-rate LOW HIGH --search) -----------------------------------------
 
-def _rate_search(lowest: float, highest: float, limit: float | None) -> RateSearch:
-    """Search rates on a server that meets the SLOs up to ``limit`` req/s (None: nowhere)."""
-    s = RateSearch(lowest, highest)
-    while (r := s.next()) is not None:
-        assert r not in s.order and lowest <= r <= highest
-        s.record(r, limit is not None and r <= limit)
-    return s
+def _rate_search(lowest: float, highest: float, limit: float | None) -> SloSearch:
+    return _run(RateSearch(lowest, highest), limit)
 
 
 @pytest.mark.parametrize("lowest,highest", [(1.0, 64.0), (0.5, 100.0), (2.0, 3.0)])
