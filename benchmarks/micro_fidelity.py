@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kimitui.bench.micro.shapes import KIMI_K25, shapes_for
 from kimitui.hostside import gemm as gw
 from kimitui.hostside import gemm_torch as gt
+from kimitui.hostside.gemm_weights import copies_for, quantized
 
 TOLERANCE = 0.05
 ABS_US = 1.0
@@ -184,15 +185,15 @@ def main() -> int:
     for s in shapes:
         group = gw.parse_dtype(s.dtype)
         g = group[2] if group[0] == "int" else 32
-        q, sc, wref = gt.quantized(torch, s.n, s.k, g, device, bench.gen)
+        q, sc, wref = quantized(torch, s.n, s.k, g, device, bench.gen)
         sz = torch.stack([sc, torch.zeros_like(sc)], dim=2).contiguous()
         packed = bench.int4.pack(q)
         for backend in ("torch-int4", "bf16"):
             if backend == "torch-int4":
-                copies = gt.copies_for(gw.weight_bytes(s.n, s.k, f"int4-g{g}"), wargs)
+                copies = copies_for(gw.weight_bytes(s.n, s.k, f"int4-g{g}"), wargs)
                 ws = [packed] + [packed.clone() for _ in range(copies - 1)]
             else:
-                copies = gt.copies_for(s.n * s.k * 2, wargs)
+                copies = copies_for(s.n * s.k * 2, wargs)
                 ws = [wref] + [wref.clone() for _ in range(copies - 1)]
             for m in ms:
                 x = bench.randn(m, s.k)

@@ -123,6 +123,20 @@ def test_a_stand_in_for_marlin_is_named_and_a_heavy_allreduce_is_the_bound() -> 
     assert "a stand-in for Marlin" in b.verdict and "Stand-ins:" in b.verdict
 
 
+def test_without_marlin_the_faster_stand_in_at_each_m_is_counted_and_named() -> None:
+    s = _state(moe_backend="torch-int4")  # the int4 loop: 30 us at M=1, 90 us at M=4
+    for m, us in ((1, 45.0), (4, 60.0)):  # the grouped bf16 GEMM on the dequantized weights
+        fold(s, GemmRow(3.5, name="moe (8 of 384)", m=m, backend="bf16", time_us=us))
+    b = decode_budget(s)
+    assert [r.int4_gemm_ms for r in b.rows] == pytest.approx([30.0 * 60 / 1000, (30.0 + (60.0 - 30.0) * 2 / 3)
+                                                              * 60 / 1000, 60.0 * 60 / 1000])
+    assert b.stand_ins == ["moe (8 of 384): torch-int4 (tinygemm) or bf16 on the dequantized weights, the "
+                           "faster at each M, stands in for Marlin"]
+    only_bf16 = _state(moe_backend="bf16")
+    assert decode_budget(only_bf16).stand_ins == ["moe (8 of 384): bf16 on the dequantized weights stands in "
+                                                  "for Marlin"]
+
+
 def test_no_micro_rows_no_verdict() -> None:
     s = SessionState()
     fold(s, MacroPoint(1.0, concurrency=1, metrics={"completed": 1, "output_throughput": 50.0,

@@ -46,6 +46,8 @@ def test_bench_micro_cpu_path_end_to_end(tmp_path: Path) -> None:
     assert all("honest only near M=1" in r["note"] and "stands in for marlin" in r["note"] for r in int4)
     moe = [r for r in gemm if r["name"].startswith("moe (")]
     assert all(1 <= r["experts"] <= 8 and r["time_us"] > 0 and r["bytes_moved"] > 0 for r in moe)
+    assert {(r["m"], r["kernel"], r["correct"]) for r in moe if r["backend"] == "bf16"} == {(1, "grouped_mm", True),
+                                                                                        (4, "grouped_mm", True)}
     assert all(r["wrong"] == 0 and r["ranks"] == 2 and r["backend"] == "gloo" for r in ar)
     burst = [r for r in ar if r["burst"] > 1]
     assert len(burst) == 1 and burst[0]["burst"] == 6 and burst[0]["size_bytes"] == 256 * 2  # 2 x 3 layers, M=1

@@ -17,6 +17,6 @@ reader (``procfs``) and the guarded signal (``signals``) from here, so /proc/PID
   topology    the interconnect (NVML, nvidia-smi -q -x, or modelled)
   wire        one JSON line a write, the token tag, the agent's log lines, the workers' events
   agent/      the server: requests on stdin, replies, samples and worker lines on stdout
-  gemm, gemm_torch, allreduce   the micro-benchmark workers (sent with worker_start)
+  gemm, gemm_torch, gemm_moe, gemm_weights, allreduce   the micro-benchmark workers (sent with worker_start)
   bootstrap   the in-memory importer the payload starts with
 """

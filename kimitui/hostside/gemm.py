@@ -55,7 +55,7 @@ def run_modelled(args: argparse.Namespace, items: list, ms: list) -> int:
     model = MODELS[args.modelled]
     rnd = random.Random(args.seed)
     backends = {"marlin": "modelled: marlin_gemm / fused_marlin_moe ({}, simulated)".format(model["device"]),
-                "bf16": "modelled: torch.mm (cuBLAS), simulated",
+                "bf16": "modelled: torch.mm (cuBLAS); MoE: grouped_mm, simulated",
                 "torch-int4": "not modelled (the simulated host models the production kernels)"}
     event("env", torch="", device=model["device"] + " (simulated)", backends=backends, mem_bw_gbps=None,
          datasheet_gbps=model["bw"], l2_mb=model["l2_mb"], simulated=True,
@@ -73,7 +73,8 @@ def run_modelled(args: argparse.Namespace, items: list, ms: list) -> int:
         touched = expected_experts(it["experts"], it["topk"], m) if it["kind"] == "moe" else 0.0
         it_b = as_backend(it, backend)
         t = modelled_gemm_us(it, backend, m, model) * rnd.uniform(*MODELLED_JITTER)
-        kernel = {"bf16": "torch.mm", "marlin": "fused_marlin_moe" if it["kind"] == "moe" else "marlin_gemm"}
+        kernel = {"bf16": "grouped_mm" if it["kind"] == "moe" else "torch.mm",
+                  "marlin": "fused_marlin_moe" if it["kind"] == "moe" else "marlin_gemm"}
         event("row", name=it["name"], m=m, n=it["n"], k=it["k"], dtype=it["dtype"] if backend != "bf16" else
              ("bf16" if it["dtype"] == "bf16" else "bf16 (dequant)"), backend=backend, kernel=kernel[backend],
              time_us=round(t, 3), rel_err=None, correct=None, experts=round(touched), simulated=True,

@@ -138,9 +138,7 @@ def modelled_gemm_us(item: dict, backend: str, m: int, model: dict) -> float:
     eff = 0.82 if backend == "bf16" else 0.72
     mem_us = b / (eff * model["bw"] * 1e9) * 1e6
     flop_us = row_flops(item, m) / (0.55 * model["bf16_tflops"] * 1e12) * 1e6
-    overhead = 2.6 + (6.0 if item["kind"] == "moe" else 0.0)
-    if item["kind"] == "moe" and backend == "bf16":
-        overhead += 4.0 * touched  # a loop over the experts, two launches each
+    overhead = 2.6 + (6.0 if item["kind"] == "moe" else 0.0)  # a MoE's: sorting the tokens by expert, the gather
     return max(mem_us, flop_us) + overhead
 
 

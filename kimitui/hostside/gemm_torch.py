@@ -1,16 +1,17 @@
 """The GEMM worker's torch side: weights, the kernels (torch.mm, tinygemm int4, vLLM's Marlin), timing
-(CUDA graphs replayed and timed with CUDA events; plain loops on a CPU). torch is the caller's: imported by
-run_torch, passed to the rest."""
+(CUDA graphs replayed and timed with CUDA events; plain loops on a CPU); the fused-MoE rows are gemm_moe.py.
+torch is the caller's: imported by run_torch, passed to the rest."""
 
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 
 from .clocks import ClockWatch
-from .gemm_rows import DATASHEET_GBPS, INT4_HONEST, as_backend, figures, parse_dtype, row_bytes, row_key, weight_bytes
+from .gemm_moe import grouped_mm_of, moe_rows
+from .gemm_rows import DATASHEET_GBPS, INT4_HONEST, as_backend, figures, parse_dtype, row_key, weight_bytes
+from .gemm_weights import copies_for, quantized, rel_err
 from .wire import event, event_log
 
 
@@ -174,23 +175,6 @@ class Timer:
         return statistics.median(times), calls, "graph"
 
 
-def rel_err(torch: object, out: object, ref: object) -> float:
-    out, ref = out.float(), ref.float()
-    return float((out - ref).abs().mean() / ref.abs().mean().clamp_min(1e-12))
-
-
-def copies_for(nbytes: int, args: argparse.Namespace) -> int:
-    return max(1, min(args.max_copies, math.ceil(args.rotate_mb * 2 ** 20 / max(nbytes, 1))))
-
-
-def quantized(torch: object, n: int, k: int, group: int, device: str, gen: object) -> tuple:
-    """(q ints 0..15 [N, K], scales [K/g, N] bf16, dequantized bf16 [N, K]); symmetric: zero point 8."""
-    q = torch.randint(0, 16, (n, k), dtype=torch.uint8, device=device, generator=gen)
-    s = (torch.rand((k // group, n), device=device, generator=gen) * 0.01 + 0.002).to(torch.bfloat16)
-    w = ((q.to(torch.float32) - 8.0) * s.to(torch.float32).t().repeat_interleave(group, dim=1)).to(torch.bfloat16)
-    return q, s, w
-
-
 class Bench:
     def __init__(self, torch: object, device: str, args: argparse.Namespace, bw: float) -> None:
         self.torch, self.device, self.args, self.bw = torch, device, args, bw
@@ -253,111 +237,6 @@ class Bench:
                     report(it, m, "bf16", "torch.mm", t, calls, how, None, 0)
                 del ws
 
-    # fused MoE -----------------------------------------------------------------------------------------
-
-    def routings(self, it: dict, m: int) -> list:
-        """Top-k routings of M tokens over the experts: softmax of gate logits with a per-expert popularity
-        bias (realistic: a few experts are hot), renormalised over the chosen k. Several routings are
-        rotated so the experts' weights do not sit in L2 from call to call."""
-        torch, e, topk = self.torch, it["experts"], it["topk"]
-        bias = torch.randn(e, device=self.device, generator=self.gen) * 0.7
-        per_expert = row_bytes(dict(it, kind="moe"), 0, 1.0)
-        out = []
-        count = 1
-        while len(out) < count:
-            logits = torch.randn((m, e), device=self.device, generator=self.gen) + bias
-            w, ids = torch.topk(torch.softmax(logits.float(), dim=-1), topk, dim=-1)
-            w = w / w.sum(dim=-1, keepdim=True)
-            plan = []
-            for ex in torch.unique(ids).tolist():
-                rows, cols = (ids == ex).nonzero(as_tuple=True)
-                plan.append((ex, rows, w[rows, cols].to(torch.bfloat16).unsqueeze(1)))
-            out.append({"logits": logits, "weights": w, "ids": ids, "plan": plan})
-            if len(out) == 1:
-                count = copies_for(int(len(plan) * per_expert), self.args)
-        return out
-
-    def moe(self, it: dict, ms: list, backends: list, report: object) -> None:
-        torch, e, group = self.torch, it["experts"], parse_dtype(it["dtype"])
-        n13, k13, n2, k2 = it["n"], it["k"], it["n2"], it["k2"]
-        inter = n13 // 2
-        f = torch.nn.functional
-        int4 = group[0] == "int"
-        g = group[2] if int4 else 0
-        ref13, ref2, p13, p2, sz13, sz2 = [], [], [], [], [], []
-        for _ in range(e):
-            if int4:
-                q1, s1, w1 = quantized(torch, n13, k13, g, self.device, self.gen)
-                q2, s2, w2 = quantized(torch, n2, k2, g, self.device, self.gen)
-                if "torch-int4" in backends:
-                    p13.append(self.int4.pack(q1))
-                    p2.append(self.int4.pack(q2))
-                    sz13.append(torch.stack([s1, torch.zeros_like(s1)], dim=2).contiguous())
-                    sz2.append(torch.stack([s2, torch.zeros_like(s2)], dim=2).contiguous())
-            else:
-                w1, w2 = self.randn(n13, k13) * 0.02, self.randn(n2, k2) * 0.02
-            ref13.append(w1)
-            ref2.append(w2)
-
-        def looped(x: object, r: dict, up: object, down: object) -> object:
-            out = torch.zeros((x.shape[0], n2), dtype=torch.bfloat16, device=x.device)
-            for ex, rows, wts in r["plan"]:
-                h = up(x.index_select(0, rows), ex)
-                y = down(f.silu(h[:, :inter]) * h[:, inter:], ex)
-                out.index_add_(0, rows, y * wts)
-            return out
-
-        bf_up = lambda x, ex: torch.mm(x, ref13[ex].t())  # noqa: E731
-        bf_down = lambda x, ex: torch.mm(x, ref2[ex].t())  # noqa: E731
-        i4_up = lambda x, ex: self.int4.mm(x, p13[ex], g, sz13[ex])  # noqa: E731
-        i4_down = lambda x, ex: self.int4.mm(x, p2[ex], g, sz2[ex])  # noqa: E731
-        mk = self.marlin
-        fused = None
-        if "marlin" in backends:
-            fused = self.marlin_moe_weights(ref13, ref2, g)
-        for m in ms:
-            x = self.randn(m, k13)
-            rs = self.routings(it, m)
-            touched = statistics.mean(len(r["plan"]) for r in rs)
-            ref = looped(x, rs[0], bf_up, bf_down)
-            for backend in backends:
-                if backend == "bf16":
-                    t, calls, how = self.timer.measure(lambda i, x=x, rs=rs: looped(x, rs[i % len(rs)], bf_up, bf_down))
-                    report(it, m, backend, "torch.mm loop over experts", t, calls, how, None, touched,
-                           "dense reference: a loop of torch.mm over the selected experts")
-                elif backend == "torch-int4":
-                    err = rel_err(torch, looped(x, rs[0], i4_up, i4_down), ref)
-                    t, calls, how = self.timer.measure(lambda i, x=x, rs=rs: looped(x, rs[i % len(rs)], i4_up, i4_down))
-                    report(it, m, backend, self.int4.kernel + " loop", t, calls, how, err, touched,
-                           "a loop of the int4 kernel over the selected experts (no fused MoE kernel)")
-                elif backend == "marlin" and fused is not None:
-                    def call(i: int, x: object = x, rs: list = rs) -> object:
-                        r = rs[i % len(rs)]
-                        return mk.call(mk.moe, dict(fused, hidden_states=x, gating_output=r["logits"],
-                                                    topk_weights=r["weights"], topk_ids=r["ids"].to(torch.int32)))
-                    err = rel_err(torch, call(0), ref)
-                    t, calls, how = self.timer.measure(call)
-                    report(it, m, backend, "fused_marlin_moe", t, calls, how, err, touched,
-                           f"vLLM fused_marlin_moe (vllm {mk.version})")
-
-    def marlin_moe_weights(self, ref13: list, ref2: list, group: int) -> dict:
-        mk, torch = self.marlin, self.torch
-        q1, s1, q2, s2 = [], [], [], []
-        for i in range(len(ref13)):
-            _, qa, sa, _, _, _ = mk.quantize(ref13[i].t().contiguous(), mk.qtype, group, False)
-            _, qb, sb, _, _, _ = mk.quantize(ref2[i].t().contiguous(), mk.qtype, group, False)
-            q1.append(qa)
-            s1.append(sa)
-            q2.append(qb)
-            s2.append(sb)
-        return {"w1": torch.stack(q1), "w2": torch.stack(q2), "w1_scale": torch.stack(s1),
-                "w2_scale": torch.stack(s2), "bias1": None, "bias2": None, "quant_type_id": mk.qtype.id,
-                "num_bits": 4, "global_num_experts": len(ref13), "expert_map": None, "g_idx1": None,
-                "g_idx2": None, "sort_indices1": None, "sort_indices2": None, "w1_zeros": None, "w2_zeros": None,
-                "workspace": None, "is_k_full": True, "inplace": False, "activation": "silu",
-                "apply_router_weight_on_input": False, "global_scale1": None, "global_scale2": None}
-
-
 def copy_bandwidth(torch: object, device: str) -> float:
     """GB/s of a device-to-device copy, counting bytes read and written."""
     nbytes = (1 << 30) if device != "cpu" else (64 << 20)
@@ -386,6 +265,7 @@ def copy_bandwidth(torch: object, device: str) -> float:
 def run_torch(args: argparse.Namespace, items: list, ms: list) -> int:
     import torch
 
+
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -403,7 +283,7 @@ def run_torch(args: argparse.Namespace, items: list, ms: list) -> int:
     sheet = next((gbps for key, gbps in DATASHEET_GBPS if key in name), None)
     bw = copy_bandwidth(torch, device)
     bench = Bench(torch, device, args, bw)
-    backends = {"bf16": f"torch.mm (torch {torch.__version__})",
+    backends = {"bf16": f"torch.mm (torch {torch.__version__})" + ("; MoE: grouped_mm" if grouped_mm_of(torch) else ""),
                 "torch-int4": f"{bench.int4.kernel} ({INT4_HONEST})",
                 "marlin": bench.marlin.why}
     notes = [f"roofline = bytes moved / the copy bandwidth measured here ({bw:.0f} GB/s)"]
@@ -443,7 +323,7 @@ def run_torch(args: argparse.Namespace, items: list, ms: list) -> int:
         event("progress", item=it["name"], done=state["done"], total=total)
         try:
             if it["kind"] == "moe":
-                bench.moe(it, it["ms"], it["backends"], report)
+                moe_rows(bench, it, it["ms"], it["backends"], report)
             else:
                 bench.dense(it, it["ms"], it["backends"], report)
         except Exception as exc:  # one shape failing (out of memory, a kernel's limit) is a log line
