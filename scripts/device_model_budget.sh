@@ -101,6 +101,10 @@ TOML
   RUN=$(ls -t "$D"/data/kimitui/runs/*.jsonl 2>/dev/null | head -1)
   timeout 300 $PY scripts/linear_timing.py "$W/$FAMILY" --ms "${LEVELS// /}" --device "$TF_DEVICE" \
     > "$D/linears.json" 2> "$D/linears.err" || tail -3 "$D/linears.err"
+  if [ "$FAMILY" = qwen3-moe ]; then  # the MoE row's kernel against the loop and transformers' own block
+    timeout 200 $PY scripts/device_moe_kernels.py "$W/$FAMILY" > "$D/moe-kernels.json" 2> "$D/moe-kernels.err" \
+      && echo "  moe kernels: $(cat "$D/moe-kernels.json")" | tee -a "$OUT/budget.txt" || tail -3 "$D/moe-kernels.err"
+  fi
   if [ -n "$RUN" ]; then
     $PY -m kimitui report "$RUN" > "$D/report.md" 2>&1
     gzip -c "$RUN" > "$D/run.jsonl.gz"
