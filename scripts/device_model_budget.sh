@@ -102,13 +102,15 @@ TOML
   timeout 300 $PY scripts/linear_timing.py "$W/$FAMILY" --ms "${LEVELS// /}" --device "$TF_DEVICE" \
     > "$D/linears.json" 2> "$D/linears.err" || tail -3 "$D/linears.err"
   if [ "$FAMILY" = qwen3-moe ]; then  # the MoE row's kernel against the loop and transformers' own block
+    timeout 300 $PY scripts/linear_timing.py "$W/$FAMILY" --ms "${LEVELS// /}" --device "$TF_DEVICE" --whole-moe \
+      > "$D/linears-whole-moe.json" 2>> "$D/linears.err" || tail -3 "$D/linears.err"
     timeout 200 $PY scripts/device_moe_kernels.py "$W/$FAMILY" > "$D/moe-kernels.json" 2> "$D/moe-kernels.err" \
       && echo "  moe kernels: $(cat "$D/moe-kernels.json")" | tee -a "$OUT/budget.txt" || tail -3 "$D/moe-kernels.err"
   fi
   if [ -n "$RUN" ]; then
     $PY -m kimitui report "$RUN" > "$D/report.md" 2>&1
     gzip -c "$RUN" > "$D/run.jsonl.gz"
-    $PY - "$RUN" "$D/linears.json" <<'PYEOF' | tee -a "$OUT/budget.txt"
+    $PY - "$RUN" "$D/linears.json" "$D/linears-whole-moe.json" <<'PYEOF' | tee -a "$OUT/budget.txt"
 import json, sys
 from kimitui.core.runfile import RunReader
 from kimitui.core.state import fold_all
@@ -117,14 +119,18 @@ budget, served = state.budget, state.served_model
 print("  model: %s" % (served.name if served else "none recorded"))
 if budget is None:
     sys.exit(print("  no budget"))
-try:
-    plain = json.load(open(sys.argv[2]))["ms"]
-except (OSError, ValueError, KeyError):
-    plain = {}
+def plain(path):
+    try:
+        return json.load(open(path))["ms"]
+    except (OSError, ValueError, KeyError):
+        return {}
+linears, whole = plain(sys.argv[2]), plain(sys.argv[3])
 for r in budget.rows:
-    p = plain.get(str(r.m))
+    p, w = linears.get(str(r.m)), whole.get(str(r.m))
     gemm = r.gemm_ms
     agree = "" if p is None or gemm is None else "  plain torch %.3f ms: %+.1f %%" % (p, (gemm - p) / p * 100)
+    if w is not None and gemm is not None:
+        agree += " (MoE blocks whole, routing included: %.3f ms: %+.1f %%)" % (w, (gemm - w) / w * 100)
     print("  M=%d TPOT %s ms, GEMMs %s ms, rest %s ms%s" % (r.m, r.tpot_ms, gemm, r.rest_ms, agree))
 print("  verdict: %s" % budget.verdict[:300])
 from kimitui.bench.sweep_output import energy_words

@@ -1,11 +1,12 @@
 """The bf16 MoE row three ways at one model's expert shapes, on one GPU: the micro worker's grouped GEMM
 (hostside/gemm_moe.py), its old loop of torch.mm over the selected experts, and transformers' own
-``*SparseMoeBlock`` called whole (router included; the router's own row is added to the worker's figures).
+``*SparseMoeBlock``: its experts module on its router's routing, and the block called whole (router, softmax
+and top-k included; the router's own GEMM is added to the worker's figure for that comparison).
 
     python3 scripts/device_moe_kernels.py FOLDER [--ms 1,2,4,8,16,64]
 
 FOLDER holds the model's config.json (Qwen3-MoE or Mixtral). Prints one JSON object: {M: {grouped_us,
-loop_us, router_us, block_us, grouped_vs_block}}.
+loop_us, router_us, block_us, experts_us, grouped_vs_experts, grouped_vs_block}}.
 """
 
 from __future__ import annotations
@@ -72,10 +73,13 @@ def main() -> int:
             w = torch.randn(experts, cfg.hidden_size, dtype=torch.bfloat16, device=dev)
             router = timed(lambda x=x, w=w: torch.mm(x, w.t()), dev) * 1e6
             blk = timed(lambda h=h: block(h), dev) * 1e6
+            _logits, weights, index = block.gate(x)
+            experts_us = timed(lambda x=x, i=index, w=weights: block.experts(x, i, w), dev) * 1e6
             grouped = got.get((m, "grouped_mm"))
             loop = got.get((m, "torch.mm loop over experts"), 0.0)
             out[m] = {"grouped_us": None if grouped is None else round(grouped, 2), "loop_us": round(loop, 2),
-                      "router_us": round(router, 2), "block_us": round(blk, 2),
+                      "router_us": round(router, 2), "block_us": round(blk, 2), "experts_us": round(experts_us, 2),
+                      "grouped_vs_experts": round(grouped / experts_us - 1.0, 4) if grouped else None,
                       "grouped_vs_block": round((grouped + router) / blk - 1.0, 4) if grouped else None}
     print(json.dumps({"config": str(ns.folder), "experts": experts, "topk": cfg.num_experts_per_tok,
                       "torch": torch.__version__, "experts_implementation":

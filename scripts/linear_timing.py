@@ -4,10 +4,13 @@ share is held to (issue 35 item 4: within 15 %).
     python3 scripts/linear_timing.py FOLDER --ms 1,2,4 [--device cuda]
 
 The model is built from FOLDER's config.json with random weights (transformers' own modules, bf16, on the
-device), then every ``nn.Linear`` outside a sparse-MoE block is called on an input of M rows, and every
-sparse-MoE block (``*SparseMoeBlock``: its router and the experts M tokens pick) is called whole on M tokens;
-each timed over CUDA-graph replays (on a CPU: a loop). The sum over every module of the model is one decode
-step's linears. Prints one JSON object: {"ms": {M: ms}, "linears": N, "moe_blocks": N, "device": ...}.
+device), then every ``nn.Linear`` outside a sparse-MoE block is called on an input of M rows, and in every
+sparse-MoE block (``*SparseMoeBlock``) its two GEMM parts: the router's linear (``gate.weight``) and the
+experts module (transformers' own experts implementation, e.g. grouped_mm) on the routing its own router gives
+M tokens. The router's softmax and top-k are routing, not linears: the budget leaves them in "the rest", and so
+does this timing (``--whole-moe`` times each block whole instead, router and all). Each part is timed over
+CUDA-graph replays (on a CPU: a loop). The sum over every module of the model is one decode step's linears.
+Prints one JSON object: {"ms": {M: ms}, "linears": N, "moe_blocks": N, "moe": "gemms" | "whole block", ...}.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def main() -> int:
     p.add_argument("folder", type=Path)
     p.add_argument("--ms", default="1,2,4")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--whole-moe", action="store_true", help="time each sparse-MoE block whole (router included)")
     ns = p.parse_args()
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -78,8 +82,13 @@ def main() -> int:
     blocks = [m for m in model.modules() if type(m).__name__.endswith("SparseMoeBlock")]
     inside = {id(sub) for b in blocks for sub in b.modules()}
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and id(m) not in inside]
+    split = bool(blocks) and not ns.whole_moe and all(
+        hasattr(b, "experts") and hasattr(getattr(b, "gate", None), "weight") for b in blocks)
     out: dict[str, Any] = {"ms": {}, "linears": len(linears), "moe_blocks": len(blocks), "device": ns.device,
-                           "torch": torch.__version__, "layers": config.num_hidden_layers}
+                           "torch": torch.__version__, "layers": config.num_hidden_layers,
+                           "moe": "gemms" if split else "whole block" if blocks else None,
+                           "experts_implementation": getattr(config, "_experts_implementation", None)}
+    block = blocks[0] if blocks else None  # every block has the same shapes: the first is timed
     with torch.inference_mode():
         for m in (int(x) for x in ns.ms.split(",")):
             total = 0.0
@@ -90,9 +99,16 @@ def main() -> int:
                     x = torch.randn(m, lin.in_features, dtype=torch.bfloat16, device=ns.device)
                     by_shape[key] = timed(lambda lin=lin, x=x: lin(x), ns.device)
                 total += by_shape[key]
-            if blocks:
+            if block is not None:
                 hidden = torch.randn(1, m, config.hidden_size, dtype=torch.bfloat16, device=ns.device)
-                per_block = timed(lambda h=hidden: blocks[0](h), ns.device)  # every block has the same shapes
+                if split:
+                    x = hidden.reshape(m, -1)
+                    _logits, weights, index = block.gate(x)
+                    router = block.gate.weight
+                    per_block = (timed(lambda x=x, w=router: torch.nn.functional.linear(x, w), ns.device)
+                                 + timed(lambda x=x, i=index, w=weights: block.experts(x, i, w), ns.device))
+                else:
+                    per_block = timed(lambda h=hidden: block(h), ns.device)
                 total += per_block * len(blocks)
             out["ms"][str(m)] = round(total * 1000.0, 4)
     print(json.dumps(out))

@@ -25,16 +25,16 @@ GROUPED_NOTE = ("the selected experts in one grouped GEMM per projection, tokens
 
 
 def routings(bench: Bench, it: dict, m: int) -> list:
-    """Top-k routings of M tokens over the experts: softmax of gate logits with a per-expert popularity
-    bias (realistic: a few experts are hot), renormalised over the chosen k. Several routings are
-    rotated so the experts' weights do not sit in L2 from call to call."""
+    """Top-k routings of M tokens over the experts: softmax of random gate logits, renormalised over the
+    chosen k, as vLLM's benchmarks/kernels/benchmark_moe.py routes (``torch.randn`` gating output): a
+    balanced router's spread, the distinct experts ``expected_experts`` counts. Several routings are rotated
+    so the experts' weights do not sit in L2 from call to call."""
     torch, e, topk = bench.torch, it["experts"], it["topk"]
-    bias = torch.randn(e, device=bench.device, generator=bench.gen) * 0.7
     per_expert = row_bytes(dict(it, kind="moe"), 0, 1.0)
     out = []
     count = 1
     while len(out) < count:
-        logits = torch.randn((m, e), device=bench.device, generator=bench.gen) + bias
+        logits = torch.randn((m, e), device=bench.device, generator=bench.gen)
         w, ids = torch.topk(torch.softmax(logits.float(), dim=-1), topk, dim=-1)
         w = w / w.sum(dim=-1, keepdim=True)
         plan = []
