@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from kimitui.hostside import gpu, holders, nvml, procfs, smi
+from tests.fake_nvml import CAPTURED_FIELDS, FakeNvml
 from tests.support import FIXTURES
 
 UUID0 = "GPU-08163954-12d0-d1cc-c80c-d7eb06938ec1"
@@ -30,7 +29,7 @@ def fd_targets(listing: str) -> list[str]:
 
 @pytest.mark.parametrize("name,power", [("query-gpu.csv", 115.70), ("query-gpu-nounits.csv", 115.72)])
 def test_query_gpu_with_and_without_units(name: str, power: float) -> None:
-    gpus = smi.parse_query_gpu(fixture(name))
+    gpus = smi.parse_query_gpu(fixture(name), CAPTURED_FIELDS)
     assert [g["index"] for g in gpus] == [0, 1]  # the header line (with units) is not a row
     g0 = gpus[0]
     assert (g0["uuid"], g0["name"]) == (UUID0, "NVIDIA H200")
@@ -147,66 +146,8 @@ def test_proc_pipeline_on_the_captured_processes(tmp_path: Path) -> None:
 
 # --- NVML, through a fake pynvml that answers with the captured figures ------------------------------------
 
-class NVMLError(Exception):
-    def __init__(self, value: int, text: str) -> None:
-        super().__init__(text)
-        self.value = value
-
-
-class FakeNvml:
-    """pynvml's surface as the agent uses it, answering with nvml-sample.json; v2 memory reports the
-    616 MiB reserved apart, as the driver does (v1 'used' includes it)."""
-
-    NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_GPU_IS_LOST = 3, 15
-    NVML_TEMPERATURE_GPU, NVML_CLOCK_SM = 0, 1
-    RESERVED = 616 * 1048576
-
-    def __init__(self, v2: bool = True, lost: set[int] | None = None, no_util: bool = False) -> None:
-        self.data = json.loads(fixture("nvml-sample.json"))
-        self.lost, self.no_util = lost or set(), no_util
-        if v2:
-            self.nvmlMemory_v2 = 0x02000028
-
-    def _gpu(self, h: int) -> dict[str, Any]:
-        if h in self.lost:
-            raise NVMLError(self.NVML_ERROR_GPU_IS_LOST, "GPU is lost")
-        return self.data["gpus"][h]
-
-    def nvmlInit(self) -> None: ...
-    def nvmlSystemGetDriverVersion(self) -> str: return self.data["driver"]
-    def nvmlDeviceGetCount(self) -> int: return len(self.data["gpus"])
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int: return i
-    def nvmlDeviceGetUUID(self, h: int) -> str: return self._gpu(h)["uuid"]
-    def nvmlDeviceGetName(self, h: int) -> str: return self._gpu(h)["name"]
-
-    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> SimpleNamespace:
-        g = self._gpu(h)
-        if version is None:
-            return SimpleNamespace(used=g["mem_used"], total=g["mem_total"], free=g["mem_free"])
-        return SimpleNamespace(used=g["mem_used"] - self.RESERVED, total=g["mem_total"], free=g["mem_free"],
-                               reserved=self.RESERVED)
-
-    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
-        if self.no_util:
-            raise NVMLError(self.NVML_ERROR_NOT_SUPPORTED, "Not Supported")
-        return SimpleNamespace(gpu=self._gpu(h)["util"], memory=0)
-
-    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int: return self._gpu(h)["temp"]
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int: return self._gpu(h)["power_mw"]
-    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int: return self._gpu(h)["sm_clock"]
-
-    def nvmlDeviceGetFanSpeed(self, h: int) -> int:  # H200: NotSupported (the agent does not ask)
-        raise NVMLError(self.NVML_ERROR_NOT_SUPPORTED, "Not Supported")
-
-    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
-        return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used"]) for p in self._gpu(h)["procs"]]
-
-    def nvmlDeviceGetGraphicsRunningProcesses(self, h: int) -> list[SimpleNamespace]:
-        return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used"]) for p in self._gpu(h)["gprocs"]]
-
-
 def smi_gpu(index: int) -> dict[str, Any]:
-    return smi.parse_query_gpu(fixture("query-gpu-nounits.csv"))[index]
+    return smi.parse_query_gpu(fixture("query-gpu-nounits.csv"), CAPTURED_FIELDS)[index]
 
 
 def test_nvml_memory_matches_nvidia_smi_not_v1_used() -> None:

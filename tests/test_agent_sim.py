@@ -23,6 +23,7 @@ from tests.agent_helpers import (
     procs_by_pid,
     start_time,
 )
+from tests.fake_nvml import CAPTURED_FIELDS
 from tests.support import FIXTURES
 from tests.waiting import DEADLINE_S, wait_until
 
@@ -119,13 +120,19 @@ FAKE_SMI = """#!{python}
 import sys
 args = " ".join(sys.argv[1:])
 name = "query-gpu-nounits.csv" if "--query-gpu" in args else "query-apps-nounits.csv"
+if "--query-gpu" in args:  # the capture answers the fields it was made with; any other is refused, as one
+    asked = sys.argv[1].split("=", 1)[1].split(",")  # the capture's nvidia-smi did not know is
+    other = [f for f in asked if f not in {captured!r}]
+    if other:
+        sys.stdout.write('Field "%s" is not a valid field to query.\\n\\n' % other[0])
+        sys.exit(2)
 sys.stdout.write(open("{fixtures}/" + name).read())
 """
 
 
 def test_agent_nvidia_smi_fallback_on_the_real_csv(tmp_path: Path) -> None:
     smi = tmp_path / "nvidia-smi"
-    smi.write_text(FAKE_SMI.format(python=sys.executable, fixtures=FIXTURES))
+    smi.write_text(FAKE_SMI.format(python=sys.executable, fixtures=FIXTURES, captured=CAPTURED_FIELDS))
     smi.chmod(0o755)
     empty_proc = tmp_path / "proc"
     empty_proc.mkdir()  # pid 557 of the capture is not visible here, as from a container

@@ -22,7 +22,7 @@ from kimitui.fleet.reader import rounds
 from kimitui.fleet.ssh_reader import SshFleetReader
 from kimitui.hosts.ssh import SshHost
 from kimitui.hosts.telemetry import TelemetrySource
-from tests.agent_helpers import make_sim_dir
+from tests.agent_helpers import Children, children, make_sim_dir  # noqa: F401
 from tests.sshd import SshServer, free_port, sshd_server
 from tests.support import ROOT
 from tests.waiting import until
@@ -131,8 +131,14 @@ def server() -> Iterator[SshServer]:
 
 
 async def test_the_ssh_fleet_reads_each_agent_and_says_which_host_does_not_answer(server: SshServer,
-                                                                                tmp_path: Path) -> None:
+                                                                                tmp_path: Path,
+                                                                                children: Children) -> None:  # noqa: F811
     sim = make_sim_dir(tmp_path / "sim", gpus=2)
+    spec = json.loads((sim / "gpus.json").read_text())
+    spec["gpus"][1]["pcie_best"] = [4, 16]  # a Gen5 card whose slot trains to Gen4
+    (sim / "gpus.json").write_text(json.dumps(spec))
+    children.holder(sim, "cuda", "1", 1000.0)  # GPU 1 busy at its power limit; GPU 0 idle
+    (sim / "load.json").write_text(json.dumps({"util": 100}))
     live = SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
                    config_paths=[], close_grace=0.3)
     dead = SshHost(f"root@127.0.0.1:{free_port()}", known_hosts="/dev/null", config_paths=[])
@@ -151,7 +157,9 @@ async def test_the_ssh_fleet_reads_each_agent_and_says_which_host_does_not_answe
         await until(both_known, "gpu-a up and gpu-b down")
         up, down = rows["gpu-a"], rows["gpu-b"]
         assert [g.index for g in up.gpus] == [0, 1] and all(g.mem_total_mib == 97887 for g in up.gpus)  # type: ignore[attr-defined]
-        assert all(g.holders == 0 for g in up.gpus)  # type: ignore[attr-defined]
+        assert [g.holders for g in up.gpus] == [0, 1]  # type: ignore[attr-defined]
+        # the agent's clock caps and link, read over SSH: the busy GPU's link below its maximum is said
+        assert [(g.throttle, g.link) for g in up.gpus] == [([], ""), (["power cap"], "PCIe Gen4 x16 of Gen5 x16")]  # type: ignore[attr-defined]
         assert "refused" in down.detail.lower() or "reconnecting" in down.detail, down  # type: ignore[attr-defined]
         assert attention(down)[0] == DOWN  # type: ignore[arg-type]
     finally:

@@ -22,8 +22,9 @@ from typing import Any
 import httpx
 
 from kimitui.core.events.fleet import FleetGpu, FleetHost, FleetSource
+from kimitui.fleet.link_words import busy_link_words
 from kimitui.fleet.reader import SourceDown
-from kimitui.hostside.clocks import link_text, reasons_words
+from kimitui.hostside.clocks import reasons_words
 
 DCGM_FIELDS = ("FB_USED", "FB_FREE", "FB_RESERVED", "GPU_UTIL", "GPU_TEMP", "POWER_USAGE", "SM_CLOCK", "XID_ERRORS",
                "CLOCK_THROTTLE_REASONS", "CLOCKS_EVENT_REASONS", "PCIE_LINK_GEN", "PCIE_MAX_LINK_GEN",
@@ -195,20 +196,9 @@ class _Gpu:
                         link=_link_words(v))
 
 
-BUSY_PCT = 10.0
-"""A GPU's link is judged only while it works: an idle GPU trains its link down to save power (Gen1 on an idle
-H200), a busy one should run it at its maximum."""
-
-
 def _link_words(v: dict[str, float | None]) -> str:
-    util = v.get("GPU_UTIL")
-    if util is None or util < BUSY_PCT:
-        return ""
-    got = [v.get(k) for k in ("PCIE_LINK_GEN", "PCIE_LINK_WIDTH", "PCIE_MAX_LINK_GEN", "PCIE_MAX_LINK_WIDTH")]
-    if any(x is None or not 0 < x < 1000 for x in got):
-        return ""
-    gen, width, top, top_width = (int(x) for x in got)  # type: ignore[arg-type]
-    return link_text(gen, width, top, top_width)
+    return busy_link_words(v.get("GPU_UTIL"), [v.get(k) for k in ("PCIE_LINK_GEN", "PCIE_LINK_WIDTH",
+                                                                  "PCIE_MAX_LINK_GEN", "PCIE_MAX_LINK_WIDTH")])
 
 
 Target = tuple[str, str]

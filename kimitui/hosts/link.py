@@ -227,7 +227,10 @@ class AgentLink:
         try:
             if not sent:
                 ch.write(agent_payload(token))
-                await ch.drain()
+                with contextlib.suppress(HostError):
+                    # it stopped reading, exited: a too-old python's bootstrap reads only its version check (a
+                    # payload over the pipe's 64 KiB then breaks it), and what it printed says why
+                    await ch.drain()
             msg, chatter = await asyncio.wait_for(self._first_message(ch, tag), self.host.first_line_s)
         except TimeoutError:
             await ch.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .clocks import reasons_words
 from .gpu import MIB, NoDriver, new_gpu, text
 from .wire import err
 
@@ -30,12 +31,20 @@ class NvmlSource:
         self.fatal_codes = {getattr(nvml, n) for n in ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED",
                                                          "NVML_ERROR_UNINITIALIZED") if hasattr(nvml, n)}
         self.v2 = getattr(nvml, "nvmlMemory_v2", None)
+        self.reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)  # renamed in newer pynvml
         self.handles: list[tuple[Any, dict[str, Any]]] = []
+        self.top_link: dict[int, list[int]] = {}
+        """Each GPU's link at most (generation, width): it does not change, so it is read once."""
         for i in range(nvml.nvmlDeviceGetCount()):
             try:
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
                 self.handles.append((h, new_gpu(i, text(self._try(nvml.nvmlDeviceGetUUID, h)) or "",
                                                 text(self._try(nvml.nvmlDeviceGetName, h)) or "")))
+                top = [self._try(getattr(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", None), h),
+                       self._try(getattr(nvml, "nvmlDeviceGetMaxPcieLinkWidth", None), h)]
+                if all(isinstance(v, int) and v > 0 for v in top):
+                    self.top_link[i] = top
             except Exception as exc:
                 gpu = new_gpu(i, "", "")
                 gpu["error"] = err(exc)
@@ -63,6 +72,19 @@ class NvmlSource:
         m = self.nv.nvmlDeviceGetMemoryInfo(h)
         return m.used / MIB, m.total / MIB, None
 
+    def _reasons(self, h: Any) -> list[str] | None:
+        """The clock caps in force, in words (NVML's clocks event reasons; idle and application clocks are not
+        caps); None where this pynvml has no such call."""
+        return None if self.reasons is None else reasons_words(int(self.reasons(h)))
+
+    def _link(self, h: Any, index: int) -> list[int] | None:
+        """[generation, width] now and at most; None where the driver does not say."""
+        top = self.top_link.get(index)
+        if top is None:
+            return None
+        return [int(self.nv.nvmlDeviceGetCurrPcieLinkGeneration(h)), int(self.nv.nvmlDeviceGetCurrPcieLinkWidth(h)),
+                *top]
+
     def _fatal(self, exc: Exception) -> bool:
         return getattr(exc, "value", None) in self.fatal_codes
 
@@ -81,6 +103,8 @@ class NvmlSource:
                                 ("temp_c", lambda h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
                                 ("power_w", lambda h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
                                 ("sm_clock_mhz", lambda h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                                ("throttle", self._reasons),
+                                ("pcie", lambda h, i=static["index"]: self._link(h, i)),
                                 ("procs", nv.nvmlDeviceGetComputeRunningProcesses),
                                 ("gprocs", nv.nvmlDeviceGetGraphicsRunningProcesses)):
                     try:
@@ -91,6 +115,8 @@ class NvmlSource:
                         continue
                     if key == "mem":
                         gpu["mem_used_mib"], gpu["mem_total_mib"], gpu["mem_reserved_mib"] = value
+                    elif key in ("throttle", "pcie"):
+                        gpu[key] = value
                     elif key in ("procs", "gprocs"):
                         for p in value or ():
                             used = getattr(p, "usedGpuMemory", None)

@@ -34,7 +34,8 @@ def context_held(path: str) -> bool:
 
 
 class SimSource:
-    """The simulated driver: DIR/gpus.json, DIR/holders/<pid>.json, optional DIR/load.json. Memory counts
+    """The simulated driver: DIR/gpus.json (per GPU: ``total_mib``, ``max_w``, ``idle_w``, ``pcie_max`` and
+    ``pcie_best``), DIR/holders/<pid>.json, optional DIR/load.json. Memory counts
     only while the holder is alive (not a zombie, same start time): freed the moment it exits, unless its
     record names a context file (``ctx``) that processes it forked still hold: then the exited pid keeps it. Optional
     DIR/leaked.json ({"<gpu>": MiB}) is memory counted used with no holder, until something (a simulated
@@ -97,6 +98,14 @@ class SimSource:
         ctx = holder.get("ctx")
         return isinstance(ctx, str) and context_held(ctx)
 
+    @staticmethod
+    def _link(spec: dict[str, Any], busy: bool) -> list[int]:
+        """[generation, width] now and at most: a busy GPU's link runs at its best (``pcie_best``: what its slot
+        trains to, its maximum by default), an idle one's trains down to Gen1 to save power, as an H200's does."""
+        top = [int(v) for v in spec.get("pcie_max") or (5, 16)]
+        best = [int(v) for v in spec.get("pcie_best") or top]
+        return (best if busy else [1, best[1]]) + top
+
     def sample(self) -> tuple[list[dict[str, Any]], ProcMem]:
         self.stat.tick()  # fresh liveness every sample: memory is freed the moment a holder exits
         procs: ProcMem = {}
@@ -130,10 +139,12 @@ class SimSource:
             u = (load if load is not None else util.get(i, 0.0)) if busy else 0.0
             u = min(100.0, max(0.0, u))
             max_w, idle_w = float(s.get("max_w", 600)), float(s.get("idle_w", 60))
+            capped = u >= 100.0  # drawing its power limit: the driver caps the clock there
             gpu.update(mem_used_mib=used.get(i, 0.0), mem_total_mib=float(s["total_mib"]),
                        mem_reserved_mib=float(s.get("reserved_mib", 0)), util_pct=u,
                        temp_c=round(32 + 0.45 * u, 1), power_w=round(idle_w + (max_w - idle_w) * u / 100, 1),
-                       sm_clock_mhz=2100.0 if busy else 180.0)
+                       sm_clock_mhz=(1980.0 if capped else 2100.0) if busy else 180.0,
+                       throttle=["power cap"] if capped else [], pcie=self._link(s, busy))
             gpus.append(gpu)
         return gpus, procs
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .clocks import reasons_words
 from .gpu import NoDriver, new_gpu
 
 TYPE_CHECKING = False  # typing is not imported at run time: this module stays light
@@ -15,8 +16,16 @@ QUERY_GPU_FIELDS = [
     "index", "uuid", "name", "pci.bus_id", "driver_version", "memory.used", "memory.total", "memory.reserved",
     "utilization.gpu", "utilization.memory", "temperature.gpu", "power.draw", "power.limit",
     "clocks.current.sm", "clocks.current.memory", "pstate", "fan.speed",
-    "ecc.errors.uncorrected.volatile.total", "compute_mode",
+    "ecc.errors.uncorrected.volatile.total", "compute_mode", "clocks_event_reasons.active",
+    "pcie.link.gen.current", "pcie.link.width.current", "pcie.link.gen.max", "pcie.link.width.max",
 ]
+RENAMED = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+"""A field an older nvidia-smi knows by another name (it refuses the newer one): tried in its place."""
+OPTIONAL = ("memory.reserved", "pstate", "ecc.errors.uncorrected.volatile.total", "clocks_event_reasons.active",
+            "clocks_throttle_reasons.active", "pcie.link.gen.current", "pcie.link.width.current",
+            "pcie.link.gen.max", "pcie.link.width.max")
+"""Fields an nvidia-smi may not know: one it refuses is dropped (or renamed) and the query asked again."""
+_LINK = ("pcie.link.gen.current", "pcie.link.width.current", "pcie.link.gen.max", "pcie.link.width.max")
 QUERY_APPS_FIELDS = ["pid", "process_name", "used_gpu_memory", "gpu_uuid", "gpu_bus_id"]
 _GPU_COLUMNS = {"memory.used": "mem_used_mib", "memory.total": "mem_total_mib",
                 "memory.reserved": "mem_reserved_mib", "utilization.gpu": "util_pct",
@@ -52,8 +61,31 @@ def parse_query_gpu(text: str, fields: list[str] = QUERY_GPU_FIELDS) -> list[dic
         for col, key in _GPU_COLUMNS.items():
             if col in row:
                 gpu[key] = csv_number(row[col])
+        mask = row.get("clocks_event_reasons.active", row.get("clocks_throttle_reasons.active"))
+        if mask is not None:
+            gpu["throttle"] = _reasons(mask)
+        link = [csv_number(row.get(col, "")) for col in _LINK]
+        if all(v is not None and 0 < v < 1000 for v in link):
+            gpu["pcie"] = [int(v) for v in link]  # type: ignore[arg-type]
         gpus.append(gpu)
     return gpus
+
+
+def _reasons(cell: str) -> list[str] | None:
+    """'0x0000000000000004' -> ['power cap']; '[N/A]' -> None."""
+    try:
+        return reasons_words(int(cell.strip(), 16))
+    except ValueError:
+        return None
+
+
+def refused_field(message: str) -> str | None:
+    """The field nvidia-smi names in ``Field "X" is not a valid field to query.`` (either quote)."""
+    for quote in ('"', "'"):
+        _head, sep, rest = message.partition("Field " + quote)
+        if sep and quote in rest:
+            return rest.split(quote, 1)[0]
+    return None
 
 
 def parse_query_apps(text: str, fields: list[str] = QUERY_APPS_FIELDS) -> list[tuple[int, float | None, str]]:
@@ -68,12 +100,22 @@ class SmiSource:
 
     def __init__(self, binary: str = "nvidia-smi") -> None:
         self.binary = binary
+        self.refusal = ""
         self.gpu_fields = list(QUERY_GPU_FIELDS)
         out = self._query("--query-gpu=" + ",".join(self.gpu_fields))
-        if out is None:  # an older nvidia-smi refuses a field it does not know: retry without the extras
-            self.gpu_fields = [f for f in self.gpu_fields if f not in ("memory.reserved", "pstate",
-                                                                      "ecc.errors.uncorrected.volatile.total")]
-            out = self._query("--query-gpu=" + ",".join(self.gpu_fields), raise_error=True)
+        while out is None:  # an older nvidia-smi refuses a field it does not know: renamed, else dropped
+            field = refused_field(self.refusal)
+            if field not in OPTIONAL or field not in self.gpu_fields:
+                # one it does not name, or a field we need: without every optional one, once
+                self.gpu_fields = [f for f in self.gpu_fields if f not in OPTIONAL]
+                out = self._query("--query-gpu=" + ",".join(self.gpu_fields), raise_error=True)
+                break
+            at = self.gpu_fields.index(field)
+            if field in RENAMED:
+                self.gpu_fields[at] = RENAMED[field]
+            else:
+                del self.gpu_fields[at]
+            out = self._query("--query-gpu=" + ",".join(self.gpu_fields))
         first = parse_query_gpu(out or "", self.gpu_fields)
         rows = _csv_rows(out or "", self.gpu_fields)
         self.driver = rows[0].get("driver_version") if rows else None
@@ -92,6 +134,7 @@ class SmiSource:
         if res.returncode != 0:
             if raise_error or "valid field" not in res.stdout:
                 raise NoDriver((res.stdout.strip().splitlines() or [f"exit {res.returncode}"])[0])
+            self.refusal = res.stdout
             return None
         return res.stdout
 

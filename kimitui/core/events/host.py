@@ -27,6 +27,11 @@ class GpuSample:
     temp_c: float | None = None
     power_w: float | None = None
     sm_clock_mhz: float | None = None
+    throttle: list[str] | None = None
+    """The clock caps in force (``power cap``, ``thermal``, ...; kimitui/hostside/clocks.py's words); None: the
+    source does not say."""
+    pcie: list[int] | None = None
+    """The PCIe link: [generation, width] now, then [generation, width] at most; None: the source does not say."""
     error: str | None = None
 
 
