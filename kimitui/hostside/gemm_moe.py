@@ -46,6 +46,7 @@ def routings(bench: Bench, it: dict, m: int) -> list:
             count = copies_for(int(len(plan) * per_expert), bench.args)
     return out
 
+
 def moe_rows(bench: Bench, it: dict, ms: list, backends: list, report: object) -> None:
     """The fused-MoE item's rows at each M, for each backend (``report`` records one)."""
     torch, e, group = bench.torch, it["experts"], parse_dtype(it["dtype"])
