@@ -25,3 +25,10 @@ sys.path.insert(0,'.')
 from kimitui.hostside.smi import SmiSource
 s=SmiSource(); print('smi fields', s.gpu_fields[-6:]); g,_=s.sample(); print('smi', [(x['throttle'], x['pcie']) for x in g])
 "
+python3 -c "
+import sys
+sys.path.insert(0,'.')
+from kimitui.hostside.nvml import NvmlSource
+s=NvmlSource(); g,_=s.sample(); g2,_=s.sample()
+print('nvml xid events registered:', s.events is not None, 'gpus', sorted(s.xid), 'xid', [x['xid'] for x in g2])
+"

@@ -8,6 +8,7 @@ import json
 import stat
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,7 +18,7 @@ from kimitui.hostside import nvml, smi
 from kimitui.hostside.clocks import reasons_words
 from kimitui.hostside.simdriver import SimSource
 from tests.agent_helpers import Children, children, make_sim_dir  # noqa: F401
-from tests.fake_nvml import FakeNvml
+from tests.fake_nvml import FakeNvml, NVMLError
 from tests.support import FIXTURES
 
 POWER_CAP, GPU_IDLE = 0x4, 0x1
@@ -35,6 +36,27 @@ class CapsNvml(FakeNvml):
         else:
             self.nvmlDeviceGetCurrentClocksEventReasons = lambda h: reasons[h]
 
+    # XIDs: the driver's events, queued as (device handle, code); GPUs in ``no_events`` refuse to register
+    nvmlEventTypeXidCriticalError, NVML_ERROR_TIMEOUT = 8, 10
+    queued: list[tuple[int, int]]
+    no_events: set[int] = set()
+
+    def nvmlEventSetCreate(self) -> str:
+        self.queued = []
+        return "set"
+
+    def nvmlDeviceRegisterEvents(self, h: int, kind: int, events: str) -> None:
+        assert kind == self.nvmlEventTypeXidCriticalError and events == "set"
+        if h in self.no_events:
+            raise NVMLError(self.NVML_ERROR_NOT_SUPPORTED, "Not Supported")
+
+    def nvmlEventSetWait_v2(self, events: str, timeout_ms: int) -> SimpleNamespace:
+        assert timeout_ms == 0  # never waits: the sample goes on
+        if not self.queued:
+            raise NVMLError(self.NVML_ERROR_TIMEOUT, "Timeout")
+        h, code = self.queued.pop(0)
+        return SimpleNamespace(device=h, eventType=self.nvmlEventTypeXidCriticalError, eventData=code)
+
     def nvmlDeviceGetCurrPcieLinkGeneration(self, h: int) -> int: return {0: 1, 1: 4}[h]
     def nvmlDeviceGetCurrPcieLinkWidth(self, h: int) -> int: return 16
     def nvmlDeviceGetMaxPcieLinkGeneration(self, h: int) -> int: return 5
@@ -50,7 +72,21 @@ def test_nvml_gives_the_caps_in_words_and_the_link_now_and_at_most(old_names: bo
 
 def test_a_pynvml_without_the_calls_says_nothing_of_them() -> None:
     gpus, _ = nvml.NvmlSource(FakeNvml()).sample()
-    assert [(g["throttle"], g["pcie"]) for g in gpus] == [(None, None), (None, None)]
+    assert [(g["throttle"], g["pcie"], g["xid"]) for g in gpus] == [(None, None, None), (None, None, None)]
+
+
+def test_an_xid_event_is_the_gpus_last_xid_until_another_and_a_gpu_not_registered_says_none() -> None:
+    fake = CapsNvml()
+    src = nvml.NvmlSource(fake)
+    assert [g["xid"] for g in src.sample()[0]] == [0, 0]
+    fake.queued += [(1, 31), (1, 79)]
+    assert [g["xid"] for g in src.sample()[0]] == [0, 79]  # the last of those since the last sample
+    assert [g["xid"] for g in src.sample()[0]] == [0, 79]  # kept: the driver said it once
+    CapsNvml.no_events = {0}
+    try:
+        assert [g["xid"] for g in nvml.NvmlSource(CapsNvml()).sample()[0]] == [None, 0]
+    finally:
+        CapsNvml.no_events = set()
 
 
 FAKE_SMI = r'''#!{python}
@@ -139,11 +175,15 @@ def test_the_simulated_driver_caps_a_gpu_at_its_power_limit_and_trains_an_idle_l
     assert [g["sm_clock_mhz"] for g in gpus] == [180.0, 1980.0, 1980.0]
     (sim / "load.json").write_text(json.dumps({"util": 60}))
     assert [g["throttle"] for g in SimSource(str(sim)).sample()[0]] == [[], [], []]
+    assert [g["xid"] for g in gpus] == [0, 0, 0]
+    (sim / "xid.json").write_text(json.dumps({"1": 79, "0": "79", "2": -1}))  # a hostile file: only 1 is an XID
+    assert [g["xid"] for g in SimSource(str(sim)).sample()[0]] == [0, 79, 0]
 
 
 def test_the_fleet_row_says_the_caps_and_a_busy_gpus_link_below_its_maximum() -> None:
     def gpu(i: int, util: float, pcie: list[int] | None, throttle: list[str] | None) -> GpuSample:
-        return GpuSample(index=i, uuid=f"GPU-{i}", name="H100", util_pct=util, pcie=pcie, throttle=throttle)
+        return GpuSample(index=i, uuid=f"GPU-{i}", name="H100", util_pct=util, pcie=pcie, throttle=throttle,
+                         xid=79 if i == 3 else None)
 
     sample = HostSample(1.0, gpus=[gpu(0, 0.0, [1, 16, 5, 16], []), gpu(1, 97.0, [4, 16, 5, 16], ["power cap"]),
                                    gpu(2, 97.0, [5, 16, 5, 16], None), gpu(3, 97.0, None, None)])
@@ -152,3 +192,4 @@ def test_the_fleet_row_says_the_caps_and_a_busy_gpus_link_below_its_maximum() ->
         ([], ""),  # idle: trained down, which is no fault
         (["power cap"], "PCIe Gen4 x16 of Gen5 x16"),
         ([], ""), ([], "")]
+    assert [g.xid for g in row.gpus] == [None, None, None, 79]

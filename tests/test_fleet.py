@@ -139,6 +139,7 @@ async def test_the_ssh_fleet_reads_each_agent_and_says_which_host_does_not_answe
     (sim / "gpus.json").write_text(json.dumps(spec))
     children.holder(sim, "cuda", "1", 1000.0)  # GPU 1 busy at its power limit; GPU 0 idle
     (sim / "load.json").write_text(json.dumps({"util": 100}))
+    (sim / "xid.json").write_text(json.dumps({"0": 79}))  # GPU 0 fell off the bus once
     live = SshHost(server.target, known_hosts=str(server.known_hosts), client_keys=[str(server.client_key)],
                    config_paths=[], close_grace=0.3)
     dead = SshHost(f"root@127.0.0.1:{free_port()}", known_hosts="/dev/null", config_paths=[])
@@ -160,6 +161,9 @@ async def test_the_ssh_fleet_reads_each_agent_and_says_which_host_does_not_answe
         assert [g.holders for g in up.gpus] == [0, 1]  # type: ignore[attr-defined]
         # the agent's clock caps and link, read over SSH: the busy GPU's link below its maximum is said
         assert [(g.throttle, g.link) for g in up.gpus] == [([], ""), (["power cap"], "PCIe Gen4 x16 of Gen5 x16")]  # type: ignore[attr-defined]
+        assert [g.xid for g in up.gpus] == [79, 0]  # type: ignore[attr-defined]
+        assert attention(up) == (XID, ["GPU 0: XID 79", "GPU 1: power cap",  # type: ignore[arg-type]
+                                       "GPU 1: PCIe Gen4 x16 of Gen5 x16"])
         assert "refused" in down.detail.lower() or "reconnecting" in down.detail, down  # type: ignore[attr-defined]
         assert attention(down)[0] == DOWN  # type: ignore[arg-type]
     finally:

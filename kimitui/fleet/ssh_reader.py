@@ -52,7 +52,7 @@ def host_of_sample(name: str, sample: HostSample) -> FleetHost:
         gpus.append(FleetGpu(index=g.index, name=g.name, uuid=g.uuid, mem_used_mib=g.mem_used_mib,
                              mem_total_mib=g.mem_total_mib, util_pct=g.util_pct, temp_c=g.temp_c, power_w=g.power_w,
                              sm_clock_mhz=g.sm_clock_mhz, holders=len(on), service_holders=len(served),
-                             throttle=list(g.throttle or []), link=busy_link_words(g.util_pct, g.pcie),
+                             throttle=list(g.throttle or []), link=busy_link_words(g.util_pct, g.pcie), xid=g.xid,
                              error=printable(g.error or "")))
     return FleetHost(name=name, state="up", gpus=gpus,
                      service=services.most_common(1)[0][0] if services else "")

@@ -16,7 +16,7 @@ MIB = 1048576.0
 def new_gpu(index: int, uuid: str, name: str) -> dict[str, Any]:
     return {"index": index, "uuid": uuid, "name": name, "mem_used_mib": None, "mem_total_mib": None,
             "mem_reserved_mib": None, "util_pct": None, "temp_c": None, "power_w": None,
-            "sm_clock_mhz": None, "throttle": None, "pcie": None, "error": None}
+            "sm_clock_mhz": None, "throttle": None, "pcie": None, "xid": None, "error": None}
 
 
 class NoDriver(Exception):

@@ -49,7 +49,42 @@ class NvmlSource:
                 gpu = new_gpu(i, "", "")
                 gpu["error"] = err(exc)
                 self.handles.append((None, gpu))
+        self.xid: dict[int, int] = {}
+        """The last XID each GPU's driver reported since the agent started (0: none yet); a GPU not in it cannot
+        report them here (no event set, or the driver refused to register it)."""
+        self.events = self._xid_events()
 
+    def _xid_events(self) -> Any:
+        """An NVML event set of the GPUs' critical XID errors, drained without waiting at each sample (the
+        driver gives XIDs only as events: nothing can be read of the ones before the set was made)."""
+        nv = self.nv
+        kind = getattr(nv, "nvmlEventTypeXidCriticalError", None)
+        events = self._try(getattr(nv, "nvmlEventSetCreate", None))
+        if kind is None or events is None:
+            return None
+        for h, static in self.handles:
+            if h is None:
+                continue
+            try:
+                nv.nvmlDeviceRegisterEvents(h, kind, events)
+            except Exception:  # not supported here (a vGPU, a container): this GPU reports no XID
+                continue
+            self.xid[static["index"]] = 0
+        return events if self.xid else None
+
+    def _drain_xids(self) -> None:
+        """The XID events since the last sample, each GPU's last kept (found by its UUID)."""
+        nv = self.nv
+        wait = getattr(nv, "nvmlEventSetWait_v2", None) or nv.nvmlEventSetWait
+        by_uuid = {static["uuid"]: static["index"] for _h, static in self.handles}
+        for _ in range(1000):  # a storm is not read forever in one sample
+            try:
+                data = wait(self.events, 0)
+            except Exception:  # NVML_ERROR_TIMEOUT: none waiting
+                return
+            index = by_uuid.get(text(self._try(nv.nvmlDeviceGetUUID, data.device)) or "")
+            if index in self.xid:
+                self.xid[index] = int(data.eventData)
     @staticmethod
     def _try(fn: Any, *args: Any) -> Any:
         try:
@@ -92,11 +127,14 @@ class NvmlSource:
         nv = self.nv
         gpus = []
         procs: ProcMem = {}
+        if self.events is not None:
+            self._drain_xids()
         for h, static in self.handles:
             gpu = dict(static)
             gpus.append(gpu)
             if h is None:
                 continue
+            gpu["xid"] = self.xid.get(static["index"])
             try:
                 for key, fn in (("mem", self._memory),
                                 ("util_pct", lambda h: nv.nvmlDeviceGetUtilizationRates(h).gpu),

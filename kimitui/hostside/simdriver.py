@@ -33,9 +33,15 @@ def context_held(path: str) -> bool:
     return False
 
 
+def _xid_code(value: Any) -> int:
+    """An XID as the driver gives it (a non-negative int); anything else in a hostile file: none (0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 31 else 0
+
+
 class SimSource:
     """The simulated driver: DIR/gpus.json (per GPU: ``total_mib``, ``max_w``, ``idle_w``, ``pcie_max`` and
-    ``pcie_best``), DIR/holders/<pid>.json, optional DIR/load.json. Memory counts
+    ``pcie_best``), DIR/holders/<pid>.json, optional DIR/load.json and DIR/xid.json (``{"<gpu>": code}``: the
+    last XID each GPU reported). Memory counts
     only while the holder is alive (not a zombie, same start time): freed the moment it exits, unless its
     record names a context file (``ctx``) that processes it forked still hold: then the exited pid keeps it. Optional
     DIR/leaked.json ({"<gpu>": MiB}) is memory counted used with no holder, until something (a simulated
@@ -131,6 +137,12 @@ class SimSource:
                 load = float(json.load(fh).get("util"))
         except (OSError, ValueError, TypeError, AttributeError):
             pass
+        xids: dict[str, Any] = {}
+        try:  # the last XID each GPU reported (what a test or the demo makes happen): {"<gpu>": code}
+            with open(os.path.join(self.dir, "xid.json")) as fh:
+                xids = dict(json.load(fh))
+        except (OSError, ValueError, TypeError):
+            pass
         gpus = []
         for s in self.spec:
             i = int(s["index"])
@@ -144,7 +156,8 @@ class SimSource:
                        mem_reserved_mib=float(s.get("reserved_mib", 0)), util_pct=u,
                        temp_c=round(32 + 0.45 * u, 1), power_w=round(idle_w + (max_w - idle_w) * u / 100, 1),
                        sm_clock_mhz=(1980.0 if capped else 2100.0) if busy else 180.0,
-                       throttle=["power cap"] if capped else [], pcie=self._link(s, busy))
+                       throttle=["power cap"] if capped else [], pcie=self._link(s, busy),
+                       xid=_xid_code(xids.get(str(i))))
             gpus.append(gpu)
         return gpus, procs
 

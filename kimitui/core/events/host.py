@@ -32,6 +32,9 @@ class GpuSample:
     source does not say."""
     pcie: list[int] | None = None
     """The PCIe link: [generation, width] now, then [generation, width] at most; None: the source does not say."""
+    xid: int | None = None
+    """The last XID error the driver reported for it since the agent started (NVML's events; 0: none); None: the
+    source cannot say (nvidia-smi, a GPU the driver would not register for events)."""
     error: str | None = None
 
 
