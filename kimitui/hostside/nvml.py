@@ -59,9 +59,11 @@ class NvmlSource:
         driver gives XIDs only as events: nothing can be read of the ones before the set was made)."""
         nv = self.nv
         kind = getattr(nv, "nvmlEventTypeXidCriticalError", None)
+        self.wait = getattr(nv, "nvmlEventSetWait_v2", None) or getattr(nv, "nvmlEventSetWait", None)
         events = self._try(getattr(nv, "nvmlEventSetCreate", None))
-        if kind is None or events is None:
+        if kind is None or events is None or self.wait is None:
             return None
+        self.by_uuid = {static["uuid"]: static["index"] for _h, static in self.handles if static["uuid"]}
         for h, static in self.handles:
             if h is None:
                 continue
@@ -75,16 +77,15 @@ class NvmlSource:
     def _drain_xids(self) -> None:
         """The XID events since the last sample, each GPU's last kept (found by its UUID)."""
         nv = self.nv
-        wait = getattr(nv, "nvmlEventSetWait_v2", None) or nv.nvmlEventSetWait
-        by_uuid = {static["uuid"]: static["index"] for _h, static in self.handles}
         for _ in range(1000):  # a storm is not read forever in one sample
             try:
-                data = wait(self.events, 0)
+                data = self.wait(self.events, 0)
             except Exception:  # NVML_ERROR_TIMEOUT: none waiting
                 return
-            index = by_uuid.get(text(self._try(nv.nvmlDeviceGetUUID, data.device)) or "")
+            index = self.by_uuid.get(text(self._try(nv.nvmlDeviceGetUUID, data.device)) or "")
             if index in self.xid:
                 self.xid[index] = int(data.eventData)
+
     @staticmethod
     def _try(fn: Any, *args: Any) -> Any:
         try:
