@@ -28,8 +28,9 @@ class CapsNvml(FakeNvml):
     """The fake NVML with the clock event reasons and the PCIe link: GPU 0 idle (its link trained down to Gen1),
     GPU 1 at its power cap in a Gen4 slot."""
 
-    def __init__(self, old_names: bool = False, **kw: object) -> None:
+    def __init__(self, old_names: bool = False, no_events: frozenset[int] = frozenset(), **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
+        self.no_events = no_events
         reasons = {0: GPU_IDLE, 1: POWER_CAP | GPU_IDLE << 8}
         if old_names:
             self.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: reasons[h]
@@ -39,7 +40,6 @@ class CapsNvml(FakeNvml):
     # XIDs: the driver's events, queued as (device handle, code); GPUs in ``no_events`` refuse to register
     nvmlEventTypeXidCriticalError, NVML_ERROR_TIMEOUT = 8, 10
     queued: list[tuple[int, int]]
-    no_events: set[int] = set()
 
     def nvmlEventSetCreate(self) -> str:
         self.queued = []
@@ -82,11 +82,7 @@ def test_an_xid_event_is_the_gpus_last_xid_until_another_and_a_gpu_not_registere
     fake.queued += [(1, 31), (1, 79)]
     assert [g["xid"] for g in src.sample()[0]] == [0, 79]  # the last of those since the last sample
     assert [g["xid"] for g in src.sample()[0]] == [0, 79]  # kept: the driver said it once
-    CapsNvml.no_events = {0}
-    try:
-        assert [g["xid"] for g in nvml.NvmlSource(CapsNvml()).sample()[0]] == [None, 0]
-    finally:
-        CapsNvml.no_events = set()
+    assert [g["xid"] for g in nvml.NvmlSource(CapsNvml(no_events=frozenset({0}))).sample()[0]] == [None, 0]
 
 
 FAKE_SMI = r'''#!{python}
