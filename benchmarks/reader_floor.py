@@ -11,14 +11,21 @@ the same requests over keep-alive connections and keep a timestamp per read, not
             vLLM's ``bench serve`` both read on an asyncio loop)
   epoll     one thread, select.epoll over non-blocking sockets: no event loop at all, the least a Python process
             does per read
+  kstamp    epoll again, but each event is stamped by the kernel (SO_TIMESTAMPNS: the receive time of the TCP
+            segment that completed it, read with ``recvmsg`` up to the event's end after a ``MSG_PEEK``) and the
+            thread sleeps ``--batch-ms`` after each pass, so several events wait in the kernel per wakeup: fewer
+            wakeups with the stamps kept, paid for by a request's end being seen up to ``--batch-ms`` late
 
 Printed: each one's CPU (user and system, over the measured requests, one warm-up request per connection not
-counted), its reads, and the ratio. On the 2-core machine of 2026-12-05, 2 rounds of each (c = 1 / 4 / 16):
-asyncio 0.106-0.118 / 0.051-0.056 / 0.035-0.037 s for about 2,080 reads, epoll 0.064-0.066 / 0.018-0.021 /
-0.010-0.011 s: epoll is 0.56-0.60x / 0.36-0.38x / 0.29-0.30x the asyncio floor, and vs_vllm_bench.py measured the
-asyncio floor at 0.49x (c=1) / 0.58x (c=4) of vLLM's client on a real vLLM. So a reader with no event loop that
-only stamps each read stands at about 0.28x / 0.21x of vLLM's client: the 0.2x target is missed at c=1 by any
-Python client that reads each chunk when it arrives (which TTFT and ITL need), before it parses a byte.
+counted), its reads, the ratios, and kstamp's wall time over asyncio's (its cost in throughput). On the 2-core
+machine of 2026-12-05 (c = 1 / 4 / 16): asyncio 0.106-0.121 / 0.051-0.056 / 0.035-0.040 s for about 2,080 reads;
+epoll 0.56-0.60x / 0.36-0.38x / 0.28-0.32x of it (one outlier of 1.02x at c=1); kstamp (10 ms) 0.45-0.61x /
+0.31-0.37x / 0.25-0.27x, its runs 3-6 % longer. vs_vllm_bench.py measured the asyncio floor at 0.49x (c=1) /
+0.58x (c=4) of vLLM's client on a real vLLM. So a reader with no event loop that only stamps each read stands at
+about 0.28x / 0.21x of vLLM's client, and one that lets the kernel stamp the events and wakes at most every 10 ms
+at 0.22-0.30x / 0.18-0.21x, before it parses a byte (kimitui's JSON and accounting per chunk come on top) and at
+a throughput cost the 5 % target cannot afford. The 0.2x target is below what a Python client that times each
+chunk can spend.
 """
 
 from __future__ import annotations
@@ -63,10 +70,10 @@ END = b"0\r\n\r\n"
 REQ = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"\
     b"\r\nContent-Length: 2\r\n\r\n{}"
 def shares(): return [n // c + (i < n % c) for i in range(c)]
-def usage(): r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime, r.ru_stime
+def usage(): r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime, r.ru_stime, time.perf_counter()
 def report(u0, reads):
     u1 = usage()
-    print(json.dumps({"user": u1[0] - u0[0], "sys": u1[1] - u0[1], "reads": reads}))
+    print(json.dumps({"user": u1[0] - u0[0], "sys": u1[1] - u0[1], "wall": u1[2] - u0[2], "reads": reads}))
 '''
 
 ASYNCIO = COMMON + r'''
@@ -115,6 +122,41 @@ report(u0, run(shares()))
 '''
 
 
+KSTAMP = COMMON + r"""
+import select, socket, struct
+BATCH = float(sys.argv[4]) / 1000
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+ANC = socket.CMSG_SPACE(16)
+unpack = struct.Struct("qq").unpack
+def run(jobs):
+    ep, socks, left, stamps = select.epoll(), {}, {}, []
+    for j in jobs:
+        s = socket.create_connection(("127.0.0.1", port)); s.setblocking(False)
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        socks[s.fileno()], left[s.fileno()] = s, j
+        s.sendall(REQ); ep.register(s.fileno(), select.EPOLLIN)
+    active = len(socks)
+    while active:
+        for fd, _ in ep.poll():
+            s = socks[fd]; data = s.recv(65536, socket.MSG_PEEK); pos = 0
+            while True:  # one read per complete event: the kernel's stamp of the segment that ended it
+                k = data.find(b"\n\n", pos)
+                if k < 0: break
+                _, anc, _, _ = s.recvmsg(k + 2 - pos, ANC); pos = k + 2
+                if anc: stamps.append(unpack(anc[0][2]))
+            if pos < len(data): s.recv(len(data) - pos)
+            if data.endswith(END):
+                left[fd] -= 1
+                if left[fd]: s.sendall(REQ)
+                else: ep.unregister(fd); s.close(); active -= 1
+        time.sleep(BATCH)  # let the next events queue in the kernel, stamped as they arrive
+    return len(stamps)
+run([1] * c)
+u0 = usage()
+report(u0, run(shares()))
+"""
+
+
 def pinned(core: int):  # type: ignore[no-untyped-def]
     return (lambda: os.sched_setaffinity(0, {core})) if hasattr(os, "sched_setaffinity") else None
 
@@ -125,9 +167,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def client(code: str, port: int, c: int, n: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", code, str(port), str(c), str(n)], capture_output=True, text=True,
-                         check=True, preexec_fn=pinned(0), timeout=300)
+def client(code: str, port: int, c: int, n: int, *extra: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", code, str(port), str(c), str(n), *extra], capture_output=True,
+                         text=True, check=True, preexec_fn=pinned(0), timeout=300)
     return json.loads(out.stdout)
 
 
@@ -138,6 +180,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--batch-ms", type=float, default=10.0, help="the kstamp reader's least time between wakeups")
     args = ap.parse_args()
     port = free_port()
     last = (os.cpu_count() or 1) - 1
@@ -146,15 +189,21 @@ def main() -> int:
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         print(f"server on core {last}, clients on core 0; {args.requests} requests of {args.chunks} chunks "
-              f"{args.gap_ms:g} ms apart; CPU over the measured requests (user + system)")
-        print(f"{'c':>4}  {'asyncio s':>18}  {'epoll s':>18}  {'reads':>6}  epoll / asyncio")
+              f"{args.gap_ms:g} ms apart; CPU over the measured requests (user + system), and each reader's "
+              f"CPU and wall time over asyncio's (kstamp wakes at most every {args.batch_ms:g} ms)")
+        print(f"{'c':>4}  {'asyncio s':>18}  {'epoll s':>18}  {'kstamp s':>18}  {'reads':>6} {'stamps':>6}  "
+              f"{'epoll/asyncio':>13}  {'kstamp/asyncio':>14}  {'kstamp wall':>11}")
         for c in args.concurrency:
             for _ in range(args.rounds):
                 a = client(ASYNCIO, port, c, args.requests)
                 e = client(EPOLL, port, c, args.requests)
-                ca, ce = a["user"] + a["sys"], e["user"] + e["sys"]
-                print(f"{c:>4}  {ca:6.3f} ({a['user']:.3f}+{a['sys']:.3f})  {ce:6.3f} ({e['user']:.3f}+{e['sys']:.3f})"
-                      f"  {int(e['reads']):>6}  {ce / ca:.2f}x", flush=True)
+                k = client(KSTAMP, port, c, args.requests, str(args.batch_ms))
+                ca, ce, ck = (r["user"] + r["sys"] for r in (a, e, k))
+
+                def col(r: dict[str, float], cpu: float) -> str:
+                    return f"{cpu:6.3f} ({r['user']:.3f}+{r['sys']:.3f})"
+                print(f"{c:>4}  {col(a, ca)}  {col(e, ce)}  {col(k, ck)}  {int(e['reads']):>6} {int(k['reads']):>6}  "
+                      f"{ce / ca:>12.2f}x  {ck / ca:>13.2f}x  {k['wall'] / a['wall']:>10.3f}x", flush=True)
                 time.sleep(0.2)
     finally:
         server.terminate()
