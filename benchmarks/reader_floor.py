@@ -1,10 +1,10 @@
-"""The floor of a streaming client's CPU: what reading each chunk as it arrives costs a Python process, read two
+"""The floor of a streaming client's CPU: what reading each chunk as it arrives costs a Python process, read three
 ways, side by side against one server (issue 34 item 2: the client-CPU target of 1/5 of vLLM's client).
 
-    python benchmarks/reader_floor.py [--chunks 64] [--gap-ms 2] [--requests 32] [--concurrency 1 4 16]
+    python benchmarks/reader_floor.py [--chunks 64] [--gap-ms 2] [--requests 32] [--concurrency 1 4 16] [--batch-ms 10]
 
 A stdlib server (its own process, pinned to the last core) streams each request as an OpenAI completion does:
-chunked SSE, ``--chunks`` events ``--gap-ms`` apart. Two clients (each its own process, pinned to core 0) send
+chunked SSE, ``--chunks`` events ``--gap-ms`` apart. Three clients (each its own process, pinned to core 0) send
 the same requests over keep-alive connections and keep a timestamp per read, nothing parsed:
 
   asyncio   an asyncio.Protocol (the floor benchmarks/vs_vllm_bench.py names ``bare``; kimitui's client and
