@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from kimitui.core.events.fleet import FleetGpu, FleetHost, FleetSource
-from kimitui.fleet.link_words import busy_link_words
+from kimitui.core.gpu_words import busy_link_words
 from kimitui.fleet.reader import SourceDown
 from kimitui.hostside.clocks import reasons_words
 

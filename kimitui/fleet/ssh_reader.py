@@ -22,8 +22,8 @@ from typing import Protocol
 
 from kimitui.core.events import ConnectionState, Event, FleetGpu, FleetHost, HostSample, ProcSample
 from kimitui.core.events.fleet import FleetSource
+from kimitui.core.gpu_words import busy_link_words
 from kimitui.core.printable import printable
-from kimitui.fleet.link_words import busy_link_words
 
 STALE_INTERVALS = 4.0
 

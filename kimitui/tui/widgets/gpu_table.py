@@ -1,4 +1,5 @@
-"""The GPU table: one row per GPU with a memory bar, utilisation, temperature, power and SM clock."""
+"""The GPU table: one row per GPU with its name and state (its XID, clock caps, a busy link below its maximum), a
+memory bar, utilisation, temperature, power and SM clock."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from operator import attrgetter
 from rich.text import Text
 
 from kimitui.core.events import GpuSample
+from kimitui.core.gpu_words import gpu_state_words
 from kimitui.core.state import SessionState
 from kimitui.tui import fmt
 from kimitui.tui.palette import Colors
@@ -24,7 +26,20 @@ def _index_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
 def _name_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
     if g.error:
         return Text(fmt.shorten(fmt.printable(f"! {g.error}"), name_width), style=colors.error, no_wrap=True)
-    return Text(fmt.shorten(fmt.printable(fmt.short_gpu_name(g.name)) or "-", name_width), no_wrap=True)
+    name = fmt.printable(fmt.short_gpu_name(g.name)) or "-"
+    words = ", ".join(fmt.printable(w) for w in gpu_state_words(g))
+    if not words:
+        return Text(fmt.shorten(name, name_width), no_wrap=True)
+    # The GPUs of a host share a name: where both do not fit, the state is what tells this row from the others.
+    cell = Text(no_wrap=True)
+    if len(name) + 2 + len(words) <= name_width:
+        cell.append(name + "  ")
+    cell.append(fmt.shorten(words, name_width), style=colors.error if g.xid else colors.warning)
+    return cell
+
+
+def _name_figures(g: GpuSample) -> object:
+    return g.name, g.error, gpu_state_words(g)
 
 
 def _memory_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
@@ -55,7 +70,7 @@ def _clock_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
 CellMaker = Callable[[GpuSample, Colors, int], Cell]
 CELLS: tuple[tuple[Callable[[GpuSample], object], CellMaker], ...] = (
     (attrgetter("index"), _index_cell),
-    (attrgetter("name", "error"), _name_cell),
+    (_name_figures, _name_cell),
     (attrgetter("mem_used_mib", "mem_total_mib"), _memory_cell),
     (attrgetter("util_pct"), _util_cell),
     (attrgetter("temp_c"), _temp_cell),
