@@ -28,16 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.telemetry import cpu_seconds  # noqa: E402
 from kimitui.fleet.demo import DemoFleet, DemoReader  # noqa: E402
 from kimitui.fleet.prometheus import PrometheusReader, parse_answer  # noqa: E402
 from kimitui.fleet.prometheus_server import ScrapeTarget, start_prometheus_async  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def pct(values: list[float], q: float) -> float:
@@ -99,9 +93,9 @@ def view(hosts: int, seconds: float, prometheus: bool) -> None:
                     return
 
     drain(time.monotonic() + (25.0 if prometheus else 10.0))  # started, the first rounds drawn
-    before, bytes_before, t0 = cpu_s(pid), written, time.monotonic()
+    before, bytes_before, t0 = cpu_seconds(pid), written, time.monotonic()
     drain(t0 + seconds)
-    used = cpu_s(pid) - before
+    used = cpu_seconds(pid) - before
     span = time.monotonic() - t0
     os.write(fd, b"q")
     drain(time.monotonic() + 5.0)

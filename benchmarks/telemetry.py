@@ -301,7 +301,7 @@ def _dashboard_child(load: str) -> None:
     KimituiApp(Session(), sources=[Synthetic()], host_label="bench").run()  # type: ignore[list-item]
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -342,9 +342,9 @@ def _on_a_pty(load: str, duration: float, settle: float = 4.0) -> tuple[int, flo
 
     try:
         drain(time.monotonic() + settle)  # the first frames and the imports, not measured
-        cpu0, wall0 = _cpu_seconds(proc.pid), time.monotonic()
+        cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
         written = drain(wall0 + duration)
-        return written, _cpu_seconds(proc.pid) - cpu0, time.monotonic() - wall0
+        return written, cpu_seconds(proc.pid) - cpu0, time.monotonic() - wall0
     finally:
         quit_on_pty(proc, master)
 

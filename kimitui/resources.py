@@ -23,6 +23,12 @@ BUNDLED_RUN = "campaign-demo-8x-rtx-pro-6000.jsonl.gz"
 RUN_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
+def package_root() -> str:
+    """The folder that holds this kimitui package: what a child python (the simulated host's processes, the demo
+    fleet's hosts) puts first on its path to import the very kimitui this one runs, from a clone or an install."""
+    return str(Path(__file__).resolve().parent.parent)
+
+
 def data_dir() -> Traversable:
     # Anchored at the data package's module object, not at the name "kimitui": a folder named kimitui in
     # the working directory (a clone) makes that name a namespace package whose files are the clone's

@@ -12,14 +12,14 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import httpx
 
 from kimitui.core.events.fleet import FleetHost, FleetSource
 from kimitui.core.typed import FieldTypeError, build
+from kimitui.resources import package_root
 
-_PKG_ROOT = str(Path(__file__).resolve().parents[2])
+_PKG_ROOT = package_root()
 START_S = 30.0
 
 

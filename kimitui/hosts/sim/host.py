@@ -48,8 +48,9 @@ from kimitui.hosts.sim.tools import install_tools
 from kimitui.hosts.sim.watchdog import OWNER_ENV
 from kimitui.hostside.procfs import start_time_of as read_start_time
 from kimitui.hostside.signals import guarded_signal
+from kimitui.resources import package_root
 
-_PKG_ROOT = str(Path(__file__).resolve().parents[3])
+_PKG_ROOT = package_root()
 """The folder holding the kimitui package: the simulated processes import it from there."""
 POLL_S = 0.02
 ORPHANS_MIB = 4096

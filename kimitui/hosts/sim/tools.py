@@ -18,7 +18,6 @@ import os
 import sys
 from pathlib import Path
 
-_PKG_ROOT = str(Path(__file__).resolve().parents[3])
 DEFAULT_MODES = {"persistence": True, "mig": False, "display": False}
 QUERY_FIELDS = {"index": None, "persistence_mode": "persistence", "mig.mode.current": "mig",
                 "display_active": "display"}
@@ -27,12 +26,14 @@ DCGM_UNITS = ("nvidia-dcgm.service", "dcgm.service")
 
 def install_tools(root: Path, python: str = sys.executable) -> tuple[Path, Path]:
     """Write DIR/bin/nvidia-smi and DIR/bin/systemctl (executables); returns their paths."""
+    from kimitui.resources import package_root  # here: a tool's own run imports nothing but the stdlib
+
     bin_dir = root / "bin"
     bin_dir.mkdir(exist_ok=True)
     paths = []
     for tool in ("nvidia-smi", "systemctl"):
         path = bin_dir / tool
-        path.write_text(f"#!{python}\nimport sys\nsys.path.insert(0, {_PKG_ROOT!r})\n"
+        path.write_text(f"#!{python}\nimport sys\nsys.path.insert(0, {package_root()!r})\n"
                         "from kimitui.hosts.sim.tools import main\n"
                         f"sys.exit(main({tool!r}, {str(root)!r}, sys.argv[1:]))\n")
         path.chmod(0o755)
