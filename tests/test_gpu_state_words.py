@@ -68,6 +68,9 @@ def test_the_name_cell_keeps_the_state_when_both_do_not_fit() -> None:
     xid = name_cell(gpu(util_pct=100.0, throttle=["power cap"], pcie=[4, 8, 5, 16], xid=79), 24)
     assert xid.plain == "XID 79, power cap, Gen4…"  # the name goes first, then the words are cut
     assert [str(s.style) for s in xid.spans] == [COLORS.error]
+    long_name = GpuSample(0, "GPU-0", "NVIDIA H100 80GB HBM3", util_pct=100.0, throttle=["power cap"])
+    assert name_cell(long_name, 24).plain == "H100  power cap"  # the name's first word where the whole does not fit
+    assert name_cell(long_name, 30).plain == "H100 80GB HBM3  power cap"
 
 
 async def test_the_dashboard_says_each_gpus_xid_caps_and_slow_link_from_the_simulated_driver(tmp_path: Path) -> None:

@@ -30,10 +30,12 @@ def _name_cell(g: GpuSample, colors: Colors, name_width: int) -> Cell:
     words = ", ".join(fmt.printable(w) for w in gpu_state_words(g))
     if not words:
         return Text(fmt.shorten(name, name_width), no_wrap=True)
-    # The GPUs of a host share a name: where both do not fit, the state is what tells this row from the others.
+    # The GPUs of a host share a name: where both do not fit, the name gives way to its first word ("H100"), then
+    # goes; the state is what tells this row from the others.
     cell = Text(no_wrap=True)
-    if len(name) + 2 + len(words) <= name_width:
-        cell.append(name + "  ")
+    fits = [n for n in (name, name.split()[0]) if len(n) + 2 + len(words) <= name_width]
+    if fits:
+        cell.append(fits[0] + "  ")
     cell.append(fmt.shorten(words, name_width), style=colors.error if g.xid else colors.warning)
     return cell
 
