@@ -174,3 +174,22 @@ async def test_benchmarks_tab_says_its_summary_and_titles_whole_at_any_width(siz
         assert titles[1:] == (["TTFT p50 ms", "TPOT p50 ms"] if short else ["TTFT ms (median)", "TPOT ms (median)"])
         for title in titles:
             assert f" {title} " in text, text
+
+
+async def test_the_sweep_dialogs_hints_are_whole_at_80x24() -> None:
+    """Each field's hint is what tells its form (``2,4,8``, ``ttft:200``): at 80 columns none is cut."""
+    from textual.widgets import Static
+
+    from kimitui.tui.screens.macro_dialog import MacroDialog
+
+    app = KimituiApp(Session())
+    async with app.run_test(size=SMALL) as pilot:
+        app.push_screen(MacroDialog("http://127.0.0.1:8000"))
+        await pilot_until(pilot, lambda: isinstance(app.screen, MacroDialog) and app.screen.ready, "the dialog")
+        await pilot.pause()
+        hints = list(app.screen.query(".hint").results(Static))
+        assert len(hints) == 12
+        text = screen_text(app)
+        for hint in hints:
+            words = str(hint.render())
+            assert hint.content_region.width >= len(words) and words in text, (words, hint.content_region.width)

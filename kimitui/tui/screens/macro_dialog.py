@@ -30,13 +30,13 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     # (id, label, hint)
     ("url", "URL", "OpenAI-compatible server"),
     ("model", "model", "blank: the first of /v1/models"),
-    ("concurrency", "concurrency", "levels, 1 to 512 (with rates: the highest caps them)"),
-    ("rates", "request rates", "req/s levels: 2,4,8 (blank: closed loop)"),
-    ("requests", "requests", "per level: N, or Nx = N per stream"),
+    ("concurrency", "concurrency", "1 to 512; with rates: the cap"),
+    ("rates", "request rates", "req/s 2,4,8 (blank: closed loop)"),
+    ("requests", "requests", "N a level, or Nx: N a stream"),
     ("max-tokens", "max tokens", "output tokens per request"),
     ("input-len", "input length", "synthetic prompt tokens"),
-    ("warmup", "warm-up", "requests per level, not counted"),
-    ("goodput", "goodput SLOs", "ms at p99: ttft:200,tpot:50 (blank: none)"),
+    ("warmup", "warm-up", "requests a level, not counted"),
+    ("goodput", "goodput SLOs", "p99 ms: ttft:200,tpot:50"),
 )
 
 
@@ -168,19 +168,19 @@ class MacroDialog(ModalScreen[MacroConfig | None]):
                 yield Label("endpoint")
                 yield Select([("completions", "completions"), ("chat", "chat")], value=self.values["endpoint"],
                              allow_blank=False, compact=True, id="endpoint")
-                yield Static("/v1/completions or /v1/chat/completions", classes="hint")
+                yield Static("the OpenAI API called", classes="hint")
             for key, label, hint in FIELDS[2:]:
                 yield from self._row(key, label, hint)
             with Horizontal(classes="row"):
                 yield Label("ignore_eos")
                 yield Select([("send", "yes"), ("do not send", "no")], value=self.values["ignore-eos"],
                              allow_blank=False, compact=True, id="ignore-eos")
-                yield Static("vLLM's: outputs of max tokens (refused: dropped)", classes="hint")
+                yield Static("vLLM's: every output max tokens", classes="hint")
             with Horizontal(classes="row"):
                 yield Label("levels")
                 yield Select([("run every one", "no"), ("search (SLOs)", "yes")], value=self.values["search"],
                              allow_blank=False, compact=True, id="search")
-                yield Static("search: the highest meeting the goodput SLOs at p99", classes="hint")
+                yield Static("search: the highest within SLOs", classes="hint")
             yield Static("", id="dialog-scale")
             yield Static("", id="dialog-error")
             with Horizontal(id="dialog-buttons"):
