@@ -13,6 +13,7 @@ from typing import Any
 from kimitui.campaign.config import CampaignConfig, parse_config
 from kimitui.campaign.machine import Campaign
 from kimitui.campaign.preflight import preflight
+from kimitui.campaign.resume import ResumePlan
 from kimitui.campaign.setup import CampaignHost
 from kimitui.cleanup.audit import AuditLog
 from kimitui.cleanup.sample_feed import SampleFeed
@@ -94,10 +95,11 @@ class Rig:
 @contextlib.asynccontextmanager
 async def campaign_rig(cfg: CampaignConfig, tmp_path: Path, *, gpus: int = 2, stuck: int = 1,
                        batching: BatchingModel | None = None, app_pumps: bool = False,
-                       quirks: str = "") -> AsyncIterator[Rig]:
+                       quirks: str = "", resume: ResumePlan | None = None) -> AsyncIterator[Rig]:
     """``app_pumps``: the telemetry is left for a dashboard to pump (``rig.source`` in its sources), as
     ``kimitui campaign`` does; the feed then reads the session. ``quirks``: the simulated server's
-    (kimitui/hosts/sim/quirks.py), e.g. ``cold=4``."""
+    (kimitui/hosts/sim/quirks.py), e.g. ``cold=4``. ``resume``: the machine resumes that plan (its events go
+    to this rig's own run)."""
     async with SimHost(gpus=gpus, stuck_workers=stuck, nvml_monitor=True, load_time=0.05, name="demo",
                        batching=batching, quirks=EngineQuirks.parse(quirks)) as host:
         path = tmp_path / "run.jsonl"
@@ -118,7 +120,8 @@ async def campaign_rig(cfg: CampaignConfig, tmp_path: Path, *, gpus: int = 2, st
 
             served = await preflight(cfg, target, list(cfg.phases), gpus_on_host)  # as kimitui campaign does
             machine = Campaign(cfg, session, target, feed, operator="tester", headless=True,
-                               audit_factory=lambda: AuditLog(tmp_path / "audit.log"), served=served)
+                               audit_factory=lambda: AuditLog(tmp_path / "audit.log"), served=served,
+                               resume=resume)
             rig = Rig(host, session, machine, path, source)
             session.subscribe(rig.events.append)
             yield rig

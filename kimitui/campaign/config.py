@@ -44,16 +44,34 @@ class MacroSettings:
     reset_prefix_cache: bool = False
     """Ask the server to drop its prefix cache before each level (vLLM's ``POST /reset_prefix_cache``, served
     in its dev mode); a server that does not offer it is said once."""
+    rates: list[float] = field(default_factory=list)
+    """Levels by request rate (req/s), each capped at the highest ``concurrency`` at once; empty: the levels are
+    the concurrencies. Phase 3's budget divides a decode step at concurrency levels and the check compares with
+    concurrency 1: a campaign of rates has neither, and says so."""
+    search: bool = False
+    """With ``goodput`` SLOs: Phase 1 searches the highest concurrency from the lowest to the highest of
+    ``concurrency`` that meets them at p99 (with ``rates``, the highest rate between theirs) instead of running
+    every level."""
 
-    def macro_config(self, url: str, levels: list[int] | None = None) -> MacroConfig:
-        """The load generator's settings for these levels (all of them by default) against ``url``: the
-        campaign's Phase 1 runs it, and the file is checked by its ``validate``."""
+    @property
+    def levels(self) -> list[float]:
+        """What Phase 1's levels are keyed by: the rates, else the concurrencies."""
+        return list(self.rates) if self.rates else [float(c) for c in self.concurrency]
+
+    def macro_config(self, url: str, levels: list[float] | None = None) -> MacroConfig:
+        """The load generator's settings for these levels (all of them by default: ``levels``' keys) against
+        ``url``: the campaign's Phase 1 runs it, and the file is checked by its ``validate``."""
         from kimitui.bench.macro.config import MacroConfig, parse_requests
         from kimitui.bench.macro.verdict import parse_goodput
 
         per_stream, count = parse_requests(self.requests)
+        keys = list(self.levels if levels is None else levels)
+        if self.rates:
+            concurrency, rate_levels = [max(self.concurrency, default=0)], keys
+        else:
+            concurrency, rate_levels = [int(c) for c in keys], []
         return MacroConfig(url=url, model=self.model or None, endpoint=self.endpoint,  # type: ignore[arg-type]
-                           concurrency=list(self.concurrency if levels is None else levels), requests=count,
+                           concurrency=concurrency, rate_levels=rate_levels, search=self.search, requests=count,
                            requests_per_stream=per_stream, max_tokens=self.max_tokens, input_len=self.input_len,
                            warmup=self.warmup, slo=parse_goodput([self.goodput]), ignore_eos=self.ignore_eos,
                            reset_prefix_cache=self.reset_prefix_cache)
@@ -189,7 +207,7 @@ def _got(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_type(where: str, value: Any, default: Any) -> Any:
+def _check_type(where: str, value: Any, default: Any, item: type | None = None) -> Any:
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, float):
@@ -201,16 +219,22 @@ def _check_type(where: str, value: Any, default: Any) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(default, str):
         ok = isinstance(value, str)
+    elif isinstance(default, list) and item is float:  # numbers: whole ones are taken as they are
+        ok = isinstance(value, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+        if ok and not all(abs(v) < 1e300 and math.isfinite(v) for v in value):
+            raise CampaignConfigError(f"{where}: expected finite numbers")
+        value = [float(v) for v in value] if ok else value
     elif isinstance(default, list):
-        item = default[0] if default else None
-        ok = isinstance(value, list) and (item is None or all(
-            isinstance(v, type(item)) and not isinstance(v, bool) for v in value))
+        first = default[0] if default else None
+        ok = isinstance(value, list) and (first is None or all(
+            isinstance(v, type(first)) and not isinstance(v, bool) for v in value))
         if isinstance(value, list) and not default:  # ms: whole numbers
             ok = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     else:
         ok = True
     if not ok:
-        want = f"a list of {_kinds(default[0])}" if isinstance(default, list) and default else \
+        want = "a list of numbers" if item is float else \
+            f"a list of {_kinds(default[0])}" if isinstance(default, list) and default else \
             "a list of whole numbers" if isinstance(default, list) else _kind(default)
         raise CampaignConfigError(f"{where}: expected {want}, got {_got(value)}")
     return value
@@ -231,7 +255,8 @@ def _section(path: str, name: str, data: Any, target: Any) -> None:
     for key, value in data.items():
         if key not in known:
             raise CampaignConfigError(f"{path}: [{name}] unknown key {key!r} (known: {', '.join(known)})")
-        setattr(target, key, _check_type(f"{path}: [{name}] {key}", value, getattr(target, key)))
+        item = float if str(known[key].type) == "list[float]" else None
+        setattr(target, key, _check_type(f"{path}: [{name}] {key}", value, getattr(target, key), item))
 
 
 def parse_config(data: dict[str, Any], path: str = "campaign file") -> CampaignConfig:
@@ -288,6 +313,12 @@ def validate(cfg: CampaignConfig, path: str) -> None:
         url = getattr(cfg, url_key)
         if url and not url.startswith(("http://", "https://")):
             raise CampaignConfigError(f"{path}: [service] {url_key} {url!r}: an http:// or https:// URL")
+    if cfg.macro.search and not cfg.macro.goodput:
+        raise CampaignConfigError(f"{path}: [macro] search finds where SLOs hold: give them "
+                                  '(goodput = "ttft:200,tpot:50")')
+    if cfg.macro.search and cfg.macro.rates and len(set(cfg.macro.rates)) < 2:
+        raise CampaignConfigError(f"{path}: [macro] search with rates searches between the lowest and the highest "
+                                  "of them: give two different rates")
     from kimitui.bench.macro.config import MAX_TOKENS_LEN, ConfigError
 
     try:  # the load generator's own checks (levels, lengths, endpoint), on the URL it will be given

@@ -137,6 +137,9 @@ endpoint = "completions"  # or chat
 ignore_eos = true       # vLLM's: every output max_tokens long; a server that refuses it runs without (a warning)
 # goodput = "ttft:200,tpot:50"  # SLOs in ms (ttft, tpot, e2el): goodput, the top concurrency meeting them at p99
 reset_prefix_cache = false  # drop the server's prefix cache before each level (vLLM: VLLM_SERVER_DEV_MODE=1)
+# search = true         # with goodput: search the highest concurrency meeting it (lowest to highest level)
+# rates = [2, 4, 8]     # levels by request rate (req/s), capped at the highest concurrency; Phase 3's budget
+                        # and the check need concurrency levels, so a campaign of rates has neither
 
 [cleanup]
 gpus = "all"            # or e.g. "0,1,2,3"

@@ -315,7 +315,7 @@ class Campaign:
 
         m = self.cfg.macro
         done = self.resume.macro_done if self.resume is not None else set()
-        levels = [lv for lv in m.concurrency if lv not in done]
+        levels = [lv for lv in m.levels if lv not in done]
         if not levels:
             self._log("Phase 1: every level has a point already")
             return True

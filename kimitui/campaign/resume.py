@@ -57,8 +57,9 @@ class ResumePlan:
     cut_off: list[str] = field(default_factory=list)
     todo: list[str] = field(default_factory=list)
     notes: dict[str, str] = field(default_factory=dict)
-    macro_done: set[int] = field(default_factory=set)
-    """Concurrency levels with a point in this campaign."""
+    macro_done: set[float] = field(default_factory=set)
+    """Levels with a point in this campaign, by the plan's key (``MacroSettings.levels``: rates or
+    concurrencies); none where Phase 1 searches (its probes depend on each other: it runs again whole)."""
     micro_done: dict[str, list[str]] = field(default_factory=dict)
     """Part -> rows measured in this campaign (``gemm_key`` / ``allreduce_key``)."""
     micro_parts_done: set[str] = field(default_factory=set)
@@ -88,14 +89,24 @@ class ResumePlan:
         return out
 
 
-def planned_levels(plan: CampaignPlan) -> list[int]:
-    """The macro levels the plan recorded; a run whose settings are not of that shape (edited, written by
-    something else) has none to keep, and the sweep runs whole."""
+def _level(key: float) -> str:
+    return f"{key:g}"
+
+
+def planned_levels(plan: CampaignPlan) -> tuple[list[float], bool, bool]:
+    """The macro levels the plan recorded (its rates, else its concurrencies), whether they are rates, and
+    whether Phase 1 searches; a run whose settings are not of that shape (edited, written by something else)
+    has none to keep, and the sweep runs whole."""
     macro = plan.settings.get("macro") if isinstance(plan.settings, dict) else None
-    levels = macro.get("concurrency") if isinstance(macro, dict) else None
+    if not isinstance(macro, dict):
+        return [], False, False
+    rates = macro.get("rates")
+    rated = isinstance(rates, list) and bool(rates)
+    levels = rates if rated else macro.get("concurrency")
     if not isinstance(levels, list):
-        return []
-    return [x for x in levels if isinstance(x, int) and not isinstance(x, bool)]
+        return [], rated, macro.get("search") is True
+    return ([float(x) for x in levels if isinstance(x, int | float) and not isinstance(x, bool)], rated,
+            macro.get("search") is True)
 
 
 def plan_resume(path: Path, phases: list[str]) -> ResumePlan:
@@ -118,8 +129,10 @@ def plan_resume(path: Path, phases: list[str]) -> ResumePlan:
                           f"has {', '.join(phases)} (resume with the file it was started with)")
     out = ResumePlan(path, state, c.plan, warnings=list(reader.warnings))
     since = c.plan.t
-    levels = planned_levels(c.plan)
-    out.macro_done = {p.concurrency for p in state.macro_points if p.t >= since and not level_failed(p)}
+    levels, rated, searched = planned_levels(c.plan)
+    points = [p for sweep in state.sweeps for p in sweep.points.values() if p.t >= since and not level_failed(p)]
+    if not searched:
+        out.macro_done = {float(p.key) for p in points if (p.rate is not None) == rated}
     for r in state.gemm:
         if r.t >= since:
             out.micro_done.setdefault("gemm", []).append(gemm_key(r.name, r.m, r.backend))
@@ -140,15 +153,18 @@ def plan_resume(path: Path, phases: list[str]) -> ResumePlan:
             continue
         if status == "running":
             out.cut_off.append(name)
-        if name == "macro":
+        if name == "macro" and searched:
+            if points:
+                out.notes[name] = "the search runs again whole (its probes depend on each other)"
+        elif name == "macro":
             left = [lv for lv in levels if lv not in out.macro_done]
             kept = sorted(out.macro_done & set(levels))
             if not left and status in ("running", "failed"):
-                out.notes[name] = f"every level had finished ({', '.join(map(str, kept))})"
+                out.notes[name] = f"every level had finished ({', '.join(map(_level, kept))})"
                 out.done.append(name)
                 continue
             if kept:
-                out.notes[name] = (f"levels {', '.join(map(str, kept))} kept; {', '.join(map(str, left))} to run")
+                out.notes[name] = (f"levels {', '.join(map(_level, kept))} kept; {', '.join(map(_level, left))} to run")
         elif name == "micro":
             rows = sum(len(v) for v in out.micro_done.values())
             if rows or out.micro_parts_done:

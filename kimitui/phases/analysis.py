@@ -178,7 +178,10 @@ def decode_budget(state: SessionState, t: float = 0.0) -> DecodeBudget:
     missing: list[str] = list(mine.refused)
     points = [p for p in state.macro_points if not level_failed(p)]
     shapes = _shapes(mine.runs)
-    if not points:
+    if not points and any(p.rate is not None for sweep in state.sweeps for p in sweep.points.values()):
+        missing.append("Phase 1's levels were request rates: the budget divides a decode step at a concurrency, "
+                       "and a rate level's batch is not one")
+    elif not points:
         missing.append("no macro level with a TPOT: Phase 1 measured nothing to divide")
     if not shapes or not mine.gemm:
         missing.append("no GEMM rows: Phase 2 measured no GEMM" + (f" for {mine.model}" if mine.model else ""))
