@@ -10,7 +10,11 @@ import pytest
 
 from kimitui.campaign.config import CampaignConfigError
 from kimitui.campaign.resume import plan_resume
-from kimitui.core.events import CampaignPlan, DecodeBudget, MacroPoint, MacroVerdict, PhaseEnd, ProbeResult
+from kimitui.core.campaign_words import probe_words
+from kimitui.core.events import CampaignPlan, DecodeBudget, MacroPoint, MacroVerdict, PhaseEnd
+from kimitui.core.figures import LevelResult
+from kimitui.phases.analysis import decode_budget
+from kimitui.phases.check import compare
 from tests.campaign_rig import campaign_rig, small_config
 
 
@@ -24,7 +28,7 @@ def cut_after_first_point(run: Path, tmp_path: Path) -> Path:
 
 
 def test_rates_are_numbers_and_the_highest_concurrency_caps_them() -> None:
-    cfg = small_config(macro={"rates": [2, 4.5, 8], "concurrency": [1, 4, 16]})
+    cfg = small_config(["macro", "cleanup", "micro"], macro={"rates": [2, 4.5, 8], "concurrency": [1, 4, 16]})
     assert cfg.macro.rates == [2.0, 4.5, 8.0] and cfg.macro.levels == [2.0, 4.5, 8.0]
     macro = cfg.macro.macro_config("http://127.0.0.1:8000")
     assert macro.rate_levels == [2.0, 4.5, 8.0] and macro.concurrency == [16] and not macro.search
@@ -42,10 +46,14 @@ def test_rates_are_numbers_and_the_highest_concurrency_caps_them() -> None:
     ({"search": True, "goodput": "ttft:200", "rates": [4, 4]},
      "[macro] search with rates searches between the lowest and the highest of them: give two different rates"),
     ({"search": "yes"}, "[macro] search: expected true/false, got 'yes'"),
+    ({"rates": [2, 4], "concurrency": [8]},
+     "[macro] rates: analysis and check need concurrency levels (a decode step's batch, a single-stream baseline): "
+     "leave them out of [campaign] phases, or sweep concurrencies"),
 ])
 def test_a_bad_search_or_rate_is_one_line_naming_the_key(macro: dict[str, object], error: str) -> None:
+    phases = None if "concurrency" in macro else ["macro", "cleanup", "micro", "restart"]
     with pytest.raises(CampaignConfigError) as caught:
-        small_config(**{"macro": macro})
+        small_config(phases, **{"macro": macro})
     assert str(caught.value) == f"test.toml: {error}"
 
 
@@ -71,21 +79,28 @@ async def test_a_search_campaign_probes_its_way_to_the_highest_concurrency_meeti
     assert resume.notes["macro"] == "the search runs again whole (its probes depend on each other)"
 
 
-async def test_a_campaign_of_rates_runs_them_and_says_why_it_has_no_budget_or_baseline(tmp_path: Path) -> None:
-    cfg = small_config(["macro", "cleanup", "micro", "analysis", "restart", "check"],
+async def test_a_campaign_of_rates_runs_them_and_the_analysis_says_why_it_has_no_budget(tmp_path: Path) -> None:
+    """The file may not ask for Phase 3 or the check with rates (tested above); a session that has rate levels
+    and GEMM rows anyway (a dashboard's sweep by rate) gets a budget that says why it has no rows."""
+    cfg = small_config(["macro", "cleanup", "micro", "restart"],
                        macro={"rates": [20, 40], "concurrency": [4], "requests": "8"}, micro={"ms": [1]})
     async with campaign_rig(cfg, tmp_path) as rig:
         end = await rig.machine.run()
     assert end.status == "done"
     points = rig.of(MacroPoint)
     assert [(p.rate, p.concurrency) for p in points] == [(20.0, 4), (40.0, 4)]
-    (budget,) = rig.of(DecodeBudget)
-    assert not budget.rows
+    assert [e.phase for e in rig.of(PhaseEnd)] == ["macro", "cleanup", "micro", "restart"]
+    budget = decode_budget(rig.session.state)
+    assert not budget.rows and rig.session.state.gemm
     assert any("Phase 1's levels were request rates" in m for m in budget.missing), budget.missing
-    (probe,) = rig.of(ProbeResult)
-    assert probe.tok_s and probe.baseline_tok_s is None
-    assert probe.note == "no Phase 1 single-stream figure to compare with"
-    assert [e.phase for e in rig.of(PhaseEnd)] == ["macro", "cleanup", "micro", "analysis", "restart", "check"]
+
+
+def test_a_probe_with_nothing_to_compare_with_is_not_judged() -> None:
+    probed = LevelResult.from_json(1, {"completed": 2, "num_prompts": 2, "output_throughput": 48.0,
+                                       "mean_ttft_ms": 30.0})
+    probe = compare(probed, None, 10.0, 25.0, 0.0)
+    assert not probe.drift and probe.note == "no Phase 1 single-stream figure to compare with"
+    assert probe_words(probe).endswith(": not judged")
 
 
 async def test_a_resumed_campaign_of_rates_keeps_the_rates_it_measured(tmp_path: Path) -> None:

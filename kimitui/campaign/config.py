@@ -47,7 +47,7 @@ class MacroSettings:
     rates: list[float] = field(default_factory=list)
     """Levels by request rate (req/s), each capped at the highest ``concurrency`` at once; empty: the levels are
     the concurrencies. Phase 3's budget divides a decode step at concurrency levels and the check compares with
-    concurrency 1: a campaign of rates has neither, and says so."""
+    concurrency 1: a campaign of rates has neither phase (the file is refused with them)."""
     search: bool = False
     """With ``goodput`` SLOs: Phase 1 searches the highest concurrency from the lowest to the highest of
     ``concurrency`` that meets them at p99 (with ``rates``, the highest rate between theirs) instead of running
@@ -316,6 +316,11 @@ def validate(cfg: CampaignConfig, path: str) -> None:
     if cfg.macro.search and not cfg.macro.goodput:
         raise CampaignConfigError(f"{path}: [macro] search finds where SLOs hold: give them "
                                   '(goodput = "ttft:200,tpot:50")')
+    needs_levels = [p for p in ("analysis", "check") if p in cfg.phases]
+    if cfg.macro.rates and "macro" in cfg.phases and needs_levels:
+        raise CampaignConfigError(f"{path}: [macro] rates: {' and '.join(needs_levels)} need concurrency levels (a "
+                                  "decode step's batch, a single-stream baseline): leave them out of [campaign] "
+                                  "phases, or sweep concurrencies")
     if cfg.macro.search and cfg.macro.rates and len(set(cfg.macro.rates)) < 2:
         raise CampaignConfigError(f"{path}: [macro] search with rates searches between the lowest and the highest "
                                   "of them: give two different rates")

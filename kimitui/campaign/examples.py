@@ -139,7 +139,7 @@ ignore_eos = true       # vLLM's: every output max_tokens long; a server that re
 reset_prefix_cache = false  # drop the server's prefix cache before each level (vLLM: VLLM_SERVER_DEV_MODE=1)
 # search = true         # with goodput: search the highest concurrency meeting it (lowest to highest level)
 # rates = [2, 4, 8]     # levels by request rate (req/s), capped at the highest concurrency; Phase 3's budget
-                        # and the check need concurrency levels, so a campaign of rates has neither
+                        # and the check need concurrency levels: leave them out of [campaign] phases
 
 [cleanup]
 gpus = "all"            # or e.g. "0,1,2,3"

@@ -51,7 +51,7 @@ def probe_words(ev: ProbeResult) -> str:
     base = (f"; Phase 1 {ev.baseline_tok_s:.1f} tok/s" if ev.baseline_tok_s is not None else "; no Phase 1 figure")
     ttft = f", TTFT {ev.ttft_ms:.1f} ms" if ev.ttft_ms is not None else ""
     verdict = (f"DRIFT beyond {ev.margin_pct:g}% (tok/s) / {ev.ttft_margin_pct:g}% (TTFT)" if ev.drift
-               else "within the margin")
+               else "within the margin" if ev.baseline_tok_s is not None else "not judged")
     return (f"post-restart probe: {ev.tok_s:.1f} tok/s{ttft}{base} (tok/s {_pct(ev.tok_s_change_pct)}"
             f"{_judged(ev.tok_s_noise)}, TTFT {_pct(ev.ttft_change_pct)}{_judged(ev.ttft_noise)}): {verdict}")
 

@@ -158,7 +158,8 @@ def check_section(state: SessionState) -> list[str]:
         if c is not None and "check" in c.phases:
             return ["## Post-restart check", "", f"Not run ({c.phases['check'].status})."]
         return []
-    verdict = "**DRIFT**" if p.drift else "within the margin"
+    verdict = "**DRIFT**" if p.drift else "within the margin" if p.baseline_tok_s is not None else \
+        "not judged (no Phase 1 single-stream figure to compare with)"
     lines = ["## Post-restart check", "", f"{probe_words(p).removeprefix('post-restart probe: ')}.", "",
              f"Verdict: {verdict} (drift: tok/s moved more than ±{p.margin_pct:g}% or TTFT rose more than "
              f"+{p.ttft_margin_pct:g}% from Phase 1's single stream, and beyond the requests' own spread; "

@@ -80,7 +80,8 @@ def summarize(reader: RunReader) -> str:
         c = s.campaign
         end = f"{c.end.status}: {c.end.note}" if c.end is not None else "not ended (resumable)"
         probe = s.probe
-        drift = "" if probe is None else "; post-restart DRIFT" if probe.drift else "; post-restart within the margin"
+        drift = "" if probe is None else "; post-restart DRIFT" if probe.drift else \
+            "; post-restart within the margin" if probe.baseline_tok_s is not None else "; post-restart not judged"
         out.append(_line("campaign", f"{c.plan.name or 'campaign'}: {end}{drift}"))
 
     if reader.warnings:
