@@ -43,6 +43,49 @@ def test_a_levels_energy_is_its_service_gpus_power_over_its_run() -> None:
     assert energy.joules_per_request(3.0, 10) == pytest.approx(270.0)
 
 
+def test_a_seek_meters_a_level_as_folding_from_the_start_does(tmp_path: Path) -> None:
+    """A replay's seek folds only the samples the memory history holds; a level's energy still comes from every
+    sample it ran through: at its end, past it by more than the history, from checkpoints or not, and played
+    on from a seek in the middle of the level."""
+    from kimitui.core.events import LogLine
+    from kimitui.core.replay import CHECKPOINT_EVERY, Checkpoints, Player, split_index, state_at
+    from kimitui.core.runfile import RunReader, write_run
+    from kimitui.core.session import Session
+    from kimitui.core.state import HISTORY_POINTS
+
+    events: list = [LogLine(0.001 * i, message=f"before {i}") for i in range(CHECKPOINT_EVERY + 7)]
+    events.append(MacroProgress(1.0, status="starting", levels=[4, 8]))
+    t = 1.0
+    for c, watts in ((4, 300.0), (8, 500.0)):
+        events.append(MacroProgress(t, status="running", levels=[4, 8], concurrency=c, stage="run"))
+        for n in range(40):
+            t += 0.25
+            events.append(_sample(t, (watts + n, watts + n, 600.0)))
+            if n % 10 == 5:
+                events.append(LogLine(t, message=f"during {c}"))
+        t += 0.1
+        events.append(MacroPoint(t, concurrency=c, metrics={"completed": 10, "output_throughput": 400.0,
+                                                            "duration": 10.0}))
+    for _ in range(HISTORY_POINTS + 10):  # the levels' samples fall out of the memory history's window
+        t += 0.25
+        events.append(_sample(t, (50.0, 50.0, 600.0)))
+    expected = SessionState()
+    for ev in events:
+        fold(expected, ev)
+    assert expected.sweep is not None and set(expected.sweep.energy) == {4, 8}
+    reader = RunReader(write_run(tmp_path / "run.jsonl", events))
+    checkpoints = Checkpoints(reader, split_index(reader))
+    for got in (state_at(reader, len(reader)), state_at(reader, len(reader), checkpoints=checkpoints),
+                state_at(reader, len(reader), checkpoints=checkpoints)):
+        assert got.sweep is not None and got.sweep.energy == expected.sweep.energy
+    middle = next(i for i, ev in enumerate(events) if isinstance(ev, HostSample) and ev.t > 17.0)
+    player = Player(reader, Session(), clock=lambda: 0.0)
+    player.seek_index(middle)
+    player.seek_index(len(reader))  # on to the end: the second level ends after the seek
+    sweep = player.session.state.sweep
+    assert sweep is not None and sweep.energy == expected.sweep.energy
+
+
 def test_a_level_without_power_has_no_energy() -> None:
     state = SessionState()
     fold(state, MacroProgress(1.0, status="running", levels=[1], concurrency=1, stage="run"))
