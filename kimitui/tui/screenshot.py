@@ -19,7 +19,8 @@ from kimitui.core.replay import Player
 from kimitui.core.runfile import RunReader
 from kimitui.core.session import Session
 from kimitui.resources import bundled_sample_run
-from kimitui.tui.app import VIEWS, KimituiApp
+from kimitui.tui.app import KimituiApp
+from kimitui.tui.keys import VIEWS
 from kimitui.tui.widgets.event_log import EventLog
 from kimitui.tui.widgets.gpu_table import GpuTable
 

@@ -6,6 +6,7 @@ from rich.text import Text
 
 from kimitui.core.events import AllReduceRow, GemmRow, MacroPoint, first_error, level_failed
 from kimitui.core.figures import correctness_failed
+from kimitui.core.level_energy import LevelEnergy
 from kimitui.core.micro_words import gemm_words, nccl_caps
 from kimitui.core.state import SessionState, Sweep
 from kimitui.tui import fmt
@@ -40,12 +41,13 @@ def level_cell(p: MacroPoint) -> Text:
     return _r(f"{p.rate:g}/s" if p.rate is not None else str(p.concurrency))
 
 
-def macro_cells(p: MacroPoint) -> list[Cell]:
+def macro_cells(p: MacroPoint, energy: LevelEnergy | None = None) -> list[Cell]:
+    """A level's cells; ``energy``: its GPU energy where the fold metered it (tok/J, ``level_energy``)."""
     error = first_error(p)
     note = Text(fmt.printable(error or ""), style="red", no_wrap=True, overflow="ellipsis")
     if level_failed(p):  # nothing was measured: no number, and no zero
         return [level_cell(p), Text("FAILED", justify="right", style="bold red"), requests_cell(p),
-                *(_r(fmt.DASH) for _ in range(7)), note]
+                *(_r(fmt.DASH) for _ in range(8)), note]
     r = p.result
     return [
         level_cell(p),
@@ -58,6 +60,7 @@ def macro_cells(p: MacroPoint) -> list[Cell]:
         _figure(r.figure("mean_reasoning_tokens"), "{:.0f}"),
         _figure(r.tpot.mean),
         _figure(r.tpot.p(99)),
+        _figure(energy.tokens_per_joule(r.output_throughput) if energy is not None else None, "{:.3g}"),
         note,
     ]
 
@@ -101,6 +104,7 @@ class MacroTable(KeyedTable):
         ("mean_reasoning_tokens", "think tok", 9),
         ("mean_tpot_ms", "TPOT ms", 7),
         ("p99_tpot_ms", "p99 TPOT", 8),
+        ("tok_per_joule", "tok/J", 6),
         ("error", "first error", None),
     )
 
@@ -109,7 +113,7 @@ class MacroTable(KeyedTable):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        for key in ("sweep", *self.REASONING):
+        for key in ("sweep", "tok_per_joule", *self.REASONING):
             self.set_column_hidden(key, True)
 
     def show(self, state: SessionState) -> None:
@@ -120,7 +124,10 @@ class MacroTable(KeyedTable):
         thought = any(p.result.reasoning for _, points in numbered for p in points)
         for key in self.REASONING:
             self.set_column_hidden(key, not thought)
-        rows: list[Row] = [(row_key(n, p.key), [_r(str(n)), *macro_cells(p)])
+        # Shown where a level's GPU power was recorded (a host's samples beside the sweep; a URL alone has none)
+        self.set_column_hidden("tok_per_joule", not any(sweep.energy for sweep in state.sweeps))
+        energy = {n: sweep.energy for n, sweep in zip(sweep_numbers(state.sweeps), state.sweeps, strict=True)}
+        rows: list[Row] = [(row_key(n, p.key), [_r(str(n)), *macro_cells(p, energy[n].get(p.key))])
                            for n, points in numbered for p in points]
         self.sync(rows)
 
