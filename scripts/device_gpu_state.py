@@ -68,4 +68,6 @@ async def main(run: Path, out: Path) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1].startswith("-"):
+        sys.exit("usage: python3 scripts/device_gpu_state.py RUN OUT_DIR")
     sys.exit(asyncio.run(main(Path(sys.argv[1]), Path(sys.argv[2]))))
