@@ -54,6 +54,15 @@ def test_the_words_go_gravest_first_and_say_nothing_of_a_quiet_gpu() -> None:
     assert gpu_state_words(gpu()) == []  # a source that says none of it (an older run, nvidia-smi's XID)
 
 
+def test_watch_says_a_gpus_state_beside_its_memory() -> None:
+    from kimitui.commands.live import _sample_line
+
+    sample = HostSample(1.0, host="h", seq=4, gpus=[
+        GpuSample(0, "GPU-0", "NVIDIA H200", mem_used_mib=92411.0, util_pct=3.0, pcie=[1, 16, 5, 16], xid=0),
+        GpuSample(1, "GPU-1", "NVIDIA H200", mem_used_mib=92411.0, util_pct=100.0, throttle=["power cap"], xid=79)])
+    assert _sample_line(sample) == "h seq 4: 0:92411MiB 1:92411MiB(XID 79, power cap); 0 processes"
+
+
 def test_the_name_cell_keeps_the_state_when_both_do_not_fit() -> None:
     def name_cell(g: GpuSample, width: int) -> Text:
         cell = gpu_cells(g, COLORS, width)[1]

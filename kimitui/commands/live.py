@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from kimitui.commands.demo_engine import demo_engine_args, resolve_demo
 from kimitui.core.events import ConnectionState, HostSample, LogLine
+from kimitui.core.gpu_words import gpu_state_words
 from kimitui.core.printable import printable
 from kimitui.core.session import Prefetched
 from kimitui.live.context import LiveContext
@@ -80,8 +81,11 @@ async def _dashboard(target: str, args: argparse.Namespace, command: str) -> int
 
 
 def _sample_line(ev: HostSample) -> str:
+    """``demo seq 4: 0:92411MiB 1:92411MiB(power cap); 9 processes``: each GPU's memory, and its state in words
+    where it has any (its XID, clock caps, a busy link below its maximum: ``gpu_words``)."""
     gpus = " ".join(
-        f"{g.index}:{'-' if g.mem_used_mib is None else f'{g.mem_used_mib:.0f}'}MiB" for g in ev.gpus
+        f"{g.index}:{'-' if g.mem_used_mib is None else f'{g.mem_used_mib:.0f}'}MiB"
+        + (f"({', '.join(words)})" if (words := gpu_state_words(g)) else "") for g in ev.gpus
     )
     return printable(f"{ev.host} seq {ev.seq}: {gpus}; {len(ev.procs)} processes")
 
