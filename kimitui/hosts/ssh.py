@@ -25,14 +25,18 @@ import os
 import shlex
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-import asyncssh
-
 from kimitui.hosts.base import AncestorProcess, Channel, Host, HostError, HostFatal, Sleep
 from kimitui.hosts.ssh_target import SshTarget, parse_target
+
+# cryptography 51 deprecates DSA, and asyncssh (2.24.1) names its DSA types as it is imported: five warnings on
+# stderr at every start over SSH, about keys kimitui never makes, and a one-line error would read as six lines.
+warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\.|$)")
+import asyncssh  # noqa: E402
 
 __all__ = ["AncestorProcess", "ConnState", "SshHost", "SshTarget", "parse_target"]
 
