@@ -118,17 +118,16 @@ class MacroTable(KeyedTable):
 
     def show(self, state: SessionState) -> None:
         """Each sweep's points (oldest first), a row each, keyed ``row_key(number, concurrency)``."""
-        numbered = [(n, sweep.point_list) for n, sweep in zip(sweep_numbers(state.sweeps), state.sweeps, strict=True)
+        numbered = [(n, sweep) for n, sweep in zip(sweep_numbers(state.sweeps), state.sweeps, strict=True)
                     if sweep.points]
         self.set_column_hidden("sweep", len(numbered) < 2)
-        thought = any(p.result.reasoning for _, points in numbered for p in points)
+        thought = any(p.result.reasoning for _, sweep in numbered for p in sweep.point_list)
         for key in self.REASONING:
             self.set_column_hidden(key, not thought)
         # Shown where a level's GPU power was recorded (a host's samples beside the sweep; a URL alone has none)
-        self.set_column_hidden("tok_per_joule", not any(sweep.energy for sweep in state.sweeps))
-        energy = {n: sweep.energy for n, sweep in zip(sweep_numbers(state.sweeps), state.sweeps, strict=True)}
-        rows: list[Row] = [(row_key(n, p.key), [_r(str(n)), *macro_cells(p, energy[n].get(p.key))])
-                           for n, points in numbered for p in points]
+        self.set_column_hidden("tok_per_joule", not any(sweep.energy for _, sweep in numbered))
+        rows: list[Row] = [(row_key(n, p.key), [_r(str(n)), *macro_cells(p, sweep.energy.get(p.key))])
+                           for n, sweep in numbered for p in sweep.point_list]
         self.sync(rows)
 
 
