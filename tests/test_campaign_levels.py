@@ -11,7 +11,16 @@ import pytest
 from kimitui.campaign.config import CampaignConfigError
 from kimitui.campaign.resume import plan_resume
 from kimitui.core.campaign_words import probe_words
-from kimitui.core.events import CampaignPlan, DecodeBudget, MacroPoint, MacroVerdict, PhaseEnd
+from kimitui.core.events import (
+    CampaignPlan,
+    DecodeBudget,
+    LogLine,
+    MacroPoint,
+    MacroVerdict,
+    PhaseEnd,
+    PhaseStart,
+    ProbeResult,
+)
 from kimitui.core.figures import LevelResult
 from kimitui.phases.analysis import decode_budget
 from kimitui.phases.check import compare
@@ -115,3 +124,17 @@ async def test_a_resumed_campaign_of_rates_keeps_the_rates_it_measured(tmp_path:
         end = await again.machine.run()
     assert end.status == "done"
     assert [(p.rate, p.concurrency) for p in again.of(MacroPoint)] == [(40.0, 4)]
+
+
+async def test_a_campaign_without_concurrency_1_is_told_at_the_start_that_its_check_will_not_judge(
+        tmp_path: Path) -> None:
+    cfg = small_config(["macro", "check"], macro={"concurrency": [4]})
+    async with campaign_rig(cfg, tmp_path) as rig:
+        end = await rig.machine.run()
+    first_phase = next(i for i, e in enumerate(rig.events) if isinstance(e, PhaseStart))
+    warned = [e.message for e in rig.events[:first_phase] if isinstance(e, LogLine) and e.level == "warning"]
+    assert warned == ["Phase 1 has no concurrency 1 level: the post-restart check will measure the service but have "
+                      "no single-stream figure to judge it by (add 1 to [macro] concurrency)"]
+    (probe,) = rig.of(ProbeResult)
+    assert probe.tok_s and probe.baseline_tok_s is None and not probe.drift
+    assert probe_words(probe).endswith(": not judged") and end.status == "done"

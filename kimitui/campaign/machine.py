@@ -288,8 +288,12 @@ class Campaign:
         return True
 
     async def _preflight(self) -> None:
-        """Say at the start what the host cannot give, rather than at Phase 3: an all-reduce on one GPU."""
+        """Say at the start what the campaign will not give, rather than when it comes to it: a check with no
+        Phase 1 single-stream figure to judge by, an all-reduce on one GPU."""
         cfg = self.cfg
+        if {"macro", "check"} <= set(cfg.phases) and min(cfg.macro.concurrency, default=0) != 1:
+            self._log("Phase 1 has no concurrency 1 level: the post-restart check will measure the service but "
+                      "have no single-stream figure to judge it by (add 1 to [macro] concurrency)", "warning")
         if not {"micro", "analysis"} <= set(cfg.phases) or "allreduce" not in cfg.micro.parts:
             return
         try:
