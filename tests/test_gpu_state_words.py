@@ -4,7 +4,9 @@ through the telemetry and the fold, on screen, and in the run as recorded."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,61 @@ async def test_the_dashboard_says_each_gpus_xid_caps_and_slow_link_from_the_simu
     capped = [s for s in samples if all(g.throttle == ["power cap"] for g in s.gpus)]
     assert capped and capped[0].gpus[0].xid == 79 and capped[0].gpus[1].pcie == [4, 8, 5, 16]
     assert samples[-1].gpus[1].throttle == [] and samples[-1].gpus[1].pcie == [4, 8, 5, 16]
+
+
+def test_the_demos_gpu_faults_are_parsed_and_said_back_as_words() -> None:
+    from kimitui.hosts.sim.layout import GpuFaults
+
+    faults = GpuFaults.parse(["6:79", "0:48"], ["7:4x16", "3:Gen5x8"], 8)
+    assert faults.xid == {6: 79, 0: 48} and faults.pcie_best == {7: (4, 16), 3: (5, 8)}
+    assert faults.words() == ["--xid", "0:48", "--xid", "6:79", "--pcie", "3:5x8", "--pcie", "7:4x16"]
+    assert GpuFaults.parse(faults.words()[1::2][:2], faults.words()[1::2][2:], 8) == faults
+    for xid, link, bad in ((["8:79"], [], "--xid '8:79'"), (["6:-1"], [], "--xid '6:-1'"), (["679"], [], "--xid '679'"),
+                           ([], ["7:4x3"], "--pcie '7:4x3'"), ([], ["7:9x16"], "--pcie '7:9x16'"),
+                           ([], ["7"], "--pcie '7'")):
+        with pytest.raises(ValueError, match="^" + re.escape(bad)):
+            GpuFaults.parse(xid, link, 8)
+
+
+def test_the_fleet_demos_troubled_host_opens_a_dashboard_whose_driver_says_the_same() -> None:
+    """demo-04 of the fleet demo has XID 79 on GPU 6 and GPU 7's link at Gen4: its dashboard (a ``kimitui demo``
+    of its own) is started with them, the others with nothing."""
+    from kimitui.commands.fleet import demo_faults
+
+    faults = demo_faults(8)
+    assert faults["demo-04"].words() == ["--xid", "6:79", "--pcie", "7:4x16"]
+    assert [name for name, f in faults.items() if f.words()] == ["demo-04"]
+
+
+async def test_the_demo_with_gpu_faults_shows_them_through_the_agent() -> None:
+    from kimitui.hosts.sim.layout import GpuFaults
+    from kimitui.hosts.telemetry import TelemetrySource
+    from kimitui.live.targets import open_target
+
+    faults = GpuFaults(xid={6: 79}, pcie_best={7: (4, 16)})
+    async with open_target("demo", gpus=8, gpu_faults=faults) as opened:
+        assert opened.sim_dir is not None
+        (Path(opened.sim_dir) / "load.json").write_text(json.dumps({"util": 50}))
+        source = TelemetrySource(opened.host, 0.1, **opened.telemetry_args)
+        try:
+            async with asyncio.timeout(60):  # a deadline, not a pace: the first loaded sample ends the wait
+                async for ev in source.events():
+                    if isinstance(ev, HostSample) and ev.gpus and ev.gpus[7].util_pct:
+                        break
+        finally:
+            source.stop()
+    assert ev.gpus[6].xid == 79 and ev.gpus[7].pcie == [4, 16, 5, 16] and ev.gpus[0].pcie == [5, 16, 5, 16]
+    assert gpu_state_words(ev.gpus[6]) == ["XID 79"] and gpu_state_words(ev.gpus[7]) == ["Gen4 x16"]
+
+
+def test_a_bad_gpu_fault_on_the_command_line_is_one_line() -> None:
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    done = subprocess.run([sys.executable, "-m", "kimitui", "demo", "--pcie", "7:4x3"], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        "kimitui: --pcie '7:4x3': GPU:GENxWIDTH, a GPU from 0 to 7, a generation from 1 to 6 and a width of 1, 2, 4, "
+        "8, 16, 32 (7:4x16)"]

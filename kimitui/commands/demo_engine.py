@@ -20,6 +20,12 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-tokens", type=int, default=None, metavar="N",
                    help="the simulated Kimi-K2.5 thinks for N tokens before it answers on the chat endpoint, as the "
                         "real one does behind vLLM's reasoning parser (default 32; 0: no thinking)")
+    p.add_argument("--xid", action="append", default=[], metavar="GPU:CODE",
+                   help="the simulated driver reports XID CODE as GPU's last error (6:79: fallen off the bus); "
+                        "repeatable")
+    p.add_argument("--pcie", action="append", default=[], metavar="GPU:GENxWIDTH",
+                   help="GPU's slot trains its link to GENxWIDTH below its Gen5 x16 (7:4x16), as a busy GPU shows; "
+                        "repeatable")
 
 
 def resolve_demo(args: argparse.Namespace) -> int | None:
@@ -34,6 +40,13 @@ def resolve_demo(args: argparse.Namespace) -> int | None:
         args.gpus = DEFAULT_GPUS if engine == "vllm" else 8
     if not 1 <= args.gpus <= 64:
         print("kimitui: --gpus must be between 1 and 64", file=sys.stderr)
+        return 2
+    from kimitui.hosts.sim.layout import GpuFaults
+
+    try:
+        args.gpu_faults = GpuFaults.parse(getattr(args, "xid", []), getattr(args, "pcie", []), args.gpus)
+    except ValueError as exc:
+        print(f"kimitui: {printable(str(exc))}", file=sys.stderr)
         return 2
     if engine == "sim":
         if getattr(args, "engine_python", None):
@@ -50,9 +63,12 @@ def resolve_demo(args: argparse.Namespace) -> int | None:
 
 
 def demo_engine_args(args: argparse.Namespace) -> dict[str, object]:
-    """``open_target``'s keyword arguments for the demo's engine (none for the simulated one)."""
+    """``open_target``'s keyword arguments for the demo's engine (none for the simulated one) and its GPUs'
+    faults (``--xid``, ``--pcie``)."""
     engine = getattr(args, "engine", "sim") or "sim"
+    faults = getattr(args, "gpu_faults", None)
+    out: dict[str, object] = {"gpu_faults": faults} if faults is not None and faults.words() else {}
     if engine == "sim":
         given = getattr(args, "reasoning_tokens", None)
-        return {} if given is None else {"reasoning_tokens": given}
-    return {"engine": engine, "engine_python": args.engine_python}
+        return out if given is None else {**out, "reasoning_tokens": given}
+    return {**out, "engine": engine, "engine_python": args.engine_python}

@@ -14,12 +14,15 @@ import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimitui.commands.output import CliError
 from kimitui.core.events import Event, FleetSample
 from kimitui.core.fleet_state import attention
 from kimitui.core.printable import printable
+
+if TYPE_CHECKING:
+    from kimitui.hosts.sim.layout import GpuFaults
 
 MAX_DEMO = 1024
 DEFAULT_INTERVAL_S = 1.0
@@ -105,6 +108,17 @@ def json_round(ev: FleetSample) -> str:
     return json.dumps(out, separators=(",", ":"), allow_nan=False)
 
 
+def demo_faults(count: int) -> dict[str, GpuFaults]:
+    """The demo fleet's hosts (``fleet.demo_model``, as ``DemoFleet`` makes them) by name, with what their drivers
+    report wrong: the XIDs and the slow links, which a host's dashboard (``kimitui demo``) then shows too."""
+    from kimitui.fleet.demo_model import MAX_LINK, demo_hosts
+    from kimitui.hosts.sim.layout import GpuFaults
+
+    return {h.name: GpuFaults(xid={g.index: g.xid for g in h.gpus if g.xid},
+                              pcie_best={g.index: g.link for g in h.gpus if tuple(g.link) != tuple(MAX_LINK)})
+            for h in demo_hosts(count)}
+
+
 @contextlib.asynccontextmanager
 async def open_reader(args: argparse.Namespace, hosts: list[str]) -> AsyncIterator[tuple[Any, str, Callable[
         [str], list[str] | None]]]:
@@ -116,8 +130,11 @@ async def open_reader(args: argparse.Namespace, hosts: list[str]) -> AsyncIterat
 
         print(f"starting {args.demo} simulated hosts ...", file=sys.stderr)
         async with DemoFleet(args.demo) as fleet:
-            def demo_dashboard(_name: str) -> list[str]:
-                return [*me, "demo", "--interval", "0.5"]  # a simulated host of its own, as each of these is
+            faults = demo_faults(args.demo)
+
+            def demo_dashboard(name: str) -> list[str]:
+                # a simulated host of its own, as each of these is, whose driver reports the row's XID and link
+                return [*me, "demo", "--interval", "0.5", *(faults[name].words() if name in faults else [])]
 
             if args.prometheus == "auto":
                 from kimitui.fleet.prometheus import PrometheusReader

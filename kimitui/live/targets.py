@@ -15,12 +15,15 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimitui.core.printable import printable
 from kimitui.core.session import Session, recorded_session
 from kimitui.hosts.base import Host, HostError
 from kimitui.live.process_clock import mark
+
+if TYPE_CHECKING:
+    from kimitui.hosts.sim.layout import GpuFaults
 
 
 class TargetError(Exception):
@@ -117,12 +120,12 @@ def check_interval(value: float) -> float:
 @contextlib.asynccontextmanager
 async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: int = 8,
                       check: bool = True, remote_python: str | None = None, engine: str = "sim",
-                      engine_python: str | None = None,
-                      reasoning_tokens: int | None = None) -> AsyncIterator[OpenedTarget]:
+                      engine_python: str | None = None, reasoning_tokens: int | None = None,
+                      gpu_faults: GpuFaults | None = None) -> AsyncIterator[OpenedTarget]:
     """A host for ``local``, ``demo`` or an SSH target; ``check`` makes sure it has a driver first.
     ``remote_python`` is the interpreter that runs the agent on an SSH host (default python3). The demo's
     ``engine``: its own simulated vLLM (``sim``, thinking ``reasoning_tokens`` before each chat answer) or a
-    real one (``vllm``, run by ``engine_python``)."""
+    real one (``vllm``, run by ``engine_python``); ``gpu_faults``: what its driver reports wrong from the start."""
     from kimitui.hosts.telemetry import probe_host
 
     if target == "demo":
@@ -135,7 +138,7 @@ async def open_target(target: str, *, accept_new_host_key: bool = False, gpus: i
         extra: dict[str, Any] = ({"engine": engine, "engine_python": engine_python, "stuck_workers": 0} if real
                                  else {"quirks": EngineQuirks(reasoning_tokens=DEMO_REASONING_TOKENS
                                                               if reasoning_tokens is None else reasoning_tokens)})
-        sim = SimHost(gpus=gpus, name="demo", stray_holder=stray, orphans_gpu=orphans, **extra)
+        sim = SimHost(gpus=gpus, name="demo", stray_holder=stray, orphans_gpu=orphans, gpu_faults=gpu_faults, **extra)
         try:
             try:
                 await sim.start()

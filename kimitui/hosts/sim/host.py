@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -32,11 +33,13 @@ from kimitui.hosts.sim.layout import (
     DEFAULT_GPU_NAME,
     DEFAULT_RESERVED_MIB,
     DEFAULT_TOTAL_MIB,
+    GpuFaults,
     SimGpu,
     SimLayout,
     create_layout,
     make_gpus,
     remove_stale_layouts,
+    write_atomic,
     write_model_cache,
 )
 from kimitui.hosts.sim.openai_server import DEFAULT_MODEL, FaultPlan, batching_to_args
@@ -67,7 +70,7 @@ class SimHost(LocalHost):
                  faults: FaultPlan | None = None, ready_timeout: float = 30.0, name: str = "sim",
                  python: str | None = None, persistence_daemon: bool = False,
                  quirks: EngineQuirks | None = None, orphans_gpu: int | None = None, engine: str = "sim",
-                 engine_python: str | None = None) -> None:
+                 engine_python: str | None = None, gpu_faults: GpuFaults | None = None) -> None:
         super().__init__(name=name, python=python)
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}")
@@ -80,6 +83,11 @@ class SimHost(LocalHost):
         if orphans_gpu is not None and worker_mem_mib + ORPHANS_MIB > total_mib - reserved_mib:
             raise ValueError("the exited holder's memory does not fit beside a worker on the simulated GPU")
         self.gpus: list[SimGpu] = make_gpus(gpus, name=gpu_name, total_mib=total_mib, reserved_mib=reserved_mib)
+        self.gpu_faults = gpu_faults or GpuFaults()
+        if any(not 0 <= i < gpus for i in [*self.gpu_faults.xid, *self.gpu_faults.pcie_best]):
+            raise ValueError("a GPU fault names a GPU the simulated host does not have")
+        for i, link in self.gpu_faults.pcie_best.items():
+            self.gpus[i] = dataclasses.replace(self.gpus[i], pcie_best=list(link))
         self.worker_mem_mib = worker_mem_mib
         self.stuck_gpus: tuple[int, ...] = tuple(range(gpus - stuck_workers, gpus))
         """TP ranks (= GPU indexes) whose workers ignore SIGTERM: the last ``stuck_workers``."""
@@ -180,6 +188,9 @@ class SimHost(LocalHost):
             raise HostError(f"{self.name}: already started")
         remove_stale_layouts()  # those of a sim killed before it could remove its own
         self._layout = create_layout(self.gpus)
+        if self.gpu_faults.xid:
+            xids = {str(k): v for k, v in self.gpu_faults.xid.items()}
+            write_atomic(self._layout.root / "xid.json", json.dumps(xids))
         write_model_cache(self._layout, self.model)
         self._tools = install_tools(self._layout.root)
         try:

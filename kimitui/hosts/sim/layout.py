@@ -3,7 +3,9 @@
 This layout is the contract with the agent's simulated NVML source (kimitui/hostside/simdriver.py):
 
 - ``DIR/gpus.json``: ``{"driver": "sim-580", "gpus": [{"index", "uuid", "name", "total_mib",
-  "reserved_mib", "pci"}, ...]}``
+  "reserved_mib", "pci", "pcie_best"}, ...]}`` (``pcie_best``: [generation, width] a slot trains to below the
+  link's maximum, or null)
+- ``DIR/xid.json`` (optional): ``{"<gpu index>": code}``, the last XID each GPU reported (``GpuFaults``)
 - ``DIR/dev/nvidia0..N-1``, ``DIR/dev/nvidiactl``, ``DIR/dev/nvidia-uvm``: regular files of one page, so
   holders can open and mmap them the way a CUDA context maps the real device nodes.
 - ``DIR/holders/<pid>.json``: ``{"pid", "start_time", "mem_mib": {"<gpu index>": MiB}}`` written by the
@@ -24,7 +26,7 @@ import shutil
 import stat
 import tempfile
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 DEFAULT_GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -46,6 +48,48 @@ class SimGpu:
     total_mib: int
     reserved_mib: int
     pci: str
+    pcie_best: list[int] | None = None
+
+
+LINK_WIDTHS = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFaults:
+    """What the simulated driver reports wrong with some GPUs from the start (``kimitui demo --xid 6:79 --pcie
+    7:4x16``, as the fleet demo's troubled host has): each one's last XID, and a slot that trains below the link's
+    maximum (a busy GPU's link runs there; an idle one's trains down to Gen1 either way)."""
+
+    xid: dict[int, int] = field(default_factory=dict)
+    pcie_best: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, xids: list[str], links: list[str], gpus: int) -> GpuFaults:
+        """From ``GPU:CODE`` and ``GPU:GENxWIDTH`` words; a ValueError of one line names the bad one."""
+        out = cls()
+        for word in xids:
+            gpu, _, code = word.partition(":")
+            if not (_index(gpu, gpus) is not None and code.isdigit() and 0 < int(code) < 1 << 31):
+                raise ValueError(f"--xid {word!r}: GPU:CODE, a GPU from 0 to {gpus - 1} and a positive XID (6:79)")
+            out.xid[int(gpu)] = int(code)
+        for word in links:
+            gpu, _, link = word.partition(":")
+            gen, _, width = link.lower().removeprefix("gen").partition("x")
+            if not (_index(gpu, gpus) is not None and gen.isdigit() and 1 <= int(gen) <= 6 and width.isdigit()
+                    and int(width) in LINK_WIDTHS):
+                raise ValueError(f"--pcie {word!r}: GPU:GENxWIDTH, a GPU from 0 to {gpus - 1}, a generation from 1 "
+                                 f"to 6 and a width of {', '.join(map(str, LINK_WIDTHS))} (7:4x16)")
+            out.pcie_best[int(gpu)] = (int(gen), int(width))
+        return out
+
+    def words(self) -> list[str]:
+        """The command-line words that give these faults (``--xid 6:79 --pcie 7:4x16``)."""
+        return ([w for k, code in sorted(self.xid.items()) for w in ("--xid", f"{k}:{code}")]
+                + [w for k, (g, wd) in sorted(self.pcie_best.items()) for w in ("--pcie", f"{k}:{g}x{wd}")])
+
+
+def _index(text: str, gpus: int) -> int | None:
+    return int(text) if text.isdigit() and int(text) < gpus else None
 
 
 def make_gpus(count: int, *, name: str = DEFAULT_GPU_NAME, total_mib: int = DEFAULT_TOTAL_MIB,
